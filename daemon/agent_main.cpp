@@ -1,0 +1,103 @@
+// dltrain-agent: the per-machine daemon (leader or agent), or a whole local cluster with
+// --standalone.
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+
+#include <boost/asio.hpp>
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent/agent.h"
+#include "agent/leader.h"
+#include "agent/options.h"
+#include "agent/standalone.h"
+#include "common/errors.h"
+#include "common/log.h"
+#include "dltrain/config.h"
+
+namespace {
+
+std::string self_exe(const char* argv0) {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(argv0) : p.string();
+}
+
+int run_daemon(const dltrain::agent::AgentOptions& opt) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  std::optional<dltrain::agent::Leader> leader;
+  std::optional<dltrain::agent::Agent> agent;
+  auto agent_opt = opt;
+  if (opt.leader) {
+    leader.emplace(io, opt);
+    leader->start();
+    std::string host = opt.listen_address == "0.0.0.0" || opt.listen_address == "::" ? "127.0.0.1" : opt.listen_address;
+    if (host.find(':') != std::string::npos) host = "[" + host + "]";
+    agent_opt.leader_url = "ws://" + host + ":" + std::to_string(leader->port());
+  }
+  if (!opt.leader || opt.host_tasks) {
+    agent.emplace(io, agent_opt);
+    agent->start();
+  }
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](boost::system::error_code ec, int sig) {
+    if (ec) return;
+    spdlog::info("signal {}: stopping tasks and exiting", sig);
+    auto finish = [&] {
+      if (leader) leader->stop();
+      io.stop();
+    };
+    if (agent) {
+      agent->shutdown(finish);
+    } else {
+      finish();
+    }
+  });
+  io.run();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dltrain-agent " DLTRAIN_VERSION
+               ": the dltrain daemon. Runs PS shard and worker tasks for the leader; with leader = true in its\n"
+               "configuration it is the leader. With --standalone it starts a leader and N agents on this machine."};
+  std::string config = "/etc/dltrain/agent.toml";
+  std::string log_level;
+  bool standalone = false;
+  dltrain::agent::StandaloneOptions so;
+  app.add_option("-c,--config", config, "agent configuration file (TOML)")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error (overrides the configuration)");
+  app.add_flag("--standalone", standalone, "run a leader plus --agents local agents on loopback");
+  app.add_option("--agents", so.agents, "standalone: number of agents")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--cores-per-agent", so.cores_per_agent, "standalone: cores each agent offers")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--state-dir", so.state_dir, "standalone: keep state here instead of a temporary directory");
+  app.add_option("--port", so.port, "standalone: leader port on 127.0.0.1 (default: ephemeral)");
+  app.set_version_flag("--version", DLTRAIN_VERSION);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (standalone) {
+      so.log_level = log_level.empty() ? "info" : log_level;
+      dltrain::init_logging("standalone", so.log_level);
+      return dltrain::agent::run_standalone(so, self_exe(argv[0]));
+    }
+    auto opt = dltrain::agent::load_agent_options(config);
+    if (!log_level.empty()) opt.log_level = log_level;
+    dltrain::init_logging(opt.leader ? "leader" : opt.name, opt.log_level);
+    return run_daemon(opt);
+  } catch (const dltrain::ConfigError& e) {
+    std::cerr << "dltrain-agent: configuration error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "dltrain-agent: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,71 @@
+// dltrain-worker: one worker task of one job. Started by an agent, never by hand (but it
+// can be, for debugging). Progress goes to stdout as JSON lines; logs to stderr.
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/errors.h"
+#include "common/log.h"
+#include "train/trainer.h"
+
+namespace {
+
+std::vector<dltrain::ps::PsEndpoint> parse_endpoints(const std::string& list) {
+  std::vector<dltrain::ps::PsEndpoint> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto colon = item.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == item.size()) {
+      throw dltrain::ConfigError("--ps", "expected HOST:PORT[,HOST:PORT...], got \"" + item + "\"");
+    }
+    const int port = std::stoi(item.substr(colon + 1));
+    if (port < 1 || port > 65535) throw dltrain::ConfigError("--ps", "port out of range in \"" + item + "\"");
+    std::string host = item.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    out.push_back({host, static_cast<std::uint16_t>(port)});
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dltrain worker task: trains one shard of a job's data against its PS shards"};
+  std::string spec_path, ps_list, log_level = "info";
+  dltrain::train::WorkerConfig cfg;
+  int ps_timeout_s = 60;
+  app.add_option("--job-json", spec_path, "job specification (JSON, as sent by the leader)")->required();
+  app.add_option("--job-id", cfg.job, "numeric job id")->required();
+  app.add_option("--generation", cfg.generation, "job generation");
+  app.add_option("--rank", cfg.rank, "worker rank, 0-based")->required();
+  app.add_option("--ps", ps_list, "PS shard endpoints HOST:PORT, comma-separated, shard order")->required();
+  app.add_option("--threads", cfg.threads, "intra-op threads")->check(CLI::Range(1, 1024));
+  app.add_option("--ps-timeout", ps_timeout_s, "seconds each PS call may take")->check(CLI::Range(1, 86400));
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    dltrain::init_logging("worker-" + std::to_string(cfg.rank), log_level);
+    std::ifstream in(spec_path);
+    if (!in) throw dltrain::IoError("cannot open job specification \"" + spec_path + "\"");
+    cfg.spec = dltrain::job_from_json(nlohmann::json::parse(in));
+    cfg.shards = parse_endpoints(ps_list);
+    cfg.ps_timeout = std::chrono::seconds(ps_timeout_s);
+    if (static_cast<int>(cfg.shards.size()) != cfg.spec.ps_shards) {
+      throw dltrain::ConfigError("--ps", std::to_string(cfg.shards.size()) + " endpoints for " +
+                                             std::to_string(cfg.spec.ps_shards) + " PS shards");
+    }
+    dltrain::train::run_worker(cfg, [](const nlohmann::json& ev) {
+      std::cout << ev.dump() << '\n' << std::flush;
+    });
+    return 0;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    std::cout << nlohmann::json{{"event", "error"}, {"message", e.what()}}.dump() << '\n' << std::flush;
+    return 1;
+  }
+}

@@ -1,0 +1,358 @@
+#include "agent/agent.h"
+
+#include <unistd.h>
+
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent/supervisor.h"
+#include "common/errors.h"
+#include "control/client.h"
+#include "wire/control.h"
+
+namespace dltrain::agent {
+
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string self_dir() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : p.parent_path().string();
+}
+
+std::int64_t physical_memory_mb() {
+  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? static_cast<std::int64_t>(pages) * size / (1024 * 1024) : 0;
+}
+
+}  // namespace
+
+struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
+  struct Task {
+    std::string job, name;
+    std::uint32_t generation = 0;
+    pid_t pid = -1;
+    std::string last_error;
+    std::string log_path;
+  };
+
+  asio::io_context& io;
+  AgentOptions opt;
+  Supervisor supervisor;
+  std::shared_ptr<control::ControlClient> link;
+  asio::steady_timer hb_timer, retry_timer;
+  std::chrono::milliseconds backoff{500};
+  bool registered = false, ever_registered = false, shutting_down = false;
+  std::map<std::string, Task> tasks;  // key job/task
+  std::deque<std::string> outbox;     // messages waiting for a link
+  std::uint64_t next_req = 1;
+  std::function<void()>* on_registered = nullptr;
+  std::function<void()> on_all_stopped;
+
+  Impl(asio::io_context& i, AgentOptions o) : io(i), opt(std::move(o)), supervisor(i), hb_timer(i), retry_timer(i) {
+    if (opt.cores <= 0) opt.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (opt.memory_mb <= 0) opt.memory_mb = physical_memory_mb();
+    if (opt.task_bin_dir.empty()) opt.task_bin_dir = self_dir();
+  }
+
+  void send(const std::string& type, const json& body, bool droppable = false) {
+    std::string text = wire::make_request("a" + std::to_string(next_req++), type, body);
+    if (link && link->is_open() && registered) return link->send(std::move(text));
+    if (outbox.size() >= 10000) {
+      // Keep the buffer bounded: drop the oldest droppable (progress) message.
+      for (auto it = outbox.begin(); it != outbox.end(); ++it) {
+        if (it->find("\"progress\"") != std::string::npos) {
+          outbox.erase(it);
+          break;
+        }
+      }
+      if (outbox.size() >= 10000) outbox.pop_front();
+    }
+    if (!droppable || outbox.size() < 10000) outbox.push_back(std::move(text));
+  }
+
+  void connect() {
+    if (shutting_down) return;
+    registered = false;
+    link = std::make_shared<control::ControlClient>(io, opt.leader_url, opt.agent_token, control::PeerKind::kAgent);
+    std::weak_ptr<Impl> w = weak_from_this();
+    link->on_message = [w](const std::string& text) {
+      if (auto self = w.lock()) self->on_message(text);
+    };
+    link->on_close = [w](const std::string& reason) {
+      if (auto self = w.lock()) {
+        spdlog::warn("lost the leader ({}); reconnecting", reason);
+        self->registered = false;
+        self->hb_timer.cancel();
+        self->schedule_reconnect();
+      }
+    };
+    link->connect(std::chrono::seconds(10), [w](std::exception_ptr e) {
+      auto self = w.lock();
+      if (!self) return;
+      if (e) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          spdlog::warn("cannot reach the leader at {}: {} (retrying in {} ms)", self->opt.leader_url, ex.what(),
+                       self->backoff.count());
+        }
+        return self->schedule_reconnect();
+      }
+      self->do_register();
+    });
+  }
+
+  void schedule_reconnect() {
+    if (shutting_down) return;
+    retry_timer.expires_after(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(10000));
+    retry_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
+      if (auto self = w.lock(); self && !ec) self->connect();
+    });
+  }
+
+  void do_register() {
+    json running = json::array();
+    for (auto& [k, t] : tasks) running.push_back({{"job", t.job}, {"task", t.name}, {"generation", t.generation}});
+    link->send(wire::make_request("register", "register",
+                                  {{"name", opt.name},
+                                   {"advertise_address", opt.advertise_address},
+                                   {"cores", opt.cores},
+                                   {"memory_mb", opt.memory_mb},
+                                   {"hardware_class", opt.hardware_class},
+                                   {"tasks", running}}));
+  }
+
+  void heartbeat() {
+    hb_timer.expires_after(opt.heartbeat_interval);
+    hb_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
+      auto self = w.lock();
+      if (!self || ec || !self->registered) return;
+      self->link->send(wire::make_request("a" + std::to_string(self->next_req++), "heartbeat",
+                                          {{"running_tasks", self->tasks.size()}}));
+      self->heartbeat();
+    });
+  }
+
+  void on_message(const std::string& text) {
+    wire::Envelope env;
+    try {
+      env = wire::parse_envelope(text);
+    } catch (const ProtocolError& e) {
+      spdlog::warn("bad message from the leader: {}", e.what());
+      return;
+    }
+    if (env.type == "reply") {
+      if (env.id == "register") {
+        if (!env.ok) {
+          spdlog::error("the leader refused registration: {}", env.error.value("message", "?"));
+          link->close();
+          return schedule_reconnect();
+        }
+        registered = true;
+        backoff = std::chrono::milliseconds(500);
+        spdlog::info("registered with the leader at {} as {} ({} cores)", opt.leader_url, opt.name, opt.cores);
+        while (!outbox.empty()) {
+          link->send(std::move(outbox.front()));
+          outbox.pop_front();
+        }
+        heartbeat();
+        if (!ever_registered) {
+          ever_registered = true;
+          if (on_registered && *on_registered) (*on_registered)();
+        }
+      } else if (!env.ok) {
+        spdlog::warn("the leader answered an error: {}", env.error.dump());
+      }
+      return;
+    }
+    try {
+      if (env.type == "start_task") {
+        start_task(env.body);
+        link->send(wire::make_reply(env.id, json::object()));
+      } else if (env.type == "stop_task") {
+        stop_task(env.body);
+        link->send(wire::make_reply(env.id, json::object()));
+      } else {
+        link->send(wire::make_error(env.id, wire::error_code::kBadRequest, "unknown type \"" + env.type + "\"", "type"));
+      }
+    } catch (const std::exception& e) {
+      spdlog::error("{} failed: {}", env.type, e.what());
+      link->send(wire::make_error(env.id, wire::error_code::kInternal, e.what()));
+      if (env.type == "start_task") {
+        // Report the task as failed so the leader does not wait for it.
+        send("task_exit", {{"job", env.body.value("job", "")},
+                           {"task", env.body.value("task", "")},
+                           {"generation", env.body.value("generation", 0u)},
+                           {"exit_code", 126},
+                           {"signal", 0},
+                           {"describe", "could not be started"},
+                           {"last_error", e.what()}});
+      }
+    }
+  }
+
+  void start_task(const json& b) {
+    const std::string job = b.at("job").get<std::string>();
+    const std::string name = b.at("task").get<std::string>();
+    const std::string kind = b.at("kind").get<std::string>();
+    const auto generation = b.at("generation").get<std::uint32_t>();
+    const auto job_num = b.at("job_num").get<std::uint64_t>();
+    const int index = b.at("index").get<int>();
+    const int threads = b.at("threads").get<int>();
+    const std::string key = job + "/" + name;
+    if (tasks.count(key)) throw Error("task " + key + " is already running here");
+    const fs::path dir = fs::path(opt.state_dir) / "tasks" / job / (name + "-g" + std::to_string(generation));
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw IoError("cannot create task directory " + dir.string() + ": " + ec.message());
+    ProcessSpec ps;
+    ps.log_path = (dir / "task.log").string();
+    ps.work_dir = dir.string();
+    if (kind == "ps") {
+      const auto spec = b.at("spec");
+      ps.argv = {(fs::path(opt.task_bin_dir) / "dltrain-ps").string(),
+                 "--job-id", std::to_string(job_num),
+                 "--generation", std::to_string(generation),
+                 "--shard", std::to_string(index),
+                 "--momentum", std::to_string(spec.at("optimizer").at("momentum").get<double>()),
+                 "--threads", std::to_string(threads),
+                 "--bind", opt.task_bind_address,
+                 "--log-level", opt.log_level};
+    } else if (kind == "worker") {
+      const fs::path spec_path = dir / "job.json";
+      std::ofstream(spec_path) << b.at("spec").dump(2);
+      std::string eps;
+      for (const auto& e : b.at("ps")) eps += (eps.empty() ? "" : ",") + e.get<std::string>();
+      ps.argv = {(fs::path(opt.task_bin_dir) / "dltrain-worker").string(),
+                 "--job-json", spec_path.string(),
+                 "--job-id", std::to_string(job_num),
+                 "--generation", std::to_string(generation),
+                 "--rank", std::to_string(index),
+                 "--ps", eps,
+                 "--threads", std::to_string(threads),
+                 "--log-level", opt.log_level};
+    } else {
+      throw Error("unknown task kind \"" + kind + "\"");
+    }
+    Task t{job, name, generation, -1, "", ps.log_path};
+    std::weak_ptr<Impl> w = weak_from_this();
+    t.pid = supervisor.spawn(
+        ps,
+        [w, key](const std::string& line) {
+          if (auto self = w.lock()) self->on_task_line(key, line);
+        },
+        [w, key](const ExitStatus& st) {
+          if (auto self = w.lock()) self->on_task_exit(key, st);
+        });
+    spdlog::info("started {} of {} (pid {}, {} threads), log {}", name, job, t.pid, threads, ps.log_path);
+    tasks[key] = t;
+  }
+
+  void stop_task(const json& b) {
+    const std::string key = b.at("job").get<std::string>() + "/" + b.at("task").get<std::string>();
+    auto it = tasks.find(key);
+    if (it == tasks.end()) return;  // already gone; its exit was (or will be) reported
+    spdlog::info("stopping {} (pid {})", key, it->second.pid);
+    supervisor.stop(it->second.pid, opt.task_stop_grace);
+  }
+
+  void on_task_line(const std::string& key, const std::string& line) {
+    auto it = tasks.find(key);
+    if (it == tasks.end()) return;
+    auto& t = it->second;
+    json ev;
+    try {
+      ev = json::parse(line);
+      if (!ev.is_object()) throw std::runtime_error("not an object");
+    } catch (...) {
+      ev = {{"event", "log"}, {"line", line}};
+    }
+    const std::string kind = ev.value("event", "");
+    if (kind == "listening") ev["address"] = opt.advertise_address;
+    if (kind == "error") t.last_error = ev.value("message", "");
+    send("task_event", {{"job", t.job}, {"task", t.name}, {"generation", t.generation}, {"event", ev}},
+         kind == "progress");
+  }
+
+  void on_task_exit(const std::string& key, const ExitStatus& st) {
+    auto it = tasks.find(key);
+    if (it == tasks.end()) return;
+    Task t = it->second;
+    tasks.erase(it);
+    spdlog::info("{} (pid {}) {}", key, t.pid, st.describe());
+    std::string last_error = t.last_error;
+    if (last_error.empty() && (st.exit_code != 0 || st.signal != 0)) {
+      // The task said nothing on stdout; the tail of its log usually says why.
+      std::ifstream in(t.log_path);
+      std::string line, last;
+      while (std::getline(in, line)) {
+        if (!line.empty()) last = line;
+      }
+      last_error = last.substr(0, 1000);
+    }
+    send("task_exit", {{"job", t.job},
+                       {"task", t.name},
+                       {"generation", t.generation},
+                       {"exit_code", st.exit_code},
+                       {"signal", st.signal},
+                       {"describe", st.describe()},
+                       {"last_error", last_error}});
+    if (shutting_down && tasks.empty() && on_all_stopped) {
+      auto f = std::move(on_all_stopped);
+      on_all_stopped = nullptr;
+      f();
+    }
+  }
+};
+
+Agent::Agent(asio::io_context& io, AgentOptions opt) : impl_(std::make_shared<Impl>(io, std::move(opt))) {
+  impl_->on_registered = &on_registered;
+}
+
+Agent::~Agent() = default;
+
+void Agent::start() {
+  control::parse_leader_url(impl_->opt.leader_url, "leader_url");
+  std::error_code ec;
+  fs::create_directories(impl_->opt.state_dir, ec);
+  if (ec) throw ConfigError("state_dir", "cannot create \"" + impl_->opt.state_dir + "\": " + ec.message());
+  impl_->connect();
+}
+
+void Agent::shutdown(std::function<void()> done) {
+  auto& im = *impl_;
+  im.shutting_down = true;
+  im.retry_timer.cancel();
+  auto finish = [w = std::weak_ptr<Impl>(impl_), done = std::move(done)] {
+    auto self = w.lock();
+    if (self) {
+      self->hb_timer.cancel();
+      // Give the task_exit messages a moment to leave before closing.
+      auto t = std::make_shared<asio::steady_timer>(self->io, std::chrono::milliseconds(200));
+      t->async_wait([w, t, done](boost::system::error_code) {
+        if (auto s = w.lock(); s && s->link) s->link->close();
+        done();
+      });
+    } else {
+      done();
+    }
+  };
+  if (im.tasks.empty()) return finish();
+  im.on_all_stopped = finish;
+  for (auto& [key, t] : im.tasks) im.supervisor.stop(t.pid, im.opt.task_stop_grace);
+}
+
+}  // namespace dltrain::agent

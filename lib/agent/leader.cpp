@@ -1,0 +1,639 @@
+#include "agent/leader.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <optional>
+
+#include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/errors.h"
+#include "common/job_spec.h"
+#include "control/server.h"
+#include "wire/control.h"
+
+namespace dltrain::agent {
+
+namespace asio = boost::asio;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using control::PeerKind;
+using control::Session;
+
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+struct AgentRec {
+  std::string id;
+  std::string address;
+  int cores = 0;
+  int free_cores = 0;
+  std::int64_t memory_mb = 0;
+  std::string hardware_class;
+  std::weak_ptr<Session> session;
+  Clock::time_point last_seen;
+  bool lost = false;
+};
+
+struct TaskRec {
+  std::string name;        // "ps-0", "worker-1"
+  std::string kind;        // "ps" | "worker"
+  int index = 0;           // shard or rank
+  std::string agent;
+  std::string state = "pending";  // pending | starting | running | exited
+  int port = 0;
+  std::string address;
+  std::string last_error;
+  std::string exit;        // ExitStatus::describe()
+  bool ok_exit = false;
+};
+
+struct JobRec {
+  std::string id;
+  std::uint64_t num = 0;
+  JobSpec spec;
+  std::string state = "queued";
+  std::uint32_t generation = 1;
+  Clock::time_point submitted;
+  double submitted_unix = 0;
+  std::optional<Clock::time_point> ended;
+  std::vector<TaskRec> tasks;
+  double test_accuracy = -1;
+  int epochs_done = 0;
+  std::map<int, std::uint64_t> pushed, pulled;
+  std::map<int, double> images_per_sec;
+  std::string error;
+  std::string failing_state;  // the terminal state to enter once every task exited
+  std::vector<std::weak_ptr<Session>> followers;
+
+  bool terminal() const { return state == "succeeded" || state == "failed" || state == "cancelled"; }
+  double wall_seconds() const {
+    return std::chrono::duration<double>((ended ? *ended : Clock::now()) - submitted).count();
+  }
+  std::uint64_t sum(const std::map<int, std::uint64_t>& m) const {
+    std::uint64_t s = 0;
+    for (auto& [k, v] : m) s += v;
+    return s;
+  }
+};
+
+}  // namespace
+
+struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
+  asio::io_context& io;
+  AgentOptions opt;
+  std::unique_ptr<control::ControlServer> server;
+  asio::steady_timer hb_timer;
+  std::map<std::string, AgentRec> agents;
+  std::map<std::uint64_t, std::string> agent_by_session;
+  std::map<std::string, JobRec> jobs;
+  std::vector<std::string> job_order;
+  std::deque<std::string> queue;
+  std::uint64_t next_job = 1;
+  std::uint64_t next_req = 1;
+  std::function<void()>* on_registered = nullptr;
+
+  Impl(asio::io_context& i, const AgentOptions& o) : io(i), opt(o), hb_timer(i) {}
+
+  // ---------------------------------------------------------------- helpers
+  static void reply(const std::shared_ptr<Session>& s, const std::string& id, const json& body) {
+    s->send(wire::make_reply(id, body));
+  }
+  static void reply_error(const std::shared_ptr<Session>& s, const std::string& id, const std::string& code,
+                          const std::string& msg, const std::string& field = "") {
+    s->send(wire::make_error(id, code, msg, field));
+  }
+
+  void send_agent(const std::string& agent_id, const std::string& type, const json& body) {
+    auto it = agents.find(agent_id);
+    if (it == agents.end()) return;
+    if (auto s = it->second.session.lock()) s->send(wire::make_request("l" + std::to_string(next_req++), type, body));
+  }
+
+  void notify(JobRec& job, json body) {
+    body["job"] = job.id;
+    const std::string text = wire::make_event(body);
+    auto& f = job.followers;
+    f.erase(std::remove_if(f.begin(), f.end(), [](auto& w) { return w.expired(); }), f.end());
+    for (auto& w : f) {
+      if (auto s = w.lock()) s->send(text);
+    }
+  }
+
+  json summary(const JobRec& j) const {
+    double ips = 0;
+    for (auto& [r, v] : j.images_per_sec) ips += v;
+    json s{{"event", "summary"},
+           {"job", j.id},
+           {"name", j.spec.name},
+           {"state", j.state},
+           {"test_accuracy", j.test_accuracy >= 0 ? json(j.test_accuracy) : json(nullptr)},
+           {"epochs", j.epochs_done},
+           {"wall_seconds", j.wall_seconds()},
+           {"bytes_pushed", j.sum(j.pushed)},
+           {"bytes_pulled", j.sum(j.pulled)},
+           {"images_per_sec", ips}};
+    if (!j.error.empty()) s["error"] = j.error;
+    return s;
+  }
+
+  json job_json(const JobRec& j) const {
+    json tasks = json::array();
+    for (const auto& t : j.tasks) {
+      json tj{{"task", t.name}, {"agent", t.agent}, {"state", t.state}};
+      if (t.port) tj["endpoint"] = t.address + ":" + std::to_string(t.port);
+      if (!t.exit.empty()) tj["exit"] = t.exit;
+      if (!t.last_error.empty()) tj["error"] = t.last_error;
+      tasks.push_back(tj);
+    }
+    json out = summary(j);
+    out.erase("event");
+    out["model"] = j.spec.model;
+    out["dataset"] = j.spec.dataset;
+    out["workers"] = j.spec.workers;
+    out["ps_shards"] = j.spec.ps_shards;
+    out["batch_size"] = j.spec.batch_size;
+    out["epochs_total"] = j.spec.epochs;
+    out["submitted_at"] = j.submitted_unix;
+    out["tasks"] = tasks;
+    if (j.state == "queued") {
+      const auto pos = std::find(queue.begin(), queue.end(), j.id) - queue.begin();
+      out["queue_position"] = pos + 1;
+      out["cores_needed"] = (j.spec.workers + j.spec.ps_shards) * j.spec.threads_per_task;
+      out["cores_free"] = free_cores();
+    }
+    return out;
+  }
+
+  int free_cores() const {
+    int n = 0;
+    for (auto& [id, a] : agents) {
+      if (!a.lost) n += a.free_cores;
+    }
+    return n;
+  }
+
+  void set_state(JobRec& j, const std::string& state) {
+    if (j.state == state) return;
+    spdlog::info("job {} ({}): {} -> {}", j.id, j.spec.name, j.state, state);
+    j.state = state;
+    notify(j, {{"event", "state"}, {"state", state}});
+  }
+
+  // ---------------------------------------------------------------- scheduling
+  // Greedy placement of every task of `j` on the agent with the most free cores.
+  std::optional<std::vector<std::string>> place(const JobRec& j) const {
+    std::map<std::string, int> free;
+    for (auto& [id, a] : agents) {
+      if (!a.lost) free[id] = a.free_cores;
+    }
+    std::vector<std::string> out;
+    const int need = j.spec.threads_per_task;
+    for (int t = 0; t < j.spec.ps_shards + j.spec.workers; ++t) {
+      std::string best;
+      int best_free = -1;
+      for (auto& [id, f] : free) {
+        if (f >= need && f > best_free) {
+          best = id;
+          best_free = f;
+        }
+      }
+      if (best.empty()) return std::nullopt;
+      free[best] -= need;
+      out.push_back(best);
+    }
+    return out;
+  }
+
+  void try_schedule() {
+    while (!queue.empty()) {
+      auto& j = jobs.at(queue.front());
+      auto placement = place(j);
+      if (!placement) return;  // FIFO: the head waits, and so does everyone behind it
+      queue.pop_front();
+      launch(j, *placement);
+    }
+  }
+
+  void launch(JobRec& j, const std::vector<std::string>& placement) {
+    j.tasks.clear();
+    std::size_t k = 0;
+    for (int s = 0; s < j.spec.ps_shards; ++s) j.tasks.push_back({"ps-" + std::to_string(s), "ps", s, placement[k++]});
+    for (int r = 0; r < j.spec.workers; ++r) {
+      j.tasks.push_back({"worker-" + std::to_string(r), "worker", r, placement[k++]});
+    }
+    for (auto& t : j.tasks) agents.at(t.agent).free_cores -= j.spec.threads_per_task;
+    set_state(j, "starting");
+    for (auto& t : j.tasks) {
+      if (t.kind == "ps") start_task(j, t, json::array());
+    }
+  }
+
+  void start_task(JobRec& j, TaskRec& t, const json& ps_endpoints) {
+    t.state = "starting";
+    json body{{"job", j.id},
+              {"job_num", j.num},
+              {"task", t.name},
+              {"kind", t.kind},
+              {"index", t.index},
+              {"generation", j.generation},
+              {"threads", j.spec.threads_per_task},
+              {"spec", j.spec}};
+    if (t.kind == "worker") body["ps"] = ps_endpoints;
+    spdlog::info("job {}: starting {} on agent {}", j.id, t.name, t.agent);
+    send_agent(t.agent, "start_task", body);
+  }
+
+  void start_workers(JobRec& j) {
+    json eps = json::array();
+    for (auto& t : j.tasks) {
+      if (t.kind == "ps") eps.push_back(t.address + ":" + std::to_string(t.port));
+    }
+    set_state(j, "running");
+    for (auto& t : j.tasks) {
+      if (t.kind == "worker") start_task(j, t, eps);
+    }
+  }
+
+  void stop_tasks(JobRec& j) {
+    for (auto& t : j.tasks) {
+      if (t.state == "starting" || t.state == "running") {
+        send_agent(t.agent, "stop_task", {{"job", j.id}, {"task", t.name}, {"generation", j.generation}});
+      } else if (t.state == "pending") {
+        t.state = "exited";
+        t.exit = "never started";
+        agents.at(t.agent).free_cores += j.spec.threads_per_task;
+      }
+    }
+    maybe_finish(j);
+  }
+
+  // Moves a job whose tasks have all exited into its terminal state.
+  void maybe_finish(JobRec& j) {
+    if (j.terminal() || j.failing_state.empty()) return;
+    for (auto& t : j.tasks) {
+      if (t.state != "exited") return;
+    }
+    j.ended = Clock::now();
+    set_state(j, j.failing_state);
+    notify(j, summary(j));
+    spdlog::info("job {} {}: test accuracy {:.4f}, {} epochs, {:.1f} s{}", j.id, j.state, j.test_accuracy,
+                 j.epochs_done, j.wall_seconds(), j.error.empty() ? "" : ", error: " + j.error);
+    try_schedule();
+  }
+
+  void fail_job(JobRec& j, const std::string& why) {
+    if (j.terminal() || !j.failing_state.empty()) return;
+    spdlog::warn("job {} failed: {}", j.id, why);
+    j.error = why;
+    j.failing_state = "failed";
+    set_state(j, "failing");
+    stop_tasks(j);
+  }
+
+  TaskRec* find_task(JobRec& j, const std::string& name) {
+    for (auto& t : j.tasks) {
+      if (t.name == name) return &t;
+    }
+    return nullptr;
+  }
+
+  // ---------------------------------------------------------------- agent messages
+  void on_agent_message(const std::shared_ptr<Session>& s, const wire::Envelope& env) {
+    if (env.type == "reply") {
+      if (!env.ok) spdlog::warn("agent {} reported an error: {}", s->peer(), env.error.dump());
+      return;
+    }
+    if (env.type == "register") return on_register(s, env);
+    auto sid = agent_by_session.find(s->id());
+    if (sid == agent_by_session.end()) {
+      return reply_error(s, env.id, wire::error_code::kBadRequest, "register first");
+    }
+    auto& agent = agents.at(sid->second);
+    agent.last_seen = Clock::now();
+    if (env.type == "heartbeat") return reply(s, env.id, json::object());
+    if (env.type == "task_event" || env.type == "task_exit") {
+      const auto job_id = env.body.value("job", "");
+      auto jit = jobs.find(job_id);
+      if (jit == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "unknown job " + job_id, "job");
+      auto& j = jit->second;
+      if (env.body.value("generation", 0u) != j.generation) {
+        return reply_error(s, env.id, wire::error_code::kConflict, "stale generation", "generation");
+      }
+      TaskRec* t = find_task(j, env.body.value("task", ""));
+      if (t == nullptr || t->agent != agent.id) {
+        return reply_error(s, env.id, wire::error_code::kNotFound, "unknown task", "task");
+      }
+      reply(s, env.id, json::object());
+      if (env.type == "task_event") return on_task_event(j, *t, env.body.value("event", json::object()));
+      return on_task_exit(j, *t, env.body);
+    }
+    reply_error(s, env.id, wire::error_code::kBadRequest, "unknown message type \"" + env.type + "\"", "type");
+  }
+
+  void on_register(const std::shared_ptr<Session>& s, const wire::Envelope& env) {
+    const auto& b = env.body;
+    const std::string name = b.value("name", "");
+    if (name.empty()) return reply_error(s, env.id, wire::error_code::kBadRequest, "register needs a name", "name");
+    const int cores = b.value("cores", 0);
+    if (cores < 1) return reply_error(s, env.id, wire::error_code::kBadRequest, "cores must be >= 1", "cores");
+    auto it = agents.find(name);
+    if (it != agents.end() && !it->second.lost && !it->second.session.expired()) {
+      return reply_error(s, env.id, wire::error_code::kConflict, "an agent named \"" + name + "\" is already registered",
+                         "name");
+    }
+    AgentRec a;
+    a.id = name;
+    a.address = b.value("advertise_address", "127.0.0.1");
+    a.cores = cores;
+    a.free_cores = cores;
+    a.memory_mb = b.value("memory_mb", std::int64_t{0});
+    a.hardware_class = b.value("hardware_class", "cpu");
+    a.session = s;
+    a.last_seen = Clock::now();
+    if (it != agents.end()) {
+      // Re-registration after a lost connection: keep cores held by tasks that still run.
+      a.free_cores = it->second.free_cores;
+    }
+    agents[name] = a;
+    agent_by_session[s->id()] = name;
+    spdlog::info("agent {} registered from {} ({} cores, {} MiB, advertises {})", name, s->peer(), cores, a.memory_mb,
+                 a.address);
+    reply(s, env.id, {{"agent_id", name}, {"heartbeat_interval_ms", opt.heartbeat_interval.count()}});
+    if (on_registered && *on_registered) (*on_registered)();
+    try_schedule();
+  }
+
+  void on_task_event(JobRec& j, TaskRec& t, const json& ev) {
+    const std::string kind = ev.value("event", "");
+    if (kind == "listening" && t.kind == "ps") {
+      t.state = "running";
+      t.port = ev.value("port", 0);
+      t.address = ev.value("address", agents.at(t.agent).address);
+      if (j.state == "starting" &&
+          std::all_of(j.tasks.begin(), j.tasks.end(), [](auto& x) { return x.kind != "ps" || x.port > 0; })) {
+        start_workers(j);
+      }
+      return;
+    }
+    if (kind == "started") t.state = "running";
+    if (kind == "error") t.last_error = ev.value("message", "");
+    if (t.kind == "worker") {
+      if (ev.contains("bytes_pushed")) j.pushed[t.index] = ev.value("bytes_pushed", std::uint64_t{0});
+      if (ev.contains("bytes_pulled")) j.pulled[t.index] = ev.value("bytes_pulled", std::uint64_t{0});
+      if (kind == "epoch_end") {
+        j.images_per_sec[t.index] = ev.value("images_per_sec", 0.0);
+        if (t.index == 0) {
+          j.epochs_done = ev.value("epoch", 0);
+          if (ev.contains("test_accuracy")) j.test_accuracy = ev.value("test_accuracy", -1.0);
+        }
+      }
+    }
+    if (kind == "progress" || kind == "epoch_end" || kind == "started" || kind == "done" || kind == "error") {
+      json fwd = ev;
+      fwd["task"] = t.name;
+      notify(j, fwd);
+    }
+  }
+
+  void on_task_exit(JobRec& j, TaskRec& t, const json& b) {
+    if (t.state == "exited") return;
+    t.state = "exited";
+    t.exit = b.value("describe", "exited");
+    t.ok_exit = b.value("exit_code", -1) == 0 && b.value("signal", 0) == 0;
+    if (t.last_error.empty()) t.last_error = b.value("last_error", "");
+    agents.at(t.agent).free_cores += j.spec.threads_per_task;
+    spdlog::info("job {}: {} on {} {}", j.id, t.name, t.agent, t.exit);
+    if (!j.failing_state.empty()) return maybe_finish(j);
+    if (t.kind == "worker" && t.ok_exit) {
+      const bool all_done = std::all_of(j.tasks.begin(), j.tasks.end(),
+                                        [](auto& x) { return x.kind != "worker" || (x.state == "exited" && x.ok_exit); });
+      if (all_done) {
+        if (j.test_accuracy < 0) return fail_job(j, "workers finished without reporting a test accuracy");
+        j.failing_state = "succeeded";
+        set_state(j, "finishing");
+        stop_tasks(j);
+      }
+      return;
+    }
+    std::string why = t.name + " on agent " + t.agent + " " + t.exit;
+    if (!t.last_error.empty()) why += ": " + t.last_error;
+    fail_job(j, why);
+  }
+
+  void agent_lost(const std::string& id, const std::string& why) {
+    auto it = agents.find(id);
+    if (it == agents.end() || it->second.lost) return;
+    auto& a = it->second;
+    a.lost = true;
+    spdlog::warn("agent {} lost: {}", id, why);
+    for (auto& jid : job_order) {
+      auto& j = jobs.at(jid);
+      if (j.terminal()) continue;
+      bool hit = false;
+      for (auto& t : j.tasks) {
+        if (t.agent == id && t.state != "exited") {
+          t.state = "exited";
+          t.exit = "lost with its agent";
+          hit = true;
+        }
+      }
+      if (hit) {
+        if (j.failing_state.empty()) {
+          fail_job(j, "agent " + id + " was lost (" + why + ")");
+        } else {
+          maybe_finish(j);
+        }
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------- client messages
+  void on_client_message(const std::shared_ptr<Session>& s, const wire::Envelope& env) {
+    const auto& b = env.body;
+    if (env.type == "submit") {
+      if (!b.contains("job_toml") || !b["job_toml"].is_string()) {
+        return reply_error(s, env.id, wire::error_code::kBadRequest, "submit needs \"job_toml\" (string)", "job_toml");
+      }
+      JobSpec spec;
+      try {
+        spec = parse_job_toml(b["job_toml"].get<std::string>(), b.value("base_dir", "."), true);
+      } catch (const ConfigError& e) {
+        return reply_error(s, env.id, wire::error_code::kInvalidJob, e.what(), e.field());
+      }
+      JobRec j;
+      j.num = next_job++;
+      j.id = "job-" + std::to_string(j.num);
+      j.spec = spec;
+      j.submitted = Clock::now();
+      j.submitted_unix = unix_now();
+      if (b.value("follow", false)) j.followers.push_back(s);
+      const std::string id = j.id;
+      jobs.emplace(id, std::move(j));
+      job_order.push_back(id);
+      queue.push_back(id);
+      spdlog::info("job {} ({}) submitted: {} workers, {} PS shards, batch {}, {} epochs", id, spec.name, spec.workers,
+                   spec.ps_shards, spec.batch_size, spec.epochs);
+      reply(s, env.id, {{"job", id}, {"state", "queued"}});
+      try_schedule();
+      return;
+    }
+    if (env.type == "list" || (env.type == "status" && !b.contains("job"))) {
+      json arr = json::array();
+      for (auto& id : job_order) arr.push_back(job_json(jobs.at(id)));
+      return reply(s, env.id, {{"jobs", arr}});
+    }
+    if (env.type == "agents") {
+      json arr = json::array();
+      for (auto& [id, a] : agents) {
+        arr.push_back({{"agent", id},
+                       {"address", a.address},
+                       {"cores", a.cores},
+                       {"free_cores", a.free_cores},
+                       {"memory_mb", a.memory_mb},
+                       {"hardware_class", a.hardware_class},
+                       {"state", a.lost ? "lost" : "ready"},
+                       {"seconds_since_heartbeat",
+                        std::chrono::duration<double>(Clock::now() - a.last_seen).count()}});
+      }
+      return reply(s, env.id, {{"agents", arr}});
+    }
+    if (env.type == "status" || env.type == "cancel" || env.type == "follow") {
+      if (!b.contains("job") || !b["job"].is_string()) {
+        return reply_error(s, env.id, wire::error_code::kBadRequest, env.type + " needs \"job\" (string)", "job");
+      }
+      const auto jid = b["job"].get<std::string>();
+      auto it = jobs.find(jid);
+      if (it == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "no job \"" + jid + "\"", "job");
+      auto& j = it->second;
+      if (env.type == "status") return reply(s, env.id, job_json(j));
+      if (env.type == "follow") {
+        reply(s, env.id, job_json(j));
+        if (j.terminal()) {
+          s->send(wire::make_event(summary(j)));
+        } else {
+          j.followers.push_back(s);
+        }
+        return;
+      }
+      // cancel
+      if (j.terminal()) {
+        return reply_error(s, env.id, wire::error_code::kConflict, "job " + jid + " already " + j.state, "job");
+      }
+      if (j.state == "queued") {
+        queue.erase(std::find(queue.begin(), queue.end(), jid));
+        j.failing_state = "cancelled";
+        maybe_finish(j);
+        try_schedule();
+      } else if (j.failing_state.empty() || j.failing_state == "succeeded") {
+        j.failing_state = "cancelled";
+        set_state(j, "cancelling");
+        stop_tasks(j);
+      }
+      return reply(s, env.id, {{"job", jid}, {"state", j.state}});
+    }
+    reply_error(s, env.id, wire::error_code::kBadRequest, "unknown message type \"" + env.type + "\"", "type");
+  }
+
+  // ---------------------------------------------------------------- plumbing
+  void on_message(const std::shared_ptr<Session>& s, const std::string& text) {
+    wire::Envelope env;
+    try {
+      env = wire::parse_envelope(text);
+    } catch (const ProtocolError& e) {
+      spdlog::warn("control: bad message from {}: {}", s->peer(), e.what());
+      std::string id;
+      try {
+        auto j = json::parse(text);
+        if (j.is_object() && j.contains("id") && j["id"].is_string()) id = j["id"].get<std::string>();
+      } catch (...) {
+      }
+      const bool version = std::string(e.what()).find("not supported") != std::string::npos;
+      s->send(wire::make_error(id, version ? wire::error_code::kUnsupportedVersion : wire::error_code::kBadRequest,
+                               e.what()));
+      return;
+    }
+    try {
+      if (s->kind() == PeerKind::kAgent) {
+        on_agent_message(s, env);
+      } else {
+        on_client_message(s, env);
+      }
+    } catch (const std::exception& e) {
+      spdlog::error("control: handling {} from {}: {}", env.type, s->peer(), e.what());
+      s->send(wire::make_error(env.id, wire::error_code::kInternal, e.what()));
+    }
+  }
+
+  void on_close(const std::shared_ptr<Session>& s) {
+    auto it = agent_by_session.find(s->id());
+    if (it == agent_by_session.end()) return;
+    const std::string id = it->second;
+    agent_by_session.erase(it);
+    auto a = agents.find(id);
+    if (a != agents.end() && a->second.session.lock() == nullptr) agent_lost(id, "control connection closed");
+  }
+
+  void check_heartbeats() {
+    hb_timer.expires_after(opt.heartbeat_interval);
+    hb_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
+      auto self = w.lock();
+      if (!self || ec) return;
+      const auto now = Clock::now();
+      for (auto& [id, a] : self->agents) {
+        if (!a.lost && now - a.last_seen > self->opt.heartbeat_timeout) {
+          if (auto s = a.session.lock()) s->close();
+          self->agent_lost(id, "no heartbeat for " + std::to_string(self->opt.heartbeat_timeout.count()) + " ms");
+        }
+      }
+      self->check_heartbeats();
+    });
+  }
+};
+
+Leader::Leader(asio::io_context& io, const AgentOptions& opt) : impl_(std::make_shared<Impl>(io, opt)) {
+  impl_->on_registered = &on_agent_registered;
+}
+
+Leader::~Leader() { stop(); }
+
+void Leader::start() {
+  control::ControlServerOptions so;
+  so.bind_address = impl_->opt.listen_address;
+  so.port = impl_->opt.listen_port;
+  so.agent_token = impl_->opt.agent_token;
+  so.client_token = impl_->opt.client_token;
+  std::weak_ptr<Impl> w = impl_;
+  control::ControlHandler h;
+  h.on_message = [w](const std::shared_ptr<Session>& s, const std::string& text) {
+    if (auto self = w.lock()) self->on_message(s, text);
+  };
+  h.on_close = [w](const std::shared_ptr<Session>& s) {
+    if (auto self = w.lock()) self->on_close(s);
+  };
+  impl_->server = std::make_unique<control::ControlServer>(impl_->io, so, h);
+  impl_->server->start();
+  impl_->check_heartbeats();
+  spdlog::info("leader listening on {}:{}", so.bind_address, impl_->server->port());
+}
+
+void Leader::stop() {
+  if (!impl_) return;
+  impl_->hb_timer.cancel();
+  if (impl_->server) impl_->server->stop();
+}
+
+std::uint16_t Leader::port() const { return impl_->server ? impl_->server->port() : 0; }
+
+std::size_t Leader::live_agents() const {
+  std::size_t n = 0;
+  for (auto& [id, a] : impl_->agents) n += a.lost ? 0 : 1;
+  return n;
+}
+
+}  // namespace dltrain::agent

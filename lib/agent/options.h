@@ -1,0 +1,45 @@
+// Agent configuration (the daemon's TOML file), parsed once into AgentOptions.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace dltrain::agent {
+
+/// Options of one dltrain-agent. See configs/agent.toml and configs/leader.toml.
+struct AgentOptions {
+  std::string name;                        ///< defaults to the host name
+  bool leader = false;                     ///< this agent is the leader
+  std::string leader_url = "ws://127.0.0.1:7070";  ///< agents: where the leader listens
+  std::string listen_address = "127.0.0.1";  ///< leader: control endpoint address
+  std::uint16_t listen_port = 7070;        ///< leader: control endpoint port (0 = ephemeral)
+  std::string advertise_address = "127.0.0.1";  ///< address workers use to reach this agent's PS tasks
+  std::string task_bind_address = "0.0.0.0";    ///< address PS tasks listen on
+  bool host_tasks = true;                  ///< leader: also run tasks like any agent
+  int cores = 0;                           ///< cores offered to tasks; 0 = all online cores
+  std::int64_t memory_mb = 0;              ///< memory offered; 0 = physical memory
+  std::string hardware_class = "cpu";      ///< label used by the planner's price table
+  std::string state_dir = "/var/lib/dltrain";  ///< task directories, logs, (leader) store
+  std::string agent_token;                 ///< bearer token agents present to the leader
+  std::string client_token;                ///< leader: bearer token clients present
+  std::string task_bin_dir;                ///< where dltrain-ps/dltrain-worker live; empty = next to the agent
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds heartbeat_timeout{10000};
+  std::chrono::milliseconds task_stop_grace{10000};  ///< SIGTERM → SIGKILL delay
+  std::string log_level = "info";
+};
+
+/// Parses an agent TOML file. `agent_token_file` / `client_token_file` keys read the
+/// token from a file (first line). Throws ConfigError naming the key for a syntax error,
+/// an unknown key, a wrong type or an out-of-range value.
+AgentOptions load_agent_options(const std::string& path);
+
+/// Same, from text (for tests); `base_dir` resolves relative token files.
+AgentOptions parse_agent_options(const std::string& text, const std::string& base_dir);
+
+/// 32 random bytes from OpenSSL's CSPRNG as 64 hex characters. Throws Error when the
+/// generator fails.
+std::string random_token();
+
+}  // namespace dltrain::agent

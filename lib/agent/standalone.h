@@ -1,0 +1,27 @@
+// Standalone mode: a leader plus N local agents on loopback, for one machine.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dltrain::agent {
+
+/// Options of `dltrain-agent --standalone`.
+struct StandaloneOptions {
+  int agents = 3;            ///< agent processes to start, [1, 64]
+  int cores_per_agent = 1;   ///< cores each agent offers, [1, 4096]
+  std::string state_dir;     ///< "" = a temporary directory, removed on exit
+  std::uint16_t port = 0;    ///< leader control port on 127.0.0.1; 0 = ephemeral
+  std::string log_level = "info";
+};
+
+/// Runs the cluster until SIGINT/SIGTERM: the leader in this process, each agent as a
+/// child process (`agent_exe --config <state_dir>/agent-<i>/agent.toml`). Once every
+/// agent has registered it writes {"leader": "ws://127.0.0.1:PORT", "client_token": ...}
+/// to <state_dir>/client.json and to control::default_standalone_client_file() (mode
+/// 0600), and prints a ready line on stdout. On a signal it stops the agents (which stop
+/// their tasks), removes both client files, and removes a temporary state directory.
+/// Returns the process exit code (0 after a clean stop, 1 when start-up failed).
+int run_standalone(const StandaloneOptions& opt, const std::string& agent_exe);
+
+}  // namespace dltrain::agent

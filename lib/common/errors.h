@@ -1,0 +1,49 @@
+// Typed errors thrown at dltrain's library boundaries.
+//
+// Every message says what was expected and what was found, with the offending value,
+// so that a user can fix the input without reading the source.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace dltrain {
+
+/// Base class of every error dltrain throws on purpose.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A configuration or job file is malformed or names an invalid value.
+/// `field()` is the dotted TOML path of the offending key (e.g. "optimizer.lr"),
+/// empty when the problem is the file as a whole.
+class ConfigError : public Error {
+ public:
+  ConfigError(std::string field, const std::string& message)
+      : Error(field.empty() ? message : field + ": " + message), field_(std::move(field)) {}
+  const std::string& field() const noexcept { return field_; }
+
+ private:
+  std::string field_;
+};
+
+/// A peer sent bytes that violate the wire or control protocol.
+class ProtocolError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A file, socket or process operation failed.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A wait ran past its deadline.
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace dltrain

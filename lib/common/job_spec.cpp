@@ -1,0 +1,288 @@
+#include "common/job_spec.h"
+
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "common/errors.h"
+
+namespace dltrain {
+namespace {
+
+std::string type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    default: return "a date/time";
+  }
+}
+
+std::string render(const toml::node& n) {
+  std::ostringstream os;
+  if (n.is_string()) {
+    os << '"' << n.value<std::string>().value_or("") << '"';
+  } else if (n.is_integer()) {
+    os << *n.value<std::int64_t>();
+  } else if (n.is_floating_point()) {
+    os << *n.value<double>();
+  } else if (n.is_boolean()) {
+    os << (*n.value<bool>() ? "true" : "false");
+  } else {
+    os << type_name(n);
+  }
+  return os.str();
+}
+
+std::int64_t get_int(const toml::node& n, const std::string& field, std::int64_t lo,
+                     std::int64_t hi) {
+  if (!n.is_integer()) {
+    throw ConfigError(field, "expected an integer in [" + std::to_string(lo) + ", " +
+                                 std::to_string(hi) + "], got " + type_name(n) + " " + render(n));
+  }
+  auto v = *n.value<std::int64_t>();
+  if (v < lo || v > hi) {
+    throw ConfigError(field, "expected an integer in [" + std::to_string(lo) + ", " +
+                                 std::to_string(hi) + "], got " + std::to_string(v));
+  }
+  return v;
+}
+
+double get_double(const toml::node& n, const std::string& field, double lo, double hi,
+                  bool lo_open, bool hi_open) {
+  if (!n.is_number()) {
+    throw ConfigError(field, "expected a number, got " + type_name(n) + " " + render(n));
+  }
+  double v = *n.value<double>();
+  std::ostringstream range;
+  range << (lo_open ? "(" : "[") << lo << ", " << hi << (hi_open ? ")" : "]");
+  bool bad = !std::isfinite(v) || (lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi);
+  if (bad) {
+    std::ostringstream os;
+    os << "expected a number in " << range.str() << ", got " << v;
+    throw ConfigError(field, os.str());
+  }
+  return v;
+}
+
+std::string get_choice(const toml::node& n, const std::string& field,
+                       std::initializer_list<const char*> choices) {
+  std::string list;
+  for (const char* c : choices) list += (list.empty() ? "" : " | ") + std::string(c);
+  if (!n.is_string()) {
+    throw ConfigError(field, "expected one of " + list + ", got " + type_name(n) + " " + render(n));
+  }
+  auto v = *n.value<std::string>();
+  for (const char* c : choices) {
+    if (v == c) return v;
+  }
+  throw ConfigError(field, "expected one of " + list + ", got \"" + v + "\"");
+}
+
+std::string get_string(const toml::node& n, const std::string& field) {
+  if (!n.is_string()) {
+    throw ConfigError(field, "expected a string, got " + type_name(n) + " " + render(n));
+  }
+  auto v = *n.value<std::string>();
+  if (v.empty()) throw ConfigError(field, "must not be empty");
+  return v;
+}
+
+void parse_optimizer(const toml::table& t, OptimizerSpec& o) {
+  for (auto&& [key, node] : t) {
+    const std::string k(key.str());
+    const std::string f = "optimizer." + k;
+    if (k == "lr") {
+      o.lr = get_double(node, f, 0.0, 10.0, true, false);
+    } else if (k == "momentum") {
+      o.momentum = get_double(node, f, 0.0, 1.0, false, true);
+    } else if (k == "weight_decay") {
+      o.weight_decay = get_double(node, f, 0.0, 1.0, false, true);
+    } else if (k == "lr_schedule") {
+      o.lr_schedule = get_choice(node, f, {"constant", "cosine", "step"});
+    } else if (k == "warmup_epochs") {
+      o.warmup_epochs = get_double(node, f, 0.0, 1000.0, false, false);
+    } else {
+      throw ConfigError(f, "unknown key (expected lr, momentum, weight_decay, lr_schedule, "
+                           "warmup_epochs)");
+    }
+  }
+}
+
+}  // namespace
+
+JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, bool check_files) {
+  toml::table root;
+  try {
+    root = toml::parse(text);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << "TOML syntax error at line " << e.source().begin.line << ", column "
+       << e.source().begin.column << ": " << e.description();
+    throw ConfigError("", os.str());
+  }
+  JobSpec s;
+  for (auto&& [key, node] : root) {
+    const std::string k(key.str());
+    if (k == "name") {
+      s.name = get_string(node, k);
+    } else if (k == "model") {
+      s.model = get_choice(node, k, {"cnn", "mlp"});
+    } else if (k == "dataset") {
+      s.dataset = get_choice(node, k, {"fashion-mnist", "mnist"});
+    } else if (k == "data_dir") {
+      s.data_dir = get_string(node, k);
+    } else if (k == "epochs") {
+      s.epochs = static_cast<int>(get_int(node, k, 1, 1000));
+    } else if (k == "workers") {
+      s.workers = static_cast<int>(get_int(node, k, 1, 1024));
+    } else if (k == "ps_shards") {
+      s.ps_shards = static_cast<int>(get_int(node, k, 1, 256));
+    } else if (k == "batch_size") {
+      s.batch_size = static_cast<int>(get_int(node, k, 1, 65536));
+    } else if (k == "threads_per_task") {
+      s.threads_per_task = static_cast<int>(get_int(node, k, 1, 256));
+    } else if (k == "sync") {
+      s.sync = get_choice(node, k, {"async", "ssp", "sync"});
+      if (s.sync != "async") {
+        throw ConfigError(k, "\"" + s.sync + "\" is not implemented yet; use \"async\"");
+      }
+    } else if (k == "seed") {
+      s.seed = get_int(node, k, 0, std::int64_t{1} << 62);
+    } else if (k == "train_samples") {
+      s.train_samples = get_int(node, k, 0, 100000000);
+    } else if (k == "test_samples") {
+      s.test_samples = get_int(node, k, 0, 100000000);
+    } else if (k == "optimizer") {
+      if (!node.is_table()) throw ConfigError(k, "expected a table, got " + type_name(node));
+      parse_optimizer(*node.as_table(), s.optimizer);
+    } else if (k == "ps") {
+      if (!node.is_table()) throw ConfigError(k, "expected a table, got " + type_name(node));
+      for (auto&& [pk, pn] : *node.as_table()) {
+        const std::string f = "ps." + std::string(pk.str());
+        if (pk.str() == "partition_size") {
+          s.partition_size = get_int(pn, f, 1, std::int64_t{1} << 26);
+        } else {
+          throw ConfigError(f, "unknown key (expected partition_size)");
+        }
+      }
+    } else {
+      throw ConfigError(k, "unknown key (expected name, model, dataset, data_dir, epochs, "
+                           "workers, ps_shards, batch_size, threads_per_task, sync, seed, "
+                           "train_samples, test_samples, [optimizer], [ps])");
+    }
+  }
+  if (s.optimizer.warmup_epochs >= s.epochs) {
+    std::ostringstream os;
+    os << "must be less than epochs (" << s.epochs << "), got " << s.optimizer.warmup_epochs;
+    throw ConfigError("optimizer.warmup_epochs", os.str());
+  }
+  namespace fs = std::filesystem;
+  fs::path dir(s.data_dir);
+  if (dir.is_relative()) dir = fs::path(base_dir) / dir;
+  s.data_dir = dir.lexically_normal().string();
+  if (check_files) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) {
+      throw ConfigError("data_dir", "directory \"" + s.data_dir + "\" does not exist" +
+                                        (s.dataset == "fashion-mnist"
+                                             ? " (install it with: apt-get install dataset-fashion-mnist)"
+                                             : ""));
+    }
+    for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                          "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+      if (!fs::exists(dir / f, ec) && !fs::exists(dir / (std::string(f) + ".gz"), ec)) {
+        throw ConfigError("data_dir", "directory \"" + s.data_dir + "\" has no " + f +
+                                          "[.gz] file");
+      }
+    }
+  }
+  return s;
+}
+
+void to_json(nlohmann::json& j, const JobSpec& s) {
+  j = nlohmann::json{{"name", s.name},
+                     {"model", s.model},
+                     {"dataset", s.dataset},
+                     {"data_dir", s.data_dir},
+                     {"epochs", s.epochs},
+                     {"workers", s.workers},
+                     {"ps_shards", s.ps_shards},
+                     {"batch_size", s.batch_size},
+                     {"threads_per_task", s.threads_per_task},
+                     {"sync", s.sync},
+                     {"seed", s.seed},
+                     {"train_samples", s.train_samples},
+                     {"test_samples", s.test_samples},
+                     {"partition_size", s.partition_size},
+                     {"optimizer",
+                      {{"lr", s.optimizer.lr},
+                       {"momentum", s.optimizer.momentum},
+                       {"weight_decay", s.optimizer.weight_decay},
+                       {"lr_schedule", s.optimizer.lr_schedule},
+                       {"warmup_epochs", s.optimizer.warmup_epochs}}}};
+}
+
+JobSpec job_from_json(const nlohmann::json& j) {
+  try {
+    JobSpec s;
+    s.name = j.at("name").get<std::string>();
+    s.model = j.at("model").get<std::string>();
+    s.dataset = j.at("dataset").get<std::string>();
+    s.data_dir = j.at("data_dir").get<std::string>();
+    s.epochs = j.at("epochs").get<int>();
+    s.workers = j.at("workers").get<int>();
+    s.ps_shards = j.at("ps_shards").get<int>();
+    s.batch_size = j.at("batch_size").get<int>();
+    s.threads_per_task = j.at("threads_per_task").get<int>();
+    s.sync = j.at("sync").get<std::string>();
+    s.seed = j.at("seed").get<std::int64_t>();
+    s.train_samples = j.at("train_samples").get<std::int64_t>();
+    s.test_samples = j.at("test_samples").get<std::int64_t>();
+    s.partition_size = j.at("partition_size").get<std::int64_t>();
+    const auto& o = j.at("optimizer");
+    s.optimizer.lr = o.at("lr").get<double>();
+    s.optimizer.momentum = o.at("momentum").get<double>();
+    s.optimizer.weight_decay = o.at("weight_decay").get<double>();
+    s.optimizer.lr_schedule = o.at("lr_schedule").get<std::string>();
+    s.optimizer.warmup_epochs = o.at("warmup_epochs").get<double>();
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError("job", std::string("malformed job JSON: ") + e.what());
+  }
+}
+
+double parse_duration_seconds(const std::string& text, const std::string& field) {
+  static const std::map<std::string, double> units{
+      {"ms", 1e-3}, {"s", 1.0}, {"m", 60.0}, {"h", 3600.0}, {"d", 86400.0}};
+  double total = 0;
+  std::size_t i = 0;
+  bool any = false;
+  while (i < text.size()) {
+    std::size_t j = i;
+    while (j < text.size() && (std::isdigit(static_cast<unsigned char>(text[j])) || text[j] == '.')) ++j;
+    std::size_t k = j;
+    while (k < text.size() && std::isalpha(static_cast<unsigned char>(text[k]))) ++k;
+    auto unit = units.find(text.substr(j, k - j));
+    if (j == i || unit == units.end()) {
+      throw ConfigError(field, "expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \"" +
+                                   text + "\"");
+    }
+    total += std::stod(text.substr(i, j - i)) * unit->second;
+    any = true;
+    i = k;
+  }
+  if (!any) throw ConfigError(field, "expected a duration such as \"30m\", got an empty string");
+  return total;
+}
+
+}  // namespace dltrain

@@ -1,0 +1,59 @@
+// A training job as the user describes it in a job file (TOML), validated.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace dltrain {
+
+/// Optimizer settings applied by the PS shards (momentum SGD) and the learning-rate
+/// schedule the workers follow.
+struct OptimizerSpec {
+  double lr = 0.05;            ///< peak learning rate, (0, 10]
+  double momentum = 0.9;       ///< PS-side heavy-ball momentum, [0, 1)
+  double weight_decay = 5e-4;  ///< L2 penalty added to the worker's gradient, [0, 1)
+  std::string lr_schedule = "cosine";  ///< constant | cosine | step
+  double warmup_epochs = 0.5;  ///< linear learning-rate warm-up, in epochs, [0, epochs)
+};
+
+/// A validated job. Field ranges are enforced by parse_job_toml(); the JSON form
+/// (to_json / job_from_json) is what the leader sends to tasks.
+struct JobSpec {
+  std::string name = "job";        ///< free text shown in `dltrain list`
+  std::string model = "cnn";       ///< cnn | mlp
+  std::string dataset = "fashion-mnist";  ///< fashion-mnist | mnist (IDX files)
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";  ///< absolute after parsing
+  int epochs = 6;                  ///< passes over the training set, [1, 1000]
+  int workers = 2;                 ///< worker tasks, [1, 1024]
+  int ps_shards = 1;               ///< PS shard tasks, [1, 256]
+  int batch_size = 64;             ///< images per worker step, [1, 65536]
+  int threads_per_task = 1;        ///< cores given to each task, [1, 256]
+  std::string sync = "async";      ///< async (ASGD); ssp and sync are not implemented yet
+  std::int64_t seed = 1;           ///< seeds model initialisation and data shuffling
+  std::int64_t train_samples = 0;  ///< use the first N training images; 0 = all
+  std::int64_t test_samples = 0;   ///< evaluate on the first N test images; 0 = all
+  std::int64_t partition_size = 262144;  ///< max floats per PS partition, [1, 2^26]
+  OptimizerSpec optimizer;
+};
+
+/// Parses and validates a job file's text. Relative `data_dir` values are resolved
+/// against `base_dir` (the job file's directory). When `check_files` is true the data
+/// directory must exist and hold the dataset's four IDX files.
+/// Throws ConfigError naming the offending field ("batch_size", "optimizer.lr", or the
+/// unknown key) for a TOML syntax error, a wrong type, an out-of-range value, an unknown
+/// key or a missing data directory. Thread-safe (no shared state).
+JobSpec parse_job_toml(const std::string& text, const std::string& base_dir = ".",
+                       bool check_files = true);
+
+/// JSON form of a job (every field, flat except "optimizer").
+void to_json(nlohmann::json& j, const JobSpec& spec);
+/// Inverse of to_json; throws ConfigError on a missing or mistyped field.
+JobSpec job_from_json(const nlohmann::json& j);
+
+/// Parses a duration such as "90s", "30m", "2h", "1h30m", "500ms" into seconds.
+/// Throws ConfigError(field, ...) on anything else.
+double parse_duration_seconds(const std::string& text, const std::string& field);
+
+}  // namespace dltrain

@@ -1,0 +1,105 @@
+// WebSocket control-channel client (Boost.Beast): used by agents (asynchronously, inside
+// their event loop) and by the `dltrain` CLI (through BlockingControlClient).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+#include "control/server.h"
+#include "wire/control.h"
+
+namespace dltrain::control {
+
+/// A parsed `ws://HOST:PORT[/]` leader URL (TLS is not supported yet).
+struct LeaderUrl {
+  std::string host;
+  std::string port;
+};
+/// Throws ConfigError(field, ...) for anything but ws://HOST:PORT.
+LeaderUrl parse_leader_url(const std::string& url, const std::string& field = "leader");
+
+/// Asynchronous client session. Create with make_shared; every call and callback runs on
+/// the io_context's thread.
+class ControlClient : public std::enable_shared_from_this<ControlClient> {
+ public:
+  ControlClient(boost::asio::io_context& io, std::string url, std::string token, PeerKind kind);
+  ~ControlClient();
+
+  /// Resolves, connects and upgrades within `timeout`; calls `done(nullptr)` on success or
+  /// `done(error)` with an IoError/TimeoutError saying what failed (e.g. "HTTP 401:
+  /// missing or wrong bearer token").
+  void connect(std::chrono::milliseconds timeout, std::function<void(std::exception_ptr)> done);
+  /// Queues a text message (after a successful connect).
+  void send(std::string text);
+  /// Closes the session; on_close is not called for a close asked for here.
+  void close();
+  bool is_open() const;
+
+  /// Called for every text message received.
+  std::function<void(const std::string&)> on_message;
+  /// Called once when an open session ends for another reason than close().
+  std::function<void(const std::string& reason)> on_close;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// A blocking request/reply view over ControlClient for command-line tools. Owns its own
+/// io_context. Not thread-safe.
+class BlockingControlClient {
+ public:
+  /// Connects (throws IoError / TimeoutError on failure).
+  BlockingControlClient(const std::string& url, const std::string& token, std::chrono::milliseconds timeout);
+  ~BlockingControlClient();
+
+  /// Sends a request and waits for its reply; returns the reply body. Throws
+  /// RemoteError for an error reply, TimeoutError after `timeout`, IoError when the
+  /// connection drops. Events arriving meanwhile are kept for next_event().
+  nlohmann::json request(const std::string& type, const nlohmann::json& body,
+                         std::chrono::milliseconds timeout);
+  /// Next event body, waiting up to `timeout`; nullopt on timeout. Throws IoError when
+  /// the connection is gone.
+  std::optional<nlohmann::json> next_event(std::chrono::milliseconds timeout);
+
+ private:
+  boost::asio::io_context io_;
+  std::shared_ptr<ControlClient> client_;
+  std::deque<wire::Envelope> inbox_;
+  std::optional<std::string> closed_;
+  std::uint64_t next_id_ = 1;
+};
+
+/// An error reply from the leader: code and message as sent, plus the field if any.
+class RemoteError : public std::runtime_error {
+ public:
+  RemoteError(std::string code, const std::string& message, std::string field)
+      : std::runtime_error(message), code_(std::move(code)), field_(std::move(field)) {}
+  const std::string& code() const noexcept { return code_; }
+  const std::string& field() const noexcept { return field_; }
+
+ private:
+  std::string code_;
+  std::string field_;
+};
+
+}  // namespace dltrain::control
+
+namespace dltrain::control {
+
+/// Where a standalone cluster writes, and the client finally looks for, the leader's URL
+/// and client token: $XDG_STATE_HOME/dltrain/standalone.json, with XDG_STATE_HOME
+/// defaulting to $HOME/.local/state (and HOME to /root when unset).
+std::string default_standalone_client_file();
+
+}  // namespace dltrain::control

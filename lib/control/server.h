@@ -1,0 +1,83 @@
+// The leader's control endpoint: one TCP port serving plain HTTP (GET /healthz) and
+// WebSocket control sessions (Boost.Beast), with bearer-token authentication.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+namespace dltrain::control {
+
+/// Which side of the control protocol a session belongs to (decided by its URL path and
+/// checked against the matching token).
+enum class PeerKind { kAgent, kClient };
+
+/// Options of the control server.
+struct ControlServerOptions {
+  std::string bind_address = "127.0.0.1";  ///< IP literal
+  std::uint16_t port = 0;                  ///< 0 = ephemeral; read back with port()
+  std::string agent_token;   ///< bearer token for /v1/agent; must not be empty
+  std::string client_token;  ///< bearer token for /v1/client; must not be empty
+  std::size_t max_message_bytes = 4u << 20;  ///< WebSocket message limit
+  std::size_t max_http_body_bytes = 64u << 10;
+  std::size_t max_send_queue = 4096;  ///< messages queued for one slow peer before it is dropped
+  std::chrono::seconds handshake_timeout{10};
+};
+
+/// One authenticated WebSocket session. All methods must be called on the server's
+/// io_context thread (the server is single-threaded by design: the io_context is the
+/// leader's only event loop, so session state needs no locks).
+class Session {
+ public:
+  virtual ~Session() = default;
+  /// Queues a text message. Drops the session when more than max_send_queue messages
+  /// are pending (a stuck peer must not grow the leader's memory).
+  virtual void send(std::string text) = 0;
+  /// Closes the session (normal closure).
+  virtual void close() = 0;
+  virtual PeerKind kind() const = 0;
+  /// "ip:port" of the peer.
+  virtual const std::string& peer() const = 0;
+  /// Unique per server, > 0.
+  virtual std::uint64_t id() const = 0;
+};
+
+/// Callbacks from the server into its owner (the leader). Invoked on the io thread.
+struct ControlHandler {
+  std::function<void(const std::shared_ptr<Session>&)> on_open;
+  std::function<void(const std::shared_ptr<Session>&, const std::string&)> on_message;
+  std::function<void(const std::shared_ptr<Session>&)> on_close;
+};
+
+/// HTTP + WebSocket listener.
+///
+/// Routes: `GET /healthz` → 200 `{"status":"ok"}` without authentication and without any
+/// detail; `/v1/agent` and `/v1/client` → WebSocket upgrade after checking
+/// `Authorization: Bearer <token>` against the agent or client token (constant-time
+/// compare), 401 when missing or wrong; anything else → 404.
+class ControlServer {
+ public:
+  ControlServer(boost::asio::io_context& io, ControlServerOptions options, ControlHandler handler);
+  ~ControlServer();
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  /// Binds and listens; throws IoError when the address cannot be bound, ConfigError when
+  /// a token is empty.
+  void start();
+  /// Stops accepting and closes every session.
+  void stop();
+  std::uint16_t port() const;
+
+  /// Opaque implementation; public only so helpers in server.cpp can name it.
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace dltrain::control

@@ -1,0 +1,351 @@
+#include "ps/client.h"
+
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include <boost/asio.hpp>
+
+#include "common/errors.h"
+
+namespace dltrain::ps {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using Header = std::array<std::byte, wire::kHeaderSize>;
+
+struct PsClient::Impl {
+  std::vector<PsEndpoint> endpoints;
+  PartitionLayout layout;
+  PsClientOptions opt;
+  asio::io_context io;
+  std::vector<std::unique_ptr<tcp::socket>> socks;
+  std::vector<std::vector<Partition>> owned;  // per shard
+  std::uint64_t pushed = 0, pulled = 0, seq = 0;
+  bool broken = false;
+
+  wire::FrameHeader header(wire::MessageType t, std::uint32_t key, wire::Codec c,
+                           std::uint32_t count, std::uint32_t bytes, float scale = 1.0f) {
+    wire::FrameHeader h;
+    h.type = t;
+    h.job = opt.job;
+    h.generation = opt.generation;
+    h.seq = ++seq;
+    h.key = key;
+    h.codec = c;
+    h.count = count;
+    h.payload_bytes = bytes;
+    h.scale = scale;
+    return h;
+  }
+
+  // Runs the io_context until `pending` reaches zero or the timeout passes.
+  void run(const int& pending, const char* what) {
+    io.restart();
+    const auto deadline = std::chrono::steady_clock::now() + opt.timeout;
+    while (pending > 0 && std::chrono::steady_clock::now() < deadline) {
+      io.run_one_until(deadline);
+    }
+    if (pending > 0) {
+      close();
+      throw TimeoutError(std::string("PS ") + what + " timed out after " +
+                         std::to_string(opt.timeout.count()) + " ms");
+    }
+  }
+
+  void close() {
+    broken = true;
+    for (auto& s : socks) {
+      boost::system::error_code ig;
+      if (s) s->close(ig);
+    }
+    io.restart();
+    io.poll();  // drain cancelled handlers
+  }
+
+  std::string where(std::size_t shard) const {
+    return "PS shard " + std::to_string(shard) + " (" + endpoints[shard].host + ":" +
+           std::to_string(endpoints[shard].port) + ")";
+  }
+
+  // Reads one reply frame on `shard` and hands it to `on_frame`, which may request the
+  // payload be read into `dst` (returns the destination span or empty to skip).
+  struct ReadOp {
+    Header hdr{};
+    std::vector<char> err;
+  };
+
+  // Sends `bufs` to every shard that has them, then reads `replies[s]` frames from each
+  // shard, calling check(shard, header) to get where the payload goes.
+  void exchange(std::vector<std::vector<asio::const_buffer>>& bufs,
+                const std::vector<int>& replies,
+                const std::function<std::span<std::byte>(std::size_t, const wire::FrameHeader&)>& dest,
+                const char* what) {
+    if (broken) throw IoError("PS client is closed after an earlier error");
+    int pending = 0;
+    std::exception_ptr failure;
+    auto fail = [&](std::exception_ptr e) {
+      if (!failure) failure = e;
+      pending = 0;
+    };
+    std::vector<std::unique_ptr<ReadOp>> ops(socks.size());
+    std::function<void(std::size_t, int)> read_next;
+    read_next = [&](std::size_t s, int left) {
+      if (left == 0) {
+        --pending;
+        return;
+      }
+      auto* op = ops[s].get();
+      asio::async_read(*socks[s], asio::buffer(op->hdr), [&, s, left, op](auto ec, std::size_t n) {
+        pulled += n;
+        if (ec) return fail(std::make_exception_ptr(IoError(where(s) + ": " + ec.message())));
+        wire::FrameHeader h;
+        try {
+          h = wire::decode_header(std::span<const std::byte, wire::kHeaderSize>(op->hdr), opt.limits);
+        } catch (...) {
+          return fail(std::current_exception());
+        }
+        if (h.type == wire::MessageType::kError) {
+          op->err.resize(h.payload_bytes);
+          asio::async_read(*socks[s], asio::buffer(op->err), [&, s, op](auto, std::size_t m) {
+            pulled += m;
+            fail(std::make_exception_ptr(IoError(where(s) + " refused the request: " +
+                                                 std::string(op->err.begin(), op->err.end()))));
+          });
+          return;
+        }
+        std::span<std::byte> d;
+        try {
+          d = dest(s, h);
+        } catch (...) {
+          return fail(std::current_exception());
+        }
+        if (h.payload_bytes == 0) return read_next(s, left - 1);
+        asio::async_read(*socks[s], asio::buffer(d.data(), d.size()), [&, s, left](auto ec2, std::size_t m) {
+          pulled += m;
+          if (ec2) return fail(std::make_exception_ptr(IoError(where(s) + ": " + ec2.message())));
+          read_next(s, left - 1);
+        });
+      });
+    };
+    for (std::size_t s = 0; s < socks.size(); ++s) {
+      ops[s] = std::make_unique<ReadOp>();
+      if (!bufs[s].empty()) {
+        ++pending;
+        asio::async_write(*socks[s], bufs[s], [&, s](auto ec, std::size_t n) {
+          pushed += n;
+          if (ec) return fail(std::make_exception_ptr(IoError(where(s) + ": " + ec.message())));
+          --pending;
+        });
+      }
+      if (replies[s] > 0) {
+        ++pending;
+        read_next(s, replies[s]);
+      }
+    }
+    try {
+      run(pending, what);
+    } catch (...) {
+      throw;
+    }
+    if (failure) {
+      close();
+      std::rethrow_exception(failure);
+    }
+  }
+};
+
+PsClient::PsClient(std::vector<PsEndpoint> endpoints, PartitionLayout layout, PsClientOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  if (endpoints.size() != static_cast<std::size_t>(layout.num_shards)) {
+    throw ConfigError("ps_shards", "layout has " + std::to_string(layout.num_shards) +
+                                       " shards but " + std::to_string(endpoints.size()) +
+                                       " endpoints were given");
+  }
+  impl_->endpoints = std::move(endpoints);
+  impl_->layout = std::move(layout);
+  impl_->opt = options;
+  for (int s = 0; s < impl_->layout.num_shards; ++s) impl_->owned.push_back(impl_->layout.for_shard(s));
+}
+
+PsClient::~PsClient() {
+  if (impl_) impl_->close();
+}
+
+void PsClient::connect() {
+  auto& im = *impl_;
+  const auto deadline = std::chrono::steady_clock::now() + im.opt.timeout;
+  tcp::resolver resolver(im.io);
+  for (std::size_t s = 0; s < im.endpoints.size(); ++s) {
+    boost::system::error_code ec;
+    auto results = resolver.resolve(im.endpoints[s].host, std::to_string(im.endpoints[s].port), ec);
+    if (ec) throw IoError(im.where(s) + ": cannot resolve host: " + ec.message());
+    for (;;) {
+      auto sock = std::make_unique<tcp::socket>(im.io);
+      asio::connect(*sock, results, ec);
+      if (!ec) {
+        sock->set_option(tcp::no_delay(true));
+        im.socks.push_back(std::move(sock));
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw TimeoutError(im.where(s) + ": cannot connect within " +
+                           std::to_string(im.opt.timeout.count()) + " ms: " + ec.message());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  std::vector<std::vector<asio::const_buffer>> bufs(im.socks.size());
+  std::vector<Header> hdrs(im.socks.size());
+  const std::uint32_t hello[2] = {im.opt.rank, im.opt.num_workers};
+  for (std::size_t s = 0; s < im.socks.size(); ++s) {
+    wire::encode_header(im.header(wire::MessageType::kHello, 0, wire::Codec::kBytes, 8, 8),
+                        std::span<std::byte, wire::kHeaderSize>(hdrs[s]));
+    bufs[s] = {asio::buffer(hdrs[s]), asio::buffer(hello, 8)};
+  }
+  im.exchange(bufs, std::vector<int>(im.socks.size(), 1),
+              [&](std::size_t s, const wire::FrameHeader& h) -> std::span<std::byte> {
+                if (h.type != wire::MessageType::kHelloAck) {
+                  throw ProtocolError(im.where(s) + ": expected hello-ack, got " + wire::to_string(h.type));
+                }
+                return {};
+              },
+              "hello");
+}
+
+void PsClient::init(std::span<const float> params) {
+  auto& im = *impl_;
+  if (static_cast<std::int64_t>(params.size()) != im.layout.total_floats) {
+    throw ConfigError("model", "init with " + std::to_string(params.size()) + " floats, layout has " +
+                                   std::to_string(im.layout.total_floats));
+  }
+  std::vector<std::vector<asio::const_buffer>> bufs(im.socks.size());
+  std::vector<Header> hdrs(im.layout.partitions.size());
+  for (const auto& p : im.layout.partitions) {
+    const auto n = static_cast<std::uint32_t>(p.length);
+    wire::encode_header(im.header(wire::MessageType::kInit, p.key, wire::Codec::kDenseF32, n, n * 4),
+                        std::span<std::byte, wire::kHeaderSize>(hdrs[p.key]));
+    bufs[p.shard].push_back(asio::buffer(hdrs[p.key]));
+    bufs[p.shard].push_back(asio::buffer(params.data() + p.offset, n * 4));
+  }
+  im.exchange(bufs, std::vector<int>(im.socks.size(), 0), nullptr, "init");
+}
+
+namespace {
+
+std::span<std::byte> pull_dest(PsClient::Impl& im, std::vector<std::size_t>& next, std::size_t s,
+                               const wire::FrameHeader& h, std::span<float> params) {
+  const auto& parts = im.owned[s];
+  if (h.type != wire::MessageType::kPullReply) {
+    throw ProtocolError(im.where(s) + ": expected pull-reply, got " + wire::to_string(h.type));
+  }
+  if (next[s] >= parts.size() || h.key != parts[next[s]].key) {
+    throw ProtocolError(im.where(s) + ": pull-reply for unexpected partition " + std::to_string(h.key));
+  }
+  const auto& p = parts[next[s]++];
+  if (h.codec != wire::Codec::kDenseF32 || h.count != p.length) {
+    throw ProtocolError(im.where(s) + ": pull-reply of partition " + std::to_string(p.key) + " has " +
+                        std::to_string(h.count) + " values, expected " + std::to_string(p.length));
+  }
+  return std::as_writable_bytes(params.subspan(static_cast<std::size_t>(p.offset),
+                                               static_cast<std::size_t>(p.length)));
+}
+
+}  // namespace
+
+void PsClient::push_pull(std::span<const float> grad, float lr, std::span<float> params) {
+  auto& im = *impl_;
+  const auto total = static_cast<std::size_t>(im.layout.total_floats);
+  if (grad.size() != total || params.size() != total) {
+    throw ConfigError("model", "push_pull with " + std::to_string(grad.size()) + "/" +
+                                   std::to_string(params.size()) + " floats, layout has " +
+                                   std::to_string(total));
+  }
+  std::vector<std::vector<asio::const_buffer>> bufs(im.socks.size());
+  std::vector<Header> hdrs(im.layout.partitions.size() * 2);
+  std::vector<int> replies(im.socks.size(), 0);
+  for (std::size_t s = 0; s < im.owned.size(); ++s) {
+    for (const auto& p : im.owned[s]) {
+      const auto n = static_cast<std::uint32_t>(p.length);
+      auto& hp = hdrs[2 * p.key];
+      wire::encode_header(im.header(wire::MessageType::kPush, p.key, wire::Codec::kDenseF32, n, n * 4, lr),
+                          std::span<std::byte, wire::kHeaderSize>(hp));
+      bufs[s].push_back(asio::buffer(hp));
+      bufs[s].push_back(asio::buffer(grad.data() + p.offset, n * 4));
+    }
+    for (const auto& p : im.owned[s]) {
+      auto& hq = hdrs[2 * p.key + 1];
+      wire::encode_header(im.header(wire::MessageType::kPull, p.key, wire::Codec::kNone, 0, 0),
+                          std::span<std::byte, wire::kHeaderSize>(hq));
+      bufs[s].push_back(asio::buffer(hq));
+      ++replies[s];
+    }
+  }
+  std::vector<std::size_t> next(im.socks.size(), 0);
+  im.exchange(bufs, replies,
+              [&](std::size_t s, const wire::FrameHeader& h) { return pull_dest(im, next, s, h, params); },
+              "push/pull");
+}
+
+void PsClient::pull(std::span<float> params) {
+  auto& im = *impl_;
+  if (params.size() != static_cast<std::size_t>(im.layout.total_floats)) {
+    throw ConfigError("model", "pull into " + std::to_string(params.size()) + " floats, layout has " +
+                                   std::to_string(im.layout.total_floats));
+  }
+  std::vector<std::vector<asio::const_buffer>> bufs(im.socks.size());
+  std::vector<Header> hdrs(im.layout.partitions.size());
+  std::vector<int> replies(im.socks.size(), 0);
+  for (std::size_t s = 0; s < im.owned.size(); ++s) {
+    for (const auto& p : im.owned[s]) {
+      wire::encode_header(im.header(wire::MessageType::kPull, p.key, wire::Codec::kNone, 0, 0),
+                          std::span<std::byte, wire::kHeaderSize>(hdrs[p.key]));
+      bufs[s].push_back(asio::buffer(hdrs[p.key]));
+      ++replies[s];
+    }
+  }
+  std::vector<std::size_t> next(im.socks.size(), 0);
+  im.exchange(bufs, replies,
+              [&](std::size_t s, const wire::FrameHeader& h) { return pull_dest(im, next, s, h, params); },
+              "pull");
+}
+
+namespace {
+
+std::uint32_t count_exchange(PsClient::Impl& im, wire::MessageType req, wire::MessageType want,
+                             const char* what) {
+  std::vector<std::vector<asio::const_buffer>> bufs(im.socks.size());
+  std::vector<Header> hdrs(im.socks.size());
+  for (std::size_t s = 0; s < im.socks.size(); ++s) {
+    wire::encode_header(im.header(req, im.opt.rank, wire::Codec::kNone, 0, 0),
+                        std::span<std::byte, wire::kHeaderSize>(hdrs[s]));
+    bufs[s] = {asio::buffer(hdrs[s])};
+  }
+  std::uint32_t least = UINT32_MAX;
+  im.exchange(bufs, std::vector<int>(im.socks.size(), 1),
+              [&](std::size_t s, const wire::FrameHeader& h) -> std::span<std::byte> {
+                if (h.type != want) {
+                  throw ProtocolError(im.where(s) + ": expected " + wire::to_string(want) + ", got " +
+                                      wire::to_string(h.type));
+                }
+                least = std::min(least, h.count);
+                return {};
+              },
+              what);
+  return least;
+}
+
+}  // namespace
+
+std::uint32_t PsClient::done() {
+  return count_exchange(*impl_, wire::MessageType::kDone, wire::MessageType::kDoneAck, "done");
+}
+
+std::uint32_t PsClient::workers_done() {
+  return count_exchange(*impl_, wire::MessageType::kQuery, wire::MessageType::kQueryReply, "query");
+}
+
+std::uint64_t PsClient::bytes_pushed() const { return impl_->pushed; }
+std::uint64_t PsClient::bytes_pulled() const { return impl_->pulled; }
+
+}  // namespace dltrain::ps

@@ -1,0 +1,74 @@
+// Worker-side client of the PS shards (Asio TCP, blocking calls with timeouts).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ps/partition.h"
+#include "wire/frame.h"
+
+namespace dltrain::ps {
+
+/// Where one PS shard listens.
+struct PsEndpoint {
+  std::string host;        ///< IP literal or host name
+  std::uint16_t port = 0;
+};
+
+/// Identity and limits of a worker's PS connections.
+struct PsClientOptions {
+  std::uint64_t job = 0;
+  std::uint32_t generation = 0;
+  std::uint32_t rank = 0;          ///< this worker's rank, [0, num_workers)
+  std::uint32_t num_workers = 1;
+  std::chrono::milliseconds timeout{60000};  ///< bound on every call (connect, push, pull)
+  wire::FrameLimits limits;
+};
+
+/// Push/pull of the flat parameter vector against every PS shard of a job (the
+/// ps-lite `Push / Pull` shape, blocking). Shards are served in parallel within a call.
+///
+/// Thread-safety: one thread at a time. Errors: IoError when a connection fails or the
+/// PS answers with an error frame, TimeoutError when a call exceeds `timeout`,
+/// ProtocolError when the PS's reply is malformed. After any error the client is closed.
+class PsClient {
+ public:
+  /// `endpoints[s]` serves shard s of `layout`.
+  PsClient(std::vector<PsEndpoint> endpoints, PartitionLayout layout, PsClientOptions options);
+  ~PsClient();
+  PsClient(const PsClient&) = delete;
+  PsClient& operator=(const PsClient&) = delete;
+
+  /// Connects to every shard (retrying refused connections until the timeout) and says
+  /// hello.
+  void connect();
+  /// Offers initial values for every partition (`params` has layout.total_floats floats);
+  /// a shard keeps the first values it receives for a partition.
+  void init(std::span<const float> params);
+  /// Pushes `grad` (total_floats) to be applied with learning rate `lr`, then pulls the
+  /// current parameters into `params` (total_floats). One round trip per shard.
+  void push_pull(std::span<const float> grad, float lr, std::span<float> params);
+  /// Pulls the current parameters into `params` (total_floats).
+  void pull(std::span<float> params);
+  /// Tells every shard this worker is done; returns the smallest count of finished
+  /// workers any shard reports.
+  std::uint32_t done();
+  /// Smallest count of finished workers any shard reports.
+  std::uint32_t workers_done();
+
+  /// Bytes written to / read from the sockets, frame headers included.
+  std::uint64_t bytes_pushed() const;
+  std::uint64_t bytes_pulled() const;
+
+  /// Opaque implementation (Asio state); public only so helpers in client.cpp can name it.
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dltrain::ps

@@ -1,0 +1,270 @@
+#include "ps/server.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/errors.h"
+
+namespace dltrain::ps {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+struct PsServer::Impl {
+  PsServerOptions opt;
+  std::shared_ptr<ShardState> state;
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  std::vector<std::thread> threads;
+  std::atomic<std::uint64_t> bytes_in{0}, bytes_out{0}, rejected{0};
+  std::uint16_t port = 0;
+  bool started = false;
+
+  void accept();
+};
+
+namespace {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket sock, PsServer::Impl& srv) : sock_(std::move(sock)), srv_(srv) {
+    boost::system::error_code ec;
+    auto ep = sock_.remote_endpoint(ec);
+    peer_ = ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
+    sock_.set_option(tcp::no_delay(true), ec);
+  }
+
+  void start() { read_header(); }
+
+ private:
+  void read_header() {
+    asio::async_read(sock_, asio::buffer(hdr_), [self = shared_from_this()](auto ec, std::size_t n) {
+      self->srv_.bytes_in += n;
+      if (ec) {
+        if (ec != asio::error::eof && ec != asio::error::operation_aborted) {
+          spdlog::debug("ps: connection {} closed: {}", self->peer_, ec.message());
+        }
+        return;
+      }
+      self->on_header();
+    });
+  }
+
+  void on_header() {
+    try {
+      h_ = wire::decode_header(std::span<const std::byte, wire::kHeaderSize>(hdr_), srv_.opt.limits);
+      if (h_.job != srv_.opt.job) {
+        throw ProtocolError("frame job: expected " + std::to_string(srv_.opt.job) + ", got " +
+                            std::to_string(h_.job));
+      }
+      if (h_.generation != srv_.opt.generation) {
+        throw ProtocolError("frame generation: expected " + std::to_string(srv_.opt.generation) +
+                            ", got " + std::to_string(h_.generation) + " (a stale task?)");
+      }
+    } catch (const ProtocolError& e) {
+      return reject(e.what());
+    }
+    if (h_.payload_bytes == 0) return handle();
+    // Sized only after decode_header checked payload_bytes against the limits.
+    payload_.resize((h_.payload_bytes + 3) / 4);
+    asio::async_read(sock_, asio::buffer(payload_.data(), h_.payload_bytes),
+                     [self = shared_from_this()](auto ec, std::size_t n) {
+                       self->srv_.bytes_in += n;
+                       if (ec) {
+                         spdlog::warn("ps: connection {} closed in a payload: {}", self->peer_,
+                                      ec.message());
+                         return;
+                       }
+                       self->handle();
+                     });
+  }
+
+  void expect_codec(wire::Codec c) const {
+    if (h_.codec != c) {
+      throw ProtocolError(wire::to_string(h_.type) + " frame codec: expected " +
+                          std::to_string(static_cast<int>(c)) + ", got " +
+                          std::to_string(static_cast<int>(h_.codec)));
+    }
+  }
+
+  void handle() {
+    using wire::MessageType;
+    auto& st = *srv_.state;
+    try {
+      switch (h_.type) {
+        case MessageType::kHello: {
+          expect_codec(wire::Codec::kBytes);
+          if (h_.count != 8) throw ProtocolError("hello frame count: expected 8, got " + std::to_string(h_.count));
+          std::uint32_t v[2];
+          std::memcpy(v, payload_.data(), 8);
+          rank_ = v[0];
+          spdlog::info("ps: worker {} of {} connected from {}", v[0], v[1], peer_);
+          return reply(MessageType::kHelloAck, static_cast<std::uint32_t>(st.num_partitions()));
+        }
+        case MessageType::kInit:
+          expect_codec(wire::Codec::kDenseF32);
+          if (h_.count == 0) throw ProtocolError("init frame count: expected >= 1, got 0");
+          st.init(h_.key, {payload_.data(), h_.count});
+          return read_header();
+        case MessageType::kPush:
+          expect_codec(wire::Codec::kDenseF32);
+          st.push(h_.key, {payload_.data(), h_.count}, h_.scale);
+          return read_header();
+        case MessageType::kPull: {
+          expect_codec(wire::Codec::kNone);
+          const auto len = st.length(h_.key);
+          if (len < 0) {
+            throw ProtocolError("pull of partition " + std::to_string(h_.key) +
+                                ", which this shard does not hold");
+          }
+          out_.resize(static_cast<std::size_t>(len));
+          st.pull(h_.key, out_);
+          wire::FrameHeader r;
+          r.type = MessageType::kPullReply;
+          r.job = srv_.opt.job;
+          r.generation = srv_.opt.generation;
+          r.seq = h_.seq;
+          r.key = h_.key;
+          r.codec = wire::Codec::kDenseF32;
+          r.count = static_cast<std::uint32_t>(len);
+          r.payload_bytes = r.count * 4;
+          return write(r, true);
+        }
+        case MessageType::kDone:
+          expect_codec(wire::Codec::kNone);
+          return reply(MessageType::kDoneAck, static_cast<std::uint32_t>(st.mark_done(h_.key)));
+        case MessageType::kQuery:
+          expect_codec(wire::Codec::kNone);
+          return reply(MessageType::kQueryReply, static_cast<std::uint32_t>(st.done_count()));
+        default:
+          throw ProtocolError("unexpected " + wire::to_string(h_.type) + " frame from a worker");
+      }
+    } catch (const ProtocolError& e) {
+      reject(e.what());
+    }
+  }
+
+  void reply(wire::MessageType type, std::uint32_t count) {
+    wire::FrameHeader r;
+    r.type = type;
+    r.job = srv_.opt.job;
+    r.generation = srv_.opt.generation;
+    r.seq = h_.seq;
+    r.key = h_.key;
+    r.codec = wire::Codec::kNone;
+    r.count = count;
+    r.payload_bytes = 0;
+    write(r, false);
+  }
+
+  void write(const wire::FrameHeader& r, bool with_payload) {
+    wire::encode_header(r, std::span<std::byte, wire::kHeaderSize>(out_hdr_));
+    std::vector<asio::const_buffer> bufs{asio::buffer(out_hdr_)};
+    if (with_payload) bufs.push_back(asio::buffer(out_.data(), r.payload_bytes));
+    asio::async_write(sock_, bufs, [self = shared_from_this()](auto ec, std::size_t n) {
+      self->srv_.bytes_out += n;
+      if (ec) {
+        spdlog::warn("ps: write to {} failed: {}", self->peer_, ec.message());
+        return;
+      }
+      self->read_header();
+    });
+  }
+
+  void reject(const std::string& reason) {
+    ++srv_.rejected;
+    spdlog::warn("ps: closing connection {}: {}", peer_, reason);
+    wire::FrameHeader r;
+    r.type = wire::MessageType::kError;
+    r.job = srv_.opt.job;
+    r.generation = srv_.opt.generation;
+    r.codec = wire::Codec::kBytes;
+    err_ = reason.substr(0, 4096);
+    r.count = static_cast<std::uint32_t>(err_.size());
+    r.payload_bytes = r.count;
+    wire::encode_header(r, std::span<std::byte, wire::kHeaderSize>(out_hdr_));
+    std::vector<asio::const_buffer> bufs{asio::buffer(out_hdr_), asio::buffer(err_)};
+    asio::async_write(sock_, bufs, [self = shared_from_this()](auto, std::size_t) {
+      boost::system::error_code ignored;
+      self->sock_.shutdown(tcp::socket::shutdown_both, ignored);
+      self->sock_.close(ignored);
+    });
+  }
+
+  tcp::socket sock_;
+  PsServer::Impl& srv_;
+  std::string peer_;
+  std::array<std::byte, wire::kHeaderSize> hdr_{};
+  std::array<std::byte, wire::kHeaderSize> out_hdr_{};
+  wire::FrameHeader h_;
+  std::vector<float> payload_;
+  std::vector<float> out_;
+  std::string err_;
+  std::uint32_t rank_ = 0;
+};
+
+}  // namespace
+
+void PsServer::Impl::accept() {
+  acceptor.async_accept([this](boost::system::error_code ec, tcp::socket sock) {
+    if (ec) {
+      if (ec != asio::error::operation_aborted) spdlog::warn("ps: accept failed: {}", ec.message());
+      if (!acceptor.is_open()) return;
+    } else {
+      std::make_shared<Session>(std::move(sock), *this)->start();
+    }
+    accept();
+  });
+}
+
+PsServer::PsServer(PsServerOptions options, std::shared_ptr<ShardState> state)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->opt = std::move(options);
+  impl_->state = std::move(state);
+}
+
+PsServer::~PsServer() { stop(); }
+
+void PsServer::start() {
+  auto& im = *impl_;
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(im.opt.bind_address, ec);
+  if (ec) throw ConfigError("bind_address", "not an IP address: \"" + im.opt.bind_address + "\"");
+  tcp::endpoint ep(addr, im.opt.port);
+  im.acceptor.open(ep.protocol(), ec);
+  if (!ec) im.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) im.acceptor.bind(ep, ec);
+  if (!ec) im.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    throw IoError("PS shard cannot listen on " + im.opt.bind_address + ":" +
+                  std::to_string(im.opt.port) + ": " + ec.message());
+  }
+  im.port = im.acceptor.local_endpoint().port();
+  im.accept();
+  im.started = true;
+  const int n = std::max(1, im.opt.threads);
+  for (int i = 0; i < n; ++i) im.threads.emplace_back([&im] { im.io.run(); });
+}
+
+void PsServer::stop() {
+  if (!impl_ || !impl_->started) return;
+  impl_->started = false;
+  asio::post(impl_->io, [this] {
+    boost::system::error_code ignored;
+    impl_->acceptor.close(ignored);
+  });
+  impl_->io.stop();
+  for (auto& t : impl_->threads) t.join();
+  impl_->threads.clear();
+}
+
+std::uint16_t PsServer::port() const { return impl_->port; }
+std::uint64_t PsServer::bytes_in() const { return impl_->bytes_in; }
+std::uint64_t PsServer::bytes_out() const { return impl_->bytes_out; }
+std::uint64_t PsServer::rejected_connections() const { return impl_->rejected; }
+
+}  // namespace dltrain::ps

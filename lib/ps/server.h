@@ -1,0 +1,58 @@
+// PS shard server: the data-plane TCP endpoint of one PS shard (Asio).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ps/shard_state.h"
+#include "wire/frame.h"
+
+namespace dltrain::ps {
+
+/// Options of a PS shard server. Defaults bind an ephemeral port on every interface.
+struct PsServerOptions {
+  std::string bind_address = "0.0.0.0";  ///< IPv4/IPv6 literal
+  std::uint16_t port = 0;                ///< 0 = ephemeral; read it back with port()
+  std::uint64_t job = 0;                 ///< frames for another job are refused
+  std::uint32_t generation = 0;          ///< frames of another generation are refused
+  int threads = 1;                       ///< I/O threads, >= 1
+  wire::FrameLimits limits;              ///< checked before any payload allocation
+};
+
+/// Serves pushes and pulls for one ShardState over TCP.
+///
+/// Each connection is handled strictly in order (one frame at a time), so a pull that
+/// follows a push on the same connection sees that push applied. A frame that fails
+/// validation (bad magic, version, type, codec, length, job, generation, unknown
+/// partition) is logged with its reason, answered with an kError frame when possible,
+/// and closes only that connection. Thread-safety: start/stop from one thread; the
+/// counters may be read from any thread.
+class PsServer {
+ public:
+  PsServer(PsServerOptions options, std::shared_ptr<ShardState> state);
+  ~PsServer();
+  PsServer(const PsServer&) = delete;
+  PsServer& operator=(const PsServer&) = delete;
+
+  /// Binds and listens; throws IoError when the address cannot be bound. Then serves on
+  /// `options.threads` background threads until stop().
+  void start();
+  /// Closes the listener and every connection and joins the threads. Idempotent.
+  void stop();
+  /// The bound port (valid after start()).
+  std::uint16_t port() const;
+  /// Bytes read from / written to sockets, headers included.
+  std::uint64_t bytes_in() const;
+  std::uint64_t bytes_out() const;
+  /// Connections closed because of a malformed or refused frame.
+  std::uint64_t rejected_connections() const;
+
+  /// Opaque implementation (Asio state); public only so helpers in server.cpp can name it.
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dltrain::ps

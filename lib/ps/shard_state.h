@@ -1,0 +1,71 @@
+// The parameter state one PS shard holds, and the SGD it applies to pushes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <span>
+#include <vector>
+
+namespace dltrain::ps {
+
+/// Parameters and momentum buffers of the partitions owned by one PS shard.
+///
+/// A push of gradient g to partition p with learning rate lr applies heavy-ball momentum
+/// SGD (Polyak 1964; the PyTorch `torch.optim.SGD` form):
+///     v ← m·v + g,   x ← x − lr·v
+/// as it arrives (asynchronous SGD: no waiting for other workers).
+///
+/// Thread-safety: every method may be called concurrently; each partition has its own
+/// mutex, so pushes to different partitions proceed in parallel.
+class ShardState {
+ public:
+  /// `momentum` in [0, 1).
+  explicit ShardState(double momentum);
+
+  /// Sets the initial values of partition `key` (length = values.size()). The first
+  /// call per key wins; later calls are ignored and return false (every worker
+  /// initialises from the same seed, so they agree). Throws ProtocolError when `key` is
+  /// known with a different length.
+  bool init(std::uint32_t key, std::span<const float> values);
+
+  /// Applies one gradient push (see class comment). Throws ProtocolError when the key is
+  /// not initialised or the length differs.
+  void push(std::uint32_t key, std::span<const float> grad, float lr);
+
+  /// Copies the current values of `key` into `out` (same length). Throws ProtocolError
+  /// when the key is unknown or the length differs.
+  void pull(std::uint32_t key, std::span<float> out) const;
+
+  /// Length of partition `key`, or -1 when unknown.
+  std::int64_t length(std::uint32_t key) const;
+
+  /// Number of initialised partitions.
+  std::size_t num_partitions() const;
+
+  /// Pushes applied so far (all partitions).
+  std::uint64_t pushes() const;
+
+  /// Records that worker `rank` finished; returns how many distinct workers have.
+  std::size_t mark_done(std::uint32_t rank);
+  /// Distinct workers that have finished.
+  std::size_t done_count() const;
+
+ private:
+  struct Slot {
+    mutable std::mutex mu;
+    std::vector<float> x;  ///< parameters
+    std::vector<float> v;  ///< momentum buffer
+  };
+  Slot* find(std::uint32_t key) const;
+
+  const float momentum_;
+  mutable std::mutex map_mu_;
+  std::map<std::uint32_t, std::unique_ptr<Slot>> slots_;
+  std::set<std::uint32_t> done_;
+  std::uint64_t pushes_ = 0;
+};
+
+}  // namespace dltrain::ps

@@ -1,0 +1,49 @@
+// The worker task's training loop: LibTorch forward/backward, dense push/pull to the PS
+// shards, per-epoch evaluation of the PS's parameters.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/job_spec.h"
+#include "ps/client.h"
+
+namespace dltrain::train {
+
+/// Everything one worker needs; filled by the worker executable from its arguments.
+struct WorkerConfig {
+  JobSpec spec;
+  std::uint64_t job = 0;
+  std::uint32_t generation = 0;
+  int rank = 0;                      ///< [0, spec.workers)
+  int threads = 1;                   ///< intra-op threads given to LibTorch
+  std::vector<ps::PsEndpoint> shards;  ///< one per PS shard, in shard order
+  std::chrono::milliseconds ps_timeout{60000};     ///< bound on each PS call
+  std::chrono::seconds finish_timeout{1800};       ///< rank 0's wait for the other workers
+  double progress_interval_s = 2.0;  ///< seconds between progress events
+};
+
+/// Receives progress events (one JSON object each; "event" names the kind:
+/// "started", "progress", "epoch_end", "done"). Called on the training thread.
+using ProgressSink = std::function<void(const nlohmann::json&)>;
+
+/// Learning rate at training progress `epoch_pos` (epochs completed, fractional, in
+/// [0, epochs]): linear warm-up from lr/10 over `warmup_epochs` (Goyal et al. 2017,
+/// "Accurate, Large Minibatch SGD", §2.2), then constant, cosine to 0
+/// (Loshchilov & Hutter 2017, SGDR, eq. 5 without restarts) or step (×0.1 at 50% and 75%
+/// of training).
+double learning_rate(const OptimizerSpec& opt, double epoch_pos, int epochs);
+
+/// Trains worker `cfg.rank` to the end of the job. Rank 0 also evaluates the PS's
+/// parameters on the test set after every epoch (after the last one, once every worker
+/// has finished) and reports `test_accuracy` in its "epoch_end" events.
+/// Returns the final test accuracy (rank 0) or -1 (other ranks).
+/// Throws ConfigError/ProtocolError/IoError from loading data, IoError/TimeoutError from
+/// the PS, Error when a loss turns NaN/Inf.
+double run_worker(const WorkerConfig& cfg, const ProgressSink& sink);
+
+}  // namespace dltrain::train

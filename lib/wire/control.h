@@ -1,0 +1,54 @@
+// Control-plane messages (WebSocket text frames, JSON) between clients, agents and the
+// leader. See docs/protocol.md for every message type.
+//
+// Envelope:  {"v": 1, "id": "<request id>", "type": "<type>", "body": {...}}
+// Reply:     {"v": 1, "id": "<same id>", "type": "reply", "ok": true, "body": {...}}
+// Error:     {"v": 1, "id": "<same id>", "type": "reply", "ok": false,
+//             "error": {"code": "<ErrorCode>", "message": "...", "field": "..."}}
+// Event:     {"v": 1, "type": "event", "body": {...}}   (unsolicited, no id)
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace dltrain::wire {
+
+/// The only control protocol version this build speaks.
+inline constexpr int kControlVersion = 1;
+/// Largest control message accepted, in bytes (a job file plus headroom).
+inline constexpr std::size_t kMaxControlMessage = 4u << 20;
+
+/// Typed error codes carried in error replies.
+namespace error_code {
+inline constexpr const char* kBadRequest = "bad_request";          ///< malformed envelope or body
+inline constexpr const char* kUnsupportedVersion = "unsupported_version";
+inline constexpr const char* kInvalidJob = "invalid_job";          ///< job file rejected
+inline constexpr const char* kNotFound = "not_found";              ///< unknown job/agent
+inline constexpr const char* kConflict = "conflict";               ///< e.g. cancel of a finished job
+inline constexpr const char* kInternal = "internal";
+}  // namespace error_code
+
+/// A parsed, validated envelope.
+struct Envelope {
+  int v = kControlVersion;
+  std::string id;     ///< empty for events
+  std::string type;
+  nlohmann::json body = nlohmann::json::object();
+  bool ok = true;                 ///< replies only
+  nlohmann::json error;           ///< replies with ok == false
+};
+
+/// Parses a text frame. Throws ProtocolError naming the problem: not JSON, not an
+/// object, missing or mistyped "v"/"type"/"id"/"body", or an unsupported version
+/// (message says which versions are supported).
+Envelope parse_envelope(const std::string& text);
+
+/// Builders. All return compact JSON text.
+std::string make_request(const std::string& id, const std::string& type, const nlohmann::json& body);
+std::string make_reply(const std::string& id, const nlohmann::json& body);
+std::string make_error(const std::string& id, const std::string& code, const std::string& message,
+                       const std::string& field = "");
+std::string make_event(const nlohmann::json& body);
+
+}  // namespace dltrain::wire

@@ -1,0 +1,145 @@
+#include "wire/frame.h"
+
+#include <bit>
+#include <cstring>
+
+#include "common/errors.h"
+
+namespace dltrain::wire {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "dltrain's wire format is little-endian; big-endian hosts need byte swaps here");
+
+template <typename T>
+void put(std::span<std::byte, kHeaderSize> out, std::size_t off, T v) {
+  std::memcpy(out.data() + off, &v, sizeof(T));
+}
+
+template <typename T>
+T get(std::span<const std::byte, kHeaderSize> in, std::size_t off) {
+  T v;
+  std::memcpy(&v, in.data() + off, sizeof(T));
+  return v;
+}
+
+bool known_type(std::uint16_t t) {
+  switch (static_cast<MessageType>(t)) {
+    case MessageType::kHello:
+    case MessageType::kHelloAck:
+    case MessageType::kInit:
+    case MessageType::kPush:
+    case MessageType::kPull:
+    case MessageType::kPullReply:
+    case MessageType::kDone:
+    case MessageType::kDoneAck:
+    case MessageType::kQuery:
+    case MessageType::kQueryReply:
+    case MessageType::kError:
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool expected_payload_bytes(Codec codec, std::uint32_t count, std::uint32_t& bytes) {
+  std::uint64_t per = 0;
+  switch (codec) {
+    case Codec::kNone: per = 0; break;
+    case Codec::kDenseF32: per = 4; break;
+    case Codec::kDenseF16: per = 2; break;
+    case Codec::kSparseF32: per = 8; break;
+    case Codec::kSparseF16: per = 6; break;
+    case Codec::kBytes: per = 1; break;
+    default: return false;
+  }
+  std::uint64_t total = per * count;
+  if (total > 0xFFFFFFFFull) return false;
+  bytes = static_cast<std::uint32_t>(total);
+  return true;
+}
+
+void encode_header(const FrameHeader& h, std::span<std::byte, kHeaderSize> out) {
+  put<std::uint32_t>(out, 0, kMagic);
+  put<std::uint16_t>(out, 4, h.version);
+  put<std::uint16_t>(out, 6, static_cast<std::uint16_t>(h.type));
+  put<std::uint64_t>(out, 8, h.job);
+  put<std::uint64_t>(out, 16, h.seq);
+  put<std::uint32_t>(out, 24, h.key);
+  put<std::uint16_t>(out, 28, static_cast<std::uint16_t>(h.codec));
+  put<std::uint16_t>(out, 30, h.flags);
+  put<std::uint32_t>(out, 32, h.count);
+  put<std::uint32_t>(out, 36, h.payload_bytes);
+  put<float>(out, 40, h.scale);
+  put<std::uint32_t>(out, 44, h.generation);
+}
+
+FrameHeader decode_header(std::span<const std::byte, kHeaderSize> in, const FrameLimits& limits) {
+  const auto magic = get<std::uint32_t>(in, 0);
+  if (magic != kMagic) {
+    throw ProtocolError("frame magic: expected 0x52544C44, got 0x" + [&] {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "%08X", magic);
+      return std::string(buf);
+    }());
+  }
+  FrameHeader h;
+  h.version = get<std::uint16_t>(in, 4);
+  if (h.version != kProtocolVersion) {
+    throw ProtocolError("frame version: expected " + std::to_string(kProtocolVersion) + ", got " +
+                        std::to_string(h.version));
+  }
+  const auto type = get<std::uint16_t>(in, 6);
+  if (!known_type(type)) throw ProtocolError("frame type: unknown value " + std::to_string(type));
+  h.type = static_cast<MessageType>(type);
+  h.job = get<std::uint64_t>(in, 8);
+  h.seq = get<std::uint64_t>(in, 16);
+  h.key = get<std::uint32_t>(in, 24);
+  const auto codec = get<std::uint16_t>(in, 28);
+  h.codec = static_cast<Codec>(codec);
+  h.flags = get<std::uint16_t>(in, 30);
+  if (h.flags != 0) throw ProtocolError("frame flags: expected 0, got " + std::to_string(h.flags));
+  h.count = get<std::uint32_t>(in, 32);
+  h.payload_bytes = get<std::uint32_t>(in, 36);
+  h.scale = get<float>(in, 40);
+  h.generation = get<std::uint32_t>(in, 44);
+  if (h.count > limits.max_count) {
+    throw ProtocolError("frame count: " + std::to_string(h.count) + " exceeds the limit " +
+                        std::to_string(limits.max_count));
+  }
+  if (h.payload_bytes > limits.max_payload_bytes) {
+    throw ProtocolError("frame payload_bytes: " + std::to_string(h.payload_bytes) +
+                        " exceeds the limit " + std::to_string(limits.max_payload_bytes));
+  }
+  std::uint32_t want = 0;
+  if (!expected_payload_bytes(h.codec, h.count, want)) {
+    throw ProtocolError("frame codec: unknown value " + std::to_string(codec) +
+                        " or count overflow");
+  }
+  if (want != h.payload_bytes) {
+    throw ProtocolError("frame payload_bytes: codec " + std::to_string(codec) + " with count " +
+                        std::to_string(h.count) + " needs " + std::to_string(want) +
+                        " bytes, header says " + std::to_string(h.payload_bytes));
+  }
+  return h;
+}
+
+std::string to_string(MessageType type) {
+  switch (type) {
+    case MessageType::kHello: return "hello";
+    case MessageType::kHelloAck: return "hello-ack";
+    case MessageType::kInit: return "init";
+    case MessageType::kPush: return "push";
+    case MessageType::kPull: return "pull";
+    case MessageType::kPullReply: return "pull-reply";
+    case MessageType::kDone: return "done";
+    case MessageType::kDoneAck: return "done-ack";
+    case MessageType::kQuery: return "query";
+    case MessageType::kQueryReply: return "query-reply";
+    case MessageType::kError: return "error";
+  }
+  return "unknown(" + std::to_string(static_cast<unsigned>(type)) + ")";
+}
+
+}  // namespace dltrain::wire

@@ -1,0 +1,100 @@
+// Data-plane frames between workers and PS shards.
+//
+// A frame is a fixed 48-byte little-endian header followed by `payload_bytes` bytes:
+//
+//   offset size field          meaning
+//   0      4    magic          0x52544C44 ("DLTR" in memory order)
+//   4      2    version        kProtocolVersion
+//   6      2    type           MessageType
+//   8      8    job            numeric job id
+//   16     8    seq            sequence number (per connection, echoed in replies)
+//   24     4    key            partition key (global partition index)
+//   28     2    codec          Codec of the payload
+//   30     2    flags          must be 0 in version 1
+//   32     4    count          element count of the payload (floats, or index/value pairs);
+//                              with codec none, a figure defined by the message type
+//   36     4    payload_bytes  bytes that follow the header
+//   40     4    scale          fp32: the step size a Push is applied with; 1.0 elsewhere
+//   44     4    generation     the job's generation; stale generations are refused
+//
+// Every length is validated against FrameLimits before any allocation (decode_header
+// does not allocate at all). See docs/protocol.md.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace dltrain::wire {
+
+inline constexpr std::uint32_t kMagic = 0x52544C44u;
+inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::size_t kHeaderSize = 48;
+
+/// Frame types. Requests from a worker carry odd numbers, replies from a PS even ones.
+enum class MessageType : std::uint16_t {
+  kHello = 1,       ///< worker → PS: payload = u32 rank, u32 num_workers
+  kHelloAck = 2,    ///< PS → worker: count = partitions the shard holds so far
+  kInit = 3,        ///< worker → PS: dense initial values of partition `key` (no reply;
+                    ///< the first init of a key wins)
+  kPush = 5,        ///< worker → PS: gradient of partition `key`, applied with `scale`
+                    ///< as the learning rate (no reply)
+  kPull = 7,        ///< worker → PS: request the current values of partition `key`
+  kPullReply = 8,   ///< PS → worker: dense values of partition `key`
+  kDone = 9,        ///< worker → PS: worker `key` (its rank) finished training
+  kDoneAck = 10,    ///< PS → worker: count = workers that have sent kDone
+  kQuery = 11,      ///< worker → PS: ask how many workers are done (count 0, no payload)
+  kQueryReply = 12, ///< PS → worker: count = workers done
+  kError = 14,      ///< PS → worker: payload = UTF-8 reason; the PS closes afterwards
+};
+
+/// Payload encodings.
+enum class Codec : std::uint16_t {
+  kNone = 0,       ///< no payload
+  kDenseF32 = 1,   ///< count fp32 values
+  kDenseF16 = 2,   ///< count IEEE binary16 values
+  kSparseF32 = 3,  ///< count u32 ascending indices, then count fp32 values
+  kSparseF16 = 4,  ///< count u32 ascending indices, then count binary16 values
+  kBytes = 5,      ///< count raw bytes (Hello, Error)
+};
+
+/// Decoded header. Plain value type.
+struct FrameHeader {
+  std::uint16_t version = kProtocolVersion;
+  MessageType type = MessageType::kHello;
+  std::uint64_t job = 0;
+  std::uint64_t seq = 0;
+  std::uint32_t key = 0;
+  Codec codec = Codec::kNone;
+  std::uint16_t flags = 0;
+  std::uint32_t count = 0;
+  std::uint32_t payload_bytes = 0;
+  float scale = 1.0f;
+  std::uint32_t generation = 0;
+};
+
+/// Bounds a receiver enforces before allocating a payload buffer.
+struct FrameLimits {
+  std::uint32_t max_count = 1u << 26;           ///< elements per frame (2^26 floats = 256 MiB)
+  std::uint32_t max_payload_bytes = 1u << 29;   ///< bytes per frame
+};
+
+/// Bytes the payload of `codec` with `count` elements must have; returns false when the
+/// codec is unknown or the size overflows 32 bits.
+bool expected_payload_bytes(Codec codec, std::uint32_t count, std::uint32_t& bytes);
+
+/// Writes `h` into `out` (exactly kHeaderSize bytes). Never fails.
+void encode_header(const FrameHeader& h, std::span<std::byte, kHeaderSize> out);
+
+/// Parses and validates a header: magic, version, type, codec, flags, count and
+/// payload_bytes against `limits` and against each other. Throws ProtocolError with the
+/// field and the value found. Does not allocate. Thread-safe.
+FrameHeader decode_header(std::span<const std::byte, kHeaderSize> in,
+                          const FrameLimits& limits = {});
+
+/// Human-readable name of a type ("push", "pull-reply", ...), for logs.
+std::string to_string(MessageType type);
+
+}  // namespace dltrain::wire
