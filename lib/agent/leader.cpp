@@ -223,10 +223,16 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   void launch(JobRec& j, const std::vector<std::string>& placement) {
     j.tasks.clear();
     std::size_t k = 0;
-    for (int s = 0; s < j.spec.ps_shards; ++s) j.tasks.push_back({"ps-" + std::to_string(s), "ps", s, placement[k++]});
-    for (int r = 0; r < j.spec.workers; ++r) {
-      j.tasks.push_back({"worker-" + std::to_string(r), "worker", r, placement[k++]});
-    }
+    auto add = [&](const std::string& kind, int index) {
+      TaskRec t;
+      t.name = kind + "-" + std::to_string(index);
+      t.kind = kind;
+      t.index = index;
+      t.agent = placement[k++];
+      j.tasks.push_back(t);
+    };
+    for (int s = 0; s < j.spec.ps_shards; ++s) add("ps", s);
+    for (int r = 0; r < j.spec.workers; ++r) add("worker", r);
     for (auto& t : j.tasks) agents.at(t.agent).free_cores -= j.spec.threads_per_task;
     set_state(j, "starting");
     for (auto& t : j.tasks) {

@@ -1,0 +1,245 @@
+// A standalone cluster as real processes on loopback: the leader, three agents, PS and
+// worker tasks, driven through the real `dltrain` client.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kBin = DLTRAIN_BIN_DIR;
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+// Runs a shell command (bounded by `timeout`) and captures stdout.
+Result run(const std::string& cmd, int timeout_s = 300) {
+  Result r;
+  FILE* p = popen(("timeout " + std::to_string(timeout_s) + " " + cmd).c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), p) != nullptr) r.out += buf.data();
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string last_line(const std::string& s) {
+  std::istringstream in(s);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  return last;
+}
+
+// Pids of processes whose command line or working directory mentions `needle`.
+std::vector<int> processes_mentioning(const std::string& needle) {
+  std::vector<int> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int pid = std::stoi(name);
+    if (pid == getpid()) continue;
+    std::ifstream in(e.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(in)), {});
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    std::error_code ec;
+    const auto cwd = fs::read_symlink(e.path() / "cwd", ec).string();
+    if (cmd.find(needle) != std::string::npos || (!ec && cwd.rfind(needle, 0) == 0)) out.push_back(pid);
+  }
+  return out;
+}
+
+class Cluster : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string tmpl = (fs::temp_directory_path() / "dltrain-cluster-XXXXXX").string();
+    root_ = mkdtemp(tmpl.data());
+    state_ = root_ / "state";
+    pid_ = fork();
+    if (pid_ == 0) {
+      setenv("XDG_STATE_HOME", (root_ / "xdg").c_str(), 1);  // keep the user's default file alone
+      const std::string log = (root_ / "standalone.log").string();
+      freopen(log.c_str(), "w", stdout);
+      freopen(log.c_str(), "a", stderr);
+      execl((kBin + "/dltrain-agent").c_str(), "dltrain-agent", "--standalone", "--agents", "3", "--state-dir",
+            state_.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (!fs::exists(state_ / "client.json") && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(100ms);
+    }
+    ASSERT_TRUE(fs::exists(state_ / "client.json")) << "standalone cluster did not become ready";
+    std::ifstream in(state_ / "client.json");
+    auto j = json::parse(in);
+    client_ = kBin + "/dltrain --leader " + j["leader"].get<std::string>() + " --token " +
+              j["client_token"].get<std::string>();
+  }
+
+  static void TearDownTestSuite() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      int st = 0;
+      for (int i = 0; i < 300 && waitpid(pid_, &st, WNOHANG) == 0; ++i) std::this_thread::sleep_for(100ms);
+      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "standalone did not stop cleanly";
+      // Nothing the cluster started may outlive it.
+      EXPECT_TRUE(processes_mentioning(state_.string()).empty());
+    }
+    fs::remove_all(root_);
+  }
+
+  static fs::path write_job(const std::string& name, const std::string& body) {
+    const fs::path p = root_ / (name + ".toml");
+    std::ofstream(p) << "name = \"" << name << "\"\ndata_dir = \"/usr/share/datasets/fashion-mnist\"\n" << body;
+    return p;
+  }
+
+  static json status(const std::string& job) {
+    auto r = run(client_ + " status " + job + " --json", 30);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return json::parse(r.out);
+  }
+
+  static std::string wait_state(const std::string& job, const std::vector<std::string>& states, int timeout_s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    std::string st;
+    while (std::chrono::steady_clock::now() < deadline) {
+      st = status(job)["state"].get<std::string>();
+      if (std::find(states.begin(), states.end(), st) != states.end()) return st;
+      std::this_thread::sleep_for(200ms);
+    }
+    return st;
+  }
+
+  static inline fs::path root_, state_;
+  static inline pid_t pid_ = -1;
+  static inline std::string client_;
+};
+
+}  // namespace
+
+TEST_F(Cluster, TrainsAShortJobWhileASecondWaitsQueued) {
+  // 3 agents × 1 core; job A needs all 3 (1 PS + 2 workers), so B must wait.
+  auto a = write_job("short-cnn", R"(
+model = "cnn"
+epochs = 2
+workers = 2
+ps_shards = 1
+batch_size = 32
+train_samples = 8000
+test_samples = 2000
+[optimizer]
+lr = 0.05
+warmup_epochs = 0.2
+)");
+  auto b = write_job("tiny-mlp", R"(
+model = "mlp"
+epochs = 1
+workers = 1
+ps_shards = 1
+batch_size = 32
+train_samples = 3000
+test_samples = 1000
+)");
+  auto ra = run(client_ + " submit " + a.string() + " --json", 30);
+  ASSERT_EQ(ra.code, 0) << ra.out;
+  const std::string job_a = json::parse(last_line(ra.out))["job"];
+  auto rb = run(client_ + " submit " + b.string() + " --json", 30);
+  ASSERT_EQ(rb.code, 0) << rb.out;
+  const std::string job_b = json::parse(last_line(rb.out))["job"];
+  auto sb = status(job_b);
+  EXPECT_EQ(sb["state"], "queued");
+  EXPECT_EQ(sb["queue_position"], 1);
+
+  auto fa = run(client_ + " follow " + job_a + " --json", 180);
+  ASSERT_EQ(fa.code, 0) << fa.out;
+  auto summary = json::parse(last_line(fa.out));
+  EXPECT_EQ(summary["event"], "summary");
+  EXPECT_EQ(summary["state"], "succeeded");
+  EXPECT_GE(summary["test_accuracy"].get<double>(), 0.70) << summary.dump();
+  EXPECT_EQ(summary["epochs"], 2);
+  EXPECT_GT(summary["bytes_pushed"].get<double>(), 0);
+  EXPECT_GT(summary["bytes_pulled"].get<double>(), 0);
+  EXPECT_GT(summary["wall_seconds"].get<double>(), 0);
+  // Per-epoch progress reached the client.
+  EXPECT_NE(fa.out.find("\"event\":\"epoch_end\""), std::string::npos);
+
+  auto fb = run(client_ + " follow " + job_b + " --json", 120);
+  ASSERT_EQ(fb.code, 0) << fb.out;
+  auto sum_b = json::parse(last_line(fb.out));
+  EXPECT_EQ(sum_b["state"], "succeeded");
+  EXPECT_GE(sum_b["test_accuracy"].get<double>(), 0.5) << sum_b.dump();
+}
+
+TEST_F(Cluster, CancelledJobLeavesNoChildProcess) {
+  auto c = write_job("to-cancel", R"(
+model = "cnn"
+epochs = 20
+workers = 2
+ps_shards = 1
+)");
+  auto rc = run(client_ + " submit " + c.string() + " --json", 30);
+  ASSERT_EQ(rc.code, 0) << rc.out;
+  const std::string job = json::parse(last_line(rc.out))["job"];
+  ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
+  // Wait until every task reported it runs, and its process is there.
+  auto task_pids = [&] {
+    std::vector<int> pids;
+    for (int i = 0; i < 3; ++i) {
+      for (int pid : processes_mentioning((state_ / ("agent-" + std::to_string(i)) / "tasks" / job).string())) {
+        pids.push_back(pid);
+      }
+    }
+    return pids;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  bool all_running = false;
+  while (!all_running && std::chrono::steady_clock::now() < deadline) {
+    auto st = status(job);
+    all_running = st["tasks"].size() == 3 && std::all_of(st["tasks"].begin(), st["tasks"].end(),
+                                                         [](const json& t) { return t["state"] == "running"; });
+    if (!all_running) std::this_thread::sleep_for(200ms);
+  }
+  ASSERT_TRUE(all_running) << status(job).dump();
+  EXPECT_EQ(task_pids().size(), 3u);  // 1 PS shard + 2 workers
+  auto cancel = run(client_ + " cancel " + job, 30);
+  EXPECT_EQ(cancel.code, 0) << cancel.out;
+  EXPECT_EQ(wait_state(job, {"cancelled", "failed", "succeeded"}, 60), "cancelled");
+  // Every PS and worker process of the job is gone (cwd or command line in its task dir).
+  EXPECT_TRUE(task_pids().empty()) << task_pids().size() << " task processes outlived the cancel";
+  // A follower of a finished job gets its summary and the client's exit code says cancelled.
+  auto f = run(client_ + " follow " + job + " --json", 30);
+  EXPECT_EQ(f.code, 1);
+  EXPECT_EQ(json::parse(last_line(f.out))["state"], "cancelled");
+}
+
+TEST_F(Cluster, BadJobFilesAreRejectedAndTheLeaderCarriesOn) {
+  auto bad = write_job("bad", "model = \"resnet\"\n");
+  auto r = run(client_ + " submit " + bad.string() + " 2>&1", 30);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("model: expected one of cnn | mlp, got \"resnet\""), std::string::npos) << r.out;
+  auto agents = run(client_ + " agents --json", 30);
+  ASSERT_EQ(agents.code, 0);
+  EXPECT_EQ(json::parse(agents.out).size(), 3u);
+  auto unreachable = run(kBin + "/dltrain --leader ws://127.0.0.1:1 --token x list 2>&1", 30);
+  EXPECT_EQ(unreachable.code, 3) << unreachable.out;
+  EXPECT_NE(unreachable.out.find("cannot reach the leader"), std::string::npos) << unreachable.out;
+}

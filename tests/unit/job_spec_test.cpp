@@ -1,0 +1,104 @@
+// Job-file validation: every bad input is rejected with a message naming the field.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/errors.h"
+#include "common/job_spec.h"
+
+using namespace dltrain;
+
+namespace {
+
+const std::string kData = "data_dir = \"/usr/share/datasets/fashion-mnist\"\n";
+
+std::pair<std::string, std::string> reject(const std::string& text) {
+  try {
+    parse_job_toml(text, "/tmp", true);
+  } catch (const ConfigError& e) {
+    return {e.field(), e.what()};
+  }
+  return {"", "(accepted)"};
+}
+
+}  // namespace
+
+TEST(JobSpec, ParsesTheMainJobFile) {
+  auto s = parse_job_toml(kData + R"(
+name = "x"
+model = "cnn"
+epochs = 8
+workers = 2
+ps_shards = 1
+batch_size = 64
+[optimizer]
+lr = 0.05
+momentum = 0.9
+[ps]
+partition_size = 1000
+)");
+  EXPECT_EQ(s.name, "x");
+  EXPECT_EQ(s.epochs, 8);
+  EXPECT_EQ(s.batch_size, 64);
+  EXPECT_DOUBLE_EQ(s.optimizer.lr, 0.05);
+  EXPECT_EQ(s.partition_size, 1000);
+  nlohmann::json j = s;
+  auto back = job_from_json(j);
+  EXPECT_EQ(back.name, s.name);
+  EXPECT_EQ(back.partition_size, s.partition_size);
+  EXPECT_DOUBLE_EQ(back.optimizer.momentum, 0.9);
+}
+
+TEST(JobSpec, RejectsUnknownModel) {
+  auto [field, msg] = reject("model = \"resnet152\"\n" + kData);
+  EXPECT_EQ(field, "model");
+  EXPECT_EQ(msg, "model: expected one of cnn | mlp, got \"resnet152\"");
+}
+
+TEST(JobSpec, RejectsMissingDataDirectory) {
+  auto [field, msg] = reject("data_dir = \"/no/such/dir\"\n");
+  EXPECT_EQ(field, "data_dir");
+  EXPECT_EQ(msg, "data_dir: directory \"/no/such/dir\" does not exist (install it with: apt-get install dataset-fashion-mnist)");
+}
+
+TEST(JobSpec, RejectsNegativeBatchSize) {
+  auto [field, msg] = reject("batch_size = -3\n" + kData);
+  EXPECT_EQ(field, "batch_size");
+  EXPECT_EQ(msg, "batch_size: expected an integer in [1, 65536], got -3");
+}
+
+TEST(JobSpec, RejectsWrongType) {
+  auto [field, msg] = reject("workers = \"two\"\n" + kData);
+  EXPECT_EQ(field, "workers");
+  EXPECT_EQ(msg, "workers: expected an integer in [1, 1024], got a string \"two\"");
+  auto [f2, m2] = reject(kData + "[optimizer]\nlr = \"fast\"\n");
+  EXPECT_EQ(f2, "optimizer.lr");
+  EXPECT_EQ(m2, "optimizer.lr: expected a number, got a string \"fast\"");
+}
+
+TEST(JobSpec, RejectsUnknownKeys) {
+  auto [field, msg] = reject("epochz = 3\n" + kData);
+  EXPECT_EQ(field, "epochz");
+  EXPECT_EQ(msg.rfind("epochz: unknown key", 0), 0u) << msg;
+  auto [f2, m2] = reject(kData + "[optimizer]\nnesterov = true\n");
+  EXPECT_EQ(f2, "optimizer.nesterov");
+}
+
+TEST(JobSpec, RejectsOutOfRangeAndSyntaxErrors) {
+  EXPECT_EQ(reject(kData + "[optimizer]\nmomentum = 1.0\n").second,
+            "optimizer.momentum: expected a number in [0, 1), got 1");
+  EXPECT_EQ(reject("sync = \"ssp\"\n" + kData).second, "sync: \"ssp\" is not implemented yet; use \"async\"");
+  auto [field, msg] = reject("epochs = \n");
+  EXPECT_EQ(field, "");
+  EXPECT_EQ(msg.rfind("TOML syntax error at line 1", 0), 0u) << msg;
+}
+
+TEST(JobSpec, ResolvesRelativeDataDirAgainstTheJobFile) {
+  auto s = parse_job_toml("data_dir = \"data/../fm\"\n", "/jobs", false);
+  EXPECT_EQ(s.data_dir, "/jobs/fm");
+}
+
+TEST(JobSpec, ParsesDurations) {
+  EXPECT_DOUBLE_EQ(parse_duration_seconds("1h30m", "deadline"), 5400.0);
+  EXPECT_DOUBLE_EQ(parse_duration_seconds("500ms", "x"), 0.5);
+  EXPECT_THROW(parse_duration_seconds("soon", "deadline"), ConfigError);
+}
