@@ -231,6 +231,46 @@ ps_shards = 1
   EXPECT_EQ(json::parse(last_line(f.out))["state"], "cancelled");
 }
 
+TEST_F(Cluster, AKilledWorkerFailsTheJobWithTheReason) {
+  auto k = write_job("to-kill", R"(
+model = "cnn"
+epochs = 20
+workers = 2
+ps_shards = 1
+)");
+  auto rk = run(client_ + " submit " + k.string() + " --json", 30);
+  ASSERT_EQ(rk.code, 0) << rk.out;
+  const std::string job = json::parse(last_line(rk.out))["job"];
+  ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
+  // Find worker 1's process through its task directory.
+  int victim = -1;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (victim < 0 && std::chrono::steady_clock::now() < deadline) {
+    for (int i = 0; i < 3 && victim < 0; ++i) {
+      const auto dir = state_ / ("agent-" + std::to_string(i)) / "tasks" / job / "worker-1-g1";
+      auto pids = processes_mentioning(dir.string());
+      if (!pids.empty()) victim = pids.front();
+    }
+    if (victim < 0) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_GT(victim, 0) << "worker-1 never started";
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  EXPECT_EQ(wait_state(job, {"failed", "succeeded", "cancelled"}, 60), "failed");
+  auto st = status(job);
+  EXPECT_NE(st["error"].get<std::string>().find("worker-1 on agent local-"), std::string::npos) << st.dump();
+  EXPECT_NE(st["error"].get<std::string>().find("killed by signal 9"), std::string::npos) << st.dump();
+  // The job's other tasks were stopped; the agents and the leader carry on.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(processes_mentioning((state_ / ("agent-" + std::to_string(i)) / "tasks" / job).string()).empty());
+  }
+  auto agents = run(client_ + " agents --json", 30);
+  ASSERT_EQ(agents.code, 0);
+  for (const auto& a : json::parse(agents.out)) {
+    EXPECT_EQ(a["state"], "ready");
+    EXPECT_EQ(a["free_cores"], 1);
+  }
+}
+
 TEST_F(Cluster, BadJobFilesAreRejectedAndTheLeaderCarriesOn) {
   auto bad = write_job("bad", "model = \"resnet\"\n");
   auto r = run(client_ + " submit " + bad.string() + " 2>&1", 30);
