@@ -123,8 +123,18 @@ void print_event(const json& e) {
     std::cout << job << " [" << task << "] epoch " << e.value("epoch", 0) << " step " << e.value("step", 0) << "/"
               << e.value("steps_per_epoch", 0) << "  loss " << fmt(e.value("loss", 0.0), 4) << "  lr "
               << fmt(e.value("lr", 0.0), 4) << "  " << fmt(e.value("images_per_sec", 0.0), 0) << " img/s  pushed "
-              << human_bytes(e.value("bytes_pushed", 0.0)) << "  pulled " << human_bytes(e.value("bytes_pulled", 0.0))
-              << std::endl;
+              << human_bytes(e.value("bytes_pushed", 0.0)) << "  pulled " << human_bytes(e.value("bytes_pulled", 0.0));
+    if (e.contains("density") && e["density"].is_number() && e["density"].get<double>() < 1.0) {
+      std::cout << "  density " << e["density"].get<double>();
+    }
+    if (e.contains("compression_ratio") && e["compression_ratio"].is_number() &&
+        e["compression_ratio"].get<double>() > 1.05) {
+      std::cout << "  compression " << fmt(e["compression_ratio"].get<double>(), 1) << "x";
+    }
+    std::cout << std::endl;
+  } else if (kind == "skipped_step") {
+    std::cout << job << " [" << task << "] skipped epoch " << e.value("epoch", 0) << " step " << e.value("step", 0)
+              << ": NaN/Inf loss or gradient (" << e.value("skipped_steps", 0) << " skipped so far)" << std::endl;
   } else if (kind == "epoch_end") {
     std::cout << job << " [" << task << "] epoch " << e.value("epoch", 0) << "/" << e.value("epochs", 0)
               << " done in " << fmt(e.value("epoch_seconds", 0.0), 1) << " s  train loss "
@@ -144,6 +154,17 @@ void print_event(const json& e) {
               << " s, pushed " << human_bytes(e.value("bytes_pushed", 0.0)) << ", pulled "
               << human_bytes(e.value("bytes_pulled", 0.0)) << ", " << fmt(e.value("images_per_sec", 0.0), 0)
               << " img/s";
+    if (e.value("compression", "none") != "none" && e.contains("compression_ratio") &&
+        e["compression_ratio"].is_number()) {
+      std::cout << "\n  " << e.value("compression", "") << ": " << fmt(e["compression_ratio"].get<double>(), 1)
+                << "x fewer bytes than dense (up " << fmt(e.value("compression_ratio_up", 0.0), 1) << "x, down "
+                << fmt(e.value("compression_ratio_down", 0.0), 1) << "x)";
+      if (e.contains("compression_ratio_after_warmup") && e["compression_ratio_after_warmup"].is_number()) {
+        std::cout << "; after warm-up " << fmt(e["compression_ratio_after_warmup"].get<double>(), 1) << "x (up "
+                  << fmt(e.value("compression_ratio_up_after_warmup", 0.0), 1) << "x, down "
+                  << fmt(e.value("compression_ratio_down_after_warmup", 0.0), 1) << "x)";
+      }
+    }
     if (e.contains("error")) std::cout << "\n  error: " << e.value("error", "");
     std::cout << std::endl;
   }

@@ -14,6 +14,7 @@
 
 #include "agent/supervisor.h"
 #include "common/errors.h"
+#include "common/job_spec.h"
 #include "control/client.h"
 #include "wire/control.h"
 
@@ -227,7 +228,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
                  "--job-id", std::to_string(job_num),
                  "--generation", std::to_string(generation),
                  "--shard", std::to_string(index),
-                 "--momentum", std::to_string(spec.at("optimizer").at("momentum").get<double>()),
+                 "--momentum", std::to_string(ps_momentum(job_from_json(spec))),
                  "--threads", std::to_string(threads),
                  "--bind", opt.task_bind_address,
                  "--log-level", opt.log_level};

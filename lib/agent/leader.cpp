@@ -67,6 +67,7 @@ struct JobRec {
   int epochs_done = 0;
   std::map<int, std::uint64_t> pushed, pulled;
   std::map<int, double> images_per_sec;
+  std::map<int, json> traffic, traffic_after_warmup;  // from each worker's "done" event
   std::string error;
   std::string failing_state;  // the terminal state to enter once every task exited
   std::vector<std::weak_ptr<Session>> followers;
@@ -138,6 +139,26 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
            {"bytes_pushed", j.sum(j.pushed)},
            {"bytes_pulled", j.sum(j.pulled)},
            {"images_per_sec", ips}};
+    s["compression"] = compress::to_string(j.spec.compression.method);
+    // Achieved compression: bytes a dense exchange would have cost ÷ bytes sent,
+    // counted at the workers' sockets with headers, over the run and after warm-up.
+    auto ratios = [&](const std::map<int, json>& m, const std::string& suffix) {
+      double up = 0, down = 0, dup = 0, ddown = 0;
+      for (auto& [r, t] : m) {
+        up += t.value("up", 0.0);
+        down += t.value("down", 0.0);
+        dup += t.value("dense_up", 0.0);
+        ddown += t.value("dense_down", 0.0);
+      }
+      auto q = [](double a, double b) { return b > 0 ? json(a / b) : json(nullptr); };
+      s["compression_ratio" + suffix] = q(dup + ddown, up + down);
+      s["compression_ratio_up" + suffix] = q(dup, up);
+      s["compression_ratio_down" + suffix] = q(ddown, down);
+    };
+    if (!j.traffic.empty()) {
+      ratios(j.traffic, "");
+      ratios(j.traffic_after_warmup, "_after_warmup");
+    }
     if (!j.error.empty()) s["error"] = j.error;
     return s;
   }
@@ -159,6 +180,10 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     out["ps_shards"] = j.spec.ps_shards;
     out["batch_size"] = j.spec.batch_size;
     out["epochs_total"] = j.spec.epochs;
+    out["compression_settings"] = {{"method", compress::to_string(j.spec.compression.method)},
+                                   {"ratio", j.spec.compression.ratio},
+                                   {"downlink_ratio", j.spec.compression.downlink_ratio},
+                                   {"warmup_epochs", j.spec.compression.warmup_epochs}};
     out["submitted_at"] = j.submitted_unix;
     out["tasks"] = tasks;
     if (j.state == "queued") {
@@ -392,6 +417,10 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     if (t.kind == "worker") {
       if (ev.contains("bytes_pushed")) j.pushed[t.index] = ev.value("bytes_pushed", std::uint64_t{0});
       if (ev.contains("bytes_pulled")) j.pulled[t.index] = ev.value("bytes_pulled", std::uint64_t{0});
+      if (kind == "done") {
+        if (ev.contains("traffic")) j.traffic[t.index] = ev["traffic"];
+        if (ev.contains("traffic_after_warmup")) j.traffic_after_warmup[t.index] = ev["traffic_after_warmup"];
+      }
       if (kind == "epoch_end") {
         j.images_per_sec[t.index] = ev.value("images_per_sec", 0.0);
         if (t.index == 0) {
@@ -400,7 +429,8 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
         }
       }
     }
-    if (kind == "progress" || kind == "epoch_end" || kind == "started" || kind == "done" || kind == "error") {
+    if (kind == "progress" || kind == "epoch_end" || kind == "started" || kind == "done" || kind == "error" ||
+        kind == "skipped_step") {
       json fwd = ev;
       fwd["task"] = t.name;
       notify(j, fwd);

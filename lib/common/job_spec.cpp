@@ -165,6 +165,31 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
     } else if (k == "optimizer") {
       if (!node.is_table()) throw ConfigError(k, "expected a table, got " + type_name(node));
       parse_optimizer(*node.as_table(), s.optimizer);
+    } else if (k == "compression") {
+      if (!node.is_table()) throw ConfigError(k, "expected a table, got " + type_name(node));
+      auto& c = s.compression;
+      for (auto&& [ck, cn] : *node.as_table()) {
+        const std::string f = "compression." + std::string(ck.str());
+        const std::string name(ck.str());
+        if (name == "method") {
+          c.method = compress::parse_method(get_choice(cn, f, {"none", "topk", "dgc", "randomk", "fp16"}));
+        } else if (name == "ratio") {
+          c.ratio = get_double(cn, f, 0.0, 1.0, true, false);
+        } else if (name == "downlink_ratio") {
+          c.downlink_ratio = get_double(cn, f, 0.0, 1.0, true, false);
+        } else if (name == "warmup_epochs") {
+          c.warmup_epochs = get_double(cn, f, 0.0, 1000.0, false, false);
+        } else if (name == "momentum") {
+          c.momentum = get_double(cn, f, 0.0, 1.0, false, true);
+        } else if (name == "clip_norm") {
+          c.clip_norm = get_double(cn, f, 0.0, 1e9, false, false);
+        } else if (name == "sample_ratio") {
+          c.sample_ratio = get_double(cn, f, 0.0, 1.0, true, false);
+        } else {
+          throw ConfigError(f, "unknown key (expected method, ratio, downlink_ratio, warmup_epochs, momentum, "
+                               "clip_norm, sample_ratio)");
+        }
+      }
     } else if (k == "ps") {
       if (!node.is_table()) throw ConfigError(k, "expected a table, got " + type_name(node));
       for (auto&& [pk, pn] : *node.as_table()) {
@@ -178,13 +203,18 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
     } else {
       throw ConfigError(k, "unknown key (expected name, model, dataset, data_dir, epochs, "
                            "workers, ps_shards, batch_size, threads_per_task, sync, seed, "
-                           "train_samples, test_samples, [optimizer], [ps])");
+                           "train_samples, test_samples, [optimizer], [compression], [ps])");
     }
   }
   if (s.optimizer.warmup_epochs >= s.epochs) {
     std::ostringstream os;
     os << "must be less than epochs (" << s.epochs << "), got " << s.optimizer.warmup_epochs;
     throw ConfigError("optimizer.warmup_epochs", os.str());
+  }
+  if (s.compression.warmup_epochs >= s.epochs) {
+    std::ostringstream os;
+    os << "must be less than epochs (" << s.epochs << "), got " << s.compression.warmup_epochs;
+    throw ConfigError("compression.warmup_epochs", os.str());
   }
   namespace fs = std::filesystem;
   fs::path dir(s.data_dir);
@@ -229,7 +259,19 @@ void to_json(nlohmann::json& j, const JobSpec& s) {
                        {"momentum", s.optimizer.momentum},
                        {"weight_decay", s.optimizer.weight_decay},
                        {"lr_schedule", s.optimizer.lr_schedule},
-                       {"warmup_epochs", s.optimizer.warmup_epochs}}}};
+                       {"warmup_epochs", s.optimizer.warmup_epochs}}},
+                     {"compression",
+                      {{"method", compress::to_string(s.compression.method)},
+                       {"ratio", s.compression.ratio},
+                       {"downlink_ratio", s.compression.downlink_ratio},
+                       {"warmup_epochs", s.compression.warmup_epochs},
+                       {"momentum", s.compression.momentum},
+                       {"clip_norm", s.compression.clip_norm},
+                       {"sample_ratio", s.compression.sample_ratio}}}};
+}
+
+double ps_momentum(const JobSpec& spec) {
+  return spec.compression.method == compress::Method::kDgc ? 0.0 : spec.optimizer.momentum;
 }
 
 JobSpec job_from_json(const nlohmann::json& j) {
@@ -255,6 +297,16 @@ JobSpec job_from_json(const nlohmann::json& j) {
     s.optimizer.weight_decay = o.at("weight_decay").get<double>();
     s.optimizer.lr_schedule = o.at("lr_schedule").get<std::string>();
     s.optimizer.warmup_epochs = o.at("warmup_epochs").get<double>();
+    if (j.contains("compression")) {
+      const auto& c = j.at("compression");
+      s.compression.method = compress::parse_method(c.at("method").get<std::string>());
+      s.compression.ratio = c.at("ratio").get<double>();
+      s.compression.downlink_ratio = c.at("downlink_ratio").get<double>();
+      s.compression.warmup_epochs = c.at("warmup_epochs").get<double>();
+      s.compression.momentum = c.at("momentum").get<double>();
+      s.compression.clip_norm = c.at("clip_norm").get<double>();
+      s.compression.sample_ratio = c.at("sample_ratio").get<double>();
+    }
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError("job", std::string("malformed job JSON: ") + e.what());

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "compress/compressor.h"
+
 namespace dltrain {
 
 /// Optimizer settings applied by the PS shards (momentum SGD) and the learning-rate
@@ -36,7 +38,12 @@ struct JobSpec {
   std::int64_t test_samples = 0;   ///< evaluate on the first N test images; 0 = all
   std::int64_t partition_size = 262144;  ///< max floats per PS partition, [1, 2^26]
   OptimizerSpec optimizer;
+  compress::CompressionSpec compression;  ///< [compression]; method none = dense ASGD
 };
+
+/// Momentum the PS shards apply: 0 with dgc (its momentum lives at the workers, DGC
+/// §3.2), optimizer.momentum otherwise.
+double ps_momentum(const JobSpec& spec);
 
 /// Parses and validates a job file's text. Relative `data_dir` values are resolved
 /// against `base_dir` (the job file's directory). When `check_files` is true the data

@@ -7,6 +7,7 @@
 #include <boost/asio.hpp>
 
 #include "common/errors.h"
+#include "compress/topk.h"
 
 namespace dltrain::ps {
 
@@ -80,7 +81,8 @@ struct PsClient::Impl {
   void exchange(std::vector<std::vector<asio::const_buffer>>& bufs,
                 const std::vector<int>& replies,
                 const std::function<std::span<std::byte>(std::size_t, const wire::FrameHeader&)>& dest,
-                const char* what) {
+                const char* what,
+                const std::function<void(std::size_t, const wire::FrameHeader&)>& after = nullptr) {
     if (broken) throw IoError("PS client is closed after an earlier error");
     int pending = 0;
     std::exception_ptr failure;
@@ -121,9 +123,20 @@ struct PsClient::Impl {
           return fail(std::current_exception());
         }
         if (h.payload_bytes == 0) return read_next(s, left - 1);
-        asio::async_read(*socks[s], asio::buffer(d.data(), d.size()), [&, s, left](auto ec2, std::size_t m) {
+        if (d.size() != h.payload_bytes) {
+          return fail(std::make_exception_ptr(ProtocolError(where(s) + ": reply of " + std::to_string(h.payload_bytes) +
+                                                            " bytes, expected " + std::to_string(d.size()))));
+        }
+        asio::async_read(*socks[s], asio::buffer(d.data(), d.size()), [&, s, left, h](auto ec2, std::size_t m) {
           pulled += m;
           if (ec2) return fail(std::make_exception_ptr(IoError(where(s) + ": " + ec2.message())));
+          if (after) {
+            try {
+              after(s, h);
+            } catch (...) {
+              return fail(std::current_exception());
+            }
+          }
           read_next(s, left - 1);
         });
       });
@@ -256,35 +269,106 @@ std::span<std::byte> pull_dest(PsClient::Impl& im, std::vector<std::size_t>& nex
 void PsClient::push_pull(std::span<const float> grad, float lr, std::span<float> params) {
   auto& im = *impl_;
   const auto total = static_cast<std::size_t>(im.layout.total_floats);
-  if (grad.size() != total || params.size() != total) {
-    throw ConfigError("model", "push_pull with " + std::to_string(grad.size()) + "/" +
-                                   std::to_string(params.size()) + " floats, layout has " +
+  if (grad.size() != total) {
+    throw ConfigError("model", "push_pull with " + std::to_string(grad.size()) + " floats, layout has " +
                                    std::to_string(total));
   }
+  std::vector<PartitionPush> pushes(im.layout.partitions.size());
+  for (const auto& p : im.layout.partitions) {
+    auto& pp = pushes[p.key];
+    pp.codec = wire::Codec::kDenseF32;
+    pp.count = static_cast<std::uint32_t>(p.length);
+    pp.first = std::as_bytes(grad.subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length)));
+  }
+  push_pull(pushes, lr, 1.0, params);
+}
+
+void PsClient::push_pull(std::span<const PartitionPush> pushes, float lr, double downlink_ratio,
+                         std::span<float> params) {
+  auto& im = *impl_;
+  const auto total = static_cast<std::size_t>(im.layout.total_floats);
+  if (params.size() != total || pushes.size() != im.layout.partitions.size()) {
+    throw ConfigError("model", "push_pull with " + std::to_string(pushes.size()) + " partitions / " +
+                                   std::to_string(params.size()) + " floats, layout has " +
+                                   std::to_string(im.layout.partitions.size()) + " / " + std::to_string(total));
+  }
+  const bool sparse_pull = downlink_ratio < 1.0;
   std::vector<std::vector<asio::const_buffer>> bufs(im.socks.size());
   std::vector<Header> hdrs(im.layout.partitions.size() * 2);
   std::vector<int> replies(im.socks.size(), 0);
   for (std::size_t s = 0; s < im.owned.size(); ++s) {
     for (const auto& p : im.owned[s]) {
-      const auto n = static_cast<std::uint32_t>(p.length);
+      const auto& pp = pushes[p.key];
+      std::uint32_t bytes = 0;
+      if (!wire::expected_payload_bytes(pp.codec, pp.count, bytes) || bytes != pp.first.size() + pp.second.size()) {
+        throw ConfigError("compression", "push of partition " + std::to_string(p.key) + " has " +
+                                             std::to_string(pp.first.size() + pp.second.size()) +
+                                             " payload bytes for codec " + std::to_string(static_cast<int>(pp.codec)) +
+                                             " and count " + std::to_string(pp.count));
+      }
       auto& hp = hdrs[2 * p.key];
-      wire::encode_header(im.header(wire::MessageType::kPush, p.key, wire::Codec::kDenseF32, n, n * 4, lr),
-                          std::span<std::byte, wire::kHeaderSize>(hp));
+      auto h = im.header(wire::MessageType::kPush, p.key, pp.codec, pp.count, bytes, lr);
+      if (pp.codec == wire::Codec::kSeededF32) h.seq = pp.seed;
+      wire::encode_header(h, std::span<std::byte, wire::kHeaderSize>(hp));
       bufs[s].push_back(asio::buffer(hp));
-      bufs[s].push_back(asio::buffer(grad.data() + p.offset, n * 4));
+      if (!pp.first.empty()) bufs[s].push_back(asio::buffer(pp.first.data(), pp.first.size()));
+      if (!pp.second.empty()) bufs[s].push_back(asio::buffer(pp.second.data(), pp.second.size()));
     }
     for (const auto& p : im.owned[s]) {
       auto& hq = hdrs[2 * p.key + 1];
-      wire::encode_header(im.header(wire::MessageType::kPull, p.key, wire::Codec::kNone, 0, 0),
+      const auto k = sparse_pull ? static_cast<std::uint32_t>(compress::k_for(static_cast<std::size_t>(p.length), downlink_ratio)) : 0u;
+      wire::encode_header(im.header(sparse_pull ? wire::MessageType::kPullSparse : wire::MessageType::kPull, p.key,
+                                    wire::Codec::kNone, k, 0),
                           std::span<std::byte, wire::kHeaderSize>(hq));
       bufs[s].push_back(asio::buffer(hq));
       ++replies[s];
     }
   }
   std::vector<std::size_t> next(im.socks.size(), 0);
-  im.exchange(bufs, replies,
-              [&](std::size_t s, const wire::FrameHeader& h) { return pull_dest(im, next, s, h, params); },
-              "push/pull");
+  if (!sparse_pull) {
+    im.exchange(bufs, replies,
+                [&](std::size_t s, const wire::FrameHeader& h) { return pull_dest(im, next, s, h, params); },
+                "push/pull");
+    return;
+  }
+  // Sparse replies: indices and values land in a per-shard scratch buffer and are added
+  // to the replica once complete.
+  std::vector<std::vector<float>> scratch(im.socks.size());
+  std::vector<const Partition*> current(im.socks.size(), nullptr);
+  im.exchange(
+      bufs, replies,
+      [&](std::size_t s, const wire::FrameHeader& h) -> std::span<std::byte> {
+        const auto& parts = im.owned[s];
+        if (h.type != wire::MessageType::kPullReply) {
+          throw ProtocolError(im.where(s) + ": expected pull-reply, got " + wire::to_string(h.type));
+        }
+        if (next[s] >= parts.size() || h.key != parts[next[s]].key) {
+          throw ProtocolError(im.where(s) + ": pull-reply for unexpected partition " + std::to_string(h.key));
+        }
+        const auto& p = parts[next[s]++];
+        if (h.codec != wire::Codec::kSparseF32 || h.count > p.length) {
+          throw ProtocolError(im.where(s) + ": sparse pull-reply of partition " + std::to_string(p.key) +
+                              " has codec " + std::to_string(static_cast<int>(h.codec)) + " and " +
+                              std::to_string(h.count) + " values for " + std::to_string(p.length));
+        }
+        current[s] = &p;
+        scratch[s].resize(2 * static_cast<std::size_t>(h.count));
+        return std::as_writable_bytes(std::span<float>(scratch[s]));
+      },
+      "push/pull",
+      [&](std::size_t s, const wire::FrameHeader& h) {
+        const Partition& p = *current[s];
+        const auto* idx = reinterpret_cast<const std::uint32_t*>(scratch[s].data());
+        const float* val = scratch[s].data() + h.count;
+        float* base = params.data() + p.offset;
+        for (std::uint32_t j = 0; j < h.count; ++j) {
+          if (idx[j] >= p.length || (j > 0 && idx[j] <= idx[j - 1])) {
+            throw ProtocolError(im.where(s) + ": sparse pull-reply of partition " + std::to_string(p.key) +
+                                " has a bad index " + std::to_string(idx[j]));
+          }
+          base[idx[j]] += val[j];
+        }
+      });
 }
 
 void PsClient::pull(std::span<float> params) {

@@ -13,6 +13,16 @@
 
 namespace dltrain::ps {
 
+/// One partition's encoded push (see compress::GradientCompressor). The payload is
+/// `first` followed by `second` (indices then values for sparse codecs).
+struct PartitionPush {
+  wire::Codec codec = wire::Codec::kDenseF32;
+  std::uint32_t count = 0;             ///< elements (n for dense codecs, k for sparse/seeded)
+  std::span<const std::byte> first;
+  std::span<const std::byte> second;
+  std::uint64_t seed = 0;              ///< kSeededF32: the index seed (sent in `seq`)
+};
+
 /// Where one PS shard listens.
 struct PsEndpoint {
   std::string host;        ///< IP literal or host name
@@ -52,7 +62,13 @@ class PsClient {
   /// Pushes `grad` (total_floats) to be applied with learning rate `lr`, then pulls the
   /// current parameters into `params` (total_floats). One round trip per shard.
   void push_pull(std::span<const float> grad, float lr, std::span<float> params);
-  /// Pulls the current parameters into `params` (total_floats).
+  /// General form: pushes `pushes[key]` for every partition (encoded as the codec says),
+  /// then pulls. With downlink_ratio >= 1 the pull is dense and overwrites `params`;
+  /// below 1 each shard answers with the top-k (k = max(1, ⌈ratio·n⌉)) of what changed
+  /// since this worker's last pull, which is added to `params` (the worker's replica).
+  void push_pull(std::span<const PartitionPush> pushes, float lr, double downlink_ratio, std::span<float> params);
+  /// Pulls the current parameters into `params` (total_floats). Dense; the shards record
+  /// that this worker now holds them (the base of later sparse pulls).
   void pull(std::span<float> params);
   /// Tells every shard this worker is done; returns the smallest count of finished
   /// workers any shard reports.

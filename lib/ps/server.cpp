@@ -8,6 +8,8 @@
 #include <spdlog/spdlog.h>
 
 #include "common/errors.h"
+#include "compress/fp16.h"
+#include "compress/topk.h"
 
 namespace dltrain::ps {
 
@@ -102,19 +104,25 @@ class Session : public std::enable_shared_from_this<Session> {
           std::uint32_t v[2];
           std::memcpy(v, payload_.data(), 8);
           rank_ = v[0];
+          if (v[1] == 0 || rank_ >= v[1]) {
+            throw ProtocolError("hello: rank " + std::to_string(v[0]) + " of " + std::to_string(v[1]) + " workers");
+          }
+          hello_ = true;
           spdlog::info("ps: worker {} of {} connected from {}", v[0], v[1], peer_);
           return reply(MessageType::kHelloAck, static_cast<std::uint32_t>(st.num_partitions()));
         }
         case MessageType::kInit:
+          expect_hello();
           expect_codec(wire::Codec::kDenseF32);
           if (h_.count == 0) throw ProtocolError("init frame count: expected >= 1, got 0");
           st.init(h_.key, {payload_.data(), h_.count});
           return read_header();
         case MessageType::kPush:
-          expect_codec(wire::Codec::kDenseF32);
-          st.push(h_.key, {payload_.data(), h_.count}, h_.scale);
+          expect_hello();
+          apply_push(st);
           return read_header();
         case MessageType::kPull: {
+          expect_hello();
           expect_codec(wire::Codec::kNone);
           const auto len = st.length(h_.key);
           if (len < 0) {
@@ -122,19 +130,29 @@ class Session : public std::enable_shared_from_this<Session> {
                                 ", which this shard does not hold");
           }
           out_.resize(static_cast<std::size_t>(len));
-          st.pull(h_.key, out_);
-          wire::FrameHeader r;
-          r.type = MessageType::kPullReply;
-          r.job = srv_.opt.job;
-          r.generation = srv_.opt.generation;
-          r.seq = h_.seq;
-          r.key = h_.key;
+          st.pull(h_.key, out_, static_cast<int>(rank_));
+          wire::FrameHeader r = reply_header(MessageType::kPullReply);
           r.codec = wire::Codec::kDenseF32;
           r.count = static_cast<std::uint32_t>(len);
           r.payload_bytes = r.count * 4;
           return write(r, true);
         }
+        case MessageType::kPullSparse: {
+          expect_hello();
+          expect_codec(wire::Codec::kNone);
+          st.pull_diff(h_.key, static_cast<int>(rank_), h_.count, idx_, vals_);
+          const std::size_t k = idx_.size();
+          out_.resize(2 * k);
+          std::memcpy(out_.data(), idx_.data(), 4 * k);
+          std::memcpy(out_.data() + k, vals_.data(), 4 * k);
+          wire::FrameHeader r = reply_header(MessageType::kPullReply);
+          r.codec = wire::Codec::kSparseF32;
+          r.count = static_cast<std::uint32_t>(k);
+          r.payload_bytes = r.count * 8;
+          return write(r, true);
+        }
         case MessageType::kDone:
+          expect_hello();
           expect_codec(wire::Codec::kNone);
           return reply(MessageType::kDoneAck, static_cast<std::uint32_t>(st.mark_done(h_.key)));
         case MessageType::kQuery:
@@ -145,6 +163,59 @@ class Session : public std::enable_shared_from_this<Session> {
       }
     } catch (const ProtocolError& e) {
       reject(e.what());
+    }
+  }
+
+  void expect_hello() const {
+    if (!hello_) throw ProtocolError(wire::to_string(h_.type) + " frame before hello");
+  }
+
+  wire::FrameHeader reply_header(wire::MessageType type) const {
+    wire::FrameHeader r;
+    r.type = type;
+    r.job = srv_.opt.job;
+    r.generation = srv_.opt.generation;
+    r.seq = h_.seq;
+    r.key = h_.key;
+    return r;
+  }
+
+  // Decodes a push payload in any of the push codecs and applies it.
+  void apply_push(ShardState& st) {
+    const std::uint32_t c = h_.count;
+    const auto len = st.length(h_.key);
+    if (len < 0) {
+      throw ProtocolError("push to partition " + std::to_string(h_.key) + ", which this shard does not hold");
+    }
+    switch (h_.codec) {
+      case wire::Codec::kDenseF32:
+        return st.push(h_.key, {payload_.data(), c}, h_.scale);
+      case wire::Codec::kDenseF16: {
+        vals_.resize(c);
+        compress::from_half({reinterpret_cast<const std::uint16_t*>(payload_.data()), c}, vals_);
+        return st.push(h_.key, vals_, h_.scale);
+      }
+      case wire::Codec::kSparseF32: {
+        const auto* idx = reinterpret_cast<const std::uint32_t*>(payload_.data());
+        return st.push_sparse(h_.key, {idx, c}, {payload_.data() + c, c}, h_.scale);
+      }
+      case wire::Codec::kSparseF16: {
+        const auto* idx = reinterpret_cast<const std::uint32_t*>(payload_.data());
+        vals_.resize(c);
+        compress::from_half({reinterpret_cast<const std::uint16_t*>(idx + c), c}, vals_);
+        return st.push_sparse(h_.key, {idx, c}, vals_, h_.scale);
+      }
+      case wire::Codec::kSeededF32: {
+        if (c > static_cast<std::uint64_t>(len)) {
+          throw ProtocolError("seeded push to partition " + std::to_string(h_.key) + ": count " + std::to_string(c) +
+                              " exceeds the partition's " + std::to_string(len) + " values");
+        }
+        compress::randomk_indices(static_cast<std::size_t>(len), c, h_.seq, idx_);
+        return st.push_sparse(h_.key, idx_, {payload_.data(), c}, h_.scale);
+      }
+      default:
+        throw ProtocolError("push frame codec: " + std::to_string(static_cast<int>(h_.codec)) +
+                            " is not a push encoding");
     }
   }
 
@@ -204,7 +275,10 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<float> payload_;
   std::vector<float> out_;
   std::string err_;
+  std::vector<std::uint32_t> idx_;
+  std::vector<float> vals_;
   std::uint32_t rank_ = 0;
+  bool hello_ = false;
 };
 
 }  // namespace

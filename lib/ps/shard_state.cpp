@@ -1,6 +1,9 @@
 #include "ps/shard_state.h"
 
 #include <algorithm>
+#include <cmath>
+
+#include "compress/topk.h"
 
 #include "common/errors.h"
 
@@ -27,35 +30,94 @@ bool ShardState::init(std::uint32_t key, std::span<const float> values) {
   }
   auto slot = std::make_unique<Slot>();
   slot->x.assign(values.begin(), values.end());
-  slot->v.assign(values.size(), 0.0f);
+  if (momentum_ != 0.0f) slot->v.assign(values.size(), 0.0f);
   slots_.emplace(key, std::move(slot));
   return true;
 }
+
+namespace {
+
+void check_finite(std::span<const float> v, std::uint32_t key) {
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) {
+      throw ProtocolError("push to partition " + std::to_string(key) + ": value " + std::to_string(i) + " is " +
+                          std::to_string(v[i]) + " (NaN/Inf gradients are refused)");
+    }
+  }
+}
+
+}  // namespace
 
 void ShardState::push(std::uint32_t key, std::span<const float> grad, float lr) {
   Slot* s = find(key);
   if (s == nullptr) {
     throw ProtocolError("push to partition " + std::to_string(key) + ", which this shard does not hold");
   }
+  check_finite(grad, key);
   std::lock_guard lock(s->mu);
   if (s->x.size() != grad.size()) {
     throw ProtocolError("push to partition " + std::to_string(key) + ": length " +
                         std::to_string(grad.size()) + ", expected " + std::to_string(s->x.size()));
   }
   float* x = s->x.data();
-  float* v = s->v.data();
   const float* g = grad.data();
-  const float m = momentum_;
   const std::size_t n = grad.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    v[i] = m * v[i] + g[i];
-    x[i] -= lr * v[i];
+  if (s->v.empty()) {
+    for (std::size_t i = 0; i < n; ++i) x[i] -= lr * g[i];
+  } else {
+    float* v = s->v.data();
+    const float m = momentum_;
+    for (std::size_t i = 0; i < n; ++i) {
+      v[i] = m * v[i] + g[i];
+      x[i] -= lr * v[i];
+    }
   }
   std::lock_guard mlock(map_mu_);
   ++pushes_;
 }
 
-void ShardState::pull(std::uint32_t key, std::span<float> out) const {
+void ShardState::push_sparse(std::uint32_t key, std::span<const std::uint32_t> idx, std::span<const float> vals,
+                             float lr) {
+  Slot* s = find(key);
+  if (s == nullptr) {
+    throw ProtocolError("push to partition " + std::to_string(key) + ", which this shard does not hold");
+  }
+  if (idx.size() != vals.size()) {
+    throw ProtocolError("sparse push to partition " + std::to_string(key) + ": " + std::to_string(idx.size()) +
+                        " indices but " + std::to_string(vals.size()) + " values");
+  }
+  check_finite(vals, key);
+  std::lock_guard lock(s->mu);
+  const std::size_t n = s->x.size();
+  if (idx.size() > n) {
+    throw ProtocolError("sparse push to partition " + std::to_string(key) + ": count " + std::to_string(idx.size()) +
+                        " exceeds the partition's " + std::to_string(n) + " values");
+  }
+  for (std::size_t j = 0; j < idx.size(); ++j) {
+    if (idx[j] >= n) {
+      throw ProtocolError("sparse push to partition " + std::to_string(key) + ": index " + std::to_string(idx[j]) +
+                          " out of range [0, " + std::to_string(n) + ")");
+    }
+    if (j > 0 && idx[j] <= idx[j - 1]) {
+      throw ProtocolError("sparse push to partition " + std::to_string(key) + ": indices must be strictly ascending (" +
+                          std::to_string(idx[j - 1]) + " then " + std::to_string(idx[j]) + ")");
+    }
+  }
+  float* x = s->x.data();
+  if (s->v.empty()) {
+    for (std::size_t j = 0; j < idx.size(); ++j) x[idx[j]] -= lr * vals[j];
+  } else {
+    float* v = s->v.data();
+    const float m = momentum_;
+    for (std::size_t i = 0; i < n; ++i) v[i] *= m;
+    for (std::size_t j = 0; j < idx.size(); ++j) v[idx[j]] += vals[j];
+    for (std::size_t i = 0; i < n; ++i) x[i] -= lr * v[i];
+  }
+  std::lock_guard mlock(map_mu_);
+  ++pushes_;
+}
+
+void ShardState::pull(std::uint32_t key, std::span<float> out, int rank) {
   Slot* s = find(key);
   if (s == nullptr) {
     throw ProtocolError("pull of partition " + std::to_string(key) + ", which this shard does not hold");
@@ -66,6 +128,49 @@ void ShardState::pull(std::uint32_t key, std::span<float> out) const {
                         std::to_string(out.size()) + ", expected " + std::to_string(s->x.size()));
   }
   std::copy(s->x.begin(), s->x.end(), out.begin());
+  if (rank >= 0) s->seen[rank] = s->x;
+}
+
+void ShardState::pull_diff(std::uint32_t key, int rank, std::size_t k, std::vector<std::uint32_t>& indices,
+                           std::vector<float>& values) {
+  Slot* s = find(key);
+  if (s == nullptr) {
+    throw ProtocolError("pull of partition " + std::to_string(key) + ", which this shard does not hold");
+  }
+  std::lock_guard lock(s->mu);
+  auto it = s->seen.find(rank);
+  if (it == s->seen.end()) {
+    throw ProtocolError("sparse pull of partition " + std::to_string(key) + " by worker " + std::to_string(rank) +
+                        " before any dense pull");
+  }
+  const std::size_t n = s->x.size();
+  if (k > n) {
+    throw ProtocolError("sparse pull of partition " + std::to_string(key) + ": k = " + std::to_string(k) +
+                        " exceeds the partition's " + std::to_string(n) + " values");
+  }
+  auto& seen = it->second;
+  s->diff.resize(n);
+  for (std::size_t i = 0; i < n; ++i) s->diff[i] = s->x[i] - seen[i];
+  thread_local compress::TopkScratch scratch;
+  compress::topk_sampled(s->diff, k, 0.01, key * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(rank), indices,
+                         scratch);
+  values.resize(indices.size());
+  for (std::size_t j = 0; j < indices.size(); ++j) {
+    const auto i = indices[j];
+    values[j] = s->diff[i];
+    seen[i] += s->diff[i];
+  }
+}
+
+std::size_t ShardState::state_bytes() const {
+  std::lock_guard lock(map_mu_);
+  std::size_t b = 0;
+  for (const auto& [k, slot] : slots_) {
+    std::lock_guard sl(slot->mu);
+    b += 4 * (slot->x.size() + slot->v.size());
+    for (const auto& [r, v] : slot->seen) b += 4 * v.size();
+  }
+  return b;
 }
 
 std::int64_t ShardState::length(std::uint32_t key) const {

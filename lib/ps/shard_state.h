@@ -22,7 +22,7 @@ namespace dltrain::ps {
 /// mutex, so pushes to different partitions proceed in parallel.
 class ShardState {
  public:
-  /// `momentum` in [0, 1).
+  /// `momentum` in [0, 1); 0 when the workers apply momentum themselves (DGC).
   explicit ShardState(double momentum);
 
   /// Sets the initial values of partition `key` (length = values.size()). The first
@@ -31,13 +31,36 @@ class ShardState {
   /// known with a different length.
   bool init(std::uint32_t key, std::span<const float> values);
 
-  /// Applies one gradient push (see class comment). Throws ProtocolError when the key is
-  /// not initialised or the length differs.
+  /// Applies one dense gradient push (see class comment). Throws ProtocolError when the
+  /// key is not initialised, the length differs, or a value is NaN/Inf (nothing is
+  /// applied then: a bad gradient never reaches the model).
   void push(std::uint32_t key, std::span<const float> grad, float lr);
 
-  /// Copies the current values of `key` into `out` (same length). Throws ProtocolError
-  /// when the key is unknown or the length differs.
-  void pull(std::uint32_t key, std::span<float> out) const;
+  /// Applies a sparse push: gradient `values[j]` at coordinate `indices[j]`, zero
+  /// elsewhere. With momentum 0 this costs O(k); otherwise the whole momentum buffer
+  /// decays (O(n)). Throws ProtocolError, applying nothing, unless the indices are
+  /// strictly ascending and < the partition's length, the counts agree and every value
+  /// is finite.
+  void push_sparse(std::uint32_t key, std::span<const std::uint32_t> indices, std::span<const float> values,
+                   float lr);
+
+  /// Copies the current values of `key` into `out` (same length). With `rank` >= 0 it
+  /// also records that worker `rank` now holds exactly these values (its x_seen, the
+  /// base of later pull_diff calls). Throws ProtocolError when the key is unknown or the
+  /// length differs.
+  void pull(std::uint32_t key, std::span<float> out, int rank = -1);
+
+  /// The downlink of sparse bidirectional training (DESIGN.md, "Sparse bidirectional
+  /// training"): d = x − x_seen[rank]; writes the top-k of |d| (ascending indices) and
+  /// their d values, and adds them to x_seen[rank]; the rest of d stays for later pulls.
+  /// Requires an earlier pull(key, out, rank). Throws ProtocolError otherwise or when
+  /// k > length.
+  void pull_diff(std::uint32_t key, int rank, std::size_t k, std::vector<std::uint32_t>& indices,
+                 std::vector<float>& values);
+
+  /// Bytes of parameter state held (x, momentum, and one x_seen per worker that pulled):
+  /// 4·n·(1 + [momentum > 0] + workers) per partition.
+  std::size_t state_bytes() const;
 
   /// Length of partition `key`, or -1 when unknown.
   std::int64_t length(std::uint32_t key) const;
@@ -57,7 +80,9 @@ class ShardState {
   struct Slot {
     mutable std::mutex mu;
     std::vector<float> x;  ///< parameters
-    std::vector<float> v;  ///< momentum buffer
+    std::vector<float> v;  ///< momentum buffer (empty when momentum is 0)
+    std::map<int, std::vector<float>> seen;  ///< x_seen per worker rank
+    std::vector<float> diff;                 ///< scratch for pull_diff
   };
   Slot* find(std::uint32_t key) const;
 

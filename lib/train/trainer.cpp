@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "common/errors.h"
+#include "compress/compressor.h"
 #include "train/idx.h"
 #include "train/models.h"
 
@@ -174,6 +175,26 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
   client.pull(params);
   flat.write_params(params);
 
+  std::vector<std::int64_t> lengths;
+  for (const auto& p : layout.partitions) lengths.push_back(p.length);
+  compress::GradientCompressor compressor(spec.compression, lengths,
+                                          static_cast<std::uint64_t>(spec.seed) * 7919ULL + static_cast<std::uint64_t>(cfg.rank));
+  std::vector<ps::PartitionPush> pushes(layout.partitions.size());
+  compress::CompressionSpec downlink_spec = spec.compression;
+  downlink_spec.ratio = spec.compression.downlink_ratio;
+  // Bytes the same exchange would cost dense: a push frame (header + n floats) and a
+  // pull request header per partition up, a dense pull reply per partition down.
+  std::uint64_t dense_up_per_step = 0, dense_down_per_step = 0;
+  for (const auto& p : layout.partitions) {
+    dense_up_per_step += 2 * wire::kHeaderSize + 4 * static_cast<std::uint64_t>(p.length);
+    dense_down_per_step += wire::kHeaderSize + 4 * static_cast<std::uint64_t>(p.length);
+  }
+  struct Traffic {
+    std::uint64_t up = 0, down = 0, dense_up = 0, dense_down = 0;
+  } total, after_warmup;
+  std::int64_t skipped_steps = 0, consecutive_skips = 0;
+  constexpr std::int64_t kMaxConsecutiveSkips = 20;
+
   const std::int64_t n = train_x.size(0);
   const std::int64_t bs = spec.batch_size;
   const std::int64_t steps_per_epoch = std::max<std::int64_t>(1, (n + bs - 1) / bs);
@@ -192,6 +213,11 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
   auto last_report = Clock::now();
   std::int64_t images_since_report = 0;
   const auto wd = static_cast<float>(spec.optimizer.weight_decay);
+  const bool plain = spec.compression.method == compress::Method::kNone && spec.compression.downlink_ratio >= 1.0;
+  double last_density = 1.0;
+  auto ratio = [](std::uint64_t dense, std::uint64_t actual) {
+    return actual == 0 ? nlohmann::json(nullptr) : nlohmann::json(static_cast<double>(dense) / static_cast<double>(actual));
+  };
 
   for (int epoch = 0; epoch < spec.epochs; ++epoch) {
     const auto t_epoch = Clock::now();
@@ -210,18 +236,75 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
       auto loss = torch::nn::functional::cross_entropy(model.forward(xb), yb);
       loss.backward();
       const double lv = loss.item<double>();
-      if (!std::isfinite(lv)) {
-        throw Error("worker " + std::to_string(cfg.rank) + ": loss became " + std::to_string(lv) +
-                    " at epoch " + std::to_string(epoch + 1) + " step " + std::to_string(step) +
-                    "; lower optimizer.lr");
-      }
       flat.read_grads(grads);
+      bool finite = std::isfinite(lv);
+      for (std::size_t i = 0; finite && i < grads.size(); ++i) finite = std::isfinite(grads[i]);
+      if (!finite) {
+        // A NaN/Inf gradient is never pushed: the step is skipped and counted.
+        ++skipped_steps;
+        if (++consecutive_skips > kMaxConsecutiveSkips) {
+          throw Error("worker " + std::to_string(cfg.rank) + ": " + std::to_string(consecutive_skips) +
+                      " consecutive steps had a NaN/Inf loss or gradient (epoch " + std::to_string(epoch + 1) +
+                      ", step " + std::to_string(step + 1) + "); the model diverged: lower optimizer.lr or set "
+                      "compression.clip_norm");
+        }
+        sink({{"event", "skipped_step"}, {"rank", cfg.rank}, {"epoch", epoch + 1}, {"step", step + 1},
+              {"loss", std::isfinite(lv) ? nlohmann::json(lv) : nlohmann::json(nullptr)},
+              {"skipped_steps", skipped_steps}});
+        continue;
+      }
+      consecutive_skips = 0;
       if (wd > 0) {
         for (std::size_t i = 0; i < grads.size(); ++i) grads[i] += wd * params[i];
       }
       const double pos = epoch + static_cast<double>(step) / steps_per_epoch;
       const auto lr = static_cast<float>(learning_rate(spec.optimizer, pos, spec.epochs));
-      client.push_pull(grads, lr, params);
+      const double density = compress::density_at(spec.compression, pos);
+      const double downlink = compress::density_at(downlink_spec, pos);
+      const auto up0 = client.bytes_pushed(), down0 = client.bytes_pulled();
+      if (plain) {
+        client.push_pull(grads, lr, params);
+      } else {
+        compressor.clip(grads, spec.workers);
+        for (const auto& p : layout.partitions) {
+          const auto& e = compressor.encode(
+              p.key, std::span<const float>(grads).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length)),
+              density, static_cast<std::uint64_t>(global_step));
+          auto& pp = pushes[p.key];
+          pp.count = static_cast<std::uint32_t>(e.count());
+          pp.second = {};
+          pp.seed = e.seed;
+          switch (e.encoding) {
+            case compress::Encoding::kDense:
+              pp.codec = wire::Codec::kDenseF32;
+              pp.first = std::as_bytes(std::span<const float>(e.values));
+              break;
+            case compress::Encoding::kDenseF16:
+              pp.codec = wire::Codec::kDenseF16;
+              pp.first = std::as_bytes(std::span<const std::uint16_t>(e.half));
+              break;
+            case compress::Encoding::kSparse:
+              pp.codec = wire::Codec::kSparseF32;
+              pp.first = std::as_bytes(std::span<const std::uint32_t>(e.indices));
+              pp.second = std::as_bytes(std::span<const float>(e.values));
+              break;
+            case compress::Encoding::kSeeded:
+              pp.codec = wire::Codec::kSeededF32;
+              pp.first = std::as_bytes(std::span<const float>(e.values));
+              break;
+          }
+        }
+        client.push_pull(pushes, lr, downlink, params);
+      }
+      const std::uint64_t up = client.bytes_pushed() - up0, down = client.bytes_pulled() - down0;
+      for (Traffic* t : {&total, &after_warmup}) {
+        if (t == &after_warmup && pos < spec.compression.warmup_epochs) continue;
+        t->up += up;
+        t->down += down;
+        t->dense_up += dense_up_per_step;
+        t->dense_down += dense_down_per_step;
+      }
+      last_density = density;
       flat.write_params(params);
       ++global_step;
       loss_sum += lv;
@@ -241,7 +324,10 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
               {"lr", lr},
               {"images_per_sec", static_cast<double>(images_since_report) / since},
               {"bytes_pushed", client.bytes_pushed()},
-              {"bytes_pulled", client.bytes_pulled()}});
+              {"bytes_pulled", client.bytes_pulled()},
+              {"density", last_density},
+              {"compression_ratio", ratio(total.dense_up + total.dense_down, total.up + total.down)},
+              {"skipped_steps", skipped_steps}});
         last_report = Clock::now();
         images_since_report = 0;
         recent_loss = 0;
@@ -290,9 +376,20 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
         {"rank", cfg.rank},
         {"test_accuracy", final_accuracy},
         {"steps", global_step},
+        {"skipped_steps", skipped_steps},
         {"wall_seconds", seconds_since(t_start)},
         {"bytes_pushed", client.bytes_pushed()},
-        {"bytes_pulled", client.bytes_pulled()}});
+        {"bytes_pulled", client.bytes_pulled()},
+        {"traffic",
+         {{"up", total.up}, {"down", total.down}, {"dense_up", total.dense_up}, {"dense_down", total.dense_down}}},
+        {"traffic_after_warmup",
+         {{"up", after_warmup.up},
+          {"down", after_warmup.down},
+          {"dense_up", after_warmup.dense_up},
+          {"dense_down", after_warmup.dense_down}}},
+        {"compression_ratio", ratio(total.dense_up + total.dense_down, total.up + total.down)},
+        {"compression_ratio_after_warmup",
+         ratio(after_warmup.dense_up + after_warmup.dense_down, after_warmup.up + after_warmup.down)}});
   return final_accuracy;
 }
 

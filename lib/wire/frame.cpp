@@ -36,6 +36,7 @@ bool known_type(std::uint16_t t) {
     case MessageType::kQuery:
     case MessageType::kQueryReply:
     case MessageType::kError:
+    case MessageType::kPullSparse:
       return true;
   }
   return false;
@@ -52,6 +53,7 @@ bool expected_payload_bytes(Codec codec, std::uint32_t count, std::uint32_t& byt
     case Codec::kSparseF32: per = 8; break;
     case Codec::kSparseF16: per = 6; break;
     case Codec::kBytes: per = 1; break;
+    case Codec::kSeededF32: per = 4; break;
     default: return false;
   }
   std::uint64_t total = per * count;
@@ -138,6 +140,7 @@ std::string to_string(MessageType type) {
     case MessageType::kQuery: return "query";
     case MessageType::kQueryReply: return "query-reply";
     case MessageType::kError: return "error";
+    case MessageType::kPullSparse: return "pull-sparse";
   }
   return "unknown(" + std::to_string(static_cast<unsigned>(type)) + ")";
 }

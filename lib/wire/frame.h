@@ -48,6 +48,9 @@ enum class MessageType : std::uint16_t {
   kQuery = 11,      ///< worker → PS: ask how many workers are done (count 0, no payload)
   kQueryReply = 12, ///< PS → worker: count = workers done
   kError = 14,      ///< PS → worker: payload = UTF-8 reason; the PS closes afterwards
+  kPullSparse = 15, ///< worker → PS: request the top-`count` of x − x_seen for partition
+                    ///< `key` (the downlink of sparse bidirectional training); the reply is
+                    ///< a kPullReply with a sparse codec
 };
 
 /// Payload encodings.
@@ -58,6 +61,8 @@ enum class Codec : std::uint16_t {
   kSparseF32 = 3,  ///< count u32 ascending indices, then count fp32 values
   kSparseF16 = 4,  ///< count u32 ascending indices, then count binary16 values
   kBytes = 5,      ///< count raw bytes (Hello, Error)
+  kSeededF32 = 6,  ///< count fp32 values at the indices compress::randomk_indices(n, count,
+                   ///< seq) draws: the header's seq carries the seed, indices are not sent
 };
 
 /// Decoded header. Plain value type.

@@ -96,7 +96,8 @@ struct TwoShards : ::testing::Test {
   }
 };
 
-// Sends raw bytes to a port and returns the reply's header (if any) and the text after it.
+// Sends raw bytes to a port and returns the first error frame's header (skipping
+// other replies) and its text; nullopt when the PS closes without one.
 std::pair<std::optional<wire::FrameHeader>, std::string> raw_exchange(std::uint16_t port, const std::vector<std::byte>& bytes) {
   namespace asio = boost::asio;
   asio::io_context io;
@@ -104,20 +105,45 @@ std::pair<std::optional<wire::FrameHeader>, std::string> raw_exchange(std::uint1
   sock.connect({asio::ip::make_address("127.0.0.1"), port});
   asio::write(sock, asio::buffer(bytes));
   sock.shutdown(asio::ip::tcp::socket::shutdown_send);
-  std::array<std::byte, wire::kHeaderSize> hdr{};
-  boost::system::error_code ec;
-  asio::read(sock, asio::buffer(hdr), ec);
-  if (ec) return {std::nullopt, ""};
-  auto h = wire::decode_header(std::span<const std::byte, wire::kHeaderSize>(hdr));
-  std::string text(h.payload_bytes, '\0');
-  asio::read(sock, asio::buffer(text), ec);
-  return {h, text};
+  for (;;) {
+    std::array<std::byte, wire::kHeaderSize> hdr{};
+    boost::system::error_code ec;
+    asio::read(sock, asio::buffer(hdr), ec);
+    if (ec) return {std::nullopt, ""};
+    auto h = wire::decode_header(std::span<const std::byte, wire::kHeaderSize>(hdr));
+    std::string text(h.payload_bytes, '\0');
+    asio::read(sock, asio::buffer(text), ec);
+    if (h.type == wire::MessageType::kError) return {h, text};
+  }
 }
 
 std::vector<std::byte> header_bytes(const wire::FrameHeader& h) {
   std::vector<std::byte> b(wire::kHeaderSize);
   wire::encode_header(h, std::span<std::byte, wire::kHeaderSize>(b.data(), wire::kHeaderSize));
   return b;
+}
+
+// A hello from worker 0 of 1 for job 42, generation 1, then `rest`.
+std::vector<std::byte> after_hello(const std::vector<std::byte>& rest) {
+  wire::FrameHeader h;
+  h.type = wire::MessageType::kHello;
+  h.job = 42;
+  h.generation = 1;
+  h.codec = wire::Codec::kBytes;
+  h.count = 8;
+  h.payload_bytes = 8;
+  auto b = header_bytes(h);
+  const std::uint32_t hello[2] = {0, 1};
+  const auto* p = reinterpret_cast<const std::byte*>(hello);
+  b.insert(b.end(), p, p + 8);
+  b.insert(b.end(), rest.begin(), rest.end());
+  return b;
+}
+
+template <typename T>
+void append(std::vector<std::byte>& b, const std::vector<T>& v) {
+  const auto* p = reinterpret_cast<const std::byte*>(v.data());
+  b.insert(b.end(), p, p + v.size() * sizeof(T));
 }
 
 }  // namespace
@@ -212,8 +238,11 @@ TEST_F(TwoShards, MalformedFramesCloseOnlyThatConnection) {
   bytes.resize(bytes.size() + 4);
   auto [h4, text4] = raw_exchange(s0->port(), bytes);
   ASSERT_TRUE(h4.has_value());
-  EXPECT_NE(text4.find("partition 99"), std::string::npos) << text4;
-  EXPECT_EQ(s0->rejected_connections(), 3u);
+  EXPECT_EQ(text4, "push frame before hello");
+  auto [h5, text5] = raw_exchange(s0->port(), after_hello(bytes));
+  ASSERT_TRUE(h5.has_value());
+  EXPECT_NE(text5.find("partition 99"), std::string::npos) << text5;
+  EXPECT_EQ(s0->rejected_connections(), 4u);
 
   // The shard still serves a well-behaved worker.
   auto w = client(0);
@@ -222,4 +251,87 @@ TEST_F(TwoShards, MalformedFramesCloseOnlyThatConnection) {
   w.init(x);
   w.pull(out);
   EXPECT_EQ(out, x);
+}
+
+TEST(SparseDataPlane, SparsePushAndDownlinkOverTcpAsHandComputed) {
+  // Momentum 0 (DGC: momentum lives at the workers). Two shards, partitions {4, 4}.
+  PsServerOptions o;
+  o.bind_address = "127.0.0.1";
+  o.job = 42;
+  o.generation = 1;
+  auto st0 = std::make_shared<ShardState>(0.0), st1 = std::make_shared<ShardState>(0.0);
+  PsServer s0(o, st0), s1(o, st1);
+  s0.start();
+  s1.start();
+  auto layout = make_layout({4, 4}, 4, 2);
+  PsClientOptions co;
+  co.job = 42;
+  co.generation = 1;
+  co.num_workers = 1;
+  co.timeout = std::chrono::milliseconds(5000);
+  PsClient w({{"127.0.0.1", s0.port()}, {"127.0.0.1", s1.port()}}, layout, co);
+  w.connect();
+  std::vector<float> x0{1, 2, 3, 4, 5, 6, 7, 8}, replica(8);
+  w.init(x0);
+  w.pull(replica);  // dense: the shards now know this worker holds x0
+  ASSERT_EQ(replica, x0);
+  // Partition 0: +2 at local 1; partition 1: +1 at local 0 and -1 at local 3; lr 0.5.
+  std::vector<std::uint32_t> i0{1}, i1{0, 3};
+  std::vector<float> v0{2}, v1{1, -1};
+  std::vector<PartitionPush> pushes(2);
+  pushes[0] = {wire::Codec::kSparseF32, 1, std::as_bytes(std::span(i0)), std::as_bytes(std::span(v0)), 0};
+  pushes[1] = {wire::Codec::kSparseF32, 2, std::as_bytes(std::span(i1)), std::as_bytes(std::span(v1)), 0};
+  // x = [1, 1, 3, 4 | 4.5, 6, 7, 8.5]; downlink 25% → the top-1 difference per partition:
+  // -1 at index 1 and, of the tied ±0.5, the lower index 4.
+  w.push_pull(pushes, 0.5f, 0.25, replica);
+  EXPECT_EQ(replica, (std::vector<float>{1, 1, 3, 4, 4.5f, 6, 7, 8}));
+  // Nothing new pushed: the next pull delivers the remaining +0.5 at index 7.
+  pushes[0] = {wire::Codec::kSparseF32, 0, {}, {}, 0};
+  pushes[1] = {wire::Codec::kSparseF32, 0, {}, {}, 0};
+  w.push_pull(pushes, 0.5f, 0.25, replica);
+  EXPECT_EQ(replica, (std::vector<float>{1, 1, 3, 4, 4.5f, 6, 7, 8.5f}));
+  std::vector<float> x(8);
+  w.pull(x);
+  EXPECT_EQ(x, (std::vector<float>{1, 1, 3, 4, 4.5f, 6, 7, 8.5f}));
+  // Bytes of a sparse exchange: push headers + 8 bytes per element, pull headers up;
+  // headers + 8 bytes per element down.
+  const auto up0 = w.bytes_pushed(), down0 = w.bytes_pulled();
+  w.push_pull(pushes, 0.5f, 0.25, replica);
+  EXPECT_EQ(w.bytes_pushed() - up0, 4u * 48);
+  EXPECT_EQ(w.bytes_pulled() - down0, 2u * (48 + 8));
+}
+
+TEST(SparseDataPlane, MalformedSparseFramesAreRefusedOverTcp) {
+  PsServerOptions o;
+  o.bind_address = "127.0.0.1";
+  o.job = 42;
+  o.generation = 1;
+  auto st = std::make_shared<ShardState>(0.0);
+  std::vector<float> x(10, 1.0f);
+  st->init(0, x);
+  PsServer srv(o, st);
+  srv.start();
+  auto sparse = [](std::vector<std::uint32_t> idx, std::vector<float> val) {
+    wire::FrameHeader h;
+    h.type = wire::MessageType::kPush;
+    h.job = 42;
+    h.generation = 1;
+    h.codec = wire::Codec::kSparseF32;
+    h.count = static_cast<std::uint32_t>(idx.size());
+    h.payload_bytes = h.count * 8;
+    auto b = header_bytes(h);
+    append(b, idx);
+    append(b, val);
+    return after_hello(b);
+  };
+  EXPECT_EQ(raw_exchange(srv.port(), sparse({2, 12}, {1, 1})).second,
+            "sparse push to partition 0: index 12 out of range [0, 10)");
+  EXPECT_EQ(raw_exchange(srv.port(), sparse({3, 3}, {1, 1})).second,
+            "sparse push to partition 0: indices must be strictly ascending (3 then 3)");
+  EXPECT_EQ(raw_exchange(srv.port(), sparse(std::vector<std::uint32_t>(11, 0), std::vector<float>(11, 0))).second,
+            "sparse push to partition 0: count 11 exceeds the partition's 10 values");
+  std::vector<float> out(10);
+  st->pull(0, out);
+  EXPECT_EQ(out, x);
+  EXPECT_EQ(srv.rejected_connections(), 3u);
 }

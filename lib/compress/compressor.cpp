@@ -1,0 +1,136 @@
+#include "compress/compressor.h"
+
+#include <cmath>
+
+#include "common/errors.h"
+#include "compress/fp16.h"
+
+namespace dltrain::compress {
+
+Method parse_method(const std::string& name) {
+  if (name == "none") return Method::kNone;
+  if (name == "topk") return Method::kTopk;
+  if (name == "dgc") return Method::kDgc;
+  if (name == "randomk") return Method::kRandomk;
+  if (name == "fp16") return Method::kFp16;
+  throw ConfigError("compression.method", "expected one of none | topk | dgc | randomk | fp16, got \"" + name + "\"");
+}
+
+std::string to_string(Method m) {
+  switch (m) {
+    case Method::kNone: return "none";
+    case Method::kTopk: return "topk";
+    case Method::kDgc: return "dgc";
+    case Method::kRandomk: return "randomk";
+    case Method::kFp16: return "fp16";
+  }
+  return "?";
+}
+
+double density_at(const CompressionSpec& spec, double epoch_pos) {
+  if (spec.warmup_epochs > 0 && epoch_pos < spec.warmup_epochs) {
+    const int e = static_cast<int>(std::floor(epoch_pos));
+    return std::max(spec.ratio, std::pow(0.25, e + 1));
+  }
+  return spec.ratio;
+}
+
+GradientCompressor::GradientCompressor(CompressionSpec spec, std::vector<std::int64_t> lengths, std::uint64_t seed)
+    : spec_(spec), lengths_(std::move(lengths)), seed_(seed) {
+  const bool accumulates = spec_.method != Method::kNone;
+  v_.resize(lengths_.size());
+  u_.resize(lengths_.size());
+  out_.resize(lengths_.size());
+  for (std::size_t p = 0; p < lengths_.size(); ++p) {
+    const auto n = static_cast<std::size_t>(lengths_[p]);
+    if (accumulates) v_[p].assign(n, 0.0f);
+    if (spec_.method == Method::kDgc) u_[p].assign(n, 0.0f);
+  }
+}
+
+double GradientCompressor::clip(std::span<float> grad, int num_workers) const {
+  double sq = 0;
+  for (float g : grad) sq += static_cast<double>(g) * g;
+  const double norm = std::sqrt(sq);
+  if (spec_.clip_norm > 0) {
+    const double limit = spec_.clip_norm / std::sqrt(static_cast<double>(std::max(1, num_workers)));
+    if (norm > limit) {
+      const auto s = static_cast<float>(limit / norm);
+      for (float& g : grad) g *= s;
+    }
+  }
+  return norm;
+}
+
+const Encoded& GradientCompressor::encode(std::size_t p, std::span<const float> g, double density, std::uint64_t step) {
+  Encoded& e = out_[p];
+  const std::size_t n = g.size();
+  if (static_cast<std::int64_t>(n) != lengths_[p]) {
+    throw Error("compressor: partition " + std::to_string(p) + " has " + std::to_string(lengths_[p]) +
+                " floats, got " + std::to_string(n));
+  }
+  const std::uint64_t step_seed = splitmix64(seed_ ^ splitmix64(step * 0x100000001B3ull + p));
+  switch (spec_.method) {
+    case Method::kNone:
+      e.encoding = Encoding::kDense;
+      e.values.assign(g.begin(), g.end());
+      return e;
+    case Method::kFp16: {
+      auto& v = v_[p];
+      e.encoding = Encoding::kDenseF16;
+      e.half.resize(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        v[i] += g[i];
+        e.half[i] = float_to_half(v[i]);
+        v[i] -= half_to_float(e.half[i]);
+      }
+      return e;
+    }
+    case Method::kTopk:
+    case Method::kRandomk:
+    case Method::kDgc:
+      break;
+  }
+  auto& v = v_[p];
+  const std::size_t k = k_for(n, density);
+  if (spec_.method == Method::kDgc) {
+    auto& u = u_[p];
+    const auto m = static_cast<float>(spec_.momentum);
+    for (std::size_t i = 0; i < n; ++i) {
+      u[i] = m * u[i] + g[i];
+      v[i] += u[i];
+    }
+    topk_sampled(v, k, spec_.sample_ratio, step_seed, idx_, scratch_);
+    e.encoding = k == n ? Encoding::kDense : Encoding::kSparse;
+    e.values.resize(idx_.size());
+    for (std::size_t j = 0; j < idx_.size(); ++j) {
+      const std::uint32_t i = idx_[j];
+      e.values[j] = v[i];
+      if (v[i] != u[i]) u[i] = 0.0f;  // held back before this step: mask its momentum
+      v[i] = 0.0f;
+    }
+  } else {
+    for (std::size_t i = 0; i < n; ++i) v[i] += g[i];
+    if (spec_.method == Method::kTopk) {
+      topk_exact(v, k, idx_, scratch_);
+      e.encoding = k == n ? Encoding::kDense : Encoding::kSparse;
+    } else {
+      randomk_indices(n, k, step_seed, idx_);
+      e.encoding = k == n ? Encoding::kDense : Encoding::kSeeded;
+      e.seed = step_seed;
+    }
+    e.values.resize(idx_.size());
+    for (std::size_t j = 0; j < idx_.size(); ++j) {
+      e.values[j] = v[idx_[j]];
+      v[idx_[j]] = 0.0f;
+    }
+  }
+  if (e.encoding == Encoding::kSparse) {
+    e.indices.assign(idx_.begin(), idx_.end());
+  } else {
+    e.indices.clear();
+  }
+  return e;
+}
+
+}  // namespace dltrain::compress

@@ -1,0 +1,109 @@
+// Worker-side gradient compression: error feedback, DGC momentum correction, momentum
+// factor masking, local gradient clipping, sparsity warm-up (plain C++, no LibTorch).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compress/topk.h"
+
+namespace dltrain::compress {
+
+/// Compression methods of the [compression] section of a job file.
+enum class Method {
+  kNone,     ///< dense fp32, no state
+  kTopk,     ///< exact top-k of the error-feedback accumulator; momentum stays at the PS
+  kDgc,      ///< Deep Gradient Compression: momentum correction + masking + sampled top-k
+  kRandomk,  ///< k random coordinates (shared seed, indices not sent) with error feedback
+  kFp16,     ///< dense binary16 with error feedback of the rounding
+};
+
+/// "none" | "topk" | "dgc" | "randomk" | "fp16"; throws ConfigError("compression.method").
+Method parse_method(const std::string& name);
+std::string to_string(Method m);
+
+/// Settings, validated by the job-file parser.
+struct CompressionSpec {
+  Method method = Method::kNone;
+  double ratio = 0.001;          ///< uplink density after warm-up, (0, 1]
+  double downlink_ratio = 1.0;   ///< PS → worker density, (0, 1]; 1 = dense pulls
+  double warmup_epochs = 0.0;    ///< epochs of exponentially decreasing density, [0, epochs)
+  double momentum = 0.9;         ///< DGC's worker-side momentum m, [0, 1)
+  double clip_norm = 0.0;        ///< local clipping threshold before scaling; 0 = off
+  double sample_ratio = 0.01;    ///< DGC's sampled fraction, (0, 1]
+};
+
+/// Density in effect at training progress `epoch_pos` (fractional epochs): during
+/// warm-up epoch e (0-based) it is max(ratio, 0.25^(e+1)) — DGC's 75%, 93.75%, 98.4%,
+/// 99.6% sparsity schedule (Lin et al. 2018, §4) — afterwards `ratio`.
+double density_at(const CompressionSpec& spec, double epoch_pos);
+
+/// How one partition's update travels.
+enum class Encoding {
+  kDense,     ///< `values` holds all n floats
+  kDenseF16,  ///< `half` holds all n binary16 values
+  kSparse,    ///< `indices` (ascending) and `values`, k each
+  kSeeded,    ///< `values` only; the indices are randomk_indices(n, k, seed)
+};
+
+/// One encoded partition update. Buffers are reused between calls.
+struct Encoded {
+  Encoding encoding = Encoding::kDense;
+  std::vector<std::uint32_t> indices;
+  std::vector<float> values;
+  std::vector<std::uint16_t> half;
+  std::uint64_t seed = 0;
+  /// Elements the frame carries (n for dense encodings, k otherwise).
+  std::size_t count() const { return encoding == Encoding::kDenseF16 ? half.size() : values.size(); }
+};
+
+/// Per-worker compression state over a model's partitions.
+///
+/// Per step and partition, with gradient g (Lin et al. 2018, Algorithm 1 and §3):
+///   none:    send g
+///   fp16:    v += g; send h = fp16(v); v -= h                    (error feedback)
+///   topk:    v += g; send v at top-k(|v|); zero v there           (error feedback)
+///   randomk: v += g; send v at k seeded random indices; zero v there
+///   dgc:     u = m·u + g; v += u; send v at sampled-top-k(|v|); zero v there, and zero u
+///            at the sent coordinates that had been held back (momentum factor masking).
+/// dgc's masking deviates from the paper in one respect: a coordinate sent in the very
+/// step its accumulation started (v was 0 before the step) keeps its momentum. Those
+/// coordinates carry no stale momentum — the reason §3.3 masks — and keeping it makes
+/// dgc at density 1 exactly momentum SGD, as momentum correction (§3.2) intends; the
+/// paper's rule would turn it into SGD without momentum. See docs/compression.md.
+///
+/// Thread-safety: none; one instance per worker thread.
+class GradientCompressor {
+ public:
+  /// `lengths[p]` = floats of partition p. `seed` makes sampling and random-k
+  /// deterministic per worker.
+  GradientCompressor(CompressionSpec spec, std::vector<std::int64_t> lengths, std::uint64_t seed);
+
+  /// Local gradient clipping (DGC §3.4; Pascanu et al. 2013): when spec.clip_norm > 0,
+  /// scales `grad` (the whole flat gradient) so its L2 norm is at most
+  /// clip_norm · num_workers^-1/2. Returns the norm before clipping.
+  double clip(std::span<float> grad, int num_workers) const;
+
+  /// Encodes partition p's gradient at `density` for step `step`. Returns a reference to
+  /// an internal buffer valid until the next encode of the same partition.
+  const Encoded& encode(std::size_t p, std::span<const float> grad, double density, std::uint64_t step);
+
+  /// The error-feedback accumulator v and DGC momentum u of partition p (empty when the
+  /// method keeps none).
+  std::span<const float> residual(std::size_t p) const { return v_[p]; }
+  std::span<const float> velocity(std::size_t p) const { return u_[p]; }
+  const CompressionSpec& spec() const { return spec_; }
+
+ private:
+  CompressionSpec spec_;
+  std::vector<std::int64_t> lengths_;
+  std::uint64_t seed_;
+  std::vector<std::vector<float>> v_, u_;
+  std::vector<Encoded> out_;
+  TopkScratch scratch_;
+  std::vector<std::uint32_t> idx_;
+};
+
+}  // namespace dltrain::compress

@@ -1,0 +1,348 @@
+// Sparsifiers, fp16, error feedback, DGC momentum correction, and the PS downlink.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "common/errors.h"
+#include "compress/compressor.h"
+#include "compress/fp16.h"
+#include "compress/topk.h"
+#include "ps/shard_state.h"
+
+using namespace dltrain;
+using namespace dltrain::compress;
+
+namespace {
+
+// Sort-based reference: indices by (|x| descending, index ascending), first k, ascending.
+std::vector<std::uint32_t> reference_topk(const std::vector<float>& x, std::size_t k) {
+  std::vector<std::uint32_t> idx(x.size());
+  std::iota(idx.begin(), idx.end(), 0u);
+  std::stable_sort(idx.begin(), idx.end(), [&](auto a, auto b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+  idx.resize(k);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+std::vector<float> normal(std::size_t n, std::uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> x(n);
+  for (auto& v : x) v = d(g);
+  return x;
+}
+
+std::vector<float> heavy_tailed(std::size_t n, std::uint32_t seed) {
+  std::mt19937 g(seed);
+  std::cauchy_distribution<float> d;
+  std::vector<float> x(n);
+  for (auto& v : x) v = d(g);
+  return x;
+}
+
+std::vector<float> mostly_zero(std::size_t n, std::uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d;
+  std::uniform_real_distribution<float> u;
+  std::vector<float> x(n, 0.0f);
+  for (auto& v : x) {
+    if (u(g) < 0.02f) v = d(g);
+  }
+  return x;
+}
+
+double recall(const std::vector<std::uint32_t>& got, const std::vector<std::uint32_t>& want) {
+  std::vector<std::uint32_t> both;
+  std::set_intersection(got.begin(), got.end(), want.begin(), want.end(), std::back_inserter(both));
+  return want.empty() ? 1.0 : static_cast<double>(both.size()) / static_cast<double>(want.size());
+}
+
+}  // namespace
+
+TEST(Topk, KForRatio) {
+  EXPECT_EQ(k_for(1000, 0.001), 1u);
+  EXPECT_EQ(k_for(1000, 0.0001), 1u);  // at least one
+  EXPECT_EQ(k_for(1001, 0.001), 2u);   // ceil
+  EXPECT_EQ(k_for(10, 1.0), 10u);
+  EXPECT_EQ(k_for(0, 0.5), 0u);
+}
+
+TEST(Topk, ExactMatchesSortReferenceOnRandomInputs) {
+  TopkScratch s;
+  std::vector<std::uint32_t> out;
+  std::uint32_t seed = 1;
+  for (std::size_t n : {1ul, 2ul, 7ul, 100ul, 1000ul, 100000ul, 1000000ul, 10000000ul}) {
+    auto x = normal(n, seed++);
+    for (std::size_t k : {std::size_t{1}, k_for(n, 0.001), k_for(n, 0.01), k_for(n, 0.5), n}) {
+      if (n >= 1000000 && k > k_for(n, 0.01)) continue;  // keep the reference sort affordable
+      topk_exact(x, k, out, s);
+      EXPECT_EQ(out, reference_topk(x, k)) << "n=" << n << " k=" << k;
+    }
+  }
+}
+
+TEST(Topk, ExactHandlesTiesAndAllEqual) {
+  TopkScratch s;
+  std::vector<std::uint32_t> out;
+  std::vector<float> ties{1, -3, 2, 3, -2, 3, 0, -3};
+  topk_exact(ties, 2, out, s);  // |3| at indices 1, 3, 5, 7: the two lowest indices win
+  EXPECT_EQ(out, (std::vector<std::uint32_t>{1, 3}));
+  topk_exact(ties, 5, out, s);  // all four 3s, then the first |2| (index 2)
+  EXPECT_EQ(out, (std::vector<std::uint32_t>{1, 2, 3, 5, 7}));
+  EXPECT_EQ(out, reference_topk(ties, 5));
+  std::vector<float> same(1000, 0.5f);
+  for (std::size_t k : {1ul, 10ul, 999ul, 1000ul}) {
+    topk_exact(same, k, out, s);
+    EXPECT_EQ(out, reference_topk(same, k)) << k;
+  }
+  // Many ties on a quantised grid.
+  std::vector<float> q(50000);
+  std::mt19937 g(3);
+  for (auto& v : q) v = static_cast<float>(static_cast<int>(g() % 7) - 3);
+  topk_exact(q, 20000, out, s);
+  EXPECT_EQ(out, reference_topk(q, 20000));
+}
+
+TEST(Topk, SampledReturnsExactlyKWithHighRecall) {
+  TopkScratch s;
+  std::vector<std::uint32_t> got, want;
+  const std::size_t n = 1000000;
+  std::uint32_t seed = 11;
+  for (const auto& gen : {normal, heavy_tailed, mostly_zero}) {
+    auto x = gen(n, seed++);
+    for (double ratio : {0.01, 0.001}) {
+      const std::size_t k = k_for(n, ratio);
+      auto st = topk_sampled(x, k, 0.01, seed, got, s);
+      topk_exact(x, k, want, s);
+      ASSERT_EQ(got.size(), k);
+      EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
+      EXPECT_EQ(std::adjacent_find(got.begin(), got.end()), got.end()) << "duplicate index";
+      EXPECT_GE(recall(got, want), 0.99) << "ratio " << ratio << " rounds " << st.rounds;
+    }
+  }
+  // Small inputs and k = n fall back to the exact kernel.
+  auto x = normal(100, 5);
+  topk_sampled(x, 100, 0.01, 1, got, s);
+  EXPECT_EQ(got.size(), 100u);
+  topk_sampled(x, 3, 0.01, 1, got, s);
+  EXPECT_EQ(got, reference_topk(x, 3));
+}
+
+TEST(RandomK, DistinctAscendingAndReproducibleFromTheSeed) {
+  std::vector<std::uint32_t> a, b, c;
+  randomk_indices(100000, 1000, 42, a);
+  randomk_indices(100000, 1000, 42, b);
+  randomk_indices(100000, 1000, 43, c);
+  ASSERT_EQ(a.size(), 1000u);
+  EXPECT_TRUE(std::is_sorted(a.begin(), a.end()));
+  EXPECT_EQ(std::adjacent_find(a.begin(), a.end()), a.end());
+  EXPECT_LT(a.back(), 100000u);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  randomk_indices(5, 5, 1, a);
+  EXPECT_EQ(a, (std::vector<std::uint32_t>{0, 1, 2, 3, 4}));
+}
+
+TEST(Fp16, KnownValuesAndExhaustiveRoundTrip) {
+  EXPECT_EQ(float_to_half(1.0f), 0x3C00);
+  EXPECT_EQ(float_to_half(-2.0f), 0xC000);
+  EXPECT_EQ(float_to_half(65504.0f), 0x7BFF);         // largest finite half
+  EXPECT_EQ(float_to_half(65520.0f), 0x7C00);         // rounds up to +Inf
+  EXPECT_EQ(float_to_half(0.1f), 0x2E66);             // 0.0999755859375
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -26)), 0x0000);  // flushes to zero
+  EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.0f, -11)), 0x3C00);  // tie → even
+  EXPECT_EQ(float_to_half(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);  // tie → even (up)
+  EXPECT_TRUE(std::isnan(half_to_float(float_to_half(std::nanf("")))));
+  for (std::uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = half_to_float(static_cast<std::uint16_t>(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(float_to_half(f), h) << std::hex << h;
+  }
+}
+
+TEST(Warmup, DgcSparsitySchedule) {
+  CompressionSpec s;
+  s.ratio = 0.001;
+  s.warmup_epochs = 4;
+  EXPECT_DOUBLE_EQ(density_at(s, 0.0), 0.25);     // 75% sparsity
+  EXPECT_DOUBLE_EQ(density_at(s, 1.5), 0.0625);   // 93.75%
+  EXPECT_DOUBLE_EQ(density_at(s, 2.0), 0.015625); // 98.4375%
+  EXPECT_DOUBLE_EQ(density_at(s, 3.9), 0.00390625);
+  EXPECT_DOUBLE_EQ(density_at(s, 4.0), 0.001);
+  s.warmup_epochs = 0;
+  EXPECT_DOUBLE_EQ(density_at(s, 0.0), 0.001);
+}
+
+TEST(Clip, ScalesByInverseSqrtOfWorkers) {
+  CompressionSpec s;
+  s.method = Method::kDgc;
+  s.clip_norm = 1.0;
+  GradientCompressor c(s, {2}, 1);
+  std::vector<float> g{3.0f, 4.0f};
+  EXPECT_DOUBLE_EQ(c.clip(g, 4), 5.0);  // limit 1 / sqrt(4) = 0.5
+  EXPECT_NEAR(g[0], 0.3f, 1e-7);
+  EXPECT_NEAR(g[1], 0.4f, 1e-7);
+}
+
+namespace {
+
+// Scatters an encoded update into a dense double vector.
+void add_sent(const Encoded& e, std::size_t n, std::vector<double>& acc) {
+  switch (e.encoding) {
+    case Encoding::kDense:
+      for (std::size_t i = 0; i < n; ++i) acc[i] += e.values[i];
+      break;
+    case Encoding::kDenseF16:
+      for (std::size_t i = 0; i < n; ++i) acc[i] += half_to_float(e.half[i]);
+      break;
+    case Encoding::kSparse:
+      for (std::size_t j = 0; j < e.indices.size(); ++j) acc[e.indices[j]] += e.values[j];
+      break;
+    case Encoding::kSeeded: {
+      std::vector<std::uint32_t> idx;
+      randomk_indices(n, e.values.size(), e.seed, idx);
+      for (std::size_t j = 0; j < idx.size(); ++j) acc[idx[j]] += e.values[j];
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(ErrorFeedback, SentPlusResidualEqualsInput) {
+  const std::size_t n = 5000;
+  for (Method m : {Method::kTopk, Method::kRandomk, Method::kFp16, Method::kDgc}) {
+    CompressionSpec s;
+    s.method = m;
+    s.momentum = 0.9;
+    GradientCompressor c(s, {static_cast<std::int64_t>(n)}, 9);
+    std::vector<double> in(n, 0.0), sent(n, 0.0);
+    for (int step = 0; step < 40; ++step) {
+      auto g = normal(n, 100 + step);
+      if (m == Method::kDgc) {
+        // What enters DGC's accumulator is the corrected momentum u, tracked here in double
+        // (masking is replayed from the compressor's own velocity afterwards).
+        std::vector<float> before(c.velocity(0).begin(), c.velocity(0).end());
+        for (std::size_t i = 0; i < n; ++i) in[i] += static_cast<float>(0.9f * before[i] + g[i]);
+      } else {
+        for (std::size_t i = 0; i < n; ++i) in[i] += g[i];
+      }
+      add_sent(c.encode(0, g, 0.01, static_cast<std::uint64_t>(step)), n, sent);
+    }
+    auto r = c.residual(0);
+    double worst = 0;
+    for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(sent[i] + r[i] - in[i]));
+    EXPECT_LT(worst, 1e-4) << to_string(m);
+  }
+}
+
+TEST(Dgc, AtDensityOneEqualsMomentumSgd) {
+  const std::size_t n = 1000;
+  CompressionSpec s;
+  s.method = Method::kDgc;
+  s.momentum = 0.9;
+  GradientCompressor c(s, {static_cast<std::int64_t>(n)}, 3);
+  std::vector<float> x_dgc(n, 0.5f), x_ref(n, 0.5f), buf(n, 0.0f);
+  const float lr = 0.05f;
+  for (int step = 0; step < 50; ++step) {
+    auto g = normal(n, 500 + step);
+    const auto& e = c.encode(0, g, 1.0, static_cast<std::uint64_t>(step));
+    ASSERT_EQ(e.encoding, Encoding::kDense);
+    for (std::size_t i = 0; i < n; ++i) x_dgc[i] -= lr * e.values[i];  // the PS, momentum 0
+    for (std::size_t i = 0; i < n; ++i) {  // torch.optim.SGD(momentum=0.9)
+      buf[i] = 0.9f * buf[i] + g[i];
+      x_ref[i] -= lr * buf[i];
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) ASSERT_NEAR(x_dgc[i], x_ref[i], 1e-6) << i;
+}
+
+TEST(Dgc, MomentumFactorMaskingAsHandWorked) {
+  CompressionSpec s;
+  s.method = Method::kDgc;
+  s.momentum = 0.5;
+  GradientCompressor c(s, {4}, 1);
+  std::vector<float> g1{1.0f, 0.5f, 0.0f, 0.0f}, g0(4, 0.0f);
+  // Step 1: u = v = [1, .5, 0, 0]; k = 1 sends index 0 (accumulated this step only: keeps u).
+  const auto& e1 = c.encode(0, g1, 0.25, 0);
+  ASSERT_EQ(e1.indices, (std::vector<std::uint32_t>{0}));
+  EXPECT_FLOAT_EQ(e1.values[0], 1.0f);
+  EXPECT_EQ(std::vector<float>(c.velocity(0).begin(), c.velocity(0).end()), (std::vector<float>{1, 0.5f, 0, 0}));
+  EXPECT_EQ(std::vector<float>(c.residual(0).begin(), c.residual(0).end()), (std::vector<float>{0, 0.5f, 0, 0}));
+  // Step 2: u = [.5, .25, 0, 0], v = [.5, .75, 0, 0]; sends index 1, held back since step 1:
+  // its momentum is masked.
+  const auto& e2 = c.encode(0, g0, 0.25, 1);
+  ASSERT_EQ(e2.indices, (std::vector<std::uint32_t>{1}));
+  EXPECT_FLOAT_EQ(e2.values[0], 0.75f);
+  EXPECT_EQ(std::vector<float>(c.velocity(0).begin(), c.velocity(0).end()), (std::vector<float>{0.5f, 0, 0, 0}));
+  EXPECT_EQ(std::vector<float>(c.residual(0).begin(), c.residual(0).end()), (std::vector<float>{0.5f, 0, 0, 0}));
+}
+
+TEST(Downlink, ReplicaPlusUnsentDifferenceEqualsPsParameters) {
+  const std::size_t n = 2000;
+  ps::ShardState st(0.0);
+  auto x0 = normal(n, 77);
+  st.init(0, x0);
+  const int workers = 3;
+  std::vector<std::vector<float>> replica(workers, std::vector<float>(n));
+  for (int w = 0; w < workers; ++w) st.pull(0, replica[w], w);
+  std::mt19937 rng(5);
+  TopkScratch scratch;
+  std::vector<std::uint32_t> idx;
+  std::vector<float> vals;
+  for (int op = 0; op < 300; ++op) {
+    const int w = static_cast<int>(rng() % workers);
+    if (rng() % 2 == 0) {  // a sparse push
+      auto g = normal(n, 1000 + op);
+      topk_exact(g, 20, idx, scratch);
+      std::vector<float> gv;
+      for (auto i : idx) gv.push_back(g[i]);
+      st.push_sparse(0, idx, gv, 0.1f);
+    } else {  // a sparse pull of 1% into the worker's replica
+      st.pull_diff(0, w, k_for(n, 0.01), idx, vals);
+      for (std::size_t j = 0; j < idx.size(); ++j) replica[w][idx[j]] += vals[j];
+    }
+  }
+  std::vector<float> x(n);
+  st.pull(0, x);  // rank -1: does not move anyone's x_seen
+  for (int w = 0; w < workers; ++w) {
+    st.pull_diff(0, w, n, idx, vals);  // everything still unsent
+    ASSERT_EQ(idx.size(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(static_cast<double>(replica[w][i]) + vals[i], x[i], 1e-6) << "worker " << w << " index " << i;
+    }
+  }
+}
+
+TEST(SparsePush, MalformedSparseUpdatesAreRejectedAndApplyNothing) {
+  ps::ShardState st(0.0);
+  std::vector<float> x(10, 1.0f), out(10);
+  st.init(0, x);
+  auto err = [&](std::vector<std::uint32_t> idx, std::vector<float> v) {
+    try {
+      st.push_sparse(0, idx, v, 1.0f);
+    } catch (const ProtocolError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(err({3, 10}, {1, 1}), "sparse push to partition 0: index 10 out of range [0, 10)");
+  EXPECT_EQ(err({5, 2}, {1, 1}), "sparse push to partition 0: indices must be strictly ascending (5 then 2)");
+  EXPECT_EQ(err({2, 2}, {1, 1}), "sparse push to partition 0: indices must be strictly ascending (2 then 2)");
+  EXPECT_EQ(err(std::vector<std::uint32_t>(11, 0), std::vector<float>(11, 0)),
+            "sparse push to partition 0: count 11 exceeds the partition's 10 values");
+  EXPECT_EQ(err({1}, {std::nanf("")}).rfind("push to partition 0: value 0 is", 0), 0u);
+  EXPECT_THROW(st.push(0, std::vector<float>(10, INFINITY), 1.0f), ProtocolError);
+  st.pull(0, out);
+  EXPECT_EQ(out, x);  // nothing was applied
+  st.push_sparse(0, std::vector<std::uint32_t>{1, 4}, std::vector<float>{2.0f, -1.0f}, 0.5f);
+  st.pull(0, out);
+  EXPECT_FLOAT_EQ(out[1], 0.0f);
+  EXPECT_FLOAT_EQ(out[4], 1.5f);
+  EXPECT_FLOAT_EQ(out[0], 1.0f);
+}
