@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace dltrain::compress {
@@ -16,6 +17,7 @@ struct TopkScratch {
   std::vector<float> mags;
   std::vector<std::uint32_t> cand;
   std::vector<float> sample;
+  std::vector<std::pair<float, std::uint32_t>> pairs;
 };
 
 /// Exact top-k of |x|: writes the k indices of the largest magnitudes to `out`, in
@@ -35,8 +37,9 @@ struct SampledStats {
 };
 
 /// DGC's sampled-threshold top-k (Lin et al., ICLR 2018, §3, "we sample only 0.1% to 1%
-/// of the gradients"): estimate the k-th magnitude from a uniform sample of
-/// max(sample_ratio·n, min_sample) elements (the sample's ⌈k/n·s⌉-th largest), collect
+/// of the gradients"): estimate the k-th magnitude from a sample of
+/// max(sample_ratio·n, 1024) elements, taken as runs of 32 consecutive elements at
+/// uniformly random offsets (the sample's 1.5·k/n·s-th largest), collect
 /// every element at or above it in one scan, and, when fewer than k qualify, lower the
 /// estimate (next sample quantile ×4, at most 4 rounds) before falling back to
 /// topk_exact. The candidates are then trimmed to exactly k by magnitude (ties towards
