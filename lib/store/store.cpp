@@ -1,0 +1,253 @@
+#include "store/store.h"
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+
+namespace dltrain::store {
+
+namespace {
+
+void check(const rocksdb::Status& s, const std::string& path, const std::string& what) {
+  if (s.ok()) return;
+  std::string msg = "state database " + path + ": " + what + " failed: " + s.ToString();
+  const std::string text = s.ToString();
+  if (text.find("lock") != std::string::npos || text.find("LOCK") != std::string::npos ||
+      text.find("Resource temporarily unavailable") != std::string::npos) {
+    msg += " (another process, probably another dltrain-agent with the same state_dir, has it open)";
+  } else if (text.find("Permission denied") != std::string::npos) {
+    msg += " (the agent's user needs read and write access to the directory)";
+  } else if (s.IsCorruption()) {
+    msg += " (the files are damaged; restore the directory from a backup or move it aside to start empty)";
+  }
+  throw StoreError(msg);
+}
+
+void put_be(std::string& k, std::uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) k.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+std::uint64_t get_be(const rocksdb::Slice& s, std::size_t off, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<unsigned char>(s.data()[off + i]);
+  return v;
+}
+
+nlohmann::json parse(const rocksdb::Slice& v, const std::string& path, const std::string& where) {
+  try {
+    return nlohmann::json::parse(v.data(), v.data() + v.size());
+  } catch (const nlohmann::json::exception& e) {
+    throw StoreError("state database " + path + ": corrupt record in " + where + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+void to_json(nlohmann::json& j, const Observation& o) {
+  j = {{"model", o.model},
+       {"dataset", o.dataset},
+       {"hardware_class", o.hardware_class},
+       {"job", o.job},
+       {"workers", o.workers},
+       {"ps_shards", o.ps_shards},
+       {"batch_size", o.batch_size},
+       {"epoch", o.epoch},
+       {"epoch_seconds", o.epoch_seconds},
+       {"images_per_sec", o.images_per_sec},
+       {"bytes_per_epoch", o.bytes_per_epoch},
+       {"final_accuracy", o.final_accuracy},
+       {"timestamp", o.timestamp},
+       {"source", o.source}};
+}
+
+void from_json(const nlohmann::json& j, Observation& o) {
+  o.model = j.value("model", "");
+  o.dataset = j.value("dataset", "");
+  o.hardware_class = j.value("hardware_class", "cpu");
+  o.job = j.value("job", "");
+  o.workers = j.value("workers", 1);
+  o.ps_shards = j.value("ps_shards", 1);
+  o.batch_size = j.value("batch_size", 1);
+  o.epoch = j.value("epoch", 0);
+  o.epoch_seconds = j.value("epoch_seconds", 0.0);
+  o.images_per_sec = j.value("images_per_sec", 0.0);
+  o.bytes_per_epoch = j.value("bytes_per_epoch", 0.0);
+  o.final_accuracy = j.value("final_accuracy", -1.0);
+  o.timestamp = j.value("timestamp", 0.0);
+  o.source = j.value("source", "job");
+}
+
+struct Store::Impl {
+  std::string path;
+  std::unique_ptr<rocksdb::DB> db;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::ColumnFamilyHandle* history = nullptr;
+  rocksdb::ColumnFamilyHandle* jobs = nullptr;
+  rocksdb::ColumnFamilyHandle* events = nullptr;
+  std::mutex mu;
+  std::uint32_t history_seq = 0;
+  std::map<std::uint64_t, std::uint64_t> event_seq;
+
+  ~Impl() {
+    if (db) {
+      for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+      db->Close();
+    }
+  }
+};
+
+Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Store::~Store() = default;
+
+std::unique_ptr<Store> Store::open(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) throw StoreError("state database " + path + ": cannot create the directory: " + ec.message());
+  auto im = std::make_unique<Impl>();
+  im->path = path;
+  rocksdb::Options opts;
+  opts.create_if_missing = true;
+  opts.create_missing_column_families = true;
+  opts.paranoid_checks = true;
+  opts.keep_log_file_num = 5;
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs{
+      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+      {"history", rocksdb::ColumnFamilyOptions()},
+      {"jobs", rocksdb::ColumnFamilyOptions()},
+      {"events", rocksdb::ColumnFamilyOptions()}};
+  rocksdb::DB* raw = nullptr;
+  check(rocksdb::DB::Open(opts, path, cfs, &im->handles, &raw), path, "open");
+  im->db.reset(raw);
+  im->history = im->handles[1];
+  im->jobs = im->handles[2];
+  im->events = im->handles[3];
+  return std::unique_ptr<Store>(new Store(std::move(im)));
+}
+
+void Store::add_observation(const Observation& o) {
+  auto& im = *impl_;
+  std::string key = o.model;
+  key.push_back('\0');
+  key += o.dataset;
+  key.push_back('\0');
+  const auto us = static_cast<std::uint64_t>(o.timestamp * 1e6);
+  put_be(key, us, 8);
+  {
+    std::lock_guard lock(im.mu);
+    put_be(key, im.history_seq++, 4);
+  }
+  rocksdb::WriteOptions wo;
+  check(im.db->Put(wo, im.history, key, nlohmann::json(o).dump()), im.path, "writing an observation");
+}
+
+std::vector<Observation> Store::history(const std::string& model, const std::string& dataset) const {
+  auto& im = *impl_;
+  std::vector<Observation> out;
+  std::string prefix;
+  if (!model.empty()) {
+    prefix = model;
+    prefix.push_back('\0');
+    if (!dataset.empty()) {
+      prefix += dataset;
+      prefix.push_back('\0');
+    }
+  }
+  std::unique_ptr<rocksdb::Iterator> it(im.db->NewIterator(rocksdb::ReadOptions(), im.history));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    Observation o = parse(it->value(), im.path, "history").get<Observation>();
+    if (!dataset.empty() && o.dataset != dataset) continue;
+    out.push_back(std::move(o));
+  }
+  check(it->status(), im.path, "reading history");
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.timestamp < b.timestamp; });
+  return out;
+}
+
+void Store::put_job(std::uint64_t number, const nlohmann::json& job) {
+  auto& im = *impl_;
+  std::string key;
+  put_be(key, number, 8);
+  check(im.db->Put(rocksdb::WriteOptions(), im.jobs, key, job.dump()), im.path, "writing a job");
+}
+
+std::vector<std::pair<std::uint64_t, nlohmann::json>> Store::jobs() const {
+  auto& im = *impl_;
+  std::vector<std::pair<std::uint64_t, nlohmann::json>> out;
+  std::unique_ptr<rocksdb::Iterator> it(im.db->NewIterator(rocksdb::ReadOptions(), im.jobs));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (it->key().size() != 8) throw StoreError("state database " + im.path + ": corrupt job key");
+    out.emplace_back(get_be(it->key(), 0, 8), parse(it->value(), im.path, "jobs"));
+  }
+  check(it->status(), im.path, "reading jobs");
+  return out;
+}
+
+void Store::append_event(std::uint64_t job, const nlohmann::json& event) {
+  auto& im = *impl_;
+  std::uint64_t seq;
+  {
+    std::lock_guard lock(im.mu);
+    auto found = im.event_seq.find(job);
+    if (found == im.event_seq.end()) {
+      // Continue after the last stored event of this job (after a restart).
+      std::string prefix;
+      put_be(prefix, job, 8);
+      std::string upper;
+      put_be(upper, job + 1, 8);
+      std::unique_ptr<rocksdb::Iterator> it(im.db->NewIterator(rocksdb::ReadOptions(), im.events));
+      it->SeekForPrev(upper);
+      std::uint64_t next = 0;
+      if (it->Valid() && it->key().starts_with(prefix) && it->key().size() == 16) next = get_be(it->key(), 8, 8) + 1;
+      found = im.event_seq.emplace(job, next).first;
+    }
+    seq = found->second++;
+  }
+  std::string key;
+  put_be(key, job, 8);
+  put_be(key, seq, 8);
+  check(im.db->Put(rocksdb::WriteOptions(), im.events, key, event.dump()), im.path, "writing an event");
+}
+
+std::vector<nlohmann::json> Store::events(std::uint64_t job) const {
+  auto& im = *impl_;
+  std::string prefix;
+  put_be(prefix, job, 8);
+  std::vector<nlohmann::json> out;
+  std::unique_ptr<rocksdb::Iterator> it(im.db->NewIterator(rocksdb::ReadOptions(), im.events));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    out.push_back(parse(it->value(), im.path, "events"));
+  }
+  check(it->status(), im.path, "reading events");
+  return out;
+}
+
+void Store::put_meta(const std::string& name, const std::string& value) {
+  auto& im = *impl_;
+  check(im.db->Put(rocksdb::WriteOptions(), im.db->DefaultColumnFamily(), "meta/" + name, value), im.path,
+        "writing " + name);
+}
+
+std::optional<std::string> Store::get_meta(const std::string& name) const {
+  auto& im = *impl_;
+  std::string v;
+  auto s = im.db->Get(rocksdb::ReadOptions(), im.db->DefaultColumnFamily(), "meta/" + name, &v);
+  if (s.IsNotFound()) return std::nullopt;
+  check(s, im.path, "reading " + name);
+  return v;
+}
+
+void Store::flush() {
+  auto& im = *impl_;
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  check(im.db->Flush(fo, im.handles), im.path, "flush");
+}
+
+const std::string& Store::path() const { return impl_->path; }
+
+}  // namespace dltrain::store

@@ -1,0 +1,85 @@
+// The leader's durable state in RocksDB: performance history, jobs and job events.
+//
+// Column families and key encodings (all integers big-endian so keys sort numerically):
+//   history  <model> 0x00 <dataset> 0x00 <u64 unix time, µs> <u32 sequence>  → Observation JSON
+//   jobs     <u64 job number>                                               → job JSON
+//   events   <u64 job number> <u64 event sequence>                          → event JSON
+//   default  "meta/<name>"                                                  → UTF-8 text / JSON
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/errors.h"
+
+namespace dltrain::store {
+
+/// A RocksDB failure, converted at the store's boundary. The message names the database
+/// path, the operation and RocksDB's status text, and says what to do when it can
+/// (another process holds the lock, permissions, corruption).
+class StoreError : public IoError {
+ public:
+  using IoError::IoError;
+};
+
+/// One performance observation (DESIGN.md, "Planner"). Either per epoch
+/// (`final_accuracy` < 0) or the end of a job (`final_accuracy` in [0, 1]).
+struct Observation {
+  std::string model;
+  std::string dataset;
+  std::string hardware_class = "cpu";
+  std::string job;
+  int workers = 1;
+  int ps_shards = 1;
+  int batch_size = 1;           ///< per worker
+  int epoch = 0;                ///< epoch this row measures (1-based); epochs run for final rows
+  double epoch_seconds = 0;     ///< wall time of the epoch (s); for final rows, mean over the run
+  double images_per_sec = 0;    ///< all workers together
+  double bytes_per_epoch = 0;   ///< pushed + pulled, headers included, all workers
+  double final_accuracy = -1;   ///< final test accuracy, final rows only
+  double timestamp = 0;         ///< unix time, s
+  std::string source = "job";   ///< "job" or "profile" (exploration)
+};
+void to_json(nlohmann::json& j, const Observation& o);
+void from_json(const nlohmann::json& j, Observation& o);
+
+/// The store. Thread-safety: RocksDB's (concurrent readers and writers are safe); the
+/// sequence counters are guarded internally.
+class Store {
+ public:
+  /// Opens or creates the database in directory `path`. Throws StoreError with a clear
+  /// message when the directory cannot be created or read, another process holds the
+  /// database (RocksDB's LOCK file), or the files are corrupt. Never crashes.
+  static std::unique_ptr<Store> open(const std::string& path);
+  ~Store();
+
+  void add_observation(const Observation& o);
+  /// Observations, oldest first; empty filters match everything.
+  std::vector<Observation> history(const std::string& model = "", const std::string& dataset = "") const;
+
+  /// Jobs by number (the N of "job-N").
+  void put_job(std::uint64_t number, const nlohmann::json& job);
+  std::vector<std::pair<std::uint64_t, nlohmann::json>> jobs() const;
+  void append_event(std::uint64_t job, const nlohmann::json& event);
+  std::vector<nlohmann::json> events(std::uint64_t job) const;
+
+  void put_meta(const std::string& name, const std::string& value);
+  std::optional<std::string> get_meta(const std::string& name) const;
+
+  /// Flushes memtables to disk (called on shutdown).
+  void flush();
+  const std::string& path() const;
+
+  struct Impl;
+
+ private:
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dltrain::store
