@@ -147,6 +147,9 @@ void print_event(const json& e) {
               << std::endl;
   } else if (kind == "error") {
     std::cout << job << " [" << task << "] error: " << e.value("message", "") << std::endl;
+  } else if (kind == "plan") {
+    const auto& p = e["plan"];
+    std::cout << job << " planner: " << p.value("explanation", "") << std::endl;
   } else if (kind == "summary") {
     std::cout << job << " " << e.value("state", "") << ": test accuracy "
               << (e["test_accuracy"].is_number() ? fmt(e["test_accuracy"].get<double>(), 4) : std::string("n/a"))
@@ -177,7 +180,7 @@ int exit_for_state(const std::string& state) {
 int follow(dltrain::control::BlockingControlClient& c, const std::string& job, bool as_json) {
   for (;;) {
     auto ev = c.next_event(std::chrono::seconds(30));
-    if (!ev) continue;  // the WebSocket keep-alive detects a dead leader
+    if (!ev) continue;  // WebSocket keep-alive pings close the session if the leader goes silent
     if (ev->value("job", "") != job) continue;
     if (as_json) {
       std::cout << ev->dump() << std::endl;
@@ -211,7 +214,9 @@ int main(int argc, char** argv) {
   bool as_json = false;
   app.add_option("--leader", leader, "leader URL, ws://HOST:PORT");
   app.add_option("--token", token, "client bearer token");
-  app.add_option("--timeout", timeout_s, "seconds to wait for the leader's answer")->capture_default_str()->check(CLI::Range(1, 3600));
+  app.add_option("--timeout", timeout_s, "seconds to wait for the leader's answer (1..3600)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
   app.set_version_flag("--version", DLTRAIN_VERSION);
 
   std::string job_file, job_id;
@@ -230,10 +235,23 @@ int main(int argc, char** argv) {
   cancel->add_flag("--json", as_json, "JSON output");
   auto* agents = app.add_subcommand("agents", "list the agents registered with the leader");
   agents->add_flag("--json", as_json, "JSON output");
+  auto* plan_cmd = app.add_subcommand("plan", "show the planner's decision for a job file without running anything");
+  plan_cmd->add_option("JOB_FILE", job_file, "job file (TOML)")->required();
+  plan_cmd->add_flag("--json", as_json, "JSON output");
+  std::string model_filter, dataset_filter;
+  auto* history_cmd = app.add_subcommand("history", "list the leader's performance observations");
+  history_cmd->add_option("--model", model_filter, "only this model");
+  history_cmd->add_option("--dataset", dataset_filter, "only this dataset");
+  history_cmd->add_flag("--json", as_json, "JSON output");
   auto* follow_cmd = app.add_subcommand("follow", "print a job's progress until it ends");
   follow_cmd->add_option("JOB", job_id, "job id")->required();
   follow_cmd->add_flag("--json", as_json, "one JSON object per line");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints help/version or the usage error
+    return rc == 0 ? kExitOk : kExitBadInput;
+  }
 
   const auto timeout = std::chrono::seconds(timeout_s);
   Target target;
@@ -245,7 +263,13 @@ int main(int argc, char** argv) {
   }
   try {
     json submit_body;
-    if (submit->parsed()) {
+    if (submit->parsed() || plan_cmd->parsed()) {
+      std::error_code fec;
+      if (!fs::is_regular_file(job_file, fec)) {
+        std::cerr << "dltrain: job file \"" << job_file << "\" "
+                  << (fs::exists(job_file, fec) ? "is not a regular file" : "does not exist") << "\n";
+        return kExitBadInput;
+      }
       std::ifstream in(job_file);
       if (!in) {
         std::cerr << "dltrain: cannot read job file \"" << job_file << "\"\n";
@@ -267,6 +291,56 @@ int main(int argc, char** argv) {
         std::cout << id << " submitted (" << r.value("state", "") << ") to " << target.leader << std::endl;
       }
       return follow_flag ? follow(c, id, as_json) : kExitOk;
+    }
+    if (plan_cmd->parsed()) {
+      auto r = c.request("plan", submit_body, timeout);
+      if (as_json) {
+        std::cout << r.dump() << std::endl;
+        return kExitOk;
+      }
+      std::cout << (r.value("feasible", false) ? "decision: " : "no decision: ") << r.value("explanation", "")
+                << std::endl;
+      if (!r["explore"].empty()) {
+        std::cout << "history is thin; a submit would first profile:";
+        for (const auto& e : r["explore"]) std::cout << " " << e.value("workers", 0) << "x" << e.value("batch_size", 0);
+        std::cout << std::endl;
+      }
+      std::cout << std::left << std::setw(8) << "workers" << std::setw(7) << "batch" << std::setw(12) << "s/epoch"
+                << std::setw(10) << "total s" << std::setw(10) << "accuracy" << std::setw(10) << "cost"
+                << "verdict" << std::endl;
+      for (const auto& row : r["table"]) {
+        std::cout << std::left << std::setw(8) << row.value("workers", 0) << std::setw(7) << row.value("batch_size", 0);
+        if (row.contains("total_seconds")) {
+          std::cout << std::setw(12) << fmt(row.value("seconds_per_epoch", 0.0), 1) << std::setw(10)
+                    << fmt(row.value("total_seconds", 0.0), 0) << std::setw(10) << fmt(row.value("accuracy", 0.0), 4)
+                    << std::setw(10) << fmt(row.value("cost", 0.0), 4);
+        } else {
+          std::cout << std::setw(42) << "-";
+        }
+        std::cout << (row.value("feasible", false) ? "ok" : row.value("reason", "")) << std::endl;
+      }
+      return r.value("feasible", false) ? kExitOk : kExitJobFailed;
+    }
+    if (history_cmd->parsed()) {
+      json body = json::object();
+      if (!model_filter.empty()) body["model"] = model_filter;
+      if (!dataset_filter.empty()) body["dataset"] = dataset_filter;
+      auto r = c.request("history", body, timeout);
+      if (as_json) {
+        std::cout << r["observations"].dump() << std::endl;
+        return kExitOk;
+      }
+      if (!r.value("persistent", false)) std::cout << "(this leader keeps no store)" << std::endl;
+      for (const auto& o : r["observations"]) {
+        std::cout << std::left << std::setw(9) << o.value("job", "") << std::setw(6) << o.value("model", "")
+                  << std::setw(15) << o.value("dataset", "") << std::setw(8) << o.value("source", "")
+                  << o.value("workers", 0) << "w x " << std::setw(5) << o.value("batch_size", 0) << " epoch "
+                  << std::setw(3) << o.value("epoch", 0) << " " << std::setw(8) << fmt(o.value("epoch_seconds", 0.0), 1)
+                  << "s " << std::setw(7) << fmt(o.value("images_per_sec", 0.0), 0) << " img/s";
+        if (o.value("final_accuracy", -1.0) >= 0) std::cout << "  final accuracy " << fmt(o.value("final_accuracy", 0.0), 4);
+        std::cout << std::endl;
+      }
+      return kExitOk;
     }
     if (follow_cmd->parsed()) {
       auto r = c.request("follow", {{"job", job_id}}, timeout);
@@ -325,6 +399,10 @@ int main(int argc, char** argv) {
       }
       return kExitOk;
     }
+  } catch (const dltrain::control::AuthError& e) {
+    std::cerr << "dltrain: " << e.what() << ": check --token, DLTRAIN_TOKEN or the client config (from "
+              << target.source << ")\n";
+    return kExitBadInput;
   } catch (const dltrain::control::RemoteError& e) {
     std::cerr << "dltrain: the leader rejected the request: " << e.what() << " [" << e.code() << "]\n";
     return kExitBadInput;

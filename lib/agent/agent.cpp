@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -70,17 +71,20 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   void send(const std::string& type, const json& body, bool droppable = false) {
     std::string text = wire::make_request("a" + std::to_string(next_req++), type, body);
     if (link && link->is_open() && registered) return link->send(std::move(text));
-    if (outbox.size() >= 10000) {
-      // Keep the buffer bounded: drop the oldest droppable (progress) message.
-      for (auto it = outbox.begin(); it != outbox.end(); ++it) {
-        if (it->find("\"progress\"") != std::string::npos) {
-          outbox.erase(it);
-          break;
-        }
+    // Bounded while the leader is away: progress is dropped first (oldest first), then
+    // other events; exits are never dropped (the leader needs them to free cores).
+    constexpr std::size_t kMaxOutbox = 10000;
+    if (outbox.size() >= kMaxOutbox) {
+      auto victim = std::find_if(outbox.begin(), outbox.end(),
+                                 [](const std::string& m) { return m.find("\"progress\"") != std::string::npos; });
+      if (victim == outbox.end()) {
+        victim = std::find_if(outbox.begin(), outbox.end(),
+                              [](const std::string& m) { return m.find("\"task_exit\"") == std::string::npos; });
       }
-      if (outbox.size() >= 10000) outbox.pop_front();
+      if (victim != outbox.end()) outbox.erase(victim);
     }
-    if (!droppable || outbox.size() < 10000) outbox.push_back(std::move(text));
+    if (droppable && outbox.size() >= kMaxOutbox) return;
+    outbox.push_back(std::move(text));
   }
 
   void connect() {
@@ -309,7 +313,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
                        {"generation", t.generation},
                        {"exit_code", st.exit_code},
                        {"signal", st.signal},
-                       {"describe", st.describe()},
+                       {"describe", shutting_down ? st.describe() + " (its agent is shutting down)" : st.describe()},
                        {"last_error", last_error}});
     if (shutting_down && tasks.empty() && on_all_stopped) {
       auto f = std::move(on_all_stopped);

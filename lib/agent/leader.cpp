@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 
 #include <boost/asio.hpp>
 #include <nlohmann/json.hpp>
@@ -12,6 +14,8 @@
 #include "common/errors.h"
 #include "common/job_spec.h"
 #include "control/server.h"
+#include "planner/planner.h"
+#include "store/store.h"
 #include "wire/control.h"
 
 namespace dltrain::agent {
@@ -38,6 +42,7 @@ struct AgentRec {
   std::weak_ptr<Session> session;
   Clock::time_point last_seen;
   bool lost = false;
+  std::map<std::string, int> orphans;  // "job/task" still running there after a loss → cores
 };
 
 struct TaskRec {
@@ -68,12 +73,20 @@ struct JobRec {
   std::map<int, std::uint64_t> pushed, pulled;
   std::map<int, double> images_per_sec;
   std::map<int, json> traffic, traffic_after_warmup;  // from each worker's "done" event
+  std::map<int, double> profile_ips;                   // exploration runs: per worker
+  double fixed_wall = -1;                              // restored jobs: wall time when they ended
+  double last_bytes = 0;                               // bytes at the previous epoch observation
+  json plan;                                           // the planner's decision, when auto
+  std::string profile_of;                              // exploration run of this job
+  std::vector<std::string> pending_profiles;           // this job waits for these runs
+  double exploration_seconds = 0;
   std::string error;
   std::string failing_state;  // the terminal state to enter once every task exited
   std::vector<std::weak_ptr<Session>> followers;
 
   bool terminal() const { return state == "succeeded" || state == "failed" || state == "cancelled"; }
   double wall_seconds() const {
+    if (fixed_wall >= 0) return fixed_wall;
     return std::chrono::duration<double>((ended ? *ended : Clock::now()) - submitted).count();
   }
   std::uint64_t sum(const std::map<int, std::uint64_t>& m) const {
@@ -98,8 +111,239 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   std::uint64_t next_job = 1;
   std::uint64_t next_req = 1;
   std::function<void()>* on_registered = nullptr;
+  std::unique_ptr<store::Store> db;
 
   Impl(asio::io_context& i, const AgentOptions& o) : io(i), opt(o), hb_timer(i) {}
+
+  // ---------------------------------------------------------------- persistence
+  // A store failure is logged and the leader carries on serving from memory: losing a
+  // history row must not stop running jobs.
+  template <typename F>
+  void persist(const char* what, F&& f) {
+    if (!db) return;
+    try {
+      f();
+    } catch (const std::exception& e) {
+      spdlog::error("store: {} failed: {}", what, e.what());
+    }
+  }
+
+  json record(const JobRec& j) const {
+    json r = job_json(j);
+    r["spec"] = j.spec;
+    r["num"] = j.num;
+    if (!j.profile_of.empty()) r["profile_of"] = j.profile_of;
+    return r;
+  }
+
+  void save(const JobRec& j) {
+    persist("saving a job", [&] { db->put_job(j.num, record(j)); });
+  }
+
+  void event(const JobRec& j, const json& ev) {
+    persist("appending an event", [&] {
+      json e = ev;
+      e["time"] = unix_now();
+      db->append_event(j.num, e);
+    });
+  }
+
+  // Restores jobs and the job counter after a restart. Jobs that were not finished are
+  // marked failed: resuming them is not implemented yet.
+  void restore() {
+    if (!db) return;
+    for (auto& [num, r] : db->jobs()) {
+      JobRec j;
+      j.num = num;
+      j.id = "job-" + std::to_string(num);
+      try {
+        j.spec = job_from_json(r.at("spec"));
+      } catch (const std::exception& e) {
+        spdlog::error("store: job {} has an unreadable specification ({}); skipped", j.id, e.what());
+        continue;
+      }
+      j.state = r.value("state", "failed");
+      j.test_accuracy = r["test_accuracy"].is_number() ? r["test_accuracy"].get<double>() : -1.0;
+      j.epochs_done = r.value("epochs", 0);
+      j.submitted_unix = r.value("submitted_at", 0.0);
+      j.fixed_wall = r.value("wall_seconds", 0.0);
+      j.error = r.value("error", "");
+      j.profile_of = r.value("profile_of", "");
+      if (r.contains("plan")) j.plan = r["plan"];
+      j.pushed[0] = r.value("bytes_pushed", std::uint64_t{0});
+      j.pulled[0] = r.value("bytes_pulled", std::uint64_t{0});
+      if (!j.terminal()) {
+        j.error = "the leader restarted while the job was " + j.state + "; resuming jobs is not implemented yet";
+        j.state = "failed";
+        save(j);
+      }
+      next_job = std::max(next_job, num + 1);
+      job_order.push_back(j.id);
+      jobs.emplace(j.id, std::move(j));
+    }
+    if (auto n = db->get_meta("next_job")) next_job = std::max<std::uint64_t>(next_job, std::stoull(*n));
+    spdlog::info("store {}: {} jobs and {} history rows restored", db->path(), jobs.size(), db->history().size());
+  }
+
+  // ---------------------------------------------------------------- planning
+  std::string hardware_class() const {
+    for (auto& [id, a] : agents) {
+      if (!a.lost) return a.hardware_class;
+    }
+    return "cpu";
+  }
+
+  planner::Plan plan_for(const JobSpec& spec, double exploration_seconds) const {
+    planner::PlanRequest req;
+    req.model = spec.model;
+    req.dataset = spec.dataset;
+    req.hardware_class = hardware_class();
+    req.ps_shards = spec.ps_shards;
+    req.epochs = spec.epochs;
+    req.train_examples = spec.train_samples > 0 ? spec.train_samples : 60000;
+    req.target_accuracy = spec.target_accuracy;
+    req.deadline_seconds = spec.deadline_seconds;
+    req.exploration_seconds = exploration_seconds;
+    req.switch_threshold = opt.switch_threshold;
+    const auto price = opt.prices.find(req.hardware_class);
+    req.price_per_task_hour = spec.price_per_task_hour > 0 ? spec.price_per_task_hour
+                              : price != opt.prices.end() ? price->second
+                                                          : 1.0;
+    int task_slots = 0;
+    for (auto& [id, a] : agents) {
+      if (!a.lost) task_slots += a.cores / spec.threads_per_task;
+    }
+    int wmax = task_slots - spec.ps_shards;
+    if (spec.max_workers > 0) wmax = std::min(wmax, spec.max_workers);
+    if (spec.workers_auto) {
+      for (int w = 1; w <= wmax; ++w) req.worker_options.push_back(w);
+    } else if (spec.workers <= wmax) {
+      req.worker_options.push_back(spec.workers);
+    }
+    if (spec.batch_auto) {
+      req.batch_options = spec.batch_sizes;
+    } else {
+      req.batch_options.push_back(spec.batch_size);
+    }
+    std::vector<store::Observation> history;
+    if (db) {
+      for (auto& o : db->history(spec.model, spec.dataset)) {
+        if (o.compression == compress::to_string(spec.compression.method)) history.push_back(std::move(o));
+      }
+      if (auto prev = db->get_meta("plan/" + spec.model + "/" + spec.dataset)) {
+        try {
+          auto pj = json::parse(*prev);
+          req.previous = planner::Config{pj.at("workers").get<int>(), pj.at("batch_size").get<int>()};
+        } catch (const std::exception&) {
+        }
+      }
+    }
+    return planner::make_plan(req, history);
+  }
+
+  // Applies a feasible plan to an auto job and queues it; fails it otherwise.
+  void decide(JobRec& j) {
+    const auto p = plan_for(j.spec, j.exploration_seconds);
+    j.plan = planner::to_json(p);
+    if (!p.feasible) {
+      j.failing_state = "failed";
+      j.error = "planner: " + p.explanation;
+      maybe_finish(j);
+      return;
+    }
+    j.spec.workers = p.choice.workers;
+    j.spec.batch_size = p.choice.batch_size;
+    persist("saving the plan", [&] {
+      db->put_meta("plan/" + j.spec.model + "/" + j.spec.dataset,
+                   json{{"workers", p.choice.workers}, {"batch_size", p.choice.batch_size}}.dump());
+    });
+    spdlog::info("job {}: planner chose {} workers x batch {}: {}", j.id, p.choice.workers, p.choice.batch_size,
+                 p.explanation);
+    notify(j, {{"event", "plan"}, {"plan", j.plan}});
+    set_state(j, "queued");
+    queue.push_back(j.id);
+  }
+
+  // Starts one exploration run per configuration the planner asked to profile.
+  void explore(JobRec& parent, const std::vector<planner::Config>& configs) {
+    set_state(parent, "exploring");
+    for (const auto& c : configs) {
+      JobRec p;
+      p.num = next_job++;
+      p.id = "job-" + std::to_string(p.num);
+      p.spec = parent.spec;
+      p.spec.name = "profile " + std::to_string(c.workers) + "x" + std::to_string(c.batch_size) + " for " + parent.id;
+      p.spec.workers = c.workers;
+      p.spec.batch_size = c.batch_size;
+      p.spec.workers_auto = p.spec.batch_auto = false;
+      p.spec.epochs = 1;
+      p.spec.max_steps = opt.explore_steps;
+      p.spec.profile = true;
+      p.spec.optimizer.warmup_epochs = 0;
+      p.spec.compression.warmup_epochs = 0;
+      p.submitted = Clock::now();
+      p.submitted_unix = unix_now();
+      p.profile_of = parent.id;
+      parent.pending_profiles.push_back(p.id);
+      const std::string id = p.id;
+      jobs.emplace(id, std::move(p));
+      job_order.push_back(id);
+      queue.push_back(id);
+      save(jobs.at(id));
+      spdlog::info("job {}: exploring {} workers x batch {} as {}", parent.id, c.workers, c.batch_size, id);
+    }
+    persist("saving the job counter", [&] { db->put_meta("next_job", std::to_string(next_job)); });
+  }
+
+  void record_epoch(JobRec& j, const json& ev) {
+    if (!db || j.spec.profile) return;
+    store::Observation o;
+    o.model = j.spec.model;
+    o.dataset = j.spec.dataset;
+    o.hardware_class = hardware_class();
+    o.job = j.id;
+    o.workers = j.spec.workers;
+    o.ps_shards = j.spec.ps_shards;
+    o.batch_size = j.spec.batch_size;
+    o.epoch = ev.value("epoch", 0);
+    o.epoch_seconds = ev.value("epoch_seconds", 0.0);
+    for (auto& [r, v] : j.images_per_sec) o.images_per_sec += v;
+    const double bytes = static_cast<double>(j.sum(j.pushed) + j.sum(j.pulled));
+    o.bytes_per_epoch = bytes - j.last_bytes;
+    j.last_bytes = bytes;
+    o.timestamp = unix_now();
+    o.compression = compress::to_string(j.spec.compression.method);
+    persist("recording an observation", [&] { db->add_observation(o); });
+  }
+
+  void record_final(JobRec& j) {
+    if (!db) return;
+    store::Observation o;
+    o.model = j.spec.model;
+    o.dataset = j.spec.dataset;
+    o.hardware_class = hardware_class();
+    o.job = j.id;
+    o.workers = j.spec.workers;
+    o.ps_shards = j.spec.ps_shards;
+    o.batch_size = j.spec.batch_size;
+    o.timestamp = unix_now();
+    o.compression = compress::to_string(j.spec.compression.method);
+    if (j.spec.profile) {
+      for (auto& [r, v] : j.profile_ips) o.images_per_sec += v;
+      if (o.images_per_sec <= 0) return;
+      const double examples = j.spec.train_samples > 0 ? static_cast<double>(j.spec.train_samples) : 60000.0;
+      o.epoch_seconds = examples / o.images_per_sec;
+      o.epoch = 0;
+      o.source = "profile";
+    } else {
+      o.final_accuracy = j.test_accuracy;
+      o.epoch = j.epochs_done;
+      o.epoch_seconds = j.epochs_done > 0 ? j.wall_seconds() / j.epochs_done : 0;
+      for (auto& [r, v] : j.images_per_sec) o.images_per_sec += v;
+      o.bytes_per_epoch = j.epochs_done > 0 ? static_cast<double>(j.sum(j.pushed) + j.sum(j.pulled)) / j.epochs_done : 0;
+    }
+    persist("recording an observation", [&] { db->add_observation(o); });
+  }
 
   // ---------------------------------------------------------------- helpers
   static void reply(const std::shared_ptr<Session>& s, const std::string& id, const json& body) {
@@ -186,11 +430,15 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
                                    {"warmup_epochs", j.spec.compression.warmup_epochs}};
     out["submitted_at"] = j.submitted_unix;
     out["tasks"] = tasks;
+    if (!j.plan.is_null()) out["plan"] = j.plan;
+    if (!j.profile_of.empty()) out["profile_of"] = j.profile_of;
+    if (!j.pending_profiles.empty()) out["exploring_with"] = j.pending_profiles;
     if (j.state == "queued") {
       const auto pos = std::find(queue.begin(), queue.end(), j.id) - queue.begin();
       out["queue_position"] = pos + 1;
       out["cores_needed"] = (j.spec.workers + j.spec.ps_shards) * j.spec.threads_per_task;
       out["cores_free"] = free_cores();
+      out["fits_cluster"] = fits_cluster(j);
     }
     return out;
   }
@@ -208,6 +456,8 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     spdlog::info("job {} ({}): {} -> {}", j.id, j.spec.name, j.state, state);
     j.state = state;
     notify(j, {{"event", "state"}, {"state", state}});
+    event(j, {{"event", "state"}, {"state", state}});
+    save(j);
   }
 
   // ---------------------------------------------------------------- scheduling
@@ -235,12 +485,28 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     return out;
   }
 
+  // Could `j` be placed if every live agent were idle?
+  bool fits_cluster(const JobRec& j) const {
+    int slots = 0;
+    for (auto& [id, a] : agents) {
+      if (!a.lost) slots += a.cores / j.spec.threads_per_task;
+    }
+    return slots >= j.spec.ps_shards + j.spec.workers;
+  }
+
+  // FIFO: the first job that fits the free cores starts; a job that fits the cluster
+  // but not its free cores blocks everyone behind it (no overtaking). A job that cannot
+  // fit even an idle cluster waits without blocking others (agents may still join).
   void try_schedule() {
-    while (!queue.empty()) {
-      auto& j = jobs.at(queue.front());
+    for (auto it = queue.begin(); it != queue.end();) {
+      auto& j = jobs.at(*it);
+      if (!fits_cluster(j)) {
+        ++it;
+        continue;
+      }
       auto placement = place(j);
-      if (!placement) return;  // FIFO: the head waits, and so does everyone behind it
-      queue.pop_front();
+      if (!placement) return;
+      it = queue.erase(it);
       launch(j, *placement);
     }
   }
@@ -311,8 +577,20 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       if (t.state != "exited") return;
     }
     j.ended = Clock::now();
+    if (j.failing_state == "succeeded") record_final(j);
     set_state(j, j.failing_state);
     notify(j, summary(j));
+    event(j, summary(j));
+    if (!j.profile_of.empty()) {
+      auto pit = jobs.find(j.profile_of);
+      if (pit != jobs.end()) {
+        auto& parent = pit->second;
+        auto& pend = parent.pending_profiles;
+        pend.erase(std::remove(pend.begin(), pend.end(), j.id), pend.end());
+        parent.exploration_seconds += j.wall_seconds();
+        if (pend.empty() && parent.state == "exploring") decide(parent);
+      }
+    }
     spdlog::info("job {} {}: test accuracy {:.4f}, {} epochs, {:.1f} s{}", j.id, j.state, j.test_accuracy,
                  j.epochs_done, j.wall_seconds(), j.error.empty() ? "" : ", error: " + j.error);
     try_schedule();
@@ -353,6 +631,14 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       auto jit = jobs.find(job_id);
       if (jit == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "unknown job " + job_id, "job");
       auto& j = jit->second;
+      const std::string okey = job_id + "/" + env.body.value("task", "");
+      if (env.type == "task_exit" && agent.orphans.count(okey)) {
+        agent.free_cores += agent.orphans[okey];
+        agent.orphans.erase(okey);
+        spdlog::info("agent {}: orphaned task {} ended", agent.id, okey);
+        reply(s, env.id, json::object());
+        return try_schedule();
+      }
       if (env.body.value("generation", 0u) != j.generation) {
         return reply_error(s, env.id, wire::error_code::kConflict, "stale generation", "generation");
       }
@@ -387,9 +673,42 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     a.hardware_class = b.value("hardware_class", "cpu");
     a.session = s;
     a.last_seen = Clock::now();
-    if (it != agents.end()) {
-      // Re-registration after a lost connection: keep cores held by tasks that still run.
-      a.free_cores = it->second.free_cores;
+    // Reconcile with the tasks the agent says it still runs (after a reconnect): a task
+    // the leader still counts on carries on; any other is an orphan — stopped, its cores
+    // held until its exit is reported. Tasks the leader counted on that the agent no
+    // longer has ended while the link was down (their exit report was lost).
+    std::set<std::string> reported;
+    if (b.contains("tasks") && b["tasks"].is_array()) {
+      for (const auto& rt : b["tasks"]) {
+        const std::string jid = rt.value("job", ""), tname = rt.value("task", "");
+        reported.insert(jid + "/" + tname);
+        auto jit = jobs.find(jid);
+        TaskRec* t = jit == jobs.end() ? nullptr : find_task(jit->second, tname);
+        const bool live = t != nullptr && t->agent == name && t->state != "exited" &&
+                          rt.value("generation", 0u) == jit->second.generation;
+        const int threads = jit == jobs.end() ? 1 : jit->second.spec.threads_per_task;
+        a.free_cores -= threads;
+        if (!live) {
+          a.orphans[jid + "/" + tname] = threads;
+          s->send(wire::make_request("l" + std::to_string(next_req++), "stop_task",
+                                     {{"job", jid}, {"task", tname}, {"generation", rt.value("generation", 0u)}}));
+          spdlog::warn("agent {} still runs {}/{}, which the leader no longer counts on: stopping it", name, jid, tname);
+        }
+      }
+    }
+    for (auto& jid : job_order) {
+      auto& j = jobs.at(jid);
+      if (j.terminal()) continue;
+      for (auto& t : j.tasks) {
+        if (t.agent == name && (t.state == "starting" || t.state == "running") && !reported.count(jid + "/" + t.name) &&
+            it != agents.end() && !it->second.lost) {
+          // Only when a new session replaced one that was never declared lost: a lost
+          // agent's tasks were already accounted for by agent_lost.
+          t.state = "exited";
+          t.exit = "ended while its agent was disconnected";
+          if (j.failing_state.empty()) fail_job(j, t.name + " on agent " + name + " " + t.exit);
+        }
+      }
     }
     agents[name] = a;
     agent_by_session[s->id()] = name;
@@ -417,6 +736,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     if (t.kind == "worker") {
       if (ev.contains("bytes_pushed")) j.pushed[t.index] = ev.value("bytes_pushed", std::uint64_t{0});
       if (ev.contains("bytes_pulled")) j.pulled[t.index] = ev.value("bytes_pulled", std::uint64_t{0});
+      if (kind == "profile") j.profile_ips[t.index] = ev.value("images_per_sec", 0.0);
       if (kind == "done") {
         if (ev.contains("traffic")) j.traffic[t.index] = ev["traffic"];
         if (ev.contains("traffic_after_warmup")) j.traffic_after_warmup[t.index] = ev["traffic_after_warmup"];
@@ -426,6 +746,10 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
         if (t.index == 0) {
           j.epochs_done = ev.value("epoch", 0);
           if (ev.contains("test_accuracy")) j.test_accuracy = ev.value("test_accuracy", -1.0);
+          record_epoch(j, ev);
+          json e = ev;
+          e["task"] = t.name;
+          event(j, e);
         }
       }
     }
@@ -438,7 +762,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   }
 
   void on_task_exit(JobRec& j, TaskRec& t, const json& b) {
-    if (t.state == "exited") return;
+    if (t.state == "exited") return;  // orphans are handled in on_agent_message
     t.state = "exited";
     t.exit = b.value("describe", "exited");
     t.ok_exit = b.value("exit_code", -1) == 0 && b.value("signal", 0) == 0;
@@ -450,7 +774,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       const bool all_done = std::all_of(j.tasks.begin(), j.tasks.end(),
                                         [](auto& x) { return x.kind != "worker" || (x.state == "exited" && x.ok_exit); });
       if (all_done) {
-        if (j.test_accuracy < 0) return fail_job(j, "workers finished without reporting a test accuracy");
+        if (j.test_accuracy < 0 && !j.spec.profile) {
+          return fail_job(j, "workers finished without reporting a test accuracy");
+        }
         j.failing_state = "succeeded";
         set_state(j, "finishing");
         stop_tasks(j);
@@ -476,6 +802,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
         if (t.agent == id && t.state != "exited") {
           t.state = "exited";
           t.exit = "lost with its agent";
+          a.free_cores += j.spec.threads_per_task;
           hit = true;
         }
       }
@@ -503,21 +830,62 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
         return reply_error(s, env.id, wire::error_code::kInvalidJob, e.what(), e.field());
       }
       JobRec j;
+      j.spec = spec;
+      const bool automatic = spec.workers_auto || spec.batch_auto;
+      std::optional<planner::Plan> p;
+      if (automatic) {
+        p = plan_for(spec, 0);
+        if (!p->feasible && p->explore.empty()) {
+          return reply_error(s, env.id, wire::error_code::kInfeasible, "planner: " + p->explanation);
+        }
+      }
       j.num = next_job++;
       j.id = "job-" + std::to_string(j.num);
-      j.spec = spec;
       j.submitted = Clock::now();
       j.submitted_unix = unix_now();
       if (b.value("follow", false)) j.followers.push_back(s);
       const std::string id = j.id;
       jobs.emplace(id, std::move(j));
       job_order.push_back(id);
-      queue.push_back(id);
-      spdlog::info("job {} ({}) submitted: {} workers, {} PS shards, batch {}, {} epochs", id, spec.name, spec.workers,
-                   spec.ps_shards, spec.batch_size, spec.epochs);
-      reply(s, env.id, {{"job", id}, {"state", "queued"}});
+      persist("saving the job counter", [&] { db->put_meta("next_job", std::to_string(next_job)); });
+      auto& job = jobs.at(id);
+      spdlog::info("job {} ({}) submitted: {} workers, {} PS shards, batch {}, {} epochs", id, spec.name,
+                   spec.workers_auto ? "auto" : std::to_string(spec.workers), spec.ps_shards,
+                   spec.batch_auto ? "auto" : std::to_string(spec.batch_size), spec.epochs);
+      if (automatic && !p->explore.empty()) {
+        job.plan = planner::to_json(*p);
+        reply(s, env.id, {{"job", id}, {"state", "exploring"}});
+        explore(job, p->explore);
+      } else if (automatic) {
+        reply(s, env.id, {{"job", id}, {"state", "queued"}, {"plan", planner::to_json(*p)}});
+        job.state = "planning";
+        decide(job);
+      } else {
+        queue.push_back(id);
+        save(job);
+        reply(s, env.id, {{"job", id}, {"state", "queued"}});
+      }
       try_schedule();
       return;
+    }
+    if (env.type == "plan") {
+      if (!b.contains("job_toml") || !b["job_toml"].is_string()) {
+        return reply_error(s, env.id, wire::error_code::kBadRequest, "plan needs \"job_toml\" (string)", "job_toml");
+      }
+      JobSpec spec;
+      try {
+        spec = parse_job_toml(b["job_toml"].get<std::string>(), b.value("base_dir", "."), true);
+      } catch (const ConfigError& e) {
+        return reply_error(s, env.id, wire::error_code::kInvalidJob, e.what(), e.field());
+      }
+      return reply(s, env.id, planner::to_json(plan_for(spec, 0)));
+    }
+    if (env.type == "history") {
+      json rows = json::array();
+      if (db) {
+        for (const auto& o : db->history(b.value("model", ""), b.value("dataset", ""))) rows.push_back(o);
+      }
+      return reply(s, env.id, {{"observations", rows}, {"persistent", db != nullptr}});
     }
     if (env.type == "list" || (env.type == "status" && !b.contains("job"))) {
       json arr = json::array();
@@ -561,7 +929,23 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       if (j.terminal()) {
         return reply_error(s, env.id, wire::error_code::kConflict, "job " + jid + " already " + j.state, "job");
       }
-      if (j.state == "queued") {
+      if (j.state == "exploring") {
+        for (const auto& pid : j.pending_profiles) {
+          auto& pj = jobs.at(pid);
+          if (pj.state == "queued") {
+            queue.erase(std::find(queue.begin(), queue.end(), pid));
+            pj.failing_state = "cancelled";
+            maybe_finish(pj);
+          } else if (!pj.terminal() && pj.failing_state.empty()) {
+            pj.failing_state = "cancelled";
+            set_state(pj, "cancelling");
+            stop_tasks(pj);
+          }
+        }
+        j.pending_profiles.clear();
+        j.failing_state = "cancelled";
+        maybe_finish(j);
+      } else if (j.state == "queued") {
         queue.erase(std::find(queue.begin(), queue.end(), jid));
         j.failing_state = "cancelled";
         maybe_finish(j);
@@ -652,6 +1036,10 @@ void Leader::start() {
   h.on_close = [w](const std::shared_ptr<Session>& s) {
     if (auto self = w.lock()) self->on_close(s);
   };
+  if (!impl_->opt.state_dir.empty()) {
+    impl_->db = store::Store::open((std::filesystem::path(impl_->opt.state_dir) / "db").string());
+    impl_->restore();
+  }
   impl_->server = std::make_unique<control::ControlServer>(impl_->io, so, h);
   impl_->server->start();
   impl_->check_heartbeats();
@@ -662,6 +1050,13 @@ void Leader::stop() {
   if (!impl_) return;
   impl_->hb_timer.cancel();
   if (impl_->server) impl_->server->stop();
+  if (impl_->db) {
+    try {
+      impl_->db->flush();
+    } catch (const std::exception& e) {
+      spdlog::error("store: flush on shutdown failed: {}", e.what());
+    }
+  }
 }
 
 std::uint16_t Leader::port() const { return impl_->server ? impl_->server->port() : 0; }

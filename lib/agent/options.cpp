@@ -91,6 +91,25 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
     else if (k == "heartbeat_timeout") o.heartbeat_timeout = ms(node, k);
     else if (k == "task_stop_grace") o.task_stop_grace = ms(node, k);
     else if (k == "log_level") o.log_level = need<std::string>(node, k, "a string");
+    else if (k == "prices") {
+      if (!node.is_table()) throw ConfigError(k, "expected a table of class = price per task-hour");
+      o.prices.clear();
+      for (auto&& [ck, cv] : *node.as_table()) {
+        if (!cv.is_number() || *cv.value<double>() <= 0) {
+          throw ConfigError("prices." + std::string(ck.str()), "expected a positive number");
+        }
+        o.prices[std::string(ck.str())] = *cv.value<double>();
+      }
+    } else if (k == "explore_steps") {
+      const auto v = need<std::int64_t>(node, k, "an integer");
+      if (v < 10 || v > 100000) throw ConfigError(k, "expected 10..100000, got " + std::to_string(v));
+      o.explore_steps = static_cast<int>(v);
+    } else if (k == "switch_threshold") {
+      if (!node.is_number() || *node.value<double>() < 0 || *node.value<double>() >= 1) {
+        throw ConfigError(k, "expected a number in [0, 1)");
+      }
+      o.switch_threshold = *node.value<double>();
+    }
     else throw ConfigError(k, "unknown key");
   }
   if (o.agent_token.empty()) throw ConfigError("agent_token", "required (or agent_token_file)");

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace dltrain::agent {
@@ -28,6 +29,10 @@ struct AgentOptions {
   std::chrono::milliseconds heartbeat_timeout{10000};
   std::chrono::milliseconds task_stop_grace{10000};  ///< SIGTERM → SIGKILL delay
   std::string log_level = "info";
+  /// Leader: price of one task-hour per hardware class ([prices] table), for the planner.
+  std::map<std::string, double> prices{{"cpu", 1.0}};
+  int explore_steps = 40;          ///< leader: steps per worker of an exploration run
+  double switch_threshold = 0.10;  ///< leader: relative predicted gain needed to change a plan
 };
 
 /// Parses an agent TOML file. `agent_token_file` / `client_token_file` keys read the

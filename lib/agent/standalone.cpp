@@ -146,8 +146,9 @@ int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
     ready_timer.cancel();
     write_private(state / "client.json", client_json);
     write_private(default_file, client_json);
-    std::cout << "dltrain standalone cluster ready: leader " << url << ", " << so.agents << " agents x "
-              << so.cores_per_agent << " cores, state in " << state.string() << "\n"
+    std::cout << "dltrain standalone cluster ready: leader " << url << ", " << so.agents << " agent"
+              << (so.agents == 1 ? "" : "s") << " with " << so.cores_per_agent << " core"
+              << (so.cores_per_agent == 1 ? "" : "s") << " each, state in " << state.string() << "\n"
               << "client settings written to " << default_file.string() << "; stop with Ctrl-C" << std::endl;
   };
   ready_timer.async_wait([&](boost::system::error_code ec) {

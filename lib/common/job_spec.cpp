@@ -130,6 +130,7 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
        << e.source().begin.column << ": " << e.description();
     throw ConfigError("", os.str());
   }
+  if (root.empty()) throw ConfigError("", "the job file is empty: it needs at least a model and its data");
   JobSpec s;
   for (auto&& [key, node] : root) {
     const std::string k(key.str());
@@ -144,11 +145,43 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
     } else if (k == "epochs") {
       s.epochs = static_cast<int>(get_int(node, k, 1, 1000));
     } else if (k == "workers") {
-      s.workers = static_cast<int>(get_int(node, k, 1, 1024));
+      if (node.is_string() && *node.value<std::string>() == "auto") {
+        s.workers_auto = true;
+      } else {
+        s.workers = static_cast<int>(get_int(node, k, 1, 1024));
+      }
     } else if (k == "ps_shards") {
       s.ps_shards = static_cast<int>(get_int(node, k, 1, 256));
     } else if (k == "batch_size") {
-      s.batch_size = static_cast<int>(get_int(node, k, 1, 65536));
+      if (node.is_string() && *node.value<std::string>() == "auto") {
+        s.batch_auto = true;
+      } else {
+        s.batch_size = static_cast<int>(get_int(node, k, 1, 65536));
+      }
+    } else if (k == "target_accuracy") {
+      s.target_accuracy = get_double(node, k, 0.0, 1.0, true, false);
+    } else if (k == "deadline") {
+      if (!node.is_string()) {
+        throw ConfigError(k, "expected a duration string such as \"30m\", got " + type_name(node) + " " + render(node));
+      }
+      s.deadline_seconds = parse_duration_seconds(*node.value<std::string>(), k);
+      if (s.deadline_seconds <= 0) throw ConfigError(k, "must be positive");
+    } else if (k == "planner") {
+      if (!node.is_table()) throw ConfigError(k, "expected a table, got " + type_name(node));
+      for (auto&& [pk, pn] : *node.as_table()) {
+        const std::string f = "planner." + std::string(pk.str());
+        if (pk.str() == "batch_sizes") {
+          if (!pn.is_array() || pn.as_array()->empty()) throw ConfigError(f, "expected a non-empty array of integers");
+          s.batch_sizes.clear();
+          for (auto&& e : *pn.as_array()) s.batch_sizes.push_back(static_cast<int>(get_int(e, f, 1, 65536)));
+        } else if (pk.str() == "max_workers") {
+          s.max_workers = static_cast<int>(get_int(pn, f, 1, 1024));
+        } else if (pk.str() == "price_per_task_hour") {
+          s.price_per_task_hour = get_double(pn, f, 0.0, 1e9, true, false);
+        } else {
+          throw ConfigError(f, "unknown key (expected batch_sizes, max_workers, price_per_task_hour)");
+        }
+      }
     } else if (k == "threads_per_task") {
       s.threads_per_task = static_cast<int>(get_int(node, k, 1, 256));
     } else if (k == "sync") {
@@ -203,7 +236,8 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
     } else {
       throw ConfigError(k, "unknown key (expected name, model, dataset, data_dir, epochs, "
                            "workers, ps_shards, batch_size, threads_per_task, sync, seed, "
-                           "train_samples, test_samples, [optimizer], [compression], [ps])");
+                           "train_samples, test_samples, target_accuracy, deadline, [optimizer], [compression], [planner], "
+                           "[ps])");
     }
   }
   if (s.optimizer.warmup_epochs >= s.epochs) {
@@ -223,8 +257,8 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
   if (check_files) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) {
-      throw ConfigError("data_dir", "directory \"" + s.data_dir + "\" does not exist" +
-                                        (s.dataset == "fashion-mnist"
+      throw ConfigError("data_dir", "directory \"" + s.data_dir + "\" does not exist on the leader" +
+                                        (s.data_dir == "/usr/share/datasets/fashion-mnist"
                                              ? " (install it with: apt-get install dataset-fashion-mnist)"
                                              : ""));
     }
@@ -267,7 +301,16 @@ void to_json(nlohmann::json& j, const JobSpec& s) {
                        {"warmup_epochs", s.compression.warmup_epochs},
                        {"momentum", s.compression.momentum},
                        {"clip_norm", s.compression.clip_norm},
-                       {"sample_ratio", s.compression.sample_ratio}}}};
+                       {"sample_ratio", s.compression.sample_ratio}}},
+                     {"workers_auto", s.workers_auto},
+                     {"batch_auto", s.batch_auto},
+                     {"target_accuracy", s.target_accuracy},
+                     {"deadline_seconds", s.deadline_seconds},
+                     {"batch_sizes", s.batch_sizes},
+                     {"max_workers", s.max_workers},
+                     {"price_per_task_hour", s.price_per_task_hour},
+                     {"max_steps", s.max_steps},
+                     {"profile", s.profile}};
 }
 
 double ps_momentum(const JobSpec& spec) {
@@ -307,6 +350,15 @@ JobSpec job_from_json(const nlohmann::json& j) {
       s.compression.clip_norm = c.at("clip_norm").get<double>();
       s.compression.sample_ratio = c.at("sample_ratio").get<double>();
     }
+    s.workers_auto = j.value("workers_auto", false);
+    s.batch_auto = j.value("batch_auto", false);
+    s.target_accuracy = j.value("target_accuracy", 0.0);
+    s.deadline_seconds = j.value("deadline_seconds", 0.0);
+    if (j.contains("batch_sizes")) s.batch_sizes = j.at("batch_sizes").get<std::vector<int>>();
+    s.max_workers = j.value("max_workers", 0);
+    s.price_per_task_hour = j.value("price_per_task_hour", 0.0);
+    s.max_steps = j.value("max_steps", std::int64_t{0});
+    s.profile = j.value("profile", false);
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError("job", std::string("malformed job JSON: ") + e.what());

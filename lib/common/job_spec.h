@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -39,6 +40,19 @@ struct JobSpec {
   std::int64_t partition_size = 262144;  ///< max floats per PS partition, [1, 2^26]
   OptimizerSpec optimizer;
   compress::CompressionSpec compression;  ///< [compression]; method none = dense ASGD
+
+  // Planner (DESIGN.md, "Planner"; docs/planner.md).
+  bool workers_auto = false;        ///< workers = "auto": the leader's planner chooses
+  bool batch_auto = false;          ///< batch_size = "auto": the leader's planner chooses
+  double target_accuracy = 0;       ///< final test accuracy to reach, (0, 1]; 0 = none
+  double deadline_seconds = 0;      ///< wall time from start to end, > 0; 0 = none
+  std::vector<int> batch_sizes{32, 64, 128, 256};  ///< [planner] candidate per-worker batches
+  int max_workers = 0;              ///< [planner] upper bound on workers; 0 = what fits
+  double price_per_task_hour = 0;   ///< [planner] cost of one task for an hour; 0 = leader's price
+
+  // Set by the leader for exploration runs; not accepted from job files.
+  std::int64_t max_steps = 0;       ///< stop after this many steps per worker; 0 = no limit
+  bool profile = false;             ///< measure throughput only (no evaluation)
 };
 
 /// Momentum the PS shards apply: 0 with dgc (its momentum lives at the workers, DGC

@@ -92,14 +92,26 @@ void ControlClient::connect(std::chrono::milliseconds timeout, std::function<voi
                                auto& im3 = *self->impl_;
                                if (ec3) {
                                  const auto status = im3.upgrade_response.result_int();
-                                 if (status == 401) {
-                                   return fail("leader " + where + " refused the token (HTTP 401)");
+                                 if (ec3 == beast::error::timeout) {
+                                   return done(std::make_exception_ptr(
+                                       TimeoutError("the WebSocket handshake with leader " + where + " timed out")));
                                  }
-                                 return fail("WebSocket handshake with leader " + where + " failed: " +
-                                             (status ? "HTTP " + std::to_string(status) : ec3.message()));
+                                 if (ec3 == websocket::error::upgrade_declined && status == 401) {
+                                   return done(std::make_exception_ptr(
+                                       AuthError("leader " + where + " refused the token (HTTP 401)")));
+                                 }
+                                 if (ec3 == websocket::error::upgrade_declined) {
+                                   return fail("leader " + where + " declined the WebSocket upgrade (HTTP " +
+                                               std::to_string(status) + ")");
+                                 }
+                                 return fail("WebSocket handshake with leader " + where + " failed: " + ec3.message());
                                }
                                beast::get_lowest_layer(im3.ws).expires_never();
-                               im3.ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::client));
+                               websocket::stream_base::timeout to{};
+                               to.handshake_timeout = std::chrono::seconds(30);
+                               to.idle_timeout = kControlIdleTimeout;
+                               to.keep_alive_pings = true;
+                               im3.ws.set_option(to);
                                im3.ws.read_message_max(wire::kMaxControlMessage * 4);
                                im3.open = true;
                                done(nullptr);

@@ -14,10 +14,22 @@
 #include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/errors.h"
 #include "control/server.h"
 #include "wire/control.h"
 
 namespace dltrain::control {
+
+/// The leader refused the bearer token (HTTP 401): reached, but not allowed in.
+class AuthError : public IoError {
+ public:
+  using IoError::IoError;
+};
+
+/// Keep-alive settings of control sessions (both ends): a ping after half of this idle
+/// time, and the session is closed when nothing at all arrives for this long, so a
+/// silently lost peer is noticed.
+inline constexpr std::chrono::seconds kControlIdleTimeout{30};
 
 /// A parsed `ws://HOST:PORT[/]` leader URL (TLS is not supported yet).
 struct LeaderUrl {

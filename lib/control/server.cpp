@@ -58,7 +58,11 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession>
       : ws_(std::move(sock)), srv_(std::move(srv)), kind_(kind), peer_(std::move(peer)), id_(srv_->next_id++) {}
 
   void run(http::request<http::string_body> req) {
-    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    websocket::stream_base::timeout to{};
+    to.handshake_timeout = srv_->opt.handshake_timeout;
+    to.idle_timeout = std::chrono::seconds(30);  // control::kControlIdleTimeout: pings at 15 s
+    to.keep_alive_pings = true;
+    ws_.set_option(to);
     ws_.read_message_max(srv_->opt.max_message_bytes);
     ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) {
       if (ec) {

@@ -318,7 +318,7 @@ void PsClient::push_pull(std::span<const PartitionPush> pushes, float lr, double
       auto& hq = hdrs[2 * p.key + 1];
       const auto k = sparse_pull ? static_cast<std::uint32_t>(compress::k_for(static_cast<std::size_t>(p.length), downlink_ratio)) : 0u;
       wire::encode_header(im.header(sparse_pull ? wire::MessageType::kPullSparse : wire::MessageType::kPull, p.key,
-                                    wire::Codec::kNone, k, 0),
+                                    wire::Codec::kNone, sparse_pull ? k : (im.opt.sparse_downlink ? 1u : 0u), 0),
                           std::span<std::byte, wire::kHeaderSize>(hq));
       bufs[s].push_back(asio::buffer(hq));
       ++replies[s];
@@ -382,7 +382,7 @@ void PsClient::pull(std::span<float> params) {
   std::vector<int> replies(im.socks.size(), 0);
   for (std::size_t s = 0; s < im.owned.size(); ++s) {
     for (const auto& p : im.owned[s]) {
-      wire::encode_header(im.header(wire::MessageType::kPull, p.key, wire::Codec::kNone, 0, 0),
+      wire::encode_header(im.header(wire::MessageType::kPull, p.key, wire::Codec::kNone, im.opt.sparse_downlink ? 1u : 0u, 0),
                           std::span<std::byte, wire::kHeaderSize>(hdrs[p.key]));
       bufs[s].push_back(asio::buffer(hdrs[p.key]));
       ++replies[s];

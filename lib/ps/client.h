@@ -36,6 +36,9 @@ struct PsClientOptions {
   std::uint32_t rank = 0;          ///< this worker's rank, [0, num_workers)
   std::uint32_t num_workers = 1;
   std::chrono::milliseconds timeout{60000};  ///< bound on every call (connect, push, pull)
+  /// This worker will use sparse pulls: its dense pulls ask the shards to record what it
+  /// holds (x_seen), which costs the shard a copy of its partitions per worker.
+  bool sparse_downlink = false;
   wire::FrameLimits limits;
 };
 

@@ -130,7 +130,8 @@ class Session : public std::enable_shared_from_this<Session> {
                                 ", which this shard does not hold");
           }
           out_.resize(static_cast<std::size_t>(len));
-          st.pull(h_.key, out_, static_cast<int>(rank_));
+          // count = 1: the worker uses sparse pulls; remember what it now holds.
+          st.pull(h_.key, out_, h_.count == 1 ? static_cast<int>(rank_) : -1);
           wire::FrameHeader r = reply_header(MessageType::kPullReply);
           r.codec = wire::Codec::kDenseF32;
           r.count = static_cast<std::uint32_t>(len);

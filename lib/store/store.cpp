@@ -62,7 +62,8 @@ void to_json(nlohmann::json& j, const Observation& o) {
        {"bytes_per_epoch", o.bytes_per_epoch},
        {"final_accuracy", o.final_accuracy},
        {"timestamp", o.timestamp},
-       {"source", o.source}};
+       {"source", o.source},
+       {"compression", o.compression}};
 }
 
 void from_json(const nlohmann::json& j, Observation& o) {
@@ -80,6 +81,7 @@ void from_json(const nlohmann::json& j, Observation& o) {
   o.final_accuracy = j.value("final_accuracy", -1.0);
   o.timestamp = j.value("timestamp", 0.0);
   o.source = j.value("source", "job");
+  o.compression = j.value("compression", "none");
 }
 
 struct Store::Impl {

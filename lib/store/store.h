@@ -44,6 +44,7 @@ struct Observation {
   double final_accuracy = -1;   ///< final test accuracy, final rows only
   double timestamp = 0;         ///< unix time, s
   std::string source = "job";   ///< "job" or "profile" (exploration)
+  std::string compression = "none";  ///< the job's compression method
 };
 void to_json(nlohmann::json& j, const Observation& o);
 void from_json(const nlohmann::json& j, Observation& o);

@@ -74,6 +74,11 @@ IdxImages read_idx_images(const std::string& path, std::int64_t limit) {
   }
   IdxImages out;
   out.count = (limit > 0 && limit < n) ? limit : n;
+  constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 32;  // 4 GiB of pixels
+  if (static_cast<std::uint64_t>(out.count) * rows * cols > kMaxBytes) {
+    throw ProtocolError("\"" + path + "\": " + std::to_string(out.count) + " images of " + std::to_string(rows) + "x" +
+                        std::to_string(cols) + " exceed the 4 GiB limit");
+  }
   out.rows = rows;
   out.cols = cols;
   out.pixels.resize(static_cast<std::size_t>(out.count * rows * cols));

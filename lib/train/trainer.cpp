@@ -169,6 +169,7 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
   popt.rank = static_cast<std::uint32_t>(cfg.rank);
   popt.num_workers = static_cast<std::uint32_t>(spec.workers);
   popt.timeout = cfg.ps_timeout;
+  popt.sparse_downlink = spec.compression.downlink_ratio < 1.0;
   ps::PsClient client(cfg.shards, layout, popt);
   client.connect();
   client.init(params);
@@ -219,7 +220,12 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
     return actual == 0 ? nlohmann::json(nullptr) : nlohmann::json(static_cast<double>(dense) / static_cast<double>(actual));
   };
 
-  for (int epoch = 0; epoch < spec.epochs; ++epoch) {
+  // Exploration runs (spec.profile) measure throughput after a few warm-up steps.
+  constexpr std::int64_t kProfileWarmupSteps = 5;
+  Clock::time_point t_profile{};
+  std::int64_t profile_images = 0;
+  bool stop = false;
+  for (int epoch = 0; epoch < spec.epochs && !stop; ++epoch) {
     const auto t_epoch = Clock::now();
     auto perm = torch::randperm(n, gen, torch::kInt64);
     double loss_sum = 0;
@@ -259,7 +265,9 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
       }
       const double pos = epoch + static_cast<double>(step) / steps_per_epoch;
       const auto lr = static_cast<float>(learning_rate(spec.optimizer, pos, spec.epochs));
-      const double density = compress::density_at(spec.compression, pos);
+      const double density = spec.compression.method == compress::Method::kNone
+                                 ? 1.0
+                                 : compress::density_at(spec.compression, pos);
       const double downlink = compress::density_at(downlink_spec, pos);
       const auto up0 = client.bytes_pushed(), down0 = client.bytes_pulled();
       if (plain) {
@@ -307,6 +315,9 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
       last_density = density;
       flat.write_params(params);
       ++global_step;
+      if (global_step == kProfileWarmupSteps) t_profile = Clock::now();
+      if (global_step > kProfileWarmupSteps) profile_images += hi - lo;
+      if (spec.max_steps > 0 && global_step >= spec.max_steps) stop = true;
       loss_sum += lv;
       ++loss_count;
       recent_loss += lv;
@@ -333,6 +344,22 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
         recent_loss = 0;
         recent_count = 0;
       }
+      if (stop) break;
+    }
+    if (spec.profile) {
+      if (stop || epoch + 1 == spec.epochs) {
+        const double secs = t_profile == Clock::time_point{} ? 0.0 : seconds_since(t_profile);
+        sink({{"event", "profile"},
+              {"rank", cfg.rank},
+              {"steps", global_step},
+              {"measured_images", profile_images},
+              {"measured_seconds", secs},
+              {"images_per_sec", secs > 0 ? static_cast<double>(profile_images) / secs : 0.0},
+              {"bytes_pushed", client.bytes_pushed()},
+              {"bytes_pulled", client.bytes_pulled()}});
+        stop = true;
+      }
+      continue;
     }
     const double epoch_seconds = seconds_since(t_epoch);
     nlohmann::json ev{{"event", "epoch_end"},
@@ -342,7 +369,7 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
                       {"train_loss", loss_sum / static_cast<double>(std::max<std::int64_t>(1, loss_count))},
                       {"epoch_seconds", epoch_seconds},
                       {"images_per_sec", static_cast<double>(n) / epoch_seconds}};
-    const bool last = epoch + 1 == spec.epochs;
+    const bool last = epoch + 1 == spec.epochs || stop;
     if (last) {
       // Tell the PS this worker is done; rank 0 then waits for the others so that the
       // final accuracy is that of the finished model.
@@ -374,7 +401,7 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
   }
   sink({{"event", "done"},
         {"rank", cfg.rank},
-        {"test_accuracy", final_accuracy},
+        {"test_accuracy", final_accuracy >= 0 ? nlohmann::json(final_accuracy) : nlohmann::json(nullptr)},
         {"steps", global_step},
         {"skipped_steps", skipped_steps},
         {"wall_seconds", seconds_since(t_start)},

@@ -24,7 +24,7 @@ struct WorkerConfig {
   std::vector<ps::PsEndpoint> shards;  ///< one per PS shard, in shard order
   std::chrono::milliseconds ps_timeout{60000};     ///< bound on each PS call
   std::chrono::seconds finish_timeout{1800};       ///< rank 0's wait for the other workers
-  double progress_interval_s = 2.0;  ///< seconds between progress events
+  double progress_interval_s = 5.0;  ///< seconds between progress events
 };
 
 /// Receives progress events (one JSON object each; "event" names the kind:

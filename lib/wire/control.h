@@ -26,6 +26,7 @@ inline constexpr const char* kUnsupportedVersion = "unsupported_version";
 inline constexpr const char* kInvalidJob = "invalid_job";          ///< job file rejected
 inline constexpr const char* kNotFound = "not_found";              ///< unknown job/agent
 inline constexpr const char* kConflict = "conflict";               ///< e.g. cancel of a finished job
+inline constexpr const char* kInfeasible = "infeasible";           ///< the planner found no configuration
 inline constexpr const char* kInternal = "internal";
 }  // namespace error_code
 

@@ -41,7 +41,8 @@ enum class MessageType : std::uint16_t {
                     ///< the first init of a key wins)
   kPush = 5,        ///< worker → PS: gradient of partition `key`, applied with `scale`
                     ///< as the learning rate (no reply)
-  kPull = 7,        ///< worker → PS: request the current values of partition `key`
+  kPull = 7,        ///< worker → PS: request the current values of partition `key`;
+                    ///< count = 1 asks the PS to record them as what this worker holds
   kPullReply = 8,   ///< PS → worker: dense values of partition `key`
   kDone = 9,        ///< worker → PS: worker `key` (its rank) finished training
   kDoneAck = 10,    ///< PS → worker: count = workers that have sent kDone

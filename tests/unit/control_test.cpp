@@ -27,6 +27,7 @@ class LeaderFixture : public ::testing::Test {
     o.listen_port = 0;
     o.agent_token = "agent-secret";
     o.client_token = "client-secret";
+    o.state_dir = "";  // no store: these tests are about the control endpoint
     leader_ = std::make_unique<agent::Leader>(io_, o);
     leader_->start();
     port_ = leader_->port();

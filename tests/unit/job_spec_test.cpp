@@ -57,7 +57,8 @@ TEST(JobSpec, RejectsUnknownModel) {
 TEST(JobSpec, RejectsMissingDataDirectory) {
   auto [field, msg] = reject("data_dir = \"/no/such/dir\"\n");
   EXPECT_EQ(field, "data_dir");
-  EXPECT_EQ(msg, "data_dir: directory \"/no/such/dir\" does not exist (install it with: apt-get install dataset-fashion-mnist)");
+  EXPECT_EQ(msg, "data_dir: directory \"/no/such/dir\" does not exist on the leader");
+  EXPECT_EQ(reject("").second, "the job file is empty: it needs at least a model and its data");
 }
 
 TEST(JobSpec, RejectsNegativeBatchSize) {

@@ -269,6 +269,7 @@ TEST(SparseDataPlane, SparsePushAndDownlinkOverTcpAsHandComputed) {
   co.generation = 1;
   co.num_workers = 1;
   co.timeout = std::chrono::milliseconds(5000);
+  co.sparse_downlink = true;
   PsClient w({{"127.0.0.1", s0.port()}, {"127.0.0.1", s1.port()}}, layout, co);
   w.connect();
   std::vector<float> x0{1, 2, 3, 4, 5, 6, 7, 8}, replica(8);
