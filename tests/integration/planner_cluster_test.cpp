@@ -1,0 +1,180 @@
+// The planner and the store through a real standalone cluster: an "auto" job with no
+// history explores, is planned and runs; `dltrain plan` then decides from the recorded
+// history; jobs and history survive a leader restart.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kBin = DLTRAIN_BIN_DIR;
+
+std::pair<int, std::string> run(const std::string& cmd, int timeout_s = 120) {
+  std::string out;
+  FILE* p = popen(("timeout " + std::to_string(timeout_s) + " " + cmd).c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), p) != nullptr) out += buf.data();
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+std::string last_line(const std::string& s) {
+  std::istringstream in(s);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  return last;
+}
+
+struct Standalone {
+  fs::path state;
+  fs::path xdg;
+  pid_t pid = -1;
+  std::string client;
+
+  Standalone(const fs::path& state_dir, const fs::path& xdg_dir) : state(state_dir), xdg(xdg_dir) {
+    fs::remove(state / "client.json");
+    pid = fork();
+    if (pid == 0) {
+      setenv("XDG_STATE_HOME", xdg.c_str(), 1);
+      const std::string log = (state.parent_path() / "standalone.log").string();
+      freopen(log.c_str(), "a", stdout);
+      freopen(log.c_str(), "a", stderr);
+      execl((kBin + "/dltrain-agent").c_str(), "dltrain-agent", "--standalone", "--agents", "3", "--state-dir",
+            state.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (!fs::exists(state / "client.json") && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(100ms);
+    }
+    if (fs::exists(state / "client.json")) {
+      std::ifstream in(state / "client.json");
+      auto j = json::parse(in);
+      client = kBin + "/dltrain --leader " + j["leader"].get<std::string>() + " --token " +
+               j["client_token"].get<std::string>();
+    }
+  }
+  int stop() {
+    if (pid <= 0) return -1;
+    kill(pid, SIGTERM);
+    int st = 0;
+    for (int i = 0; i < 300 && waitpid(pid, &st, WNOHANG) == 0; ++i) std::this_thread::sleep_for(100ms);
+    pid = -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  }
+  ~Standalone() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+}  // namespace
+
+TEST(PlannerCluster, AutoJobExploresPlansRunsAndHistorySurvivesARestart) {
+  std::string tmpl = (fs::temp_directory_path() / "dltrain-planner-XXXXXX").string();
+  const fs::path root = mkdtemp(tmpl.data());
+  const fs::path job = root / "auto.toml";
+  std::ofstream(job) << R"(name = "auto-mlp"
+model = "mlp"
+data_dir = "/usr/share/datasets/fashion-mnist"
+workers = "auto"
+batch_size = "auto"
+ps_shards = 1
+epochs = 1
+train_samples = 3000
+test_samples = 1000
+target_accuracy = 0.5
+deadline = "20m"
+[planner]
+batch_sizes = [32, 64]
+max_workers = 2
+)";
+  std::string job_id;
+  {
+    Standalone c(root / "state", root / "xdg");
+    ASSERT_FALSE(c.client.empty()) << "standalone cluster did not start";
+    // No history: `plan` says which configurations a submit would profile.
+    auto [prc, pout] = run(c.client + " plan " + job.string() + " --json");
+    auto plan = json::parse(pout);
+    EXPECT_FALSE(plan["explore"].empty()) << pout;
+
+    auto [rc, out] = run(c.client + " submit " + job.string() + " --follow --json", 300);
+    ASSERT_EQ(rc, 0) << out;
+    auto summary = json::parse(last_line(out));
+    EXPECT_EQ(summary["state"], "succeeded");
+    job_id = summary["job"];
+    auto [src, sout] = run(c.client + " status " + job_id + " --json");
+    auto st = json::parse(sout);
+    ASSERT_TRUE(st.contains("plan")) << sout;
+    EXPECT_TRUE(st["plan"]["feasible"].get<bool>()) << st["plan"].dump();
+    // Without accuracy history only the smallest global batch is assumed to reach the
+    // target: 1 worker × 32.
+    EXPECT_EQ(st["workers"], 1);
+    EXPECT_EQ(st["batch_size"], 32);
+
+    // The exploration runs are jobs of their own, and they finished.
+    auto [lrc, lout] = run(c.client + " list --json");
+    int profiles = 0;
+    for (const auto& j : json::parse(lout)) {
+      if (j.value("profile_of", "") == job_id) {
+        ++profiles;
+        EXPECT_EQ(j["state"], "succeeded") << j.dump();
+      }
+    }
+    EXPECT_GE(profiles, 2);
+
+    auto [hrc, hout] = run(c.client + " history --model mlp --json");
+    auto hist = json::parse(hout);
+    int prof_rows = 0, epoch_rows = 0, final_rows = 0;
+    for (const auto& o : hist) {
+      if (o["source"] == "profile") ++prof_rows;
+      else if (o["final_accuracy"].get<double>() >= 0) ++final_rows;
+      else ++epoch_rows;
+    }
+    EXPECT_EQ(prof_rows, profiles);
+    EXPECT_EQ(epoch_rows, 1);
+    EXPECT_EQ(final_rows, 1);
+
+    // With that history, `plan` decides without exploring.
+    auto [p2rc, p2out] = run(c.client + " plan " + job.string() + " --json");
+    auto plan2 = json::parse(p2out);
+    EXPECT_TRUE(plan2["explore"].empty()) << p2out;
+    EXPECT_TRUE(plan2["feasible"].get<bool>()) << p2out;
+    EXPECT_EQ(c.stop(), 0);
+  }
+  {
+    // A new leader process on the same state directory has the jobs and the history.
+    Standalone c(root / "state", root / "xdg");
+    ASSERT_FALSE(c.client.empty());
+    auto [src, sout] = run(c.client + " status " + job_id + " --json");
+    ASSERT_EQ(src, 0) << sout;
+    EXPECT_EQ(json::parse(sout)["state"], "succeeded");
+    auto [hrc, hout] = run(c.client + " history --json");
+    EXPECT_GE(json::parse(hout).size(), 4u);
+    // New jobs continue the numbering.
+    auto [lrc, lout] = run(c.client + " list --json");
+    EXPECT_GE(json::parse(lout).size(), 3u);
+    EXPECT_EQ(c.stop(), 0);
+  }
+  fs::remove_all(root);
+}
