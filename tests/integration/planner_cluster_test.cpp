@@ -171,9 +171,15 @@ max_workers = 2
     EXPECT_EQ(json::parse(sout)["state"], "succeeded");
     auto [hrc, hout] = run(c.client + " history --json");
     EXPECT_GE(json::parse(hout).size(), 4u);
-    // New jobs continue the numbering.
     auto [lrc, lout] = run(c.client + " list --json");
     EXPECT_GE(json::parse(lout).size(), 3u);
+    // The restarted leader plans from the history the first one recorded.
+    auto [prc, pout] = run(c.client + " plan " + job.string() + " --json");
+    auto plan = json::parse(pout);
+    EXPECT_TRUE(plan["explore"].empty()) << pout;
+    EXPECT_TRUE(plan["feasible"].get<bool>()) << pout;
+    EXPECT_EQ(plan["choice"]["workers"], 1);
+    EXPECT_EQ(plan["choice"]["batch_size"], 32);
     EXPECT_EQ(c.stop(), 0);
   }
   fs::remove_all(root);
