@@ -91,6 +91,11 @@ Predictors::Predictors(const std::vector<store::Observation>& history, const std
   }
 }
 
+bool Predictors::accuracy_beyond_history(const Config& c) const {
+  if (acc_counts_.empty()) return false;
+  return static_cast<double>(c.workers) * c.batch_size > acc_counts_.back().first;
+}
+
 int Predictors::time_cells() const {
   int n = 0;
   for (const auto& row : t_count_) {
@@ -166,10 +171,13 @@ Plan make_plan(const PlanRequest& req, const std::vector<store::Observation>& hi
     row.time_observations = t->second;
     row.total_seconds = req.epochs * row.seconds_per_epoch + req.exploration_seconds;
     const auto a = pred.accuracy(c);
+    const bool beyond = pred.accuracy_beyond_history(c);
     if (a) {
       row.accuracy = a->first;
       row.accuracy_observations = a->second;
-      row.accuracy_source = pred.accuracy_from_same_epochs() ? "history" : "history (other epochs)";
+      row.accuracy_source = beyond                              ? "beyond history"
+                            : pred.accuracy_from_same_epochs() ? "history"
+                                                               : "history (other epochs)";
     } else {
       // Conservative prior: only the smallest global batch is assumed to reach the target.
       row.accuracy = c.workers * c.batch_size == min_global ? req.target_accuracy : 0.0;
@@ -177,7 +185,11 @@ Plan make_plan(const PlanRequest& req, const std::vector<store::Observation>& hi
     }
     row.cost = (c.workers + req.ps_shards) * req.price_per_task_hour * row.total_seconds / 3600.0;
     std::vector<std::string> why;
-    if (req.target_accuracy > 0 && row.accuracy < req.target_accuracy) {
+    if (req.target_accuracy > 0 && beyond && a) {
+      why.push_back("global batch " + std::to_string(c.workers * c.batch_size) +
+                    " is larger than any with a measured accuracy: only an upper bound " + fmt("%.4f", row.accuracy) +
+                    " is known");
+    } else if (req.target_accuracy > 0 && row.accuracy < req.target_accuracy) {
       why.push_back("predicted accuracy " + fmt("%.4f", row.accuracy) + " < target " + fmt("%.4f", req.target_accuracy) +
                     " (short by " + fmt("%.4f", req.target_accuracy - row.accuracy) + ")");
     }

@@ -47,7 +47,7 @@ struct CandidateRow {
   double total_seconds = 0;       ///< epochs × T + exploration
   double accuracy = 0;            ///< predicted final accuracy after `epochs`
   int accuracy_observations = 0;  ///< final accuracies at exactly this global batch size
-  std::string accuracy_source;    ///< "history", "history (other epochs)", or "prior"
+  std::string accuracy_source;    ///< "history", "history (other epochs)", "beyond history" or "prior"
   double cost = 0;                ///< (workers + PS shards) × price × total hours
   bool feasible = false;
   std::string reason;             ///< why rejected; empty when feasible
@@ -77,6 +77,10 @@ class Predictors {
   /// Accuracy and the count at exactly this global batch; nullopt without data.
   std::optional<std::pair<double, int>> accuracy(const Config& c) const;
   bool accuracy_from_same_epochs() const { return same_epochs_; }
+  /// True when c's global batch is larger than any with a measured accuracy: accuracy
+  /// is non-increasing in the global batch, so the history only bounds it from above
+  /// there, and the planner does not count on it.
+  bool accuracy_beyond_history(const Config& c) const;
   int time_cells() const;  ///< distinct configurations with epoch measurements
 
  private:
