@@ -87,15 +87,16 @@ int main(int argc, char** argv) {
   for (const auto& r : grid.at("runs")) {
     if (r.value("state", "") != "succeeded") continue;
     Run run{r["workers"], r["batch_size"], r["seed"], r["final_accuracy"], {}, {}};
-    std::map<int, double> ips;
+    // The job's epoch time is its slowest worker's (async workers drift apart; worker 0
+    // also evaluates between epochs), and its throughput is the training set over that.
     std::map<int, double> secs;
     for (const auto& e : r["epoch_rows"]) {
-      ips[e["epoch"].get<int>()] += e["images_per_sec"].get<double>();
-      if (e["task"] == "worker-0") secs[e["epoch"].get<int>()] = e["epoch_seconds"].get<double>();
+      auto& m = secs[e["epoch"].get<int>()];
+      m = std::max(m, e["epoch_seconds"].get<double>());
     }
-    for (auto& [ep, v] : ips) {
-      run.ips.push_back(v);
-      run.secs.push_back(secs[ep]);
+    for (auto& [ep, v] : secs) {
+      run.secs.push_back(v);
+      run.ips.push_back(grid.at("train_samples").get<double>() / v);
     }
     by_seed[run.seed].push_back(run);
   }
@@ -148,7 +149,10 @@ int main(int argc, char** argv) {
   }
   result["prediction_error"] = err;
 
-  // 2. Scenarios.
+  // 2. Scenarios, without and with a one-sigma safety margin.
+  json scen = json::array();
+  for (double margin : {0.0, 1.0}) {
+  rng.seed(777);
   int scenarios = 0, met = 0, declined = 0, infeasible_truth = 0, baseline_met = 0, both = 0;
   std::vector<double> regret, vs_baseline;
   for (int s = 0; s < 1000; ++s) {
@@ -174,6 +178,7 @@ int main(int argc, char** argv) {
       ws.insert(t.workers);
       bs.insert(t.batch);
     }
+    req.margin_sigmas = margin;
     req.worker_options.assign(ws.begin(), ws.end());
     req.batch_options.assign(bs.begin(), bs.end());
     auto cost = [&](const Run& r) { return (r.workers + 1) * r.train_seconds() / 3600.0; };
@@ -214,23 +219,29 @@ int main(int argc, char** argv) {
       vs_baseline.push_back(cost(*chosen) / cost(*baseline));
     }
   }
-  std::printf("\n## Scenarios (%d with a truly feasible configuration; %d without, skipped)\n\n", scenarios,
-              infeasible_truth);
+  std::printf("\n## Scenarios, safety margin %.0f sigma (%d with a truly feasible configuration; %d without, skipped)\n\n",
+              margin, scenarios, infeasible_truth);
   std::printf("| figure | value |\n|---|---|\n");
   std::printf("| planner's choice truly meets target and deadline | %.1f%% |\n", 100.0 * met / scenarios);
   std::printf("| planner declined (predicted nothing feasible) | %.1f%% |\n", 100.0 * declined / scenarios);
+  std::printf("| of the configurations it chose, truly meet both | %.1f%% |\n",
+              100.0 * met / std::max(1, scenarios - declined));
   std::printf("| mean regret (true cost / true optimum − 1), when met | %.1f%% |\n", 100 * mean(regret));
   int wmax_all = 0;
   for (const auto& r : by_seed[seed_a]) wmax_all = std::max(wmax_all, r.workers);
   std::printf("| baseline (%d workers, batch 64) truly meets both | %.1f%% |\n", wmax_all, 100.0 * baseline_met / scenarios);
   std::printf("| planner's true cost / baseline's true cost (mean) | %.2f |\n", mean(vs_baseline));
-  result["scenarios"] = {{"count", scenarios},
+  scen.push_back({{"margin_sigmas", margin},
+                  {"met_of_chosen", static_cast<double>(met) / std::max(1, scenarios - declined)},
+                  {"count", scenarios},
                          {"skipped_no_truth", infeasible_truth},
                          {"met", static_cast<double>(met) / scenarios},
                          {"declined", static_cast<double>(declined) / scenarios},
                          {"mean_regret", mean(regret)},
                          {"baseline_met", static_cast<double>(baseline_met) / scenarios},
-                         {"cost_vs_baseline", mean(vs_baseline)}};
+                         {"cost_vs_baseline", mean(vs_baseline)}});
+  }
+  result["scenarios"] = scen;
   std::ofstream(out_path) << result.dump(2) << "\n";
   return 0;
 }

@@ -156,7 +156,7 @@ void print_event(const json& e) {
               << ", " << e.value("epochs", 0) << " epochs, " << fmt(e.value("wall_seconds", 0.0), 1)
               << " s, pushed " << human_bytes(e.value("bytes_pushed", 0.0)) << ", pulled "
               << human_bytes(e.value("bytes_pulled", 0.0)) << ", " << fmt(e.value("images_per_sec", 0.0), 0)
-              << " img/s";
+              << " img/s (last epoch, all workers)";
     if (e.value("compression", "none") != "none" && e.contains("compression_ratio") &&
         e["compression_ratio"].is_number()) {
       std::cout << "\n  " << e.value("compression", "") << ": " << fmt(e["compression_ratio"].get<double>(), 1)

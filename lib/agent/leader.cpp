@@ -72,6 +72,7 @@ struct JobRec {
   int epochs_done = 0;
   std::map<int, std::uint64_t> pushed, pulled;
   std::map<int, double> images_per_sec;
+  std::map<int, double> epoch_seconds;  // each worker's latest epoch time
   std::map<int, json> traffic, traffic_after_warmup;  // from each worker's "done" event
   std::map<int, double> profile_ips;                   // exploration runs: per worker
   double fixed_wall = -1;                              // restored jobs: wall time when they ended
@@ -205,6 +206,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     req.deadline_seconds = spec.deadline_seconds;
     req.exploration_seconds = exploration_seconds;
     req.switch_threshold = opt.switch_threshold;
+    req.margin_sigmas = opt.margin_sigmas;
     const auto price = opt.prices.find(req.hardware_class);
     req.price_per_task_hour = spec.price_per_task_hour > 0 ? spec.price_per_task_hour
                               : price != opt.prices.end() ? price->second
@@ -306,8 +308,11 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     o.ps_shards = j.spec.ps_shards;
     o.batch_size = j.spec.batch_size;
     o.epoch = ev.value("epoch", 0);
-    o.epoch_seconds = ev.value("epoch_seconds", 0.0);
-    for (auto& [r, v] : j.images_per_sec) o.images_per_sec += v;
+    // The job's epoch time is its slowest worker's latest epoch; its throughput is the
+    // training set over that (the quantity the planner predicts).
+    for (auto& [r, v] : j.epoch_seconds) o.epoch_seconds = std::max(o.epoch_seconds, v);
+    const double examples = j.spec.train_samples > 0 ? static_cast<double>(j.spec.train_samples) : 60000.0;
+    o.images_per_sec = o.epoch_seconds > 0 ? examples / o.epoch_seconds : 0.0;
     const double bytes = static_cast<double>(j.sum(j.pushed) + j.sum(j.pulled));
     o.bytes_per_epoch = bytes - j.last_bytes;
     j.last_bytes = bytes;
@@ -743,6 +748,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       }
       if (kind == "epoch_end") {
         j.images_per_sec[t.index] = ev.value("images_per_sec", 0.0);
+        j.epoch_seconds[t.index] = ev.value("epoch_seconds", 0.0);
         if (t.index == 0) {
           j.epochs_done = ev.value("epoch", 0);
           if (ev.contains("test_accuracy")) j.test_accuracy = ev.value("test_accuracy", -1.0);

@@ -33,6 +33,7 @@ struct AgentOptions {
   std::map<std::string, double> prices{{"cpu", 1.0}};
   int explore_steps = 40;          ///< leader: steps per worker of an exploration run
   double switch_threshold = 0.10;  ///< leader: relative predicted gain needed to change a plan
+  double margin_sigmas = 0.0;      ///< leader: planner safety margin (docs/planner.md)
 };
 
 /// Parses an agent TOML file. `agent_token_file` / `client_token_file` keys read the

@@ -68,6 +68,19 @@ Predictors::Predictors(const std::vector<store::Observation>& history, const std
       t_count_[r][c] = v.second;
     }
     t_fit_ = isotonic_grid(y, w, Direction::kDecreasing, Direction::kDecreasing).z;
+    // Scatter of the individual measurements around the fit, relative to it.
+    double sq = 0, n2 = 0;
+    for (const auto& o : history) {
+      if (o.final_accuracy >= 0 || o.hardware_class != hardware_class || o.images_per_sec <= 0) continue;
+      const auto r = static_cast<std::size_t>(std::lower_bound(ws_.begin(), ws_.end(), o.workers) - ws_.begin());
+      const auto c = static_cast<std::size_t>(std::lower_bound(bs_.begin(), bs_.end(), o.batch_size) - bs_.begin());
+      const double f = t_fit_[r][c];
+      if (f > 0) {
+        sq += std::pow((1.0 / o.images_per_sec - f) / f, 2);
+        n2 += 1;
+      }
+    }
+    t_sigma_ = n2 > 0 ? std::sqrt(sq / n2) : 0;
   }
   // Final accuracy against the global batch size.
   std::vector<store::Observation> use;
@@ -87,6 +100,9 @@ Predictors::Predictors(const std::vector<store::Observation>& history, const std
       ++counts[g];
     }
     acc_.emplace(x, y, w, Direction::kDecreasing);
+    double sq = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) sq += std::pow(y[i] - acc_->predict(x[i]), 2);
+    acc_sigma_ = std::sqrt(sq / static_cast<double>(x.size()));
     for (const auto& [g, n] : counts) acc_counts_.emplace_back(g, n);
   }
 }
@@ -184,18 +200,25 @@ Plan make_plan(const PlanRequest& req, const std::vector<store::Observation>& hi
       row.accuracy_source = "prior";
     }
     row.cost = (c.workers + req.ps_shards) * req.price_per_task_hour * row.total_seconds / 3600.0;
+    row.accuracy_margin = row.accuracy_source == "prior" ? 0.0 : req.margin_sigmas * pred.accuracy_sigma();
+    row.time_margin = req.margin_sigmas * pred.time_sigma();
     std::vector<std::string> why;
     if (req.target_accuracy > 0 && beyond && a) {
       why.push_back("global batch " + std::to_string(c.workers * c.batch_size) +
                     " is larger than any with a measured accuracy: only an upper bound " + fmt("%.4f", row.accuracy) +
                     " is known");
-    } else if (req.target_accuracy > 0 && row.accuracy < req.target_accuracy) {
-      why.push_back("predicted accuracy " + fmt("%.4f", row.accuracy) + " < target " + fmt("%.4f", req.target_accuracy) +
-                    " (short by " + fmt("%.4f", req.target_accuracy - row.accuracy) + ")");
+    } else if (req.target_accuracy > 0 && row.accuracy - row.accuracy_margin < req.target_accuracy) {
+      const double lower = row.accuracy - row.accuracy_margin;
+      why.push_back("predicted accuracy " + fmt("%.4f", row.accuracy) +
+                    (row.accuracy_margin > 0 ? " (" + fmt("%.4f", lower) + " with the margin)" : std::string()) +
+                    " < target " + fmt("%.4f", req.target_accuracy) + " (short by " +
+                    fmt("%.4f", req.target_accuracy - lower) + ")");
     }
-    if (req.deadline_seconds > 0 && row.total_seconds > req.deadline_seconds) {
-      why.push_back("predicted time " + minutes(row.total_seconds) + " > deadline " + minutes(req.deadline_seconds) +
-                    " (over by " + minutes(row.total_seconds - req.deadline_seconds) + ")");
+    const double upper = row.total_seconds * (1.0 + row.time_margin);
+    if (req.deadline_seconds > 0 && upper > req.deadline_seconds) {
+      why.push_back("predicted time " + minutes(row.total_seconds) +
+                    (row.time_margin > 0 ? " (" + minutes(upper) + " with the margin)" : std::string()) + " > deadline " +
+                    minutes(req.deadline_seconds) + " (over by " + minutes(upper - req.deadline_seconds) + ")");
     }
     row.feasible = why.empty();
     for (const auto& w : why) row.reason += (row.reason.empty() ? "" : "; ") + w;
@@ -236,7 +259,9 @@ Plan make_plan(const PlanRequest& req, const std::vector<store::Observation>& hi
   const CandidateRow* fastest = nullptr;
   for (const auto& r : plan.table) {
     if (r.total_seconds <= 0) continue;
-    if (!most_accurate || r.accuracy > most_accurate->accuracy) most_accurate = &r;
+    if (!most_accurate || r.accuracy - r.accuracy_margin > most_accurate->accuracy - most_accurate->accuracy_margin) {
+      most_accurate = &r;
+    }
     if (!fastest || r.total_seconds < fastest->total_seconds) fastest = &r;
   }
   if (!most_accurate) {
@@ -246,10 +271,15 @@ Plan make_plan(const PlanRequest& req, const std::vector<store::Observation>& hi
   }
   std::string s = "no configuration meets every constraint.";
   if (req.target_accuracy > 0 && most_accurate->accuracy < req.target_accuracy) {
-    s += " Accuracy: the best prediction is " + fmt("%.4f", most_accurate->accuracy) + " (" +
+    s += " Accuracy: the best prediction is " + fmt("%.4f", most_accurate->accuracy) +
+         (most_accurate->accuracy_margin > 0
+              ? " (" + fmt("%.4f", most_accurate->accuracy - most_accurate->accuracy_margin) + " with the margin)"
+              : std::string()) +
+         " (" +
          std::to_string(most_accurate->config.workers) + " workers × batch " +
          std::to_string(most_accurate->config.batch_size) + "), short of the target " +
-         fmt("%.4f", req.target_accuracy) + " by " + fmt("%.4f", req.target_accuracy - most_accurate->accuracy) + ".";
+         fmt("%.4f", req.target_accuracy) + " by " +
+         fmt("%.4f", req.target_accuracy - (most_accurate->accuracy - most_accurate->accuracy_margin)) + ".";
   }
   if (req.deadline_seconds > 0 && fastest->total_seconds > req.deadline_seconds) {
     s += " Time: the fastest prediction is " + minutes(fastest->total_seconds) + " (" +
@@ -278,6 +308,8 @@ nlohmann::json to_json(const Plan& p) {
       row["accuracy"] = r.accuracy;
       row["accuracy_observations"] = r.accuracy_observations;
       row["accuracy_source"] = r.accuracy_source;
+      row["accuracy_margin"] = r.accuracy_margin;
+      row["time_margin"] = r.time_margin;
       row["cost"] = r.cost;
     }
     table.push_back(row);

@@ -37,6 +37,10 @@ struct PlanRequest {
   std::optional<Config> previous;       ///< the last plan for this model and dataset
   double switch_threshold = 0.10;       ///< relative cost gain needed to leave `previous`
   int min_time_cells = 2;               ///< distinct configurations measured before trusting T
+  /// Safety margin in standard deviations: a candidate is feasible when
+  /// accuracy − k·σ_acc ≥ target and time·(1 + k·σ_time) ≤ deadline, with σ the RMS
+  /// residuals of the fits (the measurements' scatter around the monotone fit).
+  double margin_sigmas = 0.0;
 };
 
 /// One candidate as the planner saw it.
@@ -46,6 +50,8 @@ struct CandidateRow {
   int time_observations = 0;      ///< epoch measurements at exactly this configuration
   double total_seconds = 0;       ///< epochs × T + exploration
   double accuracy = 0;            ///< predicted final accuracy after `epochs`
+  double accuracy_margin = 0;     ///< k·σ_acc subtracted before comparing with the target
+  double time_margin = 0;         ///< k·σ_time: relative margin added before the deadline
   int accuracy_observations = 0;  ///< final accuracies at exactly this global batch size
   std::string accuracy_source;    ///< "history", "history (other epochs)", "beyond history" or "prior"
   double cost = 0;                ///< (workers + PS shards) × price × total hours
@@ -77,6 +83,10 @@ class Predictors {
   /// Accuracy and the count at exactly this global batch; nullopt without data.
   std::optional<std::pair<double, int>> accuracy(const Config& c) const;
   bool accuracy_from_same_epochs() const { return same_epochs_; }
+  /// RMS residual of the accuracy fit (accuracy units) and relative RMS residual of the
+  /// epoch-time fit; 0 without data.
+  double accuracy_sigma() const { return acc_sigma_; }
+  double time_sigma() const { return t_sigma_; }
   /// True when c's global batch is larger than any with a measured accuracy: accuracy
   /// is non-increasing in the global batch, so the history only bounds it from above
   /// there, and the planner does not count on it.
@@ -90,6 +100,7 @@ class Predictors {
   std::optional<IsotonicFit> acc_;
   std::vector<std::pair<double, int>> acc_counts_;
   bool same_epochs_ = false;
+  double acc_sigma_ = 0, t_sigma_ = 0;
 };
 
 /// Plans a job. Pure function of the request and the history; thread-safe.
