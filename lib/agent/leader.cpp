@@ -823,18 +823,27 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   }
 
   // ---------------------------------------------------------------- client messages
+  // The validated job of a submit or plan request, or nullopt after replying the error.
+  std::optional<JobSpec> parse_submitted(const std::shared_ptr<Session>& s, const wire::Envelope& env) {
+    const auto& b = env.body;
+    if (!b.contains("job_toml") || !b["job_toml"].is_string()) {
+      reply_error(s, env.id, wire::error_code::kBadRequest, env.type + " needs \"job_toml\" (string)", "job_toml");
+      return std::nullopt;
+    }
+    try {
+      return parse_job_toml(b["job_toml"].get<std::string>(), b.value("base_dir", "."), true);
+    } catch (const ConfigError& e) {
+      reply_error(s, env.id, wire::error_code::kInvalidJob, e.what(), e.field());
+      return std::nullopt;
+    }
+  }
+
   void on_client_message(const std::shared_ptr<Session>& s, const wire::Envelope& env) {
     const auto& b = env.body;
     if (env.type == "submit") {
-      if (!b.contains("job_toml") || !b["job_toml"].is_string()) {
-        return reply_error(s, env.id, wire::error_code::kBadRequest, "submit needs \"job_toml\" (string)", "job_toml");
-      }
-      JobSpec spec;
-      try {
-        spec = parse_job_toml(b["job_toml"].get<std::string>(), b.value("base_dir", "."), true);
-      } catch (const ConfigError& e) {
-        return reply_error(s, env.id, wire::error_code::kInvalidJob, e.what(), e.field());
-      }
+      const auto parsed = parse_submitted(s, env);
+      if (!parsed) return;
+      const JobSpec& spec = *parsed;
       JobRec j;
       j.spec = spec;
       const bool automatic = spec.workers_auto || spec.batch_auto;
@@ -875,16 +884,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       return;
     }
     if (env.type == "plan") {
-      if (!b.contains("job_toml") || !b["job_toml"].is_string()) {
-        return reply_error(s, env.id, wire::error_code::kBadRequest, "plan needs \"job_toml\" (string)", "job_toml");
-      }
-      JobSpec spec;
-      try {
-        spec = parse_job_toml(b["job_toml"].get<std::string>(), b.value("base_dir", "."), true);
-      } catch (const ConfigError& e) {
-        return reply_error(s, env.id, wire::error_code::kInvalidJob, e.what(), e.field());
-      }
-      return reply(s, env.id, planner::to_json(plan_for(spec, 0)));
+      const auto parsed = parse_submitted(s, env);
+      if (parsed) reply(s, env.id, planner::to_json(plan_for(*parsed, 0)));
+      return;
     }
     if (env.type == "history") {
       json rows = json::array();

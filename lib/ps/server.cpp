@@ -221,12 +221,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void reply(wire::MessageType type, std::uint32_t count) {
-    wire::FrameHeader r;
-    r.type = type;
-    r.job = srv_.opt.job;
-    r.generation = srv_.opt.generation;
-    r.seq = h_.seq;
-    r.key = h_.key;
+    wire::FrameHeader r = reply_header(type);
     r.codec = wire::Codec::kNone;
     r.count = count;
     r.payload_bytes = 0;

@@ -134,22 +134,25 @@ class Cluster : public ::testing::Test {
   static inline std::string client_;
 };
 
-}  // namespace
-
-TEST_F(Cluster, TrainsAShortJobWhileASecondWaitsQueued) {
-  // 3 agents × 1 core; job A needs all 3 (1 PS + 2 workers), so B must wait.
-  auto a = write_job("short-cnn", R"(
-model = "cnn"
-epochs = 2
+// A short CNN job on 8,000 training images: 2 workers + 1 PS shard (3 cores).
+const std::string kShortCnn = R"(model = "cnn"
 workers = 2
 ps_shards = 1
 batch_size = 32
 train_samples = 8000
 test_samples = 2000
+)";
+const std::string kShortOptimizer = R"(
 [optimizer]
 lr = 0.05
 warmup_epochs = 0.2
-)");
+)";
+
+}  // namespace
+
+TEST_F(Cluster, TrainsAShortJobWhileASecondWaitsQueued) {
+  // 3 agents × 1 core; job A needs all 3 (1 PS + 2 workers), so B must wait.
+  auto a = write_job("short-cnn", kShortCnn + "epochs = 2\n" + kShortOptimizer);
   auto b = write_job("tiny-mlp", R"(
 model = "mlp"
 epochs = 1
@@ -190,17 +193,7 @@ test_samples = 1000
 }
 
 TEST_F(Cluster, DgcJobTrainsAndCompressesBothDirections) {
-  auto d = write_job("short-dgc", R"(
-model = "cnn"
-epochs = 3
-workers = 2
-ps_shards = 1
-batch_size = 32
-train_samples = 8000
-test_samples = 2000
-[optimizer]
-lr = 0.05
-warmup_epochs = 0.2
+  auto d = write_job("short-dgc", kShortCnn + "epochs = 3\n" + kShortOptimizer + R"(
 [compression]
 method = "dgc"
 ratio = 0.001
