@@ -295,6 +295,33 @@ ps_shards = 1
   }
 }
 
+TEST_F(Cluster, ADivergingJobSkipsNaNStepsThenFailsWithTheReason) {
+  // lr 10 with momentum 0.9 drives the MLP to NaN within a few dozen steps.
+  auto d = write_job("diverge", R"(
+model = "mlp"
+epochs = 1
+workers = 1
+ps_shards = 1
+batch_size = 32
+train_samples = 3000
+test_samples = 500
+[optimizer]
+lr = 10
+momentum = 0.9
+warmup_epochs = 0
+lr_schedule = "constant"
+)");
+  auto r = run(client_ + " submit " + d.string() + " --follow --json", 120);
+  EXPECT_EQ(r.code, 1) << r.out;
+  auto s = json::parse(last_line(r.out));
+  EXPECT_EQ(s["state"], "failed");
+  EXPECT_NE(s["error"].get<std::string>().find("21 consecutive steps had a NaN/Inf loss or gradient"),
+            std::string::npos)
+      << s.dump();
+  // Each skipped step was reported, and none was pushed: the PS refused nothing.
+  EXPECT_NE(r.out.find("\"event\":\"skipped_step\""), std::string::npos);
+}
+
 TEST_F(Cluster, BadJobFilesAreRejectedAndTheLeaderCarriesOn) {
   auto bad = write_job("bad", "model = \"resnet\"\n");
   auto r = run(client_ + " submit " + bad.string() + " 2>&1", 30);
