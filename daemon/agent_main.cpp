@@ -13,6 +13,7 @@
 
 #include "agent/agent.h"
 #include "agent/leader.h"
+#include "agent/notify.h"
 #include "agent/options.h"
 #include "agent/standalone.h"
 #include "common/errors.h"
@@ -27,9 +28,10 @@ std::string self_exe(const char* argv0) {
   return ec ? std::string(argv0) : p.string();
 }
 
-int run_daemon(const dltrain::agent::AgentOptions& opt) {
+int run_daemon(const dltrain::agent::AgentOptions& opt, const std::string& config_path) {
   namespace asio = boost::asio;
   asio::io_context io;
+  dltrain::agent::SystemdNotifier notifier(io);
   std::optional<dltrain::agent::Leader> leader;
   std::optional<dltrain::agent::Agent> agent;
   auto agent_opt = opt;
@@ -40,14 +42,48 @@ int run_daemon(const dltrain::agent::AgentOptions& opt) {
     if (host.find(':') != std::string::npos) host = "[" + host + "]";
     agent_opt.leader_url = "ws://" + host + ":" + std::to_string(leader->port());
   }
+  if (opt.leader) {
+    // READY once the control endpoint listens.
+    notifier.ready("leader listening on " + opt.listen_address + ":" + std::to_string(leader->port()));
+  }
   if (!opt.leader || opt.host_tasks) {
     agent.emplace(io, agent_opt);
+    if (!opt.leader) {
+      // READY once registered with the leader.
+      agent->on_registered = [&notifier, &agent_opt] {
+        notifier.ready("registered with the leader at " + agent_opt.leader_url + " as " + agent_opt.name + " (" +
+                       std::to_string(agent_opt.cores) + " cores)");
+      };
+    }
     agent->start();
   }
+  if (const auto usec = notifier.start_watchdog()) {
+    spdlog::info("systemd watchdog: {} ms, pinged every {} ms", usec / 1000, usec / 2000);
+  }
+  // SIGHUP: reload what can change at run time.
+  asio::signal_set hup(io, SIGHUP);
+  std::function<void()> wait_hup = [&] {
+    hup.async_wait([&](boost::system::error_code ec, int) {
+      if (ec) return;
+      try {
+        const auto fresh = dltrain::agent::load_agent_options(config_path);
+        spdlog::set_level(spdlog::level::from_str(fresh.log_level));
+        spdlog::info("SIGHUP: reloaded {}: log_level = {}; other settings, tokens included, take effect at the next "
+                     "restart", config_path, fresh.log_level);
+        notifier.status("configuration reloaded (log_level " + fresh.log_level + ")");
+      } catch (const std::exception& e) {
+        spdlog::error("SIGHUP: {} not reloaded, the running configuration stays: {}", config_path, e.what());
+      }
+      wait_hup();
+    });
+  };
+  wait_hup();
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](boost::system::error_code ec, int sig) {
     if (ec) return;
     spdlog::info("signal {}: stopping tasks and exiting", sig);
+    notifier.stopping("stopping: ending tasks");
+    hup.cancel();
     auto finish = [&] {
       if (leader) leader->stop();
       io.stop();
@@ -92,7 +128,7 @@ int main(int argc, char** argv) {
     auto opt = dltrain::agent::load_agent_options(config);
     if (!log_level.empty()) opt.log_level = log_level;
     dltrain::init_logging(opt.leader ? "leader" : opt.name, opt.log_level);
-    return run_daemon(opt);
+    return run_daemon(opt, config);
   } catch (const dltrain::ConfigError& e) {
     std::cerr << "dltrain-agent: configuration error: " << e.what() << "\n";
     return 2;

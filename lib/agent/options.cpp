@@ -1,6 +1,10 @@
 #include "agent/options.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -16,6 +20,16 @@ namespace dltrain::agent {
 namespace {
 
 std::string read_token_file(const std::string& path, const std::string& field) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw ConfigError(field, "cannot read token file \"" + path + "\": " + std::strerror(errno));
+  }
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    throw ConfigError(field, "token file \"" + path + "\" has mode " + mode +
+                                 ": it must not be readable by group or others (chmod 600)");
+  }
   std::ifstream in(path);
   if (!in) throw ConfigError(field, "cannot read token file \"" + path + "\"");
   std::string line;
