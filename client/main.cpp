@@ -132,6 +132,11 @@ void print_event(const json& e) {
       std::cout << "  compression " << fmt(e["compression_ratio"].get<double>(), 1) << "x";
     }
     std::cout << std::endl;
+  } else if (kind == "restarting") {
+    std::cout << job << " [" << task << "] " << e.value("reason", "died")
+              << (e.value("last_error", "").empty() ? "" : " (" + e.value("last_error", "") + ")") << "; restart "
+              << e.value("attempt", 0) << " of " << e.value("max_restarts", 0) << ", resuming after epoch "
+              << e.value("resume_epoch", 0) << std::endl;
   } else if (kind == "skipped_step") {
     std::cout << job << " [" << task << "] skipped epoch " << e.value("epoch", 0) << " step " << e.value("step", 0)
               << ": NaN/Inf loss or gradient (" << e.value("skipped_steps", 0) << " skipped so far)" << std::endl;

@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   app.add_option("--ps", ps_list, "PS shard endpoints HOST:PORT, comma-separated, shard order")->required();
   app.add_option("--threads", cfg.threads, "intra-op threads")->check(CLI::Range(1, 1024));
   app.add_option("--ps-timeout", ps_timeout_s, "seconds each PS call may take")->check(CLI::Range(1, 86400));
+  app.add_option("--resume-epoch", cfg.resume_epoch, "after a restart: epochs already finished")->check(CLI::Range(0, 100000));
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
   CLI11_PARSE(app, argc, argv);
   try {

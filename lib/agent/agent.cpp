@@ -47,6 +47,12 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     pid_t pid = -1;
     std::string last_error;
     std::string log_path;
+    std::string kind;
+    ProcessSpec spec;             // to start it again
+    int restarts = 0;
+    int epochs_done = 0;          // from its epoch_end events: where a restart resumes
+    bool stop_requested = false;
+    std::shared_ptr<asio::steady_timer> restart_timer;  // set while waiting to restart
   };
 
   asio::io_context& io;
@@ -252,9 +258,21 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     } else {
       throw Error("unknown task kind \"" + kind + "\"");
     }
-    Task t{job, name, generation, -1, "", ps.log_path};
+    Task t;
+    t.job = job;
+    t.name = name;
+    t.generation = generation;
+    t.log_path = ps.log_path;
+    t.kind = kind;
+    t.spec = ps;
+    t.pid = spawn(key, ps);
+    spdlog::info("started {} of {} (pid {}, {} threads), log {}", name, job, t.pid, threads, ps.log_path);
+    tasks[key] = t;
+  }
+
+  pid_t spawn(const std::string& key, const ProcessSpec& ps) {
     std::weak_ptr<Impl> w = weak_from_this();
-    t.pid = supervisor.spawn(
+    return supervisor.spawn(
         ps,
         [w, key](const std::string& line) {
           if (auto self = w.lock()) self->on_task_line(key, line);
@@ -262,16 +280,67 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
         [w, key](const ExitStatus& st) {
           if (auto self = w.lock()) self->on_task_exit(key, st);
         });
-    spdlog::info("started {} of {} (pid {}, {} threads), log {}", name, job, t.pid, threads, ps.log_path);
-    tasks[key] = t;
   }
 
   void stop_task(const json& b) {
     const std::string key = b.at("job").get<std::string>() + "/" + b.at("task").get<std::string>();
     auto it = tasks.find(key);
     if (it == tasks.end()) return;  // already gone; its exit was (or will be) reported
+    it->second.stop_requested = true;
+    if (it->second.restart_timer) {
+      // Waiting to restart: there is no process; report the task ended now.
+      it->second.restart_timer->cancel();
+      return on_task_exit(key, ExitStatus{0, 0});
+    }
     spdlog::info("stopping {} (pid {})", key, it->second.pid);
     supervisor.stop(it->second.pid, opt.task_stop_grace);
+  }
+
+  // A worker that dies is started again (bounded, with back-off): it reconnects, takes
+  // the PS's current parameters and resumes after the last epoch it finished.
+  bool maybe_restart(const std::string& key, Task& t, const ExitStatus& st) {
+    if (shutting_down || t.stop_requested || t.kind != "worker" || (st.exit_code == 0 && st.signal == 0) ||
+        t.restarts >= opt.task_max_restarts) {
+      return false;
+    }
+    ++t.restarts;
+    const auto delay = std::chrono::milliseconds(500) * (1 << std::min(t.restarts - 1, 6));
+    spdlog::warn("{} {}: restart {} of {} in {} ms, resuming after epoch {}", key, st.describe(), t.restarts,
+                 opt.task_max_restarts, delay.count(), t.epochs_done);
+    send("task_event", {{"job", t.job},
+                        {"task", t.name},
+                        {"generation", t.generation},
+                        {"event",
+                         {{"event", "restarting"},
+                          {"attempt", t.restarts},
+                          {"max_restarts", opt.task_max_restarts},
+                          {"reason", st.describe()},
+                          {"last_error", t.last_error},
+                          {"resume_epoch", t.epochs_done}}}});
+    t.last_error.clear();
+    t.pid = -1;
+    t.restart_timer = std::make_shared<asio::steady_timer>(io, delay);
+    std::weak_ptr<Impl> w = weak_from_this();
+    t.restart_timer->async_wait([w, key](boost::system::error_code ec) {
+      auto self = w.lock();
+      if (!self || ec) return;
+      auto it = self->tasks.find(key);
+      if (it == self->tasks.end()) return;
+      auto& task = it->second;
+      task.restart_timer.reset();
+      ProcessSpec ps = task.spec;
+      ps.argv.push_back("--resume-epoch");
+      ps.argv.push_back(std::to_string(task.epochs_done));
+      try {
+        task.pid = self->spawn(key, ps);
+        spdlog::info("restarted {} (pid {})", key, task.pid);
+      } catch (const std::exception& e) {
+        spdlog::error("restarting {} failed: {}", key, e.what());
+        task.last_error = e.what();
+        self->on_task_exit(key, ExitStatus{126, 0});
+      }
+    });
+    return true;
   }
 
   void on_task_line(const std::string& key, const std::string& line) {
@@ -287,6 +356,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     }
     const std::string kind = ev.value("event", "");
     if (kind == "listening") ev["address"] = opt.advertise_address;
+    if (kind == "epoch_end") t.epochs_done = std::max(t.epochs_done, ev.value("epoch", 0));
     if (kind == "error") t.last_error = ev.value("message", "");
     send("task_event", {{"job", t.job}, {"task", t.name}, {"generation", t.generation}, {"event", ev}},
          kind == "progress");
@@ -295,6 +365,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   void on_task_exit(const std::string& key, const ExitStatus& st) {
     auto it = tasks.find(key);
     if (it == tasks.end()) return;
+    if (maybe_restart(key, it->second, st)) return;
     Task t = it->second;
     tasks.erase(it);
     spdlog::info("{} (pid {}) {}", key, t.pid, st.describe());

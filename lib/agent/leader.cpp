@@ -56,6 +56,7 @@ struct TaskRec {
   std::string last_error;
   std::string exit;        // ExitStatus::describe()
   bool ok_exit = false;
+  int restarts = 0;
 };
 
 struct JobRec {
@@ -419,6 +420,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       if (t.port) tj["endpoint"] = t.address + ":" + std::to_string(t.port);
       if (!t.exit.empty()) tj["exit"] = t.exit;
       if (!t.last_error.empty()) tj["error"] = t.last_error;
+      if (t.restarts > 0) tj["restarts"] = t.restarts;
       tasks.push_back(tj);
     }
     json out = summary(j);
@@ -737,6 +739,12 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       return;
     }
     if (kind == "started") t.state = "running";
+    if (kind == "restarting") {
+      t.restarts = ev.value("attempt", t.restarts + 1);
+      spdlog::warn("job {}: {} on {} {}; restart {} of {}, resuming after epoch {}", j.id, t.name, t.agent,
+                   ev.value("reason", "died"), t.restarts, ev.value("max_restarts", 0), ev.value("resume_epoch", 0));
+      event(j, ev);
+    }
     if (kind == "error") t.last_error = ev.value("message", "");
     if (t.kind == "worker") {
       if (ev.contains("bytes_pushed")) j.pushed[t.index] = ev.value("bytes_pushed", std::uint64_t{0});
@@ -760,7 +768,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       }
     }
     if (kind == "progress" || kind == "epoch_end" || kind == "started" || kind == "done" || kind == "error" ||
-        kind == "skipped_step") {
+        kind == "skipped_step" || kind == "restarting") {
       json fwd = ev;
       fwd["task"] = t.name;
       notify(j, fwd);

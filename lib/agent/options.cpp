@@ -118,6 +118,10 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
       const auto v = need<std::int64_t>(node, k, "an integer");
       if (v < 10 || v > 100000) throw ConfigError(k, "expected 10..100000, got " + std::to_string(v));
       o.explore_steps = static_cast<int>(v);
+    } else if (k == "task_max_restarts") {
+      const auto v = need<std::int64_t>(node, k, "an integer");
+      if (v < 0 || v > 100) throw ConfigError(k, "expected 0..100, got " + std::to_string(v));
+      o.task_max_restarts = static_cast<int>(v);
     } else if (k == "margin_sigmas") {
       if (!node.is_number() || *node.value<double>() < 0 || *node.value<double>() > 5) {
         throw ConfigError(k, "expected a number in [0, 5]");

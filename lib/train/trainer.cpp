@@ -205,11 +205,15 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
         {"steps_per_epoch", steps_per_epoch},
         {"parameters", layout.total_floats},
         {"partitions", layout.partitions.size()},
-        {"load_seconds", seconds_since(t_start)}});
+        {"load_seconds", seconds_since(t_start)},
+        {"resume_epoch", cfg.resume_epoch}});
 
   torch::Generator gen = at::detail::createCPUGenerator(
       static_cast<std::uint64_t>(spec.seed) * 1000003ULL + static_cast<std::uint64_t>(cfg.rank));
-  std::int64_t global_step = 0;
+  // After a restart the worker continues after the last epoch it finished, from the PS's
+  // current parameters (pulled above), with the learning-rate schedule where it was.
+  const int first_epoch = std::clamp(cfg.resume_epoch, 0, spec.epochs - 1);
+  std::int64_t global_step = first_epoch * steps_per_epoch;
   double final_accuracy = -1.0;
   auto last_report = Clock::now();
   std::int64_t images_since_report = 0;
@@ -225,7 +229,7 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
   Clock::time_point t_profile{};
   std::int64_t profile_images = 0;
   bool stop = false;
-  for (int epoch = 0; epoch < spec.epochs && !stop; ++epoch) {
+  for (int epoch = first_epoch; epoch < spec.epochs && !stop; ++epoch) {
     const auto t_epoch = Clock::now();
     auto perm = torch::randperm(n, gen, torch::kInt64);
     double loss_sum = 0;

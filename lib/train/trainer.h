@@ -25,6 +25,7 @@ struct WorkerConfig {
   std::chrono::milliseconds ps_timeout{60000};     ///< bound on each PS call
   std::chrono::seconds finish_timeout{1800};       ///< rank 0's wait for the other workers
   double progress_interval_s = 5.0;  ///< seconds between progress events
+  int resume_epoch = 0;              ///< after a restart: epochs already finished, [0, epochs)
 };
 
 /// Receives progress events (one JSON object each; "event" names the kind:
