@@ -18,22 +18,16 @@
 
 #include <gtest/gtest.h>
 
+#include "support/temp_dir.h"
+
 namespace fs = std::filesystem;
+using dltrain::testing::TempDir;
 using namespace std::chrono_literals;
 
 namespace {
 
 const std::string kBin = DLTRAIN_BIN_DIR;
 const std::string kSrc = DLTRAIN_SOURCE_DIR;
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "dltrain-sd-XXXXXX").string();
-    path = mkdtemp(t.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 void write_secret(const fs::path& p, const std::string& text, mode_t mode) {
   std::ofstream(p) << text << "\n";

@@ -4,6 +4,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "support/temp_dir.h"
 #include <zlib.h>
 
 #include "common/errors.h"
@@ -12,17 +14,9 @@
 using namespace dltrain;
 using namespace dltrain::train;
 namespace fs = std::filesystem;
+using dltrain::testing::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "dltrain-idx-XXXXXX").string();
-    path = mkdtemp(t.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 void be32(std::vector<unsigned char>& b, std::uint32_t v) {
   for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<unsigned char>(v >> s));

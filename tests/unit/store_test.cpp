@@ -8,22 +8,16 @@
 
 #include <gtest/gtest.h>
 
+#include "support/temp_dir.h"
+
 #include "store/store.h"
 
 using namespace dltrain;
 using namespace dltrain::store;
 namespace fs = std::filesystem;
+using dltrain::testing::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "dltrain-store-XXXXXX").string();
-    path = mkdtemp(t.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 Observation obs(const std::string& model, double ts, int workers) {
   Observation o;
