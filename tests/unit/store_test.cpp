@@ -3,7 +3,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+extern char** environ;
+#include <unistd.h>
+
 #include <filesystem>
+#include <signal.h>
+#include <vector>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -33,23 +38,36 @@ Observation obs(const std::string& model, double ts, int workers) {
   return o;
 }
 
-// Runs `f` in a child process; returns its exit status (0 = all checks passed).
-template <typename F>
-int in_child(F f) {
+// Runs this test binary again as a new process (fork + exec at once: nothing of this
+// process's RocksDB threads is carried over) with only `filter` selected and the
+// database path in DLTRAIN_STORE_CHILD; returns its exit status (0 = its checks passed).
+// Bounded: the child is killed after 60 s.
+int run_child(const std::string& filter, const std::string& db) {
+  std::vector<std::string> env_store;
+  for (char** e = environ; *e != nullptr; ++e) env_store.emplace_back(*e);
+  env_store.push_back("DLTRAIN_STORE_CHILD=" + db);
+  std::vector<char*> envp;
+  for (auto& e : env_store) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string self = fs::read_symlink("/proc/self/exe").string();
+  std::string arg = "--gtest_filter=" + filter;
+  char* argv[] = {self.data(), arg.data(), nullptr};
   const pid_t pid = fork();
   if (pid == 0) {
-    int rc = 1;
-    try {
-      rc = f();
-    } catch (...) {
-      rc = 99;
-    }
-    _exit(rc);
+    execve(self.c_str(), argv, envp.data());
+    _exit(127);
   }
   int st = 0;
+  for (int i = 0; i < 600; ++i) {
+    if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    usleep(100000);
+  }
+  kill(pid, SIGKILL);
   waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  return 124;
 }
+
+const char* child_db() { return std::getenv("DLTRAIN_STORE_CHILD"); }
 
 }  // namespace
 
@@ -69,23 +87,7 @@ TEST(Store, WrittenClosedReopenedByAnotherProcessAndReadBack) {
     s->flush();
   }
   // A new process opens the same directory and sees everything, in key order.
-  const int rc = in_child([&] {
-    auto s = Store::open(db);
-    auto cnn = s->history("cnn", "fashion-mnist");
-    if (cnn.size() != 2 || cnn[0].workers != 4 || cnn[1].workers != 2) return 2;  // oldest first
-    if (cnn[1].images_per_sec != 2926.8 || cnn[1].job != "job-2") return 3;
-    if (s->history().size() != 3 || s->history("mlp").size() != 1) return 4;
-    auto jobs = s->jobs();
-    if (jobs.size() != 2 || jobs[0].first != 1 || jobs[1].first != 12) return 5;
-    if (jobs[1].second["state"] != "queued") return 6;
-    auto ev = s->events(1);
-    if (ev.size() != 2 || ev[1]["state"] != "running") return 7;
-    if (s->get_meta("next_job") != "13" || s->get_meta("absent").has_value()) return 8;
-    // Appending after a reopen continues the event sequence.
-    s->append_event(1, {{"event", "state"}, {"state", "succeeded"}});
-    return s->events(1).size() == 3 && s->events(1)[2]["state"] == "succeeded" ? 0 : 9;
-  });
-  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(run_child("StoreChild.ReadsBack", db), 0);
   auto s = Store::open(db);
   EXPECT_EQ(s->events(1).size(), 3u);
 }
@@ -94,16 +96,47 @@ TEST(Store, ASecondProcessGetsAClearError) {
   TempDir d;
   const std::string db = (d.path / "db").string();
   auto s = Store::open(db);
-  const int rc = in_child([&] {
-    try {
-      Store::open(db);
-    } catch (const StoreError& e) {
-      const std::string m = e.what();
-      return m.find("another process") != std::string::npos && m.find(db) != std::string::npos ? 0 : 2;
-    }
-    return 3;
-  });
-  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(run_child("StoreChild.OpenIsRefused", db), 0);
+}
+
+// The child halves of the tests above: they run only in the process run_child starts.
+TEST(StoreChild, ReadsBack) {
+  if (child_db() == nullptr) GTEST_SKIP() << "runs only as a child of Store.WrittenClosedReopenedByAnotherProcessAndReadBack";
+  auto s = Store::open(child_db());
+  auto cnn = s->history("cnn", "fashion-mnist");
+  ASSERT_EQ(cnn.size(), 2u);
+  EXPECT_EQ(cnn[0].workers, 4);  // oldest first
+  EXPECT_EQ(cnn[1].workers, 2);
+  EXPECT_EQ(cnn[1].images_per_sec, 2926.8);
+  EXPECT_EQ(cnn[1].job, "job-2");
+  EXPECT_EQ(s->history().size(), 3u);
+  EXPECT_EQ(s->history("mlp").size(), 1u);
+  auto jobs = s->jobs();
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0].first, 1u);
+  EXPECT_EQ(jobs[1].first, 12u);
+  EXPECT_EQ(jobs[1].second["state"], "queued");
+  auto ev = s->events(1);
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[1]["state"], "running");
+  EXPECT_EQ(s->get_meta("next_job"), "13");
+  EXPECT_FALSE(s->get_meta("absent").has_value());
+  // Appending after a reopen continues the event sequence.
+  s->append_event(1, {{"event", "state"}, {"state", "succeeded"}});
+  ASSERT_EQ(s->events(1).size(), 3u);
+  EXPECT_EQ(s->events(1)[2]["state"], "succeeded");
+}
+
+TEST(StoreChild, OpenIsRefused) {
+  if (child_db() == nullptr) GTEST_SKIP() << "runs only as a child of Store.ASecondProcessGetsAClearError";
+  try {
+    Store::open(child_db());
+    FAIL() << "a second process opened a database that is in use";
+  } catch (const StoreError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("another process"), std::string::npos) << m;
+    EXPECT_NE(m.find(child_db()), std::string::npos) << m;
+  }
 }
 
 TEST(Store, CorruptOrUnusableDirectoriesGiveClearErrors) {
