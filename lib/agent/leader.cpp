@@ -202,7 +202,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     req.hardware_class = hardware_class();
     req.ps_shards = spec.ps_shards;
     req.epochs = spec.epochs;
-    req.train_examples = spec.train_samples > 0 ? spec.train_samples : 60000;
+    req.train_examples = static_cast<std::int64_t>(train_examples(spec));
     req.target_accuracy = spec.target_accuracy;
     req.deadline_seconds = spec.deadline_seconds;
     req.exploration_seconds = exploration_seconds;
@@ -298,8 +298,13 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     persist("saving the job counter", [&] { db->put_meta("next_job", std::to_string(next_job)); });
   }
 
-  void record_epoch(JobRec& j, const json& ev) {
-    if (!db || j.spec.profile) return;
+  // Training images per epoch (all workers together); the IDX datasets have 60,000.
+  static double train_examples(const JobSpec& spec) {
+    return spec.train_samples > 0 ? static_cast<double>(spec.train_samples) : 60000.0;
+  }
+
+  // The fields every history row of job `j` shares.
+  store::Observation observation(const JobRec& j) const {
     store::Observation o;
     o.model = j.spec.model;
     o.dataset = j.spec.dataset;
@@ -308,37 +313,32 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     o.workers = j.spec.workers;
     o.ps_shards = j.spec.ps_shards;
     o.batch_size = j.spec.batch_size;
+    o.timestamp = unix_now();
+    o.compression = compress::to_string(j.spec.compression.method);
+    return o;
+  }
+
+  void record_epoch(JobRec& j, const json& ev) {
+    if (!db || j.spec.profile) return;
+    store::Observation o = observation(j);
     o.epoch = ev.value("epoch", 0);
     // The job's epoch time is its slowest worker's latest epoch; its throughput is the
     // training set over that (the quantity the planner predicts).
     for (auto& [r, v] : j.epoch_seconds) o.epoch_seconds = std::max(o.epoch_seconds, v);
-    const double examples = j.spec.train_samples > 0 ? static_cast<double>(j.spec.train_samples) : 60000.0;
-    o.images_per_sec = o.epoch_seconds > 0 ? examples / o.epoch_seconds : 0.0;
+    o.images_per_sec = o.epoch_seconds > 0 ? train_examples(j.spec) / o.epoch_seconds : 0.0;
     const double bytes = static_cast<double>(j.sum(j.pushed) + j.sum(j.pulled));
     o.bytes_per_epoch = bytes - j.last_bytes;
     j.last_bytes = bytes;
-    o.timestamp = unix_now();
-    o.compression = compress::to_string(j.spec.compression.method);
     persist("recording an observation", [&] { db->add_observation(o); });
   }
 
   void record_final(JobRec& j) {
     if (!db) return;
-    store::Observation o;
-    o.model = j.spec.model;
-    o.dataset = j.spec.dataset;
-    o.hardware_class = hardware_class();
-    o.job = j.id;
-    o.workers = j.spec.workers;
-    o.ps_shards = j.spec.ps_shards;
-    o.batch_size = j.spec.batch_size;
-    o.timestamp = unix_now();
-    o.compression = compress::to_string(j.spec.compression.method);
+    store::Observation o = observation(j);
     if (j.spec.profile) {
       for (auto& [r, v] : j.profile_ips) o.images_per_sec += v;
       if (o.images_per_sec <= 0) return;
-      const double examples = j.spec.train_samples > 0 ? static_cast<double>(j.spec.train_samples) : 60000.0;
-      o.epoch_seconds = examples / o.images_per_sec;
+      o.epoch_seconds = train_examples(j.spec) / o.images_per_sec;
       o.epoch = 0;
       o.source = "profile";
     } else {

@@ -15,39 +15,17 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "support/process.h"
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
+using dltrain::testing::last_line;
+using dltrain::testing::run;
 
 namespace {
 
 const std::string kBin = DLTRAIN_BIN_DIR;
-
-struct Result {
-  int code = -1;
-  std::string out;
-};
-
-// Runs a shell command (bounded by `timeout`) and captures stdout.
-Result run(const std::string& cmd, int timeout_s = 300) {
-  Result r;
-  FILE* p = popen(("timeout " + std::to_string(timeout_s) + " " + cmd).c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), p) != nullptr) r.out += buf.data();
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-std::string last_line(const std::string& s) {
-  std::istringstream in(s);
-  std::string line, last;
-  while (std::getline(in, line)) {
-    if (!line.empty()) last = line;
-  }
-  return last;
-}
 
 // Pids of processes whose command line or working directory mentions `needle`.
 std::vector<int> processes_mentioning(const std::string& needle) {
@@ -127,6 +105,18 @@ class Cluster : public ::testing::Test {
       std::this_thread::sleep_for(200ms);
     }
     return st;
+  }
+
+  // Processes of `job`'s tasks (their working directory or command line is in one of
+  // the agents' task directories; `task` narrows to one task, e.g. "worker-1-g1").
+  static std::vector<int> task_pids(const std::string& job, const std::string& task = "") {
+    std::vector<int> pids;
+    for (int i = 0; i < 3; ++i) {
+      auto dir = state_ / ("agent-" + std::to_string(i)) / "tasks" / job;
+      if (!task.empty()) dir /= task;
+      for (int pid : processes_mentioning(dir.string())) pids.push_back(pid);
+    }
+    return pids;
   }
 
   static inline fs::path root_, state_;
@@ -225,15 +215,6 @@ ps_shards = 1
   const std::string job = json::parse(last_line(rc.out))["job"];
   ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
   // Wait until every task reported it runs, and its process is there.
-  auto task_pids = [&] {
-    std::vector<int> pids;
-    for (int i = 0; i < 3; ++i) {
-      for (int pid : processes_mentioning((state_ / ("agent-" + std::to_string(i)) / "tasks" / job).string())) {
-        pids.push_back(pid);
-      }
-    }
-    return pids;
-  };
   const auto deadline = std::chrono::steady_clock::now() + 60s;
   bool all_running = false;
   while (!all_running && std::chrono::steady_clock::now() < deadline) {
@@ -243,12 +224,12 @@ ps_shards = 1
     if (!all_running) std::this_thread::sleep_for(200ms);
   }
   ASSERT_TRUE(all_running) << status(job).dump();
-  EXPECT_EQ(task_pids().size(), 3u);  // 1 PS shard + 2 workers
+  EXPECT_EQ(task_pids(job).size(), 3u);  // 1 PS shard + 2 workers
   auto cancel = run(client_ + " cancel " + job, 30);
   EXPECT_EQ(cancel.code, 0) << cancel.out;
   EXPECT_EQ(wait_state(job, {"cancelled", "failed", "succeeded"}, 60), "cancelled");
   // Every PS and worker process of the job is gone (cwd or command line in its task dir).
-  EXPECT_TRUE(task_pids().empty()) << task_pids().size() << " task processes outlived the cancel";
+  EXPECT_TRUE(task_pids(job).empty()) << task_pids(job).size() << " task processes outlived the cancel";
   // A follower of a finished job gets its summary and the client's exit code says cancelled.
   auto f = run(client_ + " follow " + job + " --json", 30);
   EXPECT_EQ(f.code, 1);
@@ -268,9 +249,8 @@ TEST_F(Cluster, AKilledWorkerIsRestartedAndTheJobSucceeds) {
     auto st = status(job);
     bool training = false;
     for (const auto& t : st["tasks"]) training |= t["task"] == "worker-1" && t["state"] == "running";
-    for (int i = 0; i < 3 && victim < 0 && training; ++i) {
-      const auto dir = state_ / ("agent-" + std::to_string(i)) / "tasks" / job / "worker-1-g1";
-      auto pids = processes_mentioning(dir.string());
+    if (training) {
+      auto pids = task_pids(job, "worker-1-g1");
       if (!pids.empty()) victim = pids.front();
     }
     if (victim < 0) std::this_thread::sleep_for(100ms);

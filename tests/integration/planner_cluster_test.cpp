@@ -16,32 +16,17 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "support/process.h"
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
+using dltrain::testing::last_line;
+using dltrain::testing::run;
 
 namespace {
 
 const std::string kBin = DLTRAIN_BIN_DIR;
-
-std::pair<int, std::string> run(const std::string& cmd, int timeout_s = 120) {
-  std::string out;
-  FILE* p = popen(("timeout " + std::to_string(timeout_s) + " " + cmd).c_str(), "r");
-  if (p == nullptr) return {-1, ""};
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), p) != nullptr) out += buf.data();
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
-std::string last_line(const std::string& s) {
-  std::istringstream in(s);
-  std::string line, last;
-  while (std::getline(in, line)) {
-    if (!line.empty()) last = line;
-  }
-  return last;
-}
 
 struct Standalone {
   fs::path state;
