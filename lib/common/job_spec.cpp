@@ -137,7 +137,7 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
     if (k == "name") {
       s.name = get_string(node, k);
     } else if (k == "model") {
-      s.model = get_choice(node, k, {"cnn", "mlp"});
+      s.model = get_choice(node, k, {"cnn", "mlp", "mlp-large"});
     } else if (k == "dataset") {
       s.dataset = get_choice(node, k, {"fashion-mnist", "mnist"});
     } else if (k == "data_dir") {

@@ -25,7 +25,7 @@ struct OptimizerSpec {
 /// (to_json / job_from_json) is what the leader sends to tasks.
 struct JobSpec {
   std::string name = "job";        ///< free text shown in `dltrain list`
-  std::string model = "cnn";       ///< cnn | mlp
+  std::string model = "cnn";       ///< cnn | mlp | mlp-large
   std::string dataset = "fashion-mnist";  ///< fashion-mnist | mnist (IDX files)
   std::string data_dir = "/usr/share/datasets/fashion-mnist";  ///< absolute after parsing
   int epochs = 6;                  ///< passes over the training set, [1, 1000]

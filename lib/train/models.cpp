@@ -25,10 +25,10 @@ torch::Tensor SmallCnnImpl::forward(torch::Tensor x) {
   return f2(x);
 }
 
-MlpImpl::MlpImpl() {
-  l1 = register_module("l1", nn::Linear(784, 256));
-  l2 = register_module("l2", nn::Linear(256, 128));
-  l3 = register_module("l3", nn::Linear(128, 10));
+MlpImpl::MlpImpl(std::int64_t h1, std::int64_t h2) {
+  l1 = register_module("l1", nn::Linear(784, h1));
+  l2 = register_module("l2", nn::Linear(h1, h2));
+  l3 = register_module("l3", nn::Linear(h2, 10));
 }
 
 torch::Tensor MlpImpl::forward(torch::Tensor x) {
@@ -42,11 +42,11 @@ Model make_model(const std::string& name) {
     SmallCnn m;
     return {m.ptr(), [m](torch::Tensor x) mutable { return m->forward(std::move(x)); }};
   }
-  if (name == "mlp") {
-    Mlp m;
+  if (name == "mlp" || name == "mlp-large") {
+    Mlp m = name == "mlp" ? Mlp(256, 128) : Mlp(768, 128);
     return {m.ptr(), [m](torch::Tensor x) mutable { return m->forward(std::move(x)); }};
   }
-  throw ConfigError("model", "expected cnn or mlp, got \"" + name + "\"");
+  throw ConfigError("model", "expected cnn, mlp or mlp-large, got \"" + name + "\"");
 }
 
 std::int64_t parameter_count(const torch::nn::Module& m) {

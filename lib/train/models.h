@@ -20,10 +20,11 @@ struct SmallCnnImpl : torch::nn::Module {
 };
 TORCH_MODULE(SmallCnn);
 
-/// MLP 784→256→128→10 with ReLU; 235,146 trainable parameters. Input [N, 1, 28, 28]
-/// (flattened inside), output logits [N, 10].
+/// MLP 784→h1→h2→10 with ReLU. Input [N, 1, 28, 28] (flattened inside), output logits
+/// [N, 10]. "mlp" is 784→256→128→10 (235,146 trainable parameters); "mlp-large" is
+/// 784→768→128→10 (702,602), a model whose dense exchange dominates a step on 100 Mbit/s.
 struct MlpImpl : torch::nn::Module {
-  MlpImpl();
+  MlpImpl(std::int64_t h1, std::int64_t h2);
   torch::Tensor forward(torch::Tensor x);
   torch::nn::Linear l1{nullptr}, l2{nullptr}, l3{nullptr};
 };
@@ -35,7 +36,7 @@ struct Model {
   std::function<torch::Tensor(torch::Tensor)> forward;
 };
 
-/// Builds "cnn" or "mlp", initialised from torch's global generator (seed it first with
+/// Builds "cnn", "mlp" or "mlp-large", initialised from torch's global generator (seed it first with
 /// torch::manual_seed for identical replicas). Throws ConfigError("model", ...) for
 /// another name.
 Model make_model(const std::string& name);

@@ -10,6 +10,7 @@
 #include "compress/compressor.h"
 #include "train/idx.h"
 #include "train/models.h"
+#include "train/tensors.h"
 
 namespace dltrain::train {
 namespace {
@@ -18,23 +19,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-/// Normalised [N, 1, 28, 28] float tensor and int64 labels of a split.
-std::pair<torch::Tensor, torch::Tensor> to_tensors(const Split& s, const std::string& dataset) {
-  // Per-dataset pixel mean and standard deviation over the training set.
-  const double mean = dataset == "mnist" ? 0.1307 : 0.2860;
-  const double stdv = dataset == "mnist" ? 0.3081 : 0.3530;
-  auto x = torch::from_blob(const_cast<std::uint8_t*>(s.images.pixels.data()),
-                            {s.images.count, 1, s.images.rows, s.images.cols}, torch::kUInt8)
-               .to(torch::kFloat32)
-               .div_(255.0)
-               .sub_(mean)
-               .div_(stdv);
-  auto y = torch::from_blob(const_cast<std::uint8_t*>(s.labels.data()),
-                            {static_cast<std::int64_t>(s.labels.size())}, torch::kUInt8)
-               .to(torch::kInt64);
-  return {x, y};
 }
 
 /// Copies the model's parameters into / out of one flat float vector, in parameters() order.
@@ -100,6 +84,24 @@ void recalibrate_batchnorm(torch::nn::Module& m, const Model& model, const torch
   for (auto* bn : bns) bn->options.momentum(0.1);
 }
 
+}  // namespace
+
+std::pair<torch::Tensor, torch::Tensor> to_tensors(const Split& s, const std::string& dataset) {
+  // Per-dataset pixel mean and standard deviation over the training set.
+  const double mean = dataset == "mnist" ? 0.1307 : 0.2860;
+  const double stdv = dataset == "mnist" ? 0.3081 : 0.3530;
+  auto x = torch::from_blob(const_cast<std::uint8_t*>(s.images.pixels.data()),
+                            {s.images.count, 1, s.images.rows, s.images.cols}, torch::kUInt8)
+               .to(torch::kFloat32)
+               .div_(255.0)
+               .sub_(mean)
+               .div_(stdv);
+  auto y = torch::from_blob(const_cast<std::uint8_t*>(s.labels.data()),
+                            {static_cast<std::int64_t>(s.labels.size())}, torch::kUInt8)
+               .to(torch::kInt64);
+  return {x, y};
+}
+
 double evaluate(torch::nn::Module& m, const Model& model, const torch::Tensor& x,
                 const torch::Tensor& y) {
   torch::NoGradGuard ng;
@@ -114,8 +116,6 @@ double evaluate(torch::nn::Module& m, const Model& model, const torch::Tensor& x
   m.train(true);
   return static_cast<double>(correct) / static_cast<double>(n);
 }
-
-}  // namespace
 
 double learning_rate(const OptimizerSpec& opt, double epoch_pos, int epochs) {
   if (opt.warmup_epochs > 0 && epoch_pos < opt.warmup_epochs) {

@@ -51,7 +51,7 @@ partition_size = 1000
 TEST(JobSpec, RejectsUnknownModel) {
   auto [field, msg] = reject("model = \"resnet152\"\n" + kData);
   EXPECT_EQ(field, "model");
-  EXPECT_EQ(msg, "model: expected one of cnn | mlp, got \"resnet152\"");
+  EXPECT_EQ(msg, "model: expected one of cnn | mlp | mlp-large, got \"resnet152\"");
 }
 
 TEST(JobSpec, RejectsMissingDataDirectory) {

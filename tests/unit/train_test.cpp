@@ -19,6 +19,8 @@ TEST(Models, ParameterCountsMatchTheArchitecture) {
   // MLP: 784·256+256 + 256·128+128 + 128·10+10 = 235146.
   auto mlp = make_model("mlp");
   EXPECT_EQ(parameter_count(*mlp.module), 235146);
+  // Large MLP: 784·768+768 + 768·128+128 + 128·10+10 = 702602.
+  EXPECT_EQ(parameter_count(*make_model("mlp-large").module), 702602);
   EXPECT_THROW(make_model("vgg"), ConfigError);
   auto out = cnn.forward(torch::zeros({3, 1, 28, 28}));
   EXPECT_EQ(out.sizes(), (std::vector<std::int64_t>{3, 10}));

@@ -1,0 +1,555 @@
+#!/usr/bin/env python3
+"""dltrain side by side with the tools users would pick instead, in one run.
+
+Systems, on the same model, Fashion-MNIST data, seed, per-worker batch size,
+learning-rate schedule, epochs and threads per process (1):
+  plain          the plain single-process LibTorch loop (bench/e2e/plain_loop.cpp)
+  torch          PyTorch (Debian's python3-torch), one process (bench/e2e/torch_ref.py)
+  ddp            PyTorch DistributedDataParallel, gloo backend, N processes
+  dltrain-1w     dltrain, 1 worker + 1 PS shard (through the PS: the framework overhead)
+  dltrain-dense  dltrain dense ASGD, N workers + 1 PS shard
+  dltrain-dgc-10%, -1%, -0.1%   dltrain with Deep Gradient Compression at those ratios
+Links: `loopback` (every process on 127.0.0.1) and emulated `1gbit` / `100mbit` links:
+each worker, DDP rank and PS shard on its own network namespace joined to a bridge by
+a veth pair rate-limited with tc tbf in both directions. The namespaces are created here
+and removed afterwards, also on error or Ctrl-C. Plus a PS data-plane goodput probe
+(bench/e2e/ps_goodput.cpp) against a raw TCP stream between the same two endpoints.
+
+Usage (as root, after scripts/setup; Debian packages python3-torch, python3-matplotlib):
+  bench/e2e/run.py              default size (one seed; see --help for what it covers)
+  bench/e2e/run.py --full       every system on every link, 3 seeds, full training set
+Writes bench/results/e2e.json (every figure), bench/results/e2e.md (the tables),
+docs/images/e2e_accuracy.png (test accuracy against wall time), and replaces the
+end-to-end section of docs/benchmarks.md (between its e2e markers) with the tables.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+from compression_bench import BIN, Cluster, Links, free_port  # noqa: E402  (same cluster and links)
+
+PYTHON = "/usr/bin/python3"  # Debian's interpreter, which has python3-torch
+DGC = {"dltrain-dgc-10%": 0.1, "dltrain-dgc-1%": 0.01, "dltrain-dgc-0.1%": 0.001}
+SYSTEMS = ["plain", "torch", "ddp", "dltrain-1w", "dltrain-dense", *DGC]
+SINGLE = {"plain", "torch"}  # one process, no network: run once per model and seed
+RATES = {"1gbit": "1gbit", "100mbit": "100mbit"}
+
+# Per model: job settings and the target test accuracy the issue sets.
+MODELS = {
+    "cnn": {"target": 0.90, "lr": 0.05},
+    "mlp-large": {"target": 0.87, "lr": 0.05},
+}
+
+
+def job_toml(path, model, system, seed, size, workers):
+    m = MODELS[model]
+    lines = [f'name = "e2e-{model}-{system}-s{seed}"', f'model = "{model}"', 'dataset = "fashion-mnist"',
+             f"epochs = {size['epochs'][model]}", f"workers = {workers}", "ps_shards = 1", "batch_size = 64",
+             "threads_per_task = 1", f"train_samples = {size['train_samples']}",
+             f"test_samples = {size['test_samples']}", f"seed = {seed}", "",
+             "[optimizer]", f"lr = {m['lr']}", "momentum = 0.9", "weight_decay = 5e-4", 'lr_schedule = "cosine"',
+             "warmup_epochs = 0.3", ""]
+    if system in DGC:
+        lines += ["[compression]", 'method = "dgc"', f"ratio = {DGC[system]}", "downlink_ratio = 0.01",
+                  f"warmup_epochs = {min(1.0, size['epochs'][model] / 2)}"]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+class ProcWatch:
+    """Peak resident memory and CPU seconds of dltrain's task processes (dltrain-worker,
+    dltrain-ps), sampled from /proc every 0.2 s while a job runs. CPU seconds can miss
+    the last 0.2 s of a process; peak RSS is the kernel's high-water mark (VmHWM)."""
+
+    def __init__(self):
+        self.seen = {}
+        self.stop = threading.Event()
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+    def run(self):
+        while not self.stop.is_set():
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        argv = f.read().split(b"\0")
+                    kind = os.path.basename(argv[0].decode())
+                    if kind not in ("dltrain-worker", "dltrain-ps"):
+                        continue
+                    with open(f"/proc/{pid}/status") as f:
+                        hwm = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) * 1024
+                    with open(f"/proc/{pid}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                    cpu = (int(fields[11]) + int(fields[12])) / self.tick
+                    rec = self.seen.setdefault(pid, {"process": kind, "peak_rss_bytes": 0, "cpu_seconds": 0.0})
+                    rec["peak_rss_bytes"] = max(rec["peak_rss_bytes"], hwm)
+                    rec["cpu_seconds"] = max(rec["cpu_seconds"], cpu)
+                except (OSError, StopIteration, ValueError, IndexError):
+                    continue
+            self.stop.wait(0.2)
+
+    def processes(self):
+        return sorted(self.seen.values(), key=lambda r: r["process"])
+
+
+def link_bytes(links):
+    """Bytes through each host's link (both directions), from the veth counters."""
+    if not links:
+        return None
+    out = []
+    for i in range(links.hosts):
+        tot = 0
+        for d in ("rx_bytes", "tx_bytes"):
+            with open(f"/sys/class/net/dlt-v{i}/statistics/{d}") as f:
+                tot += int(f.read())
+        out.append(tot)
+    return out
+
+
+def summarize_curve(rec, targets):
+    for name, t in targets.items():
+        rec[f"seconds_to_{name}"] = next((c["seconds"] for c in rec["curve"] if c["test_accuracy"] >= t), None)
+
+
+def run_local(cmds, hosts, cap, log_prefix, env=None):
+    """Starts one process per command (in its network namespace when `hosts` names
+    one), reads their JSON lines, stops them at `cap` seconds. Returns (t0, per-rank
+    events with arrival times, rusage per process)."""
+    t0 = time.time()
+    procs = []
+    for i, cmd in enumerate(cmds):
+        if hosts:
+            cmd = ["ip", "netns", "exec", hosts[i]] + cmd
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(f"{log_prefix}-{i}.log", "w"),
+                                      text=True, start_new_session=True, env=env))
+    events = [[] for _ in procs]
+
+    def reader(i, p):
+        for line in p.stdout:
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            ev["arrival"] = time.time() - t0
+            events[i].append(ev)
+
+    threads = [threading.Thread(target=reader, args=(i, p), daemon=True) for i, p in enumerate(procs)]
+    for t in threads:
+        t.start()
+    usage, capped = [None] * len(procs), False
+    deadline = t0 + cap
+    pending = set(range(len(procs)))
+    while pending:
+        for i in list(pending):
+            pid, status, ru = os.wait4(procs[i].pid, os.WNOHANG)
+            if pid:
+                usage[i] = {"peak_rss_bytes": ru.ru_maxrss * 1024, "cpu_seconds": ru.ru_utime + ru.ru_stime,
+                            "exit_status": os.waitstatus_to_exitcode(status), "before_cap": not capped}
+                procs[i].returncode = usage[i]["exit_status"]
+                pending.discard(i)
+        if pending and time.time() > deadline and not capped:
+            capped = True
+            for i in pending:
+                os.killpg(procs[i].pid, signal.SIGTERM)
+        time.sleep(0.05)
+    for t in threads:
+        t.join(timeout=5)
+    return t0, events, usage, capped
+
+
+def run_reference(system, job, model, seed, link, links, args, workdir):
+    n = args.workers if system == "ddp" else 1
+    if system == "plain":
+        cmds = [[os.path.join(BIN, "plain_loop"), job]]
+    elif system == "torch":
+        cmds = [[PYTHON, os.path.join(HERE, "torch_ref.py"), job]]
+    else:
+        master = f"{links.address(0)}:29517" if links else f"127.0.0.1:{free_port('127.0.0.1')}"
+        cmds = [[PYTHON, os.path.join(HERE, "torch_ref.py"), job, "--rank", str(r), "--world", str(n),
+                 "--master", master] for r in range(n)]
+    hosts = [f"dlt-h{r}" for r in range(n)] if (links and system == "ddp") else None
+    b0 = link_bytes(links) if system == "ddp" else None
+    # gloo finds its interface from the host name, which is 127.0.0.1 inside a namespace.
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0" if hosts else "lo")
+    t0, events, usage, capped = run_local(cmds, hosts, args.cap_seconds, os.path.join(workdir, f"{system}-{model}"),
+                                          env)
+    b1 = link_bytes(links) if system == "ddp" else None
+    if any(u["exit_status"] != 0 and u["before_cap"] for u in usage):
+        raise RuntimeError(f"{system} {model} on {link}: exit {[u['exit_status'] for u in usage]}; logs in {workdir}")
+    rank0 = events[0]
+    curve = [{"epoch": e["epoch"], "seconds": e["arrival"], "test_accuracy": e["test_accuracy"]}
+             for e in rank0 if e.get("event") == "epoch_end"]
+    ips = [statistics.mean([e["images_per_sec"] for e in evs if e.get("event") == "epoch_end"] or [0])
+           for evs in events]
+    started = next((e for e in rank0 if e.get("event") == "started"), {})
+    rec = {"system": system, "model": model, "link": link, "seed": seed, "workers": n, "capped": capped,
+           "curve": curve, "final_accuracy": curve[-1]["test_accuracy"] if curve else None,
+           "wall_seconds": max((e["arrival"] for evs in events for e in evs), default=None),
+           "images_per_sec_per_worker": statistics.mean(ips), "images_per_sec_total": sum(ips),
+           "processes": [{"process": "ddp-rank" if system == "ddp" else system, **u} for u in usage]}
+    if system == "ddp":
+        params = started.get("parameters", 0)
+        steps_per_epoch = started.get("steps_per_epoch", 0)
+        epochs_run = len(curve)
+        worker_steps = n * steps_per_epoch * epochs_run
+        # Ring all-reduce (gloo): each rank sends and receives 2(N-1)/N of the fp32 gradient.
+        rec["bytes_per_step_analytic"] = 2 * 2 * (n - 1) / n * 4 * params
+        if b0 and worker_steps:
+            rec["link_bytes_per_step"] = sum(b1[i] - b0[i] for i in range(n)) / worker_steps
+    else:
+        rec["bytes_per_step"] = 0
+    return rec
+
+
+def run_dltrain(cluster, system, job, model, seed, link, links, args):
+    n = 1 if system == "dltrain-1w" else args.workers
+    b0 = link_bytes(links)
+    t0 = time.time()
+    p = subprocess.Popen([os.path.join(BIN, "dltrain"), "--leader", cluster.url, "--token", cluster.token, "submit",
+                          job, "--follow", "--json"], stdout=subprocess.PIPE, text=True)
+    curve, summary, ips, steps, job_id = [], None, {}, {}, None
+    capped = False
+
+    def cap():
+        nonlocal capped
+        capped = True
+        if job_id:
+            cluster.client("cancel", job_id, check=False)
+
+    timer = threading.Timer(args.cap_seconds, cap)
+    timer.start()
+    with ProcWatch() as watch:
+        for line in p.stdout:
+            ev = json.loads(line)
+            t = time.time() - t0
+            kind = ev.get("event")
+            if kind == "submitted":
+                job_id = ev["job"]
+            elif kind == "epoch_end":
+                ips.setdefault(ev.get("rank", 0), []).append(ev["images_per_sec"])
+                if "test_accuracy" in ev:
+                    curve.append({"epoch": ev["epoch"], "seconds": t, "test_accuracy": ev["test_accuracy"]})
+            elif kind == "done":
+                steps[ev.get("task", ev.get("rank"))] = ev.get("steps", 0)
+            elif kind == "summary":
+                summary = ev
+        p.wait(timeout=120)
+    timer.cancel()
+    b1 = link_bytes(links)
+    if summary is None or (summary["state"] != "succeeded" and not capped):
+        raise RuntimeError(f"{system} {model} on {link}: {summary}")
+    total_steps = sum(steps.values()) or None
+    per = [statistics.mean(v) for v in ips.values()]
+    rec = {"system": system, "model": model, "link": link, "seed": seed, "workers": n, "capped": capped,
+           "curve": curve, "final_accuracy": summary.get("test_accuracy"), "wall_seconds": time.time() - t0,
+           "images_per_sec_per_worker": statistics.mean(per) if per else None,
+           "images_per_sec_total": sum(per) if per else None,
+           "bytes_per_step": (summary["bytes_pushed"] + summary["bytes_pulled"]) / total_steps if total_steps else None,
+           "compression_after_warmup": summary.get("compression_ratio_after_warmup"),
+           "processes": watch.processes()}
+    if links and total_steps:
+        # Worker hosts are the ones without the PS: the leader places tasks, so count
+        # every host but the busiest (the PS's) and divide by worker steps.
+        d = sorted(b1[i] - b0[i] for i in range(links.hosts))
+        rec["link_bytes_per_step"] = sum(d[:-1]) / total_steps
+    return rec
+
+
+def goodput(link, links, args):
+    serve = [os.path.join(BIN, "ps_goodput"), "serve", "--bind", links.address(0) if links else "127.0.0.1"]
+    if links:
+        serve = ["ip", "netns", "exec", "dlt-h0"] + serve
+    srv = subprocess.Popen(serve, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        ports = json.loads(srv.stdout.readline())
+        meas = [os.path.join(BIN, "ps_goodput"), "measure", "--host", links.address(0) if links else "127.0.0.1",
+                "--raw-port", str(ports["raw_port"]), "--ps-port", str(ports["ps_port"]),
+                "--floats", "702602", "--rounds", str(args.goodput_rounds), "--seconds", "2"]
+        if links:
+            meas = ["ip", "netns", "exec", "dlt-h1"] + meas
+        r = subprocess.run(meas, capture_output=True, text=True, timeout=600, check=True)
+        out = json.loads(r.stdout)
+        out["link"] = link
+        return out
+    finally:
+        srv.stdin.close()
+        try:
+            srv.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(srv.pid, signal.SIGKILL)
+
+
+def mean_sd(xs, fmt="{:.4g}"):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "—"
+    if len(xs) == 1:
+        return fmt.format(xs[0])
+    return f"{fmt.format(statistics.mean(xs))} ± {fmt.format(statistics.stdev(xs))}"
+
+
+def mib(x):
+    return x / 2**20
+
+
+def tables(results, goodputs, args, size, targets_by_model):
+    md = []
+    for model in size["models"]:
+        tgt = targets_by_model[model]
+        md += [f"### `{model}` (target {tgt}; also 0.85)", "",
+               f"| link | system | runs | final accuracy | s to {tgt} | s to 0.85 | wall s | images/s per worker | "
+               "images/s total | bytes/step (socket) | bytes/step (link) | peak RSS MiB per process | CPU s (all processes) |",
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for link in ["none"] + size["links"]:
+            for system in SYSTEMS:
+                rs = [r for r in results if r["model"] == model and r["link"] == link and r["system"] == system]
+                if not rs:
+                    continue
+                capped = any(r["capped"] for r in rs)
+                reached = [r["seconds_to_target"] for r in rs]
+                to_t = mean_sd(reached, "{:.1f}")
+                if any(x is None for x in reached):
+                    to_t += f" (not reached in {sum(x is None for x in reached)} of {len(rs)}" + \
+                        (f", capped at {args.cap_seconds} s)" if capped else ")")
+                sock = mean_sd([r.get("bytes_per_step") for r in rs], "{:.0f}")
+                if system == "ddp":
+                    sock = f"{rs[0]['bytes_per_step_analytic']:.0f} (ring, analytic)"
+                md.append(
+                    f"| {link} | {system} | {len(rs)} | {mean_sd([r['final_accuracy'] for r in rs])} | {to_t} | "
+                    f"{mean_sd([r['seconds_to_0.85'] for r in rs], '{:.1f}')} | "
+                    f"{mean_sd([r['wall_seconds'] for r in rs], '{:.1f}')} | "
+                    f"{mean_sd([r['images_per_sec_per_worker'] for r in rs], '{:.0f}')} | "
+                    f"{mean_sd([r['images_per_sec_total'] for r in rs], '{:.0f}')} | {sock} | "
+                    f"{mean_sd([r.get('link_bytes_per_step') for r in rs], '{:.0f}')} | "
+                    + ", ".join(f"{p['process']} {mib(p['peak_rss_bytes']):.0f}" for p in rs[0]["processes"]) + " | "
+                    f"{mean_sd([sum(p['cpu_seconds'] for p in r['processes']) for r in rs], '{:.1f}')} |")
+        md.append("")
+    md += ["### PS data plane: dense push+pull against a raw TCP stream", "",
+           "702,602 floats (the `mlp-large` model) per push and per pull, one PS shard, one client; "
+           f"{args.goodput_rounds} alternating rounds of 2 s, medians.", "",
+           "| link | raw TCP stream MB/s | raw exchange MB/s | dltrain push+pull MB/s | push+pull ÷ stream |",
+           "|---|---|---|---|---|"]
+    for g in goodputs:
+        md.append(f"| {g['link']} | {g['stream_median_mb_per_s']:.1f} | {g['exchange_median_mb_per_s']:.1f} | "
+                  f"{g['ps_median_mb_per_s']:.1f} | {g['ps_over_stream']:.3f} |")
+    return md
+
+
+def ratios(results, goodputs, size, targets_by_model):
+    """The figures the goals are judged by, from this run's means."""
+    def m(system, model, link, key):
+        xs = [r[key] for r in results if r["system"] == system and r["model"] == model and r["link"] == link
+              and r.get(key) is not None]
+        return statistics.mean(xs) if xs else None
+
+    out = []
+    for model in size["models"]:
+        plain = m("plain", model, "none", "images_per_sec_per_worker")
+        one = m("dltrain-1w", model, "loopback", "images_per_sec_per_worker")
+        if plain and one:
+            out.append({"goal": "dltrain 1 worker images/s ÷ plain LibTorch loop ≥ 0.95", "model": model,
+                        "value": one / plain, "met": one / plain >= 0.95})
+        for link in size["links"]:
+            for dgc in DGC:
+                t_dgc = m(dgc, model, link, "seconds_to_target")
+                for peer, need in (("ddp", 1.0), ("dltrain-dense", 2.95)):
+                    t_peer = m(peer, model, link, "seconds_to_target")
+                    capped_peer = t_peer is None and any(
+                        r["capped"] for r in results if r["system"] == peer and r["model"] == model and r["link"] == link)
+                    if t_dgc and t_peer:
+                        out.append({"goal": f"{dgc} time to {targets_by_model[model]} vs {peer} (speed-up ≥ {need})",
+                                    "model": model, "link": link, "value": t_peer / t_dgc, "met": t_peer / t_dgc >= need})
+                    elif t_dgc and capped_peer:
+                        out.append({"goal": f"{dgc} time to {targets_by_model[model]} vs {peer} (speed-up ≥ {need})",
+                                    "model": model, "link": link, "value": None,
+                                    "lower_bound": size["cap"] / t_dgc, "met": size["cap"] / t_dgc >= need,
+                                    "note": f"{peer} did not reach the target within the cap"})
+                acc_dgc, acc_plain = m(dgc, model, link, "final_accuracy"), m("plain", model, "none", "final_accuracy")
+                if acc_dgc is not None and acc_plain is not None:
+                    out.append({"goal": f"{dgc} mean final accuracy within 0.5 points of the plain loop", "model": model,
+                                "link": link, "value": acc_dgc - acc_plain, "met": acc_dgc - acc_plain >= -0.005})
+    for g in goodputs:
+        out.append({"goal": "PS push+pull goodput ÷ raw TCP stream ≥ 0.8", "link": g["link"],
+                    "value": g["ps_over_stream"], "met": g["ps_over_stream"] >= 0.8})
+    return out
+
+
+def plot(results, size, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    panels = [(model, link) for model in size["models"] for link in size["links"]]
+    fig, axes = plt.subplots(len(size["models"]), len(size["links"]), figsize=(6 * len(size["links"]),
+                             4.2 * len(size["models"])), squeeze=False)
+    for ax, (model, link) in zip(axes.flat, panels):
+        for system in SYSTEMS:
+            rs = [r for r in results if r["model"] == model and r["system"] == system and
+                  (r["link"] == link or (system in SINGLE and r["link"] == "none"))]
+            for k, r in enumerate(rs):
+                if not r["curve"]:
+                    continue
+                ax.plot([0] + [c["seconds"] for c in r["curve"]], [0.1] + [c["test_accuracy"] for c in r["curve"]],
+                        marker="o", markersize=3, label=system if k == 0 else None,
+                        linestyle="--" if system in SINGLE else "-")
+        ax.axhline(MODELS[model]["target"], color="grey", linewidth=0.8, linestyle=":")
+        ax.set_title(f"{model}, {link}" + (" (plain, torch: one process, no link)" if link != "loopback" else ""),
+                     fontsize=9)
+        ax.set_xlabel("wall time from launch (s)")
+        ax.set_ylabel("test accuracy")
+        ax.set_ylim(0.6, 0.95)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--full", action="store_true",
+                    help="every system on every link for both models, 3 seeds, the full training set")
+    ap.add_argument("--links", help="comma list of loopback,1gbit,100mbit (default: loopback,100mbit; --full: all)")
+    ap.add_argument("--models", help="comma list of cnn,mlp-large (default: both)")
+    ap.add_argument("--systems", help="comma list (default: all): " + ",".join(SYSTEMS))
+    ap.add_argument("--seeds", help="comma list (default 1; --full 1,2,3)")
+    ap.add_argument("--workers", type=int, default=2, help="N: dltrain workers and DDP ranks (default 2)")
+    ap.add_argument("--cap-seconds", type=int, help="stop a run after this long (default 200; --full 900)")
+    ap.add_argument("--train-samples", type=int, help="override the size's training images (0 = all)")
+    ap.add_argument("--epochs", type=int, help="override the size's epochs (both models)")
+    ap.add_argument("--goodput-rounds", type=int, default=5)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md and the plot")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("e2e: needs root for the emulated links (ip netns, tc) and /proc of the task processes")
+    for exe in ("plain_loop", "ps_goodput", "dltrain", "dltrain-agent", "dltrain-worker", "dltrain-ps"):
+        if not os.access(os.path.join(BIN, exe), os.X_OK):
+            sys.exit(f"e2e: {BIN}/{exe} is missing; run scripts/setup first")
+    if subprocess.run([PYTHON, "-c", "import torch.distributed as d; assert d.is_gloo_available()"],
+                      capture_output=True).returncode != 0:
+        sys.exit("e2e: PyTorch with gloo is missing; apt-get install python3-torch")
+    size = {
+        "links": (args.links or ("loopback,1gbit,100mbit" if args.full else "loopback,100mbit")).split(","),
+        "models": (args.models or "cnn,mlp-large").split(","),
+        "seeds": [int(s) for s in (args.seeds or ("1,2,3" if args.full else "1")).split(",")],
+        # Default: a subset of the training set and few epochs, to finish within ~20 min
+        # on 2 cores; --full: the whole training set and enough epochs for the targets.
+        "train_samples": 0 if args.full else 20000,
+        "test_samples": 0 if args.full else 5000,
+        "epochs": {"cnn": 6, "mlp-large": 4} if args.full else {"cnn": 3, "mlp-large": 3},
+    }
+    if args.train_samples is not None:
+        size["train_samples"] = args.train_samples
+    if args.epochs:
+        size["epochs"] = {m: args.epochs for m in size["epochs"]}
+    args.cap_seconds = args.cap_seconds or (900 if args.full else 200)
+    size["cap"] = args.cap_seconds
+    systems = (args.systems or ",".join(SYSTEMS)).split(",")
+    targets_by_model = {m: MODELS[m]["target"] for m in size["models"]}
+    os.makedirs(args.out, exist_ok=True)
+    workdir = os.path.join(args.out, "e2e-logs")
+    os.makedirs(workdir, exist_ok=True)
+    results, goodputs = [], []
+    started = time.time()
+
+    def record(r):
+        summarize_curve(r, {"target": targets_by_model[r["model"]], "0.85": 0.85})
+        results.append(r)
+        print(f"[{r['link']}] {r['model']} {r['system']} seed {r['seed']}: final {r['final_accuracy']}, "
+              f"to target {r['seconds_to_target']}, to 0.85 {r['seconds_to_0.85']}, wall {r['wall_seconds']:.1f} s, "
+              f"{r['images_per_sec_per_worker']:.0f} img/s/worker" + (" (capped)" if r["capped"] else "") +
+              f"  [{time.time() - started:.0f} s elapsed]", flush=True)
+
+    for model in size["models"]:
+        for seed in size["seeds"]:
+            for system in [s for s in systems if s in SINGLE]:
+                job = job_toml(os.path.join(workdir, f"{model}-{system}-{seed}.toml"), model, system, seed, size, 1)
+                record(run_reference(system, job, model, seed, "none", None, args, workdir))
+    for link in size["links"]:
+        links = Links(args.workers + 1, RATES[link]) if link in RATES else None
+        try:
+            if links:
+                links.__enter__()
+            goodputs.append(goodput(link, links, args))
+            g = goodputs[-1]
+            print(f"[{link}] goodput: stream {g['stream_median_mb_per_s']:.1f} MB/s, push+pull "
+                  f"{g['ps_median_mb_per_s']:.1f} MB/s ({g['ps_over_stream']:.3f})", flush=True)
+            with Cluster(args.workers + 1, links) as cluster:
+                for model in size["models"]:
+                    for seed in size["seeds"]:
+                        for system in systems:
+                            if system in SINGLE:
+                                continue
+                            if system == "dltrain-1w" and link != "loopback" and not args.full:
+                                continue
+                            if not args.full and model == "cnn" and system in ("dltrain-dgc-10%", "dltrain-dgc-1%"):
+                                continue
+                            n = 1 if system == "dltrain-1w" else args.workers
+                            job = job_toml(os.path.join(workdir, f"{model}-{system}-{link}-{seed}.toml"), model,
+                                           system, seed, size, n)
+                            if system == "ddp":
+                                r = run_reference(system, job, model, seed, link, links, args, workdir)
+                            else:
+                                r = run_dltrain(cluster, system, job, model, seed, link, links, args)
+                            record(r)
+        finally:
+            if links:
+                links.__exit__(None, None, None)
+    elapsed = time.time() - started
+    goals = ratios(results, goodputs, size, targets_by_model)
+    meta = {"date": datetime.date.today().isoformat(), "command": " ".join(["bench/e2e/run.py"] + sys.argv[1:]),
+            "machine": f"{os.cpu_count()} cores, {platform.machine()}, {platform.platform()}",
+            "elapsed_seconds": elapsed, "size": size, "workers": args.workers, "cap_seconds": args.cap_seconds}
+    with open(os.path.join(args.out, "e2e.json"), "w") as f:
+        json.dump({"meta": meta, "goals": goals, "goodput": goodputs, "results": results}, f, indent=2)
+    md = [f"Command: `{meta['command']}` — {meta['date']}, {meta['machine']}; took {elapsed / 60:.1f} min. "
+          f"{args.workers} workers / DDP ranks, batch 64 per worker, "
+          f"{'all' if not size['train_samples'] else size['train_samples']} training images, "
+          f"{'all' if not size['test_samples'] else size['test_samples']} test images, epochs {size['epochs']}, "
+          f"seeds {size['seeds']}, one thread per process; runs stopped at {args.cap_seconds} s. "
+          "Times are from launch (process start or `dltrain submit`) to the epoch end whose evaluation "
+          "reached the accuracy; link `none` = one process, no network.", ""]
+    md += tables(results, goodputs, args, size, targets_by_model)
+    md += ["", "### Goals", "", "| goal | model | link | value | met |", "|---|---|---|---|---|"]
+    for g in goals:
+        v = f"{g['value']:.3f}" if g.get("value") is not None else f"≥ {g['lower_bound']:.2f} ({g['note']})"
+        md.append(f"| {g['goal']} | {g.get('model', '')} | {g.get('link', '')} | {v} | {'yes' if g['met'] else 'no'} |")
+    text = "\n".join(md) + "\n"
+    with open(os.path.join(args.out, "e2e.md"), "w") as f:
+        f.write(text)
+    print(text)
+    if not args.no_docs:
+        plot(results, size, os.path.join(ROOT, "docs", "images", "e2e_accuracy.png"))
+        path = os.path.join(ROOT, "docs", "benchmarks.md")
+        doc = open(path).read()
+        begin, end = "<!-- e2e:begin -->", "<!-- e2e:end -->"
+        if begin in doc and end in doc:
+            doc = doc[:doc.index(begin) + len(begin)] + "\n" + text + doc[doc.index(end):]
+            with open(path, "w") as f:
+                f.write(doc)
+
+
+if __name__ == "__main__":
+    main()

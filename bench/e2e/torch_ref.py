@@ -1,0 +1,187 @@
+#!/usr/bin/python3
+"""PyTorch references for the end-to-end benchmark: a single process, or one rank of
+DistributedDataParallel with the gloo backend.
+
+Reads the same job file as `dltrain submit` and trains the same model on the same data
+with the same normalisation, per-worker batch size, learning-rate schedule (linear
+warm-up from lr/10, then cosine/step/constant), momentum SGD and weight decay, with
+`threads_per_task` intra-op threads. In DDP mode rank r trains on training images
+r, r+N, r+2N, ... (dltrain's worker sharding) and gradients are averaged across ranks
+every step (synchronous SGD); rank 0 evaluates after every epoch.
+
+Usage:
+  torch_ref.py JOB.toml                                  # single process
+  torch_ref.py JOB.toml --rank R --world N --master ADDR:PORT   # one DDP rank
+Prints one JSON object per line ("started", "epoch_end", "done"), like bench/e2e/plain_loop.
+Needs Debian's python3-torch; it is a benchmark peer, not part of dltrain.
+"""
+import argparse
+import gzip
+import json
+import math
+import os
+import sys
+import time
+import tomllib
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+MEAN_STD = {"fashion-mnist": (0.2860, 0.3530), "mnist": (0.1307, 0.3081)}
+
+
+def read_idx(path, limit):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    t = torch.frombuffer(bytearray(data[4 + 4 * ndim:]), dtype=torch.uint8).reshape(dims)
+    return t[:limit] if limit else t
+
+
+def load(job, split):
+    prefix = "train" if split == "train" else "t10k"
+    limit = job.get("train_samples" if split == "train" else "test_samples", 0)
+    d = job.get("data_dir", "/usr/share/datasets/fashion-mnist")
+    x = read_idx(os.path.join(d, f"{prefix}-images-idx3-ubyte.gz"), limit)
+    y = read_idx(os.path.join(d, f"{prefix}-labels-idx1-ubyte.gz"), limit)
+    mean, std = MEAN_STD[job.get("dataset", "fashion-mnist")]
+    x = ((x.float() / 255.0) - mean) / std
+    return x.unsqueeze(1).contiguous(), y.long()
+
+
+class SmallCnn(nn.Module):
+    """dltrain's `cnn` (docs/training.md)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.c2, self.b2 = nn.Conv2d(16, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32)
+        self.c3, self.b3 = nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64)
+        self.f1, self.f2 = nn.Linear(576, 64), nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.b1(self.c1(x))), 2)
+        x = F.max_pool2d(F.relu(self.b2(self.c2(x))), 2)
+        x = F.max_pool2d(F.relu(self.b3(self.c3(x))), 2)
+        return self.f2(F.relu(self.f1(x.flatten(1))))
+
+
+class Mlp(nn.Module):
+    """dltrain's `mlp` (h1 256) and `mlp-large` (h1 768)."""
+
+    def __init__(self, h1, h2):
+        super().__init__()
+        self.l1, self.l2, self.l3 = nn.Linear(784, h1), nn.Linear(h1, h2), nn.Linear(h2, 10)
+
+    def forward(self, x):
+        return self.l3(F.relu(self.l2(F.relu(self.l1(x.flatten(1))))))
+
+
+def make_model(name):
+    return {"cnn": SmallCnn, "mlp": lambda: Mlp(256, 128), "mlp-large": lambda: Mlp(768, 128)}[name]()
+
+
+def learning_rate(opt, pos, epochs):
+    """dltrain::train::learning_rate (lib/train/trainer.h)."""
+    lr, warm, sched = opt.get("lr", 0.05), opt.get("warmup_epochs", 0.5), opt.get("lr_schedule", "cosine")
+    if warm > 0 and pos < warm:
+        return lr * (0.1 + 0.9 * pos / warm)
+    if sched == "cosine":
+        span = epochs - warm
+        t = min(max((pos - warm) / span, 0.0), 1.0) if span > 0 else 1.0
+        return lr * 0.5 * (1.0 + math.cos(math.pi * t))
+    if sched == "step":
+        f = pos / epochs
+        return lr * (0.01 if f >= 0.75 else 0.1 if f >= 0.5 else 1.0)
+    return lr
+
+
+def evaluate(model, x, y):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for lo in range(0, len(x), 1000):
+            correct += (model(x[lo:lo + 1000]).argmax(1) == y[lo:lo + 1000]).sum().item()
+    model.train()
+    return correct / len(x)
+
+
+def emit(**ev):
+    print(json.dumps(ev), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("job")
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--world", type=int, default=1)
+    ap.add_argument("--master", default=None, help="ADDR:PORT of rank 0's rendezvous (DDP)")
+    ap.add_argument("--max-seconds", type=float, default=0)
+    args = ap.parse_args()
+    with open(args.job, "rb") as f:
+        job = tomllib.load(f)
+    opt = job.get("optimizer", {})
+    epochs, bs, seed = job.get("epochs", 6), job.get("batch_size", 64), job.get("seed", 1)
+    torch.set_num_threads(job.get("threads_per_task", 1))
+    t0 = time.time()
+    ddp = args.master is not None
+    if ddp:
+        dist.init_process_group("gloo", init_method=f"tcp://{args.master}", rank=args.rank,
+                                world_size=args.world, timeout=__import__("datetime").timedelta(seconds=300))
+    x, y = load(job, "train")
+    idx = torch.arange(args.rank, len(x), args.world)
+    x, y = x[idx].contiguous(), y[idx].contiguous()
+    if args.rank == 0:
+        tx, ty = load(job, "test")
+    torch.manual_seed(seed)
+    model = make_model(job.get("model", "cnn"))
+    net = nn.parallel.DistributedDataParallel(model) if ddp else model
+    sgd = torch.optim.SGD(net.parameters(), lr=opt.get("lr", 0.05), momentum=opt.get("momentum", 0.9),
+                          weight_decay=opt.get("weight_decay", 5e-4))
+    n = len(x)
+    steps = (n + bs - 1) // bs
+    emit(event="started", rank=args.rank, train_examples=n, steps_per_epoch=steps,
+         parameters=sum(p.numel() for p in model.parameters()), load_seconds=time.time() - t0)
+    gen = torch.Generator().manual_seed(seed * 1000003 + args.rank)
+    acc, total_steps, stop = -1.0, 0, False
+    for epoch in range(epochs):
+        te = time.time()
+        perm = torch.randperm(n, generator=gen)
+        loss_sum = 0.0
+        for step in range(steps):
+            b = perm[step * bs:(step + 1) * bs]
+            for g in sgd.param_groups:
+                g["lr"] = learning_rate(opt, epoch + step / steps, epochs)
+            sgd.zero_grad()
+            loss = F.cross_entropy(net(x[b]), y[b])
+            loss.backward()
+            sgd.step()
+            loss_sum += loss.item()
+            total_steps += 1
+        epoch_seconds = time.time() - te
+        ev = dict(event="epoch_end", rank=args.rank, epoch=epoch + 1, seconds=time.time() - t0,
+                  epoch_seconds=epoch_seconds, images_per_sec=n / epoch_seconds, train_loss=loss_sum / steps)
+        if args.rank == 0:
+            acc = evaluate(model, tx, ty)
+            ev["test_accuracy"] = acc
+        if args.max_seconds and time.time() - t0 > args.max_seconds:
+            stop = True
+        if ddp:
+            # Every rank stops at the same epoch: rank 0's decision is broadcast.
+            flag = torch.tensor([1 if stop else 0])
+            dist.broadcast(flag, 0)
+            stop = bool(flag.item())
+        emit(**ev)
+        if stop:
+            break
+    emit(event="done", rank=args.rank, test_accuracy=acc if args.rank == 0 else None, steps=total_steps,
+         wall_seconds=time.time() - t0)
+    if ddp:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

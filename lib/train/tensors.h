@@ -1,0 +1,24 @@
+// Tensor helpers shared by the worker's training loop and the benchmarks' reference
+// loops (LibTorch; include only from lib/train, the worker and bench/).
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include <torch/torch.h>
+
+#include "train/idx.h"
+#include "train/models.h"
+
+namespace dltrain::train {
+
+/// Images of `s` as a float tensor [N, 1, 28, 28], scaled to [0, 1] and standardised with
+/// the dataset's training-set mean and standard deviation (docs/training.md), and labels
+/// as int64 [N]. Copies; `s` may be released afterwards. Thread-safe.
+std::pair<torch::Tensor, torch::Tensor> to_tensors(const Split& s, const std::string& dataset);
+
+/// Top-1 accuracy in [0, 1] of `model` on (x [N, 1, 28, 28], y [N]), in eval mode, in
+/// batches of 1000 without gradients; leaves the module in train mode.
+double evaluate(torch::nn::Module& m, const Model& model, const torch::Tensor& x, const torch::Tensor& y);
+
+}  // namespace dltrain::train
