@@ -1,6 +1,8 @@
 // dltrain-ps: one PS shard task of one job. Listens on an ephemeral port, announces it on
-// stdout as {"event":"listening","port":P}, serves until SIGTERM/SIGINT, then prints
-// {"event":"stopped",...} and exits 0.
+// stdout as {"event":"listening","port":P}, serves workers that prove they know the job
+// secret (read from --secret-file, which must be mode 0600 or stricter) until
+// SIGTERM/SIGINT, then prints {"event":"stopped",...} and exits 0. Exit code 2: a
+// configuration error (e.g. a secret file readable by others); 1: any other failure.
 #include <csignal>
 #include <iostream>
 
@@ -11,7 +13,9 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/errors.h"
 #include "common/log.h"
+#include "common/secret.h"
 #include "ps/server.h"
 
 int main(int argc, char** argv) {
@@ -19,9 +23,11 @@ int main(int argc, char** argv) {
   dltrain::ps::PsServerOptions opt;
   double momentum = 0.9;
   int shard = 0;
-  std::string log_level = "info";
+  std::string log_level = "info", secret_file;
   app.add_option("--job-id", opt.job, "numeric job id")->required();
   app.add_option("--generation", opt.generation, "job generation");
+  app.add_option("--secret-file", secret_file, "file holding the job secret (hex; mode 0600 or stricter)")
+      ->required();
   app.add_option("--shard", shard, "shard index, 0-based");
   app.add_option("--momentum", momentum, "heavy-ball momentum in [0, 1)")->check(CLI::Range(0.0, 0.999999));
   app.add_option("--threads", opt.threads, "I/O threads")->check(CLI::Range(1, 1024));
@@ -31,6 +37,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     dltrain::init_logging("ps-" + std::to_string(shard), log_level);
+    opt.secret = dltrain::read_job_secret_file(secret_file, "--secret-file");
     auto state = std::make_shared<dltrain::ps::ShardState>(momentum);
     dltrain::ps::PsServer server(opt, state);
     server.start();
@@ -51,6 +58,10 @@ int main(int argc, char** argv) {
                      .dump()
               << '\n' << std::flush;
     return 0;
+  } catch (const dltrain::ConfigError& e) {
+    spdlog::error("{}", e.what());
+    std::cout << nlohmann::json{{"event", "error"}, {"message", e.what()}}.dump() << '\n' << std::flush;
+    return 2;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     std::cout << nlohmann::json{{"event", "error"}, {"message", e.what()}}.dump() << '\n' << std::flush;

@@ -1,5 +1,8 @@
 // dltrain-worker: one worker task of one job. Started by an agent, never by hand (but it
-// can be, for debugging). Progress goes to stdout as JSON lines; logs to stderr.
+// can be, for debugging). Progress goes to stdout as JSON lines; logs to stderr. The job
+// secret it proves to the PS shards is read from --secret-file (mode 0600 or stricter).
+// Exit code 2: a configuration error (e.g. a secret file readable by others); 1: any other
+// failure.
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -10,6 +13,7 @@
 
 #include "common/errors.h"
 #include "common/log.h"
+#include "common/secret.h"
 #include "train/trainer.h"
 
 namespace {
@@ -36,12 +40,14 @@ std::vector<dltrain::ps::PsEndpoint> parse_endpoints(const std::string& list) {
 
 int main(int argc, char** argv) {
   CLI::App app{"dltrain worker task: trains one shard of a job's data against its PS shards"};
-  std::string spec_path, ps_list, log_level = "info";
+  std::string spec_path, ps_list, secret_file, log_level = "info";
   dltrain::train::WorkerConfig cfg;
   int ps_timeout_s = 60;
   app.add_option("--job-json", spec_path, "job specification (JSON, as sent by the leader)")->required();
   app.add_option("--job-id", cfg.job, "numeric job id")->required();
   app.add_option("--generation", cfg.generation, "job generation");
+  app.add_option("--secret-file", secret_file, "file holding the job secret (hex; mode 0600 or stricter)")
+      ->required();
   app.add_option("--rank", cfg.rank, "worker rank, 0-based")->required();
   app.add_option("--ps", ps_list, "PS shard endpoints HOST:PORT, comma-separated, shard order")->required();
   app.add_option("--threads", cfg.threads, "intra-op threads")->check(CLI::Range(1, 1024));
@@ -51,6 +57,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     dltrain::init_logging("worker-" + std::to_string(cfg.rank), log_level);
+    cfg.secret = dltrain::read_job_secret_file(secret_file, "--secret-file");
     std::ifstream in(spec_path);
     if (!in) throw dltrain::IoError("cannot open job specification \"" + spec_path + "\"");
     cfg.spec = dltrain::job_from_json(nlohmann::json::parse(in));
@@ -64,6 +71,10 @@ int main(int argc, char** argv) {
       std::cout << ev.dump() << '\n' << std::flush;
     });
     return 0;
+  } catch (const dltrain::ConfigError& e) {
+    spdlog::error("{}", e.what());
+    std::cout << nlohmann::json{{"event", "error"}, {"message", e.what()}}.dump() << '\n' << std::flush;
+    return 2;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     std::cout << nlohmann::json{{"event", "error"}, {"message", e.what()}}.dump() << '\n' << std::flush;

@@ -16,6 +16,7 @@
 #include "agent/supervisor.h"
 #include "common/errors.h"
 #include "common/job_spec.h"
+#include "common/secret.h"
 #include "control/client.h"
 #include "wire/control.h"
 
@@ -47,6 +48,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     pid_t pid = -1;
     std::string last_error;
     std::string log_path;
+    std::string secret_path;      // the job secret's file, removed when the task ends
     std::string kind;
     ProcessSpec spec;             // to start it again
     int restarts = 0;
@@ -226,9 +228,17 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     const std::string key = job + "/" + name;
     if (tasks.count(key)) throw Error("task " + key + " is already running here");
     const fs::path dir = fs::path(opt.state_dir) / "tasks" / job / (name + "-g" + std::to_string(generation));
+    // The job secret reaches the task as a 0600 file in its directory, never on its
+    // command line (which every local user can read in /proc).
+    if (!b.contains("secret") || !b["secret"].is_string()) {
+      throw ProtocolError("start_task for " + key + " has no job secret (a leader older than this agent?)");
+    }
+    job_secret_from_hex(b["secret"].get<std::string>(), "secret");
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw IoError("cannot create task directory " + dir.string() + ": " + ec.message());
+    const fs::path secret_path = dir / "job.secret";
+    write_private_file(secret_path.string(), b["secret"].get<std::string>() + "\n");
     ProcessSpec ps;
     ps.log_path = (dir / "task.log").string();
     ps.work_dir = dir.string();
@@ -237,6 +247,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       ps.argv = {(fs::path(opt.task_bin_dir) / "dltrain-ps").string(),
                  "--job-id", std::to_string(job_num),
                  "--generation", std::to_string(generation),
+                 "--secret-file", secret_path.string(),
                  "--shard", std::to_string(index),
                  "--momentum", std::to_string(ps_momentum(job_from_json(spec))),
                  "--threads", std::to_string(threads),
@@ -251,6 +262,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
                  "--job-json", spec_path.string(),
                  "--job-id", std::to_string(job_num),
                  "--generation", std::to_string(generation),
+                 "--secret-file", secret_path.string(),
                  "--rank", std::to_string(index),
                  "--ps", eps,
                  "--threads", std::to_string(threads),
@@ -263,9 +275,15 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     t.name = name;
     t.generation = generation;
     t.log_path = ps.log_path;
+    t.secret_path = secret_path.string();
     t.kind = kind;
     t.spec = ps;
-    t.pid = spawn(key, ps);
+    try {
+      t.pid = spawn(key, ps);
+    } catch (...) {
+      fs::remove(secret_path, ec);
+      throw;
+    }
     spdlog::info("started {} of {} (pid {}, {} threads), log {}", name, job, t.pid, threads, ps.log_path);
     tasks[key] = t;
   }
@@ -369,6 +387,8 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     Task t = it->second;
     tasks.erase(it);
     spdlog::info("{} (pid {}) {}", key, t.pid, st.describe());
+    std::error_code ec;
+    fs::remove(t.secret_path, ec);  // no longer needed; the task log stays
     std::string last_error = t.last_error;
     if (last_error.empty() && (st.exit_code != 0 || st.signal != 0)) {
       // The task said nothing on stdout; the tail of its log usually says why.

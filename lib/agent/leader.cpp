@@ -13,6 +13,7 @@
 
 #include "common/errors.h"
 #include "common/job_spec.h"
+#include "common/secret.h"
 #include "control/server.h"
 #include "planner/planner.h"
 #include "store/store.h"
@@ -65,6 +66,10 @@ struct JobRec {
   JobSpec spec;
   std::string state = "queued";
   std::uint32_t generation = 1;
+  // Hex of the job's random secret (common/secret.h): its tasks prove it to each other on
+  // the data plane. Sent to agents in start_task and kept in the store while the job
+  // lives; never in a reply, an event or a log line.
+  std::string secret;
   Clock::time_point submitted;
   double submitted_unix = 0;
   std::optional<Clock::time_point> ended;
@@ -130,10 +135,14 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     }
   }
 
+  // The stored form of a job: what clients see plus what a restarted leader needs. The
+  // secret is dropped once the job has ended (nobody needs it any more).
   json record(const JobRec& j) const {
     json r = job_json(j);
     r["spec"] = j.spec;
     r["num"] = j.num;
+    r["generation"] = j.generation;
+    if (!j.terminal() && !j.secret.empty()) r["secret"] = j.secret;
     if (!j.profile_of.empty()) r["profile_of"] = j.profile_of;
     return r;
   }
@@ -171,6 +180,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       j.fixed_wall = r.value("wall_seconds", 0.0);
       j.error = r.value("error", "");
       j.profile_of = r.value("profile_of", "");
+      // Both absent from records written before jobs had secrets.
+      j.generation = r.value("generation", 1u);
+      j.secret = r.value("secret", "");
       if (r.contains("plan")) j.plan = r["plan"];
       j.pushed[0] = r.value("bytes_pushed", std::uint64_t{0});
       j.pulled[0] = r.value("bytes_pulled", std::uint64_t{0});
@@ -286,6 +298,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       p.spec.compression.warmup_epochs = 0;
       p.submitted = Clock::now();
       p.submitted_unix = unix_now();
+      p.secret = new_job_secret_hex();
       p.profile_of = parent.id;
       parent.pending_profiles.push_back(p.id);
       const std::string id = p.id;
@@ -546,6 +559,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
               {"kind", t.kind},
               {"index", t.index},
               {"generation", j.generation},
+              {"secret", j.secret},
               {"threads", j.spec.threads_per_task},
               {"spec", j.spec}};
     if (t.kind == "worker") body["ps"] = ps_endpoints;
@@ -866,6 +880,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       j.id = "job-" + std::to_string(j.num);
       j.submitted = Clock::now();
       j.submitted_unix = unix_now();
+      j.secret = new_job_secret_hex();
       if (b.value("follow", false)) j.followers.push_back(s);
       const std::string id = j.id;
       jobs.emplace(id, std::move(j));

@@ -1,43 +1,19 @@
 #include "agent/options.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include <openssl/rand.h>
 #include <toml++/toml.h>
 
 #include "common/errors.h"
 #include "common/job_spec.h"
+#include "common/secret.h"
 
 namespace dltrain::agent {
 namespace {
-
-std::string read_token_file(const std::string& path, const std::string& field) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    throw ConfigError(field, "cannot read token file \"" + path + "\": " + std::strerror(errno));
-  }
-  if ((st.st_mode & 077) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    throw ConfigError(field, "token file \"" + path + "\" has mode " + mode +
-                                 ": it must not be readable by group or others (chmod 600)");
-  }
-  std::ifstream in(path);
-  if (!in) throw ConfigError(field, "cannot read token file \"" + path + "\"");
-  std::string line;
-  std::getline(in, line);
-  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-  if (line.empty()) throw ConfigError(field, "token file \"" + path + "\" is empty");
-  return line;
-}
 
 template <typename T>
 T need(const toml::node& n, const std::string& key, const char* what) {
@@ -98,8 +74,10 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
     else if (k == "state_dir") o.state_dir = resolve(need<std::string>(node, k, "a path string"));
     else if (k == "agent_token") o.agent_token = need<std::string>(node, k, "a string");
     else if (k == "client_token") o.client_token = need<std::string>(node, k, "a string");
-    else if (k == "agent_token_file") o.agent_token = read_token_file(resolve(need<std::string>(node, k, "a path")), k);
-    else if (k == "client_token_file") o.client_token = read_token_file(resolve(need<std::string>(node, k, "a path")), k);
+    else if (k == "agent_token_file")
+      o.agent_token = read_private_file(resolve(need<std::string>(node, k, "a path")), k);
+    else if (k == "client_token_file")
+      o.client_token = read_private_file(resolve(need<std::string>(node, k, "a path")), k);
     else if (k == "task_bin_dir") o.task_bin_dir = resolve(need<std::string>(node, k, "a path string"));
     else if (k == "heartbeat_interval") o.heartbeat_interval = ms(node, k);
     else if (k == "heartbeat_timeout") o.heartbeat_timeout = ms(node, k);
@@ -155,16 +133,6 @@ AgentOptions load_agent_options(const std::string& path) {
   }
 }
 
-std::string random_token() {
-  unsigned char b[32];
-  if (RAND_bytes(b, sizeof b) != 1) throw Error("OpenSSL RAND_bytes failed");
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (unsigned char c : b) {
-    s += hex[c >> 4];
-    s += hex[c & 15];
-  }
-  return s;
-}
+std::string random_token() { return to_hex(random_bytes(32)); }
 
 }  // namespace dltrain::agent

@@ -1,6 +1,5 @@
 #include "agent/standalone.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -16,6 +15,7 @@
 #include "agent/options.h"
 #include "agent/supervisor.h"
 #include "common/errors.h"
+#include "common/secret.h"
 #include "control/client.h"
 
 namespace dltrain::agent {
@@ -28,15 +28,7 @@ namespace {
 void write_private(const fs::path& path, const std::string& text) {
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) throw IoError("cannot write \"" + tmp.string() + "\"");
-    out << text;
-  }
-  ::chmod(tmp.c_str(), 0600);
-  fs::rename(tmp, path, ec);
-  if (ec) throw IoError("cannot write \"" + path.string() + "\": " + ec.message());
+  write_private_file(path.string(), text);
 }
 
 std::string toml_quote(const std::string& s) {

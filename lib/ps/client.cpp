@@ -7,7 +7,9 @@
 #include <boost/asio.hpp>
 
 #include "common/errors.h"
+#include "common/secret.h"
 #include "compress/topk.h"
+#include "wire/auth.h"
 
 namespace dltrain::ps {
 
@@ -67,6 +69,79 @@ struct PsClient::Impl {
   std::string where(std::size_t shard) const {
     return "PS shard " + std::to_string(shard) + " (" + endpoints[shard].host + ":" +
            std::to_string(endpoints[shard].port) + ")";
+  }
+
+  // The handshake of wire/auth.h with every shard at once, bounded by the timeout: read
+  // the shard's challenge, answer it, and check the shard's proof.
+  void authenticate() {
+    struct Handshake {
+      std::array<std::uint8_t, wire::kChallengeSize> challenge{};
+      std::array<std::uint8_t, wire::kAnswerSize> answer{};
+      std::array<std::uint8_t, wire::kProofSize> proof{};
+      wire::Nonce mine{};
+    };
+    std::vector<Handshake> hs(socks.size());
+    int pending = 0;
+    std::exception_ptr failure;
+    auto fail = [&](std::exception_ptr e) {
+      if (!failure) failure = e;
+      pending = 0;
+    };
+    const std::string who = "job " + std::to_string(opt.job) + " generation " + std::to_string(opt.generation);
+    for (std::size_t s = 0; s < socks.size(); ++s) {
+      ++pending;
+      Handshake* h = &hs[s];
+      asio::async_read(*socks[s], asio::buffer(h->challenge), [&, s, h](auto ec, std::size_t n) {
+        pulled += n;
+        if (ec) {
+          return fail(std::make_exception_ptr(
+              IoError(where(s) + ": no authentication challenge from the shard: " + ec.message())));
+        }
+        try {
+          const wire::Nonce theirs = wire::decode_challenge(h->challenge);
+          wire::AuthAnswer a;
+          a.job = opt.job;
+          a.generation = opt.generation;
+          a.nonce = h->mine = wire::random_nonce();
+          a.mac = wire::auth_mac(opt.secret, theirs, opt.job, opt.generation, wire::kWorkerContext);
+          wire::encode_answer(a, h->answer);
+        } catch (...) {
+          return fail(std::current_exception());
+        }
+        asio::async_write(*socks[s], asio::buffer(h->answer), [&, s, h](auto ec2, std::size_t m) {
+          pushed += m;
+          if (ec2) {
+            return fail(std::make_exception_ptr(
+                IoError(where(s) + ": sending the authentication answer failed: " + ec2.message())));
+          }
+          asio::async_read(*socks[s], asio::buffer(h->proof), [&, s, h](auto ec3, std::size_t k) {
+            pulled += k;
+            if (ec3) {
+              return fail(std::make_exception_ptr(IoError(
+                  where(s) + " refused this worker (" + who + ") in the authentication handshake (" + ec3.message() +
+                  "): a wrong job secret, or a task of another job or an older generation; the shard's log says "
+                  "which")));
+            }
+            try {
+              const wire::Mac mac = wire::decode_proof(h->proof);
+              if (!wire::macs_equal(mac, wire::auth_mac(opt.secret, h->mine, opt.job, opt.generation,
+                                                        wire::kShardContext))) {
+                throw IoError(where(s) + " failed to prove that it knows the job secret: it is not a PS shard of " +
+                              who);
+              }
+            } catch (...) {
+              return fail(std::current_exception());
+            }
+            --pending;
+          });
+        });
+      });
+    }
+    run(pending, "authentication handshake");
+    if (failure) {
+      close();
+      std::rethrow_exception(failure);
+    }
   }
 
   // Reads one reply frame on `shard` and hands it to `on_frame`, which may request the
@@ -175,9 +250,13 @@ PsClient::PsClient(std::vector<PsEndpoint> endpoints, PartitionLayout layout, Ps
                                        " shards but " + std::to_string(endpoints.size()) +
                                        " endpoints were given");
   }
+  if (options.secret.size() < kMinJobSecretBytes) {
+    throw ConfigError("secret", "the job secret must have at least " + std::to_string(kMinJobSecretBytes) +
+                                    " bytes, got " + std::to_string(options.secret.size()));
+  }
   impl_->endpoints = std::move(endpoints);
   impl_->layout = std::move(layout);
-  impl_->opt = options;
+  impl_->opt = std::move(options);
   for (int s = 0; s < impl_->layout.num_shards; ++s) impl_->owned.push_back(impl_->layout.for_shard(s));
 }
 
@@ -208,6 +287,7 @@ void PsClient::connect() {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
+  im.authenticate();
   std::vector<std::vector<asio::const_buffer>> bufs(im.socks.size());
   std::vector<Header> hdrs(im.socks.size());
   const std::uint32_t hello[2] = {im.opt.rank, im.opt.num_workers};

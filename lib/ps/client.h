@@ -33,6 +33,9 @@ struct PsEndpoint {
 struct PsClientOptions {
   std::uint64_t job = 0;
   std::uint32_t generation = 0;
+  /// The job secret (raw bytes, at least kMinJobSecretBytes) the connections prove they
+  /// know, and that each shard must prove it knows too (wire/auth.h).
+  std::vector<std::uint8_t> secret;
   std::uint32_t rank = 0;          ///< this worker's rank, [0, num_workers)
   std::uint32_t num_workers = 1;
   std::chrono::milliseconds timeout{60000};  ///< bound on every call (connect, push, pull)
@@ -45,19 +48,22 @@ struct PsClientOptions {
 /// Push/pull of the flat parameter vector against every PS shard of a job (the
 /// ps-lite `Push / Pull` shape, blocking). Shards are served in parallel within a call.
 ///
-/// Thread-safety: one thread at a time. Errors: IoError when a connection fails or the
-/// PS answers with an error frame, TimeoutError when a call exceeds `timeout`,
-/// ProtocolError when the PS's reply is malformed. After any error the client is closed.
+/// Thread-safety: one thread at a time. Errors: IoError when a connection fails, the
+/// authentication handshake fails either way (the shard refused this worker, or the
+/// shard could not prove it knows the secret) or the PS answers with an error frame,
+/// TimeoutError when a call exceeds `timeout`, ProtocolError when the PS's reply is
+/// malformed. After any error the client is closed.
 class PsClient {
  public:
-  /// `endpoints[s]` serves shard s of `layout`.
+  /// `endpoints[s]` serves shard s of `layout`. Throws ConfigError when the counts
+  /// disagree or the secret is shorter than kMinJobSecretBytes.
   PsClient(std::vector<PsEndpoint> endpoints, PartitionLayout layout, PsClientOptions options);
   ~PsClient();
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;
 
-  /// Connects to every shard (retrying refused connections until the timeout) and says
-  /// hello.
+  /// Connects to every shard (retrying refused connections until the timeout), runs the
+  /// authentication handshake with each (in parallel; not retried) and says hello.
   void connect();
   /// Offers initial values for every partition (`params` has layout.total_floats floats);
   /// a shard keeps the first values it receives for a partition.
@@ -79,7 +85,7 @@ class PsClient {
   /// Smallest count of finished workers any shard reports.
   std::uint32_t workers_done();
 
-  /// Bytes written to / read from the sockets, frame headers included.
+  /// Bytes written to / read from the sockets, handshakes and frame headers included.
   std::uint64_t bytes_pushed() const;
   std::uint64_t bytes_pulled() const;
 

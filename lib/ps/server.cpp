@@ -8,8 +8,10 @@
 #include <spdlog/spdlog.h>
 
 #include "common/errors.h"
+#include "common/secret.h"
 #include "compress/fp16.h"
 #include "compress/topk.h"
+#include "wire/auth.h"
 
 namespace dltrain::ps {
 
@@ -31,18 +33,119 @@ struct PsServer::Impl {
 
 namespace {
 
+// One connection. Its socket and timer share a strand (the acceptor hands each socket
+// its own), so the handshake timer and the socket's handlers never run concurrently.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket sock, PsServer::Impl& srv) : sock_(std::move(sock)), srv_(srv) {
+  Session(tcp::socket sock, PsServer::Impl& srv) : sock_(std::move(sock)), timer_(sock_.get_executor()), srv_(srv) {
     boost::system::error_code ec;
     auto ep = sock_.remote_endpoint(ec);
     peer_ = ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
     sock_.set_option(tcp::no_delay(true), ec);
   }
 
-  void start() { read_header(); }
+  void start() { send_challenge(); }
 
  private:
+  // ---- handshake (wire/auth.h): nothing is read as a frame until it succeeds.
+  void send_challenge() {
+    try {
+      nonce_ = wire::random_nonce();
+    } catch (const std::exception& e) {
+      return refuse(e.what());
+    }
+    wire::encode_challenge(nonce_, challenge_);
+    timer_.expires_after(srv_.opt.handshake_timeout);
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->authenticated_) return;
+      self->refuse("no answer to the authentication challenge within " +
+                   std::to_string(self->srv_.opt.handshake_timeout.count()) + " ms");
+    });
+    asio::async_write(sock_, asio::buffer(challenge_), [self = shared_from_this()](auto ec, std::size_t n) {
+      self->srv_.bytes_out += n;
+      if (self->closed_) return;
+      if (ec) return self->refuse("sending the authentication challenge failed: " + ec.message());
+      self->read_answer();
+    });
+  }
+
+  void read_answer() {
+    // Exactly one answer's bytes: whatever the peer sent after it stays unread.
+    asio::async_read(sock_, asio::buffer(answer_), [self = shared_from_this()](auto ec, std::size_t n) {
+      self->srv_.bytes_in += n;
+      if (self->closed_) return;  // timed out: already refused
+      if (ec) {
+        return self->refuse(ec == asio::error::eof
+                                ? "closed the connection after " + std::to_string(n) +
+                                      " bytes, without a complete answer to the authentication challenge"
+                                : "reading the authentication answer failed: " + ec.message());
+      }
+      self->check_answer();
+    });
+  }
+
+  void check_answer() {
+    const auto& opt = srv_.opt;
+    wire::AuthAnswer a;
+    try {
+      a = wire::decode_answer(answer_);
+    } catch (const ProtocolError& e) {
+      return refuse(e.what());
+    }
+    // The MAC is checked for what the peer claims, so that the log can tell a stale task
+    // that knows the secret from a peer that does not; only the shard's own job and
+    // generation are accepted.
+    bool mac_ok = false;
+    try {
+      mac_ok = wire::macs_equal(wire::auth_mac(opt.secret, nonce_, a.job, a.generation, wire::kWorkerContext), a.mac);
+    } catch (const std::exception& e) {
+      return refuse(e.what());
+    }
+    const std::string claim = "job " + std::to_string(a.job) + ", generation " + std::to_string(a.generation);
+    if (!mac_ok) {
+      return refuse("wrong HMAC in the authentication answer (claims " + claim +
+                    "): the peer does not know this job's secret");
+    }
+    if (a.job != opt.job) {
+      return refuse("authenticated for job " + std::to_string(a.job) + ", this shard serves job " +
+                    std::to_string(opt.job));
+    }
+    if (a.generation != opt.generation) {
+      return refuse("a task of generation " + std::to_string(a.generation) +
+                    " of this job; this shard serves generation " + std::to_string(opt.generation) +
+                    " (a stale task)");
+    }
+    authenticated_ = true;
+    timer_.cancel();
+    try {
+      wire::encode_proof(wire::auth_mac(opt.secret, a.nonce, opt.job, opt.generation, wire::kShardContext), proof_);
+    } catch (const std::exception& e) {
+      return refuse(e.what());
+    }
+    asio::async_write(sock_, asio::buffer(proof_), [self = shared_from_this()](auto ec, std::size_t n) {
+      self->srv_.bytes_out += n;
+      if (ec) {
+        spdlog::debug("ps: connection {} closed during the handshake: {}", self->peer_, ec.message());
+        return;
+      }
+      self->read_header();
+    });
+  }
+
+  // Closes a connection that failed the handshake: no reply (an unauthenticated peer
+  // learns nothing), nothing more read.
+  void refuse(const std::string& reason) {
+    if (closed_) return;
+    closed_ = true;
+    ++srv_.rejected;
+    spdlog::warn("ps: refused connection from {}: {}", peer_, reason);
+    timer_.cancel();
+    boost::system::error_code ignored;
+    sock_.shutdown(tcp::socket::shutdown_both, ignored);
+    sock_.close(ignored);
+  }
+
+  // ---- frames
   void read_header() {
     asio::async_read(sock_, asio::buffer(hdr_), [self = shared_from_this()](auto ec, std::size_t n) {
       self->srv_.bytes_in += n;
@@ -263,8 +366,15 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   tcp::socket sock_;
+  asio::steady_timer timer_;
   PsServer::Impl& srv_;
   std::string peer_;
+  wire::Nonce nonce_{};
+  std::array<std::uint8_t, wire::kChallengeSize> challenge_{};
+  std::array<std::uint8_t, wire::kAnswerSize> answer_{};
+  std::array<std::uint8_t, wire::kProofSize> proof_{};
+  bool authenticated_ = false;
+  bool closed_ = false;
   std::array<std::byte, wire::kHeaderSize> hdr_{};
   std::array<std::byte, wire::kHeaderSize> out_hdr_{};
   wire::FrameHeader h_;
@@ -280,7 +390,9 @@ class Session : public std::enable_shared_from_this<Session> {
 }  // namespace
 
 void PsServer::Impl::accept() {
-  acceptor.async_accept([this](boost::system::error_code ec, tcp::socket sock) {
+  // Each connection gets its own strand: its handlers run one at a time on any of the
+  // I/O threads.
+  acceptor.async_accept(asio::make_strand(io), [this](boost::system::error_code ec, tcp::socket sock) {
     if (ec) {
       if (ec != asio::error::operation_aborted) spdlog::warn("ps: accept failed: {}", ec.message());
       if (!acceptor.is_open()) return;
@@ -301,6 +413,10 @@ PsServer::~PsServer() { stop(); }
 
 void PsServer::start() {
   auto& im = *impl_;
+  if (im.opt.secret.size() < kMinJobSecretBytes) {
+    throw ConfigError("secret", "the job secret must have at least " + std::to_string(kMinJobSecretBytes) +
+                                    " bytes, got " + std::to_string(im.opt.secret.size()));
+  }
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(im.opt.bind_address, ec);
   if (ec) throw ConfigError("bind_address", "not an IP address: \"" + im.opt.bind_address + "\"");

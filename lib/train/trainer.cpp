@@ -166,6 +166,7 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
   ps::PsClientOptions popt;
   popt.job = cfg.job;
   popt.generation = cfg.generation;
+  popt.secret = cfg.secret;
   popt.rank = static_cast<std::uint32_t>(cfg.rank);
   popt.num_workers = static_cast<std::uint32_t>(spec.workers);
   popt.timeout = cfg.ps_timeout;

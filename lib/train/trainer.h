@@ -19,6 +19,7 @@ struct WorkerConfig {
   JobSpec spec;
   std::uint64_t job = 0;
   std::uint32_t generation = 0;
+  std::vector<std::uint8_t> secret;  ///< the job secret (raw bytes), proven to each PS shard
   int rank = 0;                      ///< [0, spec.workers)
   int threads = 1;                   ///< intra-op threads given to LibTorch
   std::vector<ps::PsEndpoint> shards;  ///< one per PS shard, in shard order

@@ -1,6 +1,7 @@
 // A standalone cluster as real processes on loopback: the leader, three agents, PS and
 // worker tasks, driven through the real `dltrain` client.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -234,6 +236,82 @@ ps_shards = 1
   auto f = run(client_ + " follow " + job + " --json", 30);
   EXPECT_EQ(f.code, 1);
   EXPECT_EQ(json::parse(last_line(f.out))["state"], "cancelled");
+}
+
+TEST_F(Cluster, TheJobSecretReachesItsTasksOnlyAsPrivateFiles) {
+  auto c = write_job("secret", R"(
+model = "cnn"
+epochs = 20
+workers = 2
+ps_shards = 1
+)");
+  auto rc = run(client_ + " submit " + c.string() + " --json", 30);
+  ASSERT_EQ(rc.code, 0) << rc.out;
+  const std::string job = json::parse(last_line(rc.out))["job"];
+  const auto deadline = std::chrono::steady_clock::now() + 90s;
+  bool all_running = false;
+  while (!all_running && std::chrono::steady_clock::now() < deadline) {
+    auto st = status(job);
+    all_running = st["tasks"].size() == 3 && std::all_of(st["tasks"].begin(), st["tasks"].end(),
+                                                         [](const json& t) { return t["state"] == "running"; });
+    if (!all_running) std::this_thread::sleep_for(200ms);
+  }
+  ASSERT_TRUE(all_running) << status(job).dump();
+
+  // Every task directory of the job holds the same secret, in a file of mode 0600.
+  std::vector<fs::path> dirs;
+  for (int i = 0; i < 3; ++i) {
+    const auto jd = state_ / ("agent-" + std::to_string(i)) / "tasks" / job;
+    if (!fs::exists(jd)) continue;
+    for (const auto& e : fs::directory_iterator(jd)) dirs.push_back(e.path());
+  }
+  ASSERT_EQ(dirs.size(), 3u);
+  std::set<std::string> secrets;
+  for (const auto& d : dirs) {
+    struct stat st {};
+    ASSERT_EQ(::stat((d / "job.secret").c_str(), &st), 0) << d;
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << d;
+    std::ifstream in(d / "job.secret");
+    std::string line;
+    std::getline(in, line);
+    secrets.insert(line);
+  }
+  ASSERT_EQ(secrets.size(), 1u);
+  const std::string secret = *secrets.begin();
+  EXPECT_EQ(secret.size(), 64u);
+  // Not on any task's command line (readable by every local user), only the file's path.
+  const auto pids = task_pids(job);
+  EXPECT_EQ(pids.size(), 3u);
+  for (int pid : pids) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_EQ(cmd.find(secret), std::string::npos) << "pid " << pid;
+    EXPECT_NE(cmd.find("--secret-file"), std::string::npos) << "pid " << pid;
+  }
+  // Not in what clients see.
+  EXPECT_EQ(status(job).dump().find(secret), std::string::npos);
+  auto list = run(client_ + " list --json", 30);
+  EXPECT_EQ(list.out.find(secret), std::string::npos);
+
+  ASSERT_EQ(run(client_ + " cancel " + job, 30).code, 0);
+  EXPECT_EQ(wait_state(job, {"cancelled", "failed", "succeeded"}, 60), "cancelled");
+  // The files go with the tasks; no log holds the secret.
+  auto slurp = [](const fs::path& p) {
+    std::ifstream in(p);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  for (const auto& d : dirs) {
+    EXPECT_FALSE(fs::exists(d / "job.secret")) << d;
+    EXPECT_EQ(slurp(d / "task.log").find(secret), std::string::npos) << d;
+  }
+  EXPECT_EQ(slurp(root_ / "standalone.log").find(secret), std::string::npos);
+  // (RocksDB's write-ahead log files under db/ are also *.log: the store keeps a live job's
+  // secret by design.)
+  for (const auto& e : fs::recursive_directory_iterator(state_)) {
+    if (e.is_regular_file() && e.path().extension() == ".log" && e.path().parent_path().filename() != "db") {
+      EXPECT_EQ(slurp(e.path()).find(secret), std::string::npos) << e.path();
+    }
+  }
 }
 
 TEST_F(Cluster, AKilledWorkerIsRestartedAndTheJobSucceeds) {

@@ -1,5 +1,8 @@
 // The leader's control endpoint over real loopback sockets: /healthz, bearer tokens,
-// malformed messages, job validation errors.
+// malformed messages, job validation errors; with an agent played by hand: job secrets
+// and generations in task messages.
+#include <deque>
+#include <filesystem>
 #include <thread>
 
 #include <boost/asio.hpp>
@@ -9,7 +12,10 @@
 
 #include "agent/leader.h"
 #include "common/errors.h"
+#include "common/secret.h"
 #include "control/client.h"
+#include "store/store.h"
+#include "support/temp_dir.h"
 
 using namespace dltrain;
 namespace asio = boost::asio;
@@ -65,6 +71,111 @@ class LeaderFixture : public ::testing::Test {
   std::uint16_t port_ = 0;
   std::thread thread_;
 };
+
+// A leader on 127.0.0.1 (ephemeral port) with its own io thread, optionally with a store.
+struct RunningLeader {
+  explicit RunningLeader(const std::string& state_dir = "") {
+    agent::AgentOptions o;
+    o.leader = true;
+    o.listen_address = "127.0.0.1";
+    o.listen_port = 0;
+    o.agent_token = "agent-secret";
+    o.client_token = "client-secret";
+    o.state_dir = state_dir;
+    leader = std::make_unique<agent::Leader>(io, o);
+    leader->start();
+    thread = std::thread([this] { io.run(); });
+  }
+  ~RunningLeader() {
+    asio::post(io, [this] { leader->stop(); io.stop(); });
+    thread.join();
+  }
+  std::string url() const { return "ws://127.0.0.1:" + std::to_string(leader->port()); }
+
+  asio::io_context io;
+  std::unique_ptr<agent::Leader> leader;
+  std::thread thread;
+};
+
+// An agent played by hand over the real control protocol: it registers, then records
+// the leader's requests (answering each with an empty ok reply) and sends task messages
+// as a test says. Every wait is bounded (10 s).
+class FakeAgent {
+ public:
+  FakeAgent(const std::string& url, const std::string& name, int cores) {
+    link_ = std::make_shared<control::ControlClient>(io_, url, "agent-secret", control::PeerKind::kAgent);
+    link_->on_message = [this](const std::string& text) {
+      auto env = wire::parse_envelope(text);
+      if (env.type == "reply") {
+        replies_.push_back(env);
+      } else {
+        link_->send(wire::make_reply(env.id, nlohmann::json::object()));
+        requests_.push_back(env);
+      }
+    };
+    std::optional<std::exception_ptr> done;
+    link_->connect(std::chrono::seconds(10), [&](std::exception_ptr e) { done = e; });
+    run_until([&] { return done.has_value(); });
+    if (!done || *done) throw IoError("the fake agent could not connect to the leader");
+    auto r = request("register", {{"name", name}, {"advertise_address", "127.0.0.1"}, {"cores", cores},
+                                  {"memory_mb", 1024}, {"hardware_class", "cpu"}, {"tasks", nlohmann::json::array()}});
+    if (!r.ok) throw IoError("the leader refused the fake agent: " + r.error.dump());
+  }
+  ~FakeAgent() {
+    link_->close();
+    io_.run_for(std::chrono::milliseconds(100));
+  }
+
+  // Sends a request; returns its reply (ok or not). Throws TimeoutError after 10 s.
+  wire::Envelope request(const std::string& type, const nlohmann::json& body) {
+    const std::string id = "f" + std::to_string(next_id_++);
+    link_->send(wire::make_request(id, type, body));
+    std::optional<wire::Envelope> reply;
+    run_until([&] {
+      for (auto it = replies_.begin(); it != replies_.end(); ++it) {
+        if (it->id == id) {
+          reply = *it;
+          replies_.erase(it);
+          return true;
+        }
+      }
+      return false;
+    });
+    if (!reply) throw TimeoutError("no reply to " + type + " within 10 s");
+    return *reply;
+  }
+
+  // The next request of `type` from the leader, waiting up to 10 s.
+  std::optional<wire::Envelope> next(const std::string& type) {
+    std::optional<wire::Envelope> got;
+    run_until([&] {
+      for (auto it = requests_.begin(); it != requests_.end(); ++it) {
+        if (it->type == type) {
+          got = *it;
+          requests_.erase(it);
+          return true;
+        }
+      }
+      return false;
+    });
+    return got;
+  }
+
+ private:
+  void run_until(const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    io_.restart();
+    while (!done() && std::chrono::steady_clock::now() < deadline) io_.run_for(std::chrono::milliseconds(20));
+  }
+
+  asio::io_context io_;
+  std::shared_ptr<control::ControlClient> link_;
+  std::deque<wire::Envelope> replies_, requests_;
+  std::uint64_t next_id_ = 1;
+};
+
+// One PS shard and one worker of the MLP: the leader needs two cores.
+const std::string kTwoTaskJob = "name = \"gen\"\nmodel = \"mlp\"\nworkers = 1\nps_shards = 1\nepochs = 1\n";
 
 }  // namespace
 
@@ -156,4 +267,110 @@ TEST(LeaderUrl, ParsesAndRejects) {
   EXPECT_THROW(control::parse_leader_url("http://x:1"), ConfigError);
   EXPECT_THROW(control::parse_leader_url("ws://x"), ConfigError);
   EXPECT_THROW(control::parse_leader_url("ws://x:1/path"), ConfigError);
+}
+
+TEST(LeaderTasks, MessagesOfAnOlderGenerationAreRefusedAndTheSecretStaysWithTheTasks) {
+  RunningLeader l;
+  FakeAgent agent(l.url(), "fake-1", 4);
+  control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+  const auto sub = c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+  const std::string job = sub["job"];
+
+  const auto ps = agent.next("start_task");
+  ASSERT_TRUE(ps) << "the leader did not start the PS shard";
+  EXPECT_EQ(ps->body["task"], "ps-0");
+  const auto gen = ps->body["generation"].get<std::uint32_t>();
+  EXPECT_EQ(gen, 1u);
+  const std::string secret = ps->body["secret"];
+  EXPECT_EQ(job_secret_from_hex(secret, "secret").size(), 32u);
+
+  // The shard's "listening" event as a task of the previous generation would send it:
+  // refused, and the job does not move on.
+  const nlohmann::json listening{{"event", "listening"}, {"port", 5555}, {"address", "127.0.0.1"}};
+  auto stale =
+      agent.request("task_event", {{"job", job}, {"task", "ps-0"}, {"generation", gen - 1}, {"event", listening}});
+  EXPECT_FALSE(stale.ok);
+  EXPECT_EQ(stale.error["code"], "conflict");
+  EXPECT_EQ(stale.error["field"], "generation");
+  EXPECT_EQ(stale.error["message"], "stale generation");
+  auto st = c.request("status", {{"job", job}}, std::chrono::seconds(10));
+  EXPECT_EQ(st["state"], "starting");
+  EXPECT_FALSE(st["tasks"][0].contains("endpoint")) << st.dump();
+
+  // The same event from the current generation starts the worker, with the same secret.
+  auto fresh = agent.request("task_event", {{"job", job}, {"task", "ps-0"}, {"generation", gen}, {"event", listening}});
+  EXPECT_TRUE(fresh.ok) << fresh.error.dump();
+  const auto worker = agent.next("start_task");
+  ASSERT_TRUE(worker) << "the leader did not start the worker";
+  EXPECT_EQ(worker->body["task"], "worker-0");
+  EXPECT_EQ(worker->body["generation"], gen);
+  EXPECT_EQ(worker->body["ps"], nlohmann::json::array({"127.0.0.1:5555"}));
+  EXPECT_EQ(worker->body["secret"], secret);
+
+  // A stale task's exit does not fail the job either.
+  auto exit = agent.request("task_exit", {{"job", job}, {"task", "worker-0"}, {"generation", gen - 1}, {"exit_code", 1},
+                                          {"signal", 0}, {"describe", "exit code 1"}, {"last_error", "boom"}});
+  EXPECT_FALSE(exit.ok);
+  EXPECT_EQ(exit.error["code"], "conflict");
+  st = c.request("status", {{"job", job}}, std::chrono::seconds(10));
+  EXPECT_EQ(st["state"], "running") << st.dump();
+
+  // Clients never see the secret.
+  EXPECT_EQ(st.dump().find(secret), std::string::npos);
+  const auto list = c.request("list", nlohmann::json::object(), std::chrono::seconds(10));
+  EXPECT_EQ(list.dump().find(secret), std::string::npos);
+
+  // A second job gets its own secret.
+  c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+  const auto ps2 = agent.next("start_task");
+  ASSERT_TRUE(ps2);
+  EXPECT_NE(ps2->body["job"], job);
+  EXPECT_NE(ps2->body["secret"], secret);
+}
+
+TEST(LeaderTasks, TheSecretIsStoredWhileTheJobLivesAndOlderRecordsStayReadable) {
+  dltrain::testing::TempDir d;
+  const auto state = d.path / "state";
+  std::string secret;
+  {
+    RunningLeader l(state.string());
+    FakeAgent agent(l.url(), "fake-1", 4);
+    control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+    c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+    const auto ps = agent.next("start_task");
+    ASSERT_TRUE(ps);
+    secret = ps->body["secret"];
+  }
+  {
+    auto db = store::Store::open((state / "db").string());
+    auto jobs = db->jobs();
+    ASSERT_EQ(jobs.size(), 1u);
+    EXPECT_EQ(jobs[0].first, 1u);
+    EXPECT_EQ(jobs[0].second["state"], "starting");
+    EXPECT_EQ(jobs[0].second["secret"], secret);
+    EXPECT_EQ(jobs[0].second["generation"], 1);
+    // A record as a leader without job secrets wrote it: no "secret", no "generation".
+    auto old = jobs[0].second;
+    old.erase("secret");
+    old.erase("generation");
+    old["state"] = "succeeded";
+    old["num"] = 7;
+    old["test_accuracy"] = 0.8;
+    db->put_job(7, old);
+  }
+  {
+    // Restarted: the unfinished job fails (resuming is not implemented) and so no longer
+    // needs its secret; the old record is served as it was.
+    RunningLeader l(state.string());
+    control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+    auto j1 = c.request("status", {{"job", "job-1"}}, std::chrono::seconds(10));
+    EXPECT_EQ(j1["state"], "failed");
+    auto j7 = c.request("status", {{"job", "job-7"}}, std::chrono::seconds(10));
+    EXPECT_EQ(j7["state"], "succeeded");
+    EXPECT_DOUBLE_EQ(j7["test_accuracy"].get<double>(), 0.8);
+  }
+  auto db = store::Store::open((state / "db").string());
+  for (const auto& [num, rec] : db->jobs()) {
+    EXPECT_FALSE(rec.contains("secret")) << "job " << num << " still stores its secret after it ended";
+  }
 }

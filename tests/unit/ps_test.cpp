@@ -1,7 +1,10 @@
-// Partitioning, PS shard math, and the PS data plane over real loopback TCP.
+// Partitioning, PS shard math, and the PS data plane over real loopback TCP, with its
+// authentication handshake.
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include <boost/asio.hpp>
 #include <gtest/gtest.h>
@@ -11,9 +14,12 @@
 #include "ps/partition.h"
 #include "ps/server.h"
 #include "ps/shard_state.h"
+#include "wire/auth.h"
 
 using namespace dltrain;
 using namespace dltrain::ps;
+namespace asio = boost::asio;
+using asio::ip::tcp;
 
 TEST(Partition, PacksWholeTensorsAndSplitsLargeOnes) {
   // Hand-worked: sizes {3,5,2,10}, P = 6 → [0,3) [3,8) [8,10) [10,15) [15,20).
@@ -66,55 +72,65 @@ TEST(ShardState, AppliesMomentumSgdAsHandComputed) {
 
 namespace {
 
-struct TwoShards : ::testing::Test {
-  std::shared_ptr<ShardState> st0 = std::make_shared<ShardState>(0.9);
-  std::shared_ptr<ShardState> st1 = std::make_shared<ShardState>(0.9);
-  std::unique_ptr<PsServer> s0, s1;
-  PartitionLayout layout = make_layout({4, 4}, 4, 2);
+// The job secret of the tests' job 42 (any 32 bytes do), and another one.
+std::vector<std::uint8_t> secret_of(std::uint8_t seed) {
+  std::vector<std::uint8_t> s(32);
+  for (std::size_t i = 0; i < s.size(); ++i) s[i] = static_cast<std::uint8_t>(seed + 7 * i);
+  return s;
+}
+const std::vector<std::uint8_t> kSecret = secret_of(1);
+const std::vector<std::uint8_t> kOtherSecret = secret_of(2);
 
-  void SetUp() override {
-    PsServerOptions o;
-    o.bind_address = "127.0.0.1";
-    o.job = 42;
-    o.generation = 1;
-    s0 = std::make_unique<PsServer>(o, st0);
-    s1 = std::make_unique<PsServer>(o, st1);
-    s0->start();
-    s1->start();
-  }
-  std::vector<PsEndpoint> endpoints() const {
-    return {{"127.0.0.1", s0->port()}, {"127.0.0.1", s1->port()}};
-  }
-  PsClient client(std::uint32_t rank, std::uint32_t generation = 1) {
-    PsClientOptions o;
-    o.job = 42;
-    o.generation = generation;
-    o.rank = rank;
-    o.num_workers = 2;
-    o.timeout = std::chrono::milliseconds(5000);
-    return PsClient(endpoints(), layout, o);
-  }
-};
+// The worker's side of the handshake on a raw socket: reads the challenge and returns
+// the answer bytes for `secret`, `job` and `generation` (not yet sent).
+std::array<std::uint8_t, wire::kAnswerSize> answer_for(tcp::socket& sock, const std::vector<std::uint8_t>& secret,
+                                                       std::uint64_t job, std::uint32_t generation) {
+  std::array<std::uint8_t, wire::kChallengeSize> c{};
+  asio::read(sock, asio::buffer(c));
+  wire::AuthAnswer a;
+  a.job = job;
+  a.generation = generation;
+  a.nonce = wire::random_nonce();
+  a.mac = wire::auth_mac(secret, wire::decode_challenge(c), job, generation, wire::kWorkerContext);
+  std::array<std::uint8_t, wire::kAnswerSize> out{};
+  wire::encode_answer(a, out);
+  return out;
+}
 
-// Sends raw bytes to a port and returns the first error frame's header (skipping
-// other replies) and its text; nullopt when the PS closes without one.
-std::pair<std::optional<wire::FrameHeader>, std::string> raw_exchange(std::uint16_t port, const std::vector<std::byte>& bytes) {
-  namespace asio = boost::asio;
-  asio::io_context io;
-  asio::ip::tcp::socket sock(io);
-  sock.connect({asio::ip::make_address("127.0.0.1"), port});
-  asio::write(sock, asio::buffer(bytes));
-  sock.shutdown(asio::ip::tcp::socket::shutdown_send);
-  for (;;) {
-    std::array<std::byte, wire::kHeaderSize> hdr{};
-    boost::system::error_code ec;
-    asio::read(sock, asio::buffer(hdr), ec);
-    if (ec) return {std::nullopt, ""};
-    auto h = wire::decode_header(std::span<const std::byte, wire::kHeaderSize>(hdr));
-    std::string text(h.payload_bytes, '\0');
-    asio::read(sock, asio::buffer(text), ec);
-    if (h.type == wire::MessageType::kError) return {h, text};
+// Authenticates a raw socket as a worker of job 42, generation 1, and reads the proof.
+void authenticate(tcp::socket& sock) {
+  asio::write(sock, asio::buffer(answer_for(sock, kSecret, 42, 1)));
+  std::array<std::uint8_t, wire::kProofSize> proof{};
+  asio::read(sock, asio::buffer(proof));
+}
+
+// What the PS sends on a socket until it closes it, waiting at most `timeout`; nullopt
+// when the socket is still open after that.
+std::optional<std::vector<std::uint8_t>> read_until_closed(asio::io_context& io, tcp::socket& sock,
+                                                            std::chrono::milliseconds timeout) {
+  std::vector<std::uint8_t> got;
+  std::array<std::uint8_t, 4096> buf{};
+  bool closed = false;
+  std::function<void()> next = [&] {
+    sock.async_read_some(asio::buffer(buf), [&](boost::system::error_code ec, std::size_t n) {
+      got.insert(got.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+      if (ec) {
+        closed = true;  // EOF, or a reset because the PS closed with our bytes unread
+        return;
+      }
+      next();
+    });
+  };
+  io.restart();
+  next();
+  io.run_for(timeout);
+  if (!closed) {
+    sock.cancel();
+    io.restart();
+    io.poll();
+    return std::nullopt;
   }
+  return got;
 }
 
 std::vector<std::byte> header_bytes(const wire::FrameHeader& h) {
@@ -144,6 +160,87 @@ template <typename T>
 void append(std::vector<std::byte>& b, const std::vector<T>& v) {
   const auto* p = reinterpret_cast<const std::byte*>(v.data());
   b.insert(b.end(), p, p + v.size() * sizeof(T));
+}
+
+// A hello, then an init of partition `key` with `n` floats of 1.0: frames that would
+// change the shard if it read them.
+std::vector<std::byte> hello_and_init(std::uint32_t key, std::uint32_t n) {
+  wire::FrameHeader h;
+  h.type = wire::MessageType::kInit;
+  h.job = 42;
+  h.generation = 1;
+  h.key = key;
+  h.codec = wire::Codec::kDenseF32;
+  h.count = n;
+  h.payload_bytes = 4 * n;
+  auto b = header_bytes(h);
+  append(b, std::vector<float>(n, 1.0f));
+  return after_hello(b);
+}
+
+// rejected_connections() of `s` once it reaches `n` or 10 s have passed: a client that
+// fails on one shard closes its other connections, which those shards then count.
+std::uint64_t rejected_after(const PsServer& s, std::uint64_t n) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (s.rejected_connections() < n && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return s.rejected_connections();
+}
+
+struct TwoShards : ::testing::Test {
+  std::shared_ptr<ShardState> st0 = std::make_shared<ShardState>(0.9);
+  std::shared_ptr<ShardState> st1 = std::make_shared<ShardState>(0.9);
+  std::unique_ptr<PsServer> s0, s1;
+  PartitionLayout layout = make_layout({4, 4}, 4, 2);
+
+  void SetUp() override {
+    PsServerOptions o;
+    o.bind_address = "127.0.0.1";
+    o.job = 42;
+    o.generation = 1;
+    o.secret = kSecret;
+    o.handshake_timeout = std::chrono::milliseconds(2000);
+    s0 = std::make_unique<PsServer>(o, st0);
+    s1 = std::make_unique<PsServer>(o, st1);
+    s0->start();
+    s1->start();
+  }
+  std::vector<PsEndpoint> endpoints() const {
+    return {{"127.0.0.1", s0->port()}, {"127.0.0.1", s1->port()}};
+  }
+  PsClient client(std::uint32_t rank, std::uint32_t generation = 1, const std::vector<std::uint8_t>& secret = kSecret) {
+    PsClientOptions o;
+    o.job = 42;
+    o.generation = generation;
+    o.secret = secret;
+    o.rank = rank;
+    o.num_workers = 2;
+    o.timeout = std::chrono::milliseconds(5000);
+    return PsClient(endpoints(), layout, o);
+  }
+};
+
+// Authenticates as a worker of job 42, generation 1, sends raw bytes and returns the
+// first error frame's header (skipping other replies) and its text; nullopt when the PS
+// closes without one.
+std::pair<std::optional<wire::FrameHeader>, std::string> raw_exchange(std::uint16_t port, const std::vector<std::byte>& bytes) {
+  asio::io_context io;
+  tcp::socket sock(io);
+  sock.connect({asio::ip::make_address("127.0.0.1"), port});
+  authenticate(sock);
+  asio::write(sock, asio::buffer(bytes));
+  sock.shutdown(tcp::socket::shutdown_send);
+  for (;;) {
+    std::array<std::byte, wire::kHeaderSize> hdr{};
+    boost::system::error_code ec;
+    asio::read(sock, asio::buffer(hdr), ec);
+    if (ec) return {std::nullopt, ""};
+    auto h = wire::decode_header(std::span<const std::byte, wire::kHeaderSize>(hdr));
+    std::string text(h.payload_bytes, '\0');
+    asio::read(sock, asio::buffer(text), ec);
+    if (h.type == wire::MessageType::kError) return {h, text};
+  }
 }
 
 }  // namespace
@@ -177,25 +274,233 @@ TEST_F(TwoShards, PushAndPullMatchHandComputedValues) {
   EXPECT_EQ(st0->pushes(), 2u);
   EXPECT_EQ(st1->pushes(), 2u);
 
-  // Bytes at the socket, headers included (48-byte headers, 4 floats per partition):
-  // w0 sent hello 2·(48+8), init 2·(48+16), push 2·(48+16) + pull 2·48, pull 2·48.
-  EXPECT_EQ(w0.bytes_pushed(), 2u * 56 + 2u * 64 + 2u * 64 + 2u * 48 + 2u * 48);
-  // and read hello-ack 2·48, two rounds of pull-replies 2·(48+16) each.
-  EXPECT_EQ(w0.bytes_pulled(), 2u * 48 + 4u * 64);
+  // Bytes at the socket, handshakes and headers included (48-byte headers, 4 floats per
+  // partition): w0 sent the handshake answer 2·88, hello 2·(48+8), init 2·(48+16),
+  // push 2·(48+16) + pull 2·48, pull 2·48.
+  EXPECT_EQ(w0.bytes_pushed(), 2u * 88 + 2u * 56 + 2u * 64 + 2u * 64 + 2u * 48 + 2u * 48);
+  // and read challenge and proof 2·(40+40), hello-ack 2·48, two rounds of pull-replies
+  // 2·(48+16) each.
+  EXPECT_EQ(w0.bytes_pulled(), 2u * 80 + 2u * 48 + 4u * 64);
+  EXPECT_EQ(s0->rejected_connections(), 0u);
 
   EXPECT_EQ(w0.done(), 1u);
   EXPECT_EQ(w1.workers_done(), 1u);
   EXPECT_EQ(w1.done(), 2u);
 }
 
-TEST_F(TwoShards, StaleGenerationIsRefusedWithTheReason) {
-  auto stale = client(0, 7);
+TEST_F(TwoShards, StaleGenerationIsRefusedBeforeItsFirstFrame) {
+  // A task of generation 0 that knows the job secret: the shards (generation 1) refuse it
+  // in the handshake, so its hello is never read.
+  auto stale = client(0, 0);
   try {
     stale.connect();
     FAIL() << "connect with a stale generation succeeded";
   } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("frame generation: expected 1, got 7"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("refused this worker (job 42 generation 0) in the authentication handshake"),
+              std::string::npos)
+        << e.what();
   }
+  EXPECT_EQ(rejected_after(*s0, 1), 1u);
+  EXPECT_EQ(rejected_after(*s1, 1), 1u);
+
+  // The same on a raw socket, with frames sent right behind the answer: the shard closes
+  // the connection without a proof or any reply, and the init never reaches the state.
+  const auto in0 = s0->bytes_in();
+  asio::io_context io;
+  tcp::socket sock(io);
+  sock.connect({asio::ip::make_address("127.0.0.1"), s0->port()});
+  auto answer = answer_for(sock, kSecret, 42, 0);
+  auto frames = hello_and_init(0, 4);
+  asio::write(sock, std::array{asio::buffer(answer), asio::buffer(frames)});
+  auto got = read_until_closed(io, sock, std::chrono::seconds(10));
+  ASSERT_TRUE(got.has_value()) << "the shard did not close a stale task's connection";
+  EXPECT_TRUE(got->empty()) << got->size() << " bytes sent to a stale task";
+  EXPECT_EQ(s0->rejected_connections(), 2u);
+  EXPECT_EQ(s0->bytes_in() - in0, wire::kAnswerSize);  // the answer, not one byte of a frame
+  EXPECT_EQ(st0->num_partitions(), 0u);
+
+  // An authenticated worker of this generation whose frame claims another one is still
+  // refused at the frame.
+  wire::FrameHeader h;
+  h.type = wire::MessageType::kQuery;
+  h.job = 42;
+  h.generation = 7;
+  auto [eh, text] = raw_exchange(s0->port(), header_bytes(h));
+  ASSERT_TRUE(eh.has_value());
+  EXPECT_EQ(text, "frame generation: expected 1, got 7 (a stale task?)");
+
+  // A worker of the right generation is served.
+  auto w = client(0);
+  w.connect();
+  std::vector<float> x(8, 3.0f), out(8);
+  w.init(x);
+  w.pull(out);
+  EXPECT_EQ(out, x);
+}
+
+TEST_F(TwoShards, WrongSecretIsClosedBeforeItsFirstFrameIsRead) {
+  auto stranger = client(0, 1, kOtherSecret);
+  EXPECT_THROW(stranger.connect(), IoError);
+  EXPECT_EQ(rejected_after(*s0, 1), 1u);
+  EXPECT_EQ(rejected_after(*s1, 1), 1u);
+
+  // Raw: an answer made with the wrong secret, a hello and an init right behind it.
+  const auto in0 = s0->bytes_in();
+  asio::io_context io;
+  tcp::socket sock(io);
+  sock.connect({asio::ip::make_address("127.0.0.1"), s0->port()});
+  auto answer = answer_for(sock, kOtherSecret, 42, 1);
+  auto frames = hello_and_init(0, 4);
+  asio::write(sock, std::array{asio::buffer(answer), asio::buffer(frames)});
+  auto got = read_until_closed(io, sock, std::chrono::seconds(10));
+  ASSERT_TRUE(got.has_value()) << "the shard did not close the connection";
+  EXPECT_TRUE(got->empty()) << got->size() << " bytes sent to a peer without the secret";
+  EXPECT_EQ(s0->rejected_connections(), 2u);
+  EXPECT_EQ(s0->bytes_in() - in0, wire::kAnswerSize);
+  EXPECT_EQ(st0->num_partitions(), 0u);
+
+  // A replayed answer: valid for the nonce of an earlier connection, not for this one.
+  tcp::socket first(io), second(io);
+  first.connect({asio::ip::make_address("127.0.0.1"), s1->port()});
+  const auto recorded = answer_for(first, kSecret, 42, 1);
+  second.connect({asio::ip::make_address("127.0.0.1"), s1->port()});
+  std::array<std::uint8_t, wire::kChallengeSize> challenge{};
+  asio::read(second, asio::buffer(challenge));
+  asio::write(second, asio::buffer(recorded));
+  auto replay = read_until_closed(io, second, std::chrono::seconds(10));
+  ASSERT_TRUE(replay.has_value());
+  EXPECT_TRUE(replay->empty());
+  EXPECT_EQ(s1->rejected_connections(), 2u);
+  first.close();
+
+  EXPECT_EQ(st0->num_partitions(), 0u);
+  EXPECT_EQ(st1->num_partitions(), 0u);
+}
+
+TEST_F(TwoShards, GarbageOrAbsentAnswersAreClosedWithinTheTimeout) {
+  asio::io_context io;
+  const auto addr = asio::ip::make_address("127.0.0.1");
+  // 1. Reads the challenge, then says nothing: closed after the 2 s handshake timeout.
+  {
+    tcp::socket sock(io);
+    sock.connect({addr, s0->port()});
+    std::array<std::uint8_t, wire::kChallengeSize> c{};
+    asio::read(sock, asio::buffer(c));
+    EXPECT_NO_THROW(wire::decode_challenge(c));
+    auto got = read_until_closed(io, sock, std::chrono::seconds(15));
+    ASSERT_TRUE(got.has_value()) << "a silent peer was not closed";
+    EXPECT_TRUE(got->empty());
+    EXPECT_EQ(s0->rejected_connections(), 1u);
+  }
+  // 2. A worker that skips the handshake and sends its hello (56 bytes, less than an
+  // answer): no hello-ack, closed at the timeout.
+  {
+    tcp::socket sock(io);
+    sock.connect({addr, s0->port()});
+    auto hello = after_hello({});
+    asio::write(sock, asio::buffer(hello));
+    auto got = read_until_closed(io, sock, std::chrono::seconds(15));
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->size(), wire::kChallengeSize) << "the shard sent more than its challenge";
+    EXPECT_EQ(s0->rejected_connections(), 2u);
+  }
+  // 3. 88 bytes of garbage, then a well-formed hello and init: refused at once; the
+  // shard read the 88 bytes and nothing of the frames.
+  {
+    const auto in0 = s0->bytes_in();
+    tcp::socket sock(io);
+    sock.connect({addr, s0->port()});
+    std::vector<std::byte> bytes(wire::kAnswerSize, std::byte{0x5a});
+    auto frames = hello_and_init(0, 4);
+    bytes.insert(bytes.end(), frames.begin(), frames.end());
+    asio::write(sock, asio::buffer(bytes));
+    auto got = read_until_closed(io, sock, std::chrono::seconds(15));
+    ASSERT_TRUE(got.has_value());
+    EXPECT_LE(got->size(), wire::kChallengeSize);  // the challenge, if it was not reset first
+    EXPECT_EQ(s0->rejected_connections(), 3u);
+    EXPECT_EQ(s0->bytes_in() - in0, wire::kAnswerSize);
+  }
+  // 4. Connects and leaves at once.
+  {
+    tcp::socket sock(io);
+    sock.connect({addr, s0->port()});
+    sock.close();
+    EXPECT_EQ(rejected_after(*s0, 4), 4u);
+  }
+  EXPECT_EQ(st0->num_partitions(), 0u);
+  // The shard carries on.
+  auto w = client(0);
+  w.connect();
+  std::vector<float> x(8, 2.0f), out(8);
+  w.init(x);
+  w.pull(out);
+  EXPECT_EQ(out, x);
+}
+
+TEST(DataPlaneAuth, SecretsShorterThan32BytesAreRefused) {
+  PsServerOptions o;
+  o.bind_address = "127.0.0.1";
+  o.secret.assign(31, 7);
+  PsServer srv(o, std::make_shared<ShardState>(0.0));
+  try {
+    srv.start();
+    FAIL() << "a shard started with a 31-byte secret";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "secret: the job secret must have at least 32 bytes, got 31");
+  }
+  PsClientOptions co;
+  EXPECT_THROW(PsClient({{"127.0.0.1", 1}}, make_layout({4}, 4, 1), co), ConfigError);  // no secret at all
+}
+
+TEST(DataPlaneAuth, AShardWithoutTheSecretIsNotTrusted) {
+  // A listener that speaks the handshake but does not know the secret: it signs its
+  // proof with another key. The worker refuses it before sending any frame.
+  asio::io_context srv_io;
+  tcp::acceptor acc(srv_io, {asio::ip::make_address("127.0.0.1"), 0});
+  const auto port = acc.local_endpoint().port();
+  std::size_t frame_bytes_seen = 0;
+  std::thread impostor([&] {
+    tcp::socket sock(srv_io);
+    acc.async_accept(sock, [&](boost::system::error_code ec) {
+      if (ec) return;
+      auto buf = std::make_shared<std::array<std::uint8_t, wire::kAnswerSize>>();
+      auto c = std::make_shared<std::array<std::uint8_t, wire::kChallengeSize>>();
+      auto nonce = wire::random_nonce();
+      wire::encode_challenge(nonce, *c);
+      asio::write(sock, asio::buffer(*c));
+      asio::async_read(sock, asio::buffer(*buf), [&, buf](boost::system::error_code ec2, std::size_t) {
+        if (ec2) return;
+        const auto a = wire::decode_answer(*buf);
+        std::array<std::uint8_t, wire::kProofSize> p{};
+        wire::encode_proof(wire::auth_mac(kOtherSecret, a.nonce, a.job, a.generation, wire::kShardContext), p);
+        asio::write(sock, asio::buffer(p));
+        auto rest = std::make_shared<std::array<std::uint8_t, 256>>();
+        sock.async_read_some(asio::buffer(*rest), [&, rest](boost::system::error_code, std::size_t n) {
+          frame_bytes_seen = n;
+        });
+      });
+    });
+    srv_io.run_for(std::chrono::seconds(10));
+  });
+  PsClientOptions o;
+  o.job = 42;
+  o.generation = 1;
+  o.secret = kSecret;
+  o.timeout = std::chrono::milliseconds(5000);
+  {
+    PsClient w({{"127.0.0.1", port}}, make_layout({4}, 4, 1), o);
+    try {
+      w.connect();
+      FAIL() << "trusted a shard without the secret";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("failed to prove that it knows the job secret: it is not a PS shard of "
+                                           "job 42 generation 1"),
+                std::string::npos)
+          << e.what();
+    }
+  }  // the client's socket is closed, so the impostor's read ends
+  impostor.join();
+  EXPECT_EQ(frame_bytes_seen, 0u) << "the worker sent frames to an unproven shard";
 }
 
 TEST_F(TwoShards, MalformedFramesCloseOnlyThatConnection) {
@@ -259,6 +564,7 @@ TEST(SparseDataPlane, SparsePushAndDownlinkOverTcpAsHandComputed) {
   o.bind_address = "127.0.0.1";
   o.job = 42;
   o.generation = 1;
+  o.secret = kSecret;
   auto st0 = std::make_shared<ShardState>(0.0), st1 = std::make_shared<ShardState>(0.0);
   PsServer s0(o, st0), s1(o, st1);
   s0.start();
@@ -267,6 +573,7 @@ TEST(SparseDataPlane, SparsePushAndDownlinkOverTcpAsHandComputed) {
   PsClientOptions co;
   co.job = 42;
   co.generation = 1;
+  co.secret = kSecret;
   co.num_workers = 1;
   co.timeout = std::chrono::milliseconds(5000);
   co.sparse_downlink = true;
@@ -307,6 +614,7 @@ TEST(SparseDataPlane, MalformedSparseFramesAreRefusedOverTcp) {
   o.bind_address = "127.0.0.1";
   o.job = 42;
   o.generation = 1;
+  o.secret = kSecret;
   auto st = std::make_shared<ShardState>(0.0);
   std::vector<float> x(10, 1.0f);
   st->init(0, x);

@@ -1,10 +1,11 @@
-// Frame codec and control envelope tests.
+// Frame codec, data-plane handshake and control envelope tests.
 #include <array>
 #include <cstring>
 
 #include <gtest/gtest.h>
 
 #include "common/errors.h"
+#include "wire/auth.h"
 #include "wire/control.h"
 #include "wire/frame.h"
 
@@ -190,4 +191,136 @@ TEST(ControlEnvelope, RejectsMalformedMessagesWithTheField) {
   EXPECT_EQ(msg(R"({"v":1,"id":"1"})"), "control message field \"type\": expected a non-empty string");
   EXPECT_EQ(msg(R"({"v":1,"type":"list"})"), "control message field \"id\": required for type \"list\"");
   EXPECT_EQ(msg(R"({"v":1,"id":"1","type":"list","body":[]})"), "control message field \"body\": expected an object");
+}
+
+namespace {
+
+std::string hex(std::span<const std::uint8_t> b) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (auto c : b) {
+    s += d[c >> 4];
+    s += d[c & 15];
+  }
+  return s;
+}
+
+std::span<const std::uint8_t> bytes_of(std::string_view s) {
+  return {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()};
+}
+
+// The fixed inputs of the known-answer tests below.
+struct AuthVector {
+  std::array<std::uint8_t, 32> key{};
+  Nonce nonce{};
+  AuthVector() {
+    for (int i = 0; i < 32; ++i) {
+      key[i] = static_cast<std::uint8_t>(i);           // 00 01 .. 1f
+      nonce[i] = static_cast<std::uint8_t>(0xa0 + i);  // a0 a1 .. bf
+    }
+  }
+};
+
+}  // namespace
+
+TEST(DataPlaneAuth, HmacSha256MatchesRfc4231) {
+  // RFC 4231, test case 2; also `printf 'what do ya want for nothing?' | openssl dgst
+  // -sha256 -hmac Jefe`.
+  EXPECT_EQ(hex(hmac_sha256(bytes_of("Jefe"), bytes_of("what do ya want for nothing?"))),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
+TEST(DataPlaneAuth, HandshakeMacsMatchAnIndependentComputation) {
+  // Computed with Python's hmac module over the layout docs/protocol.md gives:
+  //   import hmac, hashlib, struct
+  //   key = bytes(range(32)); nonce = bytes(range(0xa0, 0xc0))
+  //   msg = nonce + struct.pack('<QI', 7, 3) + b"dltrain data plane v1: worker"
+  //   hmac.new(key, msg, hashlib.sha256).hexdigest()
+  // and the same with b"dltrain data plane v1: ps shard" for the shard's proof.
+  AuthVector v;
+  EXPECT_EQ(hex(auth_mac(v.key, v.nonce, 7, 3, kWorkerContext)),
+            "939902a31d848c46ddd23b9f100cd25e83ba2610033d06d9a57b75aeb2cdf1ab");
+  EXPECT_EQ(hex(auth_mac(v.key, v.nonce, 7, 3, kShardContext)),
+            "5a17b9d8d05759d9177090cb3482dd3b3469d8ec1c1fc284f61d526872381704");
+  // Every input matters: another generation, job, nonce or key gives another MAC.
+  const Mac m = auth_mac(v.key, v.nonce, 7, 3, kWorkerContext);
+  EXPECT_FALSE(macs_equal(m, auth_mac(v.key, v.nonce, 7, 2, kWorkerContext)));
+  EXPECT_FALSE(macs_equal(m, auth_mac(v.key, v.nonce, 8, 3, kWorkerContext)));
+  Nonce other = v.nonce;
+  other[31] ^= 1;
+  EXPECT_FALSE(macs_equal(m, auth_mac(v.key, other, 7, 3, kWorkerContext)));
+  auto key2 = v.key;
+  key2[0] ^= 1;
+  EXPECT_FALSE(macs_equal(m, auth_mac(key2, v.nonce, 7, 3, kWorkerContext)));
+  EXPECT_TRUE(macs_equal(m, auth_mac(v.key, v.nonce, 7, 3, kWorkerContext)));
+}
+
+TEST(DataPlaneAuth, MessagesHaveTheDocumentedBytes) {
+  AuthVector v;
+  std::array<std::uint8_t, kChallengeSize> c{};
+  encode_challenge(v.nonce, c);
+  // magic "DLTA", version 1, type 1, then the nonce.
+  EXPECT_EQ(hex(std::span(c).first(8)), "444c544101000100");
+  EXPECT_EQ(hex(std::span(c).subspan(8)), hex(v.nonce));
+  EXPECT_EQ(decode_challenge(c), v.nonce);
+
+  AuthAnswer a;
+  a.job = 0x0102030405060708ull;
+  a.generation = 0x0a0b0c0d;
+  a.nonce = v.nonce;
+  a.mac = auth_mac(v.key, v.nonce, a.job, a.generation, kWorkerContext);
+  std::array<std::uint8_t, kAnswerSize> b{};
+  encode_answer(a, b);
+  EXPECT_EQ(hex(std::span(b).first(24)), "444c544101000200" "0807060504030201" "0d0c0b0a" "00000000");
+  EXPECT_EQ(hex(std::span(b).subspan(24, 32)), hex(a.nonce));
+  EXPECT_EQ(hex(std::span(b).subspan(56)), hex(a.mac));
+  const AuthAnswer back = decode_answer(b);
+  EXPECT_EQ(back.job, a.job);
+  EXPECT_EQ(back.generation, a.generation);
+  EXPECT_EQ(back.nonce, a.nonce);
+  EXPECT_EQ(back.mac, a.mac);
+
+  std::array<std::uint8_t, kProofSize> p{};
+  encode_proof(a.mac, p);
+  EXPECT_EQ(hex(std::span(p).first(8)), "444c544101000300");
+  EXPECT_EQ(decode_proof(p), a.mac);
+}
+
+TEST(DataPlaneAuth, DecodersRefuseForeignBytesNamingTheField) {
+  AuthVector v;
+  auto error_of = [](auto&& f) {
+    try {
+      f();
+    } catch (const ProtocolError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::array<std::uint8_t, kAnswerSize> b{};
+  encode_answer(AuthAnswer{}, b);
+  auto bad = b;
+  bad[0] = 0x44;
+  bad[3] = 0x52;  // a frame's magic "DLTR": a worker that skipped the handshake
+  EXPECT_EQ(error_of([&] { decode_answer(bad); }),
+            "handshake answer magic: expected 0x41544C44, got 0x52544C44 (not a dltrain data-plane peer, or an "
+            "older version)");
+  bad = b;
+  bad[4] = 2;
+  EXPECT_EQ(error_of([&] { decode_answer(bad); }), "handshake answer version: expected 1, got 2");
+  bad = b;
+  bad[6] = 3;
+  EXPECT_EQ(error_of([&] { decode_answer(bad); }), "handshake answer type: expected 2, got 3");
+  bad = b;
+  bad[20] = 1;
+  EXPECT_EQ(error_of([&] { decode_answer(bad); }), "handshake answer reserved field: expected 0, got 1");
+  std::array<std::uint8_t, kChallengeSize> c{};
+  encode_challenge(v.nonce, c);
+  std::array<std::uint8_t, kProofSize> p{};
+  std::memcpy(p.data(), c.data(), kProofSize);  // a challenge where a proof belongs
+  EXPECT_EQ(error_of([&] { decode_proof(p); }), "handshake proof type: expected 3, got 1");
+}
+
+TEST(DataPlaneAuth, NoncesAreFresh) {
+  // 256 random bits: two equal nonces would mean a broken generator.
+  EXPECT_NE(random_nonce(), random_nonce());
 }
