@@ -1,10 +1,13 @@
 // PS data-plane goodput against raw TCP between the same two endpoints, in one run.
 //
-//   ps_goodput serve [--bind ADDR]
+// Both ends read the job secret the data-plane handshake proves from --secret-file (hex,
+// mode 0600), as dltrain's tasks do.
+//
+//   ps_goodput serve --secret-file F [--bind ADDR]
 //     Starts a raw TCP echo-exchange server and a real PS shard server (ps::PsServer with
 //     momentum SGD), prints {"raw_port":R,"ps_port":P} on one line, serves until stdin
 //     closes or SIGTERM.
-//   ps_goodput measure --host H --raw-port R --ps-port P [--floats N] [--rounds K] [--seconds S]
+//   ps_goodput measure --secret-file F --host H --raw-port R --ps-port P [--floats N] [--rounds K] [--seconds S]
 //     Alternates K rounds of: S seconds of a raw one-way TCP stream (timed until the
 //     server confirms the last byte), S seconds of raw exchanges (write N·4 bytes, read
 //     N·4 bytes back: the bytes and round trips of a dense push+pull, without framing or
@@ -25,6 +28,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/secret.h"
 #include "ps/client.h"
 #include "ps/partition.h"
 #include "ps/server.h"
@@ -84,7 +88,7 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-int serve(const std::string& bind) {
+int serve(const std::string& bind, const std::vector<std::uint8_t>& secret) {
   asio::io_context io;
   tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address(bind), 0));
   std::thread raw([&] { raw_serve(acceptor); });
@@ -92,6 +96,7 @@ int serve(const std::string& bind) {
   opt.bind_address = bind;
   opt.job = kJob;
   opt.generation = kGeneration;
+  opt.secret = secret;
   dltrain::ps::PsServer server(opt, std::make_shared<dltrain::ps::ShardState>(0.9));
   server.start();
   std::cout << nlohmann::json{{"raw_port", acceptor.local_endpoint().port()}, {"ps_port", server.port()}}.dump()
@@ -106,7 +111,7 @@ int serve(const std::string& bind) {
 }
 
 int measure(const std::string& host, std::uint16_t raw_port, std::uint16_t ps_port, std::int64_t floats,
-            int rounds, double seconds) {
+            int rounds, double seconds, const std::vector<std::uint8_t>& secret) {
   const std::uint64_t bytes = static_cast<std::uint64_t>(floats) * 4;
   // Raw exchange connection.
   asio::io_context io;
@@ -121,6 +126,7 @@ int measure(const std::string& host, std::uint16_t raw_port, std::uint16_t ps_po
   dltrain::ps::PsClientOptions popt;
   popt.job = kJob;
   popt.generation = kGeneration;
+  popt.secret = secret;
   dltrain::ps::PsClient client({{host, ps_port}}, layout, popt);
   client.connect();
   std::vector<float> params(static_cast<std::size_t>(floats), 0.5f), grad(params.size(), 1e-3f);
@@ -186,15 +192,17 @@ int measure(const std::string& host, std::uint16_t raw_port, std::uint16_t ps_po
 int main(int argc, char** argv) {
   CLI::App app{"PS data-plane goodput against raw TCP (end-to-end benchmark probe)"};
   app.require_subcommand(1);
-  std::string bind = "127.0.0.1", host = "127.0.0.1";
+  std::string bind = "127.0.0.1", host = "127.0.0.1", secret_file;
   std::uint16_t raw_port = 0, ps_port = 0;
   std::int64_t floats = 702602;
   int rounds = 5;
   double seconds = 2.0;
   auto* s = app.add_subcommand("serve", "run the raw and PS servers");
   s->add_option("--bind", bind, "address to listen on");
+  s->add_option("--secret-file", secret_file, "job secret (hex, mode 0600)")->required();
   auto* m = app.add_subcommand("measure", "measure against a running `serve`");
   m->add_option("--host", host, "server address");
+  m->add_option("--secret-file", secret_file, "job secret (hex, mode 0600)")->required();
   m->add_option("--raw-port", raw_port, "raw stream/exchange port")->required();
   m->add_option("--ps-port", ps_port, "PS port")->required();
   m->add_option("--floats", floats, "floats per push and per pull")->check(CLI::Range(1, 1 << 26));
@@ -202,8 +210,9 @@ int main(int argc, char** argv) {
   m->add_option("--seconds", seconds, "seconds per measurement")->check(CLI::Range(0.1, 60.0));
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*s) return serve(bind);
-    return measure(host, raw_port, ps_port, floats, rounds, seconds);
+    const auto secret = dltrain::read_job_secret_file(secret_file, "--secret-file");
+    if (*s) return serve(bind, secret);
+    return measure(host, raw_port, ps_port, floats, rounds, seconds, secret);
   } catch (const std::exception& e) {
     std::cerr << "ps_goodput: " << e.what() << '\n';
     return 1;

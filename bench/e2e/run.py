@@ -310,14 +310,18 @@ def run_dltrain(cluster, system, job, model, seed, link, links, args, cap_second
     return rec
 
 
-def goodput(link, links, args):
-    serve = [os.path.join(BIN, "ps_goodput"), "serve", "--bind", links.address(0) if links else "127.0.0.1"]
+def goodput(link, links, args, workdir):
+    secret = os.path.join(workdir, "goodput.secret")
+    with open(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(os.urandom(32).hex() + "\n")
+    serve = [os.path.join(BIN, "ps_goodput"), "serve", "--secret-file", secret,
+             "--bind", links.address(0) if links else "127.0.0.1"]
     if links:
         serve = ["ip", "netns", "exec", "dlt-h0"] + serve
     srv = subprocess.Popen(serve, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         ports = json.loads(srv.stdout.readline())
-        meas = [os.path.join(BIN, "ps_goodput"), "measure", "--host", links.address(0) if links else "127.0.0.1",
+        meas = [os.path.join(BIN, "ps_goodput"), "measure", "--secret-file", secret, "--host", links.address(0) if links else "127.0.0.1",
                 "--raw-port", str(ports["raw_port"]), "--ps-port", str(ports["ps_port"]),
                 "--floats", "702602", "--rounds", str(args.goodput_rounds), "--seconds", "2"]
         if links:
@@ -531,7 +535,7 @@ def main():
         try:
             if links:
                 links.__enter__()
-            goodputs.append(goodput(link, links, args))
+            goodputs.append(goodput(link, links, args, workdir))
             g = goodputs[-1]
             print(f"[{link}] goodput: stream {g['stream_median_mb_per_s']:.1f} MB/s, push+pull "
                   f"{g['ps_median_mb_per_s']:.1f} MB/s ({g['ps_over_stream']:.3f})", flush=True)
