@@ -3,6 +3,7 @@
 // secret it proves to the PS shards is read from --secret-file (mode 0600 or stricter).
 // Exit code 2: a configuration error (e.g. a secret file readable by others); 1: any other
 // failure.
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
   CLI::App app{"dltrain worker task: trains one shard of a job's data against its PS shards"};
   std::string spec_path, ps_list, secret_file, log_level = "info";
   dltrain::train::WorkerConfig cfg;
-  int ps_timeout_s = 60;
+  double ps_timeout_s = 0;
   app.add_option("--job-json", spec_path, "job specification (JSON, as sent by the leader)")->required();
   app.add_option("--job-id", cfg.job, "numeric job id")->required();
   app.add_option("--generation", cfg.generation, "job generation");
@@ -51,7 +52,9 @@ int main(int argc, char** argv) {
   app.add_option("--rank", cfg.rank, "worker rank, 0-based")->required();
   app.add_option("--ps", ps_list, "PS shard endpoints HOST:PORT, comma-separated, shard order")->required();
   app.add_option("--threads", cfg.threads, "intra-op threads")->check(CLI::Range(1, 1024));
-  app.add_option("--ps-timeout", ps_timeout_s, "seconds each PS call may take")->check(CLI::Range(1, 86400));
+  app.add_option("--ps-timeout", ps_timeout_s,
+                 "seconds the PS shards may stay silent within a call (default: the job's ps.timeout)")
+      ->check(CLI::Range(1.0, 86400.0));
   app.add_option("--resume-epoch", cfg.resume_epoch, "after a restart: epochs already finished")->check(CLI::Range(0, 100000));
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
   CLI11_PARSE(app, argc, argv);
@@ -62,7 +65,8 @@ int main(int argc, char** argv) {
     if (!in) throw dltrain::IoError("cannot open job specification \"" + spec_path + "\"");
     cfg.spec = dltrain::job_from_json(nlohmann::json::parse(in));
     cfg.shards = parse_endpoints(ps_list);
-    cfg.ps_timeout = std::chrono::seconds(ps_timeout_s);
+    const double timeout_s = ps_timeout_s > 0 ? ps_timeout_s : cfg.spec.ps_timeout_seconds;
+    cfg.ps_timeout = std::chrono::milliseconds(std::llround(timeout_s * 1000.0));
     if (static_cast<int>(cfg.shards.size()) != cfg.spec.ps_shards) {
       throw dltrain::ConfigError("--ps", std::to_string(cfg.shards.size()) + " endpoints for " +
                                              std::to_string(cfg.spec.ps_shards) + " PS shards");

@@ -24,8 +24,12 @@ set(CPACK_RPM_PACKAGE_AUTOREQ OFF)
 set(CPACK_RPM_PACKAGE_RELOCATABLE OFF)
 # Runtime dependencies by their Fedora names.
 set(CPACK_RPM_PACKAGE_REQUIRES "pytorch >= 1.13, rocksdb, spdlog, fmt, tomlplusplus, openssl-libs, zlib, systemd-libs, shadow-utils")
+# The .deb's maintainer scripts serve as %post, %preun and %postun: they tell dpkg's
+# arguments from rpm's (a package count) and pick whichever user tools the system has.
+set(CPACK_RPM_PACKAGE_REQUIRES_POST "shadow-utils, coreutils")
 set(CPACK_RPM_POST_INSTALL_SCRIPT_FILE "${CMAKE_SOURCE_DIR}/packaging/postinst")
 set(CPACK_RPM_PRE_UNINSTALL_SCRIPT_FILE "${CMAKE_SOURCE_DIR}/packaging/prerm")
+set(CPACK_RPM_POST_UNINSTALL_SCRIPT_FILE "${CMAKE_SOURCE_DIR}/packaging/postrm")
 set(CPACK_RPM_EXCLUDE_FROM_AUTO_FILELIST_ADDITION "/etc;/lib;/lib/systemd;/lib/systemd/system;/usr/lib/systemd;/usr/lib/systemd/system")
 set(CPACK_RPM_USER_FILELIST "%config(noreplace) /etc/dltrain/agent.toml")
 

@@ -229,8 +229,16 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
         const std::string f = "ps." + std::string(pk.str());
         if (pk.str() == "partition_size") {
           s.partition_size = get_int(pn, f, 1, std::int64_t{1} << 26);
+        } else if (pk.str() == "timeout") {
+          if (!pn.is_string()) {
+            throw ConfigError(f, "expected a duration string such as \"60s\", got " + type_name(pn) + " " + render(pn));
+          }
+          s.ps_timeout_seconds = parse_duration_seconds(*pn.value<std::string>(), f);
+          if (s.ps_timeout_seconds < 1 || s.ps_timeout_seconds > 86400) {
+            throw ConfigError(f, "expected a duration in [1s, 24h], got \"" + *pn.value<std::string>() + "\"");
+          }
         } else {
-          throw ConfigError(f, "unknown key (expected partition_size)");
+          throw ConfigError(f, "unknown key (expected partition_size, timeout)");
         }
       }
     } else {
@@ -288,6 +296,7 @@ void to_json(nlohmann::json& j, const JobSpec& s) {
                      {"train_samples", s.train_samples},
                      {"test_samples", s.test_samples},
                      {"partition_size", s.partition_size},
+                     {"ps_timeout_seconds", s.ps_timeout_seconds},
                      {"optimizer",
                       {{"lr", s.optimizer.lr},
                        {"momentum", s.optimizer.momentum},
@@ -334,6 +343,7 @@ JobSpec job_from_json(const nlohmann::json& j) {
     s.train_samples = j.at("train_samples").get<std::int64_t>();
     s.test_samples = j.at("test_samples").get<std::int64_t>();
     s.partition_size = j.at("partition_size").get<std::int64_t>();
+    s.ps_timeout_seconds = j.value("ps_timeout_seconds", 60.0);
     const auto& o = j.at("optimizer");
     s.optimizer.lr = o.at("lr").get<double>();
     s.optimizer.momentum = o.at("momentum").get<double>();

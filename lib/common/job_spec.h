@@ -38,6 +38,9 @@ struct JobSpec {
   std::int64_t train_samples = 0;  ///< use the first N training images; 0 = all
   std::int64_t test_samples = 0;   ///< evaluate on the first N test images; 0 = all
   std::int64_t partition_size = 262144;  ///< max floats per PS partition, [1, 2^26]
+  /// [ps] timeout: seconds the PS shards may stay silent within one worker call before
+  /// the worker gives up (ps::PsClientOptions::timeout), [1, 86400]
+  double ps_timeout_seconds = 60;
   OptimizerSpec optimizer;
   compress::CompressionSpec compression;  ///< [compression]; method none = dense ASGD
 

@@ -42,17 +42,27 @@ struct PsClient::Impl {
     return h;
   }
 
-  // Runs the io_context until `pending` reaches zero or the timeout passes.
+  // Runs the io_context until `pending` reaches zero, or until the shards have been
+  // silent (no read or write completed) for the timeout. Handlers that are ready run
+  // before the clock is looked at: a worker that was suspended (SIGSTOP, a paused VM, a
+  // swapped-out process) wakes past its deadline with the replies waiting in its socket,
+  // and that is not a PS that stopped answering.
   void run(const int& pending, const char* what) {
+    using Clock = std::chrono::steady_clock;
     io.restart();
-    const auto deadline = std::chrono::steady_clock::now() + opt.timeout;
-    while (pending > 0 && std::chrono::steady_clock::now() < deadline) {
-      io.run_one_until(deadline);
+    auto deadline = Clock::now() + opt.timeout;
+    while (pending > 0) {
+      std::size_t ran = io.poll();
+      if (ran == 0 && pending > 0) {
+        if (Clock::now() >= deadline) break;
+        ran = io.run_one_until(deadline);
+      }
+      if (ran > 0) deadline = Clock::now() + opt.timeout;
     }
     if (pending > 0) {
       close();
-      throw TimeoutError(std::string("PS ") + what + " timed out after " +
-                         std::to_string(opt.timeout.count()) + " ms");
+      throw TimeoutError(std::string("PS ") + what + ": no reply for " + std::to_string(opt.timeout.count()) +
+                         " ms");
     }
   }
 

@@ -38,7 +38,10 @@ struct PsClientOptions {
   std::vector<std::uint8_t> secret;
   std::uint32_t rank = 0;          ///< this worker's rank, [0, num_workers)
   std::uint32_t num_workers = 1;
-  std::chrono::milliseconds timeout{60000};  ///< bound on every call (connect, push, pull)
+  /// Bound on the shards' silence within a call: connect gives up after it; push/pull/done
+  /// fail when no read or write completed for this long (a call that keeps receiving
+  /// replies goes on; time this worker spent suspended is not silence).
+  std::chrono::milliseconds timeout{60000};
   /// This worker will use sparse pulls: its dense pulls ask the shards to record what it
   /// holds (x_seen), which costs the shard a copy of its partitions per worker.
   bool sparse_downlink = false;
@@ -51,8 +54,8 @@ struct PsClientOptions {
 /// Thread-safety: one thread at a time. Errors: IoError when a connection fails, the
 /// authentication handshake fails either way (the shard refused this worker, or the
 /// shard could not prove it knows the secret) or the PS answers with an error frame,
-/// TimeoutError when a call exceeds `timeout`, ProtocolError when the PS's reply is
-/// malformed. After any error the client is closed.
+/// TimeoutError when the shards stay silent for `timeout`, ProtocolError when the PS's
+/// reply is malformed. After any error the client is closed.
 class PsClient {
  public:
   /// `endpoints[s]` serves shard s of `layout`. Throws ConfigError when the counts

@@ -23,7 +23,7 @@ struct WorkerConfig {
   int rank = 0;                      ///< [0, spec.workers)
   int threads = 1;                   ///< intra-op threads given to LibTorch
   std::vector<ps::PsEndpoint> shards;  ///< one per PS shard, in shard order
-  std::chrono::milliseconds ps_timeout{60000};     ///< bound on each PS call
+  std::chrono::milliseconds ps_timeout{60000};     ///< bound on the PS's silence within a call
   std::chrono::seconds finish_timeout{1800};       ///< rank 0's wait for the other workers
   double progress_interval_s = 5.0;  ///< seconds between progress events
   int resume_epoch = 0;              ///< after a restart: epochs already finished, [0, epochs)

@@ -22,7 +22,9 @@
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
+using dltrain::testing::Background;
 using dltrain::testing::last_line;
+using dltrain::testing::process_state;
 using dltrain::testing::run;
 
 namespace {
@@ -348,6 +350,137 @@ TEST_F(Cluster, AKilledWorkerIsRestartedAndTheJobSucceeds) {
     if (t["task"] == "worker-1") restarts = t.value("restarts", 0);
   }
   EXPECT_EQ(restarts, 1) << st.dump();
+}
+
+// A straggler: one worker of an asynchronous job is stopped (SIGSTOP) mid-training for
+// longer than twice the job's PS timeout. The other worker keeps pushing and pulling —
+// its reported step count advances while the stopped one's stays frozen — and once the
+// straggler is continued it picks up where it was (no restart: the PS timeout bounds the
+// PS's silence, not the time a worker was not running) and the job succeeds.
+TEST_F(Cluster, AStoppedWorkerDoesNotHoldUpTheOtherAndTheJobSucceeds) {
+  // configs/jobs/fashion-mnist-mlp-short.toml with twice the data and epochs, so that
+  // worker 0 has plenty of steps left while worker 1 is stopped, and a 5 s PS timeout.
+  auto f = write_job("straggler", R"(model = "mlp"
+epochs = 4
+workers = 2
+ps_shards = 1
+batch_size = 32
+train_samples = 24000
+test_samples = 2000
+seed = 7
+[optimizer]
+lr = 0.05
+momentum = 0.9
+lr_schedule = "cosine"
+warmup_epochs = 0.2
+[ps]
+partition_size = 65536
+timeout = "5s"
+)");
+  constexpr auto kPsTimeout = 5s;
+  auto r = run(client_ + " submit " + f.string() + " --json", 30);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string job = json::parse(last_line(r.out))["job"];
+  Background follower(client_ + " follow " + job + " --json", (root_ / (job + "-events.jsonl")).string());
+
+  // The job's events so far (the follower's complete lines); per worker, the highest step
+  // count its progress events reported from event `from` on (-1: none) and how many
+  // events (of a kind) it sent from event `from` on.
+  std::vector<json> events;
+  auto read_events = [&] {
+    events.clear();
+    for (const auto& line : follower.lines()) {
+      try {
+        events.push_back(json::parse(line));
+      } catch (const json::exception&) {
+      }
+    }
+  };
+  auto steps = [&](const std::string& task, std::size_t from = 0) {
+    std::int64_t best = -1;
+    for (std::size_t i = from; i < events.size(); ++i) {
+      if (events[i].value("task", "") == task && events[i].value("event", "") == "progress") {
+        best = std::max(best, events[i].value("global_step", std::int64_t{-1}));
+      }
+    }
+    return best;
+  };
+  auto count = [&](const std::string& task, std::size_t from, const std::string& kind = "") {
+    int n = 0;
+    for (std::size_t i = from; i < events.size(); ++i) {
+      n += events[i].value("task", "") == task && (kind.empty() || events[i].value("event", "") == kind);
+    }
+    return n;
+  };
+  auto dump = [&] {
+    std::string s;
+    for (const auto& e : events) s += e.dump() + "\n";
+    return s;
+  };
+
+  // Worker 1 is training once it has reported progress.
+  auto deadline = std::chrono::steady_clock::now() + 180s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    read_events();
+    if (steps("worker-1") > 0) break;
+    std::this_thread::sleep_for(200ms);
+  }
+  ASSERT_GT(steps("worker-1"), 0) << "worker-1 reported no progress within 180 s\n" << dump();
+  const auto pids = task_pids(job, "worker-1-g1");
+  ASSERT_EQ(pids.size(), 1u) << "worker-1's process";
+  const int victim = pids.front();
+
+  ASSERT_EQ(kill(victim, SIGSTOP), 0);
+  struct ContinueOnExit {  // a failed assertion must not leave the cluster a stopped task
+    int pid;
+    ~ContinueOnExit() {
+      if (pid > 0) kill(pid, SIGCONT);
+    }
+  } continue_on_exit{victim};
+  for (int i = 0; i < 100 && process_state(victim) != 'T'; ++i) std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(process_state(victim), 'T') << "worker-1 did not stop";
+  const auto stopped_at = std::chrono::steady_clock::now();
+
+  // Events the workers wrote before the stop may still be on their way; after one PS
+  // timeout they have arrived, and from then on nothing more may come from worker 1.
+  std::this_thread::sleep_for(kPsTimeout);
+  read_events();
+  const std::size_t frozen_from = events.size();
+  const std::int64_t w1_frozen = steps("worker-1");
+  const std::int64_t w0_before = steps("worker-0");
+
+  // Keep it stopped for two PS timeouts and until worker 0 reported progress twice more.
+  deadline = stopped_at + 180s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    read_events();
+    if (std::chrono::steady_clock::now() - stopped_at >= 2 * kPsTimeout &&
+        count("worker-0", frozen_from, "progress") >= 2) {
+      break;
+    }
+    std::this_thread::sleep_for(200ms);
+  }
+  read_events();
+  ASSERT_GE(count("worker-0", frozen_from, "progress"), 2)
+      << "worker-0 reported no progress within 180 s while worker-1 was stopped\n" << dump();
+  EXPECT_GT(steps("worker-0", frozen_from), std::max<std::int64_t>(w0_before, 0))
+      << "worker-0's steps did not advance while worker-1 was stopped\n" << dump();
+  EXPECT_EQ(count("worker-1", frozen_from), 0) << "a stopped worker reported events\n" << dump();
+  EXPECT_EQ(process_state(victim), 'T');
+  EXPECT_EQ(status(job)["state"], "running");
+
+  ASSERT_EQ(kill(victim, SIGCONT), 0);
+  continue_on_exit.pid = 0;
+  ASSERT_EQ(follower.wait(300), 0) << "the job did not succeed within 300 s of worker-1's SIGCONT\n" << dump();
+  read_events();
+  // Worker 1 went on from where it stopped, in the same process.
+  EXPECT_GT(steps("worker-1", frozen_from), w1_frozen) << dump();
+  EXPECT_EQ(count("worker-1", 0, "restarting"), 0) << dump();
+  EXPECT_EQ(count("worker-1", 0, "done"), 1) << dump();
+  const auto& s = events.back();
+  EXPECT_EQ(s["event"], "summary");
+  EXPECT_EQ(s["state"], "succeeded") << s.dump();
+  EXPECT_GE(s["test_accuracy"].get<double>(), 0.6) << s.dump();  // chance is 0.10
+  for (const auto& t : status(job)["tasks"]) EXPECT_EQ(t.value("restarts", 0), 0) << t.dump();
 }
 
 TEST_F(Cluster, ADivergingJobSkipsNaNStepsThenFailsWithTheReason) {

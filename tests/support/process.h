@@ -1,12 +1,19 @@
 // Running the real executables from integration tests.
 #pragma once
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace dltrain::testing {
 
@@ -36,6 +43,80 @@ inline std::string last_line(const std::string& s) {
     if (!line.empty()) last = line;
   }
   return last;
+}
+
+/// A shell command running beside the test (e.g. `dltrain follow JOB --json`) with its
+/// stdout and stderr in a file the test reads while it runs. Killed (SIGKILL) and reaped
+/// at scope exit if still running.
+class Background {
+ public:
+  Background(const std::string& cmd, std::string out_path) : out_(std::move(out_path)) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      if (fd < 0) _exit(126);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~Background() {
+    if (pid_ > 0 && code_ == kRunning) {
+      ::kill(pid_, SIGKILL);
+      int st = 0;
+      waitpid(pid_, &st, 0);
+    }
+  }
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+
+  /// Waits up to `timeout_s` seconds for the command to exit; returns its exit code, or
+  /// -1 when it is still running (or was killed by a signal).
+  int wait(int timeout_s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (code_ == kRunning && pid_ > 0) {
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        code_ = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        return code_;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return code_ == kRunning ? -1 : code_;
+  }
+
+  /// The command's pid (the shell execs it, so this is the command itself).
+  int pid() const { return pid_; }
+
+  /// The complete lines the command has written so far.
+  std::vector<std::string> lines() const {
+    std::ifstream in(out_);
+    std::string all((std::istreambuf_iterator<char>(in)), {});
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    for (std::size_t nl = all.find('\n'); nl != std::string::npos; nl = all.find('\n', start)) {
+      out.push_back(all.substr(start, nl - start));
+      start = nl + 1;
+    }
+    return out;
+  }
+
+ private:
+  static constexpr int kRunning = -2;
+  std::string out_;
+  pid_t pid_ = -1;
+  int code_ = kRunning;
+};
+
+/// The state letter of process `pid` from /proc/PID/stat ('R', 'S', 'T' = stopped, ...),
+/// or '?' when there is no such process.
+inline char process_state(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  const auto paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
 }
 
 }  // namespace dltrain::testing

@@ -35,6 +35,7 @@ lr = 0.05
 momentum = 0.9
 [ps]
 partition_size = 1000
+timeout = "1m30s"
 )");
   EXPECT_EQ(s.name, "x");
   EXPECT_EQ(s.epochs, 8);
@@ -45,6 +46,8 @@ partition_size = 1000
   auto back = job_from_json(j);
   EXPECT_EQ(back.name, s.name);
   EXPECT_EQ(back.partition_size, s.partition_size);
+  EXPECT_DOUBLE_EQ(s.ps_timeout_seconds, 90.0);
+  EXPECT_DOUBLE_EQ(back.ps_timeout_seconds, 90.0);
   EXPECT_DOUBLE_EQ(back.optimizer.momentum, 0.9);
 }
 
@@ -91,6 +94,20 @@ TEST(JobSpec, RejectsOutOfRangeAndSyntaxErrors) {
   auto [field, msg] = reject("epochs = \n");
   EXPECT_EQ(field, "");
   EXPECT_EQ(msg.rfind("TOML syntax error at line 1", 0), 0u) << msg;
+}
+
+TEST(JobSpec, PsTimeoutIsADurationFromOneSecondToADay) {
+  EXPECT_DOUBLE_EQ(parse_job_toml(kData).ps_timeout_seconds, 60.0);  // the default
+  EXPECT_DOUBLE_EQ(parse_job_toml(kData + "[ps]\ntimeout = \"24h\"\n").ps_timeout_seconds, 86400.0);
+  EXPECT_EQ(reject(kData + "[ps]\ntimeout = \"500ms\"\n").second,
+            "ps.timeout: expected a duration in [1s, 24h], got \"500ms\"");
+  EXPECT_EQ(reject(kData + "[ps]\ntimeout = \"25h\"\n").first, "ps.timeout");
+  EXPECT_EQ(reject(kData + "[ps]\ntimeout = 30\n").second,
+            "ps.timeout: expected a duration string such as \"60s\", got an integer 30");
+  // A job JSON written before the key existed keeps the default.
+  nlohmann::json j = parse_job_toml(kData);
+  j.erase("ps_timeout_seconds");
+  EXPECT_DOUBLE_EQ(job_from_json(j).ps_timeout_seconds, 60.0);
 }
 
 TEST(JobSpec, ResolvesRelativeDataDirAgainstTheJobFile) {

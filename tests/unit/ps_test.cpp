@@ -1,5 +1,7 @@
 // Partitioning, PS shard math, and the PS data plane over real loopback TCP, with its
 // authentication handshake.
+#include <signal.h>
+
 #include <array>
 #include <chrono>
 #include <cstring>
@@ -10,11 +12,14 @@
 #include <gtest/gtest.h>
 
 #include "common/errors.h"
+#include "common/secret.h"
 #include "ps/client.h"
 #include "ps/partition.h"
 #include "ps/server.h"
 #include "ps/shard_state.h"
 #include "wire/auth.h"
+#include "support/process.h"
+#include "support/temp_dir.h"
 
 using namespace dltrain;
 using namespace dltrain::ps;
@@ -643,4 +648,149 @@ TEST(SparseDataPlane, MalformedSparseFramesAreRefusedOverTcp) {
   st->pull(0, out);
   EXPECT_EQ(out, x);
   EXPECT_EQ(srv.rejected_connections(), 3u);
+}
+
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+// A PS shard played by the test: it answers exactly when the test says so. Accepting and
+// reading are bounded by `timeout` and report whether they completed.
+struct ScriptedShard {
+  asio::io_context io;
+  tcp::acceptor acceptor{io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
+  tcp::socket sock{io};
+
+  std::uint16_t port() const { return acceptor.local_endpoint().port(); }
+
+  bool run(std::chrono::seconds timeout, const bool& done) {
+    io.restart();
+    io.run_for(timeout);
+    return done;
+  }
+  bool accept(std::chrono::seconds timeout) {
+    bool done = false;
+    acceptor.async_accept(sock, [&](boost::system::error_code ec) { done = !ec; });
+    return run(timeout, done);
+  }
+  // The shard's side of the authentication handshake for job 42, generation 1: sends a
+  // challenge, reads the worker's answer and proves knowledge of kSecret.
+  bool handshake(std::chrono::seconds timeout) {
+    const auto nonce = wire::random_nonce();
+    std::array<std::uint8_t, wire::kChallengeSize> c{};
+    wire::encode_challenge(nonce, c);
+    asio::write(sock, asio::buffer(c));
+    std::array<std::uint8_t, wire::kAnswerSize> a{};
+    bool done = false;
+    asio::async_read(sock, asio::buffer(a), [&](boost::system::error_code ec, std::size_t) { done = !ec; });
+    if (!run(timeout, done)) return false;
+    const auto answer = wire::decode_answer(a);
+    if (!wire::macs_equal(answer.mac, wire::auth_mac(kSecret, nonce, 42, 1, wire::kWorkerContext))) return false;
+    std::array<std::uint8_t, wire::kProofSize> proof{};
+    wire::encode_proof(wire::auth_mac(kSecret, answer.nonce, 42, 1, wire::kShardContext), proof);
+    asio::write(sock, asio::buffer(proof));
+    return true;
+  }
+  // Reads one frame; its payload goes to `payload`.
+  std::optional<wire::FrameHeader> read_frame(std::chrono::seconds timeout, std::vector<std::byte>* payload = nullptr) {
+    std::array<std::byte, wire::kHeaderSize> hdr{};
+    bool done = false;
+    asio::async_read(sock, asio::buffer(hdr), [&](boost::system::error_code ec, std::size_t) { done = !ec; });
+    if (!run(timeout, done)) return std::nullopt;
+    auto h = wire::decode_header(std::span<const std::byte, wire::kHeaderSize>(hdr));
+    std::vector<std::byte> body(h.payload_bytes);
+    done = body.empty();
+    if (!done) {
+      asio::async_read(sock, asio::buffer(body), [&](boost::system::error_code ec, std::size_t) { done = !ec; });
+      if (!run(timeout, done)) return std::nullopt;
+    }
+    if (payload != nullptr) *payload = std::move(body);
+    return h;
+  }
+  void write_frame(wire::FrameHeader h, const std::vector<float>& values = {}) {
+    h.job = 42;
+    h.generation = 1;
+    auto b = header_bytes(h);
+    append(b, values);
+    asio::write(sock, asio::buffer(b));
+  }
+};
+
+}  // namespace
+
+// The client's timeout bounds the shards' silence: a PS that never answers fails the
+// call with TimeoutError naming it.
+TEST(PsClientTimeout, AShardThatNeverAnswersFailsTheCall) {
+  ScriptedShard shard;  // listens (the kernel completes the connection) but never replies
+  PsClientOptions o;
+  o.job = 42;
+  o.generation = 1;
+  o.timeout = std::chrono::milliseconds(300);
+  o.secret = kSecret;
+  PsClient client({{"127.0.0.1", shard.port()}}, make_layout({4}, 4, 1), o);
+  try {
+    client.connect();
+    FAIL() << "connect succeeded against a silent shard";
+  } catch (const TimeoutError& e) {
+    EXPECT_EQ(std::string(e.what()), "PS authentication handshake: no reply for 300 ms");
+  }
+}
+
+// A worker suspended (SIGSTOP, as a straggler or a paused VM is) while it waits for a
+// pull reply, and kept stopped past its PS timeout while the reply sits in its socket,
+// takes that reply when it resumes: the time it did not run is not the PS's silence.
+TEST(PsClientTimeout, AWorkerSuspendedPastItsTimeoutTakesTheReplyWaitingForIt) {
+  using namespace std::chrono_literals;
+  dltrain::testing::TempDir dir("dltrain-ps");
+  ScriptedShard shard;
+  const std::string out = (dir.path / "child.out").string();
+  const std::string exe = std::string(DLTRAIN_BIN_DIR) + "/ps_client_child";
+  const std::string secret_file = (dir.path / "job.secret").string();
+  write_private_file(secret_file, to_hex(kSecret) + "\n");
+  dltrain::testing::Background child(exe + " " + std::to_string(shard.port()) + " 500 " + secret_file, out);
+  auto child_output = [&] {
+    std::string s;
+    for (const auto& l : child.lines()) s += l + "\n";
+    return s;
+  };
+
+  ASSERT_TRUE(shard.accept(30s)) << "the child never connected: " << child_output();
+  ASSERT_TRUE(shard.handshake(30s)) << "the child did not prove the secret: " << child_output();
+  std::vector<std::byte> hello;
+  auto h = shard.read_frame(30s, &hello);
+  ASSERT_TRUE(h && h->type == wire::MessageType::kHello && hello.size() == 8) << child_output();
+  std::uint32_t rank_of[2];
+  std::memcpy(rank_of, hello.data(), 8);
+  EXPECT_EQ(rank_of[0], 0u);  // worker 0
+  EXPECT_EQ(rank_of[1], 1u);  // of 1
+  wire::FrameHeader ack;
+  ack.type = wire::MessageType::kHelloAck;
+  ack.seq = h->seq;
+  ack.count = 1;
+  shard.write_frame(ack);
+  auto pull = shard.read_frame(30s);
+  ASSERT_TRUE(pull && pull->type == wire::MessageType::kPull && pull->key == 0) << child_output();
+
+  // The child now waits in its pull. Stop it, answer, and keep it stopped for three
+  // times its 500 ms timeout.
+  const int pid = child.pid();
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  for (int i = 0; i < 100 && dltrain::testing::process_state(pid) != 'T'; ++i) std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(dltrain::testing::process_state(pid), 'T') << "the child did not stop";
+  wire::FrameHeader reply;
+  reply.type = wire::MessageType::kPullReply;
+  reply.seq = pull->seq;
+  reply.key = 0;
+  reply.codec = wire::Codec::kDenseF32;
+  reply.count = 4;
+  reply.payload_bytes = 16;
+  shard.write_frame(reply, {1.5f, -2.0f, 3.25f, 4.0f});
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_EQ(kill(pid, SIGCONT), 0);
+
+  EXPECT_EQ(child.wait(30), 0) << child_output();
+  const auto lines = child.lines();
+  ASSERT_EQ(lines.size(), 1u) << child_output();
+  EXPECT_EQ(lines[0], "1.5 -2 3.25 4");
 }
