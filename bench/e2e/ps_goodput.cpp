@@ -17,6 +17,8 @@
 //
 // The raw stream is the physical limit of the link; PS goodput over it is the data
 // plane's efficiency (docs/benchmarks.md, "PS data plane").
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -105,6 +107,8 @@ int serve(const std::string& bind, const std::vector<std::uint8_t>& secret) {
   while (std::getline(std::cin, line)) {
   }
   server.stop();
+  // close() alone does not wake a thread blocked in accept(); shutdown() does (Linux).
+  ::shutdown(acceptor.native_handle(), SHUT_RDWR);
   acceptor.close();
   raw.join();
   return 0;
