@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -348,6 +349,92 @@ TEST_F(Cluster, AKilledWorkerIsRestartedAndTheJobSucceeds) {
     if (t["task"] == "worker-1") restarts = t.value("restarts", 0);
   }
   EXPECT_EQ(restarts, 1) << st.dump();
+}
+
+TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {
+  auto k = write_job("kill-ps", kShortCnn + "epochs = 3\n" + kShortOptimizer);
+  auto rk = run(client_ + " submit " + k.string() + " --json", 30);
+  ASSERT_EQ(rk.code, 0) << rk.out;
+  const std::string job = json::parse(last_line(rk.out))["job"];
+  ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
+  // Training is under way once the shard has written a checkpoint (every 10 s; it writes
+  // none while it holds no parameters).
+  fs::path checkpoint;
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (checkpoint.empty() && std::chrono::steady_clock::now() < deadline) {
+    for (int i = 0; i < 3; ++i) {
+      const auto p = state_ / ("agent-" + std::to_string(i)) / "tasks" / job / "ps-0-g1" / "shard.ckpt";
+      if (fs::exists(p)) checkpoint = p;
+    }
+    if (checkpoint.empty()) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_FALSE(checkpoint.empty()) << "ps-0 wrote no checkpoint; " << status(job).dump();
+  const auto pids = task_pids(job, "ps-0-g1");
+  ASSERT_EQ(pids.size(), 1u);
+  ASSERT_EQ(status(job)["state"], "running");
+  ASSERT_EQ(kill(pids.front(), SIGKILL), 0);
+
+  // Its agent restarts it on the same port from the checkpoint; the workers reconnect,
+  // resync and the job ends well.
+  auto f = run(client_ + " follow " + job + " --json", 300);
+  EXPECT_EQ(f.code, 0) << f.out;
+  auto s = json::parse(last_line(f.out));
+  EXPECT_EQ(s["state"], "succeeded") << s.dump();
+  EXPECT_GE(s["test_accuracy"].get<double>(), 0.6) << s.dump();  // chance is 0.10
+  auto st = status(job);
+  json ps, workers = json::array();
+  for (const auto& t : st["tasks"]) {
+    if (t["task"] == "ps-0") ps = t;
+    if (t["task"].get<std::string>().rfind("worker-", 0) == 0) workers.push_back(t);
+  }
+  EXPECT_EQ(ps.value("restarts", 0), 1) << st.dump();
+  EXPECT_NE(ps.value("recovery", "").find("restored from its checkpoint"), std::string::npos) << st.dump();
+  // The workers recovered by reconnecting and resyncing, not by being restarted.
+  ASSERT_EQ(workers.size(), 2u) << st.dump();
+  for (const auto& w : workers) {
+    EXPECT_EQ(w.value("restarts", 0), 0) << st.dump();
+    EXPECT_GE(w.value("resyncs", 0), 1) << st.dump();
+  }
+  std::cout << "[ figures  ] PS shard killed: job " << s["state"] << ", test accuracy " << s["test_accuracy"]
+            << ", wall " << s["wall_seconds"] << " s; " << ps.value("recovery", "") << std::endl;
+  // The text form of `dltrain status` shows it too.
+  auto text = run(client_ + " status " + job, 30);
+  EXPECT_NE(text.out.find("restarts 1  restored from its checkpoint"), std::string::npos) << text.out;
+  // The shard's last checkpoint (written when it was stopped) is in its task directory.
+  EXPECT_TRUE(fs::exists(checkpoint));
+  EXPECT_GT(fs::file_size(checkpoint), 44u);
+}
+
+TEST_F(Cluster, APsShardThatKeepsDyingFailsTheJobWithTheReason) {
+  auto k = write_job("kill-ps-often", kShortCnn + "epochs = 20\n" + kShortOptimizer);
+  auto rk = run(client_ + " submit " + k.string() + " --json", 30);
+  ASSERT_EQ(rk.code, 0) << rk.out;
+  const std::string job = json::parse(last_line(rk.out))["job"];
+  ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
+  // The agent restarts it 3 times (task_max_restarts); the 4th death ends the job.
+  std::set<int> killed;
+  for (int round = 0; round < 4; ++round) {
+    int victim = -1;
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (victim < 0 && std::chrono::steady_clock::now() < deadline) {
+      for (int pid : task_pids(job, "ps-0-g1")) {
+        if (!killed.count(pid)) victim = pid;
+      }
+      if (victim < 0) std::this_thread::sleep_for(50ms);
+    }
+    ASSERT_GT(victim, 0) << "no ps-0 process in round " << round << "; " << status(job).dump();
+    ASSERT_EQ(kill(victim, SIGKILL), 0);
+    killed.insert(victim);
+  }
+  EXPECT_EQ(wait_state(job, {"failed", "succeeded", "cancelled"}, 90), "failed");
+  auto st = status(job);
+  EXPECT_NE(st.value("error", "").find("ps-0 on agent"), std::string::npos) << st.dump();
+  EXPECT_NE(st.value("error", "").find("killed by signal 9"), std::string::npos) << st.dump();
+  for (const auto& t : st["tasks"]) {
+    if (t["task"] == "ps-0") EXPECT_EQ(t.value("restarts", 0), 3) << st.dump();
+  }
+  // Nothing of the job is left running.
+  EXPECT_TRUE(task_pids(job).empty()) << task_pids(job).size() << " task processes outlived the failed job";
 }
 
 TEST_F(Cluster, ADivergingJobSkipsNaNStepsThenFailsWithTheReason) {
