@@ -234,6 +234,8 @@ void write_file_atomically(const std::string& path, std::span<const std::byte> b
   {
     Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600)};
     if (f.fd < 0) throw IoError("cannot create \"" + tmp + "\": " + errno_text());
+    // A stale temporary file keeps its mode through O_TRUNC; the state stays private.
+    if (::fchmod(f.fd, 0600) != 0) throw IoError("cannot chmod \"" + tmp + "\": " + errno_text());
     std::size_t done = 0;
     while (done < bytes.size()) {
       const ssize_t n = ::write(f.fd, bytes.data() + done, bytes.size() - done);

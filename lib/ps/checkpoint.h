@@ -65,6 +65,7 @@ class ShardCheckpointer {
   /// previous checkpoint is then still in place).
   bool save();
 
+  /// The checkpoint file's path, as given.
   const std::string& path() const { return path_; }
   /// Checkpoints written so far, and the size in bytes of the last one.
   std::uint64_t saves() const;
