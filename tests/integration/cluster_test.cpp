@@ -405,6 +405,64 @@ TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {
   EXPECT_GT(fs::file_size(checkpoint), 44u);
 }
 
+TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers) {
+  auto k = write_job("corrupt-ckpt", kShortCnn + "epochs = 3\n" + kShortOptimizer);
+  auto rk = run(client_ + " submit " + k.string() + " --json", 30);
+  ASSERT_EQ(rk.code, 0) << rk.out;
+  const std::string job = json::parse(last_line(rk.out))["job"];
+  ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
+  // Wait for a checkpoint to be replaced by a newer one (a new inode: written to the
+  // temporary file and renamed), so that the next one is ~10 s away: corrupting this one
+  // and killing the shard cannot race with a save.
+  fs::path checkpoint;
+  ino_t first = 0;
+  bool replaced = false;
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (!replaced && std::chrono::steady_clock::now() < deadline) {
+    for (int i = 0; i < 3 && checkpoint.empty(); ++i) {
+      const auto p = state_ / ("agent-" + std::to_string(i)) / "tasks" / job / "ps-0-g1" / "shard.ckpt";
+      if (fs::exists(p)) checkpoint = p;
+    }
+    struct stat st {};
+    if (!checkpoint.empty() && ::stat(checkpoint.c_str(), &st) == 0) {
+      if (first == 0) first = st.st_ino;
+      replaced = st.st_ino != first;
+    }
+    if (!replaced) std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(replaced) << "ps-0 did not write two checkpoints; " << status(job).dump();
+  {
+    std::fstream f(checkpoint, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(checkpoint) / 2));
+    char c = 0;
+    f.get(c);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(checkpoint) / 2));
+    f.put(static_cast<char>(c ^ 0x10));
+  }
+  const auto pids = task_pids(job, "ps-0-g1");
+  ASSERT_EQ(pids.size(), 1u);
+  ASSERT_EQ(kill(pids.front(), SIGKILL), 0);
+
+  // The restarted shard refuses the file, starts empty and takes the first worker's
+  // replica; the job still ends well.
+  auto f = run(client_ + " follow " + job + " --json", 300);
+  EXPECT_EQ(f.code, 0) << f.out;
+  auto s = json::parse(last_line(f.out));
+  EXPECT_EQ(s["state"], "succeeded") << s.dump();
+  EXPECT_GE(s["test_accuracy"].get<double>(), 0.6) << s.dump();
+  auto st = status(job);
+  std::string recovery;
+  for (const auto& t : st["tasks"]) {
+    if (t["task"] == "ps-0") recovery = t.value("recovery", "");
+  }
+  EXPECT_NE(recovery.find("checkpoint refused"), std::string::npos) << st.dump();
+  EXPECT_NE(recovery.find("checksum mismatch"), std::string::npos) << st.dump();
+  EXPECT_NE(recovery.find("rebuilt from the workers' replicas"), std::string::npos) << st.dump();
+  EXPECT_TRUE(fs::exists(checkpoint.string() + ".refused"));
+  std::cout << "[ figures  ] corrupted checkpoint: job " << s["state"] << ", test accuracy " << s["test_accuracy"]
+            << ", wall " << s["wall_seconds"] << " s" << std::endl;
+}
+
 TEST_F(Cluster, APsShardThatKeepsDyingFailsTheJobWithTheReason) {
   auto k = write_job("kill-ps-often", kShortCnn + "epochs = 20\n" + kShortOptimizer);
   auto rk = run(client_ + " submit " + k.string() + " --json", 30);
