@@ -768,6 +768,19 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
                {"recovery", t.recovery}};
         event(j, e);
         notify(j, e);
+        if (!(ck.is_object() && ck.value("restored", false)) && j.state == "running") {
+          // The shard forgot which workers finished; one that has already exited cannot
+          // tell it again, so worker 0 would wait for it until its finish timeout.
+          for (const auto& w : j.tasks) {
+            if (w.kind == "worker" && w.state == "exited" && w.ok_exit) {
+              t.state = "running";
+              t.port = port;
+              t.address = address;
+              return fail_job(j, t.name + " on agent " + t.agent + " restarted without its state (" + t.recovery +
+                                     ") after " + w.name + " had finished; the other workers cannot learn that");
+            }
+          }
+        }
         if (t.port > 0 && (port != t.port || address != t.address) && j.state == "running") {
           t.state = "running";
           return fail_job(j, t.name + " on agent " + t.agent + " restarted on " + address + ":" +
