@@ -352,7 +352,8 @@ TEST_F(Cluster, AKilledWorkerIsRestartedAndTheJobSucceeds) {
 }
 
 TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {
-  auto k = write_job("kill-ps", kShortCnn + "epochs = 3\n" + kShortOptimizer);
+  // Long enough that both workers still train when the first checkpoint is written.
+  auto k = write_job("kill-ps", kShortCnn + "epochs = 6\n" + kShortOptimizer);
   auto rk = run(client_ + " submit " + k.string() + " --json", 30);
   ASSERT_EQ(rk.code, 0) << rk.out;
   const std::string job = json::parse(last_line(rk.out))["job"];
@@ -372,6 +373,7 @@ TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {
   const auto pids = task_pids(job, "ps-0-g1");
   ASSERT_EQ(pids.size(), 1u);
   ASSERT_EQ(status(job)["state"], "running");
+  ASSERT_EQ(task_pids(job).size(), 3u) << "a worker finished before the shard was killed; " << status(job).dump();
   ASSERT_EQ(kill(pids.front(), SIGKILL), 0);
 
   // Its agent restarts it on the same port from the checkpoint; the workers reconnect,
@@ -406,7 +408,9 @@ TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {
 }
 
 TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers) {
-  auto k = write_job("corrupt-ckpt", kShortCnn + "epochs = 3\n" + kShortOptimizer);
+  // Long enough that no worker has finished by the second checkpoint (a shard restarted
+  // without its state cannot learn that a worker that already exited had finished).
+  auto k = write_job("corrupt-ckpt", kShortCnn + "epochs = 6\n" + kShortOptimizer);
   auto rk = run(client_ + " submit " + k.string() + " --json", 30);
   ASSERT_EQ(rk.code, 0) << rk.out;
   const std::string job = json::parse(last_line(rk.out))["job"];
@@ -441,6 +445,7 @@ TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers)
   }
   const auto pids = task_pids(job, "ps-0-g1");
   ASSERT_EQ(pids.size(), 1u);
+  ASSERT_EQ(task_pids(job).size(), 3u) << "a worker finished before the shard was killed; " << status(job).dump();
   ASSERT_EQ(kill(pids.front(), SIGKILL), 0);
 
   // The restarted shard refuses the file, starts empty and takes the first worker's
