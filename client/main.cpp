@@ -135,8 +135,19 @@ void print_event(const json& e) {
   } else if (kind == "restarting") {
     std::cout << job << " [" << task << "] " << e.value("reason", "died")
               << (e.value("last_error", "").empty() ? "" : " (" + e.value("last_error", "") + ")") << "; restart "
-              << e.value("attempt", 0) << " of " << e.value("max_restarts", 0) << ", resuming after epoch "
-              << e.value("resume_epoch", 0) << std::endl;
+              << e.value("attempt", 0) << " of " << e.value("max_restarts", 0);
+    if (e.value("kind", "") == "ps") {
+      std::cout << " on port " << e.value("port", 0) << ", from its latest checkpoint" << std::endl;
+    } else {
+      std::cout << ", resuming after epoch " << e.value("resume_epoch", 0) << std::endl;
+    }
+  } else if (kind == "ps_recovered") {
+    std::cout << job << " [" << task << "] listens again on " << e.value("endpoint", "") << ": "
+              << e.value("recovery", "") << std::endl;
+  } else if (kind == "ps_resync") {
+    std::cout << job << " [" << task << "] lost PS shard " << e.value("shard", -1) << " ("
+              << e.value("reason", "") << "); reconnected and resynced in " << fmt(e.value("seconds", 0.0), 1)
+              << " s" << std::endl;
   } else if (kind == "skipped_step") {
     std::cout << job << " [" << task << "] skipped epoch " << e.value("epoch", 0) << " step " << e.value("step", 0)
               << ": NaN/Inf loss or gradient (" << e.value("skipped_steps", 0) << " skipped so far)" << std::endl;
@@ -360,7 +371,11 @@ int main(int argc, char** argv) {
         for (const auto& t : r["tasks"]) {
           std::cout << "  " << std::left << std::setw(10) << t.value("task", "") << std::setw(10)
                     << t.value("state", "") << std::setw(12) << t.value("agent", "") << t.value("endpoint", "") << " "
-                    << t.value("exit", "") << (t.contains("error") ? "  " + t.value("error", "") : "") << std::endl;
+                    << t.value("exit", "") << (t.contains("error") ? "  " + t.value("error", "") : "");
+          if (t.value("restarts", 0) > 0) std::cout << "  restarts " << t.value("restarts", 0);
+          if (t.value("resyncs", 0) > 0) std::cout << "  resynced " << t.value("resyncs", 0) << "x with restarted PS shards";
+          if (t.contains("recovery")) std::cout << "  " << t.value("recovery", "");
+          std::cout << std::endl;
         }
         if (r.contains("error")) std::cout << "  error: " << r.value("error", "") << std::endl;
         if (r.value("state", "") == "queued") {

@@ -65,16 +65,17 @@ def in_default(model, link, system):
     return system in ("ddp", "dltrain-dense", "dltrain-dgc-1%", "dltrain-dgc-0.1%")
 
 
-def default_cap(results, model, link, system, cap):
-    """In the default size, DDP and dense ASGD on an emulated link stop once they are
-    1.5× / 3.2× slower than the fastest DGC run was to the target (at least 60 s): enough
-    to decide the goals' comparisons, with their time a lower bound when they stop."""
+def default_cap(results, model, link, system, peer_cap, cap):
+    """In the default size, DDP and dense ASGD on an emulated link stop after `peer_cap`
+    seconds, or earlier once they are 1.5× / 3.2× slower than the fastest DGC run was to
+    the target (at least 60 s); their time to the target is then a lower bound. Every
+    other run stops at `cap`."""
     factor = {"ddp": 1.5, "dltrain-dense": 3.2}.get(system)
+    if factor is None:
+        return cap
     t = [r["seconds_to_target"] for r in results if r["model"] == model and r["link"] == link
          and r["system"] in DGC and r["seconds_to_target"]]
-    if factor is None or not t:
-        return cap
-    return int(min(cap, max(60, factor * min(t))))
+    return int(min(peer_cap, max(60, factor * min(t)))) if t else peer_cap
 
 
 def job_toml(path, model, system, seed, size, workers):
@@ -482,7 +483,9 @@ def main():
     ap.add_argument("--systems", help="comma list (default: all): " + ",".join(SYSTEMS))
     ap.add_argument("--seeds", help="comma list (default 1; --full 1,2,3)")
     ap.add_argument("--workers", type=int, default=2, help="N: dltrain workers and DDP ranks (default 2)")
-    ap.add_argument("--cap-seconds", type=int, help="stop a run after this long (default 150; --full 900)")
+    ap.add_argument("--cap-seconds", type=int, default=900, help="stop any run after this long (default 900)")
+    ap.add_argument("--peer-cap-seconds", type=int, default=150,
+                    help="default size only: stop DDP and dense ASGD on emulated links after this long (default 150)")
     ap.add_argument("--train-samples", type=int, help="override the size's training images (0 = all)")
     ap.add_argument("--epochs", type=int, help="override the size's epochs (both models)")
     ap.add_argument("--goodput-rounds", type=int, default=5)
@@ -521,7 +524,6 @@ def main():
         size["train_samples"] = {m: size["train_samples"] for m in MODELS}
     if args.epochs:
         size["epochs"] = {m: args.epochs for m in size["epochs"]}
-    args.cap_seconds = args.cap_seconds or (900 if args.full else 150)
     size["cap"] = args.cap_seconds
     systems = (args.systems or ",".join(SYSTEMS)).split(",")
     targets_by_model = {m: MODELS[m]["target"] for m in MODELS}
@@ -568,7 +570,7 @@ def main():
                             job = job_toml(os.path.join(workdir, f"{model}-{system}-{link}-{seed}.toml"), model,
                                            system, seed, size, n)
                             cap = args.cap_seconds if args.full or not links else \
-                                default_cap(results, model, link, system, args.cap_seconds)
+                                default_cap(results, model, link, system, args.peer_cap_seconds, args.cap_seconds)
                             if system == "ddp":
                                 r = run_reference(system, job, model, seed, link, links, args, workdir, cap)
                             else:

@@ -52,7 +52,8 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     std::string kind;
     ProcessSpec spec;             // to start it again
     int restarts = 0;
-    int epochs_done = 0;          // from its epoch_end events: where a restart resumes
+    int epochs_done = 0;          // worker: from its epoch_end events, where a restart resumes
+    int port = 0;                 // PS shard: from its listening event, where a restart listens
     bool stop_requested = false;
     std::shared_ptr<asio::steady_timer> restart_timer;  // set while waiting to restart
   };
@@ -252,6 +253,8 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
                  "--momentum", std::to_string(ps_momentum(job_from_json(spec))),
                  "--threads", std::to_string(threads),
                  "--bind", opt.task_bind_address,
+                 "--checkpoint", (dir / "shard.ckpt").string(),
+                 "--checkpoint-interval", std::to_string(opt.ps_checkpoint_interval.count() / 1000.0),
                  "--log-level", opt.log_level};
     } else if (kind == "worker") {
       const fs::path spec_path = dir / "job.json";
@@ -314,27 +317,33 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     supervisor.stop(it->second.pid, opt.task_stop_grace);
   }
 
-  // A worker that dies is started again (bounded, with back-off): it reconnects, takes
-  // the PS's current parameters and resumes after the last epoch it finished.
+  // A task that dies is started again (bounded, with back-off). A worker reconnects,
+  // takes the PS's current parameters and resumes after the last epoch it finished; a PS
+  // shard listens on the port it had (so the workers' endpoint lists stay valid), loads
+  // its latest checkpoint, and the workers reconnect and resync with a dense pull.
   bool maybe_restart(const std::string& key, Task& t, const ExitStatus& st) {
-    if (shutting_down || t.stop_requested || t.kind != "worker" || (st.exit_code == 0 && st.signal == 0) ||
-        t.restarts >= opt.task_max_restarts) {
+    if (shutting_down || t.stop_requested || (t.kind != "worker" && t.kind != "ps") ||
+        (st.exit_code == 0 && st.signal == 0) || t.restarts >= opt.task_max_restarts) {
       return false;
     }
     ++t.restarts;
     const auto delay = std::chrono::milliseconds(500) * (1 << std::min(t.restarts - 1, 6));
-    spdlog::warn("{} {}: restart {} of {} in {} ms, resuming after epoch {}", key, st.describe(), t.restarts,
-                 opt.task_max_restarts, delay.count(), t.epochs_done);
-    send("task_event", {{"job", t.job},
-                        {"task", t.name},
-                        {"generation", t.generation},
-                        {"event",
-                         {{"event", "restarting"},
-                          {"attempt", t.restarts},
-                          {"max_restarts", opt.task_max_restarts},
-                          {"reason", st.describe()},
-                          {"last_error", t.last_error},
-                          {"resume_epoch", t.epochs_done}}}});
+    json ev{{"event", "restarting"},
+            {"kind", t.kind},
+            {"attempt", t.restarts},
+            {"max_restarts", opt.task_max_restarts},
+            {"reason", st.describe()},
+            {"last_error", t.last_error}};
+    if (t.kind == "worker") {
+      spdlog::warn("{} {}: restart {} of {} in {} ms, resuming after epoch {}", key, st.describe(), t.restarts,
+                   opt.task_max_restarts, delay.count(), t.epochs_done);
+      ev["resume_epoch"] = t.epochs_done;
+    } else {
+      spdlog::warn("{} {}: restart {} of {} in {} ms, on port {} from its latest checkpoint", key, st.describe(),
+                   t.restarts, opt.task_max_restarts, delay.count(), t.port);
+      ev["port"] = t.port;
+    }
+    send("task_event", {{"job", t.job}, {"task", t.name}, {"generation", t.generation}, {"event", ev}});
     t.last_error.clear();
     t.pid = -1;
     t.restart_timer = std::make_shared<asio::steady_timer>(io, delay);
@@ -347,8 +356,16 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       auto& task = it->second;
       task.restart_timer.reset();
       ProcessSpec ps = task.spec;
-      ps.argv.push_back("--resume-epoch");
-      ps.argv.push_back(std::to_string(task.epochs_done));
+      if (task.kind == "worker") {
+        ps.argv.push_back("--resume-epoch");
+        ps.argv.push_back(std::to_string(task.epochs_done));
+      } else if (task.port > 0) {
+        // The same port (the shard binds it with SO_REUSEADDR): the workers and the
+        // leader keep their endpoint. A shard that died before it listened gets a fresh
+        // one, which it announces as at its first start.
+        ps.argv.push_back("--port");
+        ps.argv.push_back(std::to_string(task.port));
+      }
       try {
         task.pid = self->spawn(key, ps);
         spdlog::info("restarted {} (pid {})", key, task.pid);
@@ -373,7 +390,10 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       ev = {{"event", "log"}, {"line", line}};
     }
     const std::string kind = ev.value("event", "");
-    if (kind == "listening") ev["address"] = opt.advertise_address;
+    if (kind == "listening") {
+      ev["address"] = opt.advertise_address;
+      t.port = ev.value("port", 0);
+    }
     if (kind == "epoch_end") t.epochs_done = std::max(t.epochs_done, ev.value("epoch", 0));
     if (kind == "error") t.last_error = ev.value("message", "");
     send("task_event", {{"job", t.job}, {"task", t.name}, {"generation", t.generation}, {"event", ev}},

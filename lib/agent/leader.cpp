@@ -58,6 +58,8 @@ struct TaskRec {
   std::string exit;        // ExitStatus::describe()
   bool ok_exit = false;
   int restarts = 0;
+  std::string recovery;    // PS shard: how its last restart recovered its state
+  int resyncs = 0;         // worker: times it reconnected to restarted PS shards
 };
 
 struct JobRec {
@@ -434,6 +436,8 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       if (!t.exit.empty()) tj["exit"] = t.exit;
       if (!t.last_error.empty()) tj["error"] = t.last_error;
       if (t.restarts > 0) tj["restarts"] = t.restarts;
+      if (!t.recovery.empty()) tj["recovery"] = t.recovery;
+      if (t.resyncs > 0) tj["resyncs"] = t.resyncs;
       tasks.push_back(tj);
     }
     json out = summary(j);
@@ -743,9 +747,50 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   void on_task_event(JobRec& j, TaskRec& t, const json& ev) {
     const std::string kind = ev.value("event", "");
     if (kind == "listening" && t.kind == "ps") {
+      const int port = ev.value("port", 0);
+      const std::string address = ev.value("address", agents.at(t.agent).address);
+      if (t.restarts > 0) {
+        // A restarted shard: it must be where the workers expect it (moving it would
+        // need a new generation and new workers, which nothing does yet).
+        const auto& ck = ev.contains("checkpoint") ? ev["checkpoint"] : json(nullptr);
+        if (ck.is_object() && ck.value("restored", false)) {
+          t.recovery = "restored from its checkpoint (" + std::to_string(ck.value("partitions", 0)) +
+                       " partitions, " + std::to_string(ck.value("pushes", std::uint64_t{0})) + " pushes)";
+        } else if (ck.is_object()) {
+          t.recovery = "checkpoint refused (" + ck.value("error", std::string("?")) +
+                       "); rebuilt from the workers' replicas";
+        } else {
+          t.recovery = "no checkpoint yet; rebuilt from the workers' replicas";
+        }
+        spdlog::warn("job {}: {} on {} listens again on {}:{}, {}", j.id, t.name, t.agent, address, port,
+                     t.recovery);
+        json e{{"event", "ps_recovered"}, {"task", t.name}, {"endpoint", address + ":" + std::to_string(port)},
+               {"recovery", t.recovery}};
+        event(j, e);
+        notify(j, e);
+        if (!(ck.is_object() && ck.value("restored", false)) && j.state == "running") {
+          // The shard forgot which workers finished; one that has already exited cannot
+          // tell it again, so worker 0 would wait for it until its finish timeout.
+          for (const auto& w : j.tasks) {
+            if (w.kind == "worker" && w.state == "exited" && w.ok_exit) {
+              t.state = "running";
+              t.port = port;
+              t.address = address;
+              return fail_job(j, t.name + " on agent " + t.agent + " restarted without its state (" + t.recovery +
+                                     ") after " + w.name + " had finished; the other workers cannot learn that");
+            }
+          }
+        }
+        if (t.port > 0 && (port != t.port || address != t.address) && j.state == "running") {
+          t.state = "running";
+          return fail_job(j, t.name + " on agent " + t.agent + " restarted on " + address + ":" +
+                                 std::to_string(port) + " instead of " + t.address + ":" + std::to_string(t.port) +
+                                 "; its workers cannot follow it there");
+        }
+      }
       t.state = "running";
-      t.port = ev.value("port", 0);
-      t.address = ev.value("address", agents.at(t.agent).address);
+      t.port = port;
+      t.address = address;
       if (j.state == "starting" &&
           std::all_of(j.tasks.begin(), j.tasks.end(), [](auto& x) { return x.kind != "ps" || x.port > 0; })) {
         start_workers(j);
@@ -755,11 +800,24 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     if (kind == "started") t.state = "running";
     if (kind == "restarting") {
       t.restarts = ev.value("attempt", t.restarts + 1);
-      spdlog::warn("job {}: {} on {} {}; restart {} of {}, resuming after epoch {}", j.id, t.name, t.agent,
-                   ev.value("reason", "died"), t.restarts, ev.value("max_restarts", 0), ev.value("resume_epoch", 0));
+      if (t.kind == "ps") {
+        spdlog::warn("job {}: {} on {} {}; restart {} of {}, from its latest checkpoint", j.id, t.name, t.agent,
+                     ev.value("reason", "died"), t.restarts, ev.value("max_restarts", 0));
+      } else {
+        spdlog::warn("job {}: {} on {} {}; restart {} of {}, resuming after epoch {}", j.id, t.name, t.agent,
+                     ev.value("reason", "died"), t.restarts, ev.value("max_restarts", 0), ev.value("resume_epoch", 0));
+      }
       event(j, ev);
     }
     if (kind == "error") t.last_error = ev.value("message", "");
+    if (kind == "ps_resync") {
+      t.resyncs = ev.value("resyncs", t.resyncs + 1);
+      spdlog::info("job {}: {} reconnected to PS shard {} and resynced ({})", j.id, t.name, ev.value("shard", -1),
+                   ev.value("reason", ""));
+      json e = ev;
+      e["task"] = t.name;
+      event(j, e);
+    }
     if (t.kind == "worker") {
       if (ev.contains("bytes_pushed")) j.pushed[t.index] = ev.value("bytes_pushed", std::uint64_t{0});
       if (ev.contains("bytes_pulled")) j.pulled[t.index] = ev.value("bytes_pulled", std::uint64_t{0});
@@ -782,7 +840,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       }
     }
     if (kind == "progress" || kind == "epoch_end" || kind == "started" || kind == "done" || kind == "error" ||
-        kind == "skipped_step" || kind == "restarting") {
+        kind == "skipped_step" || kind == "restarting" || kind == "ps_resync") {
       json fwd = ev;
       fwd["task"] = t.name;
       notify(j, fwd);

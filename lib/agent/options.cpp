@@ -82,6 +82,12 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
     else if (k == "heartbeat_interval") o.heartbeat_interval = ms(node, k);
     else if (k == "heartbeat_timeout") o.heartbeat_timeout = ms(node, k);
     else if (k == "task_stop_grace") o.task_stop_grace = ms(node, k);
+    else if (k == "ps_checkpoint_interval") {
+      o.ps_checkpoint_interval = ms(node, k);
+      if (o.ps_checkpoint_interval < std::chrono::milliseconds(100)) {
+        throw ConfigError(k, "expected at least 100ms, got " + std::to_string(o.ps_checkpoint_interval.count()) + "ms");
+      }
+    }
     else if (k == "log_level") o.log_level = need<std::string>(node, k, "a string");
     else if (k == "prices") {
       if (!node.is_table()) throw ConfigError(k, "expected a table of class = price per task-hour");

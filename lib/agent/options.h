@@ -28,7 +28,10 @@ struct AgentOptions {
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{10000};
   std::chrono::milliseconds task_stop_grace{10000};  ///< SIGTERM → SIGKILL delay
-  int task_max_restarts = 3;       ///< restarts of a worker that died, per task (0 = none)
+  int task_max_restarts = 3;       ///< restarts of a worker or PS shard that died, per task (0 = none)
+  /// Time between two checkpoints of a PS shard's state (its task directory, file
+  /// `shard.ckpt`); a shard also checkpoints when a worker finishes and when it stops.
+  std::chrono::milliseconds ps_checkpoint_interval{10000};
   std::string log_level = "info";
   /// Leader: price of one task-hour per hardware class ([prices] table), for the planner.
   std::map<std::string, double> prices{{"cpu", 1.0}};

@@ -154,6 +154,22 @@ struct PsClient::Impl {
     }
   }
 
+  std::exception_ptr lost(std::size_t s, const boost::system::error_code& ec) const {
+    return std::make_exception_ptr(PsConnectionLost(s, where(s) + ": connection lost: " + ec.message()));
+  }
+
+  // Closes every connection and forgets them, so that open() can start afresh.
+  void reset() {
+    close();
+    socks.clear();
+    broken = false;
+  }
+
+  // Connects to every shard (retrying refused connections until `deadline`), runs the
+  // authentication handshake and says hello.
+  // `bound` (the time from the first attempt to `deadline`) is for the error message.
+  void open(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds bound);
+
   // Reads one reply frame on `shard` and hands it to `on_frame`, which may request the
   // payload be read into `dst` (returns the destination span or empty to skip).
   struct ReadOp {
@@ -185,7 +201,7 @@ struct PsClient::Impl {
       auto* op = ops[s].get();
       asio::async_read(*socks[s], asio::buffer(op->hdr), [&, s, left, op](auto ec, std::size_t n) {
         pulled += n;
-        if (ec) return fail(std::make_exception_ptr(IoError(where(s) + ": " + ec.message())));
+        if (ec) return fail(lost(s, ec));
         wire::FrameHeader h;
         try {
           h = wire::decode_header(std::span<const std::byte, wire::kHeaderSize>(op->hdr), opt.limits);
@@ -214,7 +230,7 @@ struct PsClient::Impl {
         }
         asio::async_read(*socks[s], asio::buffer(d.data(), d.size()), [&, s, left, h](auto ec2, std::size_t m) {
           pulled += m;
-          if (ec2) return fail(std::make_exception_ptr(IoError(where(s) + ": " + ec2.message())));
+          if (ec2) return fail(lost(s, ec2));
           if (after) {
             try {
               after(s, h);
@@ -232,7 +248,7 @@ struct PsClient::Impl {
         ++pending;
         asio::async_write(*socks[s], bufs[s], [&, s](auto ec, std::size_t n) {
           pushed += n;
-          if (ec) return fail(std::make_exception_ptr(IoError(where(s) + ": " + ec.message())));
+          if (ec) return fail(lost(s, ec));
           --pending;
         });
       }
@@ -274,9 +290,10 @@ PsClient::~PsClient() {
   if (impl_) impl_->close();
 }
 
-void PsClient::connect() {
-  auto& im = *impl_;
-  const auto deadline = std::chrono::steady_clock::now() + im.opt.timeout;
+void PsClient::connect() { impl_->open(std::chrono::steady_clock::now() + impl_->opt.timeout, impl_->opt.timeout); }
+
+void PsClient::Impl::open(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds bound) {
+  auto& im = *this;
   tcp::resolver resolver(im.io);
   for (std::size_t s = 0; s < im.endpoints.size(); ++s) {
     boost::system::error_code ec;
@@ -291,8 +308,8 @@ void PsClient::connect() {
         break;
       }
       if (std::chrono::steady_clock::now() >= deadline) {
-        throw TimeoutError(im.where(s) + ": cannot connect within " +
-                           std::to_string(im.opt.timeout.count()) + " ms: " + ec.message());
+        throw TimeoutError(im.where(s) + ": cannot connect within " + std::to_string(bound.count()) +
+                           " ms: " + ec.message());
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -517,6 +534,40 @@ std::uint32_t PsClient::done() {
 
 std::uint32_t PsClient::workers_done() {
   return count_exchange(*impl_, wire::MessageType::kQuery, wire::MessageType::kQueryReply, "query");
+}
+
+void PsClient::resync(std::span<float> params) {
+  auto& im = *impl_;
+  if (params.size() != static_cast<std::size_t>(im.layout.total_floats)) {
+    throw ConfigError("model", "resync into " + std::to_string(params.size()) + " floats, layout has " +
+                                   std::to_string(im.layout.total_floats));
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + im.opt.reconnect_timeout;
+  auto delay = std::chrono::milliseconds(100);
+  std::string last;
+  for (int attempt = 1;; ++attempt) {
+    im.reset();
+    try {
+      im.open(deadline, im.opt.reconnect_timeout);
+      init(params);
+      pull(params);
+      return;
+    } catch (const IoError& e) {
+      last = e.what();
+    } catch (const TimeoutError& e) {
+      last = e.what();
+    } catch (const ProtocolError& e) {
+      last = e.what();
+    }
+    if (Clock::now() + delay >= deadline) {
+      im.reset();
+      throw IoError("could not reconnect to the PS shards within " + std::to_string(im.opt.reconnect_timeout.count()) +
+                    " ms (" + std::to_string(attempt) + " attempts); last failure: " + last);
+    }
+    std::this_thread::sleep_for(delay);
+    delay = std::min(delay * 2, std::chrono::milliseconds(2000));
+  }
 }
 
 std::uint64_t PsClient::bytes_pushed() const { return impl_->pushed; }

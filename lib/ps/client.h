@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/errors.h"
 #include "ps/partition.h"
 #include "wire/frame.h"
 
@@ -42,16 +43,34 @@ struct PsClientOptions {
   /// fail when no read or write completed for this long (a call that keeps receiving
   /// replies goes on; time this worker spent suspended is not silence).
   std::chrono::milliseconds timeout{60000};
+  /// Bound on resync(): how long a worker keeps trying to reach a shard that went away
+  /// (e.g. while its agent restarts it).
+  std::chrono::milliseconds reconnect_timeout{60000};
   /// This worker will use sparse pulls: its dense pulls ask the shards to record what it
   /// holds (x_seen), which costs the shard a copy of its partitions per worker.
   bool sparse_downlink = false;
   wire::FrameLimits limits;
 };
 
+/// A connection to a PS shard was lost in the middle of a call: closed or reset by the
+/// shard, or a socket error (the shard process may have died and be restarting).
+/// PsClient::resync() reconnects. A shard that refused a request (an error frame), a
+/// malformed reply or a timeout are other errors.
+class PsConnectionLost : public IoError {
+ public:
+  PsConnectionLost(std::size_t shard, const std::string& message) : IoError(message), shard_(shard) {}
+  /// Index of the shard whose connection was lost.
+  std::size_t shard() const noexcept { return shard_; }
+
+ private:
+  std::size_t shard_;
+};
+
 /// Push/pull of the flat parameter vector against every PS shard of a job (the
 /// ps-lite `Push / Pull` shape, blocking). Shards are served in parallel within a call.
 ///
-/// Thread-safety: one thread at a time. Errors: IoError when a connection fails, the
+/// Thread-safety: one thread at a time. Errors: PsConnectionLost when an established
+/// connection breaks (call resync() to carry on), IoError when a connection fails, the
 /// authentication handshake fails either way (the shard refused this worker, or the
 /// shard could not prove it knows the secret) or the PS answers with an error frame,
 /// TimeoutError when the shards stay silent for `timeout`, ProtocolError when the PS's
@@ -87,6 +106,17 @@ class PsClient {
   std::uint32_t done();
   /// Smallest count of finished workers any shard reports.
   std::uint32_t workers_done();
+
+  /// Recovers from a lost connection (PsConnectionLost): closes every connection, then
+  /// reconnects to every shard with back-off (0.1 s doubling to 2 s) until
+  /// `reconnect_timeout` has passed, redoing the authentication handshake and hello;
+  /// offers `params` (total_floats, this worker's replica) as init — a shard keeps the
+  /// first init it gets for a partition, so one that restarted without a checkpoint is
+  /// rebuilt from the first replica offered — and pulls densely into `params` (which also
+  /// resets this worker's x_seen on every shard for sparse pulls). Throws IoError naming
+  /// the last failure when the shards cannot be reached again within the bound, and
+  /// ConfigError when `params` has the wrong size.
+  void resync(std::span<float> params);
 
   /// Bytes written to / read from the sockets, handshakes and frame headers included.
   std::uint64_t bytes_pushed() const;

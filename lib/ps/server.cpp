@@ -255,10 +255,19 @@ class Session : public std::enable_shared_from_this<Session> {
           r.payload_bytes = r.count * 8;
           return write(r, true);
         }
-        case MessageType::kDone:
+        case MessageType::kDone: {
           expect_hello();
           expect_codec(wire::Codec::kNone);
-          return reply(MessageType::kDoneAck, static_cast<std::uint32_t>(st.mark_done(h_.key)));
+          const auto done = static_cast<std::uint32_t>(st.mark_done(h_.key));
+          if (srv_.opt.on_done) {
+            try {
+              srv_.opt.on_done();
+            } catch (const std::exception& e) {
+              spdlog::warn("ps: recording that worker {} finished: {}", h_.key, e.what());
+            }
+          }
+          return reply(MessageType::kDoneAck, done);
+        }
         case MessageType::kQuery:
           expect_codec(wire::Codec::kNone);
           return reply(MessageType::kQueryReply, static_cast<std::uint32_t>(st.done_count()));

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,11 @@ struct PsServerOptions {
   std::chrono::milliseconds handshake_timeout{10000};
   int threads = 1;                       ///< I/O threads, >= 1
   wire::FrameLimits limits;              ///< checked before any payload allocation
+  /// Called on an I/O thread after a worker's `done` was recorded and before it is
+  /// acknowledged, so that the shard can make it durable (a checkpoint): a worker exits
+  /// only after the acknowledgement, and a restarted shard must still count it. An
+  /// exception it throws is logged and the `done` acknowledged anyway. May be empty.
+  std::function<void()> on_done;
 };
 
 /// Serves pushes and pulls for one ShardState over TCP.

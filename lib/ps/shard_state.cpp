@@ -215,4 +215,50 @@ std::size_t ShardState::done_count() const {
   return done_.size();
 }
 
+ShardSnapshot ShardState::snapshot() const {
+  ShardSnapshot snap;
+  std::vector<std::pair<std::uint32_t, Slot*>> slots;
+  {
+    std::lock_guard lock(map_mu_);
+    snap.done.assign(done_.begin(), done_.end());
+    snap.pushes = pushes_;
+    for (const auto& [k, slot] : slots_) slots.emplace_back(k, slot.get());
+  }
+  // Slots are never removed, so the pointers stay valid without map_mu_.
+  snap.partitions.reserve(slots.size());
+  for (const auto& [k, slot] : slots) {
+    ShardSnapshot::Partition p;
+    p.key = k;
+    std::lock_guard sl(slot->mu);
+    p.x = slot->x;
+    p.v = slot->v;
+    snap.partitions.push_back(std::move(p));
+  }
+  return snap;
+}
+
+void ShardState::restore(ShardSnapshot snap) {
+  std::map<std::uint32_t, std::unique_ptr<Slot>> slots;
+  for (auto& p : snap.partitions) {
+    const std::string what = "restoring partition " + std::to_string(p.key);
+    if (p.x.empty()) throw ProtocolError(what + ": no values");
+    if (momentum_ != 0.0f && p.v.size() != p.x.size()) {
+      throw ProtocolError(what + ": momentum buffer of " + std::to_string(p.v.size()) + " values for " +
+                          std::to_string(p.x.size()) + " parameters (this shard's momentum is " +
+                          std::to_string(momentum_) + ")");
+    }
+    if (momentum_ == 0.0f && !p.v.empty()) {
+      throw ProtocolError(what + ": it has a momentum buffer but this shard's momentum is 0");
+    }
+    auto slot = std::make_unique<Slot>();
+    slot->x = std::move(p.x);
+    slot->v = std::move(p.v);
+    if (!slots.emplace(p.key, std::move(slot)).second) throw ProtocolError(what + ": the key appears twice");
+  }
+  std::lock_guard lock(map_mu_);
+  slots_ = std::move(slots);
+  done_ = std::set<std::uint32_t>(snap.done.begin(), snap.done.end());
+  pushes_ = snap.pushes;
+}
+
 }  // namespace dltrain::ps

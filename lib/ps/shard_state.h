@@ -11,6 +11,21 @@
 
 namespace dltrain::ps {
 
+/// A copy of everything a PS shard needs to carry on after a restart (see checkpoint.h):
+/// every partition's parameters and momentum buffer, the workers that finished, and the
+/// push count. Per-worker x_seen is not included: a restarted shard starts without it,
+/// and every worker's first pull after reconnecting is dense, which rebuilds it.
+struct ShardSnapshot {
+  struct Partition {
+    std::uint32_t key = 0;
+    std::vector<float> x;  ///< parameters, length n >= 1
+    std::vector<float> v;  ///< momentum buffer: empty (shard momentum 0) or length n
+  };
+  std::vector<Partition> partitions;  ///< ascending key
+  std::vector<std::uint32_t> done;    ///< ranks of finished workers, ascending
+  std::uint64_t pushes = 0;
+};
+
 /// Parameters and momentum buffers of the partitions owned by one PS shard.
 ///
 /// A push of gradient g to partition p with learning rate lr applies heavy-ball momentum
@@ -75,6 +90,17 @@ class ShardState {
   std::size_t mark_done(std::uint32_t rank);
   /// Distinct workers that have finished.
   std::size_t done_count() const;
+
+  /// Copies the state (see ShardSnapshot). Each partition is copied under its own mutex
+  /// while pushes to the others go on, so with concurrent pushes the copy is consistent
+  /// per partition, not across partitions — as asynchronous SGD itself is. O(state).
+  ShardSnapshot snapshot() const;
+
+  /// Replaces the state by `snap` (a shard being restarted, before it serves anyone);
+  /// every x_seen is dropped. Throws ProtocolError, changing nothing, when a partition's
+  /// momentum buffer does not match this shard's momentum (non-empty with momentum 0,
+  /// or empty with momentum > 0), its lengths differ, or keys repeat.
+  void restore(ShardSnapshot snap);
 
  private:
   struct Slot {

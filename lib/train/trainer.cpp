@@ -170,6 +170,7 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
   popt.rank = static_cast<std::uint32_t>(cfg.rank);
   popt.num_workers = static_cast<std::uint32_t>(spec.workers);
   popt.timeout = cfg.ps_timeout;
+  popt.reconnect_timeout = cfg.ps_timeout;
   popt.sparse_downlink = spec.compression.downlink_ratio < 1.0;
   ps::PsClient client(cfg.shards, layout, popt);
   client.connect();
@@ -196,6 +197,48 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
   } total, after_warmup;
   std::int64_t skipped_steps = 0, consecutive_skips = 0;
   constexpr std::int64_t kMaxConsecutiveSkips = 20;
+
+  // A PS shard that went away (its process died; its agent restarts it on the same port
+  // from its latest checkpoint): reconnect, offer this replica as init, take the shard's
+  // parameters with a dense pull and carry on. The step whose exchange failed is lost.
+  // Bounded: each resync by the PS timeout, and resyncs in a row without a successful
+  // step by kMaxConsecutiveResyncs.
+  constexpr int kMaxConsecutiveResyncs = 10;
+  int consecutive_resyncs = 0, resyncs = 0;
+  bool done_sent = false;
+  auto recover = [&](const ps::PsConnectionLost& lost) {
+    std::string reason = lost.what();
+    std::size_t shard = lost.shard();
+    for (;;) {
+      if (++consecutive_resyncs > kMaxConsecutiveResyncs) {
+        throw IoError("worker " + std::to_string(cfg.rank) + ": lost the PS connection " +
+                      std::to_string(kMaxConsecutiveResyncs) + " times in a row without a successful step; last: " +
+                      reason);
+      }
+      const auto t0 = Clock::now();
+      try {
+        client.resync(params);
+        // A shard that restarted without a checkpoint has forgotten who finished.
+        if (done_sent) client.done();
+      } catch (const ps::PsConnectionLost& again) {
+        reason = again.what();
+        shard = again.shard();
+        continue;
+      } catch (const IoError& e) {
+        throw IoError("worker " + std::to_string(cfg.rank) + ": PS shard " + std::to_string(shard) +
+                      " went away (" + reason + ") and " + e.what());
+      }
+      flat.write_params(params);
+      ++resyncs;
+      sink({{"event", "ps_resync"},
+            {"rank", cfg.rank},
+            {"shard", shard},
+            {"reason", reason},
+            {"seconds", seconds_since(t0)},
+            {"resyncs", resyncs}});
+      return;
+    }
+  };
 
   const std::int64_t n = train_x.size(0);
   const std::int64_t bs = spec.batch_size;
@@ -275,39 +318,44 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
                                  : compress::density_at(spec.compression, pos);
       const double downlink = compress::density_at(downlink_spec, pos);
       const auto up0 = client.bytes_pushed(), down0 = client.bytes_pulled();
-      if (plain) {
-        client.push_pull(grads, lr, params);
-      } else {
-        compressor.clip(grads, spec.workers);
-        for (const auto& p : layout.partitions) {
-          const auto& e = compressor.encode(
-              p.key, std::span<const float>(grads).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length)),
-              density, static_cast<std::uint64_t>(global_step));
-          auto& pp = pushes[p.key];
-          pp.count = static_cast<std::uint32_t>(e.count());
-          pp.second = {};
-          pp.seed = e.seed;
-          switch (e.encoding) {
-            case compress::Encoding::kDense:
-              pp.codec = wire::Codec::kDenseF32;
-              pp.first = std::as_bytes(std::span<const float>(e.values));
-              break;
-            case compress::Encoding::kDenseF16:
-              pp.codec = wire::Codec::kDenseF16;
-              pp.first = std::as_bytes(std::span<const std::uint16_t>(e.half));
-              break;
-            case compress::Encoding::kSparse:
-              pp.codec = wire::Codec::kSparseF32;
-              pp.first = std::as_bytes(std::span<const std::uint32_t>(e.indices));
-              pp.second = std::as_bytes(std::span<const float>(e.values));
-              break;
-            case compress::Encoding::kSeeded:
-              pp.codec = wire::Codec::kSeededF32;
-              pp.first = std::as_bytes(std::span<const float>(e.values));
-              break;
+      try {
+        if (plain) {
+          client.push_pull(grads, lr, params);
+        } else {
+          compressor.clip(grads, spec.workers);
+          for (const auto& p : layout.partitions) {
+            const auto& e = compressor.encode(
+                p.key, std::span<const float>(grads).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length)),
+                density, static_cast<std::uint64_t>(global_step));
+            auto& pp = pushes[p.key];
+            pp.count = static_cast<std::uint32_t>(e.count());
+            pp.second = {};
+            pp.seed = e.seed;
+            switch (e.encoding) {
+              case compress::Encoding::kDense:
+                pp.codec = wire::Codec::kDenseF32;
+                pp.first = std::as_bytes(std::span<const float>(e.values));
+                break;
+              case compress::Encoding::kDenseF16:
+                pp.codec = wire::Codec::kDenseF16;
+                pp.first = std::as_bytes(std::span<const std::uint16_t>(e.half));
+                break;
+              case compress::Encoding::kSparse:
+                pp.codec = wire::Codec::kSparseF32;
+                pp.first = std::as_bytes(std::span<const std::uint32_t>(e.indices));
+                pp.second = std::as_bytes(std::span<const float>(e.values));
+                break;
+              case compress::Encoding::kSeeded:
+                pp.codec = wire::Codec::kSeededF32;
+                pp.first = std::as_bytes(std::span<const float>(e.values));
+                break;
+            }
           }
+          client.push_pull(pushes, lr, downlink, params);
         }
-        client.push_pull(pushes, lr, downlink, params);
+        consecutive_resyncs = 0;
+      } catch (const ps::PsConnectionLost& lost) {
+        recover(lost);  // this step's gradient is dropped; params now hold the PS's values
       }
       const std::uint64_t up = client.bytes_pushed() - up0, down = client.bytes_pulled() - down0;
       for (Traffic* t : {&total, &after_warmup}) {
@@ -378,10 +426,27 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
     if (last) {
       // Tell the PS this worker is done; rank 0 then waits for the others so that the
       // final accuracy is that of the finished model.
-      client.done();
+      for (;;) {
+        try {
+          client.done();
+          break;
+        } catch (const ps::PsConnectionLost& lost) {
+          recover(lost);
+        }
+      }
+      done_sent = true;
       if (cfg.rank == 0) {
         const auto deadline = Clock::now() + cfg.finish_timeout;
-        while (client.workers_done() < static_cast<std::uint32_t>(spec.workers)) {
+        auto workers_done = [&] {
+          for (;;) {
+            try {
+              return client.workers_done();
+            } catch (const ps::PsConnectionLost& lost) {
+              recover(lost);
+            }
+          }
+        };
+        while (workers_done() < static_cast<std::uint32_t>(spec.workers)) {
           if (Clock::now() >= deadline) {
             throw TimeoutError("worker 0: the other workers did not finish within " +
                                std::to_string(cfg.finish_timeout.count()) + " s");
@@ -392,7 +457,11 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
     }
     if (cfg.rank == 0) {
       const auto t_eval = Clock::now();
-      client.pull(params);  // the PS's current parameters (dense pull)
+      try {
+        client.pull(params);  // the PS's current parameters (dense pull)
+      } catch (const ps::PsConnectionLost& lost) {
+        recover(lost);  // ends with a dense pull too
+      }
       flat.write_params(params);
       recalibrate_batchnorm(module, model, train_x, 20, 250);
       const double acc = evaluate(module, model, test_x, test_y);

@@ -1,0 +1,83 @@
+// Checkpoints of a PS shard's state: a small versioned binary file, written atomically,
+// checked with CRC-32 when read (format: docs/protocol.md, "PS shard checkpoints").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ps/shard_state.h"
+
+namespace dltrain::ps {
+
+/// "DLCK" in memory order, the first 4 bytes of every checkpoint file.
+inline constexpr std::uint32_t kCheckpointMagic = 0x4B434C44;
+/// The format version this code writes and the only one it reads.
+inline constexpr std::uint16_t kCheckpointVersion = 1;
+/// Bytes of the fixed header, of each partition's header and of the CRC-32 trailer.
+inline constexpr std::size_t kCheckpointHeaderSize = 40;
+inline constexpr std::size_t kCheckpointPartitionHeaderSize = 16;
+inline constexpr std::size_t kCheckpointTrailerSize = 4;
+/// Upper bounds checked when reading, before anything is allocated: values per
+/// partition (the data plane's frame limit, 2^26) and finished-worker ranks.
+inline constexpr std::uint32_t kCheckpointMaxPartitionLength = 1u << 26;
+inline constexpr std::uint32_t kCheckpointMaxDone = 1u << 20;
+
+/// Serialises `snap` of shard `shard` of job `job` (little-endian; header, finished
+/// ranks, partitions, CRC-32 of everything before it). Throws ProtocolError when a
+/// partition is empty, longer than kCheckpointMaxPartitionLength or has a momentum
+/// buffer of another length.
+std::vector<std::byte> encode_checkpoint(const ShardSnapshot& snap, std::uint64_t job, std::uint32_t shard);
+
+/// Parses a checkpoint written for shard `shard` of job `job`. Every length is checked
+/// against the bytes that remain before anything is allocated, and the CRC-32 before any
+/// field is trusted. Throws ProtocolError naming the problem: too short (truncated), bad
+/// magic or version, checksum mismatch (corrupted), another job or shard, a length that
+/// runs past the end, keys or ranks not strictly ascending, trailing bytes.
+ShardSnapshot decode_checkpoint(std::span<const std::byte> bytes, std::uint64_t job, std::uint32_t shard);
+
+/// Writes `bytes` to `path` atomically: to `path + ".tmp"` (mode 0600, truncated first,
+/// so a stale temporary file from a crash is simply overwritten), fsync, rename over
+/// `path`, fsync of the directory. A crash at any point leaves either the old file or
+/// the new one at `path`. Throws IoError naming the step that failed.
+void write_file_atomically(const std::string& path, std::span<const std::byte> bytes);
+
+/// Reads the checkpoint at `path`: std::nullopt when there is none (ENOENT); throws
+/// IoError when it cannot be read and ProtocolError when it is refused (decode_checkpoint).
+std::optional<ShardSnapshot> read_checkpoint_file(const std::string& path, std::uint64_t job, std::uint32_t shard);
+
+/// Writes checkpoints of one shard's state to one file.
+///
+/// Thread-safety: save() may be called from any thread; calls are serialised (they share
+/// the temporary file).
+class ShardCheckpointer {
+ public:
+  ShardCheckpointer(std::string path, std::uint64_t job, std::uint32_t shard, std::shared_ptr<ShardState> state);
+
+  /// Snapshots the state and writes it atomically. Returns false, writing nothing, while
+  /// the shard holds no partition (so an empty state never replaces a checkpoint that
+  /// could still be loaded); true once written. Throws IoError when writing fails (the
+  /// previous checkpoint is then still in place).
+  bool save();
+
+  /// The checkpoint file's path, as given.
+  const std::string& path() const { return path_; }
+  /// Checkpoints written so far, and the size in bytes of the last one.
+  std::uint64_t saves() const;
+  std::uint64_t last_bytes() const;
+
+ private:
+  const std::string path_;
+  const std::uint64_t job_;
+  const std::uint32_t shard_;
+  const std::shared_ptr<ShardState> state_;
+  mutable std::mutex mu_;
+  std::uint64_t saves_ = 0, last_bytes_ = 0;
+};
+
+}  // namespace dltrain::ps
