@@ -496,6 +496,9 @@ def main():
                     help="an earlier run's e2e.json: its results for (model, link, system, seed) and its goodput "
                          "for links this run does not measure are kept in the tables, goals and plot")
     args = ap.parse_args()
+    # SIGTERM (and SIGINT, which a shell ignores in background jobs) unwind like Ctrl-C,
+    # so the clusters, processes and namespaces are removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.report:
         with open(args.report) as f:
             data = json.load(f)
