@@ -541,9 +541,10 @@ TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {
 }
 
 TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers) {
-  // Long enough that no worker has finished by the second checkpoint (a shard restarted
-  // without its state cannot learn that a worker that already exited had finished).
-  auto k = write_job("corrupt-ckpt", kShortCnn + "epochs = 6\n" + kShortOptimizer);
+  // Long enough that no worker has finished by the second checkpoint, ~20 s in, even on
+  // an idle machine (a shard restarted without its state cannot learn that a worker that
+  // already exited had finished).
+  auto k = write_job("corrupt-ckpt", kShortCnn + "epochs = 16\n" + kShortOptimizer);
   auto rk = run(client_ + " submit " + k.string() + " --json", 30);
   ASSERT_EQ(rk.code, 0) << rk.out;
   const std::string job = json::parse(last_line(rk.out))["job"];
