@@ -112,6 +112,21 @@ class Cluster : public ::testing::Test {
     return st;
   }
 
+  // Waits until `job` has `tasks` tasks and every one of them reports it runs; false
+  // after `timeout_s`.
+  static bool wait_all_tasks_running(const std::string& job, std::size_t tasks, int timeout_s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto st = status(job);
+      if (st["tasks"].size() == tasks && std::all_of(st["tasks"].begin(), st["tasks"].end(),
+                                                     [](const json& t) { return t["state"] == "running"; })) {
+        return true;
+      }
+      std::this_thread::sleep_for(200ms);
+    }
+    return false;
+  }
+
   // Processes of `job`'s tasks (their working directory or command line is in one of
   // the agents' task directories; `task` narrows to one task, e.g. "worker-1-g1").
   static std::vector<int> task_pids(const std::string& job, const std::string& task = "") {
@@ -220,15 +235,7 @@ ps_shards = 1
   const std::string job = json::parse(last_line(rc.out))["job"];
   ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
   // Wait until every task reported it runs, and its process is there.
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  bool all_running = false;
-  while (!all_running && std::chrono::steady_clock::now() < deadline) {
-    auto st = status(job);
-    all_running = st["tasks"].size() == 3 && std::all_of(st["tasks"].begin(), st["tasks"].end(),
-                                                         [](const json& t) { return t["state"] == "running"; });
-    if (!all_running) std::this_thread::sleep_for(200ms);
-  }
-  ASSERT_TRUE(all_running) << status(job).dump();
+  ASSERT_TRUE(wait_all_tasks_running(job, 3, 60)) << status(job).dump();
   EXPECT_EQ(task_pids(job).size(), 3u);  // 1 PS shard + 2 workers
   auto cancel = run(client_ + " cancel " + job, 30);
   EXPECT_EQ(cancel.code, 0) << cancel.out;
@@ -251,15 +258,7 @@ ps_shards = 1
   auto rc = run(client_ + " submit " + c.string() + " --json", 30);
   ASSERT_EQ(rc.code, 0) << rc.out;
   const std::string job = json::parse(last_line(rc.out))["job"];
-  const auto deadline = std::chrono::steady_clock::now() + 90s;
-  bool all_running = false;
-  while (!all_running && std::chrono::steady_clock::now() < deadline) {
-    auto st = status(job);
-    all_running = st["tasks"].size() == 3 && std::all_of(st["tasks"].begin(), st["tasks"].end(),
-                                                         [](const json& t) { return t["state"] == "running"; });
-    if (!all_running) std::this_thread::sleep_for(200ms);
-  }
-  ASSERT_TRUE(all_running) << status(job).dump();
+  ASSERT_TRUE(wait_all_tasks_running(job, 3, 90)) << status(job).dump();
 
   // Every task directory of the job holds the same secret, in a file of mode 0600.
   std::vector<fs::path> dirs;
