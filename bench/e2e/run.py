@@ -187,25 +187,33 @@ def run_local(cmds, hosts, cap, log_prefix, env=None):
     threads = [threading.Thread(target=reader, args=(i, p), daemon=True) for i, p in enumerate(procs)]
     for t in threads:
         t.start()
-    usage, capped = [None] * len(procs), False
+    usage, capped, stopped_at = [None] * len(procs), False, None
     deadline = t0 + cap
     pending = set(range(len(procs)))
-    while pending:
-        for i in list(pending):
-            pid, status, ru = os.wait4(procs[i].pid, os.WNOHANG)
-            if pid:
-                usage[i] = {"peak_rss_bytes": ru.ru_maxrss * 1024, "cpu_seconds": ru.ru_utime + ru.ru_stime,
-                            "exit_status": os.waitstatus_to_exitcode(status), "before_cap": not capped}
-                procs[i].returncode = usage[i]["exit_status"]
-                pending.discard(i)
-        if pending and time.time() > deadline and not capped:
-            capped = True
-            for i in pending:
-                os.killpg(procs[i].pid, signal.SIGTERM)
-        time.sleep(0.05)
+    try:
+        while pending:
+            for i in list(pending):
+                pid, status, ru = os.wait4(procs[i].pid, os.WNOHANG)
+                if pid:
+                    usage[i] = {"peak_rss_bytes": ru.ru_maxrss * 1024, "cpu_seconds": ru.ru_utime + ru.ru_stime,
+                                "exit_status": os.waitstatus_to_exitcode(status), "before_cap": not capped}
+                    procs[i].returncode = usage[i]["exit_status"]
+                    pending.discard(i)
+            if pending and time.time() > deadline and not capped:
+                capped, stopped_at = True, time.time() - t0
+                for i in pending:
+                    os.killpg(procs[i].pid, signal.SIGTERM)
+            time.sleep(0.05)
+    finally:
+        # On an error or a signal here, no process of the run outlives it.
+        for i in pending:
+            try:
+                os.killpg(procs[i].pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     for t in threads:
         t.join(timeout=5)
-    return t0, events, usage, capped
+    return t0, events, usage, capped, stopped_at
 
 
 def run_reference(system, job, model, seed, link, links, args, workdir, cap=None):
@@ -223,7 +231,7 @@ def run_reference(system, job, model, seed, link, links, args, workdir, cap=None
     # gloo finds its interface from the host name, which is 127.0.0.1 inside a namespace.
     env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0" if hosts else "lo")
     cap = cap or args.cap_seconds
-    t0, events, usage, capped = run_local(cmds, hosts, cap, os.path.join(workdir, f"{system}-{model}"),
+    t0, events, usage, capped, stopped_at = run_local(cmds, hosts, cap, os.path.join(workdir, f"{system}-{model}"),
                                           env)
     b1 = link_bytes(links) if system == "ddp" else None
     if any(u["exit_status"] != 0 and u["before_cap"] for u in usage):
@@ -236,7 +244,8 @@ def run_reference(system, job, model, seed, link, links, args, workdir, cap=None
     started = next((e for e in rank0 if e.get("event") == "started"), {})
     rec = {"system": system, "model": model, "link": link, "seed": seed, "workers": n, "capped": capped,
            "cap_seconds": cap, "curve": curve, "final_accuracy": curve[-1]["test_accuracy"] if curve else None,
-           "wall_seconds": max((e["arrival"] for evs in events for e in evs), default=None),
+           "wall_seconds": max([e["arrival"] for evs in events for e in evs] + ([stopped_at] if stopped_at else []),
+                               default=None),
            "images_per_sec_per_worker": statistics.mean(ips), "images_per_sec_total": sum(ips),
            "processes": [{"process": "ddp-rank" if system == "ddp" else system, **u} for u in usage]}
     if system == "ddp":
@@ -272,27 +281,35 @@ def run_dltrain(cluster, system, job, model, seed, link, links, args, cap_second
     timer = threading.Timer(cap_seconds, cap)
     timer.daemon = True
     timer.start()
-    with ProcWatch() as watch:
-        for line in p.stdout:
-            ev = json.loads(line)
-            t = time.time() - t0
-            kind = ev.get("event")
-            if kind == "submitted":
-                job_id = ev["job"]
-            elif kind == "epoch_end":
-                ips.setdefault(ev.get("rank", 0), []).append(ev["images_per_sec"])
-                if "test_accuracy" in ev:
-                    curve.append({"epoch": ev["epoch"], "seconds": t, "test_accuracy": ev["test_accuracy"]})
-            elif kind == "done":
-                steps[ev.get("task", ev.get("rank"))] = ev.get("steps", 0)
-            elif kind == "summary":
-                summary = ev
-        p.wait(timeout=120)
-    timer.cancel()
+    try:
+        with ProcWatch() as watch:
+            for line in p.stdout:
+                ev = json.loads(line)
+                t = time.time() - t0
+                kind = ev.get("event")
+                if kind == "submitted":
+                    job_id = ev["job"]
+                elif kind == "epoch_end":
+                    ips.setdefault(ev.get("rank", 0), []).append(ev["images_per_sec"])
+                    if "test_accuracy" in ev:
+                        curve.append({"epoch": ev["epoch"], "seconds": t, "test_accuracy": ev["test_accuracy"]})
+                elif kind == "done":
+                    steps[ev.get("task", ev.get("rank"))] = ev.get("steps", 0)
+                elif kind == "summary":
+                    summary = ev
+            p.wait(timeout=120)
+    finally:
+        timer.cancel()
+        if p.poll() is None:
+            # An error or a signal: cancel the job so that no task outlives the run.
+            if job_id:
+                cluster.client("cancel", job_id, check=False)
+            p.kill()
     b1 = link_bytes(links)
     if summary is None or (summary["state"] != "succeeded" and not capped):
         raise RuntimeError(f"{system} {model} on {link}: {summary}")
-    total_steps = sum(steps.values()) or None
+    # A stopped job's workers send no final step counts: its bytes per step are unknown.
+    total_steps = (sum(steps.values()) or None) if not capped else None
     per = [statistics.mean(v) for v in ips.values()]
     rec = {"system": system, "model": model, "link": link, "seed": seed, "workers": n, "capped": capped,
            "cap_seconds": cap_seconds,
@@ -423,8 +440,9 @@ def ratios(results, goodputs, size, targets_by_model):
                         ran = min(r["wall_seconds"] for r in peer_runs)
                         how = f"stopped at {ran:.0f} s" if any(r["capped"] for r in peer_runs) else \
                             f"ended at {ran:.0f} s below it"
+                        # A lower bound below the goal decides nothing: the peer was stopped too early.
                         out.append({"goal": goal, "model": model, "link": link, "value": None,
-                                    "lower_bound": ran / t_dgc, "met": ran / t_dgc >= need,
+                                    "lower_bound": ran / t_dgc, "met": True if ran / t_dgc >= need else None,
                                     "note": f"{peer} never reached it: {how}"})
                     t85_dgc, t85_peer = m(dgc, model, link, "seconds_to_0.85"), m(peer, model, link, "seconds_to_0.85")
                     if t85_dgc and t85_peer:
@@ -521,6 +539,12 @@ def main():
         "test_samples": 0 if args.full else 5000,
         "epochs": {"cnn": 6, "mlp-large": 4} if args.full else {"cnn": 3, "mlp-large": 4},
     }
+    for link in size["links"]:
+        if link != "loopback" and link not in RATES:
+            sys.exit(f"e2e: --links: unknown link \"{link}\" (expected loopback, 1gbit or 100mbit)")
+    for model in size["models"]:
+        if model not in MODELS:
+            sys.exit(f"e2e: --models: unknown model \"{model}\" (expected {', '.join(MODELS)})")
     if args.train_samples is not None:
         size["train_samples"] = args.train_samples
     if not isinstance(size["train_samples"], dict):
@@ -539,9 +563,11 @@ def main():
     def record(r):
         summarize_curve(r, {"target": targets_by_model[r["model"]], "0.85": 0.85})
         results.append(r)
+        ips = r["images_per_sec_per_worker"]
         print(f"[{r['link']}] {r['model']} {r['system']} seed {r['seed']}: final {r['final_accuracy']}, "
               f"to target {r['seconds_to_target']}, to 0.85 {r['seconds_to_0.85']}, wall {r['wall_seconds']:.1f} s, "
-              f"{r['images_per_sec_per_worker']:.0f} img/s/worker" + (" (capped)" if r["capped"] else "") +
+              + (f"{ips:.0f} img/s/worker" if ips is not None else "no epoch finished")
+              + (" (capped)" if r["capped"] else "") +
               f"  [{time.time() - started:.0f} s elapsed]", flush=True)
 
     for model in size["models"]:
@@ -597,7 +623,8 @@ def main():
         size["models"] = [m for m in MODELS if any(r["model"] == m for r in results)]
     meta = {"date": datetime.date.today().isoformat(), "command": command,
             "machine": f"{os.cpu_count()} cores, {platform.machine()}, {platform.platform()}",
-            "elapsed_seconds": elapsed, "size": size, "workers": args.workers, "cap_seconds": args.cap_seconds}
+            "elapsed_seconds": elapsed, "size": size, "workers": args.workers, "cap_seconds": args.cap_seconds,
+            "goodput_rounds": args.goodput_rounds}
     meta["runs"] = earlier + [{k: meta[k] for k in ("date", "command", "elapsed_seconds", "cap_seconds")}]
     write_outputs(args, meta, results, goodputs, size)
 
@@ -607,6 +634,8 @@ def write_outputs(args, meta, results, goodputs, size):
     targets_by_model = {m: MODELS[m]["target"] for m in MODELS}
     goals = ratios(results, goodputs, size, targets_by_model)
     args.cap_seconds = meta["cap_seconds"]
+    args.workers = meta.get("workers", args.workers)
+    args.goodput_rounds = meta.get("goodput_rounds", args.goodput_rounds)
     with open(os.path.join(args.out, "e2e.json"), "w") as f:
         json.dump({"meta": meta, "goals": goals, "goodput": goodputs, "results": results}, f, indent=2)
     md = ["Commands: " + "; then ".join(f"`{r['command']}` ({r['elapsed_seconds'] / 60:.1f} min)" for r in meta["runs"]) +
@@ -621,7 +650,8 @@ def write_outputs(args, meta, results, goodputs, size):
     md += ["", "### Goals", "", "| goal | model | link | value | met |", "|---|---|---|---|---|"]
     for g in goals:
         v = f"{g['value']:.3f}" if g.get("value") is not None else f"≥ {g['lower_bound']:.2f} ({g['note']})"
-        md.append(f"| {g['goal']} | {g.get('model', '')} | {g.get('link', '')} | {v} | {'yes' if g['met'] else 'no'} |")
+        met = {True: "yes", False: "no", None: "undecided (stopped too early)"}[g["met"]]
+        md.append(f"| {g['goal']} | {g.get('model', '')} | {g.get('link', '')} | {v} | {met} |")
     text = "\n".join(md) + "\n"
     with open(os.path.join(args.out, "e2e.md"), "w") as f:
         f.write(text)
