@@ -1,6 +1,7 @@
 // The leader's control endpoint over real loopback sockets: /healthz, bearer tokens,
 // malformed messages, job validation errors; with an agent played by hand: job secrets
 // and generations in task messages.
+#include <algorithm>
 #include <deque>
 #include <filesystem>
 #include <thread>
@@ -130,38 +131,32 @@ class FakeAgent {
   wire::Envelope request(const std::string& type, const nlohmann::json& body) {
     const std::string id = "f" + std::to_string(next_id_++);
     link_->send(wire::make_request(id, type, body));
-    std::optional<wire::Envelope> reply;
-    run_until([&] {
-      for (auto it = replies_.begin(); it != replies_.end(); ++it) {
-        if (it->id == id) {
-          reply = *it;
-          replies_.erase(it);
-          return true;
-        }
-      }
-      return false;
-    });
+    auto reply = take(replies_, [&](const wire::Envelope& e) { return e.id == id; });
     if (!reply) throw TimeoutError("no reply to " + type + " within 10 s");
     return *reply;
   }
 
   // The next request of `type` from the leader, waiting up to 10 s.
   std::optional<wire::Envelope> next(const std::string& type) {
+    return take(requests_, [&](const wire::Envelope& e) { return e.type == type; });
+  }
+
+ private:
+  // Removes and returns the first message of `from` that `match` accepts, running the
+  // connection until one arrives (at most 10 s).
+  std::optional<wire::Envelope> take(std::deque<wire::Envelope>& from,
+                                     const std::function<bool(const wire::Envelope&)>& match) {
     std::optional<wire::Envelope> got;
     run_until([&] {
-      for (auto it = requests_.begin(); it != requests_.end(); ++it) {
-        if (it->type == type) {
-          got = *it;
-          requests_.erase(it);
-          return true;
-        }
-      }
-      return false;
+      const auto it = std::find_if(from.begin(), from.end(), match);
+      if (it == from.end()) return false;
+      got = *it;
+      from.erase(it);
+      return true;
     });
     return got;
   }
 
- private:
   void run_until(const std::function<bool()>& done) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     io_.restart();
@@ -286,6 +281,7 @@ TEST(LeaderTasks, MessagesOfAnOlderGenerationAreRefusedAndTheSecretStaysWithTheT
 
   // The shard's "listening" event as a task of the previous generation would send it:
   // refused, and the job does not move on.
+  // The port the fake PS shard reports: only relayed to the worker, never bound or dialled.
   const nlohmann::json listening{{"event", "listening"}, {"port", 5555}, {"address", "127.0.0.1"}};
   auto stale =
       agent.request("task_event", {{"job", job}, {"task", "ps-0"}, {"generation", gen - 1}, {"event", listening}});
