@@ -148,6 +148,27 @@ void print_event(const json& e) {
     std::cout << job << " [" << task << "] lost PS shard " << e.value("shard", -1) << " ("
               << e.value("reason", "") << "); reconnected and resynced in " << fmt(e.value("seconds", 0.0), 1)
               << " s" << std::endl;
+  } else if (kind == "recovering") {
+    std::cout << job << ": " << e.value("reason", "") << "; stopping its tasks to re-assign it" << std::endl;
+  } else if (kind == "waiting_for_agent") {
+    std::cout << job << ": no agent has free cores for " << e["tasks"].dump() << "; waiting up to "
+              << fmt(e.value("timeout_ms", 0) / 1000.0, 0) << " s for one" << std::endl;
+  } else if (kind == "reassigned") {
+    std::cout << job << ": re-assigned as generation " << e.value("generation", 0);
+    for (const auto& m : e["moved"]) {
+      std::cout << "; " << m.value("task", "") << " " << m.value("from", "") << " -> " << m.value("to", "");
+    }
+    if (e.contains("replica_from")) std::cout << "; lost shard state rebuilt from " << e.value("replica_from", "") << "'s replica";
+    std::cout << std::endl;
+  } else if (kind == "stopped" && e.contains("replica")) {
+    const auto& r = e["replica"];
+    std::cout << job << " [" << task << "] stopped"
+              << (r.is_object() && r.contains("steps") ? " and saved its replica at step " + std::to_string(r.value("steps", 0))
+                                                     : std::string())
+              << std::endl;
+  } else if (kind == "replica_loaded") {
+    std::cout << job << " [" << task << "] initialises the PS shards from its replica of step " << e.value("steps", 0)
+              << std::endl;
   } else if (kind == "skipped_step") {
     std::cout << job << " [" << task << "] skipped epoch " << e.value("epoch", 0) << " step " << e.value("step", 0)
               << ": NaN/Inf loss or gradient (" << e.value("skipped_steps", 0) << " skipped so far)" << std::endl;
@@ -376,6 +397,10 @@ int main(int argc, char** argv) {
           if (t.value("resyncs", 0) > 0) std::cout << "  resynced " << t.value("resyncs", 0) << "x with restarted PS shards";
           if (t.contains("recovery")) std::cout << "  " << t.value("recovery", "");
           std::cout << std::endl;
+        }
+        if (r.value("reassignments", 0) > 0 || r.value("state", "") == "recovering") {
+          std::cout << "  generation " << r.value("generation", 0) << ", re-assigned " << r.value("reassignments", 0)
+                    << "x; last because " << r.value("recovery_reason", "") << std::endl;
         }
         if (r.contains("error")) std::cout << "  error: " << r.value("error", "") << std::endl;
         if (r.value("state", "") == "queued") {

@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
                  "checkpoint file: loaded at start when present, written periodically and at stop (\"\" = none)");
   app.add_option("--checkpoint-interval", checkpoint_interval, "seconds between checkpoints")
       ->check(CLI::Range(0.1, 86400.0));
+  std::vector<std::uint32_t> workers_done;
+  app.add_option("--workers-done", workers_done,
+                 "ranks of workers that already finished (a shard rebuilt for a re-assigned job)")
+      ->delimiter(',');
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -83,6 +87,10 @@ int main(int argc, char** argv) {
       // restarted shard still counts it and worker 0's wait for the others can end.
       opt.on_done = [checkpointer] { checkpointer->save(); };
     }
+    // Workers that finished before a re-assignment do not run again; a shard that did
+    // not restore them from its checkpoint learns them here, so worker 0's wait for the
+    // others can end.
+    for (const auto r : workers_done) state->mark_done(r);
     dltrain::ps::PsServer server(opt, state);
     server.start();
     nlohmann::json listening{{"event", "listening"}, {"port", server.port()}, {"shard", shard}};

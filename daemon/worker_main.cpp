@@ -1,9 +1,12 @@
 // dltrain-worker: one worker task of one job. Started by an agent, never by hand (but it
 // can be, for debugging). Progress goes to stdout as JSON lines; logs to stderr. The job
 // secret it proves to the PS shards is read from --secret-file (mode 0600 or stricter).
-// Exit code 2: a configuration error (e.g. a secret file readable by others); 1: any other
-// failure.
+// Exit code 2: a configuration error (e.g. a secret file readable by others); 143: stopped
+// by SIGTERM (after saving its replica to --replica-file, when it held the PS's
+// parameters); 1: any other failure.
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -37,6 +40,13 @@ std::vector<dltrain::ps::PsEndpoint> parse_endpoints(const std::string& list) {
   return out;
 }
 
+// Set by SIGTERM; the training loop and the PS client look at it (async-signal-safe: a
+// lock-free atomic store).
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void on_sigterm(int) { g_stop.store(true, std::memory_order_relaxed); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -56,8 +66,17 @@ int main(int argc, char** argv) {
                  "seconds the PS shards may stay silent within a call (default: the job's ps.timeout)")
       ->check(CLI::Range(1.0, 86400.0));
   app.add_option("--resume-epoch", cfg.resume_epoch, "after a restart: epochs already finished")->check(CLI::Range(0, 100000));
+  app.add_option("--replica-file", cfg.replica_path,
+                 "on SIGTERM, save the parameter replica here (for a re-assignment of the job)");
+  app.add_option("--init-replica", cfg.init_replica_path,
+                 "initialise the PS shards from this saved replica instead of the seeded parameters");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
   CLI11_PARSE(app, argc, argv);
+  struct sigaction sa {};
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  cfg.stop_requested = &g_stop;
   try {
     dltrain::init_logging("worker-" + std::to_string(cfg.rank), log_level);
     cfg.secret = dltrain::read_job_secret_file(secret_file, "--secret-file");
@@ -75,6 +94,9 @@ int main(int argc, char** argv) {
       std::cout << ev.dump() << '\n' << std::flush;
     });
     return 0;
+  } catch (const dltrain::train::Stopped& e) {
+    spdlog::info("{}", e.what());
+    return 143;
   } catch (const dltrain::ConfigError& e) {
     spdlog::error("{}", e.what());
     std::cout << nlohmann::json{{"event", "error"}, {"message", e.what()}}.dump() << '\n' << std::flush;

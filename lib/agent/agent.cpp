@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include <boost/asio.hpp>
@@ -39,6 +40,16 @@ std::int64_t physical_memory_mb() {
   return pages > 0 && size > 0 ? static_cast<std::int64_t>(pages) * size / (1024 * 1024) : 0;
 }
 
+// Sets `flag`'s value in `argv`, replacing an earlier one.
+void set_arg(std::vector<std::string>& argv, const std::string& flag, const std::string& value) {
+  auto it = std::find(argv.begin(), argv.end(), flag);
+  if (it != argv.end() && it + 1 != argv.end()) {
+    *(it + 1) = value;
+  } else {
+    argv.insert(argv.end(), {flag, value});
+  }
+}
+
 }  // namespace
 
 struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
@@ -66,6 +77,10 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   std::chrono::milliseconds backoff{500};
   bool registered = false, ever_registered = false, shutting_down = false;
   std::map<std::string, Task> tasks;  // key job/task
+  // Tasks that ended while the leader was away, their exit still in the outbox (key →
+  // generation): a registration lists them so that the leader waits for those exits
+  // instead of taking the tasks for lost.
+  std::map<std::string, std::uint32_t> exits_pending;
   std::deque<std::string> outbox;     // messages waiting for a link
   std::uint64_t next_req = 1;
   std::function<void()>* on_registered = nullptr;
@@ -140,6 +155,11 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   void do_register() {
     json running = json::array();
     for (auto& [k, t] : tasks) running.push_back({{"job", t.job}, {"task", t.name}, {"generation", t.generation}});
+    for (auto& [k, g] : exits_pending) {
+      const auto slash = k.find('/');
+      running.push_back({{"job", k.substr(0, slash)}, {"task", k.substr(slash + 1)}, {"generation", g},
+                         {"exited", true}});
+    }
     link->send(wire::make_request("register", "register",
                                   {{"name", opt.name},
                                    {"advertise_address", opt.advertise_address},
@@ -182,6 +202,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
           link->send(std::move(outbox.front()));
           outbox.pop_front();
         }
+        exits_pending.clear();
         heartbeat();
         if (!ever_registered) {
           ever_registered = true;
@@ -243,6 +264,12 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     ProcessSpec ps;
     ps.log_path = (dir / "task.log").string();
     ps.work_dir = dir.string();
+    // A re-assigned job (generation > 1): this task's directory of an earlier generation,
+    // if it ran here, holds the state it saved when it was stopped.
+    auto earlier = [&](const char* field) -> std::optional<fs::path> {
+      if (!b.contains(field) || !b[field].is_number_unsigned()) return std::nullopt;
+      return fs::path(opt.state_dir) / "tasks" / job / (name + "-g" + std::to_string(b[field].get<std::uint32_t>()));
+    };
     if (kind == "ps") {
       const auto spec = b.at("spec");
       ps.argv = {(fs::path(opt.task_bin_dir) / "dltrain-ps").string(),
@@ -256,6 +283,21 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
                  "--checkpoint", (dir / "shard.ckpt").string(),
                  "--checkpoint-interval", std::to_string(opt.ps_checkpoint_interval.count() / 1000.0),
                  "--log-level", opt.log_level};
+      if (const auto old_dir = earlier("restore_generation")) {
+        // The shard's checkpoint from before the re-assignment (written when it was
+        // stopped); the new shard loads it before it listens.
+        const auto from = *old_dir / "shard.ckpt";
+        if (fs::exists(from, ec)) {
+          fs::copy_file(from, dir / "shard.ckpt", fs::copy_options::overwrite_existing, ec);
+          if (ec) throw IoError("cannot copy " + from.string() + ": " + ec.message());
+          fs::permissions(dir / "shard.ckpt", fs::perms::owner_read | fs::perms::owner_write, ec);
+        }
+      }
+      if (b.contains("workers_done") && b["workers_done"].is_array() && !b["workers_done"].empty()) {
+        std::string ranks;
+        for (const auto& r : b["workers_done"]) ranks += (ranks.empty() ? "" : ",") + std::to_string(r.get<int>());
+        ps.argv.insert(ps.argv.end(), {"--workers-done", ranks});
+      }
     } else if (kind == "worker") {
       const fs::path spec_path = dir / "job.json";
       std::ofstream(spec_path) << b.at("spec").dump(2);
@@ -269,7 +311,16 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
                  "--rank", std::to_string(index),
                  "--ps", eps,
                  "--threads", std::to_string(threads),
+                 "--replica-file", (dir / "replica.ckpt").string(),
                  "--log-level", opt.log_level};
+      if (const auto old_dir = earlier("init_replica_generation")) {
+        const auto from = *old_dir / "replica.ckpt";
+        if (!fs::exists(from, ec)) throw IoError("the replica to rebuild the job from, " + from.string() + ", is missing");
+        ps.argv.insert(ps.argv.end(), {"--init-replica", from.string()});
+      }
+      if (b.contains("resume_epoch") && b["resume_epoch"].get<int>() > 0) {
+        ps.argv.insert(ps.argv.end(), {"--resume-epoch", std::to_string(b["resume_epoch"].get<int>())});
+      }
     } else {
       throw Error("unknown task kind \"" + kind + "\"");
     }
@@ -281,6 +332,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     t.secret_path = secret_path.string();
     t.kind = kind;
     t.spec = ps;
+    if (kind == "worker") t.epochs_done = b.value("resume_epoch", 0);
     try {
       t.pid = spawn(key, ps);
     } catch (...) {
@@ -357,8 +409,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       task.restart_timer.reset();
       ProcessSpec ps = task.spec;
       if (task.kind == "worker") {
-        ps.argv.push_back("--resume-epoch");
-        ps.argv.push_back(std::to_string(task.epochs_done));
+        set_arg(ps.argv, "--resume-epoch", std::to_string(task.epochs_done));
       } else if (task.port > 0) {
         // The same port (the shard binds it with SO_REUSEADDR): the workers and the
         // leader keep their endpoint. A shard that died before it listened gets a fresh
@@ -419,6 +470,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       }
       last_error = last.substr(0, 1000);
     }
+    if (!(link && link->is_open() && registered)) exits_pending[key] = t.generation;
     send("task_exit", {{"job", t.job},
                        {"task", t.name},
                        {"generation", t.generation},

@@ -60,7 +60,40 @@ struct TaskRec {
   int restarts = 0;
   std::string recovery;    // PS shard: how its last restart recovered its state
   int resyncs = 0;         // worker: times it reconnected to restarted PS shards
+  int epochs_done = 0;     // worker: epochs it finished (from its epoch_end events)
+  json replica;            // worker: what its "stopped" event said of its saved replica
+  bool restored = false;   // PS shard: loaded a checkpoint when it started
 };
+
+// The stored form of a task (a restarted leader adopts the tasks its agents re-report).
+json task_record(const TaskRec& t) {
+  json r{{"name", t.name},     {"kind", t.kind},         {"index", t.index},   {"agent", t.agent},
+         {"state", t.state},   {"port", t.port},         {"address", t.address}, {"exit", t.exit},
+         {"ok_exit", t.ok_exit}, {"restarts", t.restarts}, {"epochs_done", t.epochs_done},
+         {"recovery", t.recovery}, {"resyncs", t.resyncs}, {"last_error", t.last_error}};
+  if (!t.replica.is_null()) r["replica"] = t.replica;
+  return r;
+}
+
+TaskRec task_from_record(const json& r) {
+  TaskRec t;
+  t.name = r.at("name").get<std::string>();
+  t.kind = r.at("kind").get<std::string>();
+  t.index = r.at("index").get<int>();
+  t.agent = r.at("agent").get<std::string>();
+  t.state = r.value("state", "exited");
+  t.port = r.value("port", 0);
+  t.address = r.value("address", "");
+  t.exit = r.value("exit", "");
+  t.ok_exit = r.value("ok_exit", false);
+  t.restarts = r.value("restarts", 0);
+  t.epochs_done = r.value("epochs_done", 0);
+  t.recovery = r.value("recovery", "");
+  t.resyncs = r.value("resyncs", 0);
+  t.last_error = r.value("last_error", "");
+  if (r.contains("replica")) t.replica = r["replica"];
+  return t;
+}
 
 struct JobRec {
   std::string id;
@@ -78,7 +111,8 @@ struct JobRec {
   std::vector<TaskRec> tasks;
   double test_accuracy = -1;
   int epochs_done = 0;
-  std::map<int, std::uint64_t> pushed, pulled;
+  std::map<int, std::uint64_t> pushed, pulled;  // each worker's count in this generation
+  std::uint64_t pushed_before = 0, pulled_before = 0;  // earlier generations' and leaders' counts
   std::map<int, double> images_per_sec;
   std::map<int, double> epoch_seconds;  // each worker's latest epoch time
   std::map<int, json> traffic, traffic_after_warmup;  // from each worker's "done" event
@@ -92,6 +126,20 @@ struct JobRec {
   std::string error;
   std::string failing_state;  // the terminal state to enter once every task exited
   std::vector<std::weak_ptr<Session>> followers;
+  // Re-assignment (state recovering): why, since when, how often so far.
+  int reassignments = 0;
+  std::string recovery_reason;
+  std::optional<Clock::time_point> recovering_since;
+  bool waiting_logged = false;
+  bool workers_started = false;  // some generation of this job trained (its PS state matters)
+  // After a re-assignment: the worker whose saved replica (of generation seed_generation)
+  // initialises the new shards; the other workers start once it has.
+  std::string seed;
+  std::uint32_t seed_generation = 0;
+  // A job a restarted leader restored while running: until this time (or until every
+  // agent its tasks are on has registered again) the leader waits for its agents.
+  std::optional<Clock::time_point> adopt_until;
+  std::string adopt_lost;  // tasks its agents no longer had when they came back
 
   bool terminal() const { return state == "succeeded" || state == "failed" || state == "cancelled"; }
   double wall_seconds() const {
@@ -103,6 +151,8 @@ struct JobRec {
     for (auto& [k, v] : m) s += v;
     return s;
   }
+  std::uint64_t bytes_pushed() const { return pushed_before + sum(pushed); }
+  std::uint64_t bytes_pulled() const { return pulled_before + sum(pulled); }
 };
 
 }  // namespace
@@ -146,6 +196,16 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     r["generation"] = j.generation;
     if (!j.terminal() && !j.secret.empty()) r["secret"] = j.secret;
     if (!j.profile_of.empty()) r["profile_of"] = j.profile_of;
+    if (!j.terminal()) {
+      json tasks = json::array();
+      for (const auto& t : j.tasks) tasks.push_back(task_record(t));
+      r["task_records"] = tasks;
+      r["failing_state"] = j.failing_state;
+      r["workers_started"] = j.workers_started;
+      r["recovery_reason"] = j.recovery_reason;
+      r["seed"] = j.seed;
+      r["seed_generation"] = j.seed_generation;
+    }
     return r;
   }
 
@@ -161,8 +221,10 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     });
   }
 
-  // Restores jobs and the job counter after a restart. Jobs that were not finished are
-  // marked failed: resuming them is not implemented yet.
+  // Restores jobs and the job counter after a restart. Unfinished jobs carry on: queued
+  // ones wait in the queue again; a job with tasks adopts the tasks its agents re-report
+  // when they register again (on_register), for up to adoption_window(); what does not
+  // come back by then is treated as lost with its agent (after_adoption).
   void restore() {
     if (!db) return;
     for (auto& [num, r] : db->jobs()) {
@@ -186,19 +248,80 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       j.generation = r.value("generation", 1u);
       j.secret = r.value("secret", "");
       if (r.contains("plan")) j.plan = r["plan"];
-      j.pushed[0] = r.value("bytes_pushed", std::uint64_t{0});
-      j.pulled[0] = r.value("bytes_pulled", std::uint64_t{0});
+      j.pushed_before = r.value("bytes_pushed", std::uint64_t{0});
+      j.pulled_before = r.value("bytes_pulled", std::uint64_t{0});
       if (!j.terminal()) {
-        j.error = "the leader restarted while the job was " + j.state + "; resuming jobs is not implemented yet";
-        j.state = "failed";
-        save(j);
+        try {
+          resume_after_restart(j, r);
+        } catch (const std::exception& e) {
+          j.error = "the leader restarted and could not read this job's stored state (" + std::string(e.what()) + ")";
+          j.state = "failed";
+          j.tasks.clear();
+          save(j);
+        }
       }
       next_job = std::max(next_job, num + 1);
       job_order.push_back(j.id);
       jobs.emplace(j.id, std::move(j));
     }
     if (auto n = db->get_meta("next_job")) next_job = std::max<std::uint64_t>(next_job, std::stoull(*n));
+    // An exploring job waits for its exploration runs that are still unfinished.
+    for (auto& id : job_order) {
+      auto& j = jobs.at(id);
+      if (j.profile_of.empty() || j.terminal()) continue;
+      auto pit = jobs.find(j.profile_of);
+      if (pit != jobs.end() && pit->second.state == "exploring") pit->second.pending_profiles.push_back(id);
+    }
+    for (auto& id : job_order) {
+      auto& j = jobs.at(id);
+      if (j.state == "exploring" && j.pending_profiles.empty()) {
+        j.failing_state = "failed";
+        j.error = "the leader restarted while the job was exploring and its exploration runs are gone; submit it again";
+        maybe_finish(j);
+      }
+    }
     spdlog::info("store {}: {} jobs and {} history rows restored", db->path(), jobs.size(), db->history().size());
+  }
+
+  // How long a restarted leader waits for the agents of a running job to register again:
+  // an agent notices the lost link within a heartbeat timeout and retries with back-off
+  // of at most 10 s (agent.h).
+  std::chrono::milliseconds adoption_window() const {
+    return opt.heartbeat_timeout + std::chrono::milliseconds(15000);
+  }
+
+  // The restored form of an unfinished job (called by restore()).
+  void resume_after_restart(JobRec& j, const json& r) {
+    j.fixed_wall = -1;
+    j.submitted = Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(std::max(0.0, unix_now() - j.submitted_unix)));
+    j.failing_state = r.value("failing_state", "");
+    j.workers_started = r.value("workers_started", false);
+    j.recovery_reason = r.value("recovery_reason", "");
+    j.seed = r.value("seed", "");
+    j.seed_generation = r.value("seed_generation", 0u);
+    j.reassignments = r.value("reassignments", 0);
+    if (r.contains("task_records")) {
+      for (const auto& tr : r["task_records"]) j.tasks.push_back(task_from_record(tr));
+    }
+    // Tasks hold cores again only when their agent re-reports them; one the leader had
+    // not started yet never will be in this form.
+    for (auto& t : j.tasks) {
+      if (t.state == "pending") {
+        t.state = "exited";
+        t.exit = "never started";
+      }
+    }
+    if (j.state == "queued" || j.state == "planning") {
+      j.state = "queued";
+      queue.push_back(j.id);
+      spdlog::info("job {} ({}) is queued again", j.id, j.spec.name);
+    } else if (j.state != "exploring") {
+      j.adopt_until = Clock::now() + adoption_window();
+      spdlog::info("job {} ({}) was {} (generation {}): waiting up to {} ms for its agents to re-report its tasks",
+                   j.id, j.spec.name, j.state, j.generation, adoption_window().count());
+      event(j, {{"event", "leader_restarted"}, {"state", j.state}, {"generation", j.generation}});
+    }
   }
 
   // ---------------------------------------------------------------- planning
@@ -341,7 +464,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     // training set over that (the quantity the planner predicts).
     for (auto& [r, v] : j.epoch_seconds) o.epoch_seconds = std::max(o.epoch_seconds, v);
     o.images_per_sec = o.epoch_seconds > 0 ? train_examples(j.spec) / o.epoch_seconds : 0.0;
-    const double bytes = static_cast<double>(j.sum(j.pushed) + j.sum(j.pulled));
+    const double bytes = static_cast<double>(j.bytes_pushed() + j.bytes_pulled());
     o.bytes_per_epoch = bytes - j.last_bytes;
     j.last_bytes = bytes;
     persist("recording an observation", [&] { db->add_observation(o); });
@@ -361,7 +484,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       o.epoch = j.epochs_done;
       o.epoch_seconds = j.epochs_done > 0 ? j.wall_seconds() / j.epochs_done : 0;
       for (auto& [r, v] : j.images_per_sec) o.images_per_sec += v;
-      o.bytes_per_epoch = j.epochs_done > 0 ? static_cast<double>(j.sum(j.pushed) + j.sum(j.pulled)) / j.epochs_done : 0;
+      o.bytes_per_epoch = j.epochs_done > 0 ? static_cast<double>(j.bytes_pushed() + j.bytes_pulled()) / j.epochs_done : 0;
     }
     persist("recording an observation", [&] { db->add_observation(o); });
   }
@@ -401,8 +524,8 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
            {"test_accuracy", j.test_accuracy >= 0 ? json(j.test_accuracy) : json(nullptr)},
            {"epochs", j.epochs_done},
            {"wall_seconds", j.wall_seconds()},
-           {"bytes_pushed", j.sum(j.pushed)},
-           {"bytes_pulled", j.sum(j.pulled)},
+           {"bytes_pushed", j.bytes_pushed()},
+           {"bytes_pulled", j.bytes_pulled()},
            {"images_per_sec", ips}};
     s["compression"] = compress::to_string(j.spec.compression.method);
     // Achieved compression: bytes a dense exchange would have cost ÷ bytes sent,
@@ -453,6 +576,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
                                    {"downlink_ratio", j.spec.compression.downlink_ratio},
                                    {"warmup_epochs", j.spec.compression.warmup_epochs}};
     out["submitted_at"] = j.submitted_unix;
+    out["generation"] = j.generation;
+    out["reassignments"] = j.reassignments;
+    if (!j.recovery_reason.empty()) out["recovery_reason"] = j.recovery_reason;
     out["tasks"] = tasks;
     if (!j.plan.is_null()) out["plan"] = j.plan;
     if (!j.profile_of.empty()) out["profile_of"] = j.profile_of;
@@ -522,6 +648,10 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   // but not its free cores blocks everyone behind it (no overtaking). A job that cannot
   // fit even an idle cluster waits without blocking others (agents may still join).
   void try_schedule() {
+    // A job being re-assigned goes first: the cores its stopped tasks freed are its own.
+    for (auto& [id, j] : jobs) {
+      if (j.state == "recovering") return;
+    }
     for (auto it = queue.begin(); it != queue.end();) {
       auto& j = jobs.at(*it);
       if (!fits_cluster(j)) {
@@ -555,7 +685,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     }
   }
 
-  void start_task(JobRec& j, TaskRec& t, const json& ps_endpoints) {
+  // `extra`: fields a re-assigned job's tasks need (restore_generation, workers_done,
+  // init_replica_generation, resume_epoch; see Agent::Impl::start_task).
+  void start_task(JobRec& j, TaskRec& t, const json& ps_endpoints, const json& extra = json::object()) {
     t.state = "starting";
     json body{{"job", j.id},
               {"job_num", j.num},
@@ -567,19 +699,261 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
               {"threads", j.spec.threads_per_task},
               {"spec", j.spec}};
     if (t.kind == "worker") body["ps"] = ps_endpoints;
-    spdlog::info("job {}: starting {} on agent {}", j.id, t.name, t.agent);
+    for (auto& [k, v] : extra.items()) body[k] = v;
+    spdlog::info("job {}: starting {} on agent {} (generation {})", j.id, t.name, t.agent, j.generation);
     send_agent(t.agent, "start_task", body);
+    save(j);
   }
 
-  void start_workers(JobRec& j) {
+  json ps_endpoints(const JobRec& j) const {
     json eps = json::array();
     for (auto& t : j.tasks) {
       if (t.kind == "ps") eps.push_back(t.address + ":" + std::to_string(t.port));
     }
+    return eps;
+  }
+
+  void start_worker(JobRec& j, TaskRec& t) {
+    json extra = json::object();
+    if (t.epochs_done > 0) extra["resume_epoch"] = t.epochs_done;
+    if (t.name == j.seed) extra["init_replica_generation"] = j.seed_generation;
+    start_task(j, t, ps_endpoints(j), extra);
+  }
+
+  // Every PS shard listens: start the workers. After a re-assignment, a shard that did
+  // not restore its own checkpoint is rebuilt from the freshest replica: its worker (the
+  // seed) starts first and initialises it; the others start once it has (a shard keeps
+  // the first initial values it gets).
+  void start_workers(JobRec& j) {
+    if (j.workers_started && j.seed.empty()) {
+      for (const auto& t : j.tasks) {
+        if (t.kind == "ps" && !t.restored) {
+          return fail_job(j, t.name + " lost its state (" + j.recovery_reason +
+                                 ") and no worker saved a replica to rebuild it from");
+        }
+      }
+    }
+    j.workers_started = true;
     set_state(j, "running");
     for (auto& t : j.tasks) {
-      if (t.kind == "worker") start_task(j, t, eps);
+      if (t.kind == "worker" && t.state == "pending" && (j.seed.empty() || t.name == j.seed)) start_worker(j, t);
     }
+  }
+
+  bool agent_live(const std::string& id) const {
+    auto it = agents.find(id);
+    return it != agents.end() && !it->second.lost && !it->second.session.expired();
+  }
+
+  void release_cores(const std::string& agent, int n) {
+    auto it = agents.find(agent);
+    if (it != agents.end()) it->second.free_cores += n;
+  }
+
+  // ---------------------------------------------------------------- re-assignment
+  // Tasks of `j` were lost (already marked exited): re-assign the job, within
+  // task_max_restarts re-assignments, or fail it.
+  void tasks_lost(JobRec& j, const std::string& why) {
+    if (j.terminal()) return;
+    if (!j.failing_state.empty()) return maybe_finish(j);
+    if (j.state == "recovering") return try_resume(j);
+    if (j.state != "running" && j.state != "starting") return fail_job(j, why);
+    if (j.reassignments >= opt.task_max_restarts) {
+      return fail_job(j, why + "; the job was already re-assigned " + std::to_string(j.reassignments) +
+                             " times (task_max_restarts)");
+    }
+    j.recovery_reason = why;
+    j.recovering_since = Clock::now();
+    j.waiting_logged = false;
+    spdlog::warn("job {}: {}; stopping its other tasks to re-assign it as generation {}", j.id, why,
+                 j.generation + 1);
+    set_state(j, "recovering");
+    json e{{"event", "recovering"}, {"reason", why}, {"generation", j.generation}};
+    event(j, e);
+    notify(j, e);
+    stop_for_recovery(j);
+    try_resume(j);
+  }
+
+  // Asks every task of a recovering job that still runs to stop: a PS shard writes its
+  // checkpoint, a worker its replica (both on SIGTERM).
+  void stop_for_recovery(JobRec& j) {
+    for (auto& t : j.tasks) {
+      if (t.state == "starting" || t.state == "running") {
+        send_agent(t.agent, "stop_task", {{"job", j.id}, {"task", t.name}, {"generation", j.generation}});
+      } else if (t.state == "pending") {
+        t.state = "exited";
+        t.exit = "never started";
+        release_cores(t.agent, j.spec.threads_per_task);
+      }
+    }
+  }
+
+  // A recovering job starts again once every old task has stopped and every task that
+  // must run again has a place; it waits up to opt.reassign_timeout for one.
+  void try_resume(JobRec& j) {
+    if (j.state != "recovering" || !j.recovering_since) return;
+    const auto now = Clock::now();
+    const auto stop_bound = opt.task_stop_grace + 2 * opt.heartbeat_timeout;
+    for (auto& t : j.tasks) {
+      if (t.state == "exited") continue;
+      const bool live = agent_live(t.agent);
+      if (live && now - *j.recovering_since < stop_bound) return;  // its exit is on the way
+      t.state = "exited";
+      t.exit = live ? "did not report that it stopped" : "lost with its agent";
+      release_cores(t.agent, j.spec.threads_per_task);
+    }
+    // Tasks stay on their agent where it is alive; the others go to the live agent with
+    // the most free cores. Workers that finished are not run again.
+    const int need = j.spec.threads_per_task;
+    std::map<std::string, int> free;
+    for (auto& [id, a] : agents) {
+      if (agent_live(id)) free[id] = a.free_cores;
+    }
+    std::vector<std::string> placement(j.tasks.size());
+    for (std::size_t i = 0; i < j.tasks.size(); ++i) {
+      auto& t = j.tasks[i];
+      if (t.kind == "worker" && t.ok_exit) continue;
+      auto f = free.find(t.agent);
+      if (f != free.end() && f->second >= need) {
+        placement[i] = t.agent;
+        f->second -= need;
+      }
+    }
+    std::vector<std::string> unplaced;
+    for (std::size_t i = 0; i < j.tasks.size(); ++i) {
+      auto& t = j.tasks[i];
+      if ((t.kind == "worker" && t.ok_exit) || !placement[i].empty()) continue;
+      std::string best;
+      int best_free = -1;
+      for (auto& [id, f] : free) {
+        if (f >= need && f > best_free) {
+          best = id;
+          best_free = f;
+        }
+      }
+      if (best.empty()) {
+        unplaced.push_back(t.name);
+      } else {
+        placement[i] = best;
+        free[best] -= need;
+      }
+    }
+    if (!unplaced.empty()) {
+      std::string names;
+      for (auto& n : unplaced) names += (names.empty() ? "" : ", ") + n;
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - *j.recovering_since);
+      if (waited >= opt.reassign_timeout) {
+        return fail_job(j, j.recovery_reason + "; no agent had free cores for " + names + " within " +
+                               fmt::format("{:g}", opt.reassign_timeout.count() / 1000.0) +
+                               " s (reassign_timeout)");
+      }
+      if (!j.waiting_logged) {
+        j.waiting_logged = true;
+        spdlog::warn("job {}: no agent has {} free cores for {}; waiting up to {} ms for one", j.id, need, names,
+                     opt.reassign_timeout.count());
+        json e{{"event", "waiting_for_agent"}, {"tasks", unplaced}, {"timeout_ms", opt.reassign_timeout.count()}};
+        event(j, e);
+        notify(j, e);
+      }
+      return;
+    }
+    resume(j, placement);
+  }
+
+  // Starts generation g+1 of a recovering job on `placement` (an agent per task; empty
+  // for finished workers).
+  void resume(JobRec& j, const std::vector<std::string>& placement) {
+    const std::uint32_t old_gen = j.generation;
+    // The freshest replica: the stopped worker (staying on its agent, where its file is)
+    // whose parameters last came from the PS.
+    std::string seed;
+    double freshest = -1;
+    for (std::size_t i = 0; i < j.tasks.size(); ++i) {
+      const auto& t = j.tasks[i];
+      if (t.kind != "worker" || placement[i] != t.agent || !t.replica.is_object() || !t.replica.contains("path")) {
+        continue;
+      }
+      const double at = t.replica.value("pulled_at", 0.0);
+      if (at > freshest) {
+        freshest = at;
+        seed = t.name;
+      }
+    }
+    json moved = json::array(), done_ranks = json::array();
+    std::vector<TaskRec> next;
+    for (std::size_t i = 0; i < j.tasks.size(); ++i) {
+      const auto& old = j.tasks[i];
+      if (old.kind == "worker" && old.ok_exit) {
+        next.push_back(old);
+        done_ranks.push_back(old.index);
+        continue;
+      }
+      TaskRec t;
+      t.name = old.name;
+      t.kind = old.kind;
+      t.index = old.index;
+      t.agent = placement[i];
+      t.epochs_done = old.epochs_done;
+      // A shard restores the checkpoint it wrote when it was stopped, where it stays.
+      if (old.kind == "ps" && old.ok_exit && old.agent == t.agent) t.recovery = "checkpoint";
+      if (t.agent != old.agent) moved.push_back({{"task", t.name}, {"from", old.agent}, {"to", t.agent}});
+      agents.at(t.agent).free_cores -= j.spec.threads_per_task;
+      next.push_back(std::move(t));
+    }
+    j.pushed_before += j.sum(j.pushed);
+    j.pulled_before += j.sum(j.pulled);
+    j.pushed.clear();
+    j.pulled.clear();
+    j.tasks = std::move(next);
+    j.generation = old_gen + 1;
+    ++j.reassignments;
+    j.seed = seed;
+    j.seed_generation = old_gen;
+    j.recovering_since.reset();
+    spdlog::warn("job {}: re-assigned as generation {} ({}); {}", j.id, j.generation,
+                 moved.empty() ? std::string("no task moved") : "moved " + moved.dump(),
+                 seed.empty() ? std::string("no worker replica") : "rebuilding lost shard state from " + seed + "'s replica");
+    json e{{"event", "reassigned"}, {"generation", j.generation}, {"moved", moved}, {"reason", j.recovery_reason}};
+    if (!seed.empty()) e["replica_from"] = seed;
+    event(j, e);
+    notify(j, e);
+    set_state(j, "starting");
+    for (auto& t : j.tasks) {
+      if (t.kind != "ps") continue;
+      json extra{{"workers_done", done_ranks}};
+      if (t.recovery == "checkpoint") extra["restore_generation"] = old_gen;
+      t.recovery.clear();
+      start_task(j, t, json::array(), extra);
+    }
+  }
+
+  // A restored job's agents have registered again, or the adoption window has passed.
+  void after_adoption(JobRec& j) {
+    j.adopt_until.reset();
+    if (j.terminal()) return;
+    std::string missing = j.adopt_lost;
+    j.adopt_lost.clear();
+    for (auto& t : j.tasks) {
+      if ((t.state == "starting" || t.state == "running") && !agent_live(t.agent)) {
+        t.state = "exited";
+        t.exit = "its agent did not come back after the leader restarted";
+        missing += (missing.empty() ? "" : ", ") + t.name + " on " + t.agent;
+      }
+    }
+    spdlog::info("job {}: adopted after the leader restart{}", j.id, missing.empty() ? "" : "; lost: " + missing);
+    if (!j.failing_state.empty()) return stop_tasks(j);
+    if (j.state == "recovering") {
+      j.recovering_since = Clock::now();
+      stop_for_recovery(j);
+      return try_resume(j);
+    }
+    if (j.state == "starting") {
+      // The leader may have died between the shards' and the workers' start: begin again.
+      return tasks_lost(j, "the leader restarted while the job was starting" +
+                               (missing.empty() ? std::string() : " (lost: " + missing + ")"));
+    }
+    if (!missing.empty()) tasks_lost(j, "the leader restarted and " + missing + " did not come back");
   }
 
   void stop_tasks(JobRec& j) {
@@ -589,7 +963,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       } else if (t.state == "pending") {
         t.state = "exited";
         t.exit = "never started";
-        agents.at(t.agent).free_cores += j.spec.threads_per_task;
+        release_cores(t.agent, j.spec.threads_per_task);
       }
     }
     maybe_finish(j);
@@ -698,10 +1072,11 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     a.hardware_class = b.value("hardware_class", "cpu");
     a.session = s;
     a.last_seen = Clock::now();
-    // Reconcile with the tasks the agent says it still runs (after a reconnect): a task
-    // the leader still counts on carries on; any other is an orphan — stopped, its cores
-    // held until its exit is reported. Tasks the leader counted on that the agent no
-    // longer has ended while the link was down (their exit report was lost).
+    // Reconcile with the tasks the agent says it still runs (after a reconnect, or after
+    // the leader restarted): a task the leader still counts on carries on; any other is an
+    // orphan — stopped, its cores held until its exit is reported. A task listed as
+    // "exited" ended while the link was down; its exit report follows. Tasks the leader
+    // counted on that the agent does not list were lost with the link.
     std::set<std::string> reported;
     if (b.contains("tasks") && b["tasks"].is_array()) {
       for (const auto& rt : b["tasks"]) {
@@ -713,7 +1088,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
                           rt.value("generation", 0u) == jit->second.generation;
         const int threads = jit == jobs.end() ? 1 : jit->second.spec.threads_per_task;
         a.free_cores -= threads;
-        if (!live) {
+        if (!live && rt.value("exited", false)) {
+          a.orphans[jid + "/" + tname] = threads;  // its exit report frees the cores
+        } else if (!live) {
           a.orphans[jid + "/" + tname] = threads;
           s->send(wire::make_request("l" + std::to_string(next_req++), "stop_task",
                                      {{"job", jid}, {"task", tname}, {"generation", rt.value("generation", 0u)}}));
@@ -721,17 +1098,20 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
         }
       }
     }
+    // Tasks the leader counts on that the agent no longer has: only when a new session
+    // replaced one that was never declared lost (a lost agent's tasks were already
+    // accounted for by agent_lost), or for a restored job the leader is adopting.
+    std::vector<std::pair<std::string, std::string>> gone;  // job, why
     for (auto& jid : job_order) {
       auto& j = jobs.at(jid);
       if (j.terminal()) continue;
+      const bool adopting = j.adopt_until.has_value();
       for (auto& t : j.tasks) {
         if (t.agent == name && (t.state == "starting" || t.state == "running") && !reported.count(jid + "/" + t.name) &&
-            it != agents.end() && !it->second.lost) {
-          // Only when a new session replaced one that was never declared lost: a lost
-          // agent's tasks were already accounted for by agent_lost.
+            ((it != agents.end() && !it->second.lost) || adopting)) {
           t.state = "exited";
           t.exit = "ended while its agent was disconnected";
-          if (j.failing_state.empty()) fail_job(j, t.name + " on agent " + name + " " + t.exit);
+          gone.emplace_back(jid, t.name + " on agent " + name + " " + t.exit);
         }
       }
     }
@@ -741,6 +1121,24 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
                  a.address);
     reply(s, env.id, {{"agent_id", name}, {"heartbeat_interval_ms", opt.heartbeat_interval.count()}});
     if (on_registered && *on_registered) (*on_registered)();
+    for (auto& [jid, why] : gone) {
+      auto& j = jobs.at(jid);
+      if (j.adopt_until) {
+        j.adopt_lost += (j.adopt_lost.empty() ? "" : "; ") + why;
+      } else {
+        tasks_lost(j, why);
+      }
+    }
+    // A restored job whose agents are all back is adopted now.
+    for (auto& jid : job_order) {
+      auto& j = jobs.at(jid);
+      if (!j.adopt_until || j.terminal()) continue;
+      const bool all_back = std::all_of(j.tasks.begin(), j.tasks.end(), [&](const TaskRec& t) {
+        return t.state == "exited" || agent_live(t.agent);
+      });
+      if (all_back) after_adoption(j);
+    }
+    for (auto& [id, j] : jobs) try_resume(j);
     try_schedule();
   }
 
@@ -791,13 +1189,30 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       t.state = "running";
       t.port = port;
       t.address = address;
+      const auto& ck0 = ev.contains("checkpoint") ? ev["checkpoint"] : json(nullptr);
+      t.restored = ck0.is_object() && ck0.value("restored", false);
+      save(j);
       if (j.state == "starting" &&
           std::all_of(j.tasks.begin(), j.tasks.end(), [](auto& x) { return x.kind != "ps" || x.port > 0; })) {
         start_workers(j);
       }
       return;
     }
-    if (kind == "started") t.state = "running";
+    if (kind == "started") {
+      t.state = "running";
+      if (t.kind == "worker" && t.name == j.seed && j.state == "running") {
+        // The seed has initialised the rebuilt shards from its replica: the others follow.
+        spdlog::info("job {}: {} initialised the shards from its replica; starting the other workers", j.id, t.name);
+        j.seed.clear();
+        for (auto& w : j.tasks) {
+          if (w.kind == "worker" && w.state == "pending") start_worker(j, w);
+        }
+      }
+    }
+    if (kind == "stopped" && t.kind == "worker") {
+      t.replica = ev.contains("replica") ? ev["replica"] : json(nullptr);
+      t.epochs_done = std::max(t.epochs_done, ev.value("epochs_done", 0));
+    }
     if (kind == "restarting") {
       t.restarts = ev.value("attempt", t.restarts + 1);
       if (t.kind == "ps") {
@@ -827,6 +1242,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
         if (ev.contains("traffic_after_warmup")) j.traffic_after_warmup[t.index] = ev["traffic_after_warmup"];
       }
       if (kind == "epoch_end") {
+        t.epochs_done = std::max(t.epochs_done, ev.value("epoch", 0));
         j.images_per_sec[t.index] = ev.value("images_per_sec", 0.0);
         j.epoch_seconds[t.index] = ev.value("epoch_seconds", 0.0);
         if (t.index == 0) {
@@ -840,7 +1256,8 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       }
     }
     if (kind == "progress" || kind == "epoch_end" || kind == "started" || kind == "done" || kind == "error" ||
-        kind == "skipped_step" || kind == "restarting" || kind == "ps_resync") {
+        kind == "skipped_step" || kind == "restarting" || kind == "ps_resync" || kind == "stopped" ||
+        kind == "replica_loaded") {
       json fwd = ev;
       fwd["task"] = t.name;
       notify(j, fwd);
@@ -853,9 +1270,15 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     t.exit = b.value("describe", "exited");
     t.ok_exit = b.value("exit_code", -1) == 0 && b.value("signal", 0) == 0;
     if (t.last_error.empty()) t.last_error = b.value("last_error", "");
-    agents.at(t.agent).free_cores += j.spec.threads_per_task;
+    release_cores(t.agent, j.spec.threads_per_task);
     spdlog::info("job {}: {} on {} {}", j.id, t.name, t.agent, t.exit);
+    save(j);
     if (!j.failing_state.empty()) return maybe_finish(j);
+    if (j.state == "recovering") {
+      // Stopped for the re-assignment. A worker that had just finished (exit 0 after its
+      // "done") stays finished; its rank is passed to the new shards.
+      return try_resume(j);
+    }
     if (t.kind == "worker" && t.ok_exit) {
       const bool all_done = std::all_of(j.tasks.begin(), j.tasks.end(),
                                         [](auto& x) { return x.kind != "worker" || (x.state == "exited" && x.ok_exit); });
@@ -892,13 +1315,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
           hit = true;
         }
       }
-      if (hit) {
-        if (j.failing_state.empty()) {
-          fail_job(j, "agent " + id + " was lost (" + why + ")");
-        } else {
-          maybe_finish(j);
-        }
-      }
+      if (hit) tasks_lost(j, "agent " + id + " was lost (" + why + ")");
     }
   }
 
@@ -1084,8 +1501,16 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     if (it == agent_by_session.end()) return;
     const std::string id = it->second;
     agent_by_session.erase(it);
+    // Not lost yet: an agent whose link broke reconnects with back-off and re-reports its
+    // tasks. The heartbeat checker declares it lost once it has been silent for
+    // heartbeat_timeout (check_heartbeats), which is the tolerance operators configure.
     auto a = agents.find(id);
-    if (a != agents.end() && a->second.session.lock() == nullptr) agent_lost(id, "control connection closed");
+    if (a == agents.end() || a->second.lost) return;
+    const auto current = a->second.session.lock();
+    if (current == nullptr || current->id() == s->id()) {
+      spdlog::warn("agent {}: control connection closed; lost unless it registers again within {} ms", id,
+                   opt.heartbeat_timeout.count());
+    }
   }
 
   void check_heartbeats() {
@@ -1099,6 +1524,11 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
           if (auto s = a.session.lock()) s->close();
           self->agent_lost(id, "no heartbeat for " + std::to_string(self->opt.heartbeat_timeout.count()) + " ms");
         }
+      }
+      for (auto& jid : self->job_order) {
+        auto& j = self->jobs.at(jid);
+        if (j.adopt_until && now >= *j.adopt_until) self->after_adoption(j);
+        self->try_resume(j);
       }
       self->check_heartbeats();
     });

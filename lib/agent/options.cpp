@@ -82,6 +82,7 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
     else if (k == "heartbeat_interval") o.heartbeat_interval = ms(node, k);
     else if (k == "heartbeat_timeout") o.heartbeat_timeout = ms(node, k);
     else if (k == "task_stop_grace") o.task_stop_grace = ms(node, k);
+    else if (k == "reassign_timeout") o.reassign_timeout = ms(node, k);
     else if (k == "ps_checkpoint_interval") {
       o.ps_checkpoint_interval = ms(node, k);
       if (o.ps_checkpoint_interval < std::chrono::milliseconds(100)) {

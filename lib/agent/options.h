@@ -28,7 +28,11 @@ struct AgentOptions {
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{10000};
   std::chrono::milliseconds task_stop_grace{10000};  ///< SIGTERM → SIGKILL delay
-  int task_max_restarts = 3;       ///< restarts of a worker or PS shard that died, per task (0 = none)
+  int task_max_restarts = 3;       ///< restarts of a worker or PS shard that died, per task (0 = none);
+                                   ///< leader: also re-assignments of a job, per job
+  /// Leader: how long a job whose agent was lost waits for free cores on other agents to
+  /// re-assign its tasks to, before it ends failed.
+  std::chrono::milliseconds reassign_timeout{300000};
   /// Time between two checkpoints of a PS shard's state (its task directory, file
   /// `shard.ckpt`); a shard also checkpoints when a worker finishes and when it stops.
   std::chrono::milliseconds ps_checkpoint_interval{10000};

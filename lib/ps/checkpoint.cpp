@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -283,6 +284,52 @@ std::optional<ShardSnapshot> read_checkpoint_file(const std::string& path, std::
   } catch (const ProtocolError& e) {
     throw ProtocolError("\"" + path + "\": " + e.what());
   }
+}
+
+void write_replica_file(const std::string& path, std::span<const float> params, const PartitionLayout& layout,
+                        std::uint64_t job, std::uint64_t steps) {
+  if (static_cast<std::int64_t>(params.size()) != layout.total_floats) {
+    throw ConfigError("replica", std::to_string(params.size()) + " floats, the layout has " +
+                                     std::to_string(layout.total_floats));
+  }
+  ShardSnapshot snap;
+  snap.pushes = steps;
+  snap.partitions.reserve(layout.partitions.size());
+  for (const auto& p : layout.partitions) {
+    ShardSnapshot::Partition part;
+    part.key = p.key;
+    const auto first = params.begin() + p.offset;
+    part.x.assign(first, first + p.length);
+    snap.partitions.push_back(std::move(part));
+  }
+  std::sort(snap.partitions.begin(), snap.partitions.end(), [](auto& a, auto& b) { return a.key < b.key; });
+  write_file_atomically(path, encode_checkpoint(snap, job, kWorkerReplicaShard));
+}
+
+std::uint64_t read_replica_file(const std::string& path, std::span<float> params, const PartitionLayout& layout,
+                                std::uint64_t job) {
+  auto snap = read_checkpoint_file(path, job, kWorkerReplicaShard);
+  if (!snap) throw IoError("replica \"" + path + "\" does not exist");
+  if (static_cast<std::int64_t>(params.size()) != layout.total_floats) {
+    throw ConfigError("replica", std::to_string(params.size()) + " floats, the layout has " +
+                                     std::to_string(layout.total_floats));
+  }
+  if (snap->partitions.size() != layout.partitions.size()) {
+    throw ProtocolError("replica \"" + path + "\": " + std::to_string(snap->partitions.size()) +
+                        " partitions, the job's model has " + std::to_string(layout.partitions.size()));
+  }
+  for (const auto& part : snap->partitions) {
+    if (part.key >= layout.partitions.size()) {
+      throw ProtocolError("replica \"" + path + "\": partition key " + std::to_string(part.key) + " out of range");
+    }
+    const auto& p = layout.partitions[part.key];
+    if (static_cast<std::int64_t>(part.x.size()) != p.length) {
+      throw ProtocolError("replica \"" + path + "\": partition " + std::to_string(part.key) + " has " +
+                          std::to_string(part.x.size()) + " values, the job's model has " + std::to_string(p.length));
+    }
+    std::copy(part.x.begin(), part.x.end(), params.begin() + p.offset);
+  }
+  return snap->pushes;
 }
 
 ShardCheckpointer::ShardCheckpointer(std::string path, std::uint64_t job, std::uint32_t shard,

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ps/partition.h"
 #include "ps/shard_state.h"
 
 namespace dltrain::ps {
@@ -50,6 +51,26 @@ void write_file_atomically(const std::string& path, std::span<const std::byte> b
 /// Reads the checkpoint at `path`: std::nullopt when there is none (ENOENT); throws
 /// IoError when it cannot be read and ProtocolError when it is refused (decode_checkpoint).
 std::optional<ShardSnapshot> read_checkpoint_file(const std::string& path, std::uint64_t job, std::uint32_t shard);
+
+/// The shard index a worker's replica file is written under: a replica holds every
+/// partition of the job (all shards), in the checkpoint format with no momentum buffers.
+inline constexpr std::uint32_t kWorkerReplicaShard = 0xFFFFFFFFu;
+
+/// Saves a worker's parameter replica (`params`, layout.total_floats floats, split by
+/// `layout`'s partitions) as a checkpoint file of shard kWorkerReplicaShard of job `job`;
+/// `steps` (the worker's global step) goes in the pushes field. Atomic
+/// (write_file_atomically). The file is what a re-assigned job's new PS shards are rebuilt
+/// from when the shard that held a partition was lost (docs/operations.md). Throws
+/// ConfigError when `params` does not match the layout, IoError when writing fails.
+void write_replica_file(const std::string& path, std::span<const float> params, const PartitionLayout& layout,
+                        std::uint64_t job, std::uint64_t steps);
+
+/// Reads a replica written by write_replica_file into `params` (layout.total_floats).
+/// Throws IoError when there is no file or it cannot be read, ProtocolError when it is
+/// refused (decode_checkpoint) or does not hold exactly `layout`'s partitions with their
+/// lengths. Returns the steps it was saved at.
+std::uint64_t read_replica_file(const std::string& path, std::span<float> params, const PartitionLayout& layout,
+                                std::uint64_t job);
 
 /// Writes checkpoints of one shard's state to one file.
 ///

@@ -52,10 +52,12 @@ struct PsClient::Impl {
     io.restart();
     auto deadline = Clock::now() + opt.timeout;
     while (pending > 0) {
+      check_stop();
       std::size_t ran = io.poll();
       if (ran == 0 && pending > 0) {
         if (Clock::now() >= deadline) break;
-        ran = io.run_one_until(deadline);
+        ran = io.run_one_until(std::min(deadline, Clock::now() + kStopCheck));
+        if (ran == 0) continue;  // a slice passed: look at the stop flag and the clock again
       }
       if (ran > 0) deadline = Clock::now() + opt.timeout;
     }
@@ -64,6 +66,50 @@ struct PsClient::Impl {
       throw TimeoutError(std::string("PS ") + what + ": no reply for " + std::to_string(opt.timeout.count()) +
                          " ms");
     }
+  }
+
+  static constexpr std::chrono::milliseconds kStopCheck{100};
+
+  // Throws StopRequested (closing every connection) once the owner asked to stop.
+  void check_stop() {
+    if (opt.stop_requested != nullptr && opt.stop_requested->load(std::memory_order_relaxed)) {
+      close();
+      throw StopRequested("the worker was asked to stop while talking to the PS shards");
+    }
+  }
+
+  // Sleeps `d` in slices, looking at the stop flag between them.
+  void sleep_checking(std::chrono::milliseconds d) {
+    const auto until = std::chrono::steady_clock::now() + d;
+    for (auto now = std::chrono::steady_clock::now(); now < until; now = std::chrono::steady_clock::now()) {
+      check_stop();
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(until - now, kStopCheck));
+    }
+    check_stop();
+  }
+
+  // One connection attempt to shard `s`, bounded by `deadline`: a host that drops SYNs
+  // would otherwise hold a blocking connect for the kernel's retry time (minutes).
+  boost::system::error_code connect_once(tcp::socket& sock, const tcp::resolver::results_type& results,
+                                         std::chrono::steady_clock::time_point deadline) {
+    boost::system::error_code result = asio::error::would_block;
+    io.restart();
+    asio::async_connect(sock, results, [&](const boost::system::error_code& ec, const tcp::endpoint&) { result = ec; });
+    while (result == asio::error::would_block) {
+      if (opt.stop_requested != nullptr && opt.stop_requested->load(std::memory_order_relaxed)) break;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) break;
+      io.run_one_until(std::min(deadline, now + kStopCheck));
+    }
+    if (result == asio::error::would_block) {
+      boost::system::error_code ig;
+      sock.close(ig);
+      io.restart();
+      io.poll();  // the cancelled handler runs and sets `result`
+      check_stop();
+      result = asio::error::timed_out;
+    }
+    return result;
   }
 
   void close() {
@@ -300,8 +346,9 @@ void PsClient::Impl::open(std::chrono::steady_clock::time_point deadline, std::c
     auto results = resolver.resolve(im.endpoints[s].host, std::to_string(im.endpoints[s].port), ec);
     if (ec) throw IoError(im.where(s) + ": cannot resolve host: " + ec.message());
     for (;;) {
+      im.check_stop();
       auto sock = std::make_unique<tcp::socket>(im.io);
-      asio::connect(*sock, results, ec);
+      ec = im.connect_once(*sock, results, deadline);
       if (!ec) {
         sock->set_option(tcp::no_delay(true));
         im.socks.push_back(std::move(sock));
@@ -311,7 +358,7 @@ void PsClient::Impl::open(std::chrono::steady_clock::time_point deadline, std::c
         throw TimeoutError(im.where(s) + ": cannot connect within " + std::to_string(bound.count()) +
                            " ms: " + ec.message());
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      im.sleep_checking(std::chrono::milliseconds(100));
     }
   }
   im.authenticate();
@@ -565,7 +612,7 @@ void PsClient::resync(std::span<float> params) {
       throw IoError("could not reconnect to the PS shards within " + std::to_string(im.opt.reconnect_timeout.count()) +
                     " ms (" + std::to_string(attempt) + " attempts); last failure: " + last);
     }
-    std::this_thread::sleep_for(delay);
+    im.sleep_checking(delay);
     delay = std::min(delay * 2, std::chrono::milliseconds(2000));
   }
 }

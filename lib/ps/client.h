@@ -1,6 +1,7 @@
 // Worker-side client of the PS shards (Asio TCP, blocking calls with timeouts).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -50,6 +51,20 @@ struct PsClientOptions {
   /// holds (x_seen), which costs the shard a copy of its partitions per worker.
   bool sparse_downlink = false;
   wire::FrameLimits limits;
+  /// When set, every call checks it at least every 100 ms (also while it connects, waits
+  /// for replies or backs off in resync()) and throws StopRequested once it is true. A
+  /// worker sets it from its SIGTERM handler (a lock-free atomic store is
+  /// async-signal-safe), so that it can save its replica and exit within its agent's stop
+  /// grace even while a shard does not answer. Must outlive the client.
+  const std::atomic<bool>* stop_requested = nullptr;
+};
+
+/// A call gave up because PsClientOptions::stop_requested became true. The client is
+/// closed; the caller's parameter replica holds what it had before the call, except that a
+/// pull that was under way may have overwritten some partitions with the shard's values.
+class StopRequested : public Error {
+ public:
+  using Error::Error;
 };
 
 /// A connection to a PS shard was lost in the middle of a call: closed or reset by the
@@ -70,7 +85,8 @@ class PsConnectionLost : public IoError {
 /// ps-lite `Push / Pull` shape, blocking). Shards are served in parallel within a call.
 ///
 /// Thread-safety: one thread at a time. Errors: PsConnectionLost when an established
-/// connection breaks (call resync() to carry on), IoError when a connection fails, the
+/// connection breaks (call resync() to carry on), StopRequested (see PsClientOptions),
+/// IoError when a connection fails, the
 /// authentication handshake fails either way (the shard refused this worker, or the
 /// shard could not prove it knows the secret) or the PS answers with an error frame,
 /// TimeoutError when the shards stay silent for `timeout`, ProtocolError when the PS's
@@ -84,7 +100,8 @@ class PsClient {
   PsClient(const PsClient&) = delete;
   PsClient& operator=(const PsClient&) = delete;
 
-  /// Connects to every shard (retrying refused connections until the timeout), runs the
+  /// Connects to every shard (retrying refused connections until the timeout; each attempt
+  /// bounded by what is left of it, so a host that drops packets cannot hold it), runs the
   /// authentication handshake with each (in parallel; not retried) and says hello.
   void connect();
   /// Offers initial values for every partition (`params` has layout.total_floats floats);

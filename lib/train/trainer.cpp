@@ -8,6 +8,7 @@
 
 #include "common/errors.h"
 #include "compress/compressor.h"
+#include "ps/checkpoint.h"
 #include "train/idx.h"
 #include "train/models.h"
 #include "train/tensors.h"
@@ -172,10 +173,26 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
   popt.timeout = cfg.ps_timeout;
   popt.reconnect_timeout = cfg.ps_timeout;
   popt.sparse_downlink = spec.compression.downlink_ratio < 1.0;
+  popt.stop_requested = cfg.stop_requested;
+  if (!cfg.init_replica_path.empty()) {
+    // A re-assigned job: this worker's saved replica is the freshest copy of the
+    // parameters; a shard rebuilt elsewhere takes it as its initial values.
+    const auto steps = ps::read_replica_file(cfg.init_replica_path, params, layout, cfg.job);
+    sink({{"event", "replica_loaded"}, {"rank", cfg.rank}, {"path", cfg.init_replica_path}, {"steps", steps}});
+  }
   ps::PsClient client(cfg.shards, layout, popt);
-  client.connect();
-  client.init(params);
-  client.pull(params);
+  auto unix_now = [] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  try {
+    client.connect();
+    client.init(params);
+    client.pull(params);
+  } catch (const ps::StopRequested&) {
+    sink({{"event", "stopped"}, {"rank", cfg.rank}, {"replica", nullptr}});
+    throw Stopped("worker " + std::to_string(cfg.rank) + ": stopped before it held the PS's parameters");
+  }
+  double pulled_at = unix_now();  // when `params` last took the PS's values
   flat.write_params(params);
 
   std::vector<std::int64_t> lengths;
@@ -273,205 +290,235 @@ double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
   Clock::time_point t_profile{};
   std::int64_t profile_images = 0;
   bool stop = false;
-  for (int epoch = first_epoch; epoch < spec.epochs && !stop; ++epoch) {
-    const auto t_epoch = Clock::now();
-    auto perm = torch::randperm(n, gen, torch::kInt64);
-    double loss_sum = 0;
-    std::int64_t loss_count = 0;
-    double recent_loss = 0;
-    std::int64_t recent_count = 0;
-    for (std::int64_t step = 0; step < steps_per_epoch; ++step) {
-      const std::int64_t lo = step * bs;
-      const std::int64_t hi = std::min(n, lo + bs);
-      auto idx = perm.slice(0, lo, hi);
-      auto xb = train_x.index_select(0, idx);
-      auto yb = train_y.index_select(0, idx);
-      module.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(model.forward(xb), yb);
-      loss.backward();
-      const double lv = loss.item<double>();
-      flat.read_grads(grads);
-      bool finite = std::isfinite(lv);
-      for (std::size_t i = 0; finite && i < grads.size(); ++i) finite = std::isfinite(grads[i]);
-      if (!finite) {
-        // A NaN/Inf gradient is never pushed: the step is skipped and counted.
-        ++skipped_steps;
-        if (++consecutive_skips > kMaxConsecutiveSkips) {
-          throw Error("worker " + std::to_string(cfg.rank) + ": " + std::to_string(consecutive_skips) +
-                      " consecutive steps had a NaN/Inf loss or gradient (epoch " + std::to_string(epoch + 1) +
-                      ", step " + std::to_string(step + 1) + "); the model diverged: lower optimizer.lr or set "
-                      "compression.clip_norm");
+  int epochs_finished = first_epoch;
+  auto check_stop = [&] {
+    if (cfg.stop_requested != nullptr && cfg.stop_requested->load(std::memory_order_relaxed)) {
+      throw ps::StopRequested("the worker was asked to stop");
+    }
+  };
+  try {
+    for (int epoch = first_epoch; epoch < spec.epochs && !stop; ++epoch) {
+      const auto t_epoch = Clock::now();
+      auto perm = torch::randperm(n, gen, torch::kInt64);
+      double loss_sum = 0;
+      std::int64_t loss_count = 0;
+      double recent_loss = 0;
+      std::int64_t recent_count = 0;
+      for (std::int64_t step = 0; step < steps_per_epoch; ++step) {
+        check_stop();
+        const std::int64_t lo = step * bs;
+        const std::int64_t hi = std::min(n, lo + bs);
+        auto idx = perm.slice(0, lo, hi);
+        auto xb = train_x.index_select(0, idx);
+        auto yb = train_y.index_select(0, idx);
+        module.zero_grad();
+        auto loss = torch::nn::functional::cross_entropy(model.forward(xb), yb);
+        loss.backward();
+        const double lv = loss.item<double>();
+        flat.read_grads(grads);
+        bool finite = std::isfinite(lv);
+        for (std::size_t i = 0; finite && i < grads.size(); ++i) finite = std::isfinite(grads[i]);
+        if (!finite) {
+          // A NaN/Inf gradient is never pushed: the step is skipped and counted.
+          ++skipped_steps;
+          if (++consecutive_skips > kMaxConsecutiveSkips) {
+            throw Error("worker " + std::to_string(cfg.rank) + ": " + std::to_string(consecutive_skips) +
+                        " consecutive steps had a NaN/Inf loss or gradient (epoch " + std::to_string(epoch + 1) +
+                        ", step " + std::to_string(step + 1) + "); the model diverged: lower optimizer.lr or set "
+                        "compression.clip_norm");
+          }
+          sink({{"event", "skipped_step"}, {"rank", cfg.rank}, {"epoch", epoch + 1}, {"step", step + 1},
+                {"loss", std::isfinite(lv) ? nlohmann::json(lv) : nlohmann::json(nullptr)},
+                {"skipped_steps", skipped_steps}});
+          continue;
         }
-        sink({{"event", "skipped_step"}, {"rank", cfg.rank}, {"epoch", epoch + 1}, {"step", step + 1},
-              {"loss", std::isfinite(lv) ? nlohmann::json(lv) : nlohmann::json(nullptr)},
-              {"skipped_steps", skipped_steps}});
+        consecutive_skips = 0;
+        if (wd > 0) {
+          for (std::size_t i = 0; i < grads.size(); ++i) grads[i] += wd * params[i];
+        }
+        const double pos = epoch + static_cast<double>(step) / steps_per_epoch;
+        const auto lr = static_cast<float>(learning_rate(spec.optimizer, pos, spec.epochs));
+        const double density = spec.compression.method == compress::Method::kNone
+                                   ? 1.0
+                                   : compress::density_at(spec.compression, pos);
+        const double downlink = compress::density_at(downlink_spec, pos);
+        const auto up0 = client.bytes_pushed(), down0 = client.bytes_pulled();
+        try {
+          if (plain) {
+            client.push_pull(grads, lr, params);
+          } else {
+            compressor.clip(grads, spec.workers);
+            for (const auto& p : layout.partitions) {
+              const auto& e = compressor.encode(
+                  p.key, std::span<const float>(grads).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length)),
+                  density, static_cast<std::uint64_t>(global_step));
+              auto& pp = pushes[p.key];
+              pp.count = static_cast<std::uint32_t>(e.count());
+              pp.second = {};
+              pp.seed = e.seed;
+              switch (e.encoding) {
+                case compress::Encoding::kDense:
+                  pp.codec = wire::Codec::kDenseF32;
+                  pp.first = std::as_bytes(std::span<const float>(e.values));
+                  break;
+                case compress::Encoding::kDenseF16:
+                  pp.codec = wire::Codec::kDenseF16;
+                  pp.first = std::as_bytes(std::span<const std::uint16_t>(e.half));
+                  break;
+                case compress::Encoding::kSparse:
+                  pp.codec = wire::Codec::kSparseF32;
+                  pp.first = std::as_bytes(std::span<const std::uint32_t>(e.indices));
+                  pp.second = std::as_bytes(std::span<const float>(e.values));
+                  break;
+                case compress::Encoding::kSeeded:
+                  pp.codec = wire::Codec::kSeededF32;
+                  pp.first = std::as_bytes(std::span<const float>(e.values));
+                  break;
+              }
+            }
+            client.push_pull(pushes, lr, downlink, params);
+          }
+          consecutive_resyncs = 0;
+        } catch (const ps::PsConnectionLost& lost) {
+          recover(lost);  // this step's gradient is dropped; params now hold the PS's values
+        }
+        pulled_at = unix_now();
+        const std::uint64_t up = client.bytes_pushed() - up0, down = client.bytes_pulled() - down0;
+        for (Traffic* t : {&total, &after_warmup}) {
+          if (t == &after_warmup && pos < spec.compression.warmup_epochs) continue;
+          t->up += up;
+          t->down += down;
+          t->dense_up += dense_up_per_step;
+          t->dense_down += dense_down_per_step;
+        }
+        last_density = density;
+        flat.write_params(params);
+        ++global_step;
+        if (global_step == kProfileWarmupSteps) t_profile = Clock::now();
+        if (global_step > kProfileWarmupSteps) profile_images += hi - lo;
+        if (spec.max_steps > 0 && global_step >= spec.max_steps) stop = true;
+        loss_sum += lv;
+        ++loss_count;
+        recent_loss += lv;
+        ++recent_count;
+        images_since_report += hi - lo;
+        const double since = seconds_since(last_report);
+        if (since >= cfg.progress_interval_s) {
+          sink({{"event", "progress"},
+                {"rank", cfg.rank},
+                {"epoch", epoch + 1},
+                {"step", step + 1},
+                {"steps_per_epoch", steps_per_epoch},
+                {"global_step", global_step},
+                {"loss", recent_loss / static_cast<double>(recent_count)},
+                {"lr", lr},
+                {"images_per_sec", static_cast<double>(images_since_report) / since},
+                {"bytes_pushed", client.bytes_pushed()},
+                {"bytes_pulled", client.bytes_pulled()},
+                {"density", last_density},
+                {"compression_ratio", ratio(total.dense_up + total.dense_down, total.up + total.down)},
+                {"skipped_steps", skipped_steps}});
+          last_report = Clock::now();
+          images_since_report = 0;
+          recent_loss = 0;
+          recent_count = 0;
+        }
+        if (stop) break;
+      }
+      if (spec.profile) {
+        if (stop || epoch + 1 == spec.epochs) {
+          const double secs = t_profile == Clock::time_point{} ? 0.0 : seconds_since(t_profile);
+          sink({{"event", "profile"},
+                {"rank", cfg.rank},
+                {"steps", global_step},
+                {"measured_images", profile_images},
+                {"measured_seconds", secs},
+                {"images_per_sec", secs > 0 ? static_cast<double>(profile_images) / secs : 0.0},
+                {"bytes_pushed", client.bytes_pushed()},
+                {"bytes_pulled", client.bytes_pulled()}});
+          stop = true;
+        }
         continue;
       }
-      consecutive_skips = 0;
-      if (wd > 0) {
-        for (std::size_t i = 0; i < grads.size(); ++i) grads[i] += wd * params[i];
-      }
-      const double pos = epoch + static_cast<double>(step) / steps_per_epoch;
-      const auto lr = static_cast<float>(learning_rate(spec.optimizer, pos, spec.epochs));
-      const double density = spec.compression.method == compress::Method::kNone
-                                 ? 1.0
-                                 : compress::density_at(spec.compression, pos);
-      const double downlink = compress::density_at(downlink_spec, pos);
-      const auto up0 = client.bytes_pushed(), down0 = client.bytes_pulled();
-      try {
-        if (plain) {
-          client.push_pull(grads, lr, params);
-        } else {
-          compressor.clip(grads, spec.workers);
-          for (const auto& p : layout.partitions) {
-            const auto& e = compressor.encode(
-                p.key, std::span<const float>(grads).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length)),
-                density, static_cast<std::uint64_t>(global_step));
-            auto& pp = pushes[p.key];
-            pp.count = static_cast<std::uint32_t>(e.count());
-            pp.second = {};
-            pp.seed = e.seed;
-            switch (e.encoding) {
-              case compress::Encoding::kDense:
-                pp.codec = wire::Codec::kDenseF32;
-                pp.first = std::as_bytes(std::span<const float>(e.values));
-                break;
-              case compress::Encoding::kDenseF16:
-                pp.codec = wire::Codec::kDenseF16;
-                pp.first = std::as_bytes(std::span<const std::uint16_t>(e.half));
-                break;
-              case compress::Encoding::kSparse:
-                pp.codec = wire::Codec::kSparseF32;
-                pp.first = std::as_bytes(std::span<const std::uint32_t>(e.indices));
-                pp.second = std::as_bytes(std::span<const float>(e.values));
-                break;
-              case compress::Encoding::kSeeded:
-                pp.codec = wire::Codec::kSeededF32;
-                pp.first = std::as_bytes(std::span<const float>(e.values));
-                break;
-            }
+      const double epoch_seconds = seconds_since(t_epoch);
+      nlohmann::json ev{{"event", "epoch_end"},
+                        {"rank", cfg.rank},
+                        {"epoch", epoch + 1},
+                        {"epochs", spec.epochs},
+                        {"train_loss", loss_sum / static_cast<double>(std::max<std::int64_t>(1, loss_count))},
+                        {"epoch_seconds", epoch_seconds},
+                        {"images_per_sec", static_cast<double>(n) / epoch_seconds}};
+      const bool last = epoch + 1 == spec.epochs || stop;
+      if (last) {
+        // Tell the PS this worker is done; rank 0 then waits for the others so that the
+        // final accuracy is that of the finished model.
+        for (;;) {
+          try {
+            client.done();
+            break;
+          } catch (const ps::PsConnectionLost& lost) {
+            recover(lost);
           }
-          client.push_pull(pushes, lr, downlink, params);
         }
-        consecutive_resyncs = 0;
-      } catch (const ps::PsConnectionLost& lost) {
-        recover(lost);  // this step's gradient is dropped; params now hold the PS's values
-      }
-      const std::uint64_t up = client.bytes_pushed() - up0, down = client.bytes_pulled() - down0;
-      for (Traffic* t : {&total, &after_warmup}) {
-        if (t == &after_warmup && pos < spec.compression.warmup_epochs) continue;
-        t->up += up;
-        t->down += down;
-        t->dense_up += dense_up_per_step;
-        t->dense_down += dense_down_per_step;
-      }
-      last_density = density;
-      flat.write_params(params);
-      ++global_step;
-      if (global_step == kProfileWarmupSteps) t_profile = Clock::now();
-      if (global_step > kProfileWarmupSteps) profile_images += hi - lo;
-      if (spec.max_steps > 0 && global_step >= spec.max_steps) stop = true;
-      loss_sum += lv;
-      ++loss_count;
-      recent_loss += lv;
-      ++recent_count;
-      images_since_report += hi - lo;
-      const double since = seconds_since(last_report);
-      if (since >= cfg.progress_interval_s) {
-        sink({{"event", "progress"},
-              {"rank", cfg.rank},
-              {"epoch", epoch + 1},
-              {"step", step + 1},
-              {"steps_per_epoch", steps_per_epoch},
-              {"global_step", global_step},
-              {"loss", recent_loss / static_cast<double>(recent_count)},
-              {"lr", lr},
-              {"images_per_sec", static_cast<double>(images_since_report) / since},
-              {"bytes_pushed", client.bytes_pushed()},
-              {"bytes_pulled", client.bytes_pulled()},
-              {"density", last_density},
-              {"compression_ratio", ratio(total.dense_up + total.dense_down, total.up + total.down)},
-              {"skipped_steps", skipped_steps}});
-        last_report = Clock::now();
-        images_since_report = 0;
-        recent_loss = 0;
-        recent_count = 0;
-      }
-      if (stop) break;
-    }
-    if (spec.profile) {
-      if (stop || epoch + 1 == spec.epochs) {
-        const double secs = t_profile == Clock::time_point{} ? 0.0 : seconds_since(t_profile);
-        sink({{"event", "profile"},
-              {"rank", cfg.rank},
-              {"steps", global_step},
-              {"measured_images", profile_images},
-              {"measured_seconds", secs},
-              {"images_per_sec", secs > 0 ? static_cast<double>(profile_images) / secs : 0.0},
-              {"bytes_pushed", client.bytes_pushed()},
-              {"bytes_pulled", client.bytes_pulled()}});
-        stop = true;
-      }
-      continue;
-    }
-    const double epoch_seconds = seconds_since(t_epoch);
-    nlohmann::json ev{{"event", "epoch_end"},
-                      {"rank", cfg.rank},
-                      {"epoch", epoch + 1},
-                      {"epochs", spec.epochs},
-                      {"train_loss", loss_sum / static_cast<double>(std::max<std::int64_t>(1, loss_count))},
-                      {"epoch_seconds", epoch_seconds},
-                      {"images_per_sec", static_cast<double>(n) / epoch_seconds}};
-    const bool last = epoch + 1 == spec.epochs || stop;
-    if (last) {
-      // Tell the PS this worker is done; rank 0 then waits for the others so that the
-      // final accuracy is that of the finished model.
-      for (;;) {
-        try {
-          client.done();
-          break;
-        } catch (const ps::PsConnectionLost& lost) {
-          recover(lost);
+        done_sent = true;
+        if (cfg.rank == 0) {
+          const auto deadline = Clock::now() + cfg.finish_timeout;
+          auto workers_done = [&] {
+            for (;;) {
+              try {
+                return client.workers_done();
+              } catch (const ps::PsConnectionLost& lost) {
+                recover(lost);
+              }
+            }
+          };
+          while (workers_done() < static_cast<std::uint32_t>(spec.workers)) {
+            if (Clock::now() >= deadline) {
+              throw TimeoutError("worker 0: the other workers did not finish within " +
+                                 std::to_string(cfg.finish_timeout.count()) + " s");
+            }
+            check_stop();
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          }
         }
       }
-      done_sent = true;
       if (cfg.rank == 0) {
-        const auto deadline = Clock::now() + cfg.finish_timeout;
-        auto workers_done = [&] {
-          for (;;) {
-            try {
-              return client.workers_done();
-            } catch (const ps::PsConnectionLost& lost) {
-              recover(lost);
-            }
-          }
-        };
-        while (workers_done() < static_cast<std::uint32_t>(spec.workers)) {
-          if (Clock::now() >= deadline) {
-            throw TimeoutError("worker 0: the other workers did not finish within " +
-                               std::to_string(cfg.finish_timeout.count()) + " s");
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        const auto t_eval = Clock::now();
+        try {
+          client.pull(params);  // the PS's current parameters (dense pull)
+        } catch (const ps::PsConnectionLost& lost) {
+          recover(lost);  // ends with a dense pull too
         }
+        flat.write_params(params);
+        recalibrate_batchnorm(module, model, train_x, 20, 250);
+        const double acc = evaluate(module, model, test_x, test_y);
+        ev["test_accuracy"] = acc;
+        ev["eval_seconds"] = seconds_since(t_eval);
+        final_accuracy = acc;
       }
+      ev["bytes_pushed"] = client.bytes_pushed();
+      ev["bytes_pulled"] = client.bytes_pulled();
+      sink(ev);
+      epochs_finished = epoch + 1;
     }
-    if (cfg.rank == 0) {
-      const auto t_eval = Clock::now();
+  } catch (const ps::StopRequested&) {
+    // Asked to stop (its job is being re-assigned, or its agent stops): the replica is
+    // the PS's parameters as of this worker's last pull, the freshest copy the job may
+    // have of a shard that was lost. `pulled_at` ranks the replicas of several workers.
+    nlohmann::json replica = nullptr;
+    if (!cfg.replica_path.empty()) {
       try {
-        client.pull(params);  // the PS's current parameters (dense pull)
-      } catch (const ps::PsConnectionLost& lost) {
-        recover(lost);  // ends with a dense pull too
+        ps::write_replica_file(cfg.replica_path, params, layout, cfg.job, static_cast<std::uint64_t>(global_step));
+        replica = {{"path", cfg.replica_path},
+                   {"steps", global_step},
+                   {"epochs_done", epochs_finished},
+                   {"pulled_at", pulled_at}};
+      } catch (const std::exception& e) {
+        replica = {{"error", e.what()}};
       }
-      flat.write_params(params);
-      recalibrate_batchnorm(module, model, train_x, 20, 250);
-      const double acc = evaluate(module, model, test_x, test_y);
-      ev["test_accuracy"] = acc;
-      ev["eval_seconds"] = seconds_since(t_eval);
-      final_accuracy = acc;
     }
-    ev["bytes_pushed"] = client.bytes_pushed();
-    ev["bytes_pulled"] = client.bytes_pulled();
-    sink(ev);
+    sink({{"event", "stopped"}, {"rank", cfg.rank}, {"epochs_done", epochs_finished}, {"replica", replica}});
+    throw Stopped("worker " + std::to_string(cfg.rank) + ": stopped at step " + std::to_string(global_step));
   }
   sink({{"event", "done"},
         {"rank", cfg.rank},

@@ -2,9 +2,11 @@
 // shards, per-epoch evaluation of the PS's parameters.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -27,10 +29,28 @@ struct WorkerConfig {
   std::chrono::seconds finish_timeout{1800};       ///< rank 0's wait for the other workers
   double progress_interval_s = 5.0;  ///< seconds between progress events
   int resume_epoch = 0;              ///< after a restart: epochs already finished, [0, epochs)
+  /// Set (from a SIGTERM handler) to ask the worker to stop: it saves its replica to
+  /// `replica_path` (if any, and only once it holds the PS's parameters) and throws
+  /// Stopped. Checked before every step and every 100 ms inside PS calls. Must outlive
+  /// run_worker.
+  const std::atomic<bool>* stop_requested = nullptr;
+  /// Where a stopped worker saves its parameter replica (ps::write_replica_file); "" = not saved.
+  std::string replica_path;
+  /// A replica saved by a stopped worker of an earlier generation of this job: offered to
+  /// the PS shards as the initial parameters instead of the seeded ones (a shard that
+  /// restored its own checkpoint keeps its values). "" = the seeded initialisation.
+  std::string init_replica_path;
+};
+
+/// run_worker gave up because WorkerConfig::stop_requested became true. The "stopped"
+/// event it sent last says whether, where and at which step the replica was saved.
+class Stopped : public Error {
+ public:
+  using Error::Error;
 };
 
 /// Receives progress events (one JSON object each; "event" names the kind:
-/// "started", "progress", "epoch_end", "done"). Called on the training thread.
+/// "started", "progress", "epoch_end", "done", "stopped", ...). Called on the training thread.
 using ProgressSink = std::function<void(const nlohmann::json&)>;
 
 /// Learning rate at training progress `epoch_pos` (epochs completed, fractional, in
@@ -44,8 +64,9 @@ double learning_rate(const OptimizerSpec& opt, double epoch_pos, int epochs);
 /// parameters on the test set after every epoch (after the last one, once every worker
 /// has finished) and reports `test_accuracy` in its "epoch_end" events.
 /// Returns the final test accuracy (rank 0) or -1 (other ranks).
-/// Throws ConfigError/ProtocolError/IoError from loading data, IoError/TimeoutError from
-/// the PS, Error when a loss turns NaN/Inf.
+/// Throws ConfigError/ProtocolError/IoError from loading data (or the init replica),
+/// IoError/TimeoutError from the PS, Error when a loss turns NaN/Inf, Stopped when asked
+/// to stop.
 double run_worker(const WorkerConfig& cfg, const ProgressSink& sink);
 
 }  // namespace dltrain::train

@@ -26,29 +26,12 @@ using namespace std::chrono_literals;
 using dltrain::testing::Background;
 using dltrain::testing::last_line;
 using dltrain::testing::process_state;
+using dltrain::testing::processes_mentioning;
 using dltrain::testing::run;
 
 namespace {
 
 const std::string kBin = DLTRAIN_BIN_DIR;
-
-// Pids of processes whose command line or working directory mentions `needle`.
-std::vector<int> processes_mentioning(const std::string& needle) {
-  std::vector<int> out;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const int pid = std::stoi(name);
-    if (pid == getpid()) continue;
-    std::ifstream in(e.path() / "cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(in)), {});
-    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    std::error_code ec;
-    const auto cwd = fs::read_symlink(e.path() / "cwd", ec).string();
-    if (cmd.find(needle) != std::string::npos || (!ec && cwd.rfind(needle, 0) == 0)) out.push_back(pid);
-  }
-  return out;
-}
 
 class Cluster : public ::testing::Test {
  protected:

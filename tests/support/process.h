@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -109,6 +111,25 @@ class Background {
   pid_t pid_ = -1;
   int code_ = kRunning;
 };
+
+/// Pids of processes (this one excepted) whose command line or working directory mentions
+/// `needle`.
+inline std::vector<int> processes_mentioning(const std::string& needle) {
+  std::vector<int> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int pid = std::stoi(name);
+    if (pid == getpid()) continue;
+    std::ifstream in(e.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(in)), {});
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    std::error_code ec;
+    const auto cwd = std::filesystem::read_symlink(e.path() / "cwd", ec).string();
+    if (cmd.find(needle) != std::string::npos || (!ec && cwd.rfind(needle, 0) == 0)) out.push_back(pid);
+  }
+  return out;
+}
 
 /// The state letter of process `pid` from /proc/PID/stat ('R', 'S', 'T' = stopped, ...),
 /// or '?' when there is no such process.

@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -749,6 +750,54 @@ TEST(PsClientTimeout, AShardThatNeverAnswersFailsTheCall) {
   }
 }
 
+// A worker asked to stop (its SIGTERM handler sets the flag) gives up a call on a silent
+// shard at once, with StopRequested, not after its PS timeout: it must save its replica
+// within its agent's stop grace.
+TEST(PsClientStop, AStopRequestEndsACallOnASilentShardWellBeforeTheTimeout) {
+  using namespace std::chrono_literals;
+  ScriptedShard shard;  // accepts (the kernel does) but never answers
+  std::atomic<bool> stop{false};
+  PsClientOptions o;
+  o.job = 42;
+  o.generation = 1;
+  o.timeout = std::chrono::milliseconds(60000);
+  o.secret = kSecret;
+  o.stop_requested = &stop;
+  PsClient client({{"127.0.0.1", shard.port()}}, make_layout({4}, 4, 1), o);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(300ms);
+    stop = true;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(client.connect(), StopRequested);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  stopper.join();
+  // 300 ms until the flag, then one 100 ms slice at most; far below the 60 s timeout.
+  EXPECT_LT(waited, 5s);
+  EXPECT_GE(waited, 300ms);
+}
+
+// The same while resync() backs off against a shard that is gone (its port refuses).
+TEST(PsClientStop, AStopRequestEndsResyncWhileTheShardIsGone) {
+  using namespace std::chrono_literals;
+  auto srv = std::make_unique<ScriptedShard>();
+  const auto port = srv->port();
+  srv.reset();  // nothing listens there any more
+  std::atomic<bool> stop{true};
+  PsClientOptions o;
+  o.job = 42;
+  o.generation = 1;
+  o.timeout = 1000ms;
+  o.reconnect_timeout = 60000ms;
+  o.secret = kSecret;
+  o.stop_requested = &stop;
+  PsClient client({{"127.0.0.1", port}}, make_layout({4}, 4, 1), o);
+  std::vector<float> params(4, 1.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(client.resync(params), StopRequested);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+}
+
 // A worker suspended (SIGSTOP, as a straggler or a paused VM is) while it waits for a
 // pull reply, and kept stopped past its PS timeout while the reply sits in its socket,
 // takes that reply when it resumes: the time it did not run is not the PS's silence.
@@ -1023,6 +1072,52 @@ TEST(Checkpoint, AFinishedWorkerIsCheckpointedBeforeItsDoneIsAcknowledged) {
   auto snap = read_checkpoint_file(path.string(), 42, 0);
   ASSERT_TRUE(snap.has_value());
   EXPECT_EQ(snap->done, std::vector<std::uint32_t>{1});
+}
+
+// A worker's replica: every partition of the layout in the checkpoint format (shard
+// kWorkerReplicaShard, no momentum), read back into the same places of the flat vector.
+TEST(WorkerReplica, RoundTripPutsEveryPartitionBackAtItsOffset) {
+  dltrain::testing::TempDir dir;
+  const auto path = (dir.path / "replica.ckpt").string();
+  // Tensors of 3, 2 and 5 floats, partitions of at most 4 floats over 2 shards:
+  // {3}, {2}, and the 5 cut into 3 + 2.
+  const auto layout = make_layout({3, 2, 5}, 4, 2);
+  ASSERT_EQ(layout.total_floats, 10);
+  ASSERT_EQ(layout.partitions.size(), 4u);
+  std::vector<float> params(10);
+  for (int i = 0; i < 10; ++i) params[i] = 0.5f * static_cast<float>(i) - 1.0f;
+  write_replica_file(path, params, layout, 42, 1234);
+  // Size by hand: 40-byte header, 4 partitions of 16 + 4·length, CRC 4.
+  EXPECT_EQ(std::filesystem::file_size(path), 40u + 4 * 16 + 4 * 10 + 4);
+  std::vector<float> back(10, -7.0f);
+  EXPECT_EQ(read_replica_file(path, back, layout, 42), 1234u);
+  EXPECT_EQ(back, params);
+}
+
+TEST(WorkerReplica, AnotherJobOrModelOrAMissingFileIsRefusedWithTheReason) {
+  dltrain::testing::TempDir dir;
+  const auto path = (dir.path / "replica.ckpt").string();
+  const auto layout = make_layout({3, 2, 5}, 4, 2);
+  std::vector<float> params(10, 1.0f);
+  write_replica_file(path, params, layout, 42, 7);
+  try {
+    read_replica_file(path, params, layout, 43);
+    FAIL() << "another job's replica was accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("of job 42, this is shard 4294967295 of job 43"), std::string::npos)
+        << e.what();
+  }
+  const auto other = make_layout({3, 2, 5}, 8, 1);  // the same floats, other partitions
+  std::vector<float> into(10);
+  try {
+    read_replica_file(path, into, other, 42);
+    FAIL() << "a replica of another partitioning was accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("partitions, the job's model has"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(read_replica_file((dir.path / "none").string(), into, layout, 42), IoError);
+  std::vector<float> wrong(9);
+  EXPECT_THROW(write_replica_file(path, wrong, layout, 42, 0), ConfigError);
 }
 
 namespace {
