@@ -260,7 +260,9 @@ def write_reports(doc):
 
 def machine():
     mem = next((int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal:")), 0)
-    return f"{os.cpu_count()} cores, {mem / 2**20:.0f} GiB, {platform.machine()}, Linux {platform.release()}"
+    system = next((l.split("=", 1)[1].strip().strip('"') for l in open("/etc/os-release")
+                   if l.startswith("PRETTY_NAME=")), platform.system())
+    return f"{os.cpu_count()} cores, {mem / 2**20:.0f} GiB, {platform.machine()}, {system}"
 
 
 def main():
