@@ -30,6 +30,7 @@ constexpr int kExitNoLeader = 3;    // the leader cannot be reached or stopped a
 
 struct Target {
   std::string leader, token, source;
+  std::string ca_file;  // wss:// leaders: CA certificates to verify it with ("" = the system's)
 };
 
 std::string env(const char* name) {
@@ -38,8 +39,9 @@ std::string env(const char* name) {
 }
 
 // Flags, then environment, then a client config, then a standalone cluster's file.
-Target find_leader(const std::string& flag_leader, const std::string& flag_token) {
-  Target t{flag_leader, flag_token, "flags"};
+Target find_leader(const std::string& flag_leader, const std::string& flag_token, const std::string& flag_ca) {
+  Target t{flag_leader, flag_token, "flags", flag_ca};
+  if (t.ca_file.empty()) t.ca_file = env("DLTRAIN_CA_FILE");
   auto fill = [&](const std::string& leader, const std::string& token, const std::string& source) {
     if (t.leader.empty() && !leader.empty()) {
       t.leader = leader;
@@ -67,6 +69,7 @@ Target find_leader(const std::string& flag_leader, const std::string& flag_token
         }
       }
       fill(tbl["leader"].value_or(std::string()), token, p.string());
+      if (t.ca_file.empty()) t.ca_file = tbl["ca_file"].value_or(std::string());
     } catch (const toml::parse_error& e) {
       throw dltrain::ConfigError("", "client config " + p.string() + ": " + std::string(e.description()));
     }
@@ -249,8 +252,12 @@ int main(int argc, char** argv) {
   std::string leader, token;
   int timeout_s = 30;
   bool as_json = false;
-  app.add_option("--leader", leader, "leader URL, ws://HOST:PORT");
+  std::string ca_file;
+  app.add_option("--leader", leader, "leader URL, ws://HOST:PORT or wss://HOST:PORT (TLS)");
   app.add_option("--token", token, "client bearer token");
+  app.add_option("--ca-file", ca_file,
+                 "wss:// only: CA certificates (PEM) to verify the leader with (default: DLTRAIN_CA_FILE, the "
+                 "client config's ca_file, else the system's trust store)");
   app.add_option("--timeout", timeout_s, "seconds to wait for the leader's answer (1..3600)")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
@@ -293,7 +300,7 @@ int main(int argc, char** argv) {
   const auto timeout = std::chrono::seconds(timeout_s);
   Target target;
   try {
-    target = find_leader(leader, token);
+    target = find_leader(leader, token, ca_file);
   } catch (const dltrain::ConfigError& e) {
     std::cerr << "dltrain: " << e.what() << "\n";
     return kExitBadInput;
@@ -318,7 +325,8 @@ int main(int argc, char** argv) {
                      {"base_dir", fs::absolute(fs::path(job_file)).parent_path().string()},
                      {"follow", follow_flag}};
     }
-    dltrain::control::BlockingControlClient c(target.leader, target.token, timeout);
+    dltrain::control::BlockingControlClient c(target.leader, target.token, timeout,
+                                              dltrain::control::TlsClientOptions{target.ca_file, ""});
     if (submit->parsed()) {
       auto r = c.request("submit", submit_body, timeout);
       const std::string id = r.value("job", "");

@@ -40,11 +40,16 @@ int run_daemon(const dltrain::agent::AgentOptions& opt, const std::string& confi
     leader->start();
     std::string host = opt.listen_address == "0.0.0.0" || opt.listen_address == "::" ? "127.0.0.1" : opt.listen_address;
     if (host.find(':') != std::string::npos) host = "[" + host + "]";
-    agent_opt.leader_url = "ws://" + host + ":" + std::to_string(leader->port());
+    // The agent inside the leader's process reaches it on its own address; over TLS it
+    // trusts exactly the leader's certificate.
+    const bool tls = !opt.tls_cert_file.empty();
+    agent_opt.leader_url = (tls ? "wss://" : "ws://") + host + ":" + std::to_string(leader->port());
+    if (tls) agent_opt.tls_pinned_cert_file = opt.tls_cert_file;
   }
   if (opt.leader) {
     // READY once the control endpoint listens.
-    notifier.ready("leader listening on " + opt.listen_address + ":" + std::to_string(leader->port()));
+    notifier.ready("leader listening on " + opt.listen_address + ":" + std::to_string(leader->port()) +
+                   (opt.tls_cert_file.empty() ? "" : " (TLS)"));
   }
   if (!opt.leader || opt.host_tasks) {
     agent.emplace(io, agent_opt);

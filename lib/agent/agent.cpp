@@ -114,7 +114,8 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   void connect() {
     if (shutting_down) return;
     registered = false;
-    link = std::make_shared<control::ControlClient>(io, opt.leader_url, opt.agent_token, control::PeerKind::kAgent);
+    link = std::make_shared<control::ControlClient>(io, opt.leader_url, opt.agent_token, control::PeerKind::kAgent,
+                                                    control::TlsClientOptions{opt.tls_ca_file, opt.tls_pinned_cert_file});
     std::weak_ptr<Impl> w = weak_from_this();
     link->on_message = [w](const std::string& text) {
       if (auto self = w.lock()) self->on_message(text);

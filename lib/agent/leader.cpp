@@ -205,6 +205,12 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       r["recovery_reason"] = j.recovery_reason;
       r["seed"] = j.seed;
       r["seed_generation"] = j.seed_generation;
+      // Byte counts: earlier generations' totals, and each worker's cumulative count in
+      // this one (what its next events continue from).
+      r["bytes_before"] = {{"pushed", j.pushed_before}, {"pulled", j.pulled_before}};
+      json by_rank = json::object();
+      for (auto& [rank, v] : j.pushed) by_rank[std::to_string(rank)] = {v, j.pulled.count(rank) ? j.pulled.at(rank) : 0};
+      r["bytes_by_rank"] = by_rank;
     }
     return r;
   }
@@ -301,6 +307,15 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     j.seed = r.value("seed", "");
     j.seed_generation = r.value("seed_generation", 0u);
     j.reassignments = r.value("reassignments", 0);
+    if (r.contains("bytes_before")) {
+      j.pushed_before = r["bytes_before"].value("pushed", std::uint64_t{0});
+      j.pulled_before = r["bytes_before"].value("pulled", std::uint64_t{0});
+      const json by_rank = r.value("bytes_by_rank", json::object());
+      for (auto& [rank, v] : by_rank.items()) {
+        j.pushed[std::stoi(rank)] = v.at(0).get<std::uint64_t>();
+        j.pulled[std::stoi(rank)] = v.at(1).get<std::uint64_t>();
+      }
+    }
     if (r.contains("task_records")) {
       for (const auto& tr : r["task_records"]) j.tasks.push_back(task_from_record(tr));
     }
@@ -1243,6 +1258,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       }
       if (kind == "epoch_end") {
         t.epochs_done = std::max(t.epochs_done, ev.value("epoch", 0));
+        save(j);  // where a re-assigned worker resumes, also after a leader restart
         j.images_per_sec[t.index] = ev.value("images_per_sec", 0.0);
         j.epoch_seconds[t.index] = ev.value("epoch_seconds", 0.0);
         if (t.index == 0) {
@@ -1547,6 +1563,8 @@ void Leader::start() {
   so.port = impl_->opt.listen_port;
   so.agent_token = impl_->opt.agent_token;
   so.client_token = impl_->opt.client_token;
+  so.tls_cert_file = impl_->opt.tls_cert_file;
+  so.tls_key_file = impl_->opt.tls_key_file;
   std::weak_ptr<Impl> w = impl_;
   control::ControlHandler h;
   h.on_message = [w](const std::shared_ptr<Session>& s, const std::string& text) {
@@ -1562,7 +1580,8 @@ void Leader::start() {
   impl_->server = std::make_unique<control::ControlServer>(impl_->io, so, h);
   impl_->server->start();
   impl_->check_heartbeats();
-  spdlog::info("leader listening on {}:{}", so.bind_address, impl_->server->port());
+  spdlog::info("leader listening on {}:{}{}", so.bind_address, impl_->server->port(),
+               so.tls_cert_file.empty() ? "" : " (TLS, wss://)");
 }
 
 void Leader::stop() {

@@ -79,6 +79,9 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
     else if (k == "client_token_file")
       o.client_token = read_private_file(resolve(need<std::string>(node, k, "a path")), k);
     else if (k == "task_bin_dir") o.task_bin_dir = resolve(need<std::string>(node, k, "a path string"));
+    else if (k == "tls_cert_file") o.tls_cert_file = resolve(need<std::string>(node, k, "a path string"));
+    else if (k == "tls_key_file") o.tls_key_file = resolve(need<std::string>(node, k, "a path string"));
+    else if (k == "tls_ca_file") o.tls_ca_file = resolve(need<std::string>(node, k, "a path string"));
     else if (k == "heartbeat_interval") o.heartbeat_interval = ms(node, k);
     else if (k == "heartbeat_timeout") o.heartbeat_timeout = ms(node, k);
     else if (k == "task_stop_grace") o.task_stop_grace = ms(node, k);
@@ -122,6 +125,10 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
   }
   if (o.agent_token.empty()) throw ConfigError("agent_token", "required (or agent_token_file)");
   if (o.leader && o.client_token.empty()) throw ConfigError("client_token", "required on the leader (or client_token_file)");
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    throw ConfigError(o.tls_cert_file.empty() ? "tls_cert_file" : "tls_key_file",
+                      "TLS needs both tls_cert_file and tls_key_file");
+  }
   if (o.heartbeat_timeout <= o.heartbeat_interval) {
     throw ConfigError("heartbeat_timeout", "must be longer than heartbeat_interval");
   }

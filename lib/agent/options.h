@@ -25,6 +25,16 @@ struct AgentOptions {
   std::string agent_token;                 ///< bearer token agents present to the leader
   std::string client_token;                ///< leader: bearer token clients present
   std::string task_bin_dir;                ///< where dltrain-ps/dltrain-worker live; empty = next to the agent
+  /// Leader: serve the control port over TLS (wss://) with this certificate chain and
+  /// private key (PEM; the key file 0600 or stricter). Both or neither.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  /// Agents with a wss:// leader_url: CA certificates (PEM) to verify the leader with;
+  /// empty = the system's trust store.
+  std::string tls_ca_file;
+  /// Not a configuration key: set for the agent inside the leader's process, which trusts
+  /// exactly its leader's certificate (it reaches it on 127.0.0.1).
+  std::string tls_pinned_cert_file;
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{10000};
   std::chrono::milliseconds task_stop_grace{10000};  ///< SIGTERM → SIGKILL delay

@@ -30,9 +30,8 @@ int hex_value(char c) {
   return -1;
 }
 
-}  // namespace
-
-std::string read_private_file(const std::string& path, const std::string& field, const std::string& what) {
+std::string read_private(const std::string& path, const std::string& field, const std::string& what,
+                         std::size_t max_bytes) {
   // The mode is checked on the descriptor that is then read (no window between the
   // check and the read for the file to be swapped).
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
@@ -48,17 +47,29 @@ std::string read_private_file(const std::string& path, const std::string& field,
     throw ConfigError(field, what + " \"" + path + "\" has mode " + mode +
                                  ": it must not be readable by group or others (chmod 600)");
   }
-  constexpr std::size_t kMaxBytes = 64 * 1024;
-  std::string text(kMaxBytes, '\0');
+  std::string text(max_bytes, '\0');
   std::size_t got = 0;
-  while (got < kMaxBytes) {
-    const ssize_t n = ::read(f.fd, text.data() + got, kMaxBytes - got);
+  while (got < max_bytes) {
+    const ssize_t n = ::read(f.fd, text.data() + got, max_bytes - got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw ConfigError(field, "cannot read " + what + " \"" + path + "\": " + std::strerror(errno));
     if (n == 0) break;
     got += static_cast<std::size_t>(n);
   }
   text.resize(got);
+  return text;
+}
+
+}  // namespace
+
+std::string read_private_file_text(const std::string& path, const std::string& field, const std::string& what) {
+  std::string text = read_private(path, field, what, 1u << 20);
+  if (text.empty()) throw ConfigError(field, what + " \"" + path + "\" is empty");
+  return text;
+}
+
+std::string read_private_file(const std::string& path, const std::string& field, const std::string& what) {
+  const std::string text = read_private(path, field, what, 64 * 1024);
   std::string line = text.substr(0, text.find('\n'));
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
   if (line.empty()) throw ConfigError(field, what + " \"" + path + "\" is empty");

@@ -24,6 +24,11 @@ inline constexpr std::size_t kMinJobSecretBytes = 32;
 std::string read_private_file(const std::string& path, const std::string& field,
                               const std::string& what = "token file");
 
+/// The whole of a private file (a TLS private key, say), with the same checks as
+/// read_private_file except that it may span lines; at most 1 MiB. Throws ConfigError as
+/// read_private_file does. Thread-safe.
+std::string read_private_file_text(const std::string& path, const std::string& field, const std::string& what);
+
 /// `n` bytes from OpenSSL's CSPRNG (RAND_bytes). Throws Error when the generator fails.
 /// Thread-safe.
 std::vector<std::uint8_t> random_bytes(std::size_t n);

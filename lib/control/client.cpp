@@ -1,9 +1,19 @@
 #include "control/client.h"
 
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
 #include <boost/asio.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "common/errors.h"
 
@@ -13,21 +23,24 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace websocket = beast::websocket;
+namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
+using PlainWs = websocket::stream<beast::tcp_stream>;
+using TlsWs = websocket::stream<beast::ssl_stream<beast::tcp_stream>>;
 
 LeaderUrl parse_leader_url(const std::string& url, const std::string& field) {
-  const std::string scheme = "ws://";
-  if (url.rfind(scheme, 0) != 0) {
-    throw ConfigError(field, "expected ws://HOST:PORT, got \"" + url + "\"");
+  const bool tls = url.rfind("wss://", 0) == 0;
+  if (!tls && url.rfind("ws://", 0) != 0) {
+    throw ConfigError(field, "expected ws://HOST:PORT or wss://HOST:PORT, got \"" + url + "\"");
   }
-  std::string rest = url.substr(scheme.size());
+  std::string rest = url.substr(tls ? 6 : 5);
   if (!rest.empty() && rest.back() == '/') rest.pop_back();
   const auto colon = rest.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size() ||
       rest.find('/') != std::string::npos) {
-    throw ConfigError(field, "expected ws://HOST:PORT, got \"" + url + "\"");
+    throw ConfigError(field, "expected ws://HOST:PORT or wss://HOST:PORT, got \"" + url + "\"");
   }
-  LeaderUrl u{rest.substr(0, colon), rest.substr(colon + 1)};
+  LeaderUrl u{rest.substr(0, colon), rest.substr(colon + 1), tls};
   if (u.host.size() > 2 && u.host.front() == '[' && u.host.back() == ']') u.host = u.host.substr(1, u.host.size() - 2);
   for (char c : u.port) {
     if (!std::isdigit(static_cast<unsigned char>(c))) throw ConfigError(field, "port is not a number in \"" + url + "\"");
@@ -35,27 +48,108 @@ LeaderUrl parse_leader_url(const std::string& url, const std::string& field) {
   return u;
 }
 
+namespace {
+
+// The DER bytes of the first certificate in a PEM file; throws ConfigError.
+std::vector<unsigned char> certificate_der(const std::string& path, const std::string& field) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) throw ConfigError(field, "cannot read certificate \"" + path + "\": " + std::strerror(errno));
+  X509* cert = PEM_read_X509(f, nullptr, nullptr, nullptr);
+  std::fclose(f);
+  if (cert == nullptr) throw ConfigError(field, "\"" + path + "\" holds no PEM certificate");
+  unsigned char* der = nullptr;
+  const int n = i2d_X509(cert, &der);
+  X509_free(cert);
+  if (n <= 0) throw ConfigError(field, "cannot encode the certificate in \"" + path + "\"");
+  std::vector<unsigned char> out(der, der + n);
+  OPENSSL_free(der);
+  return out;
+}
+
+}  // namespace
+
 struct ControlClient::Impl {
   asio::io_context& io;
   std::string url, token;
   PeerKind kind;
+  TlsClientOptions tls_opt;
   tcp::resolver resolver;
-  websocket::stream<beast::tcp_stream> ws;
+  std::optional<ssl::context> tls;  // wss:// only
+  std::unique_ptr<PlainWs> plain;
+  std::unique_ptr<TlsWs> secure;
   websocket::response_type upgrade_response;
   beast::flat_buffer buf;
   std::deque<std::string> queue;
   bool open = false, closing = false;
 
-  Impl(asio::io_context& i, std::string u, std::string t, PeerKind k)
-      : io(i), url(std::move(u)), token(std::move(t)), kind(k), resolver(i), ws(i) {}
+  Impl(asio::io_context& i, std::string u, std::string t, PeerKind k, TlsClientOptions o)
+      : io(i), url(std::move(u)), token(std::move(t)), kind(k), tls_opt(std::move(o)), resolver(i) {
+    bool wss = false;
+    try {
+      wss = parse_leader_url(url).tls;
+    } catch (const ConfigError&) {
+      // reported by connect()
+    }
+    if (!wss) {
+      plain = std::make_unique<PlainWs>(io);
+      return;
+    }
+    tls.emplace(ssl::context::tls_client);
+    tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                     ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+    tls->set_verify_mode(ssl::verify_peer);
+    beast::error_code ec;
+    if (!tls_opt.pinned_cert_file.empty()) {
+      // Only the leaf matters, and it must be exactly this certificate.
+      auto pinned = certificate_der(tls_opt.pinned_cert_file, "tls_cert_file");
+      tls->set_verify_callback([pinned](bool, ssl::verify_context& vc) {
+        X509_STORE_CTX* sc = vc.native_handle();
+        if (X509_STORE_CTX_get_error_depth(sc) > 0) return true;
+        X509* leaf = X509_STORE_CTX_get_current_cert(sc);
+        unsigned char* der = nullptr;
+        const int n = leaf == nullptr ? -1 : i2d_X509(leaf, &der);
+        const bool same = n > 0 && static_cast<std::size_t>(n) == pinned.size() &&
+                          std::equal(pinned.begin(), pinned.end(), der);
+        OPENSSL_free(der);
+        return same;
+      });
+    } else if (!tls_opt.ca_file.empty()) {
+      tls->load_verify_file(tls_opt.ca_file, ec);
+      if (ec) throw ConfigError("tls_ca_file", "cannot load CA certificates \"" + tls_opt.ca_file + "\": " + ec.message());
+    } else {
+      tls->set_default_verify_paths(ec);
+    }
+    secure = std::make_unique<TlsWs>(io, *tls);
+  }
+
+  // Runs `f` on the WebSocket stream, whichever kind it is.
+  template <class F>
+  void with_ws(F&& f) {
+    if (secure) {
+      f(*secure);
+    } else {
+      f(*plain);
+    }
+  }
 };
 
-ControlClient::ControlClient(asio::io_context& io, std::string url, std::string token, PeerKind kind)
-    : impl_(std::make_unique<Impl>(io, std::move(url), std::move(token), kind)) {}
+ControlClient::ControlClient(asio::io_context& io, std::string url, std::string token, PeerKind kind,
+                             TlsClientOptions tls)
+    : impl_(std::make_unique<Impl>(io, std::move(url), std::move(token), kind, std::move(tls))) {}
 
 ControlClient::~ControlClient() = default;
 
 bool ControlClient::is_open() const { return impl_->open; }
+
+namespace {
+
+// After the TCP connection (and the TLS handshake): the WebSocket upgrade, then the read
+// loop. `Ws` is PlainWs or TlsWs.
+template <class Ws>
+void upgrade(const std::shared_ptr<ControlClient>& self, ControlClient::Impl& im, Ws& ws, const LeaderUrl& u,
+             const std::function<void(std::exception_ptr)>& done);
+
+}  // namespace
 
 void ControlClient::connect(std::chrono::milliseconds timeout, std::function<void(std::exception_ptr)> done) {
   LeaderUrl u;
@@ -70,74 +164,108 @@ void ControlClient::connect(std::chrono::milliseconds timeout, std::function<voi
   impl_->resolver.async_resolve(u.host, u.port, [self, u, timeout, done, fail, where](beast::error_code ec,
                                                                                       tcp::resolver::results_type r) {
     if (ec) return fail("cannot resolve leader " + where + ": " + ec.message());
-    auto& im = *self->impl_;
-    beast::get_lowest_layer(im.ws).expires_after(timeout);
-    beast::get_lowest_layer(im.ws).async_connect(r, [self, u, done, fail, where](beast::error_code ec2,
-                                                                                 const tcp::endpoint&) {
-      if (ec2) {
-        if (ec2 == beast::error::timeout) {
-          return done(std::make_exception_ptr(TimeoutError("connecting to leader " + where + " timed out")));
+    self->impl_->with_ws([&](auto& ws) {
+      beast::get_lowest_layer(ws).expires_after(timeout);
+      beast::get_lowest_layer(ws).async_connect(r, [self, u, done, fail, where, &ws](beast::error_code ec2,
+                                                                                     const tcp::endpoint&) {
+        if (ec2) {
+          if (ec2 == beast::error::timeout) {
+            return done(std::make_exception_ptr(TimeoutError("connecting to leader " + where + " timed out")));
+          }
+          return fail("cannot connect to leader " + where + ": " + ec2.message());
         }
-        return fail("cannot connect to leader " + where + ": " + ec2.message());
-      }
-      auto& im2 = *self->impl_;
-      const std::string token = im2.token;
-      im2.ws.set_option(websocket::stream_base::decorator([token](websocket::request_type& req) {
-        req.set(http::field::authorization, "Bearer " + token);
-        req.set(http::field::user_agent, "dltrain");
-      }));
-      const std::string path = im2.kind == PeerKind::kAgent ? "/v1/agent" : "/v1/client";
-      im2.ws.async_handshake(im2.upgrade_response, u.host + ":" + u.port, path,
-                             [self, done, fail, where](beast::error_code ec3) {
-                               auto& im3 = *self->impl_;
-                               if (ec3) {
-                                 const auto status = im3.upgrade_response.result_int();
-                                 if (ec3 == beast::error::timeout) {
-                                   return done(std::make_exception_ptr(
-                                       TimeoutError("the WebSocket handshake with leader " + where + " timed out")));
-                                 }
-                                 if (ec3 == websocket::error::upgrade_declined && status == 401) {
-                                   return done(std::make_exception_ptr(
-                                       AuthError("leader " + where + " refused the token (HTTP 401)")));
-                                 }
-                                 if (ec3 == websocket::error::upgrade_declined) {
-                                   return fail("leader " + where + " declined the WebSocket upgrade (HTTP " +
-                                               std::to_string(status) + ")");
-                                 }
-                                 return fail("WebSocket handshake with leader " + where + " failed: " + ec3.message());
-                               }
-                               beast::get_lowest_layer(im3.ws).expires_never();
-                               websocket::stream_base::timeout to{};
-                               to.handshake_timeout = std::chrono::seconds(30);
-                               to.idle_timeout = kControlIdleTimeout;
-                               to.keep_alive_pings = true;
-                               im3.ws.set_option(to);
-                               im3.ws.read_message_max(wire::kMaxControlMessage * 4);
-                               im3.open = true;
-                               done(nullptr);
-                               // Read loop.
-                               auto loop = std::make_shared<std::function<void()>>();
-                               *loop = [self, loop] {
-                                 self->impl_->ws.async_read(self->impl_->buf, [self, loop](beast::error_code e, std::size_t) {
-                                   auto& im4 = *self->impl_;
-                                   if (e) {
-                                     const bool was_open = im4.open && !im4.closing;
-                                     im4.open = false;
-                                     *loop = nullptr;  // break the cycle
-                                     if (was_open && self->on_close) self->on_close(e.message());
-                                     return;
-                                   }
-                                   std::string text = beast::buffers_to_string(im4.buf.data());
-                                   im4.buf.consume(im4.buf.size());
-                                   if (self->on_message) self->on_message(text);
-                                   if (im4.open) (*loop)();
-                                 });
-                               };
-                               (*loop)();
-                             });
+        auto& im = *self->impl_;
+        if constexpr (std::is_same_v<std::decay_t<decltype(ws)>, TlsWs>) {
+          auto& tls = ws.next_layer();
+          // SNI, and the name the certificate must carry (unless it is pinned).
+          if (!SSL_set_tlsext_host_name(tls.native_handle(), u.host.c_str())) {
+            return fail("TLS: cannot set the server name " + u.host);
+          }
+          if (im.tls_opt.pinned_cert_file.empty()) tls.set_verify_callback(ssl::host_name_verification(u.host));
+          tls.async_handshake(ssl::stream_base::client, [self, u, done, fail, where, &ws](beast::error_code ec3) {
+            if (ec3) {
+              if (ec3 == beast::error::timeout) {
+                return done(std::make_exception_ptr(TimeoutError("the TLS handshake with leader " + where +
+                                                                 " timed out")));
+              }
+              return fail("TLS handshake with leader " + where + " failed: " + ec3.message() +
+                          (ec3.category() == asio::error::get_ssl_category()
+                               ? " (is the leader's certificate signed by the CA in tls_ca_file / --ca-file, and "
+                                 "does it name this host?)"
+                               : ""));
+            }
+            upgrade(self, *self->impl_, ws, u, done);
+          });
+        } else {
+          upgrade(self, im, ws, u, done);
+        }
+      });
     });
   });
 }
+
+namespace {
+
+template <class Ws>
+void upgrade(const std::shared_ptr<ControlClient>& self, ControlClient::Impl& im, Ws& ws, const LeaderUrl& u,
+             const std::function<void(std::exception_ptr)>& done) {
+  const std::string where = im.url;
+  auto fail = [done](const std::string& what) { done(std::make_exception_ptr(IoError(what))); };
+  const std::string token = im.token;
+  ws.set_option(websocket::stream_base::decorator([token](websocket::request_type& req) {
+    req.set(http::field::authorization, "Bearer " + token);
+    req.set(http::field::user_agent, "dltrain");
+  }));
+  const std::string path = im.kind == PeerKind::kAgent ? "/v1/agent" : "/v1/client";
+  ws.async_handshake(im.upgrade_response, u.host + ":" + u.port, path,
+                     [self, done, fail, where, &ws, &im](beast::error_code ec3) {
+                       if (ec3) {
+                         const auto status = im.upgrade_response.result_int();
+                         if (ec3 == beast::error::timeout) {
+                           return done(std::make_exception_ptr(
+                               TimeoutError("the WebSocket handshake with leader " + where + " timed out")));
+                         }
+                         if (ec3 == websocket::error::upgrade_declined && status == 401) {
+                           return done(std::make_exception_ptr(
+                               AuthError("leader " + where + " refused the token (HTTP 401)")));
+                         }
+                         if (ec3 == websocket::error::upgrade_declined) {
+                           return fail("leader " + where + " declined the WebSocket upgrade (HTTP " +
+                                       std::to_string(status) + ")");
+                         }
+                         return fail("WebSocket handshake with leader " + where + " failed: " + ec3.message());
+                       }
+                       beast::get_lowest_layer(ws).expires_never();
+                       websocket::stream_base::timeout to{};
+                       to.handshake_timeout = std::chrono::seconds(30);
+                       to.idle_timeout = kControlIdleTimeout;
+                       to.keep_alive_pings = true;
+                       ws.set_option(to);
+                       ws.read_message_max(wire::kMaxControlMessage * 4);
+                       im.open = true;
+                       done(nullptr);
+                       // Read loop.
+                       auto loop = std::make_shared<std::function<void()>>();
+                       *loop = [self, loop, &ws, &im] {
+                         ws.async_read(im.buf, [self, loop, &im](beast::error_code e, std::size_t) {
+                           if (e) {
+                             const bool was_open = im.open && !im.closing;
+                             im.open = false;
+                             *loop = nullptr;  // break the cycle
+                             if (was_open && self->on_close) self->on_close(e.message());
+                             return;
+                           }
+                           std::string text = beast::buffers_to_string(im.buf.data());
+                           im.buf.consume(im.buf.size());
+                           if (self->on_message) self->on_message(text);
+                           if (im.open) (*loop)();
+                         });
+                       };
+                       (*loop)();
+                     });
+}
+
+}  // namespace
 
 void ControlClient::send(std::string text) {
   auto& im = *impl_;
@@ -145,26 +273,28 @@ void ControlClient::send(std::string text) {
   im.queue.push_back(std::move(text));
   if (im.queue.size() > 1) return;
   auto self = shared_from_this();
-  auto write = std::make_shared<std::function<void()>>();
-  *write = [self, write] {
-    auto& i = *self->impl_;
-    i.ws.text(true);
-    i.ws.async_write(asio::buffer(i.queue.front()), [self, write](beast::error_code ec, std::size_t) {
-      auto& j = *self->impl_;
-      if (ec) {
-        j.queue.clear();
-        *write = nullptr;
-        return;
-      }
-      j.queue.pop_front();
-      if (!j.queue.empty() && j.open) {
-        (*write)();
-      } else {
-        *write = nullptr;
-      }
-    });
-  };
-  (*write)();
+  im.with_ws([&](auto& ws) {
+    auto write = std::make_shared<std::function<void()>>();
+    *write = [self, write, &ws] {
+      auto& i = *self->impl_;
+      ws.text(true);
+      ws.async_write(asio::buffer(i.queue.front()), [self, write](beast::error_code ec, std::size_t) {
+        auto& j = *self->impl_;
+        if (ec) {
+          j.queue.clear();
+          *write = nullptr;
+          return;
+        }
+        j.queue.pop_front();
+        if (!j.queue.empty() && j.open) {
+          (*write)();
+        } else {
+          *write = nullptr;
+        }
+      });
+    };
+    (*write)();
+  });
 }
 
 void ControlClient::close() {
@@ -172,14 +302,14 @@ void ControlClient::close() {
   if (!im.open || im.closing) return;
   im.closing = true;
   auto self = shared_from_this();
-  im.ws.async_close(websocket::close_code::normal, [self](beast::error_code) {
-    self->impl_->open = false;
+  im.with_ws([&](auto& ws) {
+    ws.async_close(websocket::close_code::normal, [self](beast::error_code) { self->impl_->open = false; });
   });
 }
 
 BlockingControlClient::BlockingControlClient(const std::string& url, const std::string& token,
-                                             std::chrono::milliseconds timeout) {
-  client_ = std::make_shared<ControlClient>(io_, url, token, PeerKind::kClient);
+                                             std::chrono::milliseconds timeout, TlsClientOptions tls) {
+  client_ = std::make_shared<ControlClient>(io_, url, token, PeerKind::kClient, std::move(tls));
   std::exception_ptr err;
   bool finished = false;
   client_->connect(timeout, [&](std::exception_ptr e) {

@@ -31,24 +31,39 @@ class AuthError : public IoError {
 /// silently lost peer is noticed.
 inline constexpr std::chrono::seconds kControlIdleTimeout{30};
 
-/// A parsed `ws://HOST:PORT[/]` leader URL (TLS is not supported yet).
+/// A parsed `ws://HOST:PORT[/]` or `wss://HOST:PORT[/]` (TLS) leader URL.
 struct LeaderUrl {
   std::string host;
   std::string port;
+  bool tls = false;
 };
-/// Throws ConfigError(field, ...) for anything but ws://HOST:PORT.
+/// Throws ConfigError(field, ...) for anything but ws://HOST:PORT or wss://HOST:PORT.
 LeaderUrl parse_leader_url(const std::string& url, const std::string& field = "leader");
+
+/// How a client checks the leader's certificate on a wss:// URL (ignored for ws://).
+struct TlsClientOptions {
+  /// CA certificates (PEM) to verify the leader's certificate chain with; empty = the
+  /// system's trust store. The certificate must also name the URL's host (DNS name or IP
+  /// address in its subjectAltName).
+  std::string ca_file;
+  /// Instead: trust exactly this certificate (PEM; the leader's own, for the agent inside
+  /// the leader's process, which reaches it on 127.0.0.1). No host name check.
+  std::string pinned_cert_file;
+};
 
 /// Asynchronous client session. Create with make_shared; every call and callback runs on
 /// the io_context's thread.
 class ControlClient : public std::enable_shared_from_this<ControlClient> {
  public:
-  ControlClient(boost::asio::io_context& io, std::string url, std::string token, PeerKind kind);
+  /// Throws ConfigError when a TLS file in `tls` cannot be loaded (wss:// URLs only).
+  ControlClient(boost::asio::io_context& io, std::string url, std::string token, PeerKind kind,
+                TlsClientOptions tls = {});
   ~ControlClient();
 
-  /// Resolves, connects and upgrades within `timeout`; calls `done(nullptr)` on success or
-  /// `done(error)` with an IoError/TimeoutError saying what failed (e.g. "HTTP 401:
-  /// missing or wrong bearer token").
+  /// Resolves, connects, (wss://) runs the TLS handshake and checks the leader's
+  /// certificate, and upgrades, within `timeout`; calls `done(nullptr)` on success or
+  /// `done(error)` with an IoError/TimeoutError saying what failed (e.g. "leader ... refused
+  /// the token (HTTP 401)", "TLS handshake with leader ... failed: certificate verify failed").
   void connect(std::chrono::milliseconds timeout, std::function<void(std::exception_ptr)> done);
   /// Queues a text message (after a successful connect).
   void send(std::string text);
@@ -72,7 +87,8 @@ class ControlClient : public std::enable_shared_from_this<ControlClient> {
 class BlockingControlClient {
  public:
   /// Connects (throws IoError / TimeoutError on failure).
-  BlockingControlClient(const std::string& url, const std::string& token, std::chrono::milliseconds timeout);
+  BlockingControlClient(const std::string& url, const std::string& token, std::chrono::milliseconds timeout,
+                        TlsClientOptions tls = {});
   ~BlockingControlClient();
 
   /// Sends a request and waits for its reply; returns the reply body. Throws

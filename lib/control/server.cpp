@@ -7,11 +7,16 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <openssl/crypto.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
 #include "common/errors.h"
+#include "common/secret.h"
 
 namespace dltrain::control {
 
@@ -19,7 +24,9 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace websocket = beast::websocket;
+namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 struct ControlServer::Impl : std::enable_shared_from_this<ControlServer::Impl> {
   asio::io_context& io;
@@ -30,6 +37,7 @@ struct ControlServer::Impl : std::enable_shared_from_this<ControlServer::Impl> {
   std::map<std::uint64_t, std::weak_ptr<Session>> sessions;
   std::uint16_t port = 0;
   bool stopped = false;
+  std::optional<ssl::context> tls;  // set when serving wss://
 
   Impl(asio::io_context& i, ControlServerOptions o, ControlHandler h)
       : io(i), opt(std::move(o)), handler(std::move(h)), acceptor(i) {}
@@ -46,16 +54,21 @@ bool token_matches(std::string_view header, const std::string& token) {
   return CRYPTO_memcmp(header.data() + prefix.size(), token.data(), token.size()) == 0;
 }
 
+template <class Stream>
+constexpr bool kIsTls = std::is_same_v<Stream, TlsStream>;
+
 std::string endpoint_string(const tcp::socket& s) {
   boost::system::error_code ec;
   auto ep = s.remote_endpoint(ec);
   return ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
 }
 
-class WsSession : public Session, public std::enable_shared_from_this<WsSession> {
+// A WebSocket session over a plain TCP stream or a TLS stream (Stream).
+template <class Stream>
+class WsSession : public Session, public std::enable_shared_from_this<WsSession<Stream>> {
  public:
-  WsSession(tcp::socket sock, std::shared_ptr<ControlServer::Impl> srv, PeerKind kind, std::string peer)
-      : ws_(std::move(sock)), srv_(std::move(srv)), kind_(kind), peer_(std::move(peer)), id_(srv_->next_id++) {}
+  WsSession(Stream stream, std::shared_ptr<ControlServer::Impl> srv, PeerKind kind, std::string peer)
+      : ws_(std::move(stream)), srv_(std::move(srv)), kind_(kind), peer_(std::move(peer)), id_(srv_->next_id++) {}
 
   void run(http::request<http::string_body> req) {
     websocket::stream_base::timeout to{};
@@ -64,7 +77,7 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession>
     to.keep_alive_pings = true;
     ws_.set_option(to);
     ws_.read_message_max(srv_->opt.max_message_bytes);
-    ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) {
+    ws_.async_accept(req, [self = this->shared_from_this()](beast::error_code ec) {
       if (ec) {
         spdlog::warn("control: WebSocket handshake with {} failed: {}", self->peer_, ec.message());
         return;
@@ -90,7 +103,7 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession>
   void close() override {
     if (!open_ || closing_) return;
     closing_ = true;
-    ws_.async_close(websocket::close_code::normal, [self = shared_from_this()](beast::error_code) {
+    ws_.async_close(websocket::close_code::normal, [self = this->shared_from_this()](beast::error_code) {
       self->finish();
     });
   }
@@ -101,7 +114,7 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession>
 
  private:
   void read() {
-    ws_.async_read(buf_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+    ws_.async_read(buf_, [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec) {
         if (ec != websocket::error::closed && ec != asio::error::operation_aborted && ec != asio::error::eof) {
           spdlog::info("control: session {} ended: {}", self->peer_, ec.message());
@@ -122,7 +135,7 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession>
 
   void write() {
     ws_.text(true);
-    ws_.async_write(asio::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+    ws_.async_write(asio::buffer(queue_.front()), [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec) {
         spdlog::info("control: write to {} failed: {}", self->peer_, ec.message());
         return self->finish();
@@ -138,10 +151,10 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession>
     srv_->sessions.erase(id_);
     beast::error_code ig;
     beast::get_lowest_layer(ws_).socket().close(ig);
-    if (srv_->handler.on_close) srv_->handler.on_close(shared_from_this());
+    if (srv_->handler.on_close) srv_->handler.on_close(this->shared_from_this());
   }
 
-  websocket::stream<beast::tcp_stream> ws_;
+  websocket::stream<Stream> ws_;
   std::shared_ptr<ControlServer::Impl> srv_;
   PeerKind kind_;
   std::string peer_;
@@ -152,17 +165,46 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession>
   bool closing_ = false;
 };
 
-class HttpSession : public std::enable_shared_from_this<HttpSession> {
+// The first request of a connection (after the TLS handshake, when serving wss://):
+// /healthz, or a WebSocket upgrade handed to a WsSession<Stream>.
+template <class Stream>
+class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
  public:
   HttpSession(tcp::socket sock, std::shared_ptr<ControlServer::Impl> srv)
-      : stream_(std::move(sock)), srv_(std::move(srv)), peer_(endpoint_string(stream_.socket())) {}
+      : stream_(make_stream(std::move(sock), *srv)),
+        srv_(std::move(srv)),
+        peer_(endpoint_string(beast::get_lowest_layer(stream_).socket())) {}
 
   void run() {
+    if constexpr (kIsTls<Stream>) {
+      beast::get_lowest_layer(stream_).expires_after(srv_->opt.handshake_timeout);
+      stream_.async_handshake(ssl::stream_base::server, [self = this->shared_from_this()](beast::error_code ec) {
+        if (ec) {
+          spdlog::warn("control: TLS handshake with {} failed: {}", self->peer_, ec.message());
+          return;
+        }
+        self->read_request();
+      });
+    } else {
+      read_request();
+    }
+  }
+
+ private:
+  static Stream make_stream(tcp::socket sock, ControlServer::Impl& srv) {
+    if constexpr (kIsTls<Stream>) {
+      return Stream(std::move(sock), *srv.tls);
+    } else {
+      return Stream(std::move(sock));
+    }
+  }
+
+  void read_request() {
     parser_.emplace();
     parser_->body_limit(srv_->opt.max_http_body_bytes);
     parser_->header_limit(16 * 1024);
-    stream_.expires_after(srv_->opt.handshake_timeout);
-    http::async_read(stream_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+    beast::get_lowest_layer(stream_).expires_after(srv_->opt.handshake_timeout);
+    http::async_read(stream_, buf_, *parser_, [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec) {
         if (ec != http::error::end_of_stream) spdlog::debug("control: HTTP read from {}: {}", self->peer_, ec.message());
         return;
@@ -171,7 +213,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     });
   }
 
- private:
   void respond(http::status status, std::string body, bool bearer_challenge = false) {
     auto res = std::make_shared<http::response<http::string_body>>(status, 11);
     res->set(http::field::server, "dltrain");
@@ -180,9 +221,16 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     res->keep_alive(false);
     res->body() = std::move(body);
     res->prepare_payload();
-    http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code, std::size_t) {
-      beast::error_code ig;
-      self->stream_.socket().shutdown(tcp::socket::shutdown_send, ig);
+    http::async_write(stream_, *res, [self = this->shared_from_this(), res](beast::error_code, std::size_t) {
+      if constexpr (kIsTls<Stream>) {
+        self->stream_.async_shutdown([self](beast::error_code) {
+          beast::error_code ig;
+          beast::get_lowest_layer(self->stream_).socket().close(ig);
+        });
+      } else {
+        beast::error_code ig;
+        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ig);
+      }
     });
   }
 
@@ -211,11 +259,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     if (!websocket::is_upgrade(req)) {
       return respond(http::status::upgrade_required, R"({"error":"WebSocket upgrade required"})");
     }
-    stream_.expires_never();
-    std::make_shared<WsSession>(stream_.release_socket(), srv_, kind, peer_)->run(std::move(req));
+    beast::get_lowest_layer(stream_).expires_never();
+    std::make_shared<WsSession<Stream>>(std::move(stream_), srv_, kind, peer_)->run(std::move(req));
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   std::shared_ptr<ControlServer::Impl> srv_;
   std::string peer_;
   beast::flat_buffer buf_;
@@ -225,12 +273,16 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 }  // namespace
 
 void ControlServer::Impl::accept() {
-  acceptor.async_accept([self = shared_from_this()](beast::error_code ec, tcp::socket sock) {
+  acceptor.async_accept([self = this->shared_from_this()](beast::error_code ec, tcp::socket sock) {
     if (self->stopped) return;
     if (ec) {
       spdlog::warn("control: accept failed: {}", ec.message());
     } else {
-      std::make_shared<HttpSession>(std::move(sock), self)->run();
+      if (self->tls) {
+        std::make_shared<HttpSession<TlsStream>>(std::move(sock), self)->run();
+      } else {
+        std::make_shared<HttpSession<beast::tcp_stream>>(std::move(sock), self)->run();
+      }
     }
     self->accept();
   });
@@ -245,6 +297,40 @@ void ControlServer::start() {
   auto& im = *impl_;
   if (im.opt.agent_token.empty()) throw ConfigError("agent_token", "must not be empty");
   if (im.opt.client_token.empty()) throw ConfigError("client_token", "must not be empty");
+  if (im.opt.tls_cert_file.empty() != im.opt.tls_key_file.empty()) {
+    throw ConfigError(im.opt.tls_cert_file.empty() ? "tls_cert_file" : "tls_key_file",
+                      "TLS needs both tls_cert_file and tls_key_file");
+  }
+  if (!im.opt.tls_cert_file.empty()) {
+    im.tls.emplace(ssl::context::tls_server);
+    im.tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                        ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+    beast::error_code tec;
+    im.tls->use_certificate_chain_file(im.opt.tls_cert_file, tec);
+    if (tec) {
+      throw ConfigError("tls_cert_file", "cannot load the certificate chain \"" + im.opt.tls_cert_file +
+                                             "\" (PEM expected): " + tec.message());
+    }
+    const std::string key = read_private_file_text(im.opt.tls_key_file, "tls_key_file", "TLS key file");
+    im.tls->use_private_key(asio::buffer(key), ssl::context::pem, tec);
+    if (tec) {
+      // A key that parses but was refused does not belong to the certificate.
+      BIO* bio = BIO_new_mem_buf(key.data(), static_cast<int>(key.size()));
+      EVP_PKEY* parsed = bio == nullptr ? nullptr : PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+      BIO_free(bio);
+      EVP_PKEY_free(parsed);
+      if (parsed != nullptr) {
+        throw ConfigError("tls_key_file", "the private key \"" + im.opt.tls_key_file +
+                                              "\" does not match the certificate \"" + im.opt.tls_cert_file + "\"");
+      }
+      throw ConfigError("tls_key_file", "cannot load the private key \"" + im.opt.tls_key_file +
+                                            "\" (PEM expected): " + tec.message());
+    }
+    if (SSL_CTX_check_private_key(im.tls->native_handle()) != 1) {
+      throw ConfigError("tls_key_file", "the private key \"" + im.opt.tls_key_file +
+                                            "\" does not match the certificate \"" + im.opt.tls_cert_file + "\"");
+    }
+  }
   beast::error_code ec;
   auto addr = asio::ip::make_address(im.opt.bind_address, ec);
   if (ec) throw ConfigError("listen_address", "not an IP address: \"" + im.opt.bind_address + "\"");

@@ -1,5 +1,5 @@
-// The leader's control endpoint: one TCP port serving plain HTTP (GET /healthz) and
-// WebSocket control sessions (Boost.Beast), with bearer-token authentication.
+// The leader's control endpoint: one TCP port serving HTTP (GET /healthz) and WebSocket
+// control sessions (Boost.Beast), with bearer-token authentication, optionally over TLS.
 #pragma once
 
 #include <chrono>
@@ -25,7 +25,12 @@ struct ControlServerOptions {
   std::size_t max_message_bytes = 4u << 20;  ///< WebSocket message limit
   std::size_t max_http_body_bytes = 64u << 10;
   std::size_t max_send_queue = 4096;  ///< messages queued for one slow peer before it is dropped
-  std::chrono::seconds handshake_timeout{10};
+  std::chrono::seconds handshake_timeout{10};  ///< TLS + HTTP upgrade, per connection
+  /// TLS (wss://): both or neither. The certificate chain (PEM, the server's certificate
+  /// first) and its private key (PEM; the file must not be readable by group or others).
+  /// Empty: plain ws://. TLS 1.2 or newer only.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 /// One authenticated WebSocket session. All methods must be called on the server's
@@ -67,7 +72,7 @@ class ControlServer {
   ControlServer& operator=(const ControlServer&) = delete;
 
   /// Binds and listens; throws IoError when the address cannot be bound, ConfigError when
-  /// a token is empty.
+  /// a token is empty or the TLS certificate or key cannot be loaded (naming the file).
   void start();
   /// Stops accepting and closes every session.
   void stop();

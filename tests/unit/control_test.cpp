@@ -262,6 +262,159 @@ TEST(LeaderUrl, ParsesAndRejects) {
   EXPECT_THROW(control::parse_leader_url("http://x:1"), ConfigError);
   EXPECT_THROW(control::parse_leader_url("ws://x"), ConfigError);
   EXPECT_THROW(control::parse_leader_url("ws://x:1/path"), ConfigError);
+  auto tls = control::parse_leader_url("wss://leader.example:7443");
+  EXPECT_EQ(tls.host, "leader.example");
+  EXPECT_EQ(tls.port, "7443");
+  EXPECT_TRUE(tls.tls);
+  EXPECT_FALSE(u.tls);
+  EXPECT_THROW(control::parse_leader_url("wss//x:1"), ConfigError);
+}
+
+namespace {
+
+// A self-signed certificate and its key made by the openssl command-line tool, for the
+// names in `san` (e.g. "IP:127.0.0.1,DNS:localhost"); the key file is 0600.
+struct TestCertificate {
+  TestCertificate(const std::filesystem::path& dir, const std::string& name, const std::string& san) {
+    cert = (dir / (name + ".pem")).string();
+    key = (dir / (name + ".key")).string();
+    const std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
+                            "-subj /CN=" + name + " -addext subjectAltName=" + san + " -keyout " + key + " -out " +
+                            cert + " 2>/dev/null";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::filesystem::permissions(key, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  }
+  std::string cert, key;
+};
+
+// A leader serving wss:// with `cert`.
+struct TlsLeader {
+  TlsLeader(const TestCertificate& c) {
+    agent::AgentOptions o;
+    o.leader = true;
+    o.listen_address = "127.0.0.1";
+    o.listen_port = 0;
+    o.agent_token = "agent-secret";
+    o.client_token = "client-secret";
+    o.state_dir = "";
+    o.tls_cert_file = c.cert;
+    o.tls_key_file = c.key;
+    leader = std::make_unique<agent::Leader>(io, o);
+    leader->start();
+    thread = std::thread([this] { io.run(); });
+  }
+  ~TlsLeader() {
+    asio::post(io, [this] { leader->stop(); io.stop(); });
+    thread.join();
+  }
+  std::string url(const std::string& scheme = "wss") const {
+    return scheme + "://127.0.0.1:" + std::to_string(leader->port());
+  }
+  asio::io_context io;
+  std::unique_ptr<agent::Leader> leader;
+  std::thread thread;
+};
+
+// The message of the IoError a client gets connecting with `tls`, "" if it connects.
+std::string connect_error(const std::string& url, const control::TlsClientOptions& tls,
+                          const std::string& token = "client-secret") {
+  try {
+    control::BlockingControlClient c(url, token, std::chrono::seconds(5), tls);
+    c.request("list", nlohmann::json::object(), std::chrono::seconds(5));
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
+// wss://: a client that trusts the leader's certificate (as its CA) is served; one that
+// trusts only the system's store, or a certificate for another name, is refused in the
+// TLS handshake with the reason; a plain ws:// client gets nothing; the token is still
+// checked; the leader carries on throughout.
+TEST(ControlTls, ClientsThatTrustTheLeadersCertificateAreServedAndOthersRefused) {
+  dltrain::testing::TempDir dir;
+  TestCertificate good(dir.path, "leader", "IP:127.0.0.1,DNS:localhost");
+  TestCertificate other(dir.path, "elsewhere", "DNS:elsewhere.example");
+  TlsLeader l(good);
+  EXPECT_EQ(connect_error(l.url(), {good.cert, ""}), "");
+  const auto untrusted = connect_error(l.url(), {});
+  EXPECT_NE(untrusted.find("TLS handshake with leader " + l.url() + " failed: certificate verify failed"),
+            std::string::npos)
+      << untrusted;
+  // A certificate that names another host, trusted as a CA: the name check fails.
+  TlsLeader wrong_name(other);
+  const auto mismatch = connect_error(wrong_name.url(), {other.cert, ""});
+  EXPECT_NE(mismatch.find("certificate verify failed"), std::string::npos) << mismatch;
+  EXPECT_NE(connect_error(l.url("ws"), {}), "");
+  EXPECT_NE(connect_error(l.url(), {good.cert, ""}, "wrong").find("refused the token (HTTP 401)"),
+            std::string::npos);
+  // Pinned: exactly this certificate, whatever it names (the leader's own agent).
+  EXPECT_EQ(connect_error(wrong_name.url(), {"", other.cert}), "");
+  EXPECT_NE(connect_error(l.url(), {"", other.cert}), "");
+  EXPECT_EQ(connect_error(l.url(), {good.cert, ""}), "");
+}
+
+TEST(ControlTls, AnAgentRegistersOverTls) {
+  dltrain::testing::TempDir dir;
+  TestCertificate cert(dir.path, "leader", "IP:127.0.0.1");
+  TlsLeader l(cert);
+  asio::io_context io;
+  auto link = std::make_shared<control::ControlClient>(io, l.url(), "agent-secret", control::PeerKind::kAgent,
+                                                       control::TlsClientOptions{cert.cert, ""});
+  nlohmann::json reply;
+  link->on_message = [&](const std::string& text) {
+    auto env = wire::parse_envelope(text);
+    if (env.type == "reply") reply = env.body;
+  };
+  std::exception_ptr err;
+  bool connected = false;
+  link->connect(std::chrono::seconds(5), [&](std::exception_ptr e) {
+    err = e;
+    connected = true;
+    if (!e) link->send(wire::make_request("r1", "register", {{"name", "tls-agent"}, {"cores", 2}}));
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (reply.is_null() && std::chrono::steady_clock::now() < deadline) io.run_one_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(connected);
+  ASSERT_FALSE(err);
+  EXPECT_EQ(reply.value("agent_id", ""), "tls-agent");
+  link->close();
+  io.run_for(std::chrono::milliseconds(200));
+}
+
+TEST(ControlTls, AKeyFileOthersCanReadOrAMismatchedPairIsRefusedNamingTheKey) {
+  dltrain::testing::TempDir dir;
+  TestCertificate a(dir.path, "a", "IP:127.0.0.1");
+  TestCertificate b(dir.path, "b", "IP:127.0.0.1");
+  auto start = [](const std::string& cert, const std::string& key) -> std::string {
+    asio::io_context io;
+    agent::AgentOptions o;
+    o.leader = true;
+    o.listen_address = "127.0.0.1";
+    o.agent_token = "agent-secret";
+    o.client_token = "client-secret";
+    o.state_dir = "";
+    o.tls_cert_file = cert;
+    o.tls_key_file = key;
+    agent::Leader leader(io, o);
+    try {
+      leader.start();
+      return "";
+    } catch (const ConfigError& e) {
+      return e.field() + ": " + e.what();
+    }
+  };
+  EXPECT_EQ(start(a.cert, a.key), "");
+  const auto mismatch = start(a.cert, b.key);
+  EXPECT_NE(mismatch.find("tls_key_file: "), std::string::npos) << mismatch;
+  EXPECT_NE(mismatch.find("does not match the certificate"), std::string::npos) << mismatch;
+  std::filesystem::permissions(a.key, std::filesystem::perms::group_read | std::filesystem::perms::others_read,
+                               std::filesystem::perm_options::add);
+  const auto readable = start(a.cert, a.key);
+  EXPECT_NE(readable.find("has mode 0644"), std::string::npos) << readable;
+  EXPECT_NE(start(a.cert, "").find("TLS needs both"), std::string::npos);
 }
 
 TEST(LeaderTasks, MessagesOfAnOlderGenerationAreRefusedAndTheSecretStaysWithTheTasks) {
@@ -355,15 +508,39 @@ TEST(LeaderTasks, TheSecretIsStoredWhileTheJobLivesAndOlderRecordsStayReadable) 
     db->put_job(7, old);
   }
   {
-    // Restarted: the unfinished job fails (resuming is not implemented) and so no longer
-    // needs its secret; the old record is served as it was.
+    // Restarted: the unfinished job is restored with its secret; the old record is served
+    // as it was.
     RunningLeader l(state.string());
     control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
     auto j1 = c.request("status", {{"job", "job-1"}}, std::chrono::seconds(10));
-    EXPECT_EQ(j1["state"], "failed");
+    EXPECT_EQ(j1["state"], "starting");
     auto j7 = c.request("status", {{"job", "job-7"}}, std::chrono::seconds(10));
     EXPECT_EQ(j7["state"], "succeeded");
     EXPECT_DOUBLE_EQ(j7["test_accuracy"].get<double>(), 0.8);
+    // Its agent comes back without the shard (it restarted too): the job had been
+    // starting, so it is re-assigned as generation 2, with the same secret.
+    FakeAgent agent(l.url(), "fake-1", 4);
+    const auto ps = agent.next("start_task");
+    ASSERT_TRUE(ps);
+    EXPECT_EQ(ps->body["task"], "ps-0");
+    EXPECT_EQ(ps->body["generation"], 2);
+    EXPECT_EQ(ps->body["secret"], secret);
+    // A message of generation 1 is refused now.
+    auto stale = agent.request("task_event", {{"job", "job-1"}, {"task", "ps-0"}, {"generation", 1},
+                                              {"event", {{"event", "listening"}, {"port", 5555}}}});
+    EXPECT_FALSE(stale.ok);
+    // Cancelled: its shard reports its exit and the job ends, dropping the secret.
+    c.request("cancel", {{"job", "job-1"}}, std::chrono::seconds(10));
+    ASSERT_TRUE(agent.next("stop_task"));
+    EXPECT_TRUE(agent.request("task_exit", {{"job", "job-1"}, {"task", "ps-0"}, {"generation", 2}, {"exit_code", 0},
+                                            {"signal", 0}, {"describe", "exit code 0"}})
+                    .ok);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (c.request("status", {{"job", "job-1"}}, std::chrono::seconds(10))["state"] != "cancelled" &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(c.request("status", {{"job", "job-1"}}, std::chrono::seconds(10))["state"], "cancelled");
   }
   auto db = store::Store::open((state / "db").string());
   for (const auto& [num, rec] : db->jobs()) {
