@@ -31,6 +31,7 @@ constexpr int kExitNoLeader = 3;    // the leader cannot be reached or stopped a
 struct Target {
   std::string leader, token, source;
   std::string ca_file;  // wss:// leaders: CA certificates to verify it with ("" = the system's)
+  std::string ca_source = "--ca-file";  // where ca_file came from, for messages
 };
 
 std::string env(const char* name) {
@@ -41,7 +42,10 @@ std::string env(const char* name) {
 // Flags, then environment, then a client config, then a standalone cluster's file.
 Target find_leader(const std::string& flag_leader, const std::string& flag_token, const std::string& flag_ca) {
   Target t{flag_leader, flag_token, "flags", flag_ca};
-  if (t.ca_file.empty()) t.ca_file = env("DLTRAIN_CA_FILE");
+  if (t.ca_file.empty() && !env("DLTRAIN_CA_FILE").empty()) {
+    t.ca_file = env("DLTRAIN_CA_FILE");
+    t.ca_source = "DLTRAIN_CA_FILE";
+  }
   auto fill = [&](const std::string& leader, const std::string& token, const std::string& source) {
     if (t.leader.empty() && !leader.empty()) {
       t.leader = leader;
@@ -69,7 +73,14 @@ Target find_leader(const std::string& flag_leader, const std::string& flag_token
         }
       }
       fill(tbl["leader"].value_or(std::string()), token, p.string());
-      if (t.ca_file.empty()) t.ca_file = tbl["ca_file"].value_or(std::string());
+      if (t.ca_file.empty()) {
+        if (auto ca = tbl["ca_file"].value<std::string>(); ca && !ca->empty()) {
+          // Relative to the configuration file, as the agent's paths are.
+          const fs::path cp(*ca);
+          t.ca_file = (cp.is_relative() ? p.parent_path() / cp : cp).string();
+          t.ca_source = "ca_file in " + p.string();
+        }
+      }
     } catch (const toml::parse_error& e) {
       throw dltrain::ConfigError("", "client config " + p.string() + ": " + std::string(e.description()));
     }
@@ -326,7 +337,7 @@ int main(int argc, char** argv) {
                      {"follow", follow_flag}};
     }
     dltrain::control::BlockingControlClient c(target.leader, target.token, timeout,
-                                              dltrain::control::TlsClientOptions{target.ca_file, ""});
+                                              dltrain::control::TlsClientOptions{target.ca_file, "", target.ca_source});
     if (submit->parsed()) {
       auto r = c.request("submit", submit_body, timeout);
       const std::string id = r.value("job", "");

@@ -138,7 +138,9 @@ int main(int argc, char** argv) {
       stopped["checkpoints"] = checkpointer->saves();
     }
     std::cout << stopped.dump() << '\n' << std::flush;
-    return 0;
+    // A shard whose final checkpoint failed must not look cleanly stopped: the leader
+    // would have its next incarnation load an older checkpoint instead of rebuilding it.
+    return stopped.contains("checkpoint_error") ? 1 : 0;
   } catch (const dltrain::ConfigError& e) {
     spdlog::error("{}", e.what());
     std::cout << nlohmann::json{{"event", "error"}, {"message", e.what()}}.dump() << '\n' << std::flush;

@@ -114,8 +114,17 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   void connect() {
     if (shutting_down) return;
     registered = false;
-    link = std::make_shared<control::ControlClient>(io, opt.leader_url, opt.agent_token, control::PeerKind::kAgent,
-                                                    control::TlsClientOptions{opt.tls_ca_file, opt.tls_pinned_cert_file});
+    try {
+      link = std::make_shared<control::ControlClient>(
+          io, opt.leader_url, opt.agent_token, control::PeerKind::kAgent,
+          control::TlsClientOptions{opt.tls_ca_file, opt.tls_pinned_cert_file, "tls_ca_file"});
+    } catch (const std::exception& e) {
+      // A CA file that became unreadable: say so and try again later, tasks running on.
+      spdlog::error("cannot set up the connection to the leader at {}: {} (retrying in {} ms)", opt.leader_url,
+                    e.what(), backoff.count());
+      link.reset();
+      return schedule_reconnect();
+    }
     std::weak_ptr<Impl> w = weak_from_this();
     link->on_message = [w](const std::string& text) {
       if (auto self = w.lock()) self->on_message(text);
@@ -362,9 +371,10 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     if (it == tasks.end()) return;  // already gone; its exit was (or will be) reported
     it->second.stop_requested = true;
     if (it->second.restart_timer) {
-      // Waiting to restart: there is no process; report the task ended now.
+      // Waiting to restart: there is no process; report the task ended now, as stopped
+      // (143, as a process ended by SIGTERM), not as finished: it had died.
       it->second.restart_timer->cancel();
-      return on_task_exit(key, ExitStatus{0, 0});
+      return on_task_exit(key, ExitStatus{143, 0});
     }
     spdlog::info("stopping {} (pid {})", key, it->second.pid);
     supervisor.stop(it->second.pid, opt.task_stop_grace);
@@ -478,6 +488,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
                        {"exit_code", st.exit_code},
                        {"signal", st.signal},
                        {"describe", shutting_down ? st.describe() + " (its agent is shutting down)" : st.describe()},
+                       {"agent_stopping", shutting_down},
                        {"last_error", last_error}});
     if (shutting_down && tasks.empty() && on_all_stopped) {
       auto f = std::move(on_all_stopped);

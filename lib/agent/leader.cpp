@@ -43,7 +43,8 @@ struct AgentRec {
   std::weak_ptr<Session> session;
   Clock::time_point last_seen;
   bool lost = false;
-  std::map<std::string, int> orphans;  // "job/task" still running there after a loss → cores
+  bool stopping = false;  // its tasks ended because it shuts down: place nothing there
+  std::map<std::string, int> orphans;  // "job/task/generation" still running there after a loss → cores
 };
 
 struct TaskRec {
@@ -62,6 +63,7 @@ struct TaskRec {
   int resyncs = 0;         // worker: times it reconnected to restarted PS shards
   int epochs_done = 0;     // worker: epochs it finished (from its epoch_end events)
   json replica;            // worker: what its "stopped" event said of its saved replica
+  std::uint32_t replica_generation = 0;  // the generation whose task directory holds it
   bool restored = false;   // PS shard: loaded a checkpoint when it started
 };
 
@@ -71,7 +73,10 @@ json task_record(const TaskRec& t) {
          {"state", t.state},   {"port", t.port},         {"address", t.address}, {"exit", t.exit},
          {"ok_exit", t.ok_exit}, {"restarts", t.restarts}, {"epochs_done", t.epochs_done},
          {"recovery", t.recovery}, {"resyncs", t.resyncs}, {"last_error", t.last_error}};
-  if (!t.replica.is_null()) r["replica"] = t.replica;
+  if (!t.replica.is_null()) {
+    r["replica"] = t.replica;
+    r["replica_generation"] = t.replica_generation;
+  }
   return r;
 }
 
@@ -92,6 +97,7 @@ TaskRec task_from_record(const json& r) {
   t.resyncs = r.value("resyncs", 0);
   t.last_error = r.value("last_error", "");
   if (r.contains("replica")) t.replica = r["replica"];
+  t.replica_generation = r.value("replica_generation", 0u);
   return t;
 }
 
@@ -208,6 +214,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       // Byte counts: earlier generations' totals, and each worker's cumulative count in
       // this one (what its next events continue from).
       r["bytes_before"] = {{"pushed", j.pushed_before}, {"pulled", j.pulled_before}};
+      r["last_bytes"] = j.last_bytes;
       json by_rank = json::object();
       for (auto& [rank, v] : j.pushed) by_rank[std::to_string(rank)] = {v, j.pulled.count(rank) ? j.pulled.at(rank) : 0};
       r["bytes_by_rank"] = by_rank;
@@ -310,6 +317,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     if (r.contains("bytes_before")) {
       j.pushed_before = r["bytes_before"].value("pushed", std::uint64_t{0});
       j.pulled_before = r["bytes_before"].value("pulled", std::uint64_t{0});
+      j.last_bytes = r.value("last_bytes", 0.0);
       const json by_rank = r.value("bytes_by_rank", json::object());
       for (auto& [rank, v] : by_rank.items()) {
         j.pushed[std::stoi(rank)] = v.at(0).get<std::uint64_t>();
@@ -366,7 +374,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
                                                           : 1.0;
     int task_slots = 0;
     for (auto& [id, a] : agents) {
-      if (!a.lost) task_slots += a.cores / spec.threads_per_task;
+      if (agent_live(id)) task_slots += a.cores / spec.threads_per_task;
     }
     int wmax = task_slots - spec.ps_shards;
     if (spec.max_workers > 0) wmax = std::min(wmax, spec.max_workers);
@@ -611,7 +619,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   int free_cores() const {
     int n = 0;
     for (auto& [id, a] : agents) {
-      if (!a.lost) n += a.free_cores;
+      if (agent_live(id)) n += a.free_cores;
     }
     return n;
   }
@@ -630,7 +638,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   std::optional<std::vector<std::string>> place(const JobRec& j) const {
     std::map<std::string, int> free;
     for (auto& [id, a] : agents) {
-      if (!a.lost) free[id] = a.free_cores;
+      if (agent_live(id)) free[id] = a.free_cores;
     }
     std::vector<std::string> out;
     const int need = j.spec.threads_per_task;
@@ -654,7 +662,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   bool fits_cluster(const JobRec& j) const {
     int slots = 0;
     for (auto& [id, a] : agents) {
-      if (!a.lost) slots += a.cores / j.spec.threads_per_task;
+      if (agent_live(id)) slots += a.cores / j.spec.threads_per_task;
     }
     return slots >= j.spec.ps_shards + j.spec.workers;
   }
@@ -748,16 +756,29 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
         }
       }
     }
-    j.workers_started = true;
     set_state(j, "running");
     for (auto& t : j.tasks) {
       if (t.kind == "worker" && t.state == "pending" && (j.seed.empty() || t.name == j.seed)) start_worker(j, t);
     }
   }
 
+  static std::string orphan_key(const std::string& job, const std::string& task, std::uint32_t generation) {
+    return job + "/" + task + "/" + std::to_string(generation);
+  }
+
+  // Does agent `id` still run an orphan of `job`'s `task` (of another generation)? The
+  // agent cannot start the task again until it has ended.
+  bool holds_orphan(const std::string& id, const std::string& job, const std::string& task) const {
+    auto it = agents.find(id);
+    if (it == agents.end()) return false;
+    const std::string prefix = job + "/" + task + "/";
+    auto o = it->second.orphans.lower_bound(prefix);
+    return o != it->second.orphans.end() && o->first.rfind(prefix, 0) == 0;
+  }
+
   bool agent_live(const std::string& id) const {
     auto it = agents.find(id);
-    return it != agents.end() && !it->second.lost && !it->second.session.expired();
+    return it != agents.end() && !it->second.lost && !it->second.stopping && !it->second.session.expired();
   }
 
   void release_cores(const std::string& agent, int n) {
@@ -830,7 +851,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       auto& t = j.tasks[i];
       if (t.kind == "worker" && t.ok_exit) continue;
       auto f = free.find(t.agent);
-      if (f != free.end() && f->second >= need) {
+      if (f != free.end() && f->second >= need && !holds_orphan(t.agent, j.id, t.name)) {
         placement[i] = t.agent;
         f->second -= need;
       }
@@ -842,7 +863,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       std::string best;
       int best_free = -1;
       for (auto& [id, f] : free) {
-        if (f >= need && f > best_free) {
+        if (f >= need && f > best_free && !holds_orphan(id, j.id, t.name)) {
           best = id;
           best_free = f;
         }
@@ -883,6 +904,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     // The freshest replica: the stopped worker (staying on its agent, where its file is)
     // whose parameters last came from the PS.
     std::string seed;
+    std::uint32_t seed_generation = 0;
     double freshest = -1;
     for (std::size_t i = 0; i < j.tasks.size(); ++i) {
       const auto& t = j.tasks[i];
@@ -893,6 +915,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       if (at > freshest) {
         freshest = at;
         seed = t.name;
+        seed_generation = t.replica_generation;
       }
     }
     json moved = json::array(), done_ranks = json::array();
@@ -910,6 +933,12 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       t.index = old.index;
       t.agent = placement[i];
       t.epochs_done = old.epochs_done;
+      if (t.agent == old.agent) {
+        // Still there: should this generation be re-assigned before the worker saves a
+        // newer one, the replica it saved earlier can still rebuild a lost shard.
+        t.replica = old.replica;
+        t.replica_generation = old.replica_generation;
+      }
       // A shard restores the checkpoint it wrote when it was stopped, where it stays.
       if (old.kind == "ps" && old.ok_exit && old.agent == t.agent) t.recovery = "checkpoint";
       if (t.agent != old.agent) moved.push_back({{"task", t.name}, {"from", old.agent}, {"to", t.agent}});
@@ -924,7 +953,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     j.generation = old_gen + 1;
     ++j.reassignments;
     j.seed = seed;
-    j.seed_generation = old_gen;
+    j.seed_generation = seed_generation;
     j.recovering_since.reset();
     spdlog::warn("job {}: re-assigned as generation {} ({}); {}", j.id, j.generation,
                  moved.empty() ? std::string("no task moved") : "moved " + moved.dump(),
@@ -963,8 +992,13 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       stop_for_recovery(j);
       return try_resume(j);
     }
-    if (j.state == "starting") {
-      // The leader may have died between the shards' and the workers' start: begin again.
+    std::string unstarted;
+    for (const auto& t : j.tasks) {
+      if (t.kind == "worker" && t.state == "exited" && t.exit == "never started") unstarted += " " + t.name;
+    }
+    if (j.state == "starting" || !unstarted.empty()) {
+      // The leader died between the shards' and the workers' start (or, after a
+      // re-assignment, before every worker was started): begin again.
       return tasks_lost(j, "the leader restarted while the job was starting" +
                                (missing.empty() ? std::string() : " (lost: " + missing + ")"));
     }
@@ -1042,10 +1076,8 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     if (env.type == "heartbeat") return reply(s, env.id, json::object());
     if (env.type == "task_event" || env.type == "task_exit") {
       const auto job_id = env.body.value("job", "");
-      auto jit = jobs.find(job_id);
-      if (jit == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "unknown job " + job_id, "job");
-      auto& j = jit->second;
-      const std::string okey = job_id + "/" + env.body.value("task", "");
+      // An orphan's exit (any job, known or not) gives its cores back.
+      const std::string okey = orphan_key(job_id, env.body.value("task", ""), env.body.value("generation", 0u));
       if (env.type == "task_exit" && agent.orphans.count(okey)) {
         agent.free_cores += agent.orphans[okey];
         agent.orphans.erase(okey);
@@ -1053,6 +1085,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
         reply(s, env.id, json::object());
         return try_schedule();
       }
+      auto jit = jobs.find(job_id);
+      if (jit == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "unknown job " + job_id, "job");
+      auto& j = jit->second;
       if (env.body.value("generation", 0u) != j.generation) {
         return reply_error(s, env.id, wire::error_code::kConflict, "stale generation", "generation");
       }
@@ -1104,13 +1139,21 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
         const int threads = jit == jobs.end() ? 1 : jit->second.spec.threads_per_task;
         a.free_cores -= threads;
         if (!live && rt.value("exited", false)) {
-          a.orphans[jid + "/" + tname] = threads;  // its exit report frees the cores
+          a.orphans[orphan_key(jid, tname, rt.value("generation", 0u))] = threads;  // its exit report frees the cores
         } else if (!live) {
-          a.orphans[jid + "/" + tname] = threads;
+          a.orphans[orphan_key(jid, tname, rt.value("generation", 0u))] = threads;
           s->send(wire::make_request("l" + std::to_string(next_req++), "stop_task",
                                      {{"job", jid}, {"task", tname}, {"generation", rt.value("generation", 0u)}}));
           spdlog::warn("agent {} still runs {}/{}, which the leader no longer counts on: stopping it", name, jid, tname);
         }
+      }
+    }
+    // Tasks the leader placed there but has not started yet hold their cores too.
+    for (auto& jid : job_order) {
+      auto& j = jobs.at(jid);
+      if (j.terminal()) continue;
+      for (auto& t : j.tasks) {
+        if (t.agent == name && t.state == "pending") a.free_cores -= j.spec.threads_per_task;
       }
     }
     // Tasks the leader counts on that the agent no longer has: only when a new session
@@ -1215,6 +1258,11 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     }
     if (kind == "started") {
       t.state = "running";
+      // A worker has taken the shards' parameters: from now on their state is training.
+      if (t.kind == "worker" && !j.workers_started) {
+        j.workers_started = true;
+        save(j);
+      }
       if (t.kind == "worker" && t.name == j.seed && j.state == "running") {
         // The seed has initialised the rebuilt shards from its replica: the others follow.
         spdlog::info("job {}: {} initialised the shards from its replica; starting the other workers", j.id, t.name);
@@ -1226,6 +1274,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     }
     if (kind == "stopped" && t.kind == "worker") {
       t.replica = ev.contains("replica") ? ev["replica"] : json(nullptr);
+      t.replica_generation = j.generation;
       t.epochs_done = std::max(t.epochs_done, ev.value("epochs_done", 0));
     }
     if (kind == "restarting") {
@@ -1258,7 +1307,6 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       }
       if (kind == "epoch_end") {
         t.epochs_done = std::max(t.epochs_done, ev.value("epoch", 0));
-        save(j);  // where a re-assigned worker resumes, also after a leader restart
         j.images_per_sec[t.index] = ev.value("images_per_sec", 0.0);
         j.epoch_seconds[t.index] = ev.value("epoch_seconds", 0.0);
         if (t.index == 0) {
@@ -1269,6 +1317,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
           e["task"] = t.name;
           event(j, e);
         }
+        save(j);  // where a re-assigned worker resumes, also after a leader restart
       }
     }
     if (kind == "progress" || kind == "epoch_end" || kind == "started" || kind == "done" || kind == "error" ||
@@ -1290,6 +1339,16 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     spdlog::info("job {}: {} on {} {}", j.id, t.name, t.agent, t.exit);
     save(j);
     if (!j.failing_state.empty()) return maybe_finish(j);
+    if (b.value("agent_stopping", false)) {
+      // Its agent is shutting down (systemctl stop/restart, an upgrade): as if it were
+      // lost, except that the leader knows at once. Nothing is placed there any more; a
+      // restarted agent registers afresh.
+      if (auto a = agents.find(t.agent); a != agents.end()) a->second.stopping = true;
+      if (j.state == "recovering") return try_resume(j);
+      if (!(t.kind == "worker" && t.ok_exit)) {
+        return tasks_lost(j, t.name + " stopped with its agent " + t.agent + ", which is shutting down");
+      }
+    }
     if (j.state == "recovering") {
       // Stopped for the re-assignment. A worker that had just finished (exit 0 after its
       // "done") stays finished; its rank is passed to the new shards.
@@ -1423,7 +1482,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
                        {"free_cores", a.free_cores},
                        {"memory_mb", a.memory_mb},
                        {"hardware_class", a.hardware_class},
-                       {"state", a.lost ? "lost" : "ready"},
+                       {"state", a.lost ? "lost" : a.stopping ? "stopping" : "ready"},
                        {"seconds_since_heartbeat",
                         std::chrono::duration<double>(Clock::now() - a.last_seen).count()}});
       }

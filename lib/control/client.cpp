@@ -115,7 +115,9 @@ struct ControlClient::Impl {
       });
     } else if (!tls_opt.ca_file.empty()) {
       tls->load_verify_file(tls_opt.ca_file, ec);
-      if (ec) throw ConfigError("tls_ca_file", "cannot load CA certificates \"" + tls_opt.ca_file + "\": " + ec.message());
+      if (ec) {
+        throw ConfigError(tls_opt.ca_field, "cannot load CA certificates \"" + tls_opt.ca_file + "\": " + ec.message());
+      }
     } else {
       tls->set_default_verify_paths(ec);
     }
@@ -190,8 +192,8 @@ void ControlClient::connect(std::chrono::milliseconds timeout, std::function<voi
               }
               return fail("TLS handshake with leader " + where + " failed: " + ec3.message() +
                           (ec3.category() == asio::error::get_ssl_category()
-                               ? " (is the leader's certificate signed by the CA in tls_ca_file / --ca-file, and "
-                                 "does it name this host?)"
+                               ? " (is the leader's certificate signed by the CA in " + self->impl_->tls_opt.ca_field +
+                                 ", and does it name this host?)"
                                : ""));
             }
             upgrade(self, *self->impl_, ws, u, done);

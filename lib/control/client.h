@@ -49,6 +49,8 @@ struct TlsClientOptions {
   /// Instead: trust exactly this certificate (PEM; the leader's own, for the agent inside
   /// the leader's process, which reaches it on 127.0.0.1). No host name check.
   std::string pinned_cert_file;
+  /// How error messages name the CA setting ("tls_ca_file", "--ca-file").
+  std::string ca_field = "tls_ca_file";
 };
 
 /// Asynchronous client session. Create with make_shared; every call and callback runs on

@@ -366,3 +366,25 @@ TEST_F(Failover, ATlsLeaderServesAgentsAndClientsThatTrustItsCa) {
   ASSERT_EQ(ok.code, 0) << ok.out;
   EXPECT_EQ(json::parse(ok.out).size(), 3u);
 }
+
+// An agent stopped cleanly (systemctl stop or restart, an upgrade: SIGTERM) stops its
+// tasks and says so; the leader re-assigns the job at once, placing nothing on the
+// stopping agent, and the job succeeds.
+TEST_F(Failover, AnAgentThatShutsDownHasItsTasksReassigned) {
+  start_cluster(4);
+  const std::string job = submit("agent-stops", job_toml(4));
+  auto st = wait_epochs(job, 1, 180);
+  ASSERT_EQ(st.value("state", ""), "running") << st.dump();
+  const std::string victim = task(st, "worker-1")["agent"];
+  ASSERT_EQ(::kill(daemons_[victim]->pid(), SIGTERM), 0);
+  EXPECT_EQ(daemons_[victim]->wait(30), 0) << victim << " did not exit 0 on SIGTERM";
+  daemons_.erase(victim);
+  auto end = wait_state(job, {"succeeded", "failed", "cancelled"}, 300);
+  ASSERT_EQ(end.value("state", ""), "succeeded") << end.dump();
+  EXPECT_GE(end["test_accuracy"].get<double>(), 0.6) << end.dump();
+  EXPECT_EQ(end["generation"], 2) << end.dump();
+  EXPECT_NE(end.value("recovery_reason", "").find("stopped with its agent " + victim + ", which is shutting down"),
+            std::string::npos)
+      << end.dump();
+  for (const auto& t : end["tasks"]) EXPECT_NE(t["agent"], victim) << end.dump();
+}
