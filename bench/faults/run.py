@@ -32,6 +32,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -53,8 +54,9 @@ class Cluster:
     """A leader and `agents` agents on loopback, each its own process group, so that any
     one of them can be killed (with the tasks it runs) and the leader started again."""
 
-    def __init__(self, agents):
+    def __init__(self, agents, keep=None):
         self.agents = agents
+        self.keep = keep  # copy the logs here when the cluster ends
         self.dir = tempfile.mkdtemp(prefix="dltrain-faults-")
         self.procs = {}
 
@@ -135,6 +137,12 @@ class Cluster:
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+        if self.keep:
+            # Daemon logs, job files and task logs (not the checkpoints, replicas or store).
+            def skip(d, names):
+                return [n for n in names
+                        if not os.path.isdir(os.path.join(d, n)) and not n.endswith((".log", ".toml"))]
+            shutil.copytree(self.dir, self.keep, ignore=skip, dirs_exist_ok=True)
         subprocess.run(["rm", "-rf", self.dir])
 
 
@@ -151,12 +159,18 @@ def task_of(st, name):
 
 
 def run_one(args, fault, seed):
-    with Cluster(args.agents) as c:
+    keep = os.path.join(args.keep_logs, f"{fault}-s{seed}") if args.keep_logs else None
+    with Cluster(args.agents, keep) as c:
         path = os.path.join(c.dir, "job.toml")
         with open(path, "w") as f:
             f.write(job_toml(args, seed))
         submitted = time.time()
         job = json.loads(c.client("submit", path, "--json").stdout.strip().splitlines()[-1])["job"]
+        # Every event of the job (worker 0's per-epoch test accuracy among them), for the
+        # record; a follower of the leader fault loses its connection with the leader.
+        follow_path = os.path.join(c.dir, "follow.log")
+        follower = subprocess.Popen([f"{BIN}/dltrain", "--leader", c.url, "--token", c.token, "follow", job, "--json"],
+                                    stdout=open(follow_path, "w"), stderr=subprocess.STDOUT)
         deadline = time.time() + args.timeout
         st = {}
         while time.time() < deadline:  # worker 0's first epoch, then the delay
@@ -188,7 +202,21 @@ def run_one(args, fault, seed):
             if st.get("state") in ("succeeded", "failed", "cancelled"):
                 break
             time.sleep(0.5)
+        try:
+            follower.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            follower.kill()
+            follower.wait()
+        epoch_accuracy = []
+        for line in open(follow_path):
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if e.get("event") == "epoch_end" and "test_accuracy" in e:
+                epoch_accuracy.append(e["test_accuracy"])
         row = {"fault": fault, "seed": seed, "state": st.get("state"), "test_accuracy": st.get("test_accuracy"),
+               "epoch_accuracy": epoch_accuracy,
                "wall_seconds": st.get("wall_seconds"), "generation": st.get("generation"),
                "reassignments": st.get("reassignments"), "error": st.get("error"),
                "injected_after_seconds": injected - submitted,
@@ -278,6 +306,8 @@ def main():
     ap.add_argument("--timeout", type=float, default=900, help="bound on one run, seconds")
     ap.add_argument("--out", default=os.path.join(RESULTS, "faults.json"))
     ap.add_argument("--report", action="store_true", help="only rebuild the tables from --out")
+    ap.add_argument("--keep-logs", metavar="DIR",
+                    help="keep each run's daemon and task logs in DIR/FAULT-sSEED (e.g. bench/results/faults-logs)")
     args = ap.parse_args()
     if args.report:
         write_reports(json.load(open(args.out)))
