@@ -93,6 +93,18 @@ def free_port(host):
     return port
 
 
+def write_tokens(d):
+    """Writes random agent.token and client.token files (0600) into `d`; returns the
+    client token."""
+    tokens = {}
+    for name in ("agent.token", "client.token"):
+        tokens[name] = os.urandom(24).hex()
+        with open(os.path.join(d, name), "w") as f:
+            f.write(tokens[name] + "\n")
+        os.chmod(os.path.join(d, name), 0o600)
+    return tokens["client.token"]
+
+
 class Cluster:
     """A leader (root namespace) and one agent per host, as real processes."""
 
@@ -104,11 +116,7 @@ class Cluster:
 
     def __enter__(self):
         d = self.dir
-        for name in ("agent.token", "client.token"):
-            with open(os.path.join(d, name), "w") as f:
-                f.write(os.urandom(24).hex() + "\n")
-            os.chmod(os.path.join(d, name), 0o600)
-        self.token = open(os.path.join(d, "client.token")).read().strip()
+        self.token = write_tokens(d)
         leader_ip = f"{SUBNET}.1" if self.links else "127.0.0.1"
         port = free_port(leader_ip)
         self.url = f"ws://{leader_ip}:{port}"

@@ -455,7 +455,7 @@ int main(int argc, char** argv) {
         std::cout << r["agents"].dump() << std::endl;
       } else {
         for (const auto& a : r["agents"]) {
-          std::cout << std::left << std::setw(14) << a.value("agent", "") << std::setw(7) << a.value("state", "")
+          std::cout << std::left << std::setw(14) << a.value("agent", "") << std::setw(9) << a.value("state", "")
                     << std::setw(16) << a.value("address", "") << a.value("free_cores", 0) << "/"
                     << a.value("cores", 0) << " cores free  " << a.value("memory_mb", 0) << " MiB  "
                     << a.value("hardware_class", "") << std::endl;

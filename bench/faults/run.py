@@ -43,7 +43,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
-from compression_bench import BIN, free_port  # noqa: E402
+from compression_bench import BIN, free_port, write_tokens  # noqa: E402
 
 FAULTS = ["none", "worker", "ps", "agent-ps", "agent-worker", "leader"]
 RESULTS = os.path.join(ROOT, "bench", "results")
@@ -62,11 +62,7 @@ class Cluster:
 
     def __enter__(self):
         d = self.dir
-        for name in ("agent.token", "client.token"):
-            with open(os.path.join(d, name), "w") as f:
-                f.write(os.urandom(24).hex() + "\n")
-            os.chmod(os.path.join(d, name), 0o600)
-        self.token = open(os.path.join(d, "client.token")).read().strip()
+        self.token = write_tokens(d)
         port = free_port("127.0.0.1")
         self.url = f"ws://127.0.0.1:{port}"
         # Quick failure detection, as the failover tests use: heartbeats every 0.5 s, an

@@ -807,13 +807,13 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     json e{{"event", "recovering"}, {"reason", why}, {"generation", j.generation}};
     event(j, e);
     notify(j, e);
-    stop_for_recovery(j);
+    send_stops(j);
     try_resume(j);
   }
 
-  // Asks every task of a recovering job that still runs to stop: a PS shard writes its
-  // checkpoint, a worker its replica (both on SIGTERM).
-  void stop_for_recovery(JobRec& j) {
+  // Asks every task of `j` that still runs to stop (on SIGTERM a PS shard writes its
+  // checkpoint, a worker its replica) and gives up the ones not started yet.
+  void send_stops(JobRec& j) {
     for (auto& t : j.tasks) {
       if (t.state == "starting" || t.state == "running") {
         send_agent(t.agent, "stop_task", {{"job", j.id}, {"task", t.name}, {"generation", j.generation}});
@@ -989,7 +989,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     if (!j.failing_state.empty()) return stop_tasks(j);
     if (j.state == "recovering") {
       j.recovering_since = Clock::now();
-      stop_for_recovery(j);
+      send_stops(j);
       return try_resume(j);
     }
     std::string unstarted;
@@ -1005,16 +1005,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     if (!missing.empty()) tasks_lost(j, "the leader restarted and " + missing + " did not come back");
   }
 
+  // Stops every task of a job that is ending; it ends once they all have.
   void stop_tasks(JobRec& j) {
-    for (auto& t : j.tasks) {
-      if (t.state == "starting" || t.state == "running") {
-        send_agent(t.agent, "stop_task", {{"job", j.id}, {"task", t.name}, {"generation", j.generation}});
-      } else if (t.state == "pending") {
-        t.state = "exited";
-        t.exit = "never started";
-        release_cores(t.agent, j.spec.threads_per_task);
-      }
-    }
+    send_stops(j);
     maybe_finish(j);
   }
 

@@ -30,8 +30,10 @@ int hex_value(char c) {
   return -1;
 }
 
-std::string read_private(const std::string& path, const std::string& field, const std::string& what,
-                         std::size_t max_bytes) {
+// The first `max_bytes` of a regular file; with `private_only`, refused when group or
+// others have any access to it.
+std::string read_file(const std::string& path, const std::string& field, const std::string& what,
+                      std::size_t max_bytes, bool private_only) {
   // The mode is checked on the descriptor that is then read (no window between the
   // check and the read for the file to be swapped).
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
@@ -41,7 +43,7 @@ std::string read_private(const std::string& path, const std::string& field, cons
     throw ConfigError(field, "cannot read " + what + " \"" + path + "\": " + std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode)) throw ConfigError(field, what + " \"" + path + "\" is not a regular file");
-  if ((st.st_mode & 077) != 0) {
+  if (private_only && (st.st_mode & 077) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     throw ConfigError(field, what + " \"" + path + "\" has mode " + mode +
@@ -63,13 +65,19 @@ std::string read_private(const std::string& path, const std::string& field, cons
 }  // namespace
 
 std::string read_private_file_text(const std::string& path, const std::string& field, const std::string& what) {
-  std::string text = read_private(path, field, what, 1u << 20);
+  std::string text = read_file(path, field, what, 1u << 20, true);
+  if (text.empty()) throw ConfigError(field, what + " \"" + path + "\" is empty");
+  return text;
+}
+
+std::string read_file_text(const std::string& path, const std::string& field, const std::string& what) {
+  std::string text = read_file(path, field, what, 1u << 20, false);
   if (text.empty()) throw ConfigError(field, what + " \"" + path + "\" is empty");
   return text;
 }
 
 std::string read_private_file(const std::string& path, const std::string& field, const std::string& what) {
-  const std::string text = read_private(path, field, what, 64 * 1024);
+  const std::string text = read_file(path, field, what, 64 * 1024, true);
   std::string line = text.substr(0, text.find('\n'));
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
   if (line.empty()) throw ConfigError(field, what + " \"" + path + "\" is empty");

@@ -29,6 +29,12 @@ std::string read_private_file(const std::string& path, const std::string& field,
 /// read_private_file does. Thread-safe.
 std::string read_private_file_text(const std::string& path, const std::string& field, const std::string& what);
 
+/// The whole of a file that need not be private (a certificate, a CA bundle), at most
+/// 1 MiB. Throws ConfigError(field, ...) naming the path and the reason (e.g. "No such
+/// file or directory") when it cannot be read or is not a regular file, and when it is
+/// empty. Thread-safe.
+std::string read_file_text(const std::string& path, const std::string& field, const std::string& what);
+
 /// `n` bytes from OpenSSL's CSPRNG (RAND_bytes). Throws Error when the generator fails.
 /// Thread-safe.
 std::vector<std::uint8_t> random_bytes(std::size_t n);

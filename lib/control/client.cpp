@@ -1,7 +1,5 @@
 #include "control/client.h"
 
-#include <cerrno>
-#include <cstring>
 #include <optional>
 
 #include <boost/asio.hpp>
@@ -16,6 +14,7 @@
 #include <openssl/x509.h>
 
 #include "common/errors.h"
+#include "common/secret.h"
 
 namespace dltrain::control {
 
@@ -52,10 +51,10 @@ namespace {
 
 // The DER bytes of the first certificate in a PEM file; throws ConfigError.
 std::vector<unsigned char> certificate_der(const std::string& path, const std::string& field) {
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (f == nullptr) throw ConfigError(field, "cannot read certificate \"" + path + "\": " + std::strerror(errno));
-  X509* cert = PEM_read_X509(f, nullptr, nullptr, nullptr);
-  std::fclose(f);
+  const std::string pem = read_file_text(path, field, "certificate");
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  X509* cert = bio == nullptr ? nullptr : PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
   if (cert == nullptr) throw ConfigError(field, "\"" + path + "\" holds no PEM certificate");
   unsigned char* der = nullptr;
   const int n = i2d_X509(cert, &der);
@@ -114,7 +113,8 @@ struct ControlClient::Impl {
         return same;
       });
     } else if (!tls_opt.ca_file.empty()) {
-      tls->load_verify_file(tls_opt.ca_file, ec);
+      const std::string cas = read_file_text(tls_opt.ca_file, tls_opt.ca_field, "CA certificates");
+      tls->add_certificate_authority(asio::buffer(cas), ec);
       if (ec) {
         throw ConfigError(tls_opt.ca_field, "cannot load CA certificates \"" + tls_opt.ca_file + "\": " + ec.message());
       }

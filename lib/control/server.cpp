@@ -306,7 +306,8 @@ void ControlServer::start() {
     im.tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
                         ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
     beast::error_code tec;
-    im.tls->use_certificate_chain_file(im.opt.tls_cert_file, tec);
+    const std::string chain = read_file_text(im.opt.tls_cert_file, "tls_cert_file", "certificate chain");
+    im.tls->use_certificate_chain(asio::buffer(chain), tec);
     if (tec) {
       throw ConfigError("tls_cert_file", "cannot load the certificate chain \"" + im.opt.tls_cert_file +
                                              "\" (PEM expected): " + tec.message());

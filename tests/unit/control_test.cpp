@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <deque>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include <boost/asio.hpp>
@@ -25,26 +26,46 @@ namespace http = beast::http;
 
 namespace {
 
-class LeaderFixture : public ::testing::Test {
- protected:
-  void SetUp() override {
+// A leader on 127.0.0.1 (ephemeral port) with its own io thread, optionally with a store
+// (`state_dir`) and serving wss:// (`tls_cert`, `tls_key`).
+struct RunningLeader {
+  explicit RunningLeader(const std::string& state_dir = "", const std::string& tls_cert = "",
+                         const std::string& tls_key = "") {
     agent::AgentOptions o;
     o.leader = true;
     o.listen_address = "127.0.0.1";
     o.listen_port = 0;
     o.agent_token = "agent-secret";
     o.client_token = "client-secret";
-    o.state_dir = "";  // no store: these tests are about the control endpoint
-    leader_ = std::make_unique<agent::Leader>(io_, o);
-    leader_->start();
+    o.state_dir = state_dir;
+    o.tls_cert_file = tls_cert;
+    o.tls_key_file = tls_key;
+    leader = std::make_unique<agent::Leader>(io, o);
+    leader->start();
+    thread = std::thread([this] { io.run(); });
+  }
+  ~RunningLeader() {
+    asio::post(io, [this] { leader->stop(); io.stop(); });
+    thread.join();
+  }
+  std::uint16_t port() const { return leader->port(); }
+  std::string url(const std::string& scheme = "ws") const {
+    return scheme + "://127.0.0.1:" + std::to_string(port());
+  }
+
+  asio::io_context io;
+  std::unique_ptr<agent::Leader> leader;
+  std::thread thread;
+};
+
+class LeaderFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    leader_.emplace();  // no store: these tests are about the control endpoint
     port_ = leader_->port();
-    thread_ = std::thread([this] { io_.run(); });
   }
-  void TearDown() override {
-    asio::post(io_, [this] { leader_->stop(); io_.stop(); });
-    thread_.join();
-  }
-  std::string url() const { return "ws://127.0.0.1:" + std::to_string(port_); }
+  void TearDown() override { leader_.reset(); }
+  std::string url() const { return leader_->url(); }
 
   // A raw HTTP/1.1 request; returns the response.
   http::response<http::string_body> get(const std::string& target, const std::string& auth, bool upgrade) {
@@ -67,35 +88,8 @@ class LeaderFixture : public ::testing::Test {
     return res;
   }
 
-  asio::io_context io_;
-  std::unique_ptr<agent::Leader> leader_;
+  std::optional<RunningLeader> leader_;
   std::uint16_t port_ = 0;
-  std::thread thread_;
-};
-
-// A leader on 127.0.0.1 (ephemeral port) with its own io thread, optionally with a store.
-struct RunningLeader {
-  explicit RunningLeader(const std::string& state_dir = "") {
-    agent::AgentOptions o;
-    o.leader = true;
-    o.listen_address = "127.0.0.1";
-    o.listen_port = 0;
-    o.agent_token = "agent-secret";
-    o.client_token = "client-secret";
-    o.state_dir = state_dir;
-    leader = std::make_unique<agent::Leader>(io, o);
-    leader->start();
-    thread = std::thread([this] { io.run(); });
-  }
-  ~RunningLeader() {
-    asio::post(io, [this] { leader->stop(); io.stop(); });
-    thread.join();
-  }
-  std::string url() const { return "ws://127.0.0.1:" + std::to_string(leader->port()); }
-
-  asio::io_context io;
-  std::unique_ptr<agent::Leader> leader;
-  std::thread thread;
 };
 
 // An agent played by hand over the real control protocol: it registers, then records
@@ -287,34 +281,6 @@ struct TestCertificate {
   std::string cert, key;
 };
 
-// A leader serving wss:// with `cert`.
-struct TlsLeader {
-  TlsLeader(const TestCertificate& c) {
-    agent::AgentOptions o;
-    o.leader = true;
-    o.listen_address = "127.0.0.1";
-    o.listen_port = 0;
-    o.agent_token = "agent-secret";
-    o.client_token = "client-secret";
-    o.state_dir = "";
-    o.tls_cert_file = c.cert;
-    o.tls_key_file = c.key;
-    leader = std::make_unique<agent::Leader>(io, o);
-    leader->start();
-    thread = std::thread([this] { io.run(); });
-  }
-  ~TlsLeader() {
-    asio::post(io, [this] { leader->stop(); io.stop(); });
-    thread.join();
-  }
-  std::string url(const std::string& scheme = "wss") const {
-    return scheme + "://127.0.0.1:" + std::to_string(leader->port());
-  }
-  asio::io_context io;
-  std::unique_ptr<agent::Leader> leader;
-  std::thread thread;
-};
-
 // The message of the IoError a client gets connecting with `tls`, "" if it connects.
 std::string connect_error(const std::string& url, const control::TlsClientOptions& tls,
                           const std::string& token = "client-secret") {
@@ -337,31 +303,31 @@ TEST(ControlTls, ClientsThatTrustTheLeadersCertificateAreServedAndOthersRefused)
   dltrain::testing::TempDir dir;
   TestCertificate good(dir.path, "leader", "IP:127.0.0.1,DNS:localhost");
   TestCertificate other(dir.path, "elsewhere", "DNS:elsewhere.example");
-  TlsLeader l(good);
-  EXPECT_EQ(connect_error(l.url(), {good.cert, ""}), "");
-  const auto untrusted = connect_error(l.url(), {});
-  EXPECT_NE(untrusted.find("TLS handshake with leader " + l.url() + " failed: certificate verify failed"),
+  RunningLeader l("", good.cert, good.key);
+  EXPECT_EQ(connect_error(l.url("wss"), {good.cert, ""}), "");
+  const auto untrusted = connect_error(l.url("wss"), {});
+  EXPECT_NE(untrusted.find("TLS handshake with leader " + l.url("wss") + " failed: certificate verify failed"),
             std::string::npos)
       << untrusted;
   // A certificate that names another host, trusted as a CA: the name check fails.
-  TlsLeader wrong_name(other);
-  const auto mismatch = connect_error(wrong_name.url(), {other.cert, ""});
+  RunningLeader wrong_name("", other.cert, other.key);
+  const auto mismatch = connect_error(wrong_name.url("wss"), {other.cert, ""});
   EXPECT_NE(mismatch.find("certificate verify failed"), std::string::npos) << mismatch;
   EXPECT_NE(connect_error(l.url("ws"), {}), "");
-  EXPECT_NE(connect_error(l.url(), {good.cert, ""}, "wrong").find("refused the token (HTTP 401)"),
+  EXPECT_NE(connect_error(l.url("wss"), {good.cert, ""}, "wrong").find("refused the token (HTTP 401)"),
             std::string::npos);
   // Pinned: exactly this certificate, whatever it names (the leader's own agent).
-  EXPECT_EQ(connect_error(wrong_name.url(), {"", other.cert}), "");
-  EXPECT_NE(connect_error(l.url(), {"", other.cert}), "");
-  EXPECT_EQ(connect_error(l.url(), {good.cert, ""}), "");
+  EXPECT_EQ(connect_error(wrong_name.url("wss"), {"", other.cert}), "");
+  EXPECT_NE(connect_error(l.url("wss"), {"", other.cert}), "");
+  EXPECT_EQ(connect_error(l.url("wss"), {good.cert, ""}), "");
 }
 
 TEST(ControlTls, AnAgentRegistersOverTls) {
   dltrain::testing::TempDir dir;
   TestCertificate cert(dir.path, "leader", "IP:127.0.0.1");
-  TlsLeader l(cert);
+  RunningLeader l("", cert.cert, cert.key);
   asio::io_context io;
-  auto link = std::make_shared<control::ControlClient>(io, l.url(), "agent-secret", control::PeerKind::kAgent,
+  auto link = std::make_shared<control::ControlClient>(io, l.url("wss"), "agent-secret", control::PeerKind::kAgent,
                                                        control::TlsClientOptions{cert.cert, ""});
   nlohmann::json reply;
   link->on_message = [&](const std::string& text) {
