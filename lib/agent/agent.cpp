@@ -15,17 +15,20 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/supervisor.h"
+#include "agent/task_launch.h"
 #include "common/errors.h"
 #include "common/job_spec.h"
 #include "common/secret.h"
 #include "control/client.h"
 #include "wire/control.h"
+#include "wire/task_events.h"
 
 namespace dltrain::agent {
 
 namespace asio = boost::asio;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+namespace events = wire::events;
 
 namespace {
 
@@ -40,16 +43,6 @@ std::int64_t physical_memory_mb() {
   return pages > 0 && size > 0 ? static_cast<std::int64_t>(pages) * size / (1024 * 1024) : 0;
 }
 
-// Sets `flag`'s value in `argv`, replacing an earlier one.
-void set_arg(std::vector<std::string>& argv, const std::string& flag, const std::string& value) {
-  auto it = std::find(argv.begin(), argv.end(), flag);
-  if (it != argv.end() && it + 1 != argv.end()) {
-    *(it + 1) = value;
-  } else {
-    argv.insert(argv.end(), {flag, value});
-  }
-}
-
 }  // namespace
 
 struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
@@ -58,10 +51,8 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     std::uint32_t generation = 0;
     pid_t pid = -1;
     std::string last_error;
-    std::string log_path;
-    std::string secret_path;      // the job secret's file, removed when the task ends
     std::string kind;
-    ProcessSpec spec;             // to start it again
+    TaskLaunch launch;            // its files and command line, to start it again
     int restarts = 0;
     int epochs_done = 0;          // worker: from its epoch_end events, where a restart resumes
     int port = 0;                 // PS shard: from its listening event, where a restart listens
@@ -250,107 +241,25 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   }
 
   void start_task(const json& b) {
-    const std::string job = b.at("job").get<std::string>();
-    const std::string name = b.at("task").get<std::string>();
-    const std::string kind = b.at("kind").get<std::string>();
-    const auto generation = b.at("generation").get<std::uint32_t>();
-    const auto job_num = b.at("job_num").get<std::uint64_t>();
-    const int index = b.at("index").get<int>();
-    const int threads = b.at("threads").get<int>();
-    const std::string key = job + "/" + name;
+    const std::string key = b.at("job").get<std::string>() + "/" + b.at("task").get<std::string>();
     if (tasks.count(key)) throw Error("task " + key + " is already running here");
-    const fs::path dir = fs::path(opt.state_dir) / "tasks" / job / (name + "-g" + std::to_string(generation));
-    // The job secret reaches the task as a 0600 file in its directory, never on its
-    // command line (which every local user can read in /proc).
-    if (!b.contains("secret") || !b["secret"].is_string()) {
-      throw ProtocolError("start_task for " + key + " has no job secret (a leader older than this agent?)");
-    }
-    job_secret_from_hex(b["secret"].get<std::string>(), "secret");
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw IoError("cannot create task directory " + dir.string() + ": " + ec.message());
-    const fs::path secret_path = dir / "job.secret";
-    write_private_file(secret_path.string(), b["secret"].get<std::string>() + "\n");
-    ProcessSpec ps;
-    ps.log_path = (dir / "task.log").string();
-    ps.work_dir = dir.string();
-    // A re-assigned job (generation > 1): this task's directory of an earlier generation,
-    // if it ran here, holds the state it saved when it was stopped.
-    auto earlier = [&](const char* field) -> std::optional<fs::path> {
-      if (!b.contains(field) || !b[field].is_number_unsigned()) return std::nullopt;
-      return fs::path(opt.state_dir) / "tasks" / job / (name + "-g" + std::to_string(b[field].get<std::uint32_t>()));
-    };
-    if (kind == "ps") {
-      const auto spec = b.at("spec");
-      ps.argv = {(fs::path(opt.task_bin_dir) / "dltrain-ps").string(),
-                 "--job-id", std::to_string(job_num),
-                 "--generation", std::to_string(generation),
-                 "--secret-file", secret_path.string(),
-                 "--shard", std::to_string(index),
-                 "--momentum", std::to_string(ps_momentum(job_from_json(spec))),
-                 "--threads", std::to_string(threads),
-                 "--bind", opt.task_bind_address,
-                 "--checkpoint", (dir / "shard.ckpt").string(),
-                 "--checkpoint-interval", std::to_string(opt.ps_checkpoint_interval.count() / 1000.0),
-                 "--log-level", opt.log_level};
-      if (const auto old_dir = earlier("restore_generation")) {
-        // The shard's checkpoint from before the re-assignment (written when it was
-        // stopped); the new shard loads it before it listens.
-        const auto from = *old_dir / "shard.ckpt";
-        if (fs::exists(from, ec)) {
-          fs::copy_file(from, dir / "shard.ckpt", fs::copy_options::overwrite_existing, ec);
-          if (ec) throw IoError("cannot copy " + from.string() + ": " + ec.message());
-          fs::permissions(dir / "shard.ckpt", fs::perms::owner_read | fs::perms::owner_write, ec);
-        }
-      }
-      if (b.contains("workers_done") && b["workers_done"].is_array() && !b["workers_done"].empty()) {
-        std::string ranks;
-        for (const auto& r : b["workers_done"]) ranks += (ranks.empty() ? "" : ",") + std::to_string(r.get<int>());
-        ps.argv.insert(ps.argv.end(), {"--workers-done", ranks});
-      }
-    } else if (kind == "worker") {
-      const fs::path spec_path = dir / "job.json";
-      std::ofstream(spec_path) << b.at("spec").dump(2);
-      std::string eps;
-      for (const auto& e : b.at("ps")) eps += (eps.empty() ? "" : ",") + e.get<std::string>();
-      ps.argv = {(fs::path(opt.task_bin_dir) / "dltrain-worker").string(),
-                 "--job-json", spec_path.string(),
-                 "--job-id", std::to_string(job_num),
-                 "--generation", std::to_string(generation),
-                 "--secret-file", secret_path.string(),
-                 "--rank", std::to_string(index),
-                 "--ps", eps,
-                 "--threads", std::to_string(threads),
-                 "--replica-file", (dir / "replica.ckpt").string(),
-                 "--log-level", opt.log_level};
-      if (const auto old_dir = earlier("init_replica_generation")) {
-        const auto from = *old_dir / "replica.ckpt";
-        if (!fs::exists(from, ec)) throw IoError("the replica to rebuild the job from, " + from.string() + ", is missing");
-        ps.argv.insert(ps.argv.end(), {"--init-replica", from.string()});
-      }
-      if (b.contains("resume_epoch") && b["resume_epoch"].get<int>() > 0) {
-        ps.argv.insert(ps.argv.end(), {"--resume-epoch", std::to_string(b["resume_epoch"].get<int>())});
-      }
-    } else {
-      throw Error("unknown task kind \"" + kind + "\"");
-    }
     Task t;
-    t.job = job;
-    t.name = name;
-    t.generation = generation;
-    t.log_path = ps.log_path;
-    t.secret_path = secret_path.string();
-    t.kind = kind;
-    t.spec = ps;
-    if (kind == "worker") t.epochs_done = b.value("resume_epoch", 0);
+    t.launch = prepare_task(opt, b);
+    t.job = t.launch.job;
+    t.name = t.launch.name;
+    t.generation = t.launch.generation;
+    t.kind = t.launch.kind;
+    if (t.kind == "worker") t.epochs_done = t.launch.worker->resume_epoch;
     try {
-      t.pid = spawn(key, ps);
+      t.pid = spawn(key, t.launch.process);
     } catch (...) {
-      fs::remove(secret_path, ec);
+      std::error_code ec;
+      fs::remove(t.launch.secret_path, ec);
       throw;
     }
-    spdlog::info("started {} of {} (pid {}, {} threads), log {}", name, job, t.pid, threads, ps.log_path);
-    tasks[key] = t;
+    spdlog::info("started {} of {} (pid {}, {} threads), log {}", t.name, t.job, t.pid, t.launch.threads,
+                 t.launch.process.log_path);
+    tasks[key] = std::move(t);
   }
 
   pid_t spawn(const std::string& key, const ProcessSpec& ps) {
@@ -391,22 +300,22 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     }
     ++t.restarts;
     const auto delay = std::chrono::milliseconds(500) * (1 << std::min(t.restarts - 1, 6));
-    json ev{{"event", "restarting"},
-            {"kind", t.kind},
-            {"attempt", t.restarts},
-            {"max_restarts", opt.task_max_restarts},
-            {"reason", st.describe()},
-            {"last_error", t.last_error}};
+    events::Restarting ev;
+    ev.kind = t.kind;
+    ev.attempt = t.restarts;
+    ev.max_restarts = opt.task_max_restarts;
+    ev.reason = st.describe();
+    ev.last_error = t.last_error;
     if (t.kind == "worker") {
       spdlog::warn("{} {}: restart {} of {} in {} ms, resuming after epoch {}", key, st.describe(), t.restarts,
                    opt.task_max_restarts, delay.count(), t.epochs_done);
-      ev["resume_epoch"] = t.epochs_done;
+      ev.resume_epoch = t.epochs_done;
     } else {
       spdlog::warn("{} {}: restart {} of {} in {} ms, on port {} from its latest checkpoint", key, st.describe(),
                    t.restarts, opt.task_max_restarts, delay.count(), t.port);
-      ev["port"] = t.port;
+      ev.port = t.port;
     }
-    send("task_event", {{"job", t.job}, {"task", t.name}, {"generation", t.generation}, {"event", ev}});
+    send("task_event", {{"job", t.job}, {"task", t.name}, {"generation", t.generation}, {"event", ev.to_json()}});
     t.last_error.clear();
     t.pid = -1;
     t.restart_timer = std::make_shared<asio::steady_timer>(io, delay);
@@ -418,16 +327,9 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       if (it == self->tasks.end()) return;
       auto& task = it->second;
       task.restart_timer.reset();
-      ProcessSpec ps = task.spec;
-      if (task.kind == "worker") {
-        set_arg(ps.argv, "--resume-epoch", std::to_string(task.epochs_done));
-      } else if (task.port > 0) {
-        // The same port (the shard binds it with SO_REUSEADDR): the workers and the
-        // leader keep their endpoint. A shard that died before it listened gets a fresh
-        // one, which it announces as at its first start.
-        ps.argv.push_back("--port");
-        ps.argv.push_back(std::to_string(task.port));
-      }
+      // A shard that died before it listened gets a fresh port, which it announces as at
+      // its first start.
+      const ProcessSpec ps = task.launch.restart(task.epochs_done, task.port);
       try {
         task.pid = self->spawn(key, ps);
         spdlog::info("restarted {} (pid {})", key, task.pid);
@@ -444,22 +346,17 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     auto it = tasks.find(key);
     if (it == tasks.end()) return;
     auto& t = it->second;
-    json ev;
-    try {
-      ev = json::parse(line);
-      if (!ev.is_object()) throw std::runtime_error("not an object");
-    } catch (...) {
-      ev = {{"event", "log"}, {"line", line}};
-    }
-    const std::string kind = ev.value("event", "");
-    if (kind == "listening") {
+    json ev = json::parse(line, nullptr, false);
+    if (!ev.is_object()) ev = events::LogLine{{}, line}.to_json();
+    const std::string kind = events::kind_of(ev);
+    if (kind == events::Listening::kKind) {
       ev["address"] = opt.advertise_address;
-      t.port = ev.value("port", 0);
+      t.port = events::Listening::from_json(ev).port;
     }
-    if (kind == "epoch_end") t.epochs_done = std::max(t.epochs_done, ev.value("epoch", 0));
-    if (kind == "error") t.last_error = ev.value("message", "");
+    if (kind == events::EpochEnd::kKind) t.epochs_done = std::max(t.epochs_done, events::EpochEnd::from_json(ev).epoch);
+    if (kind == events::TaskError::kKind) t.last_error = events::TaskError::from_json(ev).message;
     send("task_event", {{"job", t.job}, {"task", t.name}, {"generation", t.generation}, {"event", ev}},
-         kind == "progress");
+         kind == events::Progress::kKind);
   }
 
   void on_task_exit(const std::string& key, const ExitStatus& st) {
@@ -470,11 +367,11 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     tasks.erase(it);
     spdlog::info("{} (pid {}) {}", key, t.pid, st.describe());
     std::error_code ec;
-    fs::remove(t.secret_path, ec);  // no longer needed; the task log stays
+    fs::remove(t.launch.secret_path, ec);  // no longer needed; the task log stays
     std::string last_error = t.last_error;
     if (last_error.empty() && (st.exit_code != 0 || st.signal != 0)) {
       // The task said nothing on stdout; the tail of its log usually says why.
-      std::ifstream in(t.log_path);
+      std::ifstream in(t.launch.process.log_path);
       std::string line, last;
       while (std::getline(in, line)) {
         if (!line.empty()) last = line;

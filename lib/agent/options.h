@@ -62,8 +62,4 @@ AgentOptions load_agent_options(const std::string& path);
 /// Same, from text (for tests); `base_dir` resolves relative token files.
 AgentOptions parse_agent_options(const std::string& text, const std::string& base_dir);
 
-/// 32 random bytes from OpenSSL's CSPRNG as 64 hex characters. Throws Error when the
-/// generator fails.
-std::string random_token();
-
 }  // namespace dltrain::agent

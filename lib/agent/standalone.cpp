@@ -65,8 +65,8 @@ int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
   lopt.leader = true;
   lopt.listen_address = "127.0.0.1";
   lopt.listen_port = so.port;
-  lopt.agent_token = random_token();
-  lopt.client_token = random_token();
+  lopt.agent_token = new_job_secret_hex();
+  lopt.client_token = new_job_secret_hex();
   lopt.state_dir = (state / "leader").string();
   Leader leader(io, lopt);
   leader.start();

@@ -40,6 +40,14 @@ class IoError : public Error {
   using Error::Error;
 };
 
+/// A caller broke a documented precondition of a function: sizes that must match do not,
+/// an input that must be non-empty is empty, a weight that must be positive is not. A
+/// programming error of the caller, never caused by a peer or a file.
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A wait ran past its deadline.
 class TimeoutError : public Error {
  public:

@@ -6,96 +6,21 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
-#include <toml++/toml.h>
 
 #include "common/errors.h"
+#include "common/toml_fields.h"
 
 namespace dltrain {
 namespace {
 
-std::string type_name(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::table: return "a table";
-    case toml::node_type::array: return "an array";
-    default: return "a date/time";
-  }
-}
-
-std::string render(const toml::node& n) {
-  std::ostringstream os;
-  if (n.is_string()) {
-    os << '"' << n.value<std::string>().value_or("") << '"';
-  } else if (n.is_integer()) {
-    os << *n.value<std::int64_t>();
-  } else if (n.is_floating_point()) {
-    os << *n.value<double>();
-  } else if (n.is_boolean()) {
-    os << (*n.value<bool>() ? "true" : "false");
-  } else {
-    os << type_name(n);
-  }
-  return os.str();
-}
-
-std::int64_t get_int(const toml::node& n, const std::string& field, std::int64_t lo,
-                     std::int64_t hi) {
-  if (!n.is_integer()) {
-    throw ConfigError(field, "expected an integer in [" + std::to_string(lo) + ", " +
-                                 std::to_string(hi) + "], got " + type_name(n) + " " + render(n));
-  }
-  auto v = *n.value<std::int64_t>();
-  if (v < lo || v > hi) {
-    throw ConfigError(field, "expected an integer in [" + std::to_string(lo) + ", " +
-                                 std::to_string(hi) + "], got " + std::to_string(v));
-  }
-  return v;
-}
-
-double get_double(const toml::node& n, const std::string& field, double lo, double hi,
-                  bool lo_open, bool hi_open) {
-  if (!n.is_number()) {
-    throw ConfigError(field, "expected a number, got " + type_name(n) + " " + render(n));
-  }
-  double v = *n.value<double>();
-  std::ostringstream range;
-  range << (lo_open ? "(" : "[") << lo << ", " << hi << (hi_open ? ")" : "]");
-  bool bad = !std::isfinite(v) || (lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi);
-  if (bad) {
-    std::ostringstream os;
-    os << "expected a number in " << range.str() << ", got " << v;
-    throw ConfigError(field, os.str());
-  }
-  return v;
-}
-
-std::string get_choice(const toml::node& n, const std::string& field,
-                       std::initializer_list<const char*> choices) {
-  std::string list;
-  for (const char* c : choices) list += (list.empty() ? "" : " | ") + std::string(c);
-  if (!n.is_string()) {
-    throw ConfigError(field, "expected one of " + list + ", got " + type_name(n) + " " + render(n));
-  }
-  auto v = *n.value<std::string>();
-  for (const char* c : choices) {
-    if (v == c) return v;
-  }
-  throw ConfigError(field, "expected one of " + list + ", got \"" + v + "\"");
-}
-
-std::string get_string(const toml::node& n, const std::string& field) {
-  if (!n.is_string()) {
-    throw ConfigError(field, "expected a string, got " + type_name(n) + " " + render(n));
-  }
-  auto v = *n.value<std::string>();
-  if (v.empty()) throw ConfigError(field, "must not be empty");
-  return v;
-}
+using toml_fields::get_choice;
+using toml_fields::get_double;
+using toml_fields::get_int;
+using toml_fields::get_string;
+using toml_fields::get_table;
 
 void parse_optimizer(const toml::table& t, OptimizerSpec& o) {
   for (auto&& [key, node] : t) {
@@ -121,15 +46,7 @@ void parse_optimizer(const toml::table& t, OptimizerSpec& o) {
 }  // namespace
 
 JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, bool check_files) {
-  toml::table root;
-  try {
-    root = toml::parse(text);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream os;
-    os << "TOML syntax error at line " << e.source().begin.line << ", column "
-       << e.source().begin.column << ": " << e.description();
-    throw ConfigError("", os.str());
-  }
+  const toml::table root = toml_fields::parse(text);
   if (root.empty()) throw ConfigError("", "the job file is empty: it needs at least a model and its data");
   JobSpec s;
   for (auto&& [key, node] : root) {
@@ -161,14 +78,10 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
     } else if (k == "target_accuracy") {
       s.target_accuracy = get_double(node, k, 0.0, 1.0, true, false);
     } else if (k == "deadline") {
-      if (!node.is_string()) {
-        throw ConfigError(k, "expected a duration string such as \"30m\", got " + type_name(node) + " " + render(node));
-      }
-      s.deadline_seconds = parse_duration_seconds(*node.value<std::string>(), k);
+      s.deadline_seconds = toml_fields::get_duration(node, k, "30m");
       if (s.deadline_seconds <= 0) throw ConfigError(k, "must be positive");
     } else if (k == "planner") {
-      if (!node.is_table()) throw ConfigError(k, "expected a table, got " + type_name(node));
-      for (auto&& [pk, pn] : *node.as_table()) {
+      for (auto&& [pk, pn] : get_table(node, k)) {
         const std::string f = "planner." + std::string(pk.str());
         if (pk.str() == "batch_sizes") {
           if (!pn.is_array() || pn.as_array()->empty()) throw ConfigError(f, "expected a non-empty array of integers");
@@ -196,12 +109,10 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
     } else if (k == "test_samples") {
       s.test_samples = get_int(node, k, 0, 100000000);
     } else if (k == "optimizer") {
-      if (!node.is_table()) throw ConfigError(k, "expected a table, got " + type_name(node));
-      parse_optimizer(*node.as_table(), s.optimizer);
+      parse_optimizer(get_table(node, k), s.optimizer);
     } else if (k == "compression") {
-      if (!node.is_table()) throw ConfigError(k, "expected a table, got " + type_name(node));
       auto& c = s.compression;
-      for (auto&& [ck, cn] : *node.as_table()) {
+      for (auto&& [ck, cn] : get_table(node, k)) {
         const std::string f = "compression." + std::string(ck.str());
         const std::string name(ck.str());
         if (name == "method") {
@@ -224,16 +135,12 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
         }
       }
     } else if (k == "ps") {
-      if (!node.is_table()) throw ConfigError(k, "expected a table, got " + type_name(node));
-      for (auto&& [pk, pn] : *node.as_table()) {
+      for (auto&& [pk, pn] : get_table(node, k)) {
         const std::string f = "ps." + std::string(pk.str());
         if (pk.str() == "partition_size") {
           s.partition_size = get_int(pn, f, 1, std::int64_t{1} << 26);
         } else if (pk.str() == "timeout") {
-          if (!pn.is_string()) {
-            throw ConfigError(f, "expected a duration string such as \"60s\", got " + type_name(pn) + " " + render(pn));
-          }
-          s.ps_timeout_seconds = parse_duration_seconds(*pn.value<std::string>(), f);
+          s.ps_timeout_seconds = toml_fields::get_duration(pn, f, "60s");
           if (s.ps_timeout_seconds < 1 || s.ps_timeout_seconds > 86400) {
             throw ConfigError(f, "expected a duration in [1s, 24h], got \"" + *pn.value<std::string>() + "\"");
           }
@@ -281,94 +188,94 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
   return s;
 }
 
-void to_json(nlohmann::json& j, const JobSpec& s) {
-  j = nlohmann::json{{"name", s.name},
-                     {"model", s.model},
-                     {"dataset", s.dataset},
-                     {"data_dir", s.data_dir},
-                     {"epochs", s.epochs},
-                     {"workers", s.workers},
-                     {"ps_shards", s.ps_shards},
-                     {"batch_size", s.batch_size},
-                     {"threads_per_task", s.threads_per_task},
-                     {"sync", s.sync},
-                     {"seed", s.seed},
-                     {"train_samples", s.train_samples},
-                     {"test_samples", s.test_samples},
-                     {"partition_size", s.partition_size},
-                     {"ps_timeout_seconds", s.ps_timeout_seconds},
-                     {"optimizer",
-                      {{"lr", s.optimizer.lr},
-                       {"momentum", s.optimizer.momentum},
-                       {"weight_decay", s.optimizer.weight_decay},
-                       {"lr_schedule", s.optimizer.lr_schedule},
-                       {"warmup_epochs", s.optimizer.warmup_epochs}}},
-                     {"compression",
-                      {{"method", compress::to_string(s.compression.method)},
-                       {"ratio", s.compression.ratio},
-                       {"downlink_ratio", s.compression.downlink_ratio},
-                       {"warmup_epochs", s.compression.warmup_epochs},
-                       {"momentum", s.compression.momentum},
-                       {"clip_norm", s.compression.clip_norm},
-                       {"sample_ratio", s.compression.sample_ratio}}},
-                     {"workers_auto", s.workers_auto},
-                     {"batch_auto", s.batch_auto},
-                     {"target_accuracy", s.target_accuracy},
-                     {"deadline_seconds", s.deadline_seconds},
-                     {"batch_sizes", s.batch_sizes},
-                     {"max_workers", s.max_workers},
-                     {"price_per_task_hour", s.price_per_task_hour},
-                     {"max_steps", s.max_steps},
-                     {"profile", s.profile}};
-}
-
 double ps_momentum(const JobSpec& spec) {
   return spec.compression.method == compress::Method::kDgc ? 0.0 : spec.optimizer.momentum;
+}
+
+namespace {
+
+// The JSON form's one field list (to_json and job_from_json both walk it). Required
+// fields must be present when reading; optional ones keep their defaults when absent
+// (keys added after the first release, and the leader-only fields).
+enum class Need { kRequired, kOptional };
+
+struct JsonOut {
+  nlohmann::json& j;
+  template <typename T>
+  void operator()(const char* key, const T& v, Need = Need::kRequired) const {
+    if constexpr (std::is_same_v<T, compress::Method>) {
+      j[key] = compress::to_string(v);
+    } else {
+      j[key] = v;
+    }
+  }
+  template <typename T, typename F>
+  void nested(const char* key, const T& v, F&& fields, Need = Need::kRequired) const {
+    nlohmann::json sub = nlohmann::json::object();
+    fields(v, JsonOut{sub});
+    j[key] = std::move(sub);
+  }
+};
+
+struct JsonIn {
+  const nlohmann::json& j;
+  template <typename T>
+  void operator()(const char* key, T& v, Need need = Need::kRequired) const {
+    if (need == Need::kOptional && !j.contains(key)) return;
+    if constexpr (std::is_same_v<T, compress::Method>) {
+      v = compress::parse_method(j.at(key).get<std::string>());
+    } else {
+      v = j.at(key).get<T>();
+    }
+  }
+  template <typename T, typename F>
+  void nested(const char* key, T& v, F&& fields, Need need = Need::kRequired) const {
+    if (need == Need::kOptional && !j.contains(key)) return;
+    fields(v, JsonIn{j.at(key)});
+  }
+};
+
+template <typename S, typename V>
+void optimizer_fields(S& o, V&& v) {
+  v("lr", o.lr), v("momentum", o.momentum), v("weight_decay", o.weight_decay), v("lr_schedule", o.lr_schedule),
+      v("warmup_epochs", o.warmup_epochs);
+}
+
+template <typename S, typename V>
+void compression_fields(S& c, V&& v) {
+  v("method", c.method), v("ratio", c.ratio), v("downlink_ratio", c.downlink_ratio),
+      v("warmup_epochs", c.warmup_epochs), v("momentum", c.momentum), v("clip_norm", c.clip_norm),
+      v("sample_ratio", c.sample_ratio);
+}
+
+template <typename S, typename V>
+void job_fields(S& s, V&& v) {
+  constexpr auto opt = Need::kOptional;
+  v("name", s.name), v("model", s.model), v("dataset", s.dataset), v("data_dir", s.data_dir), v("epochs", s.epochs),
+      v("workers", s.workers), v("ps_shards", s.ps_shards), v("batch_size", s.batch_size),
+      v("threads_per_task", s.threads_per_task), v("sync", s.sync), v("seed", s.seed),
+      v("train_samples", s.train_samples), v("test_samples", s.test_samples), v("partition_size", s.partition_size),
+      v("ps_timeout_seconds", s.ps_timeout_seconds, opt);
+  v.nested("optimizer", s.optimizer, [](auto& o, auto&& w) { optimizer_fields(o, w); });
+  v.nested("compression", s.compression, [](auto& c, auto&& w) { compression_fields(c, w); }, opt);
+  v("workers_auto", s.workers_auto, opt), v("batch_auto", s.batch_auto, opt),
+      v("target_accuracy", s.target_accuracy, opt), v("deadline_seconds", s.deadline_seconds, opt),
+      v("batch_sizes", s.batch_sizes, opt), v("max_workers", s.max_workers, opt),
+      v("price_per_task_hour", s.price_per_task_hour, opt), v("max_steps", s.max_steps, opt),
+      v("profile", s.profile, opt);
+}
+
+}  // namespace
+
+void to_json(nlohmann::json& j, const JobSpec& s) {
+  j = nlohmann::json::object();
+  job_fields(s, JsonOut{j});
 }
 
 JobSpec job_from_json(const nlohmann::json& j) {
   try {
     JobSpec s;
-    s.name = j.at("name").get<std::string>();
-    s.model = j.at("model").get<std::string>();
-    s.dataset = j.at("dataset").get<std::string>();
-    s.data_dir = j.at("data_dir").get<std::string>();
-    s.epochs = j.at("epochs").get<int>();
-    s.workers = j.at("workers").get<int>();
-    s.ps_shards = j.at("ps_shards").get<int>();
-    s.batch_size = j.at("batch_size").get<int>();
-    s.threads_per_task = j.at("threads_per_task").get<int>();
-    s.sync = j.at("sync").get<std::string>();
-    s.seed = j.at("seed").get<std::int64_t>();
-    s.train_samples = j.at("train_samples").get<std::int64_t>();
-    s.test_samples = j.at("test_samples").get<std::int64_t>();
-    s.partition_size = j.at("partition_size").get<std::int64_t>();
-    s.ps_timeout_seconds = j.value("ps_timeout_seconds", 60.0);
-    const auto& o = j.at("optimizer");
-    s.optimizer.lr = o.at("lr").get<double>();
-    s.optimizer.momentum = o.at("momentum").get<double>();
-    s.optimizer.weight_decay = o.at("weight_decay").get<double>();
-    s.optimizer.lr_schedule = o.at("lr_schedule").get<std::string>();
-    s.optimizer.warmup_epochs = o.at("warmup_epochs").get<double>();
-    if (j.contains("compression")) {
-      const auto& c = j.at("compression");
-      s.compression.method = compress::parse_method(c.at("method").get<std::string>());
-      s.compression.ratio = c.at("ratio").get<double>();
-      s.compression.downlink_ratio = c.at("downlink_ratio").get<double>();
-      s.compression.warmup_epochs = c.at("warmup_epochs").get<double>();
-      s.compression.momentum = c.at("momentum").get<double>();
-      s.compression.clip_norm = c.at("clip_norm").get<double>();
-      s.compression.sample_ratio = c.at("sample_ratio").get<double>();
-    }
-    s.workers_auto = j.value("workers_auto", false);
-    s.batch_auto = j.value("batch_auto", false);
-    s.target_accuracy = j.value("target_accuracy", 0.0);
-    s.deadline_seconds = j.value("deadline_seconds", 0.0);
-    if (j.contains("batch_sizes")) s.batch_sizes = j.at("batch_sizes").get<std::vector<int>>();
-    s.max_workers = j.value("max_workers", 0);
-    s.price_per_task_hour = j.value("price_per_task_hour", 0.0);
-    s.max_steps = j.value("max_steps", std::int64_t{0});
-    s.profile = j.value("profile", false);
+    job_fields(s, JsonIn{j});
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError("job", std::string("malformed job JSON: ") + e.what());

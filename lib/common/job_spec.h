@@ -7,7 +7,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "compress/compressor.h"
+#include "common/compression_spec.h"
 
 namespace dltrain {
 
@@ -44,7 +44,7 @@ struct JobSpec {
   OptimizerSpec optimizer;
   compress::CompressionSpec compression;  ///< [compression]; method none = dense ASGD
 
-  // Planner (DESIGN.md, "Planner"; docs/planner.md).
+  // Planner (docs/planner.md).
   bool workers_auto = false;        ///< workers = "auto": the leader's planner chooses
   bool batch_auto = false;          ///< batch_size = "auto": the leader's planner chooses
   double target_accuracy = 0;       ///< final test accuracy to reach, (0, 1]; 0 = none

@@ -47,8 +47,9 @@ std::string to_hex(std::span<const std::uint8_t> bytes);
 /// named, never the secret) or a secret that is too short.
 std::vector<std::uint8_t> job_secret_from_hex(std::string_view hex, const std::string& field);
 
-/// A new random job secret as hex (kMinJobSecretBytes bytes, 64 characters). Throws
-/// Error when the generator fails.
+/// A new random secret as hex (kMinJobSecretBytes bytes from the CSPRNG, 64 characters):
+/// a job secret, or a bearer token of a standalone cluster. Throws Error when the
+/// generator fails. Thread-safe.
 std::string new_job_secret_hex();
 
 /// Reads a job secret from a private file (read_private_file, then job_secret_from_hex).

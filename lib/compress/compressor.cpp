@@ -7,34 +7,6 @@
 
 namespace dltrain::compress {
 
-Method parse_method(const std::string& name) {
-  if (name == "none") return Method::kNone;
-  if (name == "topk") return Method::kTopk;
-  if (name == "dgc") return Method::kDgc;
-  if (name == "randomk") return Method::kRandomk;
-  if (name == "fp16") return Method::kFp16;
-  throw ConfigError("compression.method", "expected one of none | topk | dgc | randomk | fp16, got \"" + name + "\"");
-}
-
-std::string to_string(Method m) {
-  switch (m) {
-    case Method::kNone: return "none";
-    case Method::kTopk: return "topk";
-    case Method::kDgc: return "dgc";
-    case Method::kRandomk: return "randomk";
-    case Method::kFp16: return "fp16";
-  }
-  return "?";
-}
-
-double density_at(const CompressionSpec& spec, double epoch_pos) {
-  if (spec.warmup_epochs > 0 && epoch_pos < spec.warmup_epochs) {
-    const int e = static_cast<int>(std::floor(epoch_pos));
-    return std::max(spec.ratio, std::pow(0.25, e + 1));
-  }
-  return spec.ratio;
-}
-
 GradientCompressor::GradientCompressor(CompressionSpec spec, std::vector<std::int64_t> lengths, std::uint64_t seed)
     : spec_(spec), lengths_(std::move(lengths)), seed_(seed) {
   const bool accumulates = spec_.method != Method::kNone;
@@ -66,7 +38,7 @@ const Encoded& GradientCompressor::encode(std::size_t p, std::span<const float> 
   Encoded& e = out_[p];
   const std::size_t n = g.size();
   if (static_cast<std::int64_t>(n) != lengths_[p]) {
-    throw Error("compressor: partition " + std::to_string(p) + " has " + std::to_string(lengths_[p]) +
+    throw InvalidArgument("compressor: partition " + std::to_string(p) + " has " + std::to_string(lengths_[p]) +
                 " floats, got " + std::to_string(n));
   }
   const std::uint64_t step_seed = splitmix64(seed_ ^ splitmix64(step * 0x100000001B3ull + p));

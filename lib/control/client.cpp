@@ -14,6 +14,7 @@
 #include <openssl/x509.h>
 
 #include "common/errors.h"
+#include "common/host_port.h"
 #include "common/secret.h"
 
 namespace dltrain::control {
@@ -34,16 +35,16 @@ LeaderUrl parse_leader_url(const std::string& url, const std::string& field) {
   }
   std::string rest = url.substr(tls ? 6 : 5);
   if (!rest.empty() && rest.back() == '/') rest.pop_back();
-  const auto colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size() ||
-      rest.find('/') != std::string::npos) {
+  if (rest.find('/') != std::string::npos) {
     throw ConfigError(field, "expected ws://HOST:PORT or wss://HOST:PORT, got \"" + url + "\"");
   }
-  LeaderUrl u{rest.substr(0, colon), rest.substr(colon + 1), tls};
-  if (u.host.size() > 2 && u.host.front() == '[' && u.host.back() == ']') u.host = u.host.substr(1, u.host.size() - 2);
-  for (char c : u.port) {
-    if (!std::isdigit(static_cast<unsigned char>(c))) throw ConfigError(field, "port is not a number in \"" + url + "\"");
+  HostPort hp;
+  try {
+    hp = parse_host_port(rest, field);
+  } catch (const ConfigError&) {
+    throw ConfigError(field, "expected ws://HOST:PORT or wss://HOST:PORT, got \"" + url + "\"");
   }
+  LeaderUrl u{hp.host, std::to_string(hp.port), tls};
   return u;
 }
 

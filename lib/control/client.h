@@ -26,10 +26,8 @@ class AuthError : public IoError {
   using IoError::IoError;
 };
 
-/// Keep-alive settings of control sessions (both ends): a ping after half of this idle
-/// time, and the session is closed when nothing at all arrives for this long, so a
-/// silently lost peer is noticed.
-inline constexpr std::chrono::seconds kControlIdleTimeout{30};
+/// Keep-alive of control sessions (both ends): wire::kControlIdleTimeout.
+using wire::kControlIdleTimeout;
 
 /// A parsed `ws://HOST:PORT[/]` or `wss://HOST:PORT[/]` (TLS) leader URL.
 struct LeaderUrl {

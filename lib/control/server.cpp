@@ -17,6 +17,7 @@
 
 #include "common/errors.h"
 #include "common/secret.h"
+#include "wire/control.h"
 
 namespace dltrain::control {
 
@@ -73,7 +74,7 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession<
   void run(http::request<http::string_body> req) {
     websocket::stream_base::timeout to{};
     to.handshake_timeout = srv_->opt.handshake_timeout;
-    to.idle_timeout = std::chrono::seconds(30);  // control::kControlIdleTimeout: pings at 15 s
+    to.idle_timeout = wire::kControlIdleTimeout;  // pings at half of it
     to.keep_alive_pings = true;
     ws_.set_option(to);
     ws_.read_message_max(srv_->opt.max_message_bytes);

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <stdexcept>
+#include "common/errors.h"
 
 namespace dltrain::planner {
 
 std::vector<double> pava(const std::vector<double>& y, const std::vector<double>& w, Direction dir) {
-  if (y.size() != w.size()) throw std::invalid_argument("pava: y and w differ in size");
+  if (y.size() != w.size()) throw InvalidArgument("pava: y and w differ in size");
   const double sign = dir == Direction::kIncreasing ? 1.0 : -1.0;
   struct Block {
     double wy, w;
@@ -18,7 +18,7 @@ std::vector<double> pava(const std::vector<double>& y, const std::vector<double>
   std::vector<Block> st;
   st.reserve(y.size());
   for (std::size_t i = 0; i < y.size(); ++i) {
-    if (!(w[i] > 0)) throw std::invalid_argument("pava: weight " + std::to_string(i) + " is not positive");
+    if (!(w[i] > 0)) throw InvalidArgument("pava: weight " + std::to_string(i) + " is not positive");
     st.push_back({sign * y[i] * w[i], w[i], 1});
     // Pool while the last two blocks violate the order.
     while (st.size() > 1 && st[st.size() - 2].mean() > st.back().mean()) {
@@ -38,11 +38,11 @@ std::vector<double> pava(const std::vector<double>& y, const std::vector<double>
 IsotonicFit::IsotonicFit(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& w,
                          Direction dir) {
   if (x.empty() || x.size() != y.size() || x.size() != w.size()) {
-    throw std::invalid_argument("isotonic fit: x, y, w must be non-empty and of equal size");
+    throw InvalidArgument("isotonic fit: x, y, w must be non-empty and of equal size");
   }
   std::map<double, std::pair<double, double>> merged;  // x → (Σ w·y, Σ w)
   for (std::size_t i = 0; i < x.size(); ++i) {
-    if (!(w[i] > 0)) throw std::invalid_argument("isotonic fit: weight " + std::to_string(i) + " is not positive");
+    if (!(w[i] > 0)) throw InvalidArgument("isotonic fit: weight " + std::to_string(i) + " is not positive");
     auto& m = merged[x[i]];
     m.first += w[i] * y[i];
     m.second += w[i];
@@ -68,10 +68,10 @@ double IsotonicFit::predict(double x) const {
 GridFit isotonic_grid(const std::vector<std::vector<double>>& y, const std::vector<std::vector<double>>& w,
                       Direction row_dir, Direction col_dir, double tol, int max_iterations) {
   const std::size_t R = y.size();
-  if (R == 0 || y[0].empty() || w.size() != R) throw std::invalid_argument("isotonic grid: empty or ragged input");
+  if (R == 0 || y[0].empty() || w.size() != R) throw InvalidArgument("isotonic grid: empty or ragged input");
   const std::size_t C = y[0].size();
   for (std::size_t r = 0; r < R; ++r) {
-    if (y[r].size() != C || w[r].size() != C) throw std::invalid_argument("isotonic grid: ragged input");
+    if (y[r].size() != C || w[r].size() != C) throw InvalidArgument("isotonic grid: ragged input");
   }
   // Dykstra: x_{k} = P_rows(z + p), p = z + p − x_k; z = P_cols(x_k + q), q = x_k + q − z.
   // "Rows" constrains the order along c within each row r (the column index), "cols"

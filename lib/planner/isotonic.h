@@ -1,10 +1,12 @@
 // Isotonic (order-preserving) regression: weighted PAVA in one dimension and the
 // least-squares projection onto the product order on a 2-D grid (Dykstra's algorithm).
-// Plain C++; no dependencies.
+// Plain C++; errors are dltrain::InvalidArgument (common/errors.h).
 #pragma once
 
 #include <cstddef>
 #include <vector>
+
+#include "common/errors.h"
 
 namespace dltrain::planner {
 
@@ -14,7 +16,7 @@ enum class Direction { kIncreasing, kDecreasing };
 /// Weighted isotonic regression of `y` (in the given order) by the pool-adjacent-
 /// violators algorithm (Ayer et al. 1955; Barlow et al. 1972, §1.2): the vector z that
 /// minimises Σ w_i (y_i − z_i)² subject to z_1 ≤ … ≤ z_n (or ≥ for kDecreasing).
-/// O(n). Weights must be > 0 and the sizes equal; throws std::invalid_argument
+/// O(n). Weights must be > 0 and the sizes equal; throws InvalidArgument
 /// otherwise. Thread-safe.
 std::vector<double> pava(const std::vector<double>& y, const std::vector<double>& w, Direction dir);
 
@@ -24,7 +26,7 @@ std::vector<double> pava(const std::vector<double>& y, const std::vector<double>
 /// into their weighted mean (weights added).
 class IsotonicFit {
  public:
-  /// Throws std::invalid_argument for empty input, unequal sizes or a weight <= 0.
+  /// Throws InvalidArgument for empty input, unequal sizes or a weight <= 0.
   IsotonicFit(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& w,
               Direction dir);
   double predict(double x) const;
@@ -50,7 +52,7 @@ struct GridFit {
 /// converges to the projection and not merely to a feasible point. Stops when no value
 /// changes by more than `tol` in a cycle or after `max_iterations` cycles.
 /// `w[r][c]` > 0; a cell without observations should be given a negligible weight and
-/// a neutral value by the caller. Throws std::invalid_argument on ragged or empty input.
+/// a neutral value by the caller. Throws InvalidArgument on ragged or empty input.
 GridFit isotonic_grid(const std::vector<std::vector<double>>& y, const std::vector<std::vector<double>>& w,
                       Direction row_dir, Direction col_dir, double tol = 1e-9, int max_iterations = 100000);
 

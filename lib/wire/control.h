@@ -8,6 +8,7 @@
 // Event:     {"v": 1, "type": "event", "body": {...}}   (unsolicited, no id)
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,10 @@ namespace dltrain::wire {
 
 /// The only control protocol version this build speaks.
 inline constexpr int kControlVersion = 1;
+/// Keep-alive of control sessions, at both ends (control/server.cpp, control/client.cpp):
+/// a ping after half of this idle time, and the session is closed when nothing at all
+/// arrives for this long, so that a silently lost peer is noticed.
+inline constexpr std::chrono::seconds kControlIdleTimeout{30};
 /// Largest control message accepted, in bytes (a job file plus headroom).
 inline constexpr std::size_t kMaxControlMessage = 4u << 20;
 

@@ -23,7 +23,7 @@ TEST(Pava, HandWorkedExamples) {
   // Decreasing: 1 3 2 → pool (1, 3) to 2, then 2 2 2.
   EXPECT_EQ(pava({1, 3, 2}, {1, 1, 1}, Direction::kDecreasing), (std::vector<double>{2, 2, 2}));
   EXPECT_EQ(pava({5, 1, 2}, {1, 1, 1}, Direction::kDecreasing), (std::vector<double>{5, 1.5, 1.5}));
-  EXPECT_THROW(pava({1, 2}, {1, 0}, Direction::kIncreasing), std::invalid_argument);
+  EXPECT_THROW(pava({1, 2}, {1, 0}, Direction::kIncreasing), dltrain::InvalidArgument);
 }
 
 TEST(Pava, MatchesScikitLearnFixture) {

@@ -1,0 +1,205 @@
+#include "agent/job_record.h"
+
+#include "common/compression_spec.h"
+
+namespace dltrain::agent {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::uint64_t sum(const std::map<int, std::uint64_t>& m) {
+  std::uint64_t s = 0;
+  for (const auto& [k, v] : m) s += v;
+  return s;
+}
+
+wire::events::Traffic total(const std::map<int, wire::events::Traffic>& m) {
+  wire::events::Traffic t;
+  for (const auto& [r, x] : m) {
+    t.up += x.up;
+    t.down += x.down;
+    t.dense_up += x.dense_up;
+    t.dense_down += x.dense_down;
+  }
+  return t;
+}
+
+}  // namespace
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+double JobRec::wall_seconds() const {
+  if (fixed_wall >= 0) return fixed_wall;
+  return std::chrono::duration<double>((ended ? *ended : Clock::now()) - submitted).count();
+}
+
+std::uint64_t JobRec::bytes_pushed() const { return pushed_before + sum(pushed); }
+std::uint64_t JobRec::bytes_pulled() const { return pulled_before + sum(pulled); }
+
+void JobRec::close_generation_bytes() {
+  pushed_before += sum(pushed);
+  pulled_before += sum(pulled);
+  pushed.clear();
+  pulled.clear();
+}
+
+TaskRec* JobRec::find_task(const std::string& name) {
+  for (auto& t : tasks) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+wire::events::Summary summary(const JobRec& j) {
+  wire::events::Summary s;
+  s.job = j.id;
+  s.name = j.spec.name;
+  s.state = j.state;
+  if (j.test_accuracy >= 0) s.test_accuracy = j.test_accuracy;
+  s.epochs = j.epochs_done;
+  s.wall_seconds = j.wall_seconds();
+  s.bytes_pushed = j.bytes_pushed();
+  s.bytes_pulled = j.bytes_pulled();
+  for (const auto& [r, v] : j.images_per_sec) s.images_per_sec += v;
+  s.compression = compress::to_string(j.spec.compression.method);
+  if (!j.traffic.empty()) {
+    s.set_ratios(total(j.traffic), false);
+    s.set_ratios(total(j.traffic_after_warmup), true);
+  }
+  if (!j.error.empty()) s.error = j.error;
+  return s;
+}
+
+json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
+  json tasks = json::array();
+  for (const auto& t : j.tasks) {
+    json tj{{"task", t.name}, {"agent", t.agent}, {"state", t.state}};
+    if (t.port) tj["endpoint"] = t.address + ":" + std::to_string(t.port);
+    if (!t.exit.empty()) tj["exit"] = t.exit;
+    if (!t.last_error.empty()) tj["error"] = t.last_error;
+    if (t.restarts > 0) tj["restarts"] = t.restarts;
+    if (!t.recovery.empty()) tj["recovery"] = t.recovery;
+    if (t.resyncs > 0) tj["resyncs"] = t.resyncs;
+    tasks.push_back(tj);
+  }
+  json out = summary(j).to_json();
+  out.erase("event");
+  out["model"] = j.spec.model;
+  out["dataset"] = j.spec.dataset;
+  out["workers"] = j.spec.workers;
+  out["ps_shards"] = j.spec.ps_shards;
+  out["batch_size"] = j.spec.batch_size;
+  out["epochs_total"] = j.spec.epochs;
+  out["compression_settings"] = {{"method", compress::to_string(j.spec.compression.method)},
+                                 {"ratio", j.spec.compression.ratio},
+                                 {"downlink_ratio", j.spec.compression.downlink_ratio},
+                                 {"warmup_epochs", j.spec.compression.warmup_epochs}};
+  out["submitted_at"] = j.submitted_unix;
+  out["generation"] = j.generation;
+  out["reassignments"] = j.reassignments;
+  if (!j.recovery_reason.empty()) out["recovery_reason"] = j.recovery_reason;
+  out["tasks"] = tasks;
+  if (!j.plan.is_null()) out["plan"] = j.plan;
+  if (!j.profile_of.empty()) out["profile_of"] = j.profile_of;
+  if (!j.pending_profiles.empty()) out["exploring_with"] = j.pending_profiles;
+  if (queue) {
+    out["queue_position"] = queue->position;
+    out["cores_needed"] = (j.spec.workers + j.spec.ps_shards) * j.spec.threads_per_task;
+    out["cores_free"] = queue->cores_free;
+    out["fits_cluster"] = queue->fits_cluster;
+  }
+  return out;
+}
+
+// The secret is dropped once the job has ended (nobody needs it any more).
+json stored_record(const JobRec& j) {
+  json r = job_json(j, std::nullopt);
+  r["spec"] = j.spec;
+  r["num"] = j.num;
+  r["generation"] = j.generation;
+  if (!j.terminal() && !j.secret.empty()) r["secret"] = j.secret;
+  if (!j.profile_of.empty()) r["profile_of"] = j.profile_of;
+  if (!j.terminal()) {
+    json tasks = json::array();
+    for (const auto& t : j.tasks) tasks.push_back(t.to_json());
+    r["task_records"] = tasks;
+    r["failing_state"] = j.failing_state;
+    r["workers_started"] = j.workers_started;
+    r["recovery_reason"] = j.recovery_reason;
+    r["seed"] = j.seed;
+    r["seed_generation"] = j.seed_generation;
+    // Byte counts: earlier generations' totals, and each worker's cumulative count in this
+    // one (what its next events continue from).
+    r["bytes_before"] = {{"pushed", j.pushed_before}, {"pulled", j.pulled_before}};
+    r["last_bytes"] = j.last_bytes;
+    json by_rank = json::object();
+    for (const auto& [rank, v] : j.pushed) {
+      by_rank[std::to_string(rank)] = {v, j.pulled.count(rank) ? j.pulled.at(rank) : 0};
+    }
+    r["bytes_by_rank"] = by_rank;
+  }
+  return r;
+}
+
+JobRec job_from_record(std::uint64_t num, const json& r) {
+  JobRec j;
+  j.num = num;
+  j.id = "job-" + std::to_string(num);
+  j.spec = job_from_json(r.at("spec"));
+  j.state = r.value("state", "failed");
+  j.test_accuracy = r["test_accuracy"].is_number() ? r["test_accuracy"].get<double>() : -1.0;
+  j.epochs_done = r.value("epochs", 0);
+  j.submitted_unix = r.value("submitted_at", 0.0);
+  j.fixed_wall = r.value("wall_seconds", 0.0);
+  j.error = r.value("error", "");
+  j.profile_of = r.value("profile_of", "");
+  // Both absent from records written before jobs had secrets.
+  j.generation = r.value("generation", 1u);
+  j.secret = r.value("secret", "");
+  if (r.contains("plan")) j.plan = r["plan"];
+  j.pushed_before = r.value("bytes_pushed", std::uint64_t{0});
+  j.pulled_before = r.value("bytes_pulled", std::uint64_t{0});
+  return j;
+}
+
+void resume_stored_counters(JobRec& j, const json& r) {
+  j.fixed_wall = -1;
+  j.submitted = JobRec::Clock::now() - std::chrono::duration_cast<JobRec::Clock::duration>(
+                                           std::chrono::duration<double>(std::max(0.0, unix_now() - j.submitted_unix)));
+  j.failing_state = r.value("failing_state", "");
+  j.workers_started = r.value("workers_started", false);
+  j.recovery_reason = r.value("recovery_reason", "");
+  j.seed = r.value("seed", "");
+  j.seed_generation = r.value("seed_generation", 0u);
+  j.reassignments = r.value("reassignments", 0);
+  if (r.contains("bytes_before")) {
+    j.pushed_before = r["bytes_before"].value("pushed", std::uint64_t{0});
+    j.pulled_before = r["bytes_before"].value("pulled", std::uint64_t{0});
+    j.last_bytes = r.value("last_bytes", 0.0);
+    const json by_rank = r.value("bytes_by_rank", json::object());
+    for (const auto& [rank, v] : by_rank.items()) {
+      j.pushed[std::stoi(rank)] = v.at(0).get<std::uint64_t>();
+      j.pulled[std::stoi(rank)] = v.at(1).get<std::uint64_t>();
+    }
+  }
+  if (r.contains("task_records")) {
+    for (const auto& tr : r["task_records"]) {
+      TaskRec t = TaskRec::from_json(tr);
+      if (!tr.contains("state")) t.state = "exited";
+      j.tasks.push_back(std::move(t));
+    }
+  }
+  // Tasks hold cores again only when their agent re-reports them; one the leader had not
+  // started yet never will be in this form.
+  for (auto& t : j.tasks) {
+    if (t.state == "pending") {
+      t.state = "exited";
+      t.exit = "never started";
+    }
+  }
+}
+
+}  // namespace dltrain::agent

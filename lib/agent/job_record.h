@@ -1,0 +1,147 @@
+// The leader's records of jobs and their tasks, and their JSON forms: the stored form a
+// restarted leader reads back (RocksDB, store/store.h), the job as `dltrain status`
+// shows it, and its summary (wire/task_events.h, events::Summary). No behaviour: the job
+// state machine that changes these records is agent/leader.cpp.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/job_spec.h"
+#include "common/json_fields.h"
+#include "wire/task_events.h"
+
+namespace dltrain::control {
+class Session;
+}
+
+namespace dltrain::agent {
+
+/// One task (PS shard or worker) of a job, in its current generation.
+struct TaskRec : json_fields::Fields<TaskRec> {
+  std::string name;        ///< "ps-0", "worker-1"
+  std::string kind;        ///< "ps" | "worker"
+  int index = 0;           ///< shard or rank
+  std::string agent;
+  std::string state = "pending";  ///< pending | starting | running | exited
+  int port = 0;
+  std::string address;
+  std::string last_error;
+  std::string exit;        ///< ExitStatus::describe()
+  bool ok_exit = false;
+  int restarts = 0;
+  std::string recovery;    ///< PS shard: how its last restart recovered its state
+  int resyncs = 0;         ///< worker: times it reconnected to restarted PS shards
+  int epochs_done = 0;     ///< worker: epochs it finished (from its epoch_end events)
+  nlohmann::json replica;  ///< worker: what its "stopped" event said of its saved replica
+  std::uint32_t replica_generation = 0;  ///< the generation whose task directory holds it
+  bool restored = false;   ///< PS shard: loaded a checkpoint when it started (not stored)
+
+  /// The stored form (a restarted leader adopts the tasks its agents re-report).
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("name", s.name), v("kind", s.kind), v("index", s.index), v("agent", s.agent), v("state", s.state),
+        v("port", s.port), v("address", s.address), v("exit", s.exit), v("ok_exit", s.ok_exit),
+        v("restarts", s.restarts), v("epochs_done", s.epochs_done), v("recovery", s.recovery),
+        v("resyncs", s.resyncs), v("last_error", s.last_error), v("replica", s.replica),
+        v("replica_generation", s.replica_generation);
+  }
+};
+
+/// One job: its specification, state, tasks and counters.
+struct JobRec {
+  using Clock = std::chrono::steady_clock;
+  std::string id;                  ///< "job-<num>"
+  std::uint64_t num = 0;
+  JobSpec spec;
+  std::string state = "queued";
+  std::uint32_t generation = 1;
+  /// Hex of the job's random secret (common/secret.h): its tasks prove it to each other on
+  /// the data plane. Sent to agents in start_task and kept in the store while the job
+  /// lives; never in a reply, an event or a log line.
+  std::string secret;
+  Clock::time_point submitted;
+  double submitted_unix = 0;
+  std::optional<Clock::time_point> ended;
+  std::vector<TaskRec> tasks;
+  double test_accuracy = -1;
+  int epochs_done = 0;
+  std::map<int, std::uint64_t> pushed, pulled;  ///< each worker's count in this generation
+  std::uint64_t pushed_before = 0, pulled_before = 0;  ///< earlier generations' and leaders' counts
+  std::map<int, double> images_per_sec;
+  std::map<int, double> epoch_seconds;  ///< each worker's latest epoch time
+  std::map<int, wire::events::Traffic> traffic, traffic_after_warmup;  ///< from each worker's "done"
+  std::map<int, double> profile_ips;    ///< exploration runs: per worker
+  double fixed_wall = -1;               ///< restored jobs: wall time when they ended
+  double last_bytes = 0;                ///< bytes at the previous epoch observation
+  nlohmann::json plan;                  ///< the planner's decision, when auto
+  std::string profile_of;               ///< exploration run of this job
+  std::vector<std::string> pending_profiles;  ///< this job waits for these runs
+  double exploration_seconds = 0;
+  std::string error;
+  std::string failing_state;  ///< the terminal state to enter once every task exited
+  std::vector<std::weak_ptr<control::Session>> followers;
+  // Re-assignment (state recovering): why, since when, how often so far.
+  int reassignments = 0;
+  std::string recovery_reason;
+  std::optional<Clock::time_point> recovering_since;
+  bool waiting_logged = false;
+  bool workers_started = false;  ///< some generation of this job trained (its PS state matters)
+  /// After a re-assignment: the worker whose saved replica (of generation seed_generation)
+  /// initialises the new shards; the other workers start once it has.
+  std::string seed;
+  std::uint32_t seed_generation = 0;
+  /// A job a restarted leader restored while running: until this time (or until every
+  /// agent its tasks are on has registered again) the leader waits for its agents.
+  std::optional<Clock::time_point> adopt_until;
+  std::string adopt_lost;  ///< tasks its agents no longer had when they came back
+
+  bool terminal() const { return state == "succeeded" || state == "failed" || state == "cancelled"; }
+  /// Seconds from submission to the end (or now).
+  double wall_seconds() const;
+  std::uint64_t bytes_pushed() const;  ///< all workers, all generations
+  std::uint64_t bytes_pulled() const;
+  /// Adds this generation's byte counts to the earlier ones' and clears them (a new
+  /// generation's workers count from 0).
+  void close_generation_bytes();
+  TaskRec* find_task(const std::string& name);
+};
+
+/// Where a queued job stands, for job_json.
+struct QueueStatus {
+  std::size_t position = 0;  ///< 1-based
+  int cores_free = 0;        ///< on the live agents
+  bool fits_cluster = false; ///< it fits the live agents when idle
+};
+
+/// The summary event of `j` (its last event for followers).
+wire::events::Summary summary(const JobRec& j);
+
+/// `j` as `dltrain status` shows it: the summary plus the specification's main fields,
+/// the tasks, the plan and, for a queued job, `queue`.
+nlohmann::json job_json(const JobRec& j, const std::optional<QueueStatus>& queue);
+
+/// The stored form of `j`: job_json plus what a restarted leader needs (the
+/// specification, the generation, and while it lives its secret, tasks and counters).
+nlohmann::json stored_record(const JobRec& j);
+
+/// A job read back from its stored form (a leader restart). An unfinished job gets its
+/// tasks and counters back (resume_stored_counters). Throws ConfigError when the
+/// specification cannot be read.
+JobRec job_from_record(std::uint64_t num, const nlohmann::json& r);
+
+/// The tasks and counters of an unfinished job from its stored form. Throws
+/// nlohmann::json::exception for a malformed record.
+void resume_stored_counters(JobRec& j, const nlohmann::json& r);
+
+/// Seconds since the Unix epoch, now.
+double unix_now();
+
+}  // namespace dltrain::agent

@@ -1,0 +1,176 @@
+// The client protocol of the leader: submit, plan, history, list/status, agents, follow
+// and cancel (docs/protocol.md, "Control messages"). Every decision is the leader's; the
+// client only prints what comes back.
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent/leader_impl.h"
+#include "common/errors.h"
+#include "common/secret.h"
+
+namespace dltrain::agent {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using SessionPtr = Leader::Impl::SessionPtr;
+
+// ---------------------------------------------------------------- client messages
+// The validated job of a submit or plan request, or nullopt after replying the error.
+std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const wire::Envelope& env) {
+  const auto& b = env.body;
+  if (!b.contains("job_toml") || !b["job_toml"].is_string()) {
+    reply_error(s, env.id, wire::error_code::kBadRequest, env.type + " needs \"job_toml\" (string)", "job_toml");
+    return std::nullopt;
+  }
+  try {
+    return parse_job_toml(b["job_toml"].get<std::string>(), b.value("base_dir", "."), true);
+  } catch (const ConfigError& e) {
+    reply_error(s, env.id, wire::error_code::kInvalidJob, e.what(), e.field());
+    return std::nullopt;
+  }
+}
+
+void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& env) {
+  const auto& b = env.body;
+  if (env.type == "submit") return on_submit(s, env);
+  if (env.type == "plan") {
+    const auto parsed = parse_submitted(s, env);
+    if (parsed) reply(s, env.id, planner::to_json(plan_for(*parsed, 0)));
+    return;
+  }
+  if (env.type == "history") {
+    json rows = json::array();
+    if (db) {
+      for (const auto& o : db->history(b.value("model", ""), b.value("dataset", ""))) rows.push_back(o);
+    }
+    return reply(s, env.id, {{"observations", rows}, {"persistent", db != nullptr}});
+  }
+  if (env.type == "list" || (env.type == "status" && !b.contains("job"))) {
+    json arr = json::array();
+    for (auto& id : job_order) arr.push_back(status_json(jobs.at(id)));
+    return reply(s, env.id, {{"jobs", arr}});
+  }
+  if (env.type == "agents") return reply(s, env.id, {{"agents", agents_json()}});
+  if (env.type == "status" || env.type == "cancel" || env.type == "follow") {
+    if (!b.contains("job") || !b["job"].is_string()) {
+      return reply_error(s, env.id, wire::error_code::kBadRequest, env.type + " needs \"job\" (string)", "job");
+    }
+    const auto jid = b["job"].get<std::string>();
+    auto it = jobs.find(jid);
+    if (it == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "no job \"" + jid + "\"", "job");
+    auto& j = it->second;
+    if (env.type == "status") return reply(s, env.id, status_json(j));
+    if (env.type == "follow") {
+      reply(s, env.id, status_json(j));
+      if (j.terminal()) {
+        s->send(wire::make_event(summary(j).to_json()));
+      } else {
+        j.followers.push_back(s);
+      }
+      return;
+    }
+    return on_cancel(s, env, j);
+  }
+  reply_error(s, env.id, wire::error_code::kBadRequest, "unknown message type \"" + env.type + "\"", "type");
+}
+
+void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
+  const auto& b = env.body;
+  const auto parsed = parse_submitted(s, env);
+  if (!parsed) return;
+  const JobSpec& spec = *parsed;
+  JobRec j;
+  j.spec = spec;
+  const bool automatic = spec.workers_auto || spec.batch_auto;
+  std::optional<planner::Plan> p;
+  if (automatic) {
+    p = plan_for(spec, 0);
+    if (!p->feasible && p->explore.empty()) {
+      return reply_error(s, env.id, wire::error_code::kInfeasible, "planner: " + p->explanation);
+    }
+  }
+  j.num = next_job++;
+  j.id = "job-" + std::to_string(j.num);
+  j.submitted = Clock::now();
+  j.submitted_unix = unix_now();
+  j.secret = new_job_secret_hex();
+  if (b.value("follow", false)) j.followers.push_back(s);
+  const std::string id = j.id;
+  jobs.emplace(id, std::move(j));
+  job_order.push_back(id);
+  persist("saving the job counter", [&] { db->put_meta("next_job", std::to_string(next_job)); });
+  auto& job = jobs.at(id);
+  spdlog::info("job {} ({}) submitted: {} workers, {} PS shards, batch {}, {} epochs", id, spec.name,
+               spec.workers_auto ? "auto" : std::to_string(spec.workers), spec.ps_shards,
+               spec.batch_auto ? "auto" : std::to_string(spec.batch_size), spec.epochs);
+  if (automatic && !p->explore.empty()) {
+    job.plan = planner::to_json(*p);
+    reply(s, env.id, {{"job", id}, {"state", "exploring"}});
+    explore(job, p->explore);
+  } else if (automatic) {
+    reply(s, env.id, {{"job", id}, {"state", "queued"}, {"plan", planner::to_json(*p)}});
+    job.state = "planning";
+    decide(job);
+  } else {
+    queue.push_back(id);
+    save(job);
+    reply(s, env.id, {{"job", id}, {"state", "queued"}});
+  }
+  try_schedule();
+}
+
+// Cancels `j`: a queued job at once, a running one through cancelling (every task is
+// stopped first), an exploring one with its exploration runs.
+void Leader::Impl::on_cancel(const SessionPtr& s, const wire::Envelope& env, JobRec& j) {
+  const std::string jid = j.id;
+  if (j.terminal()) {
+    return reply_error(s, env.id, wire::error_code::kConflict, "job " + jid + " already " + j.state, "job");
+  }
+  if (j.state == "exploring") {
+    for (const auto& pid : j.pending_profiles) {
+      auto& pj = jobs.at(pid);
+      if (pj.state == "queued") {
+        queue.erase(std::find(queue.begin(), queue.end(), pid));
+        pj.failing_state = "cancelled";
+        maybe_finish(pj);
+      } else if (!pj.terminal() && pj.failing_state.empty()) {
+        pj.failing_state = "cancelled";
+        set_state(pj, "cancelling");
+        stop_tasks(pj);
+      }
+    }
+    j.pending_profiles.clear();
+    j.failing_state = "cancelled";
+    maybe_finish(j);
+  } else if (j.state == "queued") {
+    queue.erase(std::find(queue.begin(), queue.end(), jid));
+    j.failing_state = "cancelled";
+    maybe_finish(j);
+    try_schedule();
+  } else if (j.failing_state.empty() || j.failing_state == "succeeded") {
+    j.failing_state = "cancelled";
+    set_state(j, "cancelling");
+    stop_tasks(j);
+  }
+  reply(s, env.id, {{"job", jid}, {"state", j.state}});
+}
+
+json Leader::Impl::agents_json() const {
+  json arr = json::array();
+  for (auto& [id, a] : agents) {
+    arr.push_back({{"agent", id},
+                   {"address", a.address},
+                   {"cores", a.cores},
+                   {"free_cores", a.free_cores},
+                   {"memory_mb", a.memory_mb},
+                   {"hardware_class", a.hardware_class},
+                   {"state", a.lost ? "lost" : a.stopping ? "stopping" : "ready"},
+                   {"seconds_since_heartbeat",
+                    std::chrono::duration<double>(Clock::now() - a.last_seen).count()}});
+  }
+  return arr;
+}
+
+}  // namespace dltrain::agent

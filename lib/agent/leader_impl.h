@@ -1,0 +1,126 @@
+// The leader's state and the declarations of its parts (private to lib/agent/). One
+// struct, one event loop; its member functions live in the file of their subject:
+//   leader.cpp           the job state machine (queue, launch, finish, fail), plumbing
+//   leader_agents.cpp    the agent protocol: registration, task events and exits
+//   leader_clients.cpp   the client protocol: submit, plan, status, cancel, follow, ...
+//   leader_recovery.cpp  lost agents, re-assignment, leader restarts (restore, adoption)
+//   leader_planning.cpp  the adapter to the planner's policy (planner/policy.h)
+// Records are in job_record.h, agents and placement in placement.h.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent/job_record.h"
+#include "agent/leader.h"
+#include "agent/placement.h"
+#include "control/server.h"
+#include "planner/planner.h"
+#include "store/store.h"
+#include "wire/control.h"
+#include "wire/task_events.h"
+
+namespace dltrain::agent {
+
+struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
+  using json = nlohmann::json;
+  using Clock = std::chrono::steady_clock;
+  using SessionPtr = std::shared_ptr<control::Session>;
+
+  boost::asio::io_context& io;
+  AgentOptions opt;
+  std::unique_ptr<control::ControlServer> server;
+  boost::asio::steady_timer hb_timer;
+  AgentRegistry agents;
+  std::map<std::uint64_t, std::string> agent_by_session;
+  std::map<std::string, JobRec> jobs;
+  std::vector<std::string> job_order;
+  std::deque<std::string> queue;
+  std::uint64_t next_job = 1;
+  std::uint64_t next_req = 1;
+  std::function<void()>* on_registered = nullptr;
+  std::unique_ptr<store::Store> db;
+
+  Impl(boost::asio::io_context& i, const AgentOptions& o) : io(i), opt(o), hb_timer(i) {}
+
+  // ------------------------------------------------------------ leader.cpp
+  /// A store failure is logged and the leader carries on serving from memory: losing a
+  /// history row must not stop running jobs.
+  template <typename F>
+  void persist(const char* what, F&& f) {
+    if (!db) return;
+    try {
+      f();
+    } catch (const std::exception& e) {
+      spdlog::error("store: {} failed: {}", what, e.what());
+    }
+  }
+  void save(const JobRec& j);
+  void event(const JobRec& j, const json& ev);
+  void notify(JobRec& job, json body);
+  void send_agent(const std::string& agent_id, const std::string& type, const json& body);
+  static void reply(const SessionPtr& s, const std::string& id, const json& body);
+  static void reply_error(const SessionPtr& s, const std::string& id, const std::string& code, const std::string& msg,
+                          const std::string& field = "");
+  /// `j` as clients see it, with its place in the queue when queued.
+  json status_json(const JobRec& j) const;
+  void set_state(JobRec& j, const std::string& state);
+  void try_schedule();
+  void launch(JobRec& j, const std::vector<std::string>& placement);
+  void start_task(JobRec& j, TaskRec& t, const json& ps_endpoints, const json& extra = json::object());
+  json ps_endpoints(const JobRec& j) const;
+  void start_worker(JobRec& j, TaskRec& t);
+  void start_workers(JobRec& j);
+  void stop_tasks(JobRec& j);
+  void maybe_finish(JobRec& j);
+  void fail_job(JobRec& j, const std::string& why);
+  void on_message(const SessionPtr& s, const std::string& text);
+  void on_close(const SessionPtr& s);
+  void check_heartbeats();
+
+  // ------------------------------------------------------------ leader_agents.cpp
+  void on_agent_message(const SessionPtr& s, const wire::Envelope& env);
+  void on_register(const SessionPtr& s, const wire::Envelope& env);
+  void on_task_event(JobRec& j, TaskRec& t, const json& ev);
+  void on_ps_listening(JobRec& j, TaskRec& t, const json& ev);
+  void on_worker_counters(JobRec& j, TaskRec& t, const std::string& kind, const json& ev);
+  void on_task_exit(JobRec& j, TaskRec& t, const json& b);
+
+  // ------------------------------------------------------------ leader_clients.cpp
+  std::optional<JobSpec> parse_submitted(const SessionPtr& s, const wire::Envelope& env);
+  void on_client_message(const SessionPtr& s, const wire::Envelope& env);
+  void on_submit(const SessionPtr& s, const wire::Envelope& env);
+  void on_cancel(const SessionPtr& s, const wire::Envelope& env, JobRec& j);
+  json agents_json() const;
+
+  // ------------------------------------------------------------ leader_recovery.cpp
+  void restore();
+  std::chrono::milliseconds adoption_window() const;
+  void resume_after_restart(JobRec& j, const json& r);
+  void tasks_lost(JobRec& j, const std::string& why);
+  void send_stops(JobRec& j);
+  void try_resume(JobRec& j);
+  void resume(JobRec& j, const std::vector<std::string>& placement);
+  void after_adoption(JobRec& j);
+  void agent_lost(const std::string& id, const std::string& why);
+
+  // ------------------------------------------------------------ leader_planning.cpp
+  planner::Plan plan_for(const JobSpec& spec, double exploration_seconds) const;
+  void decide(JobRec& j);
+  void explore(JobRec& parent, const std::vector<planner::Config>& configs);
+  void record_epoch(JobRec& j, const wire::events::EpochEnd& ev);
+  void record_final(JobRec& j);
+};
+
+}  // namespace dltrain::agent

@@ -1,0 +1,45 @@
+// How an agent turns a leader's start_task request into a task process: the task's
+// directory (<state_dir>/tasks/<job>/<task>-g<generation>), its secret file, its job
+// specification, the state it takes over from an earlier generation, and its command line
+// (wire/task_args.h). Plain functions over the file system, no event loop.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "agent/options.h"
+#include "agent/supervisor.h"
+#include "wire/task_args.h"
+
+namespace dltrain::agent {
+
+/// A task ready to be spawned, and what its restarts need.
+struct TaskLaunch {
+  std::string job;                   ///< "job-3"
+  std::string name;                  ///< "ps-0", "worker-1"
+  std::string kind;                  ///< "ps" | "worker"
+  std::uint32_t generation = 0;
+  int threads = 1;
+  std::string secret_path;           ///< the job secret's file (mode 0600), removed when the task ends
+  std::optional<wire::PsTaskArgs> ps;          ///< kind "ps"
+  std::optional<wire::WorkerTaskArgs> worker;  ///< kind "worker"
+  ProcessSpec process;               ///< argv of the first start, log file, working directory
+
+  /// The process of a restart: a worker resumes after `epochs_done` epochs; a PS shard
+  /// listens on `port` again (0 = a fresh one, when it died before it listened).
+  ProcessSpec restart(int epochs_done, int port) const;
+};
+
+/// Prepares the task that `start_task` (the leader's request body: job, job_num, task,
+/// kind, index, generation, secret, threads, spec, and for workers ps, resume_epoch,
+/// init_replica_generation; for shards workers_done, restore_generation; see
+/// docs/protocol.md) asks for: creates its directory, writes the secret file (0600) and a
+/// worker's job.json, copies a shard's stop checkpoint from its earlier generation's
+/// directory. Throws ProtocolError for a request without a valid secret or of an unknown
+/// kind, IoError naming the path when a file cannot be written or a worker's replica to
+/// start from is missing, and nlohmann::json::exception for a missing field.
+TaskLaunch prepare_task(const AgentOptions& opt, const nlohmann::json& start_task);
+
+}  // namespace dltrain::agent

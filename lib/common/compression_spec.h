@@ -1,0 +1,41 @@
+// The [compression] settings of a job: which method and at what density. Declared here,
+// in common/, so that the job specification (common/job_spec.h) does not depend on the
+// compression code above it; the names stay in namespace compress, where every user of
+// them (compress/, the worker, the leader) looks for them.
+#pragma once
+
+#include <string>
+
+namespace dltrain::compress {
+
+/// Compression methods of the [compression] section of a job file.
+enum class Method {
+  kNone,     ///< dense fp32, no state
+  kTopk,     ///< exact top-k of the error-feedback accumulator; momentum stays at the PS
+  kDgc,      ///< Deep Gradient Compression: momentum correction + masking + sampled top-k
+  kRandomk,  ///< k random coordinates (shared seed, indices not sent) with error feedback
+  kFp16,     ///< dense binary16 with error feedback of the rounding
+};
+
+/// "none" | "topk" | "dgc" | "randomk" | "fp16"; throws ConfigError("compression.method").
+Method parse_method(const std::string& name);
+/// The job-file name of `m` ("none", "topk", ...).
+std::string to_string(Method m);
+
+/// Settings, validated by the job-file parser.
+struct CompressionSpec {
+  Method method = Method::kNone;
+  double ratio = 0.001;          ///< uplink density after warm-up, (0, 1]
+  double downlink_ratio = 1.0;   ///< PS → worker density, (0, 1]; 1 = dense pulls
+  double warmup_epochs = 0.0;    ///< epochs of exponentially decreasing density, [0, epochs)
+  double momentum = 0.9;         ///< DGC's worker-side momentum m, [0, 1)
+  double clip_norm = 0.0;        ///< local clipping threshold before scaling; 0 = off
+  double sample_ratio = 0.01;    ///< DGC's sampled fraction, (0, 1]
+};
+
+/// Density in effect at training progress `epoch_pos` (fractional epochs): during
+/// warm-up epoch e (0-based) it is max(ratio, 0.25^(e+1)) — DGC's 75%, 93.75%, 98.4%,
+/// 99.6% sparsity schedule (Lin et al. 2018, §4) — afterwards `ratio`.
+double density_at(const CompressionSpec& spec, double epoch_pos);
+
+}  // namespace dltrain::compress

@@ -1,0 +1,27 @@
+#include "common/host_port.h"
+
+#include <cctype>
+
+#include "common/errors.h"
+
+namespace dltrain {
+
+HostPort parse_host_port(std::string_view text, const std::string& field, const std::string& form) {
+  const std::string item(text);
+  const auto bad = [&] { return ConfigError(field, "expected " + form + ", got \"" + item + "\""); };
+  const auto colon = item.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == item.size()) throw bad();
+  const std::string port = item.substr(colon + 1);
+  if (port.size() > 5) throw ConfigError(field, "port out of range in \"" + item + "\"");
+  for (char c : port) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) throw ConfigError(field, "port is not a number in \"" + item + "\"");
+  }
+  const int p = std::stoi(port);
+  if (p < 1 || p > 65535) throw ConfigError(field, "port out of range in \"" + item + "\"");
+  std::string host = item.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty() || (host.find(':') != std::string::npos && item.front() != '[')) throw bad();
+  return {host, static_cast<std::uint16_t>(p)};
+}
+
+}  // namespace dltrain

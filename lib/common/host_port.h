@@ -1,0 +1,23 @@
+// HOST:PORT, the one form every address in dltrain takes (the leader's URL, the PS shard
+// endpoints a worker is given, the endpoints in `dltrain status`).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace dltrain {
+
+/// A host (IP literal, without brackets for IPv6, or a name) and a TCP port.
+struct HostPort {
+  std::string host;
+  std::uint16_t port = 0;  ///< [1, 65535]
+};
+
+/// Parses "HOST:PORT" or "[IPv6]:PORT". The port must be decimal digits in [1, 65535]
+/// and the host non-empty. Throws ConfigError(field, "expected <form>, got \"text\"")
+/// where `form` describes what the field holds (e.g. "HOST:PORT[,HOST:PORT...]"), or
+/// ConfigError(field, "port out of range in \"text\""). Thread-safe.
+HostPort parse_host_port(std::string_view text, const std::string& field, const std::string& form = "HOST:PORT");
+
+}  // namespace dltrain

@@ -1,0 +1,136 @@
+// Structs with a JSON form whose field list is written once. A struct D derives from
+// Fields<D> and names its fields in one static function,
+//
+//   template <typename S, typename V>
+//   static void fields(S& s, V&& v) { v("rank", s.rank), v("loss", s.loss); }
+//
+// which serves both directions: D::to_json() writes every field (std::optional ones only
+// when set; Nullable ones as null when empty) and D::from_json(j) reads every field that
+// is present (the others keep their defaults; a null counts as absent except for Nullable
+// and raw JSON fields). A wrong JSON type throws nlohmann::json::type_error. Nested
+// structs that derive from Fields, std::vector of them or of plain values, and
+// nlohmann::json members are handled. If D has `static constexpr const char* kKind`, its
+// JSON form also carries "event": kKind (task events, wire/task_events.h).
+// Thread-safety: none needed; these are plain values.
+#pragma once
+
+#include <concepts>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dltrain::json_fields {
+
+/// A field written as JSON null when empty (std::optional<T> fields are left out instead).
+template <typename T>
+struct Nullable : std::optional<T> {
+  using std::optional<T>::optional;
+  Nullable& operator=(const T& v) {
+    std::optional<T>::operator=(v);
+    return *this;
+  }
+};
+
+namespace detail {
+template <typename T>
+concept HasJson = requires(const T& t, const nlohmann::json& j) {
+  { t.to_json() } -> std::same_as<nlohmann::json>;
+  { T::from_json(j) } -> std::same_as<T>;
+};
+template <typename T> struct IsOptional : std::false_type {};
+template <typename T> struct IsOptional<std::optional<T>> : std::true_type {};
+template <typename T> struct IsNullable : std::false_type {};
+template <typename T> struct IsNullable<Nullable<T>> : std::true_type {};
+template <typename T> struct IsVector : std::false_type {};
+template <typename T> struct IsVector<std::vector<T>> : std::true_type {};
+
+template <typename T>
+nlohmann::json to_value(const T& v) {
+  if constexpr (IsNullable<T>::value) {
+    return v ? to_value(*v) : nlohmann::json(nullptr);
+  } else if constexpr (HasJson<T>) {
+    return v.to_json();
+  } else if constexpr (IsVector<T>::value) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& e : v) a.push_back(to_value(e));
+    return a;
+  } else {
+    return nlohmann::json(v);
+  }
+}
+
+template <typename T>
+T from_value(const nlohmann::json& j) {
+  if constexpr (std::is_same_v<T, nlohmann::json>) {
+    return j;
+  } else if constexpr (IsNullable<T>::value) {
+    return j.is_null() ? T{} : T{from_value<typename T::value_type>(j)};
+  } else if constexpr (HasJson<T>) {
+    return T::from_json(j);
+  } else if constexpr (IsVector<T>::value) {
+    T out;
+    if (j.is_array()) {
+      for (const auto& e : j) out.push_back(from_value<typename T::value_type>(e));
+    }
+    return out;
+  } else {
+    return j.get<T>();
+  }
+}
+
+/// A null that a field of type T reads as "absent" (all but Nullable and raw JSON).
+template <typename T>
+constexpr bool kNullIsAbsent = !IsNullable<T>::value && !std::is_same_v<T, nlohmann::json>;
+
+/// Writes each field; std::optional ones only when set.
+struct Writer {
+  nlohmann::json& out;
+  template <typename T>
+  void operator()(const char* key, const T& v) const {
+    if constexpr (IsOptional<T>::value) {
+      if (v) out[key] = to_value(*v);
+    } else {
+      out[key] = to_value(v);
+    }
+  }
+};
+
+/// Reads each field that is present; the others keep their defaults.
+struct Reader {
+  const nlohmann::json& in;
+  template <typename T>
+  void operator()(const char* key, T& v) const {
+    const auto it = in.find(key);
+    if (it == in.end()) return;
+    if constexpr (IsOptional<T>::value) {
+      using U = typename T::value_type;
+      if (it->is_null() && kNullIsAbsent<U>) return;
+      v = from_value<U>(*it);
+    } else {
+      if (it->is_null() && kNullIsAbsent<T>) return;
+      v = from_value<T>(*it);
+    }
+  }
+};
+}  // namespace detail
+
+/// Gives `D` (whose static `fields(self, visit)` names every field once, in one place)
+/// its builder and reader. An event kind (D::kKind non-null) also writes "event".
+template <typename D>
+struct Fields {
+  nlohmann::json to_json() const {
+    nlohmann::json j = nlohmann::json::object();
+    if constexpr (requires { D::kKind; }) j["event"] = D::kKind;
+    D::fields(static_cast<const D&>(*this), detail::Writer{j});
+    return j;
+  }
+  static D from_json(const nlohmann::json& j) {
+    D d;
+    if (j.is_object()) D::fields(d, detail::Reader{j});
+    return d;
+  }
+};
+
+}  // namespace dltrain::json_fields

@@ -1,0 +1,128 @@
+#include "planner/policy.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <nlohmann/json.hpp>
+
+#include "common/compression_spec.h"
+#include "common/errors.h"
+
+namespace dltrain::planner {
+
+double train_examples(const JobSpec& spec) {
+  return spec.train_samples > 0 ? static_cast<double>(spec.train_samples) : 60000.0;
+}
+
+PlanRequest plan_request(const JobSpec& spec, const ClusterView& cluster, const PolicyOptions& options,
+                         double exploration_seconds) {
+  PlanRequest req;
+  req.model = spec.model;
+  req.dataset = spec.dataset;
+  req.hardware_class = cluster.hardware_class;
+  req.ps_shards = spec.ps_shards;
+  req.epochs = spec.epochs;
+  req.train_examples = static_cast<std::int64_t>(train_examples(spec));
+  req.target_accuracy = spec.target_accuracy;
+  req.deadline_seconds = spec.deadline_seconds;
+  req.exploration_seconds = exploration_seconds;
+  req.switch_threshold = options.switch_threshold;
+  req.margin_sigmas = options.margin_sigmas;
+  const auto price = options.prices.find(req.hardware_class);
+  req.price_per_task_hour = spec.price_per_task_hour > 0 ? spec.price_per_task_hour
+                            : price != options.prices.end() ? price->second
+                                                            : 1.0;
+  int wmax = cluster.task_slots - spec.ps_shards;
+  if (spec.max_workers > 0) wmax = std::min(wmax, spec.max_workers);
+  if (spec.workers_auto) {
+    for (int w = 1; w <= wmax; ++w) req.worker_options.push_back(w);
+  } else if (spec.workers <= wmax) {
+    req.worker_options.push_back(spec.workers);
+  }
+  if (spec.batch_auto) {
+    req.batch_options = spec.batch_sizes;
+  } else {
+    req.batch_options.push_back(spec.batch_size);
+  }
+  return req;
+}
+
+std::vector<store::Observation> relevant_history(std::vector<store::Observation> rows, const JobSpec& spec) {
+  const std::string method = compress::to_string(spec.compression.method);
+  std::erase_if(rows, [&](const store::Observation& o) { return o.compression != method; });
+  return rows;
+}
+
+std::string plan_key(const std::string& model, const std::string& dataset) { return "plan/" + model + "/" + dataset; }
+
+std::string encode_plan(const Config& c) {
+  return nlohmann::json{{"workers", c.workers}, {"batch_size", c.batch_size}}.dump();
+}
+
+Config decode_plan(const std::string& text, const std::string& key) {
+  try {
+    const auto j = nlohmann::json::parse(text);
+    return Config{j.at("workers").get<int>(), j.at("batch_size").get<int>()};
+  } catch (const nlohmann::json::exception& e) {
+    throw ProtocolError("stored plan " + key + " is not {\"workers\": W, \"batch_size\": B} (" + e.what() + ")");
+  }
+}
+
+JobSpec exploration_spec(const JobSpec& parent, const std::string& parent_id, const Config& c, int explore_steps) {
+  JobSpec p = parent;
+  p.name = "profile " + std::to_string(c.workers) + "x" + std::to_string(c.batch_size) + " for " + parent_id;
+  p.workers = c.workers;
+  p.batch_size = c.batch_size;
+  p.workers_auto = p.batch_auto = false;
+  p.epochs = 1;
+  p.max_steps = explore_steps;
+  p.profile = true;
+  p.optimizer.warmup_epochs = 0;
+  p.compression.warmup_epochs = 0;
+  return p;
+}
+
+store::Observation base_observation(const JobSpec& spec, const std::string& job_id, const std::string& hardware_class) {
+  store::Observation o;
+  o.model = spec.model;
+  o.dataset = spec.dataset;
+  o.hardware_class = hardware_class;
+  o.job = job_id;
+  o.workers = spec.workers;
+  o.ps_shards = spec.ps_shards;
+  o.batch_size = spec.batch_size;
+  o.timestamp = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  o.compression = compress::to_string(spec.compression.method);
+  return o;
+}
+
+store::Observation epoch_observation(store::Observation o, int epoch, const std::vector<double>& worker_epoch_seconds,
+                                     double bytes_this_epoch, const JobSpec& spec) {
+  o.epoch = epoch;
+  for (const double v : worker_epoch_seconds) o.epoch_seconds = std::max(o.epoch_seconds, v);
+  o.images_per_sec = o.epoch_seconds > 0 ? train_examples(spec) / o.epoch_seconds : 0.0;
+  o.bytes_per_epoch = bytes_this_epoch;
+  return o;
+}
+
+store::Observation final_observation(store::Observation o, double test_accuracy, int epochs_done, double wall_seconds,
+                                     double images_per_sec, double bytes_total) {
+  o.final_accuracy = test_accuracy;
+  o.epoch = epochs_done;
+  o.epoch_seconds = epochs_done > 0 ? wall_seconds / epochs_done : 0;
+  o.images_per_sec = images_per_sec;
+  o.bytes_per_epoch = epochs_done > 0 ? bytes_total / epochs_done : 0;
+  return o;
+}
+
+std::optional<store::Observation> profile_observation(store::Observation o, double images_per_sec,
+                                                      const JobSpec& spec) {
+  if (images_per_sec <= 0) return std::nullopt;
+  o.images_per_sec = images_per_sec;
+  o.epoch_seconds = train_examples(spec) / images_per_sec;
+  o.epoch = 0;
+  o.source = "profile";
+  return o;
+}
+
+}  // namespace dltrain::planner

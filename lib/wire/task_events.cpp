@@ -1,0 +1,25 @@
+#include "wire/task_events.h"
+
+namespace dltrain::wire::events {
+
+std::string kind_of(const nlohmann::json& ev) {
+  if (!ev.is_object()) return "";
+  const auto it = ev.find("event");
+  return it != ev.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+Nullable<double> ratio_or_null(double dense, double actual) {
+  if (actual <= 0) return {};
+  return dense / actual;
+}
+
+void Summary::set_ratios(const Traffic& t, bool after_warmup) {
+  auto& total = after_warmup ? compression_ratio_after_warmup : compression_ratio;
+  auto& up = after_warmup ? compression_ratio_up_after_warmup : compression_ratio_up;
+  auto& down = after_warmup ? compression_ratio_down_after_warmup : compression_ratio_down;
+  total = t.ratio();
+  up = ratio_or_null(static_cast<double>(t.dense_up), static_cast<double>(t.up));
+  down = ratio_or_null(static_cast<double>(t.dense_down), static_cast<double>(t.down));
+}
+
+}  // namespace dltrain::wire::events

@@ -1,0 +1,446 @@
+// The events of a job: what a task reports on its stdout (one JSON object per line), what
+// its agent adds, and what the leader relays to the clients that follow the job. One
+// definition (names, types, units) used by every sender and every reader: the worker
+// (train/trainer.cpp), the PS task (daemon/ps_main.cpp), the agent, the leader and the
+// client. docs/protocol.md ("Task events") lists them with their meaning.
+//
+// Every event is a JSON object whose "event" field names its kind. Each kind has a plain
+// struct here with
+//   - `kKind`, the value of "event";
+//   - `to_json()`, the builder: {"event": kKind, <fields>};
+//   - `from_json(j)`, the reader: fields absent from `j` keep their defaults (an older or
+//     newer sender may omit some); a field of the wrong JSON type throws
+//     nlohmann::json::type_error.
+// Relayed events also carry "task" (e.g. "worker-1", added by the leader) and "job"
+// (added to every event a follower receives); readers ignore fields they do not know.
+// Thread-safety: plain values; none is shared.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/json_fields.h"
+
+namespace dltrain::wire::events {
+
+using json_fields::Fields;
+using json_fields::Nullable;
+
+
+/// The kind of an event: its "event" field, or "" when absent or not a string.
+std::string kind_of(const nlohmann::json& ev);
+
+/// dense ÷ actual (an achieved compression ratio), or empty when nothing was sent.
+Nullable<double> ratio_or_null(double dense, double actual);
+
+/// Bytes a worker's exchanges cost at its sockets (frame headers included), beside what
+/// the same exchanges would have cost dense fp32. Gives the achieved compression ratio.
+struct Traffic : Fields<Traffic> {
+  std::uint64_t up = 0;          ///< bytes sent to the PS shards
+  std::uint64_t down = 0;        ///< bytes received from them
+  std::uint64_t dense_up = 0;    ///< bytes dense pushes would have sent
+  std::uint64_t dense_down = 0;  ///< bytes dense pulls would have received
+  /// dense ÷ actual over both directions, or null when nothing was sent.
+  Nullable<double> ratio() const {
+    return ratio_or_null(static_cast<double>(dense_up + dense_down), static_cast<double>(up + down));
+  }
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("up", s.up), v("down", s.down), v("dense_up", s.dense_up), v("dense_down", s.dense_down);
+  }
+};
+
+// ------------------------------------------------------------------ worker events
+
+/// A worker holds the PS's parameters and starts training.
+struct Started : Fields<Started> {
+  static constexpr const char* kKind = "started";
+  int rank = 0;
+  std::int64_t train_examples = 0;   ///< images in this worker's shard of the training set
+  std::int64_t steps_per_epoch = 0;
+  std::int64_t parameters = 0;       ///< floats in the model
+  std::int64_t partitions = 0;       ///< PS partitions the parameters are cut into
+  double load_seconds = 0;           ///< from process start to here (data, model, PS init)
+  int resume_epoch = 0;              ///< epochs finished before a restart; 0 on a first start
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("rank", s.rank), v("train_examples", s.train_examples), v("steps_per_epoch", s.steps_per_epoch),
+        v("parameters", s.parameters), v("partitions", s.partitions), v("load_seconds", s.load_seconds),
+        v("resume_epoch", s.resume_epoch);
+  }
+};
+
+/// Periodic progress (every WorkerConfig::progress_interval_s seconds).
+struct Progress : Fields<Progress> {
+  static constexpr const char* kKind = "progress";
+  int rank = 0;
+  int epoch = 0;                     ///< 1-based epoch in progress
+  std::int64_t step = 0;             ///< 1-based step within the epoch
+  std::int64_t steps_per_epoch = 0;
+  std::int64_t global_step = 0;      ///< steps since the job started (all epochs)
+  double loss = 0;                   ///< mean training loss since the previous progress event
+  double lr = 0;                     ///< learning rate of the latest step
+  double images_per_sec = 0;         ///< this worker, since the previous progress event
+  std::uint64_t bytes_pushed = 0;    ///< cumulative, this process (task incarnation)
+  std::uint64_t bytes_pulled = 0;
+  double density = 1.0;              ///< uplink density of the latest step, (0, 1]
+  Nullable<double> compression_ratio;  ///< dense ÷ actual bytes so far
+  std::int64_t skipped_steps = 0;    ///< steps skipped for a NaN/Inf loss or gradient
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("rank", s.rank), v("epoch", s.epoch), v("step", s.step), v("steps_per_epoch", s.steps_per_epoch),
+        v("global_step", s.global_step), v("loss", s.loss), v("lr", s.lr), v("images_per_sec", s.images_per_sec),
+        v("bytes_pushed", s.bytes_pushed), v("bytes_pulled", s.bytes_pulled), v("density", s.density),
+        v("compression_ratio", s.compression_ratio), v("skipped_steps", s.skipped_steps);
+  }
+};
+
+/// A worker finished an epoch; rank 0 adds the test accuracy of the PS's parameters.
+struct EpochEnd : Fields<EpochEnd> {
+  static constexpr const char* kKind = "epoch_end";
+  int rank = 0;
+  int epoch = 0;                     ///< 1-based epoch just finished
+  int epochs = 0;                    ///< the job's epochs
+  double train_loss = 0;             ///< mean over the epoch's steps
+  double epoch_seconds = 0;
+  double images_per_sec = 0;         ///< this worker's shard ÷ epoch_seconds
+  std::optional<double> test_accuracy;  ///< rank 0 only, in [0, 1]
+  std::optional<double> eval_seconds;   ///< rank 0 only
+  std::uint64_t bytes_pushed = 0;
+  std::uint64_t bytes_pulled = 0;
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("rank", s.rank), v("epoch", s.epoch), v("epochs", s.epochs), v("train_loss", s.train_loss),
+        v("epoch_seconds", s.epoch_seconds), v("images_per_sec", s.images_per_sec),
+        v("test_accuracy", s.test_accuracy), v("eval_seconds", s.eval_seconds), v("bytes_pushed", s.bytes_pushed),
+        v("bytes_pulled", s.bytes_pulled);
+  }
+};
+
+/// A worker finished the job (its last event before it exits 0).
+struct Done : Fields<Done> {
+  static constexpr const char* kKind = "done";
+  int rank = 0;
+  Nullable<double> test_accuracy;    ///< rank 0: the final test accuracy
+  std::int64_t steps = 0;
+  std::int64_t skipped_steps = 0;
+  double wall_seconds = 0;           ///< this process's life
+  std::uint64_t bytes_pushed = 0;
+  std::uint64_t bytes_pulled = 0;
+  Traffic traffic;                   ///< over the whole run
+  Traffic traffic_after_warmup;      ///< after compression.warmup_epochs
+  Nullable<double> compression_ratio;               ///< traffic.ratio()
+  Nullable<double> compression_ratio_after_warmup;  ///< traffic_after_warmup.ratio()
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("rank", s.rank), v("test_accuracy", s.test_accuracy), v("steps", s.steps), v("skipped_steps", s.skipped_steps),
+        v("wall_seconds", s.wall_seconds), v("bytes_pushed", s.bytes_pushed), v("bytes_pulled", s.bytes_pulled),
+        v("traffic", s.traffic), v("traffic_after_warmup", s.traffic_after_warmup),
+        v("compression_ratio", s.compression_ratio),
+        v("compression_ratio_after_warmup", s.compression_ratio_after_warmup);
+  }
+};
+
+/// A step whose loss or gradient was NaN/Inf was not pushed.
+struct SkippedStep : Fields<SkippedStep> {
+  static constexpr const char* kKind = "skipped_step";
+  int rank = 0;
+  int epoch = 0;                     ///< 1-based
+  std::int64_t step = 0;             ///< 1-based within the epoch
+  Nullable<double> loss;             ///< null when the loss itself was not finite
+  std::int64_t skipped_steps = 0;    ///< so far, this process
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("rank", s.rank), v("epoch", s.epoch), v("step", s.step), v("loss", s.loss),
+        v("skipped_steps", s.skipped_steps);
+  }
+};
+
+/// Where a stopped worker saved its parameter replica (ps::write_replica_file): either
+/// path, steps, epochs_done and pulled_at, or only error.
+struct Replica : Fields<Replica> {
+  std::optional<std::string> path;
+  std::optional<std::int64_t> steps;     ///< global step of the replica
+  std::optional<int> epochs_done;
+  std::optional<double> pulled_at;       ///< Unix time (s) its values last came from the PS
+  std::optional<std::string> error;      ///< why it was not saved
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("path", s.path), v("steps", s.steps), v("epochs_done", s.epochs_done), v("pulled_at", s.pulled_at),
+        v("error", s.error);
+  }
+};
+
+/// A worker asked to stop (SIGTERM) gave up; `replica` is null when it did not hold the
+/// PS's parameters yet or had nowhere to save them. (Always present: it tells this
+/// event from a PS shard's "stopped".)
+struct WorkerStopped : Fields<WorkerStopped> {
+  static constexpr const char* kKind = "stopped";
+  int rank = 0;
+  std::optional<int> epochs_done;
+  Nullable<Replica> replica;
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("rank", s.rank), v("epochs_done", s.epochs_done), v("replica", s.replica);
+  }
+};
+
+/// An exploration run (JobSpec::profile) measured its throughput.
+struct Profile : Fields<Profile> {
+  static constexpr const char* kKind = "profile";
+  int rank = 0;
+  std::int64_t steps = 0;
+  std::int64_t measured_images = 0;  ///< images after the warm-up steps
+  double measured_seconds = 0;
+  double images_per_sec = 0;         ///< measured_images ÷ measured_seconds; 0 if none
+  std::uint64_t bytes_pushed = 0;
+  std::uint64_t bytes_pulled = 0;
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("rank", s.rank), v("steps", s.steps), v("measured_images", s.measured_images),
+        v("measured_seconds", s.measured_seconds), v("images_per_sec", s.images_per_sec),
+        v("bytes_pushed", s.bytes_pushed), v("bytes_pulled", s.bytes_pulled);
+  }
+};
+
+/// A worker of a re-assigned job loaded its saved replica to initialise the new shards.
+struct ReplicaLoaded : Fields<ReplicaLoaded> {
+  static constexpr const char* kKind = "replica_loaded";
+  int rank = 0;
+  std::string path;
+  std::int64_t steps = 0;            ///< global step the replica was saved at
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("rank", s.rank), v("path", s.path), v("steps", s.steps);
+  }
+};
+
+/// A worker reconnected to a PS shard that went away and took its parameters again.
+struct PsResync : Fields<PsResync> {
+  static constexpr const char* kKind = "ps_resync";
+  int rank = 0;
+  int shard = -1;
+  std::string reason;                ///< why the connection was lost
+  double seconds = 0;                ///< the resync's duration
+  int resyncs = 0;                   ///< so far, this process
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("rank", s.rank), v("shard", s.shard), v("reason", s.reason), v("seconds", s.seconds), v("resyncs", s.resyncs);
+  }
+};
+
+/// A task failed; its last words (it then exits non-zero).
+struct TaskError : Fields<TaskError> {
+  static constexpr const char* kKind = "error";
+  std::string message;
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("message", s.message);
+  }
+};
+
+// ------------------------------------------------------------------ PS shard events
+
+/// What a PS shard found in its checkpoint when it started: restored with its counts, or
+/// refused with the error.
+struct CheckpointLoad : Fields<CheckpointLoad> {
+  bool restored = false;
+  std::optional<std::int64_t> partitions;
+  std::optional<std::int64_t> workers_done;
+  std::optional<std::uint64_t> pushes;
+  std::optional<std::string> error;
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("restored", s.restored), v("partitions", s.partitions), v("workers_done", s.workers_done),
+        v("pushes", s.pushes), v("error", s.error);
+  }
+};
+
+/// A PS shard listens. Its agent adds `address` (its advertise_address).
+struct Listening : Fields<Listening> {
+  static constexpr const char* kKind = "listening";
+  int port = 0;
+  int shard = 0;
+  std::optional<std::string> address;         ///< set by the agent
+  std::optional<CheckpointLoad> checkpoint;   ///< absent when there was no checkpoint file
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("port", s.port), v("shard", s.shard), v("address", s.address), v("checkpoint", s.checkpoint);
+  }
+};
+
+/// A PS shard stopped (SIGTERM/SIGINT) after its final checkpoint.
+struct PsStopped : Fields<PsStopped> {
+  static constexpr const char* kKind = "stopped";
+  int shard = 0;
+  std::uint64_t pushes = 0;
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+  std::uint64_t rejected_connections = 0;
+  std::optional<std::string> checkpoint_error;  ///< the final checkpoint failed
+  std::optional<std::uint64_t> checkpoints;     ///< saves, when it checkpoints at all
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("shard", s.shard), v("pushes", s.pushes), v("bytes_in", s.bytes_in), v("bytes_out", s.bytes_out),
+        v("rejected_connections", s.rejected_connections), v("checkpoint_error", s.checkpoint_error),
+        v("checkpoints", s.checkpoints);
+  }
+};
+
+// ------------------------------------------------------------------ agent events
+
+/// An agent restarts a task that died (worker: resume_epoch; PS shard: port).
+struct Restarting : Fields<Restarting> {
+  static constexpr const char* kKind = "restarting";
+  std::string kind;                  ///< "worker" | "ps"
+  int attempt = 0;                   ///< 1-based
+  int max_restarts = 0;
+  std::string reason;                ///< ExitStatus::describe()
+  std::string last_error;
+  std::optional<int> resume_epoch;   ///< worker
+  std::optional<int> port;           ///< PS shard
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("kind", s.kind), v("attempt", s.attempt), v("max_restarts", s.max_restarts), v("reason", s.reason),
+        v("last_error", s.last_error), v("resume_epoch", s.resume_epoch), v("port", s.port);
+  }
+};
+
+/// A line of a task's stdout that was not a JSON object.
+struct LogLine : Fields<LogLine> {
+  static constexpr const char* kKind = "log";
+  std::string line;
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("line", s.line);
+  }
+};
+
+// ------------------------------------------------------------------ leader events
+
+/// The job entered `state`.
+struct StateChanged : Fields<StateChanged> {
+  static constexpr const char* kKind = "state";
+  std::string state;
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("state", s.state);
+  }
+};
+
+/// The planner's decision for an automatic job (planner::to_json of its Plan).
+struct PlanDecided : Fields<PlanDecided> {
+  static constexpr const char* kKind = "plan";
+  nlohmann::json plan;
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("plan", s.plan);
+  }
+};
+
+/// Tasks were lost: the job stops its other tasks to be re-assigned.
+struct Recovering : Fields<Recovering> {
+  static constexpr const char* kKind = "recovering";
+  std::string reason;
+  std::uint32_t generation = 0;      ///< the generation being stopped
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("reason", s.reason), v("generation", s.generation);
+  }
+};
+
+/// A re-assignment waits for free cores.
+struct WaitingForAgent : Fields<WaitingForAgent> {
+  static constexpr const char* kKind = "waiting_for_agent";
+  std::vector<std::string> tasks;    ///< the tasks without a place
+  std::int64_t timeout_ms = 0;       ///< reassign_timeout
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("tasks", s.tasks), v("timeout_ms", s.timeout_ms);
+  }
+};
+
+/// A task that changed agent in a re-assignment.
+struct Move : Fields<Move> {
+  std::string task, from, to;
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("task", s.task), v("from", s.from), v("to", s.to);
+  }
+};
+
+/// The job was re-assigned as a new generation.
+struct Reassigned : Fields<Reassigned> {
+  static constexpr const char* kKind = "reassigned";
+  std::uint32_t generation = 0;      ///< the new generation
+  std::vector<Move> moved;
+  std::string reason;
+  /// The worker whose replica rebuilds the shards that lost their state.
+  std::optional<std::string> replica_from;
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("generation", s.generation), v("moved", s.moved), v("reason", s.reason), v("replica_from", s.replica_from);
+  }
+};
+
+/// A restarted PS shard listens again.
+struct PsRecovered : Fields<PsRecovered> {
+  static constexpr const char* kKind = "ps_recovered";
+  std::string task;
+  std::string endpoint;              ///< HOST:PORT
+  std::string recovery;              ///< how it recovered its state, in words
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("task", s.task), v("endpoint", s.endpoint), v("recovery", s.recovery);
+  }
+};
+
+/// A restarted leader resumed the job (kept in the job's stored event log).
+struct LeaderRestarted : Fields<LeaderRestarted> {
+  static constexpr const char* kKind = "leader_restarted";
+  std::string state;
+  std::uint32_t generation = 0;
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("state", s.state), v("generation", s.generation);
+  }
+};
+
+/// The job's summary: the last event a follower receives, and the core of a job in
+/// `dltrain status`. Compression ratios are dense bytes ÷ bytes sent, counted at the
+/// workers' sockets with headers, over the run and after warm-up; present once a worker
+/// reported its traffic, null where nothing was sent.
+struct Summary : Fields<Summary> {
+  static constexpr const char* kKind = "summary";
+  std::string job, name, state;
+  Nullable<double> test_accuracy;
+  int epochs = 0;                    ///< epochs finished
+  double wall_seconds = 0;           ///< from submission to the end (or now)
+  std::uint64_t bytes_pushed = 0;    ///< all workers, all generations
+  std::uint64_t bytes_pulled = 0;
+  double images_per_sec = 0;         ///< sum of the workers' latest epoch throughputs
+  std::string compression;           ///< the method, e.g. "dgc"
+  std::optional<Nullable<double>> compression_ratio, compression_ratio_up, compression_ratio_down;
+  std::optional<Nullable<double>> compression_ratio_after_warmup, compression_ratio_up_after_warmup,
+      compression_ratio_down_after_warmup;
+  std::optional<std::string> error;  ///< why it failed
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job", s.job), v("name", s.name), v("state", s.state), v("test_accuracy", s.test_accuracy),
+        v("epochs", s.epochs), v("wall_seconds", s.wall_seconds), v("bytes_pushed", s.bytes_pushed),
+        v("bytes_pulled", s.bytes_pulled), v("images_per_sec", s.images_per_sec), v("compression", s.compression),
+        v("compression_ratio", s.compression_ratio), v("compression_ratio_up", s.compression_ratio_up),
+        v("compression_ratio_down", s.compression_ratio_down),
+        v("compression_ratio_after_warmup", s.compression_ratio_after_warmup),
+        v("compression_ratio_up_after_warmup", s.compression_ratio_up_after_warmup),
+        v("compression_ratio_down_after_warmup", s.compression_ratio_down_after_warmup), v("error", s.error);
+  }
+  /// Sets the three ratios (suffix "" or "_after_warmup") from the workers' traffic.
+  void set_ratios(const Traffic& sum, bool after_warmup);
+};
+
+}  // namespace dltrain::wire::events
