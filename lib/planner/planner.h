@@ -1,7 +1,7 @@
 // The leader's configuration planner: predicts epoch time and final accuracy from the
 // performance history by isotonic regression and picks the (workers, batch size) that
 // meets the job's accuracy target within its deadline at minimum resource cost
-// (DESIGN.md, "Planner").
+// (docs/planner.md).
 #pragma once
 
 #include <optional>

@@ -65,7 +65,7 @@ class ShardState {
   /// length differs.
   void pull(std::uint32_t key, std::span<float> out, int rank = -1);
 
-  /// The downlink of sparse bidirectional training (DESIGN.md, "Sparse bidirectional
+  /// The downlink of sparse bidirectional training (docs/compression.md, "Downlink (PS)"; docs/architecture.md, "Sparse bidirectional
   /// training"): d = x − x_seen[rank]; writes the top-k of |d| (ascending indices) and
   /// their d values, and adds them to x_seen[rank]; the rest of d stays for later pulls.
   /// Requires an earlier pull(key, out, rank). Throws ProtocolError otherwise or when

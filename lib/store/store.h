@@ -27,7 +27,7 @@ class StoreError : public IoError {
   using IoError::IoError;
 };
 
-/// One performance observation (DESIGN.md, "Planner"). Either per epoch
+/// One performance observation (docs/planner.md, "History (RocksDB)"). Either per epoch
 /// (`final_accuracy` < 0) or the end of a job (`final_accuracy` in [0, 1]).
 struct Observation {
   std::string model;

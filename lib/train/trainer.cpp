@@ -11,7 +11,9 @@
 #include "ps/checkpoint.h"
 #include "train/idx.h"
 #include "train/models.h"
+#include "train/exchange.h"
 #include "train/tensors.h"
+#include "wire/task_events.h"
 
 namespace dltrain::train {
 namespace {
@@ -134,411 +136,405 @@ double learning_rate(const OptimizerSpec& opt, double epoch_pos, int epochs) {
   return opt.lr;
 }
 
-double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) {
-  const JobSpec& spec = cfg.spec;
-  torch::set_num_threads(std::max(1, cfg.threads));
-  const auto t_start = Clock::now();
+namespace {
 
-  // Data: this worker's shard of the training set; rank 0 also loads the test set.
-  Split train = load_split(spec.data_dir, "train", spec.train_samples);
-  auto [train_x, train_y] = to_tensors(train, spec.dataset);
-  const auto shard = shard_indices(train_x.size(0), cfg.rank, spec.workers);
-  auto shard_idx = torch::tensor(shard, torch::kInt64);
-  train_x = train_x.index_select(0, shard_idx).contiguous();
-  train_y = train_y.index_select(0, shard_idx).contiguous();
-  train = Split{};
-  torch::Tensor test_x, test_y;
-  if (cfg.rank == 0) {
-    Split test = load_split(spec.data_dir, "test", spec.test_samples);
-    std::tie(test_x, test_y) = to_tensors(test, spec.dataset);
-  }
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
-  // Identical initial replicas on every worker (same seed); the PS keeps the first.
-  torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
-  Model model = make_model(spec.model);
-  auto& module = *model.module;
-  module.train(true);
-  FlatParams flat(module);
-  auto layout = ps::make_layout(flat.sizes(), spec.partition_size, spec.ps_shards);
-  std::vector<float> params(static_cast<std::size_t>(layout.total_floats));
-  std::vector<float> grads(params.size());
-  flat.read_params(params);
+/// One worker's run: its data, model, PS client and counters, and the step loop of the
+/// sparse bidirectional method (docs/compression.md): per step, forward and backward on
+/// the local batch, then either a dense push_pull, or the compressor's top-k push
+/// (momentum correction, error feedback) and the PS's sparse downlink of what changed
+/// since this worker's last pull.
+class WorkerLoop {
+ public:
+  WorkerLoop(const WorkerConfig& cfg, const ProgressSink& sink) : cfg_(cfg), spec_(cfg.spec), sink_(sink) {}
 
-  ps::PsClientOptions popt;
-  popt.job = cfg.job;
-  popt.generation = cfg.generation;
-  popt.secret = cfg.secret;
-  popt.rank = static_cast<std::uint32_t>(cfg.rank);
-  popt.num_workers = static_cast<std::uint32_t>(spec.workers);
-  popt.timeout = cfg.ps_timeout;
-  popt.reconnect_timeout = cfg.ps_timeout;
-  popt.sparse_downlink = spec.compression.downlink_ratio < 1.0;
-  popt.stop_requested = cfg.stop_requested;
-  if (!cfg.init_replica_path.empty()) {
-    // A re-assigned job: this worker's saved replica is the freshest copy of the
-    // parameters; a shard rebuilt elsewhere takes it as its initial values.
-    const auto steps = ps::read_replica_file(cfg.init_replica_path, params, layout, cfg.job);
-    sink({{"event", "replica_loaded"}, {"rank", cfg.rank}, {"path", cfg.init_replica_path}, {"steps", steps}});
-  }
-  ps::PsClient client(cfg.shards, layout, popt);
-  auto unix_now = [] {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  };
-  try {
-    client.connect();
-    client.init(params);
-    client.pull(params);
-  } catch (const ps::StopRequested&) {
-    sink({{"event", "stopped"}, {"rank", cfg.rank}, {"replica", nullptr}});
-    throw Stopped("worker " + std::to_string(cfg.rank) + ": stopped before it held the PS's parameters");
-  }
-  double pulled_at = unix_now();  // when `params` last took the PS's values
-  flat.write_params(params);
-
-  std::vector<std::int64_t> lengths;
-  for (const auto& p : layout.partitions) lengths.push_back(p.length);
-  compress::GradientCompressor compressor(spec.compression, lengths,
-                                          static_cast<std::uint64_t>(spec.seed) * 7919ULL + static_cast<std::uint64_t>(cfg.rank));
-  std::vector<ps::PartitionPush> pushes(layout.partitions.size());
-  compress::CompressionSpec downlink_spec = spec.compression;
-  downlink_spec.ratio = spec.compression.downlink_ratio;
-  // Bytes the same exchange would cost dense: a push frame (header + n floats) and a
-  // pull request header per partition up, a dense pull reply per partition down.
-  std::uint64_t dense_up_per_step = 0, dense_down_per_step = 0;
-  for (const auto& p : layout.partitions) {
-    dense_up_per_step += 2 * wire::kHeaderSize + 4 * static_cast<std::uint64_t>(p.length);
-    dense_down_per_step += wire::kHeaderSize + 4 * static_cast<std::uint64_t>(p.length);
-  }
-  struct Traffic {
-    std::uint64_t up = 0, down = 0, dense_up = 0, dense_down = 0;
-  } total, after_warmup;
-  std::int64_t skipped_steps = 0, consecutive_skips = 0;
-  constexpr std::int64_t kMaxConsecutiveSkips = 20;
-
-  // A PS shard that went away (its process died; its agent restarts it on the same port
-  // from its latest checkpoint): reconnect, offer this replica as init, take the shard's
-  // parameters with a dense pull and carry on. The step whose exchange failed is lost.
-  // Bounded: each resync by the PS timeout, and resyncs in a row without a successful
-  // step by kMaxConsecutiveResyncs.
-  constexpr int kMaxConsecutiveResyncs = 10;
-  int consecutive_resyncs = 0, resyncs = 0;
-  bool done_sent = false;
-  auto recover = [&](const ps::PsConnectionLost& lost) {
-    std::string reason = lost.what();
-    std::size_t shard = lost.shard();
-    for (;;) {
-      if (++consecutive_resyncs > kMaxConsecutiveResyncs) {
-        throw IoError("worker " + std::to_string(cfg.rank) + ": lost the PS connection " +
-                      std::to_string(kMaxConsecutiveResyncs) + " times in a row without a successful step; last: " +
-                      reason);
-      }
-      const auto t0 = Clock::now();
-      try {
-        client.resync(params);
-        // A shard that restarted without a checkpoint has forgotten who finished.
-        if (done_sent) client.done();
-      } catch (const ps::PsConnectionLost& again) {
-        reason = again.what();
-        shard = again.shard();
-        continue;
-      } catch (const IoError& e) {
-        throw IoError("worker " + std::to_string(cfg.rank) + ": PS shard " + std::to_string(shard) +
-                      " went away (" + reason + ") and " + e.what());
-      }
-      flat.write_params(params);
-      ++resyncs;
-      sink({{"event", "ps_resync"},
-            {"rank", cfg.rank},
-            {"shard", shard},
-            {"reason", reason},
-            {"seconds", seconds_since(t0)},
-            {"resyncs", resyncs}});
-      return;
+  double run() {
+    load();
+    connect();
+    started();
+    try {
+      for (int epoch = first_epoch_; epoch < spec_.epochs && !stop_; ++epoch) run_epoch(epoch);
+    } catch (const ps::StopRequested&) {
+      stopped();
     }
-  };
+    done();
+    return final_accuracy_;
+  }
 
-  const std::int64_t n = train_x.size(0);
-  const std::int64_t bs = spec.batch_size;
-  const std::int64_t steps_per_epoch = std::max<std::int64_t>(1, (n + bs - 1) / bs);
-  sink({{"event", "started"},
-        {"rank", cfg.rank},
-        {"train_examples", n},
-        {"steps_per_epoch", steps_per_epoch},
-        {"parameters", layout.total_floats},
-        {"partitions", layout.partitions.size()},
-        {"load_seconds", seconds_since(t_start)},
-        {"resume_epoch", cfg.resume_epoch}});
+ private:
+  static constexpr std::int64_t kMaxConsecutiveSkips = 20;
+  static constexpr std::int64_t kProfileWarmupSteps = 5;  // exploration runs measure after these
 
-  torch::Generator gen = at::detail::createCPUGenerator(
-      static_cast<std::uint64_t>(spec.seed) * 1000003ULL + static_cast<std::uint64_t>(cfg.rank));
-  // After a restart the worker continues after the last epoch it finished, from the PS's
-  // current parameters (pulled above), with the learning-rate schedule where it was.
-  const int first_epoch = std::clamp(cfg.resume_epoch, 0, spec.epochs - 1);
-  std::int64_t global_step = first_epoch * steps_per_epoch;
-  double final_accuracy = -1.0;
-  auto last_report = Clock::now();
-  std::int64_t images_since_report = 0;
-  const auto wd = static_cast<float>(spec.optimizer.weight_decay);
-  const bool plain = spec.compression.method == compress::Method::kNone && spec.compression.downlink_ratio >= 1.0;
-  double last_density = 1.0;
-  auto ratio = [](std::uint64_t dense, std::uint64_t actual) {
-    return actual == 0 ? nlohmann::json(nullptr) : nlohmann::json(static_cast<double>(dense) / static_cast<double>(actual));
-  };
+  // Data: this worker's shard of the training set; rank 0 also loads the test set. Model:
+  // identical initial replicas on every worker (same seed); the PS keeps the first.
+  void load() {
+    torch::set_num_threads(std::max(1, cfg_.threads));
+    Split train = load_split(spec_.data_dir, "train", spec_.train_samples);
+    std::tie(train_x_, train_y_) = to_tensors(train, spec_.dataset);
+    auto shard_idx = torch::tensor(shard_indices(train_x_.size(0), cfg_.rank, spec_.workers), torch::kInt64);
+    train_x_ = train_x_.index_select(0, shard_idx).contiguous();
+    train_y_ = train_y_.index_select(0, shard_idx).contiguous();
+    if (cfg_.rank == 0) {
+      Split test = load_split(spec_.data_dir, "test", spec_.test_samples);
+      std::tie(test_x_, test_y_) = to_tensors(test, spec_.dataset);
+    }
+    torch::manual_seed(static_cast<std::uint64_t>(spec_.seed));
+    model_ = make_model(spec_.model);
+    model_.module->train(true);
+    flat_ = std::make_unique<FlatParams>(*model_.module);
+    layout_ = ps::make_layout(flat_->sizes(), spec_.partition_size, spec_.ps_shards);
+    params_.resize(static_cast<std::size_t>(layout_.total_floats));
+    grads_.resize(params_.size());
+    flat_->read_params(params_);
+    n_ = train_x_.size(0);
+    steps_per_epoch_ = std::max<std::int64_t>(1, (n_ + spec_.batch_size - 1) / spec_.batch_size);
+  }
 
-  // Exploration runs (spec.profile) measure throughput after a few warm-up steps.
-  constexpr std::int64_t kProfileWarmupSteps = 5;
-  Clock::time_point t_profile{};
-  std::int64_t profile_images = 0;
-  bool stop = false;
-  int epochs_finished = first_epoch;
-  auto check_stop = [&] {
-    if (cfg.stop_requested != nullptr && cfg.stop_requested->load(std::memory_order_relaxed)) {
+  // Connects to the PS shards, offers this worker's parameters as their initial values
+  // (a re-assigned job: its saved replica) and takes theirs.
+  void connect() {
+    ps::PsClientOptions popt;
+    popt.job = cfg_.job;
+    popt.generation = cfg_.generation;
+    popt.secret = cfg_.secret;
+    popt.rank = static_cast<std::uint32_t>(cfg_.rank);
+    popt.num_workers = static_cast<std::uint32_t>(spec_.workers);
+    popt.timeout = cfg_.ps_timeout;
+    popt.reconnect_timeout = cfg_.ps_timeout;
+    popt.sparse_downlink = spec_.compression.downlink_ratio < 1.0;
+    popt.stop_requested = cfg_.stop_requested;
+    if (!cfg_.init_replica_path.empty()) {
+      // A re-assigned job: this worker's saved replica is the freshest copy of the
+      // parameters; a shard rebuilt elsewhere takes it as its initial values.
+      const auto steps = ps::read_replica_file(cfg_.init_replica_path, params_, layout_, cfg_.job);
+      wire::events::ReplicaLoaded ev;
+      ev.rank = cfg_.rank;
+      ev.path = cfg_.init_replica_path;
+      ev.steps = static_cast<std::int64_t>(steps);
+      sink_(ev.to_json());
+    }
+    client_ = std::make_unique<ps::PsClient>(cfg_.shards, layout_, popt);
+    try {
+      client_->connect();
+      client_->init(params_);
+      client_->pull(params_);
+    } catch (const ps::StopRequested&) {
+      wire::events::WorkerStopped ev;
+      ev.rank = cfg_.rank;
+      sink_(ev.to_json());
+      throw Stopped("worker " + std::to_string(cfg_.rank) + ": stopped before it held the PS's parameters");
+    }
+    pulled_at_ = unix_now();
+    flat_->write_params(params_);
+    encoder_ = std::make_unique<PushEncoder>(
+        spec_.compression, layout_,
+        static_cast<std::uint64_t>(spec_.seed) * 7919ULL + static_cast<std::uint64_t>(cfg_.rank));
+    meter_ = std::make_unique<TrafficMeter>(layout_, wire::kHeaderSize);
+    resyncer_ = std::make_unique<PsResyncer>(
+        *client_, std::span<float>(params_), cfg_.rank, [this] { flat_->write_params(params_); }, sink_);
+    downlink_spec_ = spec_.compression;
+    downlink_spec_.ratio = spec_.compression.downlink_ratio;
+    plain_ = spec_.compression.method == compress::Method::kNone && spec_.compression.downlink_ratio >= 1.0;
+    gen_ = at::detail::createCPUGenerator(static_cast<std::uint64_t>(spec_.seed) * 1000003ULL +
+                                          static_cast<std::uint64_t>(cfg_.rank));
+    // After a restart the worker continues after the last epoch it finished, from the
+    // PS's current parameters (pulled above), with the learning-rate schedule where it was.
+    first_epoch_ = std::clamp(cfg_.resume_epoch, 0, spec_.epochs - 1);
+    global_step_ = first_epoch_ * steps_per_epoch_;
+    epochs_finished_ = first_epoch_;
+  }
+
+  void started() {
+    wire::events::Started ev;
+    ev.rank = cfg_.rank;
+    ev.train_examples = n_;
+    ev.steps_per_epoch = steps_per_epoch_;
+    ev.parameters = layout_.total_floats;
+    ev.partitions = static_cast<std::int64_t>(layout_.partitions.size());
+    ev.load_seconds = seconds_since(t_start_);
+    ev.resume_epoch = cfg_.resume_epoch;
+    sink_(ev.to_json());
+    last_report_ = Clock::now();
+  }
+
+  void check_stop() const {
+    if (cfg_.stop_requested != nullptr && cfg_.stop_requested->load(std::memory_order_relaxed)) {
       throw ps::StopRequested("the worker was asked to stop");
     }
-  };
-  try {
-    for (int epoch = first_epoch; epoch < spec.epochs && !stop; ++epoch) {
-      const auto t_epoch = Clock::now();
-      auto perm = torch::randperm(n, gen, torch::kInt64);
-      double loss_sum = 0;
-      std::int64_t loss_count = 0;
-      double recent_loss = 0;
-      std::int64_t recent_count = 0;
-      for (std::int64_t step = 0; step < steps_per_epoch; ++step) {
-        check_stop();
-        const std::int64_t lo = step * bs;
-        const std::int64_t hi = std::min(n, lo + bs);
-        auto idx = perm.slice(0, lo, hi);
-        auto xb = train_x.index_select(0, idx);
-        auto yb = train_y.index_select(0, idx);
-        module.zero_grad();
-        auto loss = torch::nn::functional::cross_entropy(model.forward(xb), yb);
-        loss.backward();
-        const double lv = loss.item<double>();
-        flat.read_grads(grads);
-        bool finite = std::isfinite(lv);
-        for (std::size_t i = 0; finite && i < grads.size(); ++i) finite = std::isfinite(grads[i]);
-        if (!finite) {
-          // A NaN/Inf gradient is never pushed: the step is skipped and counted.
-          ++skipped_steps;
-          if (++consecutive_skips > kMaxConsecutiveSkips) {
-            throw Error("worker " + std::to_string(cfg.rank) + ": " + std::to_string(consecutive_skips) +
-                        " consecutive steps had a NaN/Inf loss or gradient (epoch " + std::to_string(epoch + 1) +
-                        ", step " + std::to_string(step + 1) + "); the model diverged: lower optimizer.lr or set "
-                        "compression.clip_norm");
-          }
-          sink({{"event", "skipped_step"}, {"rank", cfg.rank}, {"epoch", epoch + 1}, {"step", step + 1},
-                {"loss", std::isfinite(lv) ? nlohmann::json(lv) : nlohmann::json(nullptr)},
-                {"skipped_steps", skipped_steps}});
-          continue;
-        }
-        consecutive_skips = 0;
-        if (wd > 0) {
-          for (std::size_t i = 0; i < grads.size(); ++i) grads[i] += wd * params[i];
-        }
-        const double pos = epoch + static_cast<double>(step) / steps_per_epoch;
-        const auto lr = static_cast<float>(learning_rate(spec.optimizer, pos, spec.epochs));
-        const double density = spec.compression.method == compress::Method::kNone
-                                   ? 1.0
-                                   : compress::density_at(spec.compression, pos);
-        const double downlink = compress::density_at(downlink_spec, pos);
-        const auto up0 = client.bytes_pushed(), down0 = client.bytes_pulled();
-        try {
-          if (plain) {
-            client.push_pull(grads, lr, params);
-          } else {
-            compressor.clip(grads, spec.workers);
-            for (const auto& p : layout.partitions) {
-              const auto& e = compressor.encode(
-                  p.key, std::span<const float>(grads).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length)),
-                  density, static_cast<std::uint64_t>(global_step));
-              auto& pp = pushes[p.key];
-              pp.count = static_cast<std::uint32_t>(e.count());
-              pp.second = {};
-              pp.seed = e.seed;
-              switch (e.encoding) {
-                case compress::Encoding::kDense:
-                  pp.codec = wire::Codec::kDenseF32;
-                  pp.first = std::as_bytes(std::span<const float>(e.values));
-                  break;
-                case compress::Encoding::kDenseF16:
-                  pp.codec = wire::Codec::kDenseF16;
-                  pp.first = std::as_bytes(std::span<const std::uint16_t>(e.half));
-                  break;
-                case compress::Encoding::kSparse:
-                  pp.codec = wire::Codec::kSparseF32;
-                  pp.first = std::as_bytes(std::span<const std::uint32_t>(e.indices));
-                  pp.second = std::as_bytes(std::span<const float>(e.values));
-                  break;
-                case compress::Encoding::kSeeded:
-                  pp.codec = wire::Codec::kSeededF32;
-                  pp.first = std::as_bytes(std::span<const float>(e.values));
-                  break;
-              }
-            }
-            client.push_pull(pushes, lr, downlink, params);
-          }
-          consecutive_resyncs = 0;
-        } catch (const ps::PsConnectionLost& lost) {
-          recover(lost);  // this step's gradient is dropped; params now hold the PS's values
-        }
-        pulled_at = unix_now();
-        const std::uint64_t up = client.bytes_pushed() - up0, down = client.bytes_pulled() - down0;
-        for (Traffic* t : {&total, &after_warmup}) {
-          if (t == &after_warmup && pos < spec.compression.warmup_epochs) continue;
-          t->up += up;
-          t->down += down;
-          t->dense_up += dense_up_per_step;
-          t->dense_down += dense_down_per_step;
-        }
-        last_density = density;
-        flat.write_params(params);
-        ++global_step;
-        if (global_step == kProfileWarmupSteps) t_profile = Clock::now();
-        if (global_step > kProfileWarmupSteps) profile_images += hi - lo;
-        if (spec.max_steps > 0 && global_step >= spec.max_steps) stop = true;
-        loss_sum += lv;
-        ++loss_count;
-        recent_loss += lv;
-        ++recent_count;
-        images_since_report += hi - lo;
-        const double since = seconds_since(last_report);
-        if (since >= cfg.progress_interval_s) {
-          sink({{"event", "progress"},
-                {"rank", cfg.rank},
-                {"epoch", epoch + 1},
-                {"step", step + 1},
-                {"steps_per_epoch", steps_per_epoch},
-                {"global_step", global_step},
-                {"loss", recent_loss / static_cast<double>(recent_count)},
-                {"lr", lr},
-                {"images_per_sec", static_cast<double>(images_since_report) / since},
-                {"bytes_pushed", client.bytes_pushed()},
-                {"bytes_pulled", client.bytes_pulled()},
-                {"density", last_density},
-                {"compression_ratio", ratio(total.dense_up + total.dense_down, total.up + total.down)},
-                {"skipped_steps", skipped_steps}});
-          last_report = Clock::now();
-          images_since_report = 0;
-          recent_loss = 0;
-          recent_count = 0;
-        }
-        if (stop) break;
-      }
-      if (spec.profile) {
-        if (stop || epoch + 1 == spec.epochs) {
-          const double secs = t_profile == Clock::time_point{} ? 0.0 : seconds_since(t_profile);
-          sink({{"event", "profile"},
-                {"rank", cfg.rank},
-                {"steps", global_step},
-                {"measured_images", profile_images},
-                {"measured_seconds", secs},
-                {"images_per_sec", secs > 0 ? static_cast<double>(profile_images) / secs : 0.0},
-                {"bytes_pushed", client.bytes_pushed()},
-                {"bytes_pulled", client.bytes_pulled()}});
-          stop = true;
-        }
-        continue;
-      }
-      const double epoch_seconds = seconds_since(t_epoch);
-      nlohmann::json ev{{"event", "epoch_end"},
-                        {"rank", cfg.rank},
-                        {"epoch", epoch + 1},
-                        {"epochs", spec.epochs},
-                        {"train_loss", loss_sum / static_cast<double>(std::max<std::int64_t>(1, loss_count))},
-                        {"epoch_seconds", epoch_seconds},
-                        {"images_per_sec", static_cast<double>(n) / epoch_seconds}};
-      const bool last = epoch + 1 == spec.epochs || stop;
-      if (last) {
-        // Tell the PS this worker is done; rank 0 then waits for the others so that the
-        // final accuracy is that of the finished model.
-        for (;;) {
-          try {
-            client.done();
-            break;
-          } catch (const ps::PsConnectionLost& lost) {
-            recover(lost);
-          }
-        }
-        done_sent = true;
-        if (cfg.rank == 0) {
-          const auto deadline = Clock::now() + cfg.finish_timeout;
-          auto workers_done = [&] {
-            for (;;) {
-              try {
-                return client.workers_done();
-              } catch (const ps::PsConnectionLost& lost) {
-                recover(lost);
-              }
-            }
-          };
-          while (workers_done() < static_cast<std::uint32_t>(spec.workers)) {
-            if (Clock::now() >= deadline) {
-              throw TimeoutError("worker 0: the other workers did not finish within " +
-                                 std::to_string(cfg.finish_timeout.count()) + " s");
-            }
-            check_stop();
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-          }
-        }
-      }
-      if (cfg.rank == 0) {
-        const auto t_eval = Clock::now();
-        try {
-          client.pull(params);  // the PS's current parameters (dense pull)
-        } catch (const ps::PsConnectionLost& lost) {
-          recover(lost);  // ends with a dense pull too
-        }
-        flat.write_params(params);
-        recalibrate_batchnorm(module, model, train_x, 20, 250);
-        const double acc = evaluate(module, model, test_x, test_y);
-        ev["test_accuracy"] = acc;
-        ev["eval_seconds"] = seconds_since(t_eval);
-        final_accuracy = acc;
-      }
-      ev["bytes_pushed"] = client.bytes_pushed();
-      ev["bytes_pulled"] = client.bytes_pulled();
-      sink(ev);
-      epochs_finished = epoch + 1;
-    }
-  } catch (const ps::StopRequested&) {
-    // Asked to stop (its job is being re-assigned, or its agent stops): the replica is
-    // the PS's parameters as of this worker's last pull, the freshest copy the job may
-    // have of a shard that was lost. `pulled_at` ranks the replicas of several workers.
-    nlohmann::json replica = nullptr;
-    if (!cfg.replica_path.empty()) {
-      try {
-        ps::write_replica_file(cfg.replica_path, params, layout, cfg.job, static_cast<std::uint64_t>(global_step));
-        replica = {{"path", cfg.replica_path},
-                   {"steps", global_step},
-                   {"epochs_done", epochs_finished},
-                   {"pulled_at", pulled_at}};
-      } catch (const std::exception& e) {
-        replica = {{"error", e.what()}};
-      }
-    }
-    sink({{"event", "stopped"}, {"rank", cfg.rank}, {"epochs_done", epochs_finished}, {"replica", replica}});
-    throw Stopped("worker " + std::to_string(cfg.rank) + ": stopped at step " + std::to_string(global_step));
   }
-  sink({{"event", "done"},
-        {"rank", cfg.rank},
-        {"test_accuracy", final_accuracy >= 0 ? nlohmann::json(final_accuracy) : nlohmann::json(nullptr)},
-        {"steps", global_step},
-        {"skipped_steps", skipped_steps},
-        {"wall_seconds", seconds_since(t_start)},
-        {"bytes_pushed", client.bytes_pushed()},
-        {"bytes_pulled", client.bytes_pulled()},
-        {"traffic",
-         {{"up", total.up}, {"down", total.down}, {"dense_up", total.dense_up}, {"dense_down", total.dense_down}}},
-        {"traffic_after_warmup",
-         {{"up", after_warmup.up},
-          {"down", after_warmup.down},
-          {"dense_up", after_warmup.dense_up},
-          {"dense_down", after_warmup.dense_down}}},
-        {"compression_ratio", ratio(total.dense_up + total.dense_down, total.up + total.down)},
-        {"compression_ratio_after_warmup",
-         ratio(after_warmup.dense_up + after_warmup.dense_down, after_warmup.up + after_warmup.down)}});
-  return final_accuracy;
-}
+
+  void run_epoch(int epoch) {
+    const auto t_epoch = Clock::now();
+    auto perm = torch::randperm(n_, gen_, torch::kInt64);
+    loss_sum_ = 0;
+    loss_count_ = 0;
+    for (std::int64_t step = 0; step < steps_per_epoch_; ++step) {
+      check_stop();
+      this->step(epoch, step, perm);
+      if (stop_) break;
+    }
+    if (spec_.profile) {
+      if (stop_ || epoch + 1 == spec_.epochs) profiled();
+      return;
+    }
+    end_epoch(epoch, seconds_since(t_epoch));
+  }
+
+  // One step of worker i with gradient g of its local batch (docs/architecture.md, "Sparse
+  // bidirectional training"): compute g; skip it if not finite; add weight decay; push
+  // (dense, or top-k of the momentum-corrected accumulator) and pull (dense, or the top-k
+  // of x − x_seen[i]); take the pulled parameters.
+  void step(int epoch, std::int64_t step, const torch::Tensor& perm) {
+    const std::int64_t lo = step * spec_.batch_size;
+    const std::int64_t hi = std::min(n_, lo + spec_.batch_size);
+    const double loss = compute_gradient(perm.slice(0, lo, hi));
+    if (!finite_step(loss, epoch, step)) return;
+    const auto wd = static_cast<float>(spec_.optimizer.weight_decay);
+    if (wd > 0) {
+      for (std::size_t i = 0; i < grads_.size(); ++i) grads_[i] += wd * params_[i];
+    }
+    const double pos = epoch + static_cast<double>(step) / steps_per_epoch_;
+    const auto lr = static_cast<float>(learning_rate(spec_.optimizer, pos, spec_.epochs));
+    const double density =
+        spec_.compression.method == compress::Method::kNone ? 1.0 : compress::density_at(spec_.compression, pos);
+    exchange(lr, density, compress::density_at(downlink_spec_, pos), pos);
+    last_density_ = density;
+    flat_->write_params(params_);
+    ++global_step_;
+    if (global_step_ == kProfileWarmupSteps) t_profile_ = Clock::now();
+    if (global_step_ > kProfileWarmupSteps) profile_images_ += hi - lo;
+    if (spec_.max_steps > 0 && global_step_ >= spec_.max_steps) stop_ = true;
+    loss_sum_ += loss;
+    ++loss_count_;
+    recent_loss_ += loss;
+    ++recent_count_;
+    images_since_report_ += hi - lo;
+    maybe_report(epoch, step, lr);
+  }
+
+  // Forward and backward on the batch `idx`; the flat gradient is in grads_. Returns the loss.
+  double compute_gradient(const torch::Tensor& idx) {
+    auto xb = train_x_.index_select(0, idx);
+    auto yb = train_y_.index_select(0, idx);
+    model_.module->zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(model_.forward(xb), yb);
+    loss.backward();
+    flat_->read_grads(grads_);
+    return loss.item<double>();
+  }
+
+  // A NaN/Inf loss or gradient is never pushed: the step is skipped and counted; too many
+  // in a row end the worker (the model diverged).
+  bool finite_step(double loss, int epoch, std::int64_t step) {
+    bool finite = std::isfinite(loss);
+    for (std::size_t i = 0; finite && i < grads_.size(); ++i) finite = std::isfinite(grads_[i]);
+    if (finite) {
+      consecutive_skips_ = 0;
+      return true;
+    }
+    ++skipped_steps_;
+    if (++consecutive_skips_ > kMaxConsecutiveSkips) {
+      throw Error("worker " + std::to_string(cfg_.rank) + ": " + std::to_string(consecutive_skips_) +
+                  " consecutive steps had a NaN/Inf loss or gradient (epoch " + std::to_string(epoch + 1) +
+                  ", step " + std::to_string(step + 1) +
+                  "); the model diverged: lower optimizer.lr or set compression.clip_norm");
+    }
+    wire::events::SkippedStep ev;
+    ev.rank = cfg_.rank;
+    ev.epoch = epoch + 1;
+    ev.step = step + 1;
+    if (std::isfinite(loss)) ev.loss = loss;
+    ev.skipped_steps = skipped_steps_;
+    sink_(ev.to_json());
+    return false;
+  }
+
+  // Push this step's gradient and pull; a lost shard drops the step's gradient and leaves
+  // params_ holding the PS's values.
+  void exchange(float lr, double density, double downlink, double pos) {
+    const auto up0 = client_->bytes_pushed(), down0 = client_->bytes_pulled();
+    try {
+      if (plain_) {
+        client_->push_pull(grads_, lr, params_);
+      } else {
+        const auto pushes = encoder_->encode(grads_, spec_.workers, density, static_cast<std::uint64_t>(global_step_));
+        client_->push_pull(pushes, lr, downlink, params_);
+      }
+      resyncer_->succeeded();
+    } catch (const ps::PsConnectionLost& lost) {
+      resyncer_->recover(lost);
+    }
+    pulled_at_ = unix_now();
+    meter_->add_step(client_->bytes_pushed() - up0, client_->bytes_pulled() - down0, pos,
+                     spec_.compression.warmup_epochs);
+  }
+
+  void maybe_report(int epoch, std::int64_t step, float lr) {
+    const double since = seconds_since(last_report_);
+    if (since < cfg_.progress_interval_s) return;
+    wire::events::Progress ev;
+    ev.rank = cfg_.rank;
+    ev.epoch = epoch + 1;
+    ev.step = step + 1;
+    ev.steps_per_epoch = steps_per_epoch_;
+    ev.global_step = global_step_;
+    ev.loss = recent_loss_ / static_cast<double>(recent_count_);
+    ev.lr = lr;
+    ev.images_per_sec = static_cast<double>(images_since_report_) / since;
+    ev.bytes_pushed = client_->bytes_pushed();
+    ev.bytes_pulled = client_->bytes_pulled();
+    ev.density = last_density_;
+    ev.compression_ratio = meter_->total().ratio();
+    ev.skipped_steps = skipped_steps_;
+    sink_(ev.to_json());
+    last_report_ = Clock::now();
+    images_since_report_ = 0;
+    recent_loss_ = 0;
+    recent_count_ = 0;
+  }
+
+  void profiled() {
+    const double secs = t_profile_ == Clock::time_point{} ? 0.0 : seconds_since(t_profile_);
+    wire::events::Profile ev;
+    ev.rank = cfg_.rank;
+    ev.steps = global_step_;
+    ev.measured_images = profile_images_;
+    ev.measured_seconds = secs;
+    ev.images_per_sec = secs > 0 ? static_cast<double>(profile_images_) / secs : 0.0;
+    ev.bytes_pushed = client_->bytes_pushed();
+    ev.bytes_pulled = client_->bytes_pulled();
+    sink_(ev.to_json());
+    stop_ = true;
+  }
+
+  void end_epoch(int epoch, double epoch_seconds) {
+    wire::events::EpochEnd ev;
+    ev.rank = cfg_.rank;
+    ev.epoch = epoch + 1;
+    ev.epochs = spec_.epochs;
+    ev.train_loss = loss_sum_ / static_cast<double>(std::max<std::int64_t>(1, loss_count_));
+    ev.epoch_seconds = epoch_seconds;
+    ev.images_per_sec = static_cast<double>(n_) / epoch_seconds;
+    if (epoch + 1 == spec_.epochs || stop_) finish();
+    if (cfg_.rank == 0) evaluate_on_test(ev);
+    ev.bytes_pushed = client_->bytes_pushed();
+    ev.bytes_pulled = client_->bytes_pulled();
+    sink_(ev.to_json());
+    epochs_finished_ = epoch + 1;
+  }
+
+  // Tells the PS this worker is done; rank 0 then waits for the others so that the final
+  // accuracy is that of the finished model.
+  void finish() {
+    resyncer_->run([&] { client_->done(); });
+    resyncer_->set_done_sent();
+    if (cfg_.rank != 0) return;
+    const auto deadline = Clock::now() + cfg_.finish_timeout;
+    for (;;) {
+      std::uint32_t finished = 0;
+      resyncer_->run([&] { finished = client_->workers_done(); });
+      if (finished >= static_cast<std::uint32_t>(spec_.workers)) return;
+      if (Clock::now() >= deadline) {
+        throw TimeoutError("worker 0: the other workers did not finish within " +
+                           std::to_string(cfg_.finish_timeout.count()) + " s");
+      }
+      check_stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+
+  // Rank 0: the test accuracy of the PS's current parameters (a dense pull), with the
+  // BatchNorm statistics re-estimated for them.
+  void evaluate_on_test(wire::events::EpochEnd& ev) {
+    const auto t_eval = Clock::now();
+    try {
+      client_->pull(params_);
+    } catch (const ps::PsConnectionLost& lost) {
+      resyncer_->recover(lost);  // ends with a dense pull too
+    }
+    flat_->write_params(params_);
+    recalibrate_batchnorm(*model_.module, model_, train_x_, 20, 250);
+    const double acc = train::evaluate(*model_.module, model_, test_x_, test_y_);
+    ev.test_accuracy = acc;
+    ev.eval_seconds = seconds_since(t_eval);
+    final_accuracy_ = acc;
+  }
+
+  // Asked to stop (its job is being re-assigned, or its agent stops): the replica is the
+  // PS's parameters as of this worker's last pull, the freshest copy the job may have of a
+  // shard that was lost. `pulled_at` ranks the replicas of several workers.
+  [[noreturn]] void stopped() {
+    wire::events::WorkerStopped ev;
+    ev.rank = cfg_.rank;
+    ev.epochs_done = epochs_finished_;
+    if (!cfg_.replica_path.empty()) {
+      wire::events::Replica r;
+      try {
+        ps::write_replica_file(cfg_.replica_path, params_, layout_, cfg_.job, static_cast<std::uint64_t>(global_step_));
+        r.path = cfg_.replica_path;
+        r.steps = global_step_;
+        r.epochs_done = epochs_finished_;
+        r.pulled_at = pulled_at_;
+      } catch (const std::exception& e) {
+        r.error = e.what();
+      }
+      ev.replica = r;
+    }
+    sink_(ev.to_json());
+    throw Stopped("worker " + std::to_string(cfg_.rank) + ": stopped at step " + std::to_string(global_step_));
+  }
+
+  void done() {
+    wire::events::Done ev;
+    ev.rank = cfg_.rank;
+    if (final_accuracy_ >= 0) ev.test_accuracy = final_accuracy_;
+    ev.steps = global_step_;
+    ev.skipped_steps = skipped_steps_;
+    ev.wall_seconds = seconds_since(t_start_);
+    ev.bytes_pushed = client_->bytes_pushed();
+    ev.bytes_pulled = client_->bytes_pulled();
+    ev.traffic = meter_->total();
+    ev.traffic_after_warmup = meter_->after_warmup();
+    ev.compression_ratio = ev.traffic.ratio();
+    ev.compression_ratio_after_warmup = ev.traffic_after_warmup.ratio();
+    sink_(ev.to_json());
+  }
+
+  const WorkerConfig& cfg_;
+  const JobSpec& spec_;
+  const ProgressSink& sink_;
+  const Clock::time_point t_start_ = Clock::now();
+  torch::Tensor train_x_, train_y_, test_x_, test_y_;
+  Model model_;
+  std::unique_ptr<FlatParams> flat_;
+  ps::PartitionLayout layout_;
+  std::vector<float> params_, grads_;
+  std::unique_ptr<ps::PsClient> client_;
+  std::unique_ptr<PushEncoder> encoder_;
+  std::unique_ptr<TrafficMeter> meter_;
+  std::unique_ptr<PsResyncer> resyncer_;
+  compress::CompressionSpec downlink_spec_;
+  bool plain_ = true;
+  torch::Generator gen_;
+  std::int64_t n_ = 0, steps_per_epoch_ = 1;
+  int first_epoch_ = 0, epochs_finished_ = 0;
+  std::int64_t global_step_ = 0;
+  double pulled_at_ = 0;  // when params_ last took the PS's values (Unix time, s)
+  double final_accuracy_ = -1.0;
+  double last_density_ = 1.0;
+  double loss_sum_ = 0, recent_loss_ = 0;
+  std::int64_t loss_count_ = 0, recent_count_ = 0, images_since_report_ = 0;
+  std::int64_t skipped_steps_ = 0, consecutive_skips_ = 0;
+  Clock::time_point last_report_{}, t_profile_{};
+  std::int64_t profile_images_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace
+
+double run_worker(const WorkerConfig& cfg, const ProgressSink& sink) { return WorkerLoop(cfg, sink).run(); }
 
 }  // namespace dltrain::train

@@ -1,5 +1,6 @@
-// The worker task's training loop: LibTorch forward/backward, dense push/pull to the PS
-// shards, per-epoch evaluation of the PS's parameters.
+// The worker task's training loop: LibTorch forward/backward, the exchange with the PS
+// shards (dense ASGD, or top-k sparsified, momentum-corrected pushes and the PS's sparse
+// downlink; train/exchange.h), per-epoch evaluation of the PS's parameters.
 #pragma once
 
 #include <atomic>
@@ -49,8 +50,9 @@ class Stopped : public Error {
   using Error::Error;
 };
 
-/// Receives progress events (one JSON object each; "event" names the kind:
-/// "started", "progress", "epoch_end", "done", "stopped", ...). Called on the training thread.
+/// Receives the worker's events (one JSON object each, built from wire/task_events.h:
+/// started, progress, epoch_end, done, stopped, skipped_step, ps_resync, profile,
+/// replica_loaded). Called on the training thread.
 using ProgressSink = std::function<void(const nlohmann::json&)>;
 
 /// Learning rate at training progress `epoch_pos` (epochs completed, fractional, in
