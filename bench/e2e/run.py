@@ -498,7 +498,8 @@ def main():
                     help="every system on every link for both models, 3 seeds, the full training set")
     ap.add_argument("--links", help="comma list of loopback,1gbit,100mbit (default: loopback,100mbit; --full: all)")
     ap.add_argument("--models", help="comma list of cnn,mlp-large (default: both)")
-    ap.add_argument("--systems", help="comma list (default: all): " + ",".join(SYSTEMS))
+    # argparse %-formats help strings, so the systems' own '%' signs are doubled.
+    ap.add_argument("--systems", help="comma list (default: all): " + ",".join(SYSTEMS).replace("%", "%%"))
     ap.add_argument("--seeds", help="comma list (default 1; --full 1,2,3)")
     ap.add_argument("--workers", type=int, default=2, help="N: dltrain workers and DDP ranks (default 2)")
     ap.add_argument("--cap-seconds", type=int, default=900, help="stop any run after this long (default 900)")

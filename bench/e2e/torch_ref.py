@@ -24,10 +24,29 @@ import sys
 import time
 import tomllib
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-import torch.nn.functional as F
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("job")
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--world", type=int, default=1)
+    ap.add_argument("--master", default=None, help="ADDR:PORT of rank 0's rendezvous (DDP)")
+    ap.add_argument("--max-seconds", type=float, default=0)
+    return ap.parse_args()
+
+
+if __name__ == "__main__":
+    # Before torch is imported, so that --help works where python3-torch is missing.
+    ARGS = parse_args()
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ModuleNotFoundError as e:
+    sys.exit(f"torch_ref.py: {e}: install Debian's python3-torch (scripts/setup --bench) and run it "
+             "with /usr/bin/python3")
 
 MEAN_STD = {"fashion-mnist": (0.2860, 0.3530), "mnist": (0.1307, 0.3081)}
 
@@ -113,14 +132,7 @@ def emit(**ev):
     print(json.dumps(ev), flush=True)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("job")
-    ap.add_argument("--rank", type=int, default=0)
-    ap.add_argument("--world", type=int, default=1)
-    ap.add_argument("--master", default=None, help="ADDR:PORT of rank 0's rendezvous (DDP)")
-    ap.add_argument("--max-seconds", type=float, default=0)
-    args = ap.parse_args()
+def main(args):
     with open(args.job, "rb") as f:
         job = tomllib.load(f)
     opt = job.get("optimizer", {})
@@ -184,4 +196,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(ARGS))

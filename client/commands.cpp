@@ -1,0 +1,129 @@
+#include "commands.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "common/errors.h"
+#include "output.h"
+
+namespace dltrain::client {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+json job_request(const std::string& job_file, bool follow) {
+  std::error_code fec;
+  if (!fs::is_regular_file(job_file, fec)) {
+    throw ConfigError("", "job file \"" + job_file + "\" " +
+                              (fs::exists(job_file, fec) ? "is not a regular file" : "does not exist"));
+  }
+  std::ifstream in(job_file);
+  if (!in) throw ConfigError("", "cannot read job file \"" + job_file + "\"");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return {{"job_toml", ss.str()},
+          {"base_dir", fs::absolute(fs::path(job_file)).parent_path().string()},
+          {"follow", follow}};
+}
+
+int exit_for_state(const std::string& state) {
+  return state == "succeeded" ? kExitOk : kExitJobFailed;
+}
+
+int follow_job(control::BlockingControlClient& c, const std::string& job, bool as_json) {
+  for (;;) {
+    auto ev = c.next_event(std::chrono::seconds(30));
+    if (!ev) continue;  // WebSocket keep-alive pings close the session if the leader goes silent
+    if (ev->value("job", "") != job) continue;
+    if (as_json) {
+      std::cout << ev->dump() << std::endl;
+    } else {
+      print_event(std::cout, *ev);
+    }
+    if (ev->value("event", "") == "summary") return exit_for_state(ev->value("state", ""));
+  }
+}
+
+int submit(control::BlockingControlClient& c, const json& request, const CommandOptions& opt, bool as_json) {
+  auto r = c.request("submit", request, opt.timeout);
+  const std::string id = r.value("job", "");
+  if (as_json) {
+    std::cout << json{{"event", "submitted"}, {"job", id}, {"state", r.value("state", "")}}.dump() << std::endl;
+  } else {
+    std::cout << id << " submitted (" << r.value("state", "") << ") to " << opt.leader << std::endl;
+  }
+  return opt.follow ? follow_job(c, id, as_json) : kExitOk;
+}
+
+int plan(control::BlockingControlClient& c, const json& request, const CommandOptions& opt, bool as_json) {
+  auto r = c.request("plan", request, opt.timeout);
+  if (as_json) {
+    std::cout << r.dump() << std::endl;
+    return kExitOk;
+  }
+  print_plan(std::cout, r);
+  return r.value("feasible", false) ? kExitOk : kExitJobFailed;
+}
+
+int history(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json) {
+  json body = json::object();
+  if (!opt.model_filter.empty()) body["model"] = opt.model_filter;
+  if (!opt.dataset_filter.empty()) body["dataset"] = opt.dataset_filter;
+  auto r = c.request("history", body, opt.timeout);
+  if (as_json) {
+    std::cout << r["observations"].dump() << std::endl;
+    return kExitOk;
+  }
+  print_history(std::cout, r);
+  return kExitOk;
+}
+
+int follow(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json) {
+  c.request("follow", {{"job", opt.job_id}}, opt.timeout);
+  return follow_job(c, opt.job_id, as_json);
+}
+
+int status(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json) {
+  if (opt.job_id.empty()) return list(c, opt, as_json);
+  auto r = c.request("status", {{"job", opt.job_id}}, opt.timeout);
+  if (as_json) {
+    std::cout << r.dump() << std::endl;
+  } else {
+    print_job_status(std::cout, r);
+  }
+  return kExitOk;
+}
+
+int list(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json) {
+  auto r = c.request("list", json::object(), opt.timeout);
+  if (as_json) {
+    std::cout << r["jobs"].dump() << std::endl;
+  } else {
+    print_job_list(std::cout, r["jobs"]);
+  }
+  return kExitOk;
+}
+
+int cancel(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json) {
+  auto r = c.request("cancel", {{"job", opt.job_id}}, opt.timeout);
+  if (as_json) {
+    std::cout << r.dump() << std::endl;
+  } else {
+    std::cout << opt.job_id << ": " << r.value("state", "") << std::endl;
+  }
+  return kExitOk;
+}
+
+int agents(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json) {
+  auto r = c.request("agents", json::object(), opt.timeout);
+  if (as_json) {
+    std::cout << r["agents"].dump() << std::endl;
+  } else {
+    print_agents(std::cout, r["agents"]);
+  }
+  return kExitOk;
+}
+
+}  // namespace dltrain::client

@@ -1,0 +1,85 @@
+// One function per `dltrain` subcommand: each sends its request over a connected
+// control client, prints the reply (for people, or as JSON with `as_json`) to standard
+// output and returns the exit code. Errors are thrown; main() maps them to exit codes.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "control/client.h"
+
+namespace dltrain::client {
+
+// Exit codes (documented in --help and docs/operations.md).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitJobFailed = 1;  ///< the job failed or was cancelled; `plan` found no decision
+inline constexpr int kExitBadInput = 2;   ///< usage error or a job/request the leader rejected
+inline constexpr int kExitNoLeader = 3;   ///< the leader cannot be reached or stopped answering
+
+/// What the command line gave the subcommands (each reads only its own fields).
+struct CommandOptions {
+  std::string leader;          ///< the leader's URL, for messages ("submitted … to URL")
+  std::string job_id;          ///< status, cancel, follow: e.g. "job-1" ("" for status = every job)
+  bool follow = false;         ///< submit --follow: print progress until the job ends
+  std::string model_filter;    ///< history --model ("" = every model)
+  std::string dataset_filter;  ///< history --dataset ("" = every dataset)
+  std::chrono::seconds timeout{30};  ///< how long to wait for each reply
+};
+
+/// The body of a "submit" or "plan" request for `job_file` (TOML): its text, the
+/// absolute directory it is in (the leader resolves the job's relative paths against
+/// it) and `follow`. Read before connecting, so that a bad path is reported as such.
+/// Throws ConfigError ("job file \"PATH\" does not exist", "… is not a regular file",
+/// "cannot read job file \"PATH\"").
+nlohmann::json job_request(const std::string& job_file, bool follow);
+
+/// `dltrain submit`: submits `request` (job_request()) and prints the new job's id and
+/// state; with `opt.follow`, then prints its events as follow_job() does. Returns
+/// kExitOk, or with `opt.follow` the job's exit_for_state(). Throws what
+/// BlockingControlClient::request and next_event throw (RemoteError, TimeoutError,
+/// IoError).
+int submit(control::BlockingControlClient& c, const nlohmann::json& request, const CommandOptions& opt,
+           bool as_json);
+
+/// `dltrain plan`: the planner's decision for `request` (job_request()) without running
+/// anything. Returns kExitOk when it is feasible, kExitJobFailed when not (kExitOk with
+/// `as_json`). Throws as submit() does.
+int plan(control::BlockingControlClient& c, const nlohmann::json& request, const CommandOptions& opt,
+         bool as_json);
+
+/// `dltrain history`: the leader's performance observations, filtered by
+/// `opt.model_filter` and `opt.dataset_filter`. Returns kExitOk. Throws as submit() does.
+int history(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json);
+
+/// `dltrain follow`: subscribes to the events of `opt.job_id` and prints them until its
+/// summary (follow_job()). Returns the job's exit_for_state(). Throws as submit() does.
+int follow(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json);
+
+/// `dltrain status`: one job (`opt.job_id`) with its tasks, or, when `opt.job_id` is
+/// empty, every job as list() prints them. Returns kExitOk. Throws as submit() does.
+int status(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json);
+
+/// `dltrain list`: one line per job. Returns kExitOk. Throws as submit() does.
+int list(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json);
+
+/// `dltrain cancel`: cancels `opt.job_id` and prints its new state. Returns kExitOk.
+/// Throws as submit() does.
+int cancel(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json);
+
+/// `dltrain agents`: the agents registered with the leader. Returns kExitOk. Throws as
+/// submit() does.
+int agents(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json);
+
+/// The exit code for a job that ended in `state`: kExitOk for "succeeded", else
+/// kExitJobFailed.
+int exit_for_state(const std::string& state);
+
+/// Prints `job`'s events (print_event, or one JSON object per line with `as_json`) as
+/// they arrive, until its summary; returns exit_for_state() of the summary's state.
+/// Waits without limit (the WebSocket keep-alive ends a session whose leader went
+/// silent). Throws IoError when the connection is lost.
+int follow_job(control::BlockingControlClient& c, const std::string& job, bool as_json);
+
+}  // namespace dltrain::client
