@@ -1,4 +1,8 @@
-// Worker-side client of the PS shards (Asio TCP, blocking calls with timeouts).
+// Worker-side client of the PS shards (blocking calls with timeouts over TCP).
+//
+// The messages (init, push, pull, done) are built in ps/client.cpp; the connections they
+// travel on (connect, authenticate, exchange, reconnect) live in ps/connection.h, which
+// users of PsClient never include.
 #pragma once
 
 #include <atomic>
@@ -14,6 +18,10 @@
 #include "wire/frame.h"
 
 namespace dltrain::ps {
+
+namespace detail {
+class ShardConnections;  // ps/connection.h: sockets, handshake, exchange, reconnect
+}  // namespace detail
 
 /// One partition's encoded push (see compress::GradientCompressor). The payload is
 /// `first` followed by `second` (indices then values for sparse codecs).
@@ -139,11 +147,12 @@ class PsClient {
   std::uint64_t bytes_pushed() const;
   std::uint64_t bytes_pulled() const;
 
-  /// Opaque implementation (Asio state); public only so helpers in client.cpp can name it.
-  struct Impl;
-
  private:
-  std::unique_ptr<Impl> impl_;
+  void require_floats(std::size_t n, const char* call) const;
+
+  PartitionLayout layout_;
+  std::vector<std::vector<Partition>> owned_;  ///< per shard, in the order the shard answers pulls
+  std::unique_ptr<detail::ShardConnections> conn_;
 };
 
 }  // namespace dltrain::ps

@@ -1,8 +1,11 @@
 #include "wire/frame.h"
 
 #include <bit>
+#include <cstdio>
 #include <cstring>
+#include <ostream>
 
+#include "common/enforce.h"
 #include "common/errors.h"
 
 namespace dltrain::wire {
@@ -22,6 +25,17 @@ T get(std::span<const std::byte, kHeaderSize> in, std::size_t off) {
   std::memcpy(&v, in.data() + off, sizeof(T));
   return v;
 }
+
+// A 32-bit value that ENFORCE messages print as 0x%08X (the magic number).
+struct Hex32 {
+  std::uint32_t v;
+  bool operator==(const Hex32&) const = default;
+  friend std::ostream& operator<<(std::ostream& out, const Hex32& x) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "0x%08X", x.v);
+    return out << buf;
+  }
+};
 
 bool known_type(std::uint16_t t) {
   switch (static_cast<MessageType>(t)) {
@@ -78,20 +92,10 @@ void encode_header(const FrameHeader& h, std::span<std::byte, kHeaderSize> out) 
 }
 
 FrameHeader decode_header(std::span<const std::byte, kHeaderSize> in, const FrameLimits& limits) {
-  const auto magic = get<std::uint32_t>(in, 0);
-  if (magic != kMagic) {
-    throw ProtocolError("frame magic: expected 0x52544C44, got 0x" + [&] {
-      char buf[16];
-      std::snprintf(buf, sizeof buf, "%08X", magic);
-      return std::string(buf);
-    }());
-  }
+  DLTRAIN_ENFORCE_EQ(Hex32{get<std::uint32_t>(in, 0)}, Hex32{kMagic}, ProtocolError, "frame magic");
   FrameHeader h;
   h.version = get<std::uint16_t>(in, 4);
-  if (h.version != kProtocolVersion) {
-    throw ProtocolError("frame version: expected " + std::to_string(kProtocolVersion) + ", got " +
-                        std::to_string(h.version));
-  }
+  DLTRAIN_ENFORCE_EQ(h.version, kProtocolVersion, ProtocolError, "frame version");
   const auto type = get<std::uint16_t>(in, 6);
   if (!known_type(type)) throw ProtocolError("frame type: unknown value " + std::to_string(type));
   h.type = static_cast<MessageType>(type);
@@ -101,7 +105,7 @@ FrameHeader decode_header(std::span<const std::byte, kHeaderSize> in, const Fram
   const auto codec = get<std::uint16_t>(in, 28);
   h.codec = static_cast<Codec>(codec);
   h.flags = get<std::uint16_t>(in, 30);
-  if (h.flags != 0) throw ProtocolError("frame flags: expected 0, got " + std::to_string(h.flags));
+  DLTRAIN_ENFORCE_EQ(h.flags, 0u, ProtocolError, "frame flags");
   h.count = get<std::uint32_t>(in, 32);
   h.payload_bytes = get<std::uint32_t>(in, 36);
   h.scale = get<float>(in, 40);

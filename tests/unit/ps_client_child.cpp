@@ -1,4 +1,4 @@
-// The worker side of tests/unit/ps_test.cpp's suspension test: a process of its own, so
+// The worker side of tests/unit/ps_client_test.cpp's suspension test: a process of its own, so
 // that the test can SIGSTOP it in the middle of a PS call. Usage:
 //   ps_client_child PORT TIMEOUT_MS SECRET_FILE
 // Connects to a one-shard PS on 127.0.0.1:PORT as worker 0 of 1 of job 42 (generation 1)

@@ -1,0 +1,277 @@
+// PsClient against a shard played by the test: the silence timeout, the stop flag (also
+// during resync), a worker suspended past its timeout (a real child process,
+// ps_client_child), and a malformed pull reply.
+#include <signal.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <gtest/gtest.h>
+
+#include "common/errors.h"
+#include "common/secret.h"
+#include "ps/client.h"
+#include "ps/partition.h"
+#include "support/process.h"
+#include "support/ps_shards.h"
+#include "support/temp_dir.h"
+#include "support/wait.h"
+#include "wire/auth.h"
+#include "wire/frame.h"
+
+using namespace dltrain;
+using namespace dltrain::ps;
+using namespace dltrain::testing;
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+// A PS shard played by the test: it answers exactly when the test says so. Accepting and
+// reading are bounded by `timeout` and report whether they completed.
+struct ScriptedShard {
+  asio::io_context io;
+  tcp::acceptor acceptor{io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
+  tcp::socket sock{io};
+
+  std::uint16_t port() const { return acceptor.local_endpoint().port(); }
+
+  bool run(std::chrono::seconds timeout, const bool& done) {
+    io.restart();
+    io.run_for(timeout);
+    return done;
+  }
+  bool accept(std::chrono::seconds timeout) {
+    bool done = false;
+    acceptor.async_accept(sock, [&](boost::system::error_code ec) { done = !ec; });
+    return run(timeout, done);
+  }
+  // The shard's side of the authentication handshake for job 42, generation 1: sends a
+  // challenge, reads the worker's answer and proves knowledge of kSecret.
+  bool handshake(std::chrono::seconds timeout) {
+    const auto nonce = wire::random_nonce();
+    std::array<std::uint8_t, wire::kChallengeSize> c{};
+    wire::encode_challenge(nonce, c);
+    asio::write(sock, asio::buffer(c));
+    std::array<std::uint8_t, wire::kAnswerSize> a{};
+    bool done = false;
+    asio::async_read(sock, asio::buffer(a), [&](boost::system::error_code ec, std::size_t) { done = !ec; });
+    if (!run(timeout, done)) return false;
+    const auto answer = wire::decode_answer(a);
+    if (!wire::macs_equal(answer.mac, wire::auth_mac(kSecret, nonce, 42, 1, wire::kWorkerContext))) return false;
+    std::array<std::uint8_t, wire::kProofSize> proof{};
+    wire::encode_proof(wire::auth_mac(kSecret, answer.nonce, 42, 1, wire::kShardContext), proof);
+    asio::write(sock, asio::buffer(proof));
+    return true;
+  }
+  // Reads one frame; its payload goes to `payload`.
+  std::optional<wire::FrameHeader> read_frame(std::chrono::seconds timeout, std::vector<std::byte>* payload = nullptr) {
+    std::array<std::byte, wire::kHeaderSize> hdr{};
+    bool done = false;
+    asio::async_read(sock, asio::buffer(hdr), [&](boost::system::error_code ec, std::size_t) { done = !ec; });
+    if (!run(timeout, done)) return std::nullopt;
+    auto h = wire::decode_header(std::span<const std::byte, wire::kHeaderSize>(hdr));
+    std::vector<std::byte> body(h.payload_bytes);
+    done = body.empty();
+    if (!done) {
+      asio::async_read(sock, asio::buffer(body), [&](boost::system::error_code ec, std::size_t) { done = !ec; });
+      if (!run(timeout, done)) return std::nullopt;
+    }
+    if (payload != nullptr) *payload = std::move(body);
+    return h;
+  }
+  void write_frame(wire::FrameHeader h, const std::vector<float>& values = {}) {
+    h.job = 42;
+    h.generation = 1;
+    auto b = header_bytes(h);
+    append(b, values);
+    asio::write(sock, asio::buffer(b));
+  }
+};
+
+}  // namespace
+
+// The client's timeout bounds the shards' silence: a PS that never answers fails the
+// call with TimeoutError naming it.
+TEST(PsClientTimeout, AShardThatNeverAnswersFailsTheCall) {
+  ScriptedShard shard;  // listens (the kernel completes the connection) but never replies
+  PsClientOptions o;
+  o.job = 42;
+  o.generation = 1;
+  o.timeout = std::chrono::milliseconds(300);
+  o.secret = kSecret;
+  PsClient client({{"127.0.0.1", shard.port()}}, make_layout({4}, 4, 1), o);
+  try {
+    client.connect();
+    FAIL() << "connect succeeded against a silent shard";
+  } catch (const TimeoutError& e) {
+    EXPECT_EQ(std::string(e.what()), "PS authentication handshake: no reply for 300 ms");
+  }
+}
+
+// A worker asked to stop (its SIGTERM handler sets the flag) gives up a call on a silent
+// shard at once, with StopRequested, not after its PS timeout: it must save its replica
+// within its agent's stop grace.
+TEST(PsClientStop, AStopRequestEndsACallOnASilentShardWellBeforeTheTimeout) {
+  using namespace std::chrono_literals;
+  ScriptedShard shard;  // accepts (the kernel does) but never answers
+  std::atomic<bool> stop{false};
+  PsClientOptions o;
+  o.job = 42;
+  o.generation = 1;
+  o.timeout = std::chrono::milliseconds(60000);
+  o.secret = kSecret;
+  o.stop_requested = &stop;
+  PsClient client({{"127.0.0.1", shard.port()}}, make_layout({4}, 4, 1), o);
+  // The stop comes while the call waits on the silent shard: once the shard has accepted
+  // the client's connection (the client then waits for a challenge that never comes), and
+  // no earlier than 300 ms into the call. The stop is set even if the accept fails, so the
+  // test cannot hang for the 60 s timeout.
+  const auto t0 = std::chrono::steady_clock::now();
+  bool accepted = false;
+  std::thread stopper([&] {
+    accepted = shard.accept(30s);
+    std::this_thread::sleep_until(t0 + 300ms);
+    stop = true;
+  });
+  EXPECT_THROW(client.connect(), StopRequested);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  stopper.join();
+  EXPECT_TRUE(accepted) << "the client never connected to the shard";
+  // 300 ms until the flag, then one 100 ms slice at most; far below the 60 s timeout.
+  EXPECT_LT(waited, 5s);
+  EXPECT_GE(waited, 300ms);
+}
+
+// The same while resync() backs off against a shard that is gone (its port refuses).
+TEST(PsClientStop, AStopRequestEndsResyncWhileTheShardIsGone) {
+  using namespace std::chrono_literals;
+  auto srv = std::make_unique<ScriptedShard>();
+  const auto port = srv->port();
+  srv.reset();  // nothing listens there any more
+  std::atomic<bool> stop{true};
+  PsClientOptions o;
+  o.job = 42;
+  o.generation = 1;
+  o.timeout = 1000ms;
+  o.reconnect_timeout = 60000ms;
+  o.secret = kSecret;
+  o.stop_requested = &stop;
+  PsClient client({{"127.0.0.1", port}}, make_layout({4}, 4, 1), o);
+  std::vector<float> params(4, 1.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(client.resync(params), StopRequested);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+}
+
+// A worker suspended (SIGSTOP, as a straggler or a paused VM is) while it waits for a
+// pull reply, and kept stopped past its PS timeout while the reply sits in its socket,
+// takes that reply when it resumes: the time it did not run is not the PS's silence.
+TEST(PsClientTimeout, AWorkerSuspendedPastItsTimeoutTakesTheReplyWaitingForIt) {
+  using namespace std::chrono_literals;
+  dltrain::testing::TempDir dir("dltrain-ps");
+  ScriptedShard shard;
+  const std::string out = (dir.path / "child.out").string();
+  const std::string exe = std::string(DLTRAIN_BIN_DIR) + "/ps_client_child";
+  const std::string secret_file = (dir.path / "job.secret").string();
+  write_private_file(secret_file, to_hex(kSecret) + "\n");
+  dltrain::testing::Background child(exe + " " + std::to_string(shard.port()) + " 500 " + secret_file, out);
+  auto child_output = [&] {
+    std::string s;
+    for (const auto& l : child.lines()) s += l + "\n";
+    return s;
+  };
+
+  ASSERT_TRUE(shard.accept(30s)) << "the child never connected: " << child_output();
+  ASSERT_TRUE(shard.handshake(30s)) << "the child did not prove the secret: " << child_output();
+  std::vector<std::byte> hello;
+  auto h = shard.read_frame(30s, &hello);
+  ASSERT_TRUE(h && h->type == wire::MessageType::kHello && hello.size() == 8) << child_output();
+  std::uint32_t rank_of[2];
+  std::memcpy(rank_of, hello.data(), 8);
+  EXPECT_EQ(rank_of[0], 0u);  // worker 0
+  EXPECT_EQ(rank_of[1], 1u);  // of 1
+  wire::FrameHeader ack;
+  ack.type = wire::MessageType::kHelloAck;
+  ack.seq = h->seq;
+  ack.count = 1;
+  shard.write_frame(ack);
+  auto pull = shard.read_frame(30s);
+  ASSERT_TRUE(pull && pull->type == wire::MessageType::kPull && pull->key == 0) << child_output();
+
+  // The child now waits in its pull. Stop it, answer, and keep it stopped for three
+  // times its 500 ms timeout.
+  const int pid = child.pid();
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  wait_until([&] { return dltrain::testing::process_state(pid) == 'T'; }, 10s, 10ms);
+  ASSERT_EQ(dltrain::testing::process_state(pid), 'T') << "the child did not stop";
+  wire::FrameHeader reply;
+  reply.type = wire::MessageType::kPullReply;
+  reply.seq = pull->seq;
+  reply.key = 0;
+  reply.codec = wire::Codec::kDenseF32;
+  reply.count = 4;
+  reply.payload_bytes = 16;
+  shard.write_frame(reply, {1.5f, -2.0f, 3.25f, 4.0f});
+  // Not a synchronisation: the suspension itself, three times the child's timeout, so that
+  // its deadline has passed when it runs again.
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_EQ(kill(pid, SIGCONT), 0);
+
+  EXPECT_EQ(child.wait(30), 0) << child_output();
+  const auto lines = child.lines();
+  ASSERT_EQ(lines.size(), 1u) << child_output();
+  EXPECT_EQ(lines[0], "1.5 -2 3.25 4");
+}
+
+// A pull reply that does not fit the partition it answers is refused by the client's one
+// check of pull replies, with what it expected and what it got; the client is closed.
+TEST(PsClientReplies, APullReplyOfTheWrongSizeIsRefusedWithWhatWasExpected) {
+  using namespace std::chrono_literals;
+  ScriptedShard shard;
+  std::thread script([&] {
+    if (!shard.accept(30s) || !shard.handshake(30s)) return;
+    auto hello = shard.read_frame(30s);
+    if (!hello) return;
+    wire::FrameHeader ack;
+    ack.type = wire::MessageType::kHelloAck;
+    ack.seq = hello->seq;
+    ack.count = 1;
+    shard.write_frame(ack);
+    auto pull = shard.read_frame(30s);
+    if (!pull) return;
+    wire::FrameHeader reply;  // partition 0 has 4 values; this reply carries 2
+    reply.type = wire::MessageType::kPullReply;
+    reply.seq = pull->seq;
+    reply.key = 0;
+    reply.codec = wire::Codec::kDenseF32;
+    reply.count = 2;
+    reply.payload_bytes = 8;
+    shard.write_frame(reply, {1.0f, 2.0f});
+  });
+  PsClientOptions o;
+  o.job = 42;
+  o.generation = 1;
+  o.timeout = std::chrono::milliseconds(10000);
+  o.secret = kSecret;
+  PsClient client({{"127.0.0.1", shard.port()}}, make_layout({4}, 4, 1), o);
+  std::vector<float> params(4, -1.0f);
+  try {
+    client.connect();
+    client.pull(params);
+    ADD_FAILURE() << "a pull reply of 2 values for a partition of 4 was accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_EQ(std::string(e.what()), "PS shard 0 (127.0.0.1:" + std::to_string(shard.port()) +
+                                         "): pull-reply of partition 0: element count: expected 4, got 2");
+  }
+  script.join();
+  EXPECT_EQ(params, std::vector<float>(4, -1.0f));  // nothing was written
+  EXPECT_THROW(client.pull(params), IoError);     // closed after the error
+}

@@ -1,0 +1,145 @@
+// A worker's recovery after a PS shard restarts (PsClient::resync): from the shard's
+// checkpoint, from the first replica offered, or a clear error when it does not come back.
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/errors.h"
+#include "ps/checkpoint.h"
+#include "ps/client.h"
+#include "ps/partition.h"
+#include "ps/server.h"
+#include "ps/shard_state.h"
+#include "support/ps_shards.h"
+#include "support/temp_dir.h"
+
+using namespace dltrain;
+using namespace dltrain::ps;
+using dltrain::testing::kSecret;
+
+namespace {
+
+// One shard whose process can "die" (the server is destroyed, closing every
+// connection) and "restart" on the same port with a given state.
+struct RestartableShard {
+  PsServerOptions opt;
+  std::unique_ptr<PsServer> server;
+  std::uint16_t port = 0;
+  RestartableShard() {
+    opt.bind_address = "127.0.0.1";
+    opt.job = 42;
+    opt.generation = 1;
+    opt.secret = kSecret;
+  }
+  void start(std::shared_ptr<ShardState> st) {
+    opt.port = port;
+    server = std::make_unique<PsServer>(opt, std::move(st));
+    server->start();
+    port = server->port();
+  }
+  void kill() { server.reset(); }
+};
+
+PsClientOptions resync_options(std::uint32_t rank) {
+  PsClientOptions o;
+  o.job = 42;
+  o.generation = 1;
+  o.secret = kSecret;
+  o.rank = rank;
+  o.num_workers = 2;
+  o.timeout = std::chrono::milliseconds(5000);
+  o.reconnect_timeout = std::chrono::milliseconds(5000);
+  return o;
+}
+
+}  // namespace
+
+TEST(Resync, AfterARestartFromACheckpointTheWorkerTakesTheRestoredParameters) {
+  dltrain::testing::TempDir dir;
+  const auto path = dir.path / "shard.ckpt";
+  RestartableShard shard;
+  auto st = std::make_shared<ShardState>(0.0);
+  shard.start(st);
+  const auto layout = make_layout({4}, 4, 1);
+  PsClient w(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, layout, resync_options(0));
+  w.connect();
+  std::vector<float> params{1, 2, 3, 4};
+  w.init(params);
+  std::vector<float> g(4, 1.0f);
+  w.push_pull(g, 0.5f, params);  // x = {0.5, 1.5, 2.5, 3.5}
+  ShardCheckpointer(path.string(), 42, 0, st).save();
+  w.push_pull(g, 0.5f, params);  // x = {0, 1, 2, 3}, after the checkpoint: lost
+  shard.kill();
+
+  // The restarted shard loads the checkpoint before it listens, on the same port.
+  auto restored = std::make_shared<ShardState>(0.0);
+  restored->restore(std::move(*read_checkpoint_file(path.string(), 42, 0)));
+  shard.start(restored);
+  EXPECT_THROW(w.push_pull(g, 0.5f, params), PsConnectionLost);
+  w.resync(params);
+  // The worker's replica {0, 1, 2, 3} was offered as init, but the restored partition
+  // wins: the worker now holds the checkpoint's values.
+  EXPECT_EQ(params, (std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f}));
+  w.push_pull(g, 0.5f, params);
+  EXPECT_EQ(params, (std::vector<float>{0.0f, 1.0f, 2.0f, 3.0f}));
+}
+
+TEST(Resync, AShardRestartedWithoutACheckpointIsRebuiltFromTheFirstReplicaOffered) {
+  RestartableShard shard;
+  shard.start(std::make_shared<ShardState>(0.0));
+  const auto layout = make_layout({4}, 4, 1);
+  PsClient w0(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, layout, resync_options(0));
+  PsClient w1(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, layout, resync_options(1));
+  w0.connect();
+  w1.connect();
+  std::vector<float> p0{1, 2, 3, 4}, p1(4);
+  w0.init(p0);
+  w0.pull(p0);  // init has no reply: the pull on the same connection orders it
+  w1.pull(p1);
+  EXPECT_EQ(p1, p0);
+  w0.done();
+  shard.kill();
+  auto fresh = std::make_shared<ShardState>(0.0);
+  shard.start(fresh);
+  EXPECT_THROW(w0.workers_done(), PsConnectionLost);
+  p0 = {9, 8, 7, 6};  // this worker's replica moved on
+  w0.resync(p0);
+  EXPECT_EQ(p0, (std::vector<float>{9, 8, 7, 6}));
+  // The second worker finds its connection gone too and gets the first replica.
+  p1 = {0, 0, 0, 0};
+  EXPECT_THROW(w1.pull(p1), PsConnectionLost);
+  w1.resync(p1);
+  EXPECT_EQ(p1, (std::vector<float>{9, 8, 7, 6}));
+  EXPECT_EQ(fresh->num_partitions(), 1u);
+}
+
+TEST(Resync, GivesUpWithAClearErrorWhenTheShardDoesNotComeBack) {
+  RestartableShard shard;
+  shard.start(std::make_shared<ShardState>(0.0));
+  auto o = resync_options(0);
+  o.reconnect_timeout = std::chrono::milliseconds(700);
+  PsClient w(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, make_layout({4}, 4, 1), o);
+  w.connect();
+  std::vector<float> p{1, 2, 3, 4};
+  w.init(p);
+  shard.kill();
+  try {
+    w.pull(p);
+    ADD_FAILURE() << "the pull succeeded without a shard";
+  } catch (const PsConnectionLost& e) {
+    EXPECT_EQ(e.shard(), 0u);
+    EXPECT_NE(std::string(e.what()).find("connection lost"), std::string::npos) << e.what();
+  }
+  try {
+    w.resync(p);
+    ADD_FAILURE() << "resynced without a shard";
+  } catch (const PsConnectionLost&) {
+    ADD_FAILURE() << "resync must end with a plain IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("could not reconnect to the PS shards within 700 ms"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot connect"), std::string::npos) << e.what();
+  }
+}
