@@ -10,6 +10,7 @@
 
 #include "common/errors.h"
 #include "common/secret.h"
+#include "common/toml_fields.h"
 #include "control/client.h"
 
 namespace dltrain::client {
@@ -68,23 +69,35 @@ Target find_leader(const std::string& flag_leader, const std::string& flag_token
   for (const auto& p : client_configs()) {
     std::error_code ec;
     if (!fs::exists(p, ec)) continue;
+    toml::table tbl;
     try {
-      auto tbl = toml::parse_file(p.string());
-      std::string token = tbl["token"].value_or(std::string());
-      if (token.empty() && t.token.empty()) {
-        if (auto tf = tbl["token_file"].value<std::string>()) token = read_token_file(p, *tf);
+      tbl = toml_fields::parse_file(p.string());
+    } catch (const ConfigError& e) {
+      throw ConfigError("", "client config " + std::string(e.what()));
+    }
+    // One string key of the configuration ("" when absent); a value of another type is
+    // refused, naming the key and the file.
+    auto key = [&](const char* k) {
+      const auto* n = tbl.get(k);
+      if (n == nullptr) return std::string();
+      try {
+        return toml_fields::get_string(*n, k, true);
+      } catch (const ConfigError& e) {
+        throw ConfigError(k, "client config " + p.string() + ": " + e.what());
       }
-      fill(tbl["leader"].value_or(std::string()), token, p.string());
-      if (t.ca_file.empty()) {
-        if (auto ca = tbl["ca_file"].value<std::string>(); ca && !ca->empty()) {
-          // Relative to the configuration file, as the agent's paths are.
-          const fs::path cp(*ca);
-          t.ca_file = (cp.is_relative() ? p.parent_path() / cp : cp).string();
-          t.ca_source = "ca_file in " + p.string();
-        }
+    };
+    std::string token = key("token");
+    if (token.empty() && t.token.empty()) {
+      if (const auto tf = key("token_file"); !tf.empty()) token = read_token_file(p, tf);
+    }
+    fill(key("leader"), token, p.string());
+    if (t.ca_file.empty()) {
+      if (const auto ca = key("ca_file"); !ca.empty()) {
+        // Relative to the configuration file, as the agent's paths are.
+        const fs::path cp(ca);
+        t.ca_file = (cp.is_relative() ? p.parent_path() / cp : cp).string();
+        t.ca_source = "ca_file in " + p.string();
       }
-    } catch (const toml::parse_error& e) {
-      throw ConfigError("", "client config " + p.string() + ": " + std::string(e.description()));
     }
   }
   const std::string sa = control::default_standalone_client_file();

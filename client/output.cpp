@@ -1,7 +1,11 @@
 #include "output.h"
 
 #include <iomanip>
+#include <optional>
 #include <sstream>
+
+#include "common/json_fields.h"
+#include "wire/task_events.h"
 
 namespace dltrain::client {
 
@@ -27,119 +31,128 @@ std::string fmt(double v, int prec) {
 
 namespace {
 
-void print_progress(std::ostream& out, const json& e, const std::string& job, const std::string& task) {
-  out << job << " [" << task << "] epoch " << e.value("epoch", 0) << " step " << e.value("step", 0) << "/"
-      << e.value("steps_per_epoch", 0) << "  loss " << fmt(e.value("loss", 0.0), 4) << "  lr "
-      << fmt(e.value("lr", 0.0), 4) << "  " << fmt(e.value("images_per_sec", 0.0), 0) << " img/s  pushed "
-      << human_bytes(e.value("bytes_pushed", 0.0)) << "  pulled " << human_bytes(e.value("bytes_pulled", 0.0));
-  if (e.contains("density") && e["density"].is_number() && e["density"].get<double>() < 1.0) {
-    out << "  density " << e["density"].get<double>();
-  }
-  if (e.contains("compression_ratio") && e["compression_ratio"].is_number() &&
-      e["compression_ratio"].get<double>() > 1.05) {
-    out << "  compression " << fmt(e["compression_ratio"].get<double>(), 1) << "x";
-  }
+namespace events = wire::events;
+
+void print_progress(std::ostream& out, const events::Progress& e, const std::string& job, const std::string& task) {
+  out << job << " [" << task << "] epoch " << e.epoch << " step " << e.step << "/" << e.steps_per_epoch << "  loss "
+      << fmt(e.loss, 4) << "  lr " << fmt(e.lr, 4) << "  " << fmt(e.images_per_sec, 0) << " img/s  pushed "
+      << human_bytes(static_cast<double>(e.bytes_pushed)) << "  pulled "
+      << human_bytes(static_cast<double>(e.bytes_pulled));
+  if (e.density < 1.0) out << "  density " << e.density;
+  if (e.compression_ratio && *e.compression_ratio > 1.05) out << "  compression " << fmt(*e.compression_ratio, 1) << "x";
   out << std::endl;
 }
 
-void print_restarting(std::ostream& out, const json& e, const std::string& job, const std::string& task) {
-  out << job << " [" << task << "] " << e.value("reason", "died")
-      << (e.value("last_error", "").empty() ? "" : " (" + e.value("last_error", "") + ")") << "; restart "
-      << e.value("attempt", 0) << " of " << e.value("max_restarts", 0);
-  if (e.value("kind", "") == "ps") {
-    out << " on port " << e.value("port", 0) << ", from its latest checkpoint" << std::endl;
+void print_restarting(std::ostream& out, const events::Restarting& e, const std::string& job,
+                      const std::string& task) {
+  out << job << " [" << task << "] " << (e.reason.empty() ? std::string("died") : e.reason)
+      << (e.last_error.empty() ? "" : " (" + e.last_error + ")") << "; restart " << e.attempt << " of "
+      << e.max_restarts;
+  if (e.kind == "ps") {
+    out << " on port " << e.port.value_or(0) << ", from its latest checkpoint" << std::endl;
   } else {
-    out << ", resuming after epoch " << e.value("resume_epoch", 0) << std::endl;
+    out << ", resuming after epoch " << e.resume_epoch.value_or(0) << std::endl;
   }
 }
 
-void print_reassigned(std::ostream& out, const json& e, const std::string& job) {
-  out << job << ": re-assigned as generation " << e.value("generation", 0);
-  for (const auto& m : e["moved"]) {
-    out << "; " << m.value("task", "") << " " << m.value("from", "") << " -> " << m.value("to", "");
-  }
-  if (e.contains("replica_from")) out << "; lost shard state rebuilt from " << e.value("replica_from", "") << "'s replica";
+void print_reassigned(std::ostream& out, const events::Reassigned& e, const std::string& job) {
+  out << job << ": re-assigned as generation " << e.generation;
+  for (const auto& m : e.moved) out << "; " << m.task << " " << m.from << " -> " << m.to;
+  if (e.replica_from) out << "; lost shard state rebuilt from " << *e.replica_from << "'s replica";
   out << std::endl;
 }
 
-void print_epoch_end(std::ostream& out, const json& e, const std::string& job, const std::string& task) {
-  out << job << " [" << task << "] epoch " << e.value("epoch", 0) << "/" << e.value("epochs", 0) << " done in "
-      << fmt(e.value("epoch_seconds", 0.0), 1) << " s  train loss " << fmt(e.value("train_loss", 0.0), 4) << "  "
-      << fmt(e.value("images_per_sec", 0.0), 0) << " img/s";
-  if (e.contains("test_accuracy")) out << "  test accuracy " << fmt(e.value("test_accuracy", 0.0), 4);
+void print_epoch_end(std::ostream& out, const events::EpochEnd& e, const std::string& job, const std::string& task) {
+  out << job << " [" << task << "] epoch " << e.epoch << "/" << e.epochs << " done in " << fmt(e.epoch_seconds, 1)
+      << " s  train loss " << fmt(e.train_loss, 4) << "  " << fmt(e.images_per_sec, 0) << " img/s";
+  if (e.test_accuracy) out << "  test accuracy " << fmt(*e.test_accuracy, 4);
   out << std::endl;
 }
 
-void print_summary(std::ostream& out, const json& e, const std::string& job) {
-  out << job << " " << e.value("state", "") << ": test accuracy "
-      << (e["test_accuracy"].is_number() ? fmt(e["test_accuracy"].get<double>(), 4) : std::string("n/a")) << ", "
-      << e.value("epochs", 0) << " epochs, " << fmt(e.value("wall_seconds", 0.0), 1) << " s, pushed "
-      << human_bytes(e.value("bytes_pushed", 0.0)) << ", pulled " << human_bytes(e.value("bytes_pulled", 0.0)) << ", "
-      << fmt(e.value("images_per_sec", 0.0), 0) << " img/s (last epoch, all workers)";
-  if (e.value("compression", "none") != "none" && e.contains("compression_ratio") &&
-      e["compression_ratio"].is_number()) {
-    out << "\n  " << e.value("compression", "") << ": " << fmt(e["compression_ratio"].get<double>(), 1)
-        << "x fewer bytes than dense (up " << fmt(e.value("compression_ratio_up", 0.0), 1) << "x, down "
-        << fmt(e.value("compression_ratio_down", 0.0), 1) << "x)";
-    if (e.contains("compression_ratio_after_warmup") && e["compression_ratio_after_warmup"].is_number()) {
-      out << "; after warm-up " << fmt(e["compression_ratio_after_warmup"].get<double>(), 1) << "x (up "
-          << fmt(e.value("compression_ratio_up_after_warmup", 0.0), 1) << "x, down "
-          << fmt(e.value("compression_ratio_down_after_warmup", 0.0), 1) << "x)";
+// "12.3x" of a ratio that may be null (0.0x, as before the events were typed).
+std::string ratio(const std::optional<json_fields::Nullable<double>>& r) {
+  return fmt(r && *r ? **r : 0.0, 1);
+}
+
+void print_summary(std::ostream& out, const events::Summary& e, const std::string& job) {
+  out << job << " " << e.state << ": test accuracy " << (e.test_accuracy ? fmt(*e.test_accuracy, 4) : std::string("n/a"))
+      << ", " << e.epochs << " epochs, " << fmt(e.wall_seconds, 1) << " s, pushed "
+      << human_bytes(static_cast<double>(e.bytes_pushed)) << ", pulled "
+      << human_bytes(static_cast<double>(e.bytes_pulled)) << ", " << fmt(e.images_per_sec, 0)
+      << " img/s (last epoch, all workers)";
+  if (e.compression != "none" && e.compression_ratio && *e.compression_ratio) {
+    out << "\n  " << e.compression << ": " << ratio(e.compression_ratio) << "x fewer bytes than dense (up "
+        << ratio(e.compression_ratio_up) << "x, down " << ratio(e.compression_ratio_down) << "x)";
+    if (e.compression_ratio_after_warmup && *e.compression_ratio_after_warmup) {
+      out << "; after warm-up " << ratio(e.compression_ratio_after_warmup) << "x (up "
+          << ratio(e.compression_ratio_up_after_warmup) << "x, down " << ratio(e.compression_ratio_down_after_warmup)
+          << "x)";
     }
   }
-  if (e.contains("error")) out << "\n  error: " << e.value("error", "");
+  if (e.error) out << "\n  error: " << *e.error;
   out << std::endl;
+}
+
+void print_worker_event(std::ostream& out, const std::string& kind, const json& e, const std::string& job,
+                        const std::string& task) {
+  const std::string who = job + " [" + task + "] ";
+  if (kind == events::Progress::kKind) {
+    print_progress(out, events::Progress::from_json(e), job, task);
+  } else if (kind == events::PsResync::kKind) {
+    const auto r = events::PsResync::from_json(e);
+    out << who << "lost PS shard " << r.shard << " (" << r.reason << "); reconnected and resynced in "
+        << fmt(r.seconds, 1) << " s" << std::endl;
+  } else if (kind == events::WorkerStopped::kKind && e.contains("replica")) {
+    const auto r = events::WorkerStopped::from_json(e).replica;
+    out << who << "stopped"
+        << (r && r->steps ? " and saved its replica at step " + std::to_string(*r->steps) : std::string())
+        << std::endl;
+  } else if (kind == events::ReplicaLoaded::kKind) {
+    out << who << "initialises the PS shards from its replica of step " << events::ReplicaLoaded::from_json(e).steps
+        << std::endl;
+  } else if (kind == events::SkippedStep::kKind) {
+    const auto k = events::SkippedStep::from_json(e);
+    out << who << "skipped epoch " << k.epoch << " step " << k.step << ": NaN/Inf loss or gradient ("
+        << k.skipped_steps << " skipped so far)" << std::endl;
+  } else if (kind == events::EpochEnd::kKind) {
+    print_epoch_end(out, events::EpochEnd::from_json(e), job, task);
+  } else if (kind == events::Started::kKind) {
+    const auto st = events::Started::from_json(e);
+    out << who << "started: " << st.train_examples << " training examples, " << st.parameters << " parameters in "
+        << st.partitions << " partitions" << std::endl;
+  } else if (kind == events::TaskError::kKind) {
+    out << who << "error: " << events::TaskError::from_json(e).message << std::endl;
+  }
 }
 
 }  // namespace
 
 void print_event(std::ostream& out, const json& e) {
-  const std::string kind = e.value("event", "");
+  const std::string kind = events::kind_of(e);
   const std::string job = e.value("job", "");
   const std::string task = e.value("task", "");
-  if (kind == "state") {
-    out << job << ": " << e.value("state", "") << std::endl;
-  } else if (kind == "progress") {
-    print_progress(out, e, job, task);
-  } else if (kind == "restarting") {
-    print_restarting(out, e, job, task);
-  } else if (kind == "ps_recovered") {
-    out << job << " [" << task << "] listens again on " << e.value("endpoint", "") << ": " << e.value("recovery", "")
+  if (kind == events::StateChanged::kKind) {
+    out << job << ": " << events::StateChanged::from_json(e).state << std::endl;
+  } else if (kind == events::Restarting::kKind) {
+    print_restarting(out, events::Restarting::from_json(e), job, task);
+  } else if (kind == events::PsRecovered::kKind) {
+    const auto r = events::PsRecovered::from_json(e);
+    out << job << " [" << task << "] listens again on " << r.endpoint << ": " << r.recovery << std::endl;
+  } else if (kind == events::Recovering::kKind) {
+    out << job << ": " << events::Recovering::from_json(e).reason << "; stopping its tasks to re-assign it"
         << std::endl;
-  } else if (kind == "ps_resync") {
-    out << job << " [" << task << "] lost PS shard " << e.value("shard", -1) << " (" << e.value("reason", "")
-        << "); reconnected and resynced in " << fmt(e.value("seconds", 0.0), 1) << " s" << std::endl;
-  } else if (kind == "recovering") {
-    out << job << ": " << e.value("reason", "") << "; stopping its tasks to re-assign it" << std::endl;
-  } else if (kind == "waiting_for_agent") {
-    out << job << ": no agent has free cores for " << e["tasks"].dump() << "; waiting up to "
-        << fmt(e.value("timeout_ms", 0) / 1000.0, 0) << " s for one" << std::endl;
-  } else if (kind == "reassigned") {
-    print_reassigned(out, e, job);
-  } else if (kind == "stopped" && e.contains("replica")) {
-    const auto& r = e["replica"];
-    out << job << " [" << task << "] stopped"
-        << (r.is_object() && r.contains("steps") ? " and saved its replica at step " + std::to_string(r.value("steps", 0))
-                                               : std::string())
-        << std::endl;
-  } else if (kind == "replica_loaded") {
-    out << job << " [" << task << "] initialises the PS shards from its replica of step " << e.value("steps", 0)
-        << std::endl;
-  } else if (kind == "skipped_step") {
-    out << job << " [" << task << "] skipped epoch " << e.value("epoch", 0) << " step " << e.value("step", 0)
-        << ": NaN/Inf loss or gradient (" << e.value("skipped_steps", 0) << " skipped so far)" << std::endl;
-  } else if (kind == "epoch_end") {
-    print_epoch_end(out, e, job, task);
-  } else if (kind == "started") {
-    out << job << " [" << task << "] started: " << e.value("train_examples", 0) << " training examples, "
-        << e.value("parameters", 0) << " parameters in " << e.value("partitions", 0) << " partitions" << std::endl;
-  } else if (kind == "error") {
-    out << job << " [" << task << "] error: " << e.value("message", "") << std::endl;
-  } else if (kind == "plan") {
-    const auto& p = e["plan"];
-    out << job << " planner: " << p.value("explanation", "") << std::endl;
-  } else if (kind == "summary") {
-    print_summary(out, e, job);
+  } else if (kind == events::WaitingForAgent::kKind) {
+    const auto w = events::WaitingForAgent::from_json(e);
+    out << job << ": no agent has free cores for " << json(w.tasks).dump() << "; waiting up to "
+        << fmt(static_cast<double>(w.timeout_ms) / 1000.0, 0) << " s for one" << std::endl;
+  } else if (kind == events::Reassigned::kKind) {
+    print_reassigned(out, events::Reassigned::from_json(e), job);
+  } else if (kind == events::PlanDecided::kKind) {
+    out << job << " planner: " << events::PlanDecided::from_json(e).plan.value("explanation", "") << std::endl;
+  } else if (kind == events::Summary::kKind) {
+    print_summary(out, events::Summary::from_json(e), job);
+  } else {
+    print_worker_event(out, kind, e, job, task);
   }
 }
 
