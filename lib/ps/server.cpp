@@ -18,7 +18,7 @@ namespace dltrain::ps {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-struct PsServer::Impl {
+struct detail::ShardServer {
   PsServerOptions opt;
   std::shared_ptr<ShardState> state;
   asio::io_context io;
@@ -37,7 +37,7 @@ namespace {
 // its own), so the handshake timer and the socket's handlers never run concurrently.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket sock, PsServer::Impl& srv) : sock_(std::move(sock)), timer_(sock_.get_executor()), srv_(srv) {
+  Session(tcp::socket sock, detail::ShardServer& srv) : sock_(std::move(sock)), timer_(sock_.get_executor()), srv_(srv) {
     boost::system::error_code ec;
     auto ep = sock_.remote_endpoint(ec);
     peer_ = ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
@@ -376,7 +376,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   tcp::socket sock_;
   asio::steady_timer timer_;
-  PsServer::Impl& srv_;
+  detail::ShardServer& srv_;
   std::string peer_;
   wire::Nonce nonce_{};
   std::array<std::uint8_t, wire::kChallengeSize> challenge_{};
@@ -398,7 +398,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
 }  // namespace
 
-void PsServer::Impl::accept() {
+void detail::ShardServer::accept() {
   // Each connection gets its own strand: its handlers run one at a time on any of the
   // I/O threads.
   acceptor.async_accept(asio::make_strand(io), [this](boost::system::error_code ec, tcp::socket sock) {
@@ -413,7 +413,7 @@ void PsServer::Impl::accept() {
 }
 
 PsServer::PsServer(PsServerOptions options, std::shared_ptr<ShardState> state)
-    : impl_(std::make_unique<Impl>()) {
+    : impl_(std::make_unique<detail::ShardServer>()) {
   impl_->opt = std::move(options);
   impl_->state = std::move(state);
 }

@@ -13,6 +13,11 @@
 
 namespace dltrain::ps {
 
+namespace detail {
+/// The server's Asio state (listener, I/O threads, sessions); defined in server.cpp only.
+struct ShardServer;
+}  // namespace detail
+
 /// Options of a PS shard server. Defaults bind an ephemeral port on every interface.
 struct PsServerOptions {
   std::string bind_address = "0.0.0.0";  ///< IPv4/IPv6 literal
@@ -68,11 +73,8 @@ class PsServer {
   /// malformed or refused frame.
   std::uint64_t rejected_connections() const;
 
-  /// Opaque implementation (Asio state); public only so helpers in server.cpp can name it.
-  struct Impl;
-
  private:
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::ShardServer> impl_;
 };
 
 }  // namespace dltrain::ps

@@ -91,6 +91,17 @@ struct TwoShards : ::testing::Test {
                       const std::vector<std::uint8_t>& secret = kSecret) {
     return shards.client(PsShards::client_options(rank, 2, generation, secret));
   }
+  /// A well-behaved worker (rank 0, this generation) is served: it initialises every
+  /// partition to `value` and pulls exactly that back. Call on fresh shards only (a
+  /// shard keeps the first init it gets).
+  void expect_a_worker_is_served(float value) {
+    auto w = client(0);
+    w.connect();
+    std::vector<float> x(8, value), out(8);
+    w.init(x);
+    w.pull(out);
+    EXPECT_EQ(out, x);
+  }
 };
 
 /// The worker's side of the handshake on a raw socket: reads the challenge and returns the

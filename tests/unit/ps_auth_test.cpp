@@ -82,6 +82,27 @@ std::uint64_t rejected_after(const PsServer& s, std::uint64_t n) {
   return s.rejected_connections();
 }
 
+// Sends, on a raw socket to `server`, an answer made with `secret` for job 42 and
+// `generation`, with a hello and an init right behind it. The shard must close the
+// connection without a proof or any reply, read nothing but the answer (not one byte of
+// a frame), count it as its `rejected`-th refused connection and apply nothing.
+void expect_closed_after_the_answer(PsServer& server, const ShardState& state, const std::vector<std::uint8_t>& secret,
+                                    std::uint32_t generation, std::uint64_t rejected, const std::string& who) {
+  const auto in0 = server.bytes_in();
+  asio::io_context io;
+  tcp::socket sock(io);
+  sock.connect({asio::ip::make_address("127.0.0.1"), server.port()});
+  auto answer = answer_for(sock, secret, 42, generation);
+  auto frames = hello_and_init(0, 4);
+  asio::write(sock, std::array{asio::buffer(answer), asio::buffer(frames)});
+  auto got = read_until_closed(io, sock, std::chrono::seconds(10));
+  ASSERT_TRUE(got.has_value()) << "the shard did not close the connection of " << who;
+  EXPECT_TRUE(got->empty()) << got->size() << " bytes sent to " << who;
+  EXPECT_EQ(server.rejected_connections(), rejected);
+  EXPECT_EQ(server.bytes_in() - in0, wire::kAnswerSize);
+  EXPECT_EQ(state.num_partitions(), 0u);
+}
+
 }  // namespace
 
 TEST_F(TwoShards, StaleGenerationIsRefusedBeforeItsFirstFrame) {
@@ -101,19 +122,7 @@ TEST_F(TwoShards, StaleGenerationIsRefusedBeforeItsFirstFrame) {
 
   // The same on a raw socket, with frames sent right behind the answer: the shard closes
   // the connection without a proof or any reply, and the init never reaches the state.
-  const auto in0 = s0->bytes_in();
-  asio::io_context io;
-  tcp::socket sock(io);
-  sock.connect({asio::ip::make_address("127.0.0.1"), s0->port()});
-  auto answer = answer_for(sock, kSecret, 42, 0);
-  auto frames = hello_and_init(0, 4);
-  asio::write(sock, std::array{asio::buffer(answer), asio::buffer(frames)});
-  auto got = read_until_closed(io, sock, std::chrono::seconds(10));
-  ASSERT_TRUE(got.has_value()) << "the shard did not close a stale task's connection";
-  EXPECT_TRUE(got->empty()) << got->size() << " bytes sent to a stale task";
-  EXPECT_EQ(s0->rejected_connections(), 2u);
-  EXPECT_EQ(s0->bytes_in() - in0, wire::kAnswerSize);  // the answer, not one byte of a frame
-  EXPECT_EQ(st0->num_partitions(), 0u);
+  expect_closed_after_the_answer(*s0, *st0, kSecret, 0, 2, "a stale task");
 
   // An authenticated worker of this generation whose frame claims another one is still
   // refused at the frame.
@@ -126,12 +135,7 @@ TEST_F(TwoShards, StaleGenerationIsRefusedBeforeItsFirstFrame) {
   EXPECT_EQ(text, "frame generation: expected 1, got 7 (a stale task?)");
 
   // A worker of the right generation is served.
-  auto w = client(0);
-  w.connect();
-  std::vector<float> x(8, 3.0f), out(8);
-  w.init(x);
-  w.pull(out);
-  EXPECT_EQ(out, x);
+  expect_a_worker_is_served(3.0f);
 }
 
 TEST_F(TwoShards, WrongSecretIsClosedBeforeItsFirstFrameIsRead) {
@@ -141,19 +145,8 @@ TEST_F(TwoShards, WrongSecretIsClosedBeforeItsFirstFrameIsRead) {
   EXPECT_EQ(rejected_after(*s1, 1), 1u);
 
   // Raw: an answer made with the wrong secret, a hello and an init right behind it.
-  const auto in0 = s0->bytes_in();
-  asio::io_context io;
-  tcp::socket sock(io);
-  sock.connect({asio::ip::make_address("127.0.0.1"), s0->port()});
-  auto answer = answer_for(sock, kOtherSecret, 42, 1);
-  auto frames = hello_and_init(0, 4);
-  asio::write(sock, std::array{asio::buffer(answer), asio::buffer(frames)});
-  auto got = read_until_closed(io, sock, std::chrono::seconds(10));
-  ASSERT_TRUE(got.has_value()) << "the shard did not close the connection";
-  EXPECT_TRUE(got->empty()) << got->size() << " bytes sent to a peer without the secret";
-  EXPECT_EQ(s0->rejected_connections(), 2u);
-  EXPECT_EQ(s0->bytes_in() - in0, wire::kAnswerSize);
-  EXPECT_EQ(st0->num_partitions(), 0u);
+  expect_closed_after_the_answer(*s0, *st0, kOtherSecret, 1, 2,
+                                 "a peer without the secret");
 
   // A replayed answer: valid for the nonce of an earlier connection, not for this one.
   tcp::socket first(io), second(io);
@@ -230,12 +223,7 @@ TEST_F(TwoShards, GarbageOrAbsentAnswersAreClosedWithinTheTimeout) {
   }
   EXPECT_EQ(st0->num_partitions(), 0u);
   // The shard carries on.
-  auto w = client(0);
-  w.connect();
-  std::vector<float> x(8, 2.0f), out(8);
-  w.init(x);
-  w.pull(out);
-  EXPECT_EQ(out, x);
+  expect_a_worker_is_served(2.0f);
 }
 
 TEST(DataPlaneAuth, SecretsShorterThan32BytesAreRefused) {
