@@ -7,6 +7,7 @@
 
 #include "common/errors.h"
 #include "output.h"
+#include "wire/task_events.h"
 
 namespace dltrain::client {
 
@@ -42,7 +43,9 @@ int follow_job(control::BlockingControlClient& c, const std::string& job, bool a
     } else {
       print_event(std::cout, *ev);
     }
-    if (ev->value("event", "") == "summary") return exit_for_state(ev->value("state", ""));
+    if (wire::events::kind_of(*ev) == wire::events::Summary::kKind) {
+      return exit_for_state(wire::events::Summary::from_json(*ev).state);
+    }
   }
 }
 

@@ -45,8 +45,8 @@ void print_progress(std::ostream& out, const events::Progress& e, const std::str
 
 void print_restarting(std::ostream& out, const events::Restarting& e, const std::string& job,
                       const std::string& task) {
-  out << job << " [" << task << "] " << (e.reason.empty() ? std::string("died") : e.reason)
-      << (e.last_error.empty() ? "" : " (" + e.last_error + ")") << "; restart " << e.attempt << " of "
+  out << job << " [" << task << "] " << e.reason
+      << (e.last_error.empty() ? "" : " (" + e.last_error + ")") << "; restart " << e.attempt.value_or(0) << " of "
       << e.max_restarts;
   if (e.kind == "ps") {
     out << " on port " << e.port.value_or(0) << ", from its latest checkpoint" << std::endl;
@@ -69,7 +69,8 @@ void print_epoch_end(std::ostream& out, const events::EpochEnd& e, const std::st
   out << std::endl;
 }
 
-// "12.3x" of a ratio that may be null (0.0x, as before the events were typed).
+// A ratio's figure ("12.3"); one that is null or absent (nothing was sent that way)
+// prints as 0.0.
 std::string ratio(const std::optional<json_fields::Nullable<double>>& r) {
   return fmt(r && *r ? **r : 0.0, 1);
 }

@@ -349,12 +349,20 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     json ev = json::parse(line, nullptr, false);
     if (!ev.is_object()) ev = events::LogLine{{}, line}.to_json();
     const std::string kind = events::kind_of(ev);
-    if (kind == events::Listening::kKind) {
-      ev["address"] = opt.advertise_address;
-      t.port = events::Listening::from_json(ev).port;
+    try {
+      if (kind == events::Listening::kKind) {
+        t.port = events::Listening::from_json(ev).port;
+        ev["address"] = opt.advertise_address;
+      }
+      if (kind == events::EpochEnd::kKind) {
+        t.epochs_done = std::max(t.epochs_done, events::EpochEnd::from_json(ev).epoch);
+      }
+      if (kind == events::TaskError::kKind) t.last_error = events::TaskError::from_json(ev).message;
+    } catch (const json::exception& e) {
+      // A task's malformed event must not end the agent: the leader gets it as it came
+      // and refuses it there.
+      spdlog::warn("{}: malformed {} event ({}): {}", key, kind, e.what(), line.substr(0, 200));
     }
-    if (kind == events::EpochEnd::kKind) t.epochs_done = std::max(t.epochs_done, events::EpochEnd::from_json(ev).epoch);
-    if (kind == events::TaskError::kKind) t.last_error = events::TaskError::from_json(ev).message;
     send("task_event", {{"job", t.job}, {"task", t.name}, {"generation", t.generation}, {"event", ev}},
          kind == events::Progress::kKind);
   }

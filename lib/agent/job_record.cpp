@@ -1,6 +1,7 @@
 #include "agent/job_record.h"
 
 #include "common/compression_spec.h"
+#include "common/errors.h"
 
 namespace dltrain::agent {
 
@@ -150,7 +151,8 @@ JobRec job_from_record(std::uint64_t num, const json& r) {
   j.id = "job-" + std::to_string(num);
   j.spec = job_from_json(r.at("spec"));
   j.state = r.value("state", "failed");
-  j.test_accuracy = r["test_accuracy"].is_number() ? r["test_accuracy"].get<double>() : -1.0;
+  const auto acc = r.find("test_accuracy");
+  j.test_accuracy = acc != r.end() && acc->is_number() ? acc->get<double>() : -1.0;
   j.epochs_done = r.value("epochs", 0);
   j.submitted_unix = r.value("submitted_at", 0.0);
   j.fixed_wall = r.value("wall_seconds", 0.0);
@@ -186,7 +188,10 @@ void resume_stored_counters(JobRec& j, const json& r) {
     }
   }
   if (r.contains("task_records")) {
-    for (const auto& tr : r["task_records"]) {
+    for (const auto& tr : r.at("task_records")) {
+      for (const char* k : {"name", "kind", "index", "agent"}) {
+        if (!tr.contains(k)) throw ProtocolError(std::string("a stored task record has no \"") + k + "\"");
+      }
       TaskRec t = TaskRec::from_json(tr);
       if (!tr.contains("state")) t.state = "exited";
       j.tasks.push_back(std::move(t));

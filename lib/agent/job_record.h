@@ -40,7 +40,8 @@ struct TaskRec : json_fields::Fields<TaskRec> {
   std::string recovery;    ///< PS shard: how its last restart recovered its state
   int resyncs = 0;         ///< worker: times it reconnected to restarted PS shards
   int epochs_done = 0;     ///< worker: epochs it finished (from its epoch_end events)
-  nlohmann::json replica;  ///< worker: what its "stopped" event said of its saved replica
+  /// Worker: what its "stopped" event said of its saved replica (empty: none).
+  json_fields::Nullable<wire::events::Replica> replica;
   std::uint32_t replica_generation = 0;  ///< the generation whose task directory holds it
   bool restored = false;   ///< PS shard: loaded a checkpoint when it started (not stored)
 
@@ -111,6 +112,7 @@ struct JobRec {
   /// Adds this generation's byte counts to the earlier ones' and clears them (a new
   /// generation's workers count from 0).
   void close_generation_bytes();
+  /// The task named `name` ("worker-1"), or nullptr. Valid until `tasks` changes.
   TaskRec* find_task(const std::string& name);
 };
 

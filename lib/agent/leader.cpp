@@ -201,7 +201,7 @@ void Leader::Impl::maybe_finish(JobRec& j) {
       auto& pend = parent.pending_profiles;
       pend.erase(std::remove(pend.begin(), pend.end(), j.id), pend.end());
       parent.exploration_seconds += j.wall_seconds();
-      if (pend.empty() && parent.state == "exploring") decide(parent);
+      if (pend.empty() && parent.state == "exploring" && parent.failing_state.empty()) decide(parent);
     }
   }
   spdlog::info("job {} {}: test accuracy {:.4f}, {} epochs, {:.1f} s{}", j.id, j.state, j.test_accuracy,

@@ -214,8 +214,9 @@ namespace {
 // The worker's counters in this generation (bytes_pushed / bytes_pulled, cumulative per
 // process) from any event that carries them.
 void note_bytes(JobRec& j, const TaskRec& t, const json& ev) {
-  if (ev.contains("bytes_pushed")) j.pushed[t.index] = ev.value("bytes_pushed", std::uint64_t{0});
-  if (ev.contains("bytes_pulled")) j.pulled[t.index] = ev.value("bytes_pulled", std::uint64_t{0});
+  const auto b = events::ByteCounters::from_json(ev);
+  if (b.bytes_pushed) j.pushed[t.index] = *b.bytes_pushed;
+  if (b.bytes_pulled) j.pulled[t.index] = *b.bytes_pulled;
 }
 
 }  // namespace
@@ -240,26 +241,27 @@ void Leader::Impl::on_task_event(JobRec& j, TaskRec& t, const json& ev) {
     }
   }
   if (kind == events::WorkerStopped::kKind && t.kind == "worker") {
-    t.replica = ev.contains("replica") ? ev["replica"] : json(nullptr);
+    const auto stopped = events::WorkerStopped::from_json(ev);
+    t.replica = stopped.replica;
     t.replica_generation = j.generation;
-    t.epochs_done = std::max(t.epochs_done, events::WorkerStopped::from_json(ev).epochs_done.value_or(0));
+    t.epochs_done = std::max(t.epochs_done, stopped.epochs_done.value_or(0));
   }
   if (kind == events::Restarting::kKind) {
     const auto r = events::Restarting::from_json(ev);
-    t.restarts = ev.contains("attempt") ? r.attempt : t.restarts + 1;
+    t.restarts = r.attempt.value_or(t.restarts + 1);
     if (t.kind == "ps") {
       spdlog::warn("job {}: {} on {} {}; restart {} of {}, from its latest checkpoint", j.id, t.name, t.agent,
-                   r.reason.empty() ? "died" : r.reason, t.restarts, r.max_restarts);
+                   r.reason, t.restarts, r.max_restarts);
     } else {
       spdlog::warn("job {}: {} on {} {}; restart {} of {}, resuming after epoch {}", j.id, t.name, t.agent,
-                   r.reason.empty() ? "died" : r.reason, t.restarts, r.max_restarts, r.resume_epoch.value_or(0));
+                   r.reason, t.restarts, r.max_restarts, r.resume_epoch.value_or(0));
     }
     event(j, ev);
   }
   if (kind == events::TaskError::kKind) t.last_error = events::TaskError::from_json(ev).message;
   if (kind == events::PsResync::kKind) {
     const auto r = events::PsResync::from_json(ev);
-    t.resyncs = ev.contains("resyncs") ? r.resyncs : t.resyncs + 1;
+    t.resyncs = r.resyncs.value_or(t.resyncs + 1);
     spdlog::info("job {}: {} reconnected to PS shard {} and resynced ({})", j.id, t.name, r.shard, r.reason);
     json e = ev;
     e["task"] = t.name;
@@ -282,10 +284,9 @@ void Leader::Impl::on_worker_counters(JobRec& j, TaskRec& t, const std::string& 
   note_bytes(j, t, ev);
   if (kind == events::Profile::kKind) j.profile_ips[t.index] = events::Profile::from_json(ev).images_per_sec;
   if (kind == events::Done::kKind) {
-    if (ev.contains("traffic")) j.traffic[t.index] = events::Traffic::from_json(ev["traffic"]);
-    if (ev.contains("traffic_after_warmup")) {
-      j.traffic_after_warmup[t.index] = events::Traffic::from_json(ev["traffic_after_warmup"]);
-    }
+    const auto d = events::Done::from_json(ev);
+    if (d.traffic) j.traffic[t.index] = *d.traffic;
+    if (d.traffic_after_warmup) j.traffic_after_warmup[t.index] = *d.traffic_after_warmup;
   }
   if (kind == events::EpochEnd::kKind) {
     const auto e = events::EpochEnd::from_json(ev);

@@ -129,7 +129,11 @@ void Leader::Impl::on_cancel(const SessionPtr& s, const wire::Envelope& env, Job
     return reply_error(s, env.id, wire::error_code::kConflict, "job " + jid + " already " + j.state, "job");
   }
   if (j.state == "exploring") {
-    for (const auto& pid : j.pending_profiles) {
+    // maybe_finish of a run takes it out of j.pending_profiles: walk a copy. The job is
+    // marked cancelled first, so that its last run's end does not plan and queue it.
+    const auto runs = j.pending_profiles;
+    j.failing_state = "cancelled";
+    for (const auto& pid : runs) {
       auto& pj = jobs.at(pid);
       if (pj.state == "queued") {
         queue.erase(std::find(queue.begin(), queue.end(), pid));

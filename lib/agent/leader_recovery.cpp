@@ -198,10 +198,10 @@ void Leader::Impl::resume(JobRec& j, const std::vector<std::string>& placement) 
   double freshest = -1;
   for (std::size_t i = 0; i < j.tasks.size(); ++i) {
     const auto& t = j.tasks[i];
-    if (t.kind != "worker" || placement[i] != t.agent || !t.replica.is_object() || !t.replica.contains("path")) {
+    if (t.kind != "worker" || placement[i] != t.agent || !t.replica || !t.replica->path) {
       continue;
     }
-    const double at = t.replica.value("pulled_at", 0.0);
+    const double at = t.replica->pulled_at.value_or(0.0);
     if (at > freshest) {
       freshest = at;
       seed = t.name;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <sstream>
 
@@ -35,31 +36,31 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
   };
   for (auto&& [key, node] : root) {
     const std::string k(key.str());
-    if (k == "name") o.name = get_string(node, k);
+    if (k == "name") o.name = get_string(node, k, true);
     else if (k == "leader") o.leader = get_bool(node, k);
-    else if (k == "leader_url") o.leader_url = get_string(node, k);
-    else if (k == "listen_address") o.listen_address = get_string(node, k);
+    else if (k == "leader_url") o.leader_url = get_string(node, k, true);
+    else if (k == "listen_address") o.listen_address = get_string(node, k, true);
     else if (k == "listen_port") {
       o.listen_port = static_cast<std::uint16_t>(get_int(node, k, 0, 65535));
-    } else if (k == "advertise_address") o.advertise_address = get_string(node, k);
-    else if (k == "task_bind_address") o.task_bind_address = get_string(node, k);
+    } else if (k == "advertise_address") o.advertise_address = get_string(node, k, true);
+    else if (k == "task_bind_address") o.task_bind_address = get_string(node, k, true);
     else if (k == "host_tasks") o.host_tasks = get_bool(node, k);
     else if (k == "cores") {
       o.cores = static_cast<int>(get_int(node, k, 0, 4096));
     } else if (k == "memory_mb") {
-      o.memory_mb = get_int(node, k, 0, std::int64_t{1} << 40);
-    } else if (k == "hardware_class") o.hardware_class = get_string(node, k);
-    else if (k == "state_dir") o.state_dir = resolve(get_string(node, k));
-    else if (k == "agent_token") o.agent_token = get_string(node, k);
-    else if (k == "client_token") o.client_token = get_string(node, k);
+      o.memory_mb = get_int(node, k, 0, std::numeric_limits<std::int64_t>::max());
+    } else if (k == "hardware_class") o.hardware_class = get_string(node, k, true);
+    else if (k == "state_dir") o.state_dir = resolve(get_string(node, k, true));
+    else if (k == "agent_token") o.agent_token = get_string(node, k, true);
+    else if (k == "client_token") o.client_token = get_string(node, k, true);
     else if (k == "agent_token_file")
-      o.agent_token = read_private_file(resolve(get_string(node, k)), k);
+      o.agent_token = read_private_file(resolve(get_string(node, k, true)), k);
     else if (k == "client_token_file")
-      o.client_token = read_private_file(resolve(get_string(node, k)), k);
-    else if (k == "task_bin_dir") o.task_bin_dir = resolve(get_string(node, k));
-    else if (k == "tls_cert_file") o.tls_cert_file = resolve(get_string(node, k));
-    else if (k == "tls_key_file") o.tls_key_file = resolve(get_string(node, k));
-    else if (k == "tls_ca_file") o.tls_ca_file = resolve(get_string(node, k));
+      o.client_token = read_private_file(resolve(get_string(node, k, true)), k);
+    else if (k == "task_bin_dir") o.task_bin_dir = resolve(get_string(node, k, true));
+    else if (k == "tls_cert_file") o.tls_cert_file = resolve(get_string(node, k, true));
+    else if (k == "tls_key_file") o.tls_key_file = resolve(get_string(node, k, true));
+    else if (k == "tls_ca_file") o.tls_ca_file = resolve(get_string(node, k, true));
     else if (k == "heartbeat_interval") o.heartbeat_interval = ms(node, k);
     else if (k == "heartbeat_timeout") o.heartbeat_timeout = ms(node, k);
     else if (k == "task_stop_grace") o.task_stop_grace = ms(node, k);
@@ -70,12 +71,12 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
         throw ConfigError(k, "expected at least 100ms, got " + std::to_string(o.ps_checkpoint_interval.count()) + "ms");
       }
     }
-    else if (k == "log_level") o.log_level = get_string(node, k);
+    else if (k == "log_level") o.log_level = get_string(node, k, true);
     else if (k == "prices") {
       o.prices.clear();
       for (auto&& [ck, cv] : toml_fields::get_table(node, k)) {
         const std::string f = "prices." + std::string(ck.str());
-        o.prices[std::string(ck.str())] = get_double(cv, f, 0.0, 1e12, true, false);
+        o.prices[std::string(ck.str())] = get_double(cv, f, 0.0, std::numeric_limits<double>::max(), true, false);
       }
     } else if (k == "explore_steps") {
       o.explore_steps = static_cast<int>(get_int(node, k, 10, 100000));

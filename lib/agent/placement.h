@@ -77,15 +77,18 @@ class AgentRegistry {
  public:
   using Map = std::map<std::string, AgentRec>;
 
+  /// Every registered agent (lost ones too), by id, as a std::map.
   Map::iterator begin() { return agents_.begin(); }
   Map::iterator end() { return agents_.end(); }
   Map::const_iterator begin() const { return agents_.begin(); }
   Map::const_iterator end() const { return agents_.end(); }
+  /// The agent `id`, or end().
   Map::iterator find(const std::string& id) { return agents_.find(id); }
   Map::const_iterator find(const std::string& id) const { return agents_.find(id); }
   /// Throws std::out_of_range for an unknown id.
   AgentRec& at(const std::string& id) { return agents_.at(id); }
   const AgentRec& at(const std::string& id) const { return agents_.at(id); }
+  /// The agent `id`, registered (empty) if it was not.
   AgentRec& operator[](const std::string& id) { return agents_[id]; }
 
   /// Registered, connected, neither lost nor shutting down: tasks may be placed there.

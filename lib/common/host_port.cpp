@@ -20,7 +20,7 @@ HostPort parse_host_port(std::string_view text, const std::string& field, const 
   if (p < 1 || p > 65535) throw ConfigError(field, "port out of range in \"" + item + "\"");
   std::string host = item.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  if (host.empty() || (host.find(':') != std::string::npos && item.front() != '[')) throw bad();
+  if (host.empty()) throw bad();
   return {host, static_cast<std::uint16_t>(p)};
 }
 

@@ -14,8 +14,8 @@ struct HostPort {
   std::uint16_t port = 0;  ///< [1, 65535]
 };
 
-/// Parses "HOST:PORT" or "[IPv6]:PORT". The port must be decimal digits in [1, 65535]
-/// and the host non-empty. Throws ConfigError(field, "expected <form>, got \"text\"")
+/// Parses "HOST:PORT" or "[IPv6]:PORT" (the last colon ends the host, so "::1:80" is
+/// host ::1). The port must be decimal digits in [1, 65535] and the host non-empty. Throws ConfigError(field, "expected <form>, got \"text\"")
 /// where `form` describes what the field holds (e.g. "HOST:PORT[,HOST:PORT...]"), or
 /// ConfigError(field, "port out of range in \"text\""). Thread-safe.
 HostPort parse_host_port(std::string_view text, const std::string& field, const std::string& form = "HOST:PORT");

@@ -71,8 +71,8 @@ T from_value(const nlohmann::json& j) {
     return T::from_json(j);
   } else if constexpr (IsVector<T>::value) {
     T out;
-    if (j.is_array()) {
-      for (const auto& e : j) out.push_back(from_value<typename T::value_type>(e));
+    for (const auto& e : j.template get_ref<const nlohmann::json::array_t&>()) {  // type_error unless an array
+      out.push_back(from_value<typename T::value_type>(e));
     }
     return out;
   } else {
@@ -120,15 +120,19 @@ struct Reader {
 /// its builder and reader. An event kind (D::kKind non-null) also writes "event".
 template <typename D>
 struct Fields {
+  /// Every field, and "event" for an event kind.
   nlohmann::json to_json() const {
     nlohmann::json j = nlohmann::json::object();
     if constexpr (requires { D::kKind; }) j["event"] = D::kKind;
     D::fields(static_cast<const D&>(*this), detail::Writer{j});
     return j;
   }
+  /// Throws nlohmann::json::type_error when `j` is not an object or a field has the
+  /// wrong type.
   static D from_json(const nlohmann::json& j) {
     D d;
-    if (j.is_object()) D::fields(d, detail::Reader{j});
+    j.template get_ref<const nlohmann::json::object_t&>();  // type_error unless an object
+    D::fields(d, detail::Reader{j});
     return d;
   }
 };

@@ -41,8 +41,10 @@ LeaderUrl parse_leader_url(const std::string& url, const std::string& field) {
   HostPort hp;
   try {
     hp = parse_host_port(rest, field);
-  } catch (const ConfigError&) {
-    throw ConfigError(field, "expected ws://HOST:PORT or wss://HOST:PORT, got \"" + url + "\"");
+  } catch (const ConfigError& e) {
+    // e.g. "port is not a number in ..." after the expected form.
+    throw ConfigError(field, "expected ws://HOST:PORT or wss://HOST:PORT, got \"" + url + "\" (" +
+                                 std::string(e.what()).substr(field.size() + 2) + ")");
   }
   LeaderUrl u{hp.host, std::to_string(hp.port), tls};
   return u;

@@ -50,8 +50,12 @@ class TrafficMeter {
   /// One step's exchange: `up` / `down` bytes at the sockets, at training progress
   /// `epoch_pos` (fractional epochs; steps before `warmup_epochs` count only in total()).
   void add_step(std::uint64_t up, std::uint64_t down, double epoch_pos, double warmup_epochs);
+  /// Bytes over every step so far.
   const wire::events::Traffic& total() const { return total_; }
+  /// Bytes over the steps after the compression warm-up.
   const wire::events::Traffic& after_warmup() const { return after_warmup_; }
+  /// Bytes one dense fp32 exchange of the model costs, up (pushes and pull requests) and
+  /// down (pull replies).
   std::uint64_t dense_up_per_step() const { return dense_up_; }
   std::uint64_t dense_down_per_step() const { return dense_down_; }
 

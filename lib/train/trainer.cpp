@@ -271,6 +271,8 @@ class WorkerLoop {
     auto perm = torch::randperm(n_, gen_, torch::kInt64);
     loss_sum_ = 0;
     loss_count_ = 0;
+    recent_loss_ = 0;  // a progress event's loss is the mean since the last one in this epoch
+    recent_count_ = 0;
     for (std::int64_t step = 0; step < steps_per_epoch_; ++step) {
       check_stop();
       this->step(epoch, step, perm);
@@ -498,8 +500,8 @@ class WorkerLoop {
     ev.bytes_pulled = client_->bytes_pulled();
     ev.traffic = meter_->total();
     ev.traffic_after_warmup = meter_->after_warmup();
-    ev.compression_ratio = ev.traffic.ratio();
-    ev.compression_ratio_after_warmup = ev.traffic_after_warmup.ratio();
+    ev.compression_ratio = ev.traffic->ratio();
+    ev.compression_ratio_after_warmup = ev.traffic_after_warmup->ratio();
     sink_(ev.to_json());
   }
 

@@ -41,7 +41,13 @@ void PsTaskArgs::add_to(CLI::App& app) {
   app.add_option("--generation", generation, "job generation");
   app.add_option("--secret-file", secret_file, "file holding the job secret (hex; mode 0600 or stricter)")->required();
   app.add_option("--shard", shard, "shard index, 0-based");
-  app.add_option("--momentum", momentum, "heavy-ball momentum in [0, 1)")->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--momentum", momentum, "heavy-ball momentum in [0, 1)")
+      ->check(CLI::Validator(
+          [](const std::string& text) {
+            const double v = std::stod(text);
+            return v >= 0.0 && v < 1.0 ? std::string() : "must be in [0, 1), got " + text;
+          },
+          "[0, 1)"));
   app.add_option("--threads", threads, "I/O threads")->check(CLI::Range(1, 1024));
   app.add_option("--bind", bind, "address to listen on");
   app.add_option("--port", port, "port to listen on (0 = ephemeral)");

@@ -53,7 +53,9 @@ struct WorkerTaskArgs {
   std::string init_replica;          ///< --init-replica: initialise the PS shards from this replica
   std::string log_level = "info";    ///< --log-level
 
+  /// `program` followed by the flags (defaults of optional ones left out).
   std::vector<std::string> to_argv(const std::string& program) const;
+  /// Registers every flag on `app`, bound to these fields (which must outlive the parse).
   void add_to(CLI::App& app);
   /// The PS shards' endpoints from `ps`. Throws ConfigError("--ps", ...) naming the item.
   std::vector<HostPort> endpoints() const;

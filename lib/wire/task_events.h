@@ -56,6 +56,17 @@ struct Traffic : Fields<Traffic> {
 
 // ------------------------------------------------------------------ worker events
 
+/// The byte counters that a worker's progress, epoch_end, profile and done events carry:
+/// cumulative bytes at its sockets (handshakes and headers included) in this process.
+struct ByteCounters : Fields<ByteCounters> {
+  std::optional<std::uint64_t> bytes_pushed;
+  std::optional<std::uint64_t> bytes_pulled;
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("bytes_pushed", s.bytes_pushed), v("bytes_pulled", s.bytes_pulled);
+  }
+};
+
 /// A worker holds the PS's parameters and starts training.
 struct Started : Fields<Started> {
   static constexpr const char* kKind = "started";
@@ -131,10 +142,10 @@ struct Done : Fields<Done> {
   double wall_seconds = 0;           ///< this process's life
   std::uint64_t bytes_pushed = 0;
   std::uint64_t bytes_pulled = 0;
-  Traffic traffic;                   ///< over the whole run
-  Traffic traffic_after_warmup;      ///< after compression.warmup_epochs
-  Nullable<double> compression_ratio;               ///< traffic.ratio()
-  Nullable<double> compression_ratio_after_warmup;  ///< traffic_after_warmup.ratio()
+  std::optional<Traffic> traffic;               ///< over the whole run
+  std::optional<Traffic> traffic_after_warmup;  ///< after compression.warmup_epochs
+  Nullable<double> compression_ratio;               ///< traffic->ratio()
+  Nullable<double> compression_ratio_after_warmup;  ///< traffic_after_warmup->ratio()
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("rank", s.rank), v("test_accuracy", s.test_accuracy), v("steps", s.steps), v("skipped_steps", s.skipped_steps),
@@ -226,7 +237,7 @@ struct PsResync : Fields<PsResync> {
   int shard = -1;
   std::string reason;                ///< why the connection was lost
   double seconds = 0;                ///< the resync's duration
-  int resyncs = 0;                   ///< so far, this process
+  std::optional<int> resyncs;        ///< so far, this process
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("rank", s.rank), v("shard", s.shard), v("reason", s.reason), v("seconds", s.seconds), v("resyncs", s.resyncs);
@@ -297,9 +308,9 @@ struct PsStopped : Fields<PsStopped> {
 struct Restarting : Fields<Restarting> {
   static constexpr const char* kKind = "restarting";
   std::string kind;                  ///< "worker" | "ps"
-  int attempt = 0;                   ///< 1-based
+  std::optional<int> attempt;        ///< 1-based
   int max_restarts = 0;
-  std::string reason;                ///< ExitStatus::describe()
+  std::string reason = "died";       ///< ExitStatus::describe()
   std::string last_error;
   std::optional<int> resume_epoch;   ///< worker
   std::optional<int> port;           ///< PS shard
@@ -423,7 +434,7 @@ struct Summary : Fields<Summary> {
   std::uint64_t bytes_pushed = 0;    ///< all workers, all generations
   std::uint64_t bytes_pulled = 0;
   double images_per_sec = 0;         ///< sum of the workers' latest epoch throughputs
-  std::string compression;           ///< the method, e.g. "dgc"
+  std::string compression = "none";  ///< the method, e.g. "dgc"
   std::optional<Nullable<double>> compression_ratio, compression_ratio_up, compression_ratio_down;
   std::optional<Nullable<double>> compression_ratio_after_warmup, compression_ratio_up_after_warmup,
       compression_ratio_down_after_warmup;

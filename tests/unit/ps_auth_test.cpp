@@ -149,6 +149,7 @@ TEST_F(TwoShards, WrongSecretIsClosedBeforeItsFirstFrameIsRead) {
                                  "a peer without the secret");
 
   // A replayed answer: valid for the nonce of an earlier connection, not for this one.
+  asio::io_context io;
   tcp::socket first(io), second(io);
   first.connect({asio::ip::make_address("127.0.0.1"), s1->port()});
   const auto recorded = answer_for(first, kSecret, 42, 1);
