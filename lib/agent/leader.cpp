@@ -12,6 +12,7 @@
 
 #include "agent/leader_impl.h"
 #include "common/errors.h"
+#include "common/secret.h"
 
 namespace dltrain::agent {
 
@@ -317,6 +318,18 @@ void Leader::start() {
   impl_->check_heartbeats();
   spdlog::info("leader listening on {}:{}{}", so.bind_address, impl_->server->port(),
                so.tls_cert_file.empty() ? "" : " (TLS, wss://)");
+  if (!impl_->opt.state_dir.empty()) {
+    // Where it listens, for whoever starts it with an ephemeral port (listen_port = 0).
+    const auto port = impl_->server->port();
+    const std::string url =
+        (so.tls_cert_file.empty() ? "ws://" : "wss://") + so.bind_address + ":" + std::to_string(port);
+    const auto path = (std::filesystem::path(impl_->opt.state_dir) / "leader.json").string();
+    try {
+      write_private_file(path, json{{"url", url}, {"port", port}}.dump() + "\n");
+    } catch (const std::exception& e) {
+      spdlog::warn("cannot write {}: {}; carrying on", path, e.what());
+    }
+  }
 }
 
 void Leader::stop() {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -18,7 +19,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "support/cluster.h"
 #include "support/process.h"
+#include "support/wait.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -28,102 +31,49 @@ using dltrain::testing::last_line;
 using dltrain::testing::process_state;
 using dltrain::testing::processes_mentioning;
 using dltrain::testing::run;
+using dltrain::testing::wait_until;
 
 namespace {
 
-const std::string kBin = DLTRAIN_BIN_DIR;
+const std::string kBin = dltrain::testing::kBinDir;
 
+// One standalone cluster of 3 agents × 1 core for the whole suite (support/cluster.h).
 class Cluster : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    std::string tmpl = (fs::temp_directory_path() / "dltrain-cluster-XXXXXX").string();
-    root_ = mkdtemp(tmpl.data());
+    root_ = dltrain::testing::make_temp_root("dltrain-cluster");
     state_ = root_ / "state";
-    pid_ = fork();
-    if (pid_ == 0) {
-      setenv("XDG_STATE_HOME", (root_ / "xdg").c_str(), 1);  // keep the user's default file alone
-      const std::string log = (root_ / "standalone.log").string();
-      freopen(log.c_str(), "w", stdout);
-      freopen(log.c_str(), "a", stderr);
-      execl((kBin + "/dltrain-agent").c_str(), "dltrain-agent", "--standalone", "--agents", "3", "--state-dir",
-            state_.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
-    while (!fs::exists(state_ / "client.json") && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(100ms);
-    }
-    ASSERT_TRUE(fs::exists(state_ / "client.json")) << "standalone cluster did not become ready";
-    std::ifstream in(state_ / "client.json");
-    auto j = json::parse(in);
-    client_ = kBin + "/dltrain --leader " + j["leader"].get<std::string>() + " --token " +
-              j["client_token"].get<std::string>();
+    cluster_ = std::make_unique<dltrain::testing::Standalone>(state_, root_ / "xdg");
+    client_ = cluster_->client;
+    ASSERT_FALSE(client_.empty()) << "standalone cluster did not become ready";
   }
 
   static void TearDownTestSuite() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      int st = 0;
-      for (int i = 0; i < 300 && waitpid(pid_, &st, WNOHANG) == 0; ++i) std::this_thread::sleep_for(100ms);
-      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "standalone did not stop cleanly";
+    if (cluster_ && !cluster_->client.empty()) {
+      EXPECT_EQ(cluster_->stop(), 0) << "standalone did not stop cleanly";
       // Nothing the cluster started may outlive it.
-      EXPECT_TRUE(processes_mentioning(state_.string()).empty());
+      EXPECT_TRUE(cluster_->leftover_processes().empty());
     }
+    cluster_.reset();
     fs::remove_all(root_);
   }
 
   static fs::path write_job(const std::string& name, const std::string& body) {
-    const fs::path p = root_ / (name + ".toml");
-    std::ofstream(p) << "name = \"" << name << "\"\ndata_dir = \"/usr/share/datasets/fashion-mnist\"\n" << body;
-    return p;
+    return dltrain::testing::write_job_file(root_, name, "data_dir = \"/usr/share/datasets/fashion-mnist\"\n" + body);
   }
-
-  static json status(const std::string& job) {
-    auto r = run(client_ + " status " + job + " --json", 30);
-    EXPECT_EQ(r.code, 0) << r.out;
-    return json::parse(r.out);
-  }
-
+  static json status(const std::string& job) { return dltrain::testing::job_status(client_, job, true); }
   static std::string wait_state(const std::string& job, const std::vector<std::string>& states, int timeout_s) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    std::string st;
-    while (std::chrono::steady_clock::now() < deadline) {
-      st = status(job)["state"].get<std::string>();
-      if (std::find(states.begin(), states.end(), st) != states.end()) return st;
-      std::this_thread::sleep_for(200ms);
-    }
-    return st;
+    return dltrain::testing::wait_state(client_, job, states, timeout_s).value("state", "");
   }
-
-  // Waits until `job` has `tasks` tasks and every one of them reports it runs; false
-  // after `timeout_s`.
   static bool wait_all_tasks_running(const std::string& job, std::size_t tasks, int timeout_s) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    while (std::chrono::steady_clock::now() < deadline) {
-      auto st = status(job);
-      if (st["tasks"].size() == tasks && std::all_of(st["tasks"].begin(), st["tasks"].end(),
-                                                     [](const json& t) { return t["state"] == "running"; })) {
-        return true;
-      }
-      std::this_thread::sleep_for(200ms);
-    }
-    return false;
+    return dltrain::testing::wait_all_tasks_running(client_, job, tasks, timeout_s);
   }
-
-  // Processes of `job`'s tasks (their working directory or command line is in one of
-  // the agents' task directories; `task` narrows to one task, e.g. "worker-1-g1").
   static std::vector<int> task_pids(const std::string& job, const std::string& task = "") {
-    std::vector<int> pids;
-    for (int i = 0; i < 3; ++i) {
-      auto dir = state_ / ("agent-" + std::to_string(i)) / "tasks" / job;
-      if (!task.empty()) dir /= task;
-      for (int pid : processes_mentioning(dir.string())) pids.push_back(pid);
-    }
-    return pids;
+    return cluster_->task_pids(job, task);
   }
 
   static inline fs::path root_, state_;
-  static inline pid_t pid_ = -1;
+  static inline std::unique_ptr<dltrain::testing::Standalone> cluster_;
   static inline std::string client_;
 };
 
@@ -319,7 +269,13 @@ TEST_F(Cluster, AKilledWorkerIsRestartedAndTheJobSucceeds) {
     if (victim < 0) std::this_thread::sleep_for(100ms);
   }
   ASSERT_GT(victim, 0) << "worker-1 never started";
-  std::this_thread::sleep_for(1s);  // mid-epoch
+  // Mid-training: once worker-1 has reported progress (it reports every few seconds; a
+  // follower sees the events from its subscription on).
+  Background follower(client_ + " follow " + job + " --json", (root_ / (job + "-events.jsonl")).string());
+  ASSERT_TRUE(wait_until(
+      [&] { return dltrain::testing::progress_steps(dltrain::testing::follower_events(follower), "worker-1") > 0; },
+      120s, 50ms))
+      << "worker-1 reported no progress within 120 s; " << status(job).dump();
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   // Its agent restarts it; it resumes from the PS's parameters and the job ends well.
   auto f = run(client_ + " follow " + job + " --json", 240);

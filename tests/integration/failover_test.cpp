@@ -18,7 +18,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "support/cluster.h"
 #include "support/process.h"
+#include "support/wait.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -26,12 +28,12 @@ using namespace std::chrono_literals;
 using dltrain::testing::Background;
 using dltrain::testing::last_line;
 using dltrain::testing::run;
+using dltrain::testing::wait_until;
 
 namespace {
 
-const std::string kBin = DLTRAIN_BIN_DIR;
 using Clock = std::chrono::steady_clock;
-const std::string kClientToken = "failover-client-token-0123456789abcdef";
+const std::string kBin = dltrain::testing::kBinDir;
 
 // 2 workers + 1 PS shard, 1 core each, on `samples` training images.
 std::string job_toml(int epochs, int samples = 8000) {
@@ -48,199 +50,11 @@ warmup_epochs = 0.2
 )";
 }
 
-// A leader and `agents` agents of 1 core each, every one a separate dltrain-agent process
-// with its own configuration file. The leader listens on an ephemeral port; restarted, it
-// listens on the same port again (its agents' leader_url names it).
-class Failover : public ::testing::Test {
+// A leader and agents of 1 core each as separate processes (support/cluster.h).
+class Failover : public ::testing::Test, protected dltrain::testing::LeaderAndAgents {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "dltrain-failover-XXXXXX").string();
-    root_ = mkdtemp(tmpl.data());
-    write_private(root_ / "agent.token", "failover-agent-token-0123456789abcdef\n");
-    write_private(root_ / "client.token", kClientToken + "\n");
-  }
-
-  void TearDown() override {
-    // SIGTERM: agents stop their tasks; the leader flushes its store.
-    for (auto& [name, d] : daemons_) {
-      if (d) ::kill(d->pid(), SIGTERM);
-    }
-    for (auto& [name, d] : daemons_) {
-      if (d) EXPECT_NE(d->wait(30), -1) << name << " did not stop within 30 s";
-    }
-    daemons_.clear();
-    // Nothing a daemon started may outlive it.
-    EXPECT_TRUE(dltrain::testing::processes_mentioning(root_.string()).empty()) << "processes left running";
-    if (!HasFailure()) fs::remove_all(root_);
-  }
-
-  static void write_private(const fs::path& p, const std::string& text) {
-    std::ofstream(p) << text;
-    fs::permissions(p, fs::perms::owner_read | fs::perms::owner_write);
-  }
-
-  // The settings every daemon shares: quick heartbeats so that a lost agent is noticed in
-  // seconds.
-  std::string common(const std::string& name) const {
-    return "name = \"" + name + "\"\nagent_token_file = \"" + (root_ / "agent.token").string() +
-           "\"\nstate_dir = \"" + (root_ / name).string() +
-           "\"\nheartbeat_interval = \"500ms\"\nheartbeat_timeout = \"3s\"\ntask_stop_grace = \"5s\"\n"
-           "ps_checkpoint_interval = \"2s\"\nlog_level = \"info\"\n";
-  }
-
-  // Starts (or starts again) the leader; returns once it listens.
-  void start_leader(const std::string& extra = "") {
-    const fs::path cfg = root_ / "leader.toml";
-    if (!fs::exists(cfg)) {
-      write_private(cfg, common("leader") + "leader = true\nhost_tasks = false\nlisten_address = \"127.0.0.1\"\n" +
-                             "listen_port = 0\nclient_token_file = \"" + (root_ / "client.token").string() + "\"\n" +
-                             tls_leader_keys() + extra);
-    } else {
-      // Restarted: the port it had (the agents' leader_url); the rest unchanged.
-      std::ifstream in(cfg);
-      std::string text((std::istreambuf_iterator<char>(in)), {});
-      text = std::regex_replace(text, std::regex("listen_port = \\d+"), "listen_port = " + std::to_string(port_));
-      write_private(cfg, text);
-    }
-    const fs::path log = root_ / ("leader-" + std::to_string(++leader_starts_) + ".log");
-    daemons_["leader"] = std::make_unique<Background>(kBin + "/dltrain-agent -c " + cfg.string(), log.string());
-    const std::regex listening("leader listening on 127\\.0\\.0\\.1:(\\d+)");
-    const auto deadline = Clock::now() + 30s;
-    while (Clock::now() < deadline) {
-      for (const auto& line : daemons_["leader"]->lines()) {
-        std::smatch m;
-        if (std::regex_search(line, m, listening)) {
-          port_ = std::stoi(m[1]);
-          client_ = kBin + "/dltrain --leader " + scheme() + "://127.0.0.1:" + std::to_string(port_) + " --token " +
-                    kClientToken + (tls_ ? " --ca-file " + (root_ / "ca.pem").string() : "");
-          return;
-        }
-      }
-      std::this_thread::sleep_for(100ms);
-    }
-    FAIL() << "the leader did not listen; its log is " << log;
-  }
-
-  void start_agent(const std::string& name) {
-    const fs::path cfg = root_ / (name + ".toml");
-    write_private(cfg, common(name) + tls_agent_keys() + "leader_url = \"" + scheme() + "://127.0.0.1:" +
-                           std::to_string(port_) +
-                           "\"\nadvertise_address = \"127.0.0.1\"\ntask_bind_address = \"127.0.0.1\"\ncores = 1\n" +
-                           "task_bin_dir = \"" + kBin + "\"\n");
-    daemons_[name] = std::make_unique<Background>(kBin + "/dltrain-agent -c " + cfg.string(),
-                                                  (root_ / (name + ".log")).string());
-  }
-
-  // Waits until `n` agents are registered and ready.
-  void wait_agents(std::size_t n) {
-    const auto deadline = Clock::now() + 60s;
-    std::size_t ready = 0;
-    while (Clock::now() < deadline) {
-      auto r = run(client_ + " agents --json", 30);
-      if (r.code == 0) {
-        ready = 0;
-        for (const auto& a : json::parse(r.out)) ready += a["state"] == "ready" ? 1 : 0;
-        if (ready == n) return;
-      }
-      std::this_thread::sleep_for(200ms);
-    }
-    FAIL() << ready << " of " << n << " agents registered";
-  }
-
-  void start_cluster(int agents, const std::string& leader_extra = "") {
-    start_leader(leader_extra);
-    for (int i = 0; i < agents; ++i) start_agent("agent-" + std::to_string(i));
-    wait_agents(static_cast<std::size_t>(agents));
-  }
-
-  // SIGKILL, then reap.
-  void kill_daemon(const std::string& name) {
-    ASSERT_TRUE(daemons_[name]);
-    ASSERT_EQ(::kill(daemons_[name]->pid(), SIGKILL), 0);
-    daemons_[name]->wait(10);
-    daemons_.erase(name);
-  }
-
-  std::string submit(const std::string& name, const std::string& body) {
-    const fs::path p = root_ / (name + ".toml");
-    std::ofstream(p) << "name = \"" << name << "\"\n" << body;
-    auto r = run(client_ + " submit " + p.string() + " --json", 30);
-    EXPECT_EQ(r.code, 0) << r.out;
-    return json::parse(last_line(r.out))["job"].get<std::string>();
-  }
-
-  json status(const std::string& job) {
-    auto r = run(client_ + " status " + job + " --json", 30);
-    if (r.code != 0) return json::object();  // the leader is away
-    return json::parse(r.out);
-  }
-
-  // Polls until the job is in one of `states`; returns its last status.
-  json wait_state(const std::string& job, const std::vector<std::string>& states, int timeout_s) {
-    const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
-    json st;
-    while (Clock::now() < deadline) {
-      st = status(job);
-      const auto s = st.value("state", "");
-      if (std::find(states.begin(), states.end(), s) != states.end()) return st;
-      std::this_thread::sleep_for(250ms);
-    }
-    return st;
-  }
-
-  // Polls until worker 0 has reported `epochs` epochs.
-  json wait_epochs(const std::string& job, int epochs, int timeout_s) {
-    const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
-    json st;
-    while (Clock::now() < deadline) {
-      st = status(job);
-      const auto state = st.value("state", "");
-      if (st.value("epochs", 0) >= epochs || (state != "running" && state != "starting" && state != "queued")) {
-        return st;
-      }
-      std::this_thread::sleep_for(250ms);
-    }
-    return st;
-  }
-
-  static json task(const json& st, const std::string& name) {
-    for (const auto& t : st["tasks"]) {
-      if (t["task"] == name) return t;
-    }
-    return json::object();
-  }
-
-  // TLS on the control channel: a CA and a leader certificate for 127.0.0.1 made with
-  // the openssl command-line tool; the leader serves wss://, agents and the client
-  // verify it against the CA.
-  void use_tls() {
-    tls_ = true;
-    const std::string d = root_.string();
-    const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ";
-    const std::string cmd =
-        "cd " + d + " && openssl req -x509" + ec + "-days 2 -subj /CN=test-ca -keyout ca.key -out ca.pem && " +
-        "openssl req" + ec + "-subj /CN=leader -keyout leader.key -out leader.csr && " +
-        "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && " +
-        "openssl x509 -req -in leader.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext " +
-        "-out leader.pem && chmod 600 leader.key ca.key";
-    ASSERT_EQ(std::system((cmd + " 2>/dev/null").c_str()), 0) << cmd;
-  }
-  std::string scheme() const { return tls_ ? "wss" : "ws"; }
-  std::string tls_leader_keys() const {
-    return tls_ ? "tls_cert_file = \"" + (root_ / "leader.pem").string() + "\"\ntls_key_file = \"" +
-                      (root_ / "leader.key").string() + "\"\n"
-                : "";
-  }
-  std::string tls_agent_keys() const {
-    return tls_ ? "tls_ca_file = \"" + (root_ / "ca.pem").string() + "\"\n" : "";
-  }
-
-  fs::path root_;
-  bool tls_ = false;
-  int port_ = 0;
-  int leader_starts_ = 0;
-  std::string client_;
-  std::map<std::string, std::unique_ptr<Background>> daemons_;
+  void SetUp() override { create_root("dltrain-failover"); }
+  void TearDown() override { tear_down(); }
 };
 
 }  // namespace
@@ -253,7 +67,9 @@ TEST_F(Failover, AnAgentHoldingAPsShardIsLostAndTheShardIsRebuiltOnAFreeAgent) {
   ASSERT_GE(st.value("epochs", 0), 1) << st.dump();
   const std::string victim = task(st, "ps-0")["agent"];
   Background follow(client_ + " follow " + job + " --json", (root_ / "follow.jsonl").string());
-  std::this_thread::sleep_for(500ms);
+  // The follower is subscribed once it relays an event (the workers report progress
+  // every few seconds), so that it sees the re-assignment.
+  ASSERT_TRUE(wait_until([&] { return !follow.lines().empty(); }, 60s, 50ms)) << "the follower relayed nothing";
   const auto t_kill = Clock::now();
   kill_daemon(victim);
 
@@ -298,8 +114,14 @@ TEST_F(Failover, TheLeaderIsKilledAndStartedAgainAndTheRunningJobSucceeds) {
   ASSERT_EQ(st.value("state", ""), "running") << st.dump();
   const auto generation = st["generation"];
 
+  // The shard's checkpoint (rewritten every 2 s, ps_checkpoint_interval) holds the
+  // parameters; once it changes after the kill, the workers have pushed without a leader.
+  const fs::path checkpoint = root_ / task(st, "ps-0")["agent"].get<std::string>() / "tasks" / job /
+                              ("ps-0-g" + std::to_string(generation.get<int>())) / "shard.ckpt";
   kill_daemon("leader");
-  std::this_thread::sleep_for(3s);  // the workers train on without it
+  const std::string at_kill = dltrain::testing::slurp(checkpoint);
+  ASSERT_TRUE(wait_until([&] { return dltrain::testing::slurp(checkpoint) != at_kill; }, 60s, 50ms))
+      << "the workers did not train on without the leader: " << checkpoint << " did not change";
   start_leader();
 
   // Jobs and their records came back from the store; the running job's tasks were

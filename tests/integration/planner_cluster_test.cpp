@@ -1,21 +1,16 @@
 // The planner and the store through a real standalone cluster: an "auto" job with no
 // history explores, is planned and runs; `dltrain plan` then decides from the recorded
 // history; jobs and history survive a leader restart.
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "support/cluster.h"
 #include "support/process.h"
 
 namespace fs = std::filesystem;
@@ -24,56 +19,7 @@ using namespace std::chrono_literals;
 using dltrain::testing::last_line;
 using dltrain::testing::run;
 
-namespace {
-
-const std::string kBin = DLTRAIN_BIN_DIR;
-
-struct Standalone {
-  fs::path state;
-  fs::path xdg;
-  pid_t pid = -1;
-  std::string client;
-
-  Standalone(const fs::path& state_dir, const fs::path& xdg_dir) : state(state_dir), xdg(xdg_dir) {
-    fs::remove(state / "client.json");
-    pid = fork();
-    if (pid == 0) {
-      setenv("XDG_STATE_HOME", xdg.c_str(), 1);
-      const std::string log = (state.parent_path() / "standalone.log").string();
-      freopen(log.c_str(), "a", stdout);
-      freopen(log.c_str(), "a", stderr);
-      execl((kBin + "/dltrain-agent").c_str(), "dltrain-agent", "--standalone", "--agents", "3", "--state-dir",
-            state.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
-    while (!fs::exists(state / "client.json") && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(100ms);
-    }
-    if (fs::exists(state / "client.json")) {
-      std::ifstream in(state / "client.json");
-      auto j = json::parse(in);
-      client = kBin + "/dltrain --leader " + j["leader"].get<std::string>() + " --token " +
-               j["client_token"].get<std::string>();
-    }
-  }
-  int stop() {
-    if (pid <= 0) return -1;
-    kill(pid, SIGTERM);
-    int st = 0;
-    for (int i = 0; i < 300 && waitpid(pid, &st, WNOHANG) == 0; ++i) std::this_thread::sleep_for(100ms);
-    pid = -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  }
-  ~Standalone() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
-};
-
-}  // namespace
+using dltrain::testing::Standalone;
 
 TEST(PlannerCluster, AutoJobExploresPlansRunsAndHistorySurvivesARestart) {
   std::string tmpl = (fs::temp_directory_path() / "dltrain-planner-XXXXXX").string();
