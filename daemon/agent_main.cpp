@@ -122,6 +122,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 4096));
   app.add_option("--state-dir", so.state_dir, "standalone: keep state here instead of a temporary directory");
   app.add_option("--port", so.port, "standalone: leader port on 127.0.0.1 (default: ephemeral)");
+  app.add_option("--ps-checkpoint-interval", so.ps_checkpoint_interval_s,
+                 "standalone: seconds between PS shard checkpoints (default: the agents' 10 s)")
+      ->check(CLI::Range(0.1, 86400.0));
   app.set_version_flag("--version", DLTRAIN_VERSION);
   CLI11_PARSE(app, argc, argv);
   try {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -45,6 +46,10 @@ std::string toml_quote(const std::string& s) {
 int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
   if (so.agents < 1 || so.agents > 64) throw ConfigError("--agents", "expected 1..64, got " + std::to_string(so.agents));
   if (so.cores_per_agent < 1) throw ConfigError("--cores-per-agent", "expected >= 1");
+  if (so.ps_checkpoint_interval_s != 0 && (so.ps_checkpoint_interval_s < 0.1 || so.ps_checkpoint_interval_s > 86400)) {
+    throw ConfigError("--ps-checkpoint-interval", "expected seconds in [0.1, 86400], got " +
+                                                      std::to_string(so.ps_checkpoint_interval_s));
+  }
   fs::path state = so.state_dir;
   const bool temporary = state.empty();
   if (temporary) {
@@ -120,6 +125,10 @@ int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
         << "cores = " << so.cores_per_agent << "\n"
         << "state_dir = " << toml_quote(dir.string()) << "\n"
         << "log_level = " << toml_quote(so.log_level) << "\n";
+    if (so.ps_checkpoint_interval_s > 0) {
+      cfg << "ps_checkpoint_interval = "
+          << toml_quote(std::to_string(std::llround(so.ps_checkpoint_interval_s * 1000)) + "ms") << "\n";
+    }
     write_private(dir / "agent.toml", cfg.str());
     ProcessSpec ps;
     ps.argv = {agent_exe, "--config", (dir / "agent.toml").string()};

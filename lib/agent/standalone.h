@@ -12,6 +12,9 @@ struct StandaloneOptions {
   int cores_per_agent = 1;   ///< cores each agent offers, [1, 4096]
   std::string state_dir;     ///< "" = a temporary directory, removed on exit
   std::uint16_t port = 0;    ///< leader control port on 127.0.0.1; 0 = ephemeral
+  /// Each agent's ps_checkpoint_interval in seconds, [0.1, 86400]; 0 = the agent default
+  /// (10 s). Tests set it so that a shard has checkpointed before they kill it.
+  double ps_checkpoint_interval_s = 0;
   std::string log_level = "info";
 };
 

@@ -59,8 +59,8 @@ struct Traffic : Fields<Traffic> {
 /// The byte counters that a worker's progress, epoch_end, profile and done events carry:
 /// cumulative bytes at its sockets (handshakes and headers included) in this process.
 struct ByteCounters : Fields<ByteCounters> {
-  std::optional<std::uint64_t> bytes_pushed;
-  std::optional<std::uint64_t> bytes_pulled;
+  std::optional<std::uint64_t> bytes_pushed; ///< bytes sent to the PS shards
+  std::optional<std::uint64_t> bytes_pulled; ///< bytes received from them
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("bytes_pushed", s.bytes_pushed), v("bytes_pulled", s.bytes_pulled);
@@ -70,9 +70,9 @@ struct ByteCounters : Fields<ByteCounters> {
 /// A worker holds the PS's parameters and starts training.
 struct Started : Fields<Started> {
   static constexpr const char* kKind = "started";
-  int rank = 0;
+  int rank = 0;                      ///< the worker's rank, [0, workers)
   std::int64_t train_examples = 0;   ///< images in this worker's shard of the training set
-  std::int64_t steps_per_epoch = 0;
+  std::int64_t steps_per_epoch = 0;  ///< steps per epoch of this worker's shard
   std::int64_t parameters = 0;       ///< floats in the model
   std::int64_t partitions = 0;       ///< PS partitions the parameters are cut into
   double load_seconds = 0;           ///< from process start to here (data, model, PS init)
@@ -88,16 +88,16 @@ struct Started : Fields<Started> {
 /// Periodic progress (every WorkerConfig::progress_interval_s seconds).
 struct Progress : Fields<Progress> {
   static constexpr const char* kKind = "progress";
-  int rank = 0;
+  int rank = 0;                      ///< the worker's rank, [0, workers)
   int epoch = 0;                     ///< 1-based epoch in progress
   std::int64_t step = 0;             ///< 1-based step within the epoch
-  std::int64_t steps_per_epoch = 0;
+  std::int64_t steps_per_epoch = 0;  ///< steps per epoch of this worker's shard
   std::int64_t global_step = 0;      ///< steps since the job started (all epochs)
   double loss = 0;                   ///< mean training loss since the previous progress event
   double lr = 0;                     ///< learning rate of the latest step
   double images_per_sec = 0;         ///< this worker, since the previous progress event
   std::uint64_t bytes_pushed = 0;    ///< cumulative, this process (task incarnation)
-  std::uint64_t bytes_pulled = 0;
+  std::uint64_t bytes_pulled = 0;    ///< bytes received from them, cumulative, this process
   double density = 1.0;              ///< uplink density of the latest step, (0, 1]
   Nullable<double> compression_ratio;  ///< dense ÷ actual bytes so far
   std::int64_t skipped_steps = 0;    ///< steps skipped for a NaN/Inf loss or gradient
@@ -113,16 +113,16 @@ struct Progress : Fields<Progress> {
 /// A worker finished an epoch; rank 0 adds the test accuracy of the PS's parameters.
 struct EpochEnd : Fields<EpochEnd> {
   static constexpr const char* kKind = "epoch_end";
-  int rank = 0;
+  int rank = 0;                      ///< the worker's rank, [0, workers)
   int epoch = 0;                     ///< 1-based epoch just finished
   int epochs = 0;                    ///< the job's epochs
   double train_loss = 0;             ///< mean over the epoch's steps
-  double epoch_seconds = 0;
+  double epoch_seconds = 0;          ///< wall time of the epoch, s
   double images_per_sec = 0;         ///< this worker's shard ÷ epoch_seconds
   std::optional<double> test_accuracy;  ///< rank 0 only, in [0, 1]
   std::optional<double> eval_seconds;   ///< rank 0 only
-  std::uint64_t bytes_pushed = 0;
-  std::uint64_t bytes_pulled = 0;
+  std::uint64_t bytes_pushed = 0;    ///< bytes sent to the PS shards, cumulative, this process
+  std::uint64_t bytes_pulled = 0;    ///< bytes received from them, cumulative, this process
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("rank", s.rank), v("epoch", s.epoch), v("epochs", s.epochs), v("train_loss", s.train_loss),
@@ -135,13 +135,13 @@ struct EpochEnd : Fields<EpochEnd> {
 /// A worker finished the job (its last event before it exits 0).
 struct Done : Fields<Done> {
   static constexpr const char* kKind = "done";
-  int rank = 0;
+  int rank = 0;                      ///< the worker's rank, [0, workers)
   Nullable<double> test_accuracy;    ///< rank 0: the final test accuracy
-  std::int64_t steps = 0;
-  std::int64_t skipped_steps = 0;
+  std::int64_t steps = 0;            ///< global steps taken
+  std::int64_t skipped_steps = 0;    ///< steps skipped for a NaN/Inf loss or gradient
   double wall_seconds = 0;           ///< this process's life
-  std::uint64_t bytes_pushed = 0;
-  std::uint64_t bytes_pulled = 0;
+  std::uint64_t bytes_pushed = 0;    ///< bytes sent to the PS shards, cumulative, this process
+  std::uint64_t bytes_pulled = 0;    ///< bytes received from them, cumulative, this process
   std::optional<Traffic> traffic;               ///< over the whole run
   std::optional<Traffic> traffic_after_warmup;  ///< after compression.warmup_epochs
   Nullable<double> compression_ratio;               ///< traffic->ratio()
@@ -159,7 +159,7 @@ struct Done : Fields<Done> {
 /// A step whose loss or gradient was NaN/Inf was not pushed.
 struct SkippedStep : Fields<SkippedStep> {
   static constexpr const char* kKind = "skipped_step";
-  int rank = 0;
+  int rank = 0;                      ///< the worker's rank, [0, workers)
   int epoch = 0;                     ///< 1-based
   std::int64_t step = 0;             ///< 1-based within the epoch
   Nullable<double> loss;             ///< null when the loss itself was not finite
@@ -174,9 +174,9 @@ struct SkippedStep : Fields<SkippedStep> {
 /// Where a stopped worker saved its parameter replica (ps::write_replica_file): either
 /// path, steps, epochs_done and pulled_at, or only error.
 struct Replica : Fields<Replica> {
-  std::optional<std::string> path;
+  std::optional<std::string> path;   ///< the replica file
   std::optional<std::int64_t> steps;     ///< global step of the replica
-  std::optional<int> epochs_done;
+  std::optional<int> epochs_done;    ///< epochs finished when it stopped
   std::optional<double> pulled_at;       ///< Unix time (s) its values last came from the PS
   std::optional<std::string> error;      ///< why it was not saved
   template <typename S, typename V>
@@ -191,9 +191,9 @@ struct Replica : Fields<Replica> {
 /// event from a PS shard's "stopped".)
 struct WorkerStopped : Fields<WorkerStopped> {
   static constexpr const char* kKind = "stopped";
-  int rank = 0;
-  std::optional<int> epochs_done;
-  Nullable<Replica> replica;
+  int rank = 0;                      ///< the worker's rank, [0, workers)
+  std::optional<int> epochs_done;    ///< epochs finished when it stopped
+  Nullable<Replica> replica;         ///< null: nothing saved
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("rank", s.rank), v("epochs_done", s.epochs_done), v("replica", s.replica);
@@ -203,13 +203,13 @@ struct WorkerStopped : Fields<WorkerStopped> {
 /// An exploration run (JobSpec::profile) measured its throughput.
 struct Profile : Fields<Profile> {
   static constexpr const char* kKind = "profile";
-  int rank = 0;
-  std::int64_t steps = 0;
+  int rank = 0;                      ///< the worker's rank, [0, workers)
+  std::int64_t steps = 0;            ///< global steps taken
   std::int64_t measured_images = 0;  ///< images after the warm-up steps
-  double measured_seconds = 0;
+  double measured_seconds = 0;       ///< wall time of the measured steps, s
   double images_per_sec = 0;         ///< measured_images ÷ measured_seconds; 0 if none
-  std::uint64_t bytes_pushed = 0;
-  std::uint64_t bytes_pulled = 0;
+  std::uint64_t bytes_pushed = 0;    ///< bytes sent to the PS shards, cumulative, this process
+  std::uint64_t bytes_pulled = 0;    ///< bytes received from them, cumulative, this process
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("rank", s.rank), v("steps", s.steps), v("measured_images", s.measured_images),
@@ -221,8 +221,8 @@ struct Profile : Fields<Profile> {
 /// A worker of a re-assigned job loaded its saved replica to initialise the new shards.
 struct ReplicaLoaded : Fields<ReplicaLoaded> {
   static constexpr const char* kKind = "replica_loaded";
-  int rank = 0;
-  std::string path;
+  int rank = 0;                      ///< the worker's rank, [0, workers)
+  std::string path;                  ///< the replica file
   std::int64_t steps = 0;            ///< global step the replica was saved at
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
@@ -233,8 +233,8 @@ struct ReplicaLoaded : Fields<ReplicaLoaded> {
 /// A worker reconnected to a PS shard that went away and took its parameters again.
 struct PsResync : Fields<PsResync> {
   static constexpr const char* kKind = "ps_resync";
-  int rank = 0;
-  int shard = -1;
+  int rank = 0;                      ///< the worker's rank, [0, workers)
+  int shard = -1;                    ///< the shard whose connection was lost
   std::string reason;                ///< why the connection was lost
   double seconds = 0;                ///< the resync's duration
   std::optional<int> resyncs;        ///< so far, this process
@@ -247,7 +247,7 @@ struct PsResync : Fields<PsResync> {
 /// A task failed; its last words (it then exits non-zero).
 struct TaskError : Fields<TaskError> {
   static constexpr const char* kKind = "error";
-  std::string message;
+  std::string message;               ///< what failed, in words
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("message", s.message);
@@ -259,11 +259,11 @@ struct TaskError : Fields<TaskError> {
 /// What a PS shard found in its checkpoint when it started: restored with its counts, or
 /// refused with the error.
 struct CheckpointLoad : Fields<CheckpointLoad> {
-  bool restored = false;
-  std::optional<std::int64_t> partitions;
-  std::optional<std::int64_t> workers_done;
-  std::optional<std::uint64_t> pushes;
-  std::optional<std::string> error;
+  bool restored = false;             ///< the checkpoint was loaded
+  std::optional<std::int64_t> partitions; ///< partitions restored
+  std::optional<std::int64_t> workers_done; ///< finished workers restored
+  std::optional<std::uint64_t> pushes; ///< pushes the shard had applied
+  std::optional<std::string> error;  ///< why the checkpoint was refused
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("restored", s.restored), v("partitions", s.partitions), v("workers_done", s.workers_done),
@@ -274,8 +274,8 @@ struct CheckpointLoad : Fields<CheckpointLoad> {
 /// A PS shard listens. Its agent adds `address` (its advertise_address).
 struct Listening : Fields<Listening> {
   static constexpr const char* kKind = "listening";
-  int port = 0;
-  int shard = 0;
+  int port = 0;                      ///< the bound port
+  int shard = 0;                     ///< shard index, 0-based
   std::optional<std::string> address;         ///< set by the agent
   std::optional<CheckpointLoad> checkpoint;   ///< absent when there was no checkpoint file
   template <typename S, typename V>
@@ -287,11 +287,11 @@ struct Listening : Fields<Listening> {
 /// A PS shard stopped (SIGTERM/SIGINT) after its final checkpoint.
 struct PsStopped : Fields<PsStopped> {
   static constexpr const char* kKind = "stopped";
-  int shard = 0;
-  std::uint64_t pushes = 0;
-  std::uint64_t bytes_in = 0;
-  std::uint64_t bytes_out = 0;
-  std::uint64_t rejected_connections = 0;
+  int shard = 0;                     ///< shard index, 0-based
+  std::uint64_t pushes = 0;          ///< pushes applied (all workers)
+  std::uint64_t bytes_in = 0;        ///< bytes read from workers
+  std::uint64_t bytes_out = 0;       ///< bytes written to workers
+  std::uint64_t rejected_connections = 0; ///< connections refused (handshake or frame)
   std::optional<std::string> checkpoint_error;  ///< the final checkpoint failed
   std::optional<std::uint64_t> checkpoints;     ///< saves, when it checkpoints at all
   template <typename S, typename V>
@@ -309,9 +309,9 @@ struct Restarting : Fields<Restarting> {
   static constexpr const char* kKind = "restarting";
   std::string kind;                  ///< "worker" | "ps"
   std::optional<int> attempt;        ///< 1-based
-  int max_restarts = 0;
+  int max_restarts = 0;              ///< the agent's task_max_restarts
   std::string reason = "died";       ///< ExitStatus::describe()
-  std::string last_error;
+  std::string last_error;            ///< the task's last error event, if any
   std::optional<int> resume_epoch;   ///< worker
   std::optional<int> port;           ///< PS shard
   template <typename S, typename V>
@@ -324,7 +324,7 @@ struct Restarting : Fields<Restarting> {
 /// A line of a task's stdout that was not a JSON object.
 struct LogLine : Fields<LogLine> {
   static constexpr const char* kKind = "log";
-  std::string line;
+  std::string line;                  ///< the line as printed
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("line", s.line);
@@ -336,7 +336,7 @@ struct LogLine : Fields<LogLine> {
 /// The job entered `state`.
 struct StateChanged : Fields<StateChanged> {
   static constexpr const char* kKind = "state";
-  std::string state;
+  std::string state;                 ///< the new state (queued, starting, running, ...)
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("state", s.state);
@@ -346,7 +346,7 @@ struct StateChanged : Fields<StateChanged> {
 /// The planner's decision for an automatic job (planner::to_json of its Plan).
 struct PlanDecided : Fields<PlanDecided> {
   static constexpr const char* kKind = "plan";
-  nlohmann::json plan;
+  nlohmann::json plan;               ///< planner::to_json(Plan)
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("plan", s.plan);
@@ -356,7 +356,7 @@ struct PlanDecided : Fields<PlanDecided> {
 /// Tasks were lost: the job stops its other tasks to be re-assigned.
 struct Recovering : Fields<Recovering> {
   static constexpr const char* kKind = "recovering";
-  std::string reason;
+  std::string reason;                ///< why its tasks were lost
   std::uint32_t generation = 0;      ///< the generation being stopped
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
@@ -377,7 +377,7 @@ struct WaitingForAgent : Fields<WaitingForAgent> {
 
 /// A task that changed agent in a re-assignment.
 struct Move : Fields<Move> {
-  std::string task, from, to;
+  std::string task, from, to;        ///< task name; agent it left; agent it goes to
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("task", s.task), v("from", s.from), v("to", s.to);
@@ -388,8 +388,8 @@ struct Move : Fields<Move> {
 struct Reassigned : Fields<Reassigned> {
   static constexpr const char* kKind = "reassigned";
   std::uint32_t generation = 0;      ///< the new generation
-  std::vector<Move> moved;
-  std::string reason;
+  std::vector<Move> moved;           ///< tasks that changed agent
+  std::string reason;                ///< why it was re-assigned
   /// The worker whose replica rebuilds the shards that lost their state.
   std::optional<std::string> replica_from;
   template <typename S, typename V>
@@ -413,8 +413,8 @@ struct PsRecovered : Fields<PsRecovered> {
 /// A restarted leader resumed the job (kept in the job's stored event log).
 struct LeaderRestarted : Fields<LeaderRestarted> {
   static constexpr const char* kKind = "leader_restarted";
-  std::string state;
-  std::uint32_t generation = 0;
+  std::string state;                 ///< the state it was in
+  std::uint32_t generation = 0;      ///< its generation (unchanged)
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("state", s.state), v("generation", s.generation);
@@ -427,12 +427,12 @@ struct LeaderRestarted : Fields<LeaderRestarted> {
 /// reported its traffic, null where nothing was sent.
 struct Summary : Fields<Summary> {
   static constexpr const char* kKind = "summary";
-  std::string job, name, state;
-  Nullable<double> test_accuracy;
+  std::string job, name, state;      ///< "job-3", the job's name, its state
+  Nullable<double> test_accuracy;    ///< final test accuracy, [0, 1]
   int epochs = 0;                    ///< epochs finished
   double wall_seconds = 0;           ///< from submission to the end (or now)
   std::uint64_t bytes_pushed = 0;    ///< all workers, all generations
-  std::uint64_t bytes_pulled = 0;
+  std::uint64_t bytes_pulled = 0;    ///< bytes received from them, cumulative, this process
   double images_per_sec = 0;         ///< sum of the workers' latest epoch throughputs
   std::string compression = "none";  ///< the method, e.g. "dgc"
   std::optional<Nullable<double>> compression_ratio, compression_ratio_up, compression_ratio_down;

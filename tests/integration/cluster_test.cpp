@@ -43,7 +43,11 @@ class Cluster : public ::testing::Test {
   static void SetUpTestSuite() {
     root_ = dltrain::testing::make_temp_root("dltrain-cluster");
     state_ = root_ / "state";
-    cluster_ = std::make_unique<dltrain::testing::Standalone>(state_, root_ / "xdg");
+    // PS shards checkpoint every 3 s (not the default 10 s), so that a shard has written
+    // its checkpoint long before its job's workers finish: the tests that kill a shard
+    // then find the order of events forced, not raced.
+    cluster_ = std::make_unique<dltrain::testing::Standalone>(
+        state_, root_ / "xdg", 3, std::vector<std::string>{"--ps-checkpoint-interval", "3"});
     client_ = cluster_->client;
     ASSERT_FALSE(client_.empty()) << "standalone cluster did not become ready";
   }
@@ -429,7 +433,7 @@ TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {
   ASSERT_EQ(rk.code, 0) << rk.out;
   const std::string job = json::parse(last_line(rk.out))["job"];
   ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
-  // Training is under way once the shard has written a checkpoint (every 10 s; it writes
+  // Training is under way once the shard has written a checkpoint (every 3 s; it writes
   // none while it holds no parameters).
   fs::path checkpoint;
   const auto deadline = std::chrono::steady_clock::now() + 120s;
@@ -479,7 +483,7 @@ TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {
 }
 
 TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers) {
-  // Long enough that no worker has finished by the second checkpoint, ~20 s in, even on
+  // Long enough that no worker has finished by the second checkpoint, ~6 s in, even on
   // an idle machine (a shard restarted without its state cannot learn that a worker that
   // already exited had finished).
   auto k = write_job("corrupt-ckpt", kShortCnn + "epochs = 16\n" + kShortOptimizer);
@@ -488,7 +492,7 @@ TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers)
   const std::string job = json::parse(last_line(rk.out))["job"];
   ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
   // Wait for a checkpoint to be replaced by a newer one (a new inode: written to the
-  // temporary file and renamed), so that the next one is ~10 s away: corrupting this one
+  // temporary file and renamed), so that the next one is ~3 s away: corrupting this one
   // and killing the shard cannot race with a save.
   fs::path checkpoint;
   ino_t first = 0;

@@ -171,10 +171,12 @@ inline std::vector<int> task_pids(const std::vector<std::filesystem::path>& agen
 /// default client file is left alone). The constructor returns once the cluster wrote
 /// STATE/client.json (a stale one is removed first), at most 60 s; `client` is then the
 /// `dltrain` command line that reaches it, and stays empty when it did not start.
-/// Destroyed while running, the cluster is killed (SIGKILL).
+/// Destroyed while running, the cluster is killed (SIGKILL). `extra` are further
+/// `dltrain-agent` flags (e.g. {"--ps-checkpoint-interval", "2"}).
 class Standalone {
  public:
-  Standalone(std::filesystem::path state_dir, std::filesystem::path xdg_dir, int agents = 3)
+  Standalone(std::filesystem::path state_dir, std::filesystem::path xdg_dir, int agents = 3,
+             std::vector<std::string> extra = {})
       : state(std::move(state_dir)), xdg(std::move(xdg_dir)), agents_(agents) {
     namespace fs = std::filesystem;
     fs::create_directories(state);
@@ -185,9 +187,13 @@ class Standalone {
       const std::string log = (state.parent_path() / "standalone.log").string();
       freopen(log.c_str(), "a", stdout);
       freopen(log.c_str(), "a", stderr);
-      const std::string n = std::to_string(agents);
-      execl((kBinDir + "/dltrain-agent").c_str(), "dltrain-agent", "--standalone", "--agents", n.c_str(),
-            "--state-dir", state.c_str(), static_cast<char*>(nullptr));
+      std::vector<std::string> args{"dltrain-agent", "--standalone", "--agents", std::to_string(agents),
+                                    "--state-dir", state.string()};
+      args.insert(args.end(), extra.begin(), extra.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv((kBinDir + "/dltrain-agent").c_str(), argv.data());
       _exit(127);
     }
     wait_until([&] { return fs::exists(state / "client.json"); }, std::chrono::seconds(60),
