@@ -125,6 +125,9 @@ int main(int argc, char** argv) {
   app.add_option("--ps-checkpoint-interval", so.ps_checkpoint_interval_s,
                  "standalone: seconds between PS shard checkpoints (default: the agents' 10 s)")
       ->check(CLI::Range(0.1, 86400.0));
+  app.add_option("--progress-interval", so.progress_interval_s,
+                 "standalone: seconds between a worker's progress events (default: the agents' 5 s)")
+      ->check(CLI::Range(0.1, 86400.0));
   app.set_version_flag("--version", DLTRAIN_VERSION);
   CLI11_PARSE(app, argc, argv);
   try {

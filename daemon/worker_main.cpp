@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   cfg.rank = args.rank;
   cfg.threads = args.threads;
   cfg.resume_epoch = args.resume_epoch;
+  if (args.progress_interval_s > 0) cfg.progress_interval_s = args.progress_interval_s;
   cfg.replica_path = args.replica_file;
   cfg.init_replica_path = args.init_replica;
   try {

@@ -71,6 +71,12 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
         throw ConfigError(k, "expected at least 100ms, got " + std::to_string(o.ps_checkpoint_interval.count()) + "ms");
       }
     }
+    else if (k == "progress_interval") {
+      o.progress_interval = ms(node, k);
+      if (o.progress_interval < std::chrono::milliseconds(100)) {
+        throw ConfigError(k, "expected at least 100ms, got " + std::to_string(o.progress_interval.count()) + "ms");
+      }
+    }
     else if (k == "log_level") o.log_level = get_string(node, k, true);
     else if (k == "prices") {
       o.prices.clear();

@@ -46,6 +46,9 @@ struct AgentOptions {
   /// Time between two checkpoints of a PS shard's state (its task directory, file
   /// `shard.ckpt`); a shard also checkpoints when a worker finishes and when it stops.
   std::chrono::milliseconds ps_checkpoint_interval{10000};
+  /// Time between two progress events of a worker task (its loss, images/s, bytes), what
+  /// `dltrain submit --follow` prints while a job trains.
+  std::chrono::milliseconds progress_interval{5000};
   std::string log_level = "info";
   /// Leader: price of one task-hour per hardware class ([prices] table), for the planner.
   std::map<std::string, double> prices{{"cpu", 1.0}};

@@ -46,6 +46,10 @@ std::string toml_quote(const std::string& s) {
 int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
   if (so.agents < 1 || so.agents > 64) throw ConfigError("--agents", "expected 1..64, got " + std::to_string(so.agents));
   if (so.cores_per_agent < 1) throw ConfigError("--cores-per-agent", "expected >= 1");
+  if (so.progress_interval_s != 0 && (so.progress_interval_s < 0.1 || so.progress_interval_s > 86400)) {
+    throw ConfigError("--progress-interval", "expected seconds in [0.1, 86400], got " +
+                                                 std::to_string(so.progress_interval_s));
+  }
   if (so.ps_checkpoint_interval_s != 0 && (so.ps_checkpoint_interval_s < 0.1 || so.ps_checkpoint_interval_s > 86400)) {
     throw ConfigError("--ps-checkpoint-interval", "expected seconds in [0.1, 86400], got " +
                                                       std::to_string(so.ps_checkpoint_interval_s));
@@ -125,6 +129,10 @@ int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
         << "cores = " << so.cores_per_agent << "\n"
         << "state_dir = " << toml_quote(dir.string()) << "\n"
         << "log_level = " << toml_quote(so.log_level) << "\n";
+    if (so.progress_interval_s > 0) {
+      cfg << "progress_interval = " << toml_quote(std::to_string(std::llround(so.progress_interval_s * 1000)) + "ms")
+          << "\n";
+    }
     if (so.ps_checkpoint_interval_s > 0) {
       cfg << "ps_checkpoint_interval = "
           << toml_quote(std::to_string(std::llround(so.ps_checkpoint_interval_s * 1000)) + "ms") << "\n";

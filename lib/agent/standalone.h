@@ -15,6 +15,8 @@ struct StandaloneOptions {
   /// Each agent's ps_checkpoint_interval in seconds, [0.1, 86400]; 0 = the agent default
   /// (10 s). Tests set it so that a shard has checkpointed before they kill it.
   double ps_checkpoint_interval_s = 0;
+  /// Each agent's progress_interval in seconds, [0.1, 86400]; 0 = the agent default (5 s).
+  double progress_interval_s = 0;
   std::string log_level = "info";
 };
 

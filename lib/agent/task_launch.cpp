@@ -77,6 +77,7 @@ wire::WorkerTaskArgs worker_args(const AgentOptions& opt, const json& b, const f
   for (const auto& e : b.at("ps")) a.ps += (a.ps.empty() ? "" : ",") + e.get<std::string>();
   a.threads = b.at("threads").get<int>();
   a.replica_file = (dir / "replica.ckpt").string();
+  a.progress_interval_s = static_cast<double>(opt.progress_interval.count()) / 1000.0;
   a.log_level = opt.log_level;
   if (const auto old_dir = earlier_dir(opt, b, "init_replica_generation")) {
     std::error_code ec;

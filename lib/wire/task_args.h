@@ -49,6 +49,7 @@ struct WorkerTaskArgs {
   int threads = 1;                   ///< --threads: intra-op threads, [1, 1024]
   double ps_timeout_s = 0;           ///< --ps-timeout: seconds; 0 = the job's ps.timeout
   int resume_epoch = 0;              ///< --resume-epoch: after a restart, epochs already finished
+  double progress_interval_s = 0;    ///< --progress-interval: seconds between progress events; 0 = 5
   std::string replica_file;          ///< --replica-file: where SIGTERM saves the replica
   std::string init_replica;          ///< --init-replica: initialise the PS shards from this replica
   std::string log_level = "info";    ///< --log-level

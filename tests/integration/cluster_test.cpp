@@ -43,11 +43,13 @@ class Cluster : public ::testing::Test {
   static void SetUpTestSuite() {
     root_ = dltrain::testing::make_temp_root("dltrain-cluster");
     state_ = root_ / "state";
-    // PS shards checkpoint every 3 s (not the default 10 s), so that a shard has written
-    // its checkpoint long before its job's workers finish: the tests that kill a shard
-    // then find the order of events forced, not raced.
+    // PS shards checkpoint every 3 s (not the default 10 s) and workers report progress
+    // every second (not 5 s), so that a shard has written its checkpoint and a worker has
+    // reported progress long before its job ends: the tests that wait for those before
+    // killing or stopping a task find the order of events forced, not raced.
     cluster_ = std::make_unique<dltrain::testing::Standalone>(
-        state_, root_ / "xdg", 3, std::vector<std::string>{"--ps-checkpoint-interval", "3"});
+        state_, root_ / "xdg", 3,
+        std::vector<std::string>{"--ps-checkpoint-interval", "3", "--progress-interval", "1"});
     client_ = cluster_->client;
     ASSERT_FALSE(client_.empty()) << "standalone cluster did not become ready";
   }
@@ -235,10 +237,7 @@ ps_shards = 1
   ASSERT_EQ(run(client_ + " cancel " + job, 30).code, 0);
   EXPECT_EQ(wait_state(job, {"cancelled", "failed", "succeeded"}, 60), "cancelled");
   // The files go with the tasks; no log holds the secret.
-  auto slurp = [](const fs::path& p) {
-    std::ifstream in(p);
-    return std::string((std::istreambuf_iterator<char>(in)), {});
-  };
+  using dltrain::testing::slurp;
   for (const auto& d : dirs) {
     EXPECT_FALSE(fs::exists(d / "job.secret")) << d;
     EXPECT_EQ(slurp(d / "task.log").find(secret), std::string::npos) << d;
@@ -301,10 +300,11 @@ TEST_F(Cluster, AKilledWorkerIsRestartedAndTheJobSucceeds) {
 // straggler is continued it picks up where it was (no restart: the PS timeout bounds the
 // PS's silence, not the time a worker was not running) and the job succeeds.
 TEST_F(Cluster, AStoppedWorkerDoesNotHoldUpTheOtherAndTheJobSucceeds) {
-  // configs/jobs/fashion-mnist-mlp-short.toml with twice the data and epochs, so that
-  // worker 0 has plenty of steps left while worker 1 is stopped, and a 5 s PS timeout.
+  // configs/jobs/fashion-mnist-mlp-short.toml with twice the data and four times the
+  // epochs, so that worker 0 has plenty of steps left while worker 1 is stopped (at least
+  // two PS timeouts and two progress events after the stop), and a 5 s PS timeout.
   auto f = write_job("straggler", R"(model = "mlp"
-epochs = 4
+epochs = 8
 workers = 2
 ps_shards = 1
 batch_size = 32

@@ -28,6 +28,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 using dltrain::testing::run;
+using dltrain::testing::slurp;
 using dltrain::testing::TempDir;
 
 namespace {
@@ -124,11 +125,6 @@ fs::path write_secret(const fs::path& dir, mode_t mode) {
   std::ofstream(p) << kSecretHex << "\n";
   ::chmod(p.c_str(), mode);
   return p;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), {}};
 }
 
 // A one-worker MLP job small enough to train in seconds.

@@ -39,12 +39,6 @@ inline std::filesystem::path make_temp_root(const std::string& prefix) {
   return mkdtemp(tmpl.data());
 }
 
-/// The whole of a file ("" when it cannot be read).
-inline std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
 /// Writes `text` to `p` with mode 0600 (token files must be private).
 inline void write_private(const std::filesystem::path& p, const std::string& text) {
   std::ofstream(p) << text;

@@ -38,6 +38,12 @@ inline Result run(const std::string& cmd, int timeout_s = 300) {
 }
 
 /// The last non-empty line of `s` (a followed job's summary).
+/// The whole of a file ("" when it cannot be read).
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
 inline std::string last_line(const std::string& s) {
   std::istringstream in(s);
   std::string line, last;
