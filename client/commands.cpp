@@ -53,9 +53,12 @@ int submit(control::BlockingControlClient& c, const json& request, const Command
   auto r = c.request("submit", request, opt.timeout);
   const std::string id = r.value("job", "");
   if (as_json) {
-    std::cout << json{{"event", "submitted"}, {"job", id}, {"state", r.value("state", "")}}.dump() << std::endl;
+    json line{{"event", "submitted"}, {"job", id}, {"state", r.value("state", "")}};
+    if (r.contains("warning")) line["warning"] = r["warning"];
+    std::cout << line.dump() << std::endl;
   } else {
     std::cout << id << " submitted (" << r.value("state", "") << ") to " << opt.leader << std::endl;
+    if (r.contains("warning")) std::cerr << "dltrain: warning: " << id << " " << r.value("warning", "") << std::endl;
   }
   return opt.follow ? follow_job(c, id, as_json) : kExitOk;
 }

@@ -142,6 +142,13 @@ void print_event(std::ostream& out, const json& e) {
   } else if (kind == events::Recovering::kKind) {
     out << job << ": " << events::Recovering::from_json(e).reason << "; stopping its tasks to re-assign it"
         << std::endl;
+  } else if (kind == events::Waiting::kKind) {
+    const auto w = events::Waiting::from_json(e);
+    out << job << ": waiting: position " << w.position << " in the queue, needs " << w.cores_needed << " cores, "
+        << w.cores_free << " free, " << w.cores_total << " in the cluster";
+    if (!w.fits_cluster) out << "; more than the whole cluster has, it waits for agents to join";
+    if (w.queue_timeout_seconds) out << "; fails after " << fmt(*w.queue_timeout_seconds, 0) << " s (queue_timeout)";
+    out << std::endl;
   } else if (kind == events::WaitingForAgent::kKind) {
     const auto w = events::WaitingForAgent::from_json(e);
     out << job << ": no agent has free cores for " << json(w.tasks).dump() << "; waiting up to "
@@ -192,7 +199,10 @@ void print_job_status(std::ostream& out, json r) {
   if (r.contains("error")) out << "  error: " << r.value("error", "") << std::endl;
   if (r.value("state", "") == "queued") {
     out << "  waiting: position " << r.value("queue_position", 0) << " in the queue, needs "
-        << r.value("cores_needed", 0) << " cores, " << r.value("cores_free", 0) << " free" << std::endl;
+        << r.value("cores_needed", 0) << " cores, " << r.value("cores_free", 0) << " free";
+    if (r.contains("cores_total")) out << ", " << r.value("cores_total", 0) << " in the cluster";
+    if (!r.value("fits_cluster", true)) out << "; more than the whole cluster has, it waits for agents to join";
+    out << std::endl;
   }
 }
 

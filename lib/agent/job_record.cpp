@@ -111,6 +111,7 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
     out["cores_needed"] = (j.spec.workers + j.spec.ps_shards) * j.spec.threads_per_task;
     out["cores_free"] = queue->cores_free;
     out["fits_cluster"] = queue->fits_cluster;
+    out["cores_total"] = queue->cores_total;
   }
   return out;
 }

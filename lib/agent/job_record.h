@@ -103,6 +103,8 @@ struct JobRec {
   /// agent its tasks are on has registered again) the leader waits for its agents.
   std::optional<Clock::time_point> adopt_until;
   std::string adopt_lost;  ///< tasks its agents no longer had when they came back
+  std::optional<Clock::time_point> queued_since;  ///< when it last entered the queue
+  std::string last_waiting;  ///< the last "waiting" event its followers got (to send changes only)
 
   bool terminal() const { return state == "succeeded" || state == "failed" || state == "cancelled"; }
   /// Seconds from submission to the end (or now).
@@ -121,6 +123,7 @@ struct QueueStatus {
   std::size_t position = 0;  ///< 1-based
   int cores_free = 0;        ///< on the live agents
   bool fits_cluster = false; ///< it fits the live agents when idle
+  int cores_total = 0;       ///< of the live agents, busy or not
 };
 
 /// The summary event of `j` (its last event for followers).

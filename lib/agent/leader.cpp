@@ -62,14 +62,87 @@ void Leader::Impl::reply_error(const SessionPtr& s, const std::string& id, const
   s->send(wire::make_error(id, code, msg, field));
 }
 
+QueueStatus Leader::Impl::queue_status(const JobRec& j) const {
+  QueueStatus q;
+  q.position = static_cast<std::size_t>(std::find(queue.begin(), queue.end(), j.id) - queue.begin()) + 1;
+  q.cores_free = agents.free_cores();
+  const auto sizes = agents.sizes();
+  q.fits_cluster = fits(sizes, j.spec.ps_shards + j.spec.workers, j.spec.threads_per_task);
+  for (const int c : sizes) q.cores_total += c;
+  return q;
+}
+
 json Leader::Impl::status_json(const JobRec& j) const {
   std::optional<QueueStatus> q;
-  if (j.state == "queued") {
-    const auto pos = std::find(queue.begin(), queue.end(), j.id) - queue.begin();
-    q = QueueStatus{static_cast<std::size_t>(pos + 1), agents.free_cores(),
-                    fits(agents.sizes(), j.spec.ps_shards + j.spec.workers, j.spec.threads_per_task)};
-  }
+  if (j.state == "queued") q = queue_status(j);
   return job_json(j, q);
+}
+
+void Leader::Impl::enqueue(JobRec& j) {
+  queue.push_back(j.id);
+  j.queued_since = Clock::now();
+  j.last_waiting.clear();
+}
+
+json Leader::Impl::waiting_event(const JobRec& j) const {
+  const auto q = queue_status(j);
+  events::Waiting w;
+  w.position = static_cast<std::int64_t>(q.position);
+  w.cores_needed = (j.spec.workers + j.spec.ps_shards) * j.spec.threads_per_task;
+  w.cores_free = q.cores_free;
+  w.cores_total = q.cores_total;
+  w.fits_cluster = q.fits_cluster;
+  const double timeout = j.spec.queue_timeout_seconds > 0 ? j.spec.queue_timeout_seconds
+                                                          : static_cast<double>(opt.queue_timeout.count()) / 1000.0;
+  if (timeout > 0) w.queue_timeout_seconds = timeout;
+  json e = w.to_json();
+  e["job"] = j.id;
+  return e;
+}
+
+// A follower of a queued job learns at once why it waits, and again whenever that changes
+// (its place, the free cores, the cluster's size): never a silent wait.
+void Leader::Impl::notify_waiting() {
+  for (const auto& id : queue) {
+    auto& j = jobs.at(id);
+    if (j.state != "queued") continue;
+    const json e = waiting_event(j);
+    const std::string text = e.dump();
+    if (text == j.last_waiting) continue;
+    j.last_waiting = text;
+    notify(j, e);
+  }
+}
+
+void Leader::Impl::expire_queued() {
+  const auto now = Clock::now();
+  auto timeout_of = [&](const JobRec& j) {
+    return j.spec.queue_timeout_seconds > 0 ? std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                  std::chrono::duration<double>(j.spec.queue_timeout_seconds))
+                                            : opt.queue_timeout;
+  };
+  // Collected first: failing a job schedules the others, which changes the queue.
+  std::vector<std::string> expired;
+  for (const auto& id : queue) {
+    const auto& j = jobs.at(id);
+    const auto timeout = timeout_of(j);
+    if (j.state == "queued" && timeout.count() > 0 && j.queued_since && now - *j.queued_since >= timeout) {
+      expired.push_back(id);
+    }
+  }
+  for (const auto& id : expired) {
+    auto& j = jobs.at(id);
+    const auto pos = std::find(queue.begin(), queue.end(), id);
+    if (pos == queue.end() || j.state != "queued") continue;
+    const auto timeout = timeout_of(j);
+    const auto q = queue_status(j);
+    queue.erase(pos);
+    const int needed = (j.spec.workers + j.spec.ps_shards) * j.spec.threads_per_task;
+    fail_job(j, "waited " + fmt::format("{:g}", static_cast<double>(timeout.count()) / 1000.0) +
+                    " s in the queue (queue_timeout): it needs " + std::to_string(needed) + " cores, " +
+                    std::to_string(q.cores_free) + " are free and the cluster has " + std::to_string(q.cores_total) +
+                    (q.fits_cluster ? "" : " in all"));
+  }
 }
 
 void Leader::Impl::set_state(JobRec& j, const std::string& state) {
@@ -86,6 +159,11 @@ void Leader::Impl::set_state(JobRec& j, const std::string& state) {
 // but not its free cores blocks everyone behind it (no overtaking). A job that cannot
 // fit even an idle cluster waits without blocking others (agents may still join).
 void Leader::Impl::try_schedule() {
+  schedule_pass();
+  notify_waiting();
+}
+
+void Leader::Impl::schedule_pass() {
   // A job being re-assigned goes first: the cores its stopped tasks freed are its own.
   for (auto& [id, j] : jobs) {
     if (j.state == "recovering") return;
@@ -283,6 +361,8 @@ void Leader::Impl::check_heartbeats() {
       if (j.adopt_until && now >= *j.adopt_until) self->after_adoption(j);
       self->try_resume(j);
     }
+    self->expire_queued();
+    self->notify_waiting();  // e.g. an agent was lost: the cluster is smaller
     self->check_heartbeats();
   });
 }

@@ -68,6 +68,7 @@ void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& 
         s->send(wire::make_event(summary(j).to_json()));
       } else {
         j.followers.push_back(s);
+        if (j.state == "queued") s->send(wire::make_event(waiting_event(j)));
       }
       return;
     }
@@ -114,9 +115,18 @@ void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
     job.state = "planning";
     decide(job);
   } else {
-    queue.push_back(id);
+    enqueue(job);
     save(job);
-    reply(s, env.id, {{"job", id}, {"state", "queued"}});
+    json r{{"job", id}, {"state", "queued"}};
+    const auto q = queue_status(job);
+    if (!q.fits_cluster) {
+      // It waits for agents to join (or its queue_timeout); say so now, not never.
+      r["warning"] = "needs " + std::to_string((spec.workers + spec.ps_shards) * spec.threads_per_task) +
+                     " cores (" + std::to_string(spec.workers + spec.ps_shards) + " tasks x " +
+                     std::to_string(spec.threads_per_task) + "), more than the " + std::to_string(q.cores_total) +
+                     " cores of the agents registered now; it waits in the queue until agents join";
+    }
+    reply(s, env.id, r);
   }
   try_schedule();
 }

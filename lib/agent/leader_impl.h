@@ -76,7 +76,18 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   /// `j` as clients see it, with its place in the queue when queued.
   json status_json(const JobRec& j) const;
   void set_state(JobRec& j, const std::string& state);
+  /// Puts `j` at the back of the queue (state queued is set by the caller).
+  void enqueue(JobRec& j);
+  /// Where queued `j` stands (position, cores needed / free / in the cluster).
+  QueueStatus queue_status(const JobRec& j) const;
+  /// The "waiting" event of queued `j`, with "job".
+  json waiting_event(const JobRec& j) const;
+  /// Tells each queued job's followers what it waits for, when that changed.
+  void notify_waiting();
+  /// Fails the queued jobs that waited longer than their queue timeout.
+  void expire_queued();
   void try_schedule();
+  void schedule_pass();
   void launch(JobRec& j, const std::vector<std::string>& placement);
   void start_task(JobRec& j, TaskRec& t, const json& ps_endpoints, const json& extra = json::object());
   json ps_endpoints(const JobRec& j) const;

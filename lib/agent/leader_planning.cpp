@@ -61,7 +61,7 @@ void Leader::Impl::decide(JobRec& j) {
                p.explanation);
   notify(j, events::PlanDecided{{}, j.plan}.to_json());
   set_state(j, "queued");
-  queue.push_back(j.id);
+  enqueue(j);
 }
 
 // Starts one exploration run per configuration the planner asked to profile.
@@ -80,7 +80,7 @@ void Leader::Impl::explore(JobRec& parent, const std::vector<planner::Config>& c
     const std::string id = p.id;
     jobs.emplace(id, std::move(p));
     job_order.push_back(id);
-    queue.push_back(id);
+    enqueue(jobs.at(id));
     save(jobs.at(id));
     spdlog::info("job {}: exploring {} workers x batch {} as {}", parent.id, c.workers, c.batch_size, id);
   }

@@ -86,7 +86,7 @@ void Leader::Impl::resume_after_restart(JobRec& j, const json& r) {
   resume_stored_counters(j, r);
   if (j.state == "queued" || j.state == "planning") {
     j.state = "queued";
-    queue.push_back(j.id);
+    enqueue(j);
     spdlog::info("job {} ({}) is queued again", j.id, j.spec.name);
   } else if (j.state != "exploring") {
     j.adopt_until = Clock::now() + adoption_window();

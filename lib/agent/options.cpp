@@ -71,6 +71,7 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
         throw ConfigError(k, "expected at least 100ms, got " + std::to_string(o.ps_checkpoint_interval.count()) + "ms");
       }
     }
+    else if (k == "queue_timeout") o.queue_timeout = ms(node, k);
     else if (k == "progress_interval") {
       o.progress_interval = ms(node, k);
       if (o.progress_interval < std::chrono::milliseconds(100)) {

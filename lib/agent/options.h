@@ -49,6 +49,9 @@ struct AgentOptions {
   /// Time between two progress events of a worker task (its loss, images/s, bytes), what
   /// `dltrain submit --follow` prints while a job trains.
   std::chrono::milliseconds progress_interval{5000};
+  /// Leader: how long a job may wait in the queue before it fails with the reason, for
+  /// jobs without their own queue_timeout; 0 = for ever.
+  std::chrono::milliseconds queue_timeout{0};
   std::string log_level = "info";
   /// Leader: price of one task-hour per hardware class ([prices] table), for the planner.
   std::map<std::string, double> prices{{"cpu", 1.0}};

@@ -53,12 +53,20 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
     const std::string k(key.str());
     if (k == "name") {
       s.name = get_string(node, k);
+      if (s.name.size() > kMaxJobNameLength) {
+        throw ConfigError(k, "at most " + std::to_string(kMaxJobNameLength) + " characters, got " +
+                                 std::to_string(s.name.size()));
+      }
     } else if (k == "model") {
       s.model = get_choice(node, k, {"cnn", "mlp", "mlp-large"});
     } else if (k == "dataset") {
       s.dataset = get_choice(node, k, {"fashion-mnist", "mnist"});
     } else if (k == "data_dir") {
       s.data_dir = get_string(node, k);
+      if (s.data_dir.size() > kMaxPathLength) {
+        throw ConfigError(k, "at most " + std::to_string(kMaxPathLength) + " bytes, got " +
+                                 std::to_string(s.data_dir.size()));
+      }
     } else if (k == "epochs") {
       s.epochs = static_cast<int>(get_int(node, k, 1, 1000));
     } else if (k == "workers") {
@@ -77,6 +85,11 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
       }
     } else if (k == "target_accuracy") {
       s.target_accuracy = get_double(node, k, 0.0, 1.0, true, false);
+    } else if (k == "queue_timeout") {
+      s.queue_timeout_seconds = toml_fields::get_duration(node, k, "10m");
+      if (s.queue_timeout_seconds < 1 || s.queue_timeout_seconds > 30 * 86400.0) {
+        throw ConfigError(k, "expected a duration in [1s, 30d], got \"" + *node.value<std::string>() + "\"");
+      }
     } else if (k == "deadline") {
       s.deadline_seconds = toml_fields::get_duration(node, k, "30m");
       if (s.deadline_seconds <= 0) throw ConfigError(k, "must be positive");
@@ -85,6 +98,10 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
         const std::string f = "planner." + std::string(pk.str());
         if (pk.str() == "batch_sizes") {
           if (!pn.is_array() || pn.as_array()->empty()) throw ConfigError(f, "expected a non-empty array of integers");
+          if (pn.as_array()->size() > kMaxBatchSizes) {
+            throw ConfigError(f, "at most " + std::to_string(kMaxBatchSizes) + " batch sizes, got " +
+                                     std::to_string(pn.as_array()->size()));
+          }
           s.batch_sizes.clear();
           for (auto&& e : *pn.as_array()) s.batch_sizes.push_back(static_cast<int>(get_int(e, f, 1, 65536)));
         } else if (pk.str() == "max_workers") {
@@ -151,7 +168,8 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
     } else {
       throw ConfigError(k, "unknown key (expected name, model, dataset, data_dir, epochs, "
                            "workers, ps_shards, batch_size, threads_per_task, sync, seed, "
-                           "train_samples, test_samples, target_accuracy, deadline, [optimizer], [compression], [planner], "
+                           "train_samples, test_samples, target_accuracy, deadline, queue_timeout, [optimizer], [compression], "
+                           "[planner], "
                            "[ps])");
     }
   }
@@ -260,6 +278,7 @@ void job_fields(S& s, V&& v) {
   v.nested("compression", s.compression, [](auto& c, auto&& w) { compression_fields(c, w); }, opt);
   v("workers_auto", s.workers_auto, opt), v("batch_auto", s.batch_auto, opt),
       v("target_accuracy", s.target_accuracy, opt), v("deadline_seconds", s.deadline_seconds, opt),
+      v("queue_timeout_seconds", s.queue_timeout_seconds, opt),
       v("batch_sizes", s.batch_sizes, opt), v("max_workers", s.max_workers, opt),
       v("price_per_task_hour", s.price_per_task_hour, opt), v("max_steps", s.max_steps, opt),
       v("profile", s.profile, opt);

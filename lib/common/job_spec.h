@@ -21,6 +21,13 @@ struct OptimizerSpec {
   double warmup_epochs = 0.5;  ///< linear learning-rate warm-up, in epochs, [0, epochs)
 };
 
+/// Longest job name accepted, in characters (bytes).
+inline constexpr std::size_t kMaxJobNameLength = 256;
+/// Longest data_dir accepted, in bytes (PATH_MAX).
+inline constexpr std::size_t kMaxPathLength = 4096;
+/// Most candidate batch sizes in [planner] batch_sizes.
+inline constexpr std::size_t kMaxBatchSizes = 64;
+
 /// A validated job. Field ranges are enforced by parse_job_toml(); the JSON form
 /// (to_json / job_from_json) is what the leader sends to tasks.
 struct JobSpec {
@@ -49,6 +56,9 @@ struct JobSpec {
   bool batch_auto = false;          ///< batch_size = "auto": the leader's planner chooses
   double target_accuracy = 0;       ///< final test accuracy to reach, (0, 1]; 0 = none
   double deadline_seconds = 0;      ///< wall time from start to end, > 0; 0 = none
+  /// queue_timeout: seconds the job may wait in the queue before it fails with the
+  /// reason, [1, 2592000]; 0 = the leader's queue_timeout (whose default is none).
+  double queue_timeout_seconds = 0;
   std::vector<int> batch_sizes{32, 64, 128, 256};  ///< [planner] candidate per-worker batches
   int max_workers = 0;              ///< [planner] upper bound on workers; 0 = what fits
   double price_per_task_hour = 0;   ///< [planner] cost of one task for an hour; 0 = leader's price

@@ -364,6 +364,24 @@ struct Recovering : Fields<Recovering> {
   }
 };
 
+/// A queued job waits for cores: sent to its followers when it is queued (or followed)
+/// and whenever what it waits for changes.
+struct Waiting : Fields<Waiting> {
+  static constexpr const char* kKind = "waiting";
+  std::int64_t position = 0;         ///< 1-based place in the queue
+  int cores_needed = 0;              ///< (workers + PS shards) × threads_per_task
+  int cores_free = 0;                ///< on the live agents now
+  int cores_total = 0;               ///< of the live agents, busy or not
+  bool fits_cluster = false;         ///< it fits the live agents when they are idle
+  std::optional<double> queue_timeout_seconds;  ///< it fails after waiting this long
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("position", s.position), v("cores_needed", s.cores_needed), v("cores_free", s.cores_free),
+        v("cores_total", s.cores_total), v("fits_cluster", s.fits_cluster),
+        v("queue_timeout_seconds", s.queue_timeout_seconds);
+  }
+};
+
 /// A re-assignment waits for free cores.
 struct WaitingForAgent : Fields<WaitingForAgent> {
   static constexpr const char* kKind = "waiting_for_agent";

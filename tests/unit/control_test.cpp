@@ -513,3 +513,54 @@ TEST(LeaderTasks, TheSecretIsStoredWhileTheJobLivesAndOlderRecordsStayReadable) 
     EXPECT_FALSE(rec.contains("secret")) << "job " << num << " still stores its secret after it ended";
   }
 }
+
+// No silent waits: a job larger than the whole cluster is accepted with a warning, its
+// follower is told at once why it waits (and the status says the same), and its
+// queue_timeout fails it with the reason.
+TEST(LeaderQueue, AJobThatCannotFitSaysWhyAtSubmitAndWhileItWaitsAndFailsAfterItsQueueTimeout) {
+  RunningLeader l;
+  FakeAgent agent(l.url(), "fake-1", 2);
+  control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+  const std::string toml =
+      "name = \"big\"\nmodel = \"mlp\"\nworkers = 4\nps_shards = 1\nepochs = 1\nqueue_timeout = \"2s\"\n";
+  const auto sub =
+      c.request("submit", {{"job_toml", toml}, {"base_dir", "."}, {"follow", true}}, std::chrono::seconds(10));
+  const std::string job = sub["job"];
+  EXPECT_EQ(sub["state"], "queued");
+  EXPECT_EQ(sub["warning"],
+            "needs 5 cores (5 tasks x 1), more than the 2 cores of the agents registered now; it waits in the "
+            "queue until agents join");
+
+  // Collects the follower's events until one of `kind` arrives (at most 15 s).
+  std::vector<nlohmann::json> seen;
+  auto wait_for = [&](const std::string& kind) -> std::optional<nlohmann::json> {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto e = c.next_event(std::chrono::milliseconds(500));
+      if (!e) continue;
+      seen.push_back(*e);
+      if ((*e)["job"] == job && (*e)["event"] == kind) return e;
+    }
+    return std::nullopt;
+  };
+  const auto waiting = wait_for("waiting");
+  ASSERT_TRUE(waiting) << nlohmann::json(seen).dump();
+  EXPECT_EQ((*waiting)["position"], 1);
+  EXPECT_EQ((*waiting)["cores_needed"], 5);
+  EXPECT_EQ((*waiting)["cores_free"], 2);
+  EXPECT_EQ((*waiting)["cores_total"], 2);
+  EXPECT_EQ((*waiting)["fits_cluster"], false);
+  EXPECT_EQ((*waiting)["queue_timeout_seconds"], 2.0);
+  const auto st = c.request("status", {{"job", job}}, std::chrono::seconds(10));
+  EXPECT_EQ(st["cores_total"], 2);
+  EXPECT_EQ(st["fits_cluster"], false);
+
+  // The heartbeat checker (every second) fails it once it has waited 2 s.
+  const auto summary = wait_for("summary");
+  ASSERT_TRUE(summary) << nlohmann::json(seen).dump();
+  EXPECT_EQ((*summary)["state"], "failed");
+  EXPECT_EQ((*summary)["error"],
+            "waited 2 s in the queue (queue_timeout): it needs 5 cores, 2 are free and the cluster has 2 in all");
+  const auto ended = c.request("status", {{"job", job}}, std::chrono::seconds(10));
+  EXPECT_TRUE(ended["tasks"].empty()) << "nothing of the job may have started: " << ended.dump();
+}

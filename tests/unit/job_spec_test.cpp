@@ -120,3 +120,23 @@ TEST(JobSpec, ParsesDurations) {
   EXPECT_DOUBLE_EQ(parse_duration_seconds("500ms", "x"), 0.5);
   EXPECT_THROW(parse_duration_seconds("soon", "deadline"), ConfigError);
 }
+
+TEST(JobSpec, FreeTextAndListFieldsHaveLimits) {
+  EXPECT_EQ(reject("name = \"" + std::string(300, 'x') + "\"\n" + kData).second,
+            "name: at most 256 characters, got 300");
+  EXPECT_EQ(parse_job_toml("name = \"" + std::string(256, 'x') + "\"\n" + kData).name.size(), 256u);
+  std::string sizes = "[planner]\nbatch_sizes = [";
+  for (int i = 1; i <= 65; ++i) sizes += (i > 1 ? ", " : "") + std::to_string(i);
+  EXPECT_EQ(reject(kData + sizes + "]\n").second, "planner.batch_sizes: at most 64 batch sizes, got 65");
+  EXPECT_EQ(reject("data_dir = \"/" + std::string(5000, 'd') + "\"\n").second,
+            "data_dir: at most 4096 bytes, got 5001");
+}
+
+TEST(JobSpec, QueueTimeoutIsADurationFromOneSecondToThirtyDays) {
+  EXPECT_DOUBLE_EQ(parse_job_toml(kData + "queue_timeout = \"10m\"\n").queue_timeout_seconds, 600.0);
+  EXPECT_DOUBLE_EQ(parse_job_toml(kData).queue_timeout_seconds, 0.0);  // the leader's default
+  EXPECT_EQ(reject(kData + "queue_timeout = \"500ms\"\n").second,
+            "queue_timeout: expected a duration in [1s, 30d], got \"500ms\"");
+  nlohmann::json j = parse_job_toml(kData + "queue_timeout = \"2s\"\n");
+  EXPECT_DOUBLE_EQ(job_from_json(j).queue_timeout_seconds, 2.0);
+}
