@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", timeout_s, "seconds to wait for the leader's answer (1..3600)")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  // Before or after the subcommand: `dltrain --json status` and `dltrain status --json`.
+  app.add_flag("--json", as_json, "JSON output (also accepted after the subcommand)");
   app.set_version_flag("--version", DLTRAIN_VERSION);
 
   std::string job_file, job_id;

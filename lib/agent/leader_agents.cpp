@@ -66,7 +66,16 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   if (cores < 1) return reply_error(s, env.id, wire::error_code::kBadRequest, "cores must be >= 1", "cores");
   auto it = agents.find(name);
   if (it != agents.end() && !it->second.lost && !it->second.session.expired()) {
-    return reply_error(s, env.id, wire::error_code::kConflict, "an agent named \"" + name + "\" is already registered",
+    const auto current = it->second.session.lock();
+    const std::string from = current ? current->peer() : std::string("?");
+    // Two machines with one host name (cloned VMs, containers): say so on both sides.
+    spdlog::warn("refusing a second agent named \"{}\" from {}: one is registered from {}; give each machine its "
+                 "own name (the name key of its agent configuration)",
+                 name, s->peer(), from);
+    return reply_error(s, env.id, wire::error_code::kConflict,
+                       "an agent named \"" + name + "\" is already registered (from " + from +
+                           "); set a unique name = \"...\" in this agent's configuration (it defaults to the host "
+                           "name)",
                        "name");
   }
   AgentRec a;

@@ -177,7 +177,7 @@ json Leader::Impl::agents_json() const {
     arr.push_back({{"agent", id},
                    {"address", a.address},
                    {"cores", a.cores},
-                   {"free_cores", a.free_cores},
+                   {"free_cores", a.lost ? 0 : a.free_cores},  // a lost agent offers nothing
                    {"memory_mb", a.memory_mb},
                    {"hardware_class", a.hardware_class},
                    {"state", a.lost ? "lost" : a.stopping ? "stopping" : "ready"},

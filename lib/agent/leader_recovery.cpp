@@ -191,12 +191,19 @@ void Leader::Impl::try_resume(JobRec& j) {
 // for finished workers).
 void Leader::Impl::resume(JobRec& j, const std::vector<std::string>& placement) {
   const std::uint32_t old_gen = j.generation;
-  // The freshest replica: the stopped worker (staying on its agent, where its file is)
-  // whose parameters last came from the PS.
+  // A shard restores the checkpoint it wrote when it was stopped where it stays; one that
+  // moves, or that did not stop cleanly, starts empty and must be rebuilt.
+  bool rebuild = false;
+  for (std::size_t i = 0; i < j.tasks.size(); ++i) {
+    const auto& t = j.tasks[i];
+    rebuild |= t.kind == "ps" && !(t.ok_exit && placement[i] == t.agent);
+  }
+  // If so, from the freshest replica: the stopped worker (staying on its agent, where its
+  // file is) whose parameters last came from the PS.
   std::string seed;
   std::uint32_t seed_generation = 0;
   double freshest = -1;
-  for (std::size_t i = 0; i < j.tasks.size(); ++i) {
+  for (std::size_t i = 0; i < j.tasks.size() && rebuild; ++i) {
     const auto& t = j.tasks[i];
     if (t.kind != "worker" || placement[i] != t.agent || !t.replica || !t.replica->path) {
       continue;

@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <limits>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -19,82 +21,126 @@ using toml_fields::get_double;
 using toml_fields::get_int;
 using toml_fields::get_string;
 
+namespace {
+
+using Node = toml::node;
+using Handler = std::function<void(AgentOptions&, const Node&, const std::string&)>;
+
+// `v` as milliseconds: a positive duration string, at least `min_ms`.
+std::chrono::milliseconds duration_ms(const Node& n, const std::string& k, std::int64_t min_ms = 1) {
+  const double sec = toml_fields::get_duration(n, k, "1s");
+  if (sec <= 0) throw ConfigError(k, "must be positive");
+  const std::chrono::milliseconds v(static_cast<std::int64_t>(sec * 1000));
+  if (v.count() < min_ms) {
+    throw ConfigError(k, "expected at least " + std::to_string(min_ms) + "ms, got " + std::to_string(v.count()) + "ms");
+  }
+  return v;
+}
+
+// Every key of an agent configuration, with how it is read: the one list of its keys.
+// `resolve` makes a path relative to the configuration's directory absolute.
+std::map<std::string, Handler> key_handlers(const std::function<std::string(const std::string&)>& resolve) {
+  auto str = [](std::string AgentOptions::*f) {
+    return Handler([f](AgentOptions& o, const Node& n, const std::string& k) { o.*f = get_string(n, k, true); });
+  };
+  auto path = [resolve](std::string AgentOptions::*f) {
+    return Handler(
+        [f, resolve](AgentOptions& o, const Node& n, const std::string& k) { o.*f = resolve(get_string(n, k, true)); });
+  };
+  auto flag = [](bool AgentOptions::*f) {
+    return Handler([f](AgentOptions& o, const Node& n, const std::string& k) { o.*f = get_bool(n, k); });
+  };
+  auto dur = [](std::chrono::milliseconds AgentOptions::*f, std::int64_t min_ms = 1) {
+    return Handler([f, min_ms](AgentOptions& o, const Node& n, const std::string& k) { o.*f = duration_ms(n, k, min_ms); });
+  };
+  auto integer = [](int AgentOptions::*f, std::int64_t lo, std::int64_t hi) {
+    return Handler(
+        [f, lo, hi](AgentOptions& o, const Node& n, const std::string& k) { o.*f = static_cast<int>(get_int(n, k, lo, hi)); });
+  };
+  auto token_file = [resolve](std::string AgentOptions::*f) {
+    return Handler([f, resolve](AgentOptions& o, const Node& n, const std::string& k) {
+      o.*f = read_private_file(resolve(get_string(n, k, true)), k);
+    });
+  };
+  return {
+      {"name", str(&AgentOptions::name)},
+      {"leader", flag(&AgentOptions::leader)},
+      {"leader_url", str(&AgentOptions::leader_url)},
+      {"listen_address", str(&AgentOptions::listen_address)},
+      {"listen_port",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.listen_port = static_cast<std::uint16_t>(get_int(n, k, 0, 65535));
+       }},
+      {"advertise_address", str(&AgentOptions::advertise_address)},
+      {"task_bind_address", str(&AgentOptions::task_bind_address)},
+      {"host_tasks", flag(&AgentOptions::host_tasks)},
+      {"cores", integer(&AgentOptions::cores, 0, 4096)},
+      {"memory_mb",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.memory_mb = get_int(n, k, 0, std::numeric_limits<std::int64_t>::max());
+       }},
+      {"hardware_class", str(&AgentOptions::hardware_class)},
+      {"state_dir", path(&AgentOptions::state_dir)},
+      {"agent_token", str(&AgentOptions::agent_token)},
+      {"client_token", str(&AgentOptions::client_token)},
+      {"agent_token_file", token_file(&AgentOptions::agent_token)},
+      {"client_token_file", token_file(&AgentOptions::client_token)},
+      {"task_bin_dir", path(&AgentOptions::task_bin_dir)},
+      {"tls_cert_file", path(&AgentOptions::tls_cert_file)},
+      {"tls_key_file", path(&AgentOptions::tls_key_file)},
+      {"tls_ca_file", path(&AgentOptions::tls_ca_file)},
+      {"heartbeat_interval", dur(&AgentOptions::heartbeat_interval)},
+      {"heartbeat_timeout", dur(&AgentOptions::heartbeat_timeout)},
+      {"task_stop_grace", dur(&AgentOptions::task_stop_grace)},
+      {"reassign_timeout", dur(&AgentOptions::reassign_timeout)},
+      {"ps_checkpoint_interval", dur(&AgentOptions::ps_checkpoint_interval, 100)},
+      {"queue_timeout", dur(&AgentOptions::queue_timeout)},
+      {"progress_interval", dur(&AgentOptions::progress_interval, 100)},
+      {"log_level", str(&AgentOptions::log_level)},
+      {"explore_steps", integer(&AgentOptions::explore_steps, 10, 100000)},
+      {"task_max_restarts", integer(&AgentOptions::task_max_restarts, 0, 100)},
+      {"margin_sigmas",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.margin_sigmas = get_double(n, k, 0.0, 5.0, false, false);
+       }},
+      {"switch_threshold",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.switch_threshold = get_double(n, k, 0.0, 1.0, false, true);
+       }},
+  };
+}
+
+}  // namespace
+
 AgentOptions parse_agent_options(const std::string& text, const std::string& base_dir) {
   const toml::table root = toml_fields::parse(text);
   AgentOptions o;
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   o.name = host;
-  auto resolve = [&](const std::string& p) {
+  const auto handlers = key_handlers([&](const std::string& p) {
     std::filesystem::path path(p);
     return (path.is_relative() ? std::filesystem::path(base_dir) / path : path).string();
-  };
-  auto ms = [&](const toml::node& n, const std::string& k) {
-    const double sec = toml_fields::get_duration(n, k, "1s");
-    if (sec <= 0) throw ConfigError(k, "must be positive");
-    return std::chrono::milliseconds(static_cast<std::int64_t>(sec * 1000));
-  };
+  });
   for (auto&& [key, node] : root) {
     const std::string k(key.str());
-    if (k == "name") o.name = get_string(node, k, true);
-    else if (k == "leader") o.leader = get_bool(node, k);
-    else if (k == "leader_url") o.leader_url = get_string(node, k, true);
-    else if (k == "listen_address") o.listen_address = get_string(node, k, true);
-    else if (k == "listen_port") {
-      o.listen_port = static_cast<std::uint16_t>(get_int(node, k, 0, 65535));
-    } else if (k == "advertise_address") o.advertise_address = get_string(node, k, true);
-    else if (k == "task_bind_address") o.task_bind_address = get_string(node, k, true);
-    else if (k == "host_tasks") o.host_tasks = get_bool(node, k);
-    else if (k == "cores") {
-      o.cores = static_cast<int>(get_int(node, k, 0, 4096));
-    } else if (k == "memory_mb") {
-      o.memory_mb = get_int(node, k, 0, std::numeric_limits<std::int64_t>::max());
-    } else if (k == "hardware_class") o.hardware_class = get_string(node, k, true);
-    else if (k == "state_dir") o.state_dir = resolve(get_string(node, k, true));
-    else if (k == "agent_token") o.agent_token = get_string(node, k, true);
-    else if (k == "client_token") o.client_token = get_string(node, k, true);
-    else if (k == "agent_token_file")
-      o.agent_token = read_private_file(resolve(get_string(node, k, true)), k);
-    else if (k == "client_token_file")
-      o.client_token = read_private_file(resolve(get_string(node, k, true)), k);
-    else if (k == "task_bin_dir") o.task_bin_dir = resolve(get_string(node, k, true));
-    else if (k == "tls_cert_file") o.tls_cert_file = resolve(get_string(node, k, true));
-    else if (k == "tls_key_file") o.tls_key_file = resolve(get_string(node, k, true));
-    else if (k == "tls_ca_file") o.tls_ca_file = resolve(get_string(node, k, true));
-    else if (k == "heartbeat_interval") o.heartbeat_interval = ms(node, k);
-    else if (k == "heartbeat_timeout") o.heartbeat_timeout = ms(node, k);
-    else if (k == "task_stop_grace") o.task_stop_grace = ms(node, k);
-    else if (k == "reassign_timeout") o.reassign_timeout = ms(node, k);
-    else if (k == "ps_checkpoint_interval") {
-      o.ps_checkpoint_interval = ms(node, k);
-      if (o.ps_checkpoint_interval < std::chrono::milliseconds(100)) {
-        throw ConfigError(k, "expected at least 100ms, got " + std::to_string(o.ps_checkpoint_interval.count()) + "ms");
-      }
-    }
-    else if (k == "queue_timeout") o.queue_timeout = ms(node, k);
-    else if (k == "progress_interval") {
-      o.progress_interval = ms(node, k);
-      if (o.progress_interval < std::chrono::milliseconds(100)) {
-        throw ConfigError(k, "expected at least 100ms, got " + std::to_string(o.progress_interval.count()) + "ms");
-      }
-    }
-    else if (k == "log_level") o.log_level = get_string(node, k, true);
-    else if (k == "prices") {
+    if (k == "prices") {
       o.prices.clear();
       for (auto&& [ck, cv] : toml_fields::get_table(node, k)) {
-        const std::string f = "prices." + std::string(ck.str());
-        o.prices[std::string(ck.str())] = get_double(cv, f, 0.0, std::numeric_limits<double>::max(), true, false);
+        const std::string c(ck.str());
+        const std::string f = "prices." + c;
+        if (handlers.count(c)) {
+          // TOML puts every key written after a [table] header into that table.
+          throw ConfigError(f, "\"" + c + "\" is a top-level key written below the [prices] table, so TOML reads "
+                               "it as a price; move it above [prices]");
+        }
+        o.prices[c] = get_double(cv, f, 0.0, std::numeric_limits<double>::max(), true, false);
       }
-    } else if (k == "explore_steps") {
-      o.explore_steps = static_cast<int>(get_int(node, k, 10, 100000));
-    } else if (k == "task_max_restarts") {
-      o.task_max_restarts = static_cast<int>(get_int(node, k, 0, 100));
-    } else if (k == "margin_sigmas") {
-      o.margin_sigmas = get_double(node, k, 0.0, 5.0, false, false);
-    } else if (k == "switch_threshold") {
-      o.switch_threshold = get_double(node, k, 0.0, 1.0, false, true);
+      continue;
     }
-    else throw ConfigError(k, "unknown key");
+    const auto h = handlers.find(k);
+    if (h == handlers.end()) throw ConfigError(k, "unknown key");
+    h->second(o, node, k);
   }
   if (o.agent_token.empty()) throw ConfigError("agent_token", "required (or agent_token_file)");
   if (o.leader && o.client_token.empty()) throw ConfigError("client_token", "required on the leader (or client_token_file)");

@@ -195,8 +195,13 @@ void ControlClient::connect(std::chrono::milliseconds timeout, std::function<voi
               }
               return fail("TLS handshake with leader " + where + " failed: " + ec3.message() +
                           (ec3.category() == asio::error::get_ssl_category()
-                               ? " (is the leader's certificate signed by the CA in " + self->impl_->tls_opt.ca_field +
-                                 ", and does it name this host?)"
+                               ? (self->impl_->tls_opt.ca_file.empty()
+                                      ? " (is the leader's certificate signed by a CA in this system's trust store? "
+                                        "For a private CA set " +
+                                            self->impl_->tls_opt.ca_field +
+                                            ". And does the certificate name this host?)"
+                                      : " (is the leader's certificate signed by the CA in " +
+                                            self->impl_->tls_opt.ca_field + ", and does it name this host?)")
                                : ""));
             }
             upgrade(self, *self->impl_, ws, u, done);
@@ -238,7 +243,11 @@ void upgrade(const std::shared_ptr<ControlClient>& self, ControlClient::Impl& im
                            return fail("leader " + where + " declined the WebSocket upgrade (HTTP " +
                                        std::to_string(status) + ")");
                          }
-                         return fail("WebSocket handshake with leader " + where + " failed: " + ec3.message());
+                         // A TLS leader answers a plain HTTP upgrade with a TLS alert or by
+                         // closing: say which scheme to use rather than only "end of stream".
+                         const bool plain = where.rfind("ws://", 0) == 0;
+                         return fail("WebSocket handshake with leader " + where + " failed: " + ec3.message() +
+                                     (plain && status == 0 ? " (if the leader serves TLS, use wss://)" : ""));
                        }
                        beast::get_lowest_layer(ws).expires_never();
                        websocket::stream_base::timeout to{};

@@ -1,8 +1,10 @@
-// The shared readers in common/: HOST:PORT (host_port.h), TOML values (toml_fields.h)
-// and JSON field lists (json_fields.h), with the exact messages users see.
+// The shared readers: HOST:PORT (common/host_port.h), TOML values (common/toml_fields.h)
+// and the agent configuration read with them (agent/options.h), JSON field lists
+// (common/json_fields.h), with the exact messages users see.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "agent/options.h"
 #include "common/errors.h"
 #include "common/host_port.h"
 #include "common/json_fields.h"
@@ -71,4 +73,27 @@ TEST(JsonFields, WrongTypesThrowAndAbsentFieldsKeepDefaults) {
   EXPECT_EQ(e.epoch, 2);
   EXPECT_FALSE(e.test_accuracy.has_value());
   EXPECT_EQ(events::Restarting::from_json(json::object()).reason, "died");
+}
+
+TEST(AgentOptions, KeysWrittenBelowThePricesTableAreNamedAsMisplaced) {
+  // configs/leader.toml ends with [prices]: a key appended to it lands in that table.
+  EXPECT_EQ(message([] {
+              agent::parse_agent_options("agent_token = \"t\"\n[prices]\ncpu = 1.0\ntls_cert_file = \"c.pem\"\n", "/");
+            }),
+            "prices.tls_cert_file: \"tls_cert_file\" is a top-level key written below the [prices] table, so TOML "
+            "reads it as a price; move it above [prices]");
+  const auto o = agent::parse_agent_options("agent_token = \"t\"\n[prices]\ncpu = 1.5\ngpu-a100 = 4\n", "/");
+  EXPECT_DOUBLE_EQ(o.prices.at("cpu"), 1.5);
+  EXPECT_DOUBLE_EQ(o.prices.at("gpu-a100"), 4.0);
+  EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\nfrobnicate = 1\n", "/"); }),
+            "frobnicate: unknown key");
+  EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\nprogress_interval = \"50ms\"\n", "/"); }),
+            "progress_interval: expected at least 100ms, got 50ms");
+  EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\ncores = 5000\n", "/"); }),
+            "cores: expected an integer in [0, 4096], got 5000");
+  const auto p = agent::parse_agent_options(
+      "agent_token = \"t\"\nname = \"gpu-07\"\nstate_dir = \"state\"\nqueue_timeout = \"1h\"\n", "/etc/dltrain");
+  EXPECT_EQ(p.name, "gpu-07");
+  EXPECT_EQ(p.state_dir, "/etc/dltrain/state");
+  EXPECT_EQ(p.queue_timeout, std::chrono::hours(1));
 }

@@ -564,3 +564,24 @@ TEST(LeaderQueue, AJobThatCannotFitSaysWhyAtSubmitAndWhileItWaitsAndFailsAfterIt
   const auto ended = c.request("status", {{"job", job}}, std::chrono::seconds(10));
   EXPECT_TRUE(ended["tasks"].empty()) << "nothing of the job may have started: " << ended.dump();
 }
+
+// Two machines with one host name (cloned VMs): the second agent is refused with what to
+// do about it, and the first one carries on.
+TEST(LeaderAgents, ASecondAgentWithTheSameNameIsRefusedWithTheFix) {
+  RunningLeader l;
+  FakeAgent first(l.url(), "vm", 2);
+  try {
+    FakeAgent second(l.url(), "vm", 2);
+    ADD_FAILURE() << "a second agent named vm was registered";
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("an agent named \\\"vm\\\" is already registered (from 127.0.0.1:"), std::string::npos) << m;
+    EXPECT_NE(m.find("set a unique name = \\\"...\\\" in this agent's configuration (it defaults to the host name)"),
+              std::string::npos)
+        << m;
+  }
+  control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+  const auto agents = c.request("agents", nlohmann::json::object(), std::chrono::seconds(10));
+  ASSERT_EQ(agents["agents"].size(), 1u);
+  EXPECT_EQ(agents["agents"][0]["state"], "ready");
+}
