@@ -33,9 +33,7 @@ namespace {
 
 // The task's last words on stdout, for its agent and the leader.
 void print_error(const std::string& message) {
-  dltrain::wire::events::TaskError ev;
-  ev.message = message;
-  std::cout << ev.to_json().dump() << '\n' << std::flush;
+  dltrain::wire::events::write_line(std::cout, dltrain::wire::events::TaskError{{}, message}.to_json());
 }
 
 }  // namespace
@@ -104,7 +102,7 @@ int main(int argc, char** argv) {
     listening.port = server.port();
     listening.shard = shard;
     listening.checkpoint = restored;
-    std::cout << listening.to_json().dump() << '\n' << std::flush;
+    events::write_line(std::cout, listening.to_json());
     spdlog::info("PS shard {} of job {} listening on {}:{}", shard, opt.job, opt.bind_address, server.port());
     boost::asio::io_context io;
     boost::asio::signal_set signals(io, SIGTERM, SIGINT);
@@ -146,7 +144,7 @@ int main(int argc, char** argv) {
       }
       stopped.checkpoints = checkpointer->saves();
     }
-    std::cout << stopped.to_json().dump() << '\n' << std::flush;
+    events::write_line(std::cout, stopped.to_json());
     // A shard whose final checkpoint failed must not look cleanly stopped: the leader
     // would have its next incarnation load an older checkpoint instead of rebuilding it.
     return stopped.checkpoint_error ? 1 : 0;

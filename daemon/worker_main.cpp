@@ -25,9 +25,7 @@ namespace {
 
 // The task's last words on stdout, for its agent and the leader.
 void print_error(const std::string& message) {
-  dltrain::wire::events::TaskError ev;
-  ev.message = message;
-  std::cout << ev.to_json().dump() << '\n' << std::flush;
+  dltrain::wire::events::write_line(std::cout, dltrain::wire::events::TaskError{{}, message}.to_json());
 }
 
 // Set by SIGTERM; the training loop and the PS client look at it (async-signal-safe: a
@@ -71,9 +69,7 @@ int main(int argc, char** argv) {
       throw dltrain::ConfigError("--ps", std::to_string(cfg.shards.size()) + " endpoints for " +
                                              std::to_string(cfg.spec.ps_shards) + " PS shards");
     }
-    dltrain::train::run_worker(cfg, [](const nlohmann::json& ev) {
-      std::cout << ev.dump() << '\n' << std::flush;
-    });
+    dltrain::train::run_worker(cfg, [](const nlohmann::json& ev) { dltrain::wire::events::write_line(std::cout, ev); });
     return 0;
   } catch (const dltrain::train::Stopped& e) {
     spdlog::info("{}", e.what());

@@ -108,7 +108,7 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
   if (!j.pending_profiles.empty()) out["exploring_with"] = j.pending_profiles;
   if (queue) {
     out["queue_position"] = queue->position;
-    out["cores_needed"] = (j.spec.workers + j.spec.ps_shards) * j.spec.threads_per_task;
+    out["cores_needed"] = queue->cores_needed;
     out["cores_free"] = queue->cores_free;
     out["fits_cluster"] = queue->fits_cluster;
     out["cores_total"] = queue->cores_total;

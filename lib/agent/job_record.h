@@ -121,6 +121,7 @@ struct JobRec {
 /// Where a queued job stands, for job_json.
 struct QueueStatus {
   std::size_t position = 0;  ///< 1-based
+  int cores_needed = 0;      ///< (workers + PS shards) × threads_per_task
   int cores_free = 0;        ///< on the live agents
   bool fits_cluster = false; ///< it fits the live agents when idle
   int cores_total = 0;       ///< of the live agents, busy or not

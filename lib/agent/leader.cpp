@@ -65,6 +65,7 @@ void Leader::Impl::reply_error(const SessionPtr& s, const std::string& id, const
 QueueStatus Leader::Impl::queue_status(const JobRec& j) const {
   QueueStatus q;
   q.position = static_cast<std::size_t>(std::find(queue.begin(), queue.end(), j.id) - queue.begin()) + 1;
+  q.cores_needed = (j.spec.workers + j.spec.ps_shards) * j.spec.threads_per_task;
   q.cores_free = agents.free_cores();
   const auto sizes = agents.sizes();
   q.fits_cluster = fits(sizes, j.spec.ps_shards + j.spec.workers, j.spec.threads_per_task);
@@ -84,17 +85,20 @@ void Leader::Impl::enqueue(JobRec& j) {
   j.last_waiting.clear();
 }
 
+std::chrono::milliseconds Leader::Impl::queue_timeout(const JobRec& j) const {
+  if (j.spec.queue_timeout_seconds <= 0) return opt.queue_timeout;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(j.spec.queue_timeout_seconds));
+}
+
 json Leader::Impl::waiting_event(const JobRec& j) const {
   const auto q = queue_status(j);
   events::Waiting w;
   w.position = static_cast<std::int64_t>(q.position);
-  w.cores_needed = (j.spec.workers + j.spec.ps_shards) * j.spec.threads_per_task;
+  w.cores_needed = q.cores_needed;
   w.cores_free = q.cores_free;
   w.cores_total = q.cores_total;
   w.fits_cluster = q.fits_cluster;
-  const double timeout = j.spec.queue_timeout_seconds > 0 ? j.spec.queue_timeout_seconds
-                                                          : static_cast<double>(opt.queue_timeout.count()) / 1000.0;
-  if (timeout > 0) w.queue_timeout_seconds = timeout;
+  if (const auto t = queue_timeout(j); t.count() > 0) w.queue_timeout_seconds = static_cast<double>(t.count()) / 1000.0;
   json e = w.to_json();
   e["job"] = j.id;
   return e;
@@ -116,16 +120,11 @@ void Leader::Impl::notify_waiting() {
 
 void Leader::Impl::expire_queued() {
   const auto now = Clock::now();
-  auto timeout_of = [&](const JobRec& j) {
-    return j.spec.queue_timeout_seconds > 0 ? std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                  std::chrono::duration<double>(j.spec.queue_timeout_seconds))
-                                            : opt.queue_timeout;
-  };
   // Collected first: failing a job schedules the others, which changes the queue.
   std::vector<std::string> expired;
   for (const auto& id : queue) {
     const auto& j = jobs.at(id);
-    const auto timeout = timeout_of(j);
+    const auto timeout = queue_timeout(j);
     if (j.state == "queued" && timeout.count() > 0 && j.queued_since && now - *j.queued_since >= timeout) {
       expired.push_back(id);
     }
@@ -134,12 +133,11 @@ void Leader::Impl::expire_queued() {
     auto& j = jobs.at(id);
     const auto pos = std::find(queue.begin(), queue.end(), id);
     if (pos == queue.end() || j.state != "queued") continue;
-    const auto timeout = timeout_of(j);
+    const auto timeout = queue_timeout(j);
     const auto q = queue_status(j);
     queue.erase(pos);
-    const int needed = (j.spec.workers + j.spec.ps_shards) * j.spec.threads_per_task;
     fail_job(j, "waited " + fmt::format("{:g}", static_cast<double>(timeout.count()) / 1000.0) +
-                    " s in the queue (queue_timeout): it needs " + std::to_string(needed) + " cores, " +
+                    " s in the queue (queue_timeout): it needs " + std::to_string(q.cores_needed) + " cores, " +
                     std::to_string(q.cores_free) + " are free and the cluster has " + std::to_string(q.cores_total) +
                     (q.fits_cluster ? "" : " in all"));
   }

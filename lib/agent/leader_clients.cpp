@@ -121,7 +121,7 @@ void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
     const auto q = queue_status(job);
     if (!q.fits_cluster) {
       // It waits for agents to join (or its queue_timeout); say so now, not never.
-      r["warning"] = "needs " + std::to_string((spec.workers + spec.ps_shards) * spec.threads_per_task) +
+      r["warning"] = "needs " + std::to_string(q.cores_needed) +
                      " cores (" + std::to_string(spec.workers + spec.ps_shards) + " tasks x " +
                      std::to_string(spec.threads_per_task) + "), more than the " + std::to_string(q.cores_total) +
                      " cores of the agents registered now; it waits in the queue until agents join";

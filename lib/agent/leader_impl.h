@@ -5,7 +5,9 @@
 //   leader_clients.cpp   the client protocol: submit, plan, status, cancel, follow, ...
 //   leader_recovery.cpp  lost agents, re-assignment, leader restarts (restore, adoption)
 //   leader_planning.cpp  the adapter to the planner's policy (planner/policy.h)
-// Records are in job_record.h, agents and placement in placement.h.
+// Records are in job_record.h, agents and placement in placement.h. Members without a
+// comment here have theirs at their definition, in the file their section names. All of
+// them run on the leader's io thread; none is thread-safe, none needs to be.
 #pragma once
 
 #include <chrono>
@@ -80,6 +82,8 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   void enqueue(JobRec& j);
   /// Where queued `j` stands (position, cores needed / free / in the cluster).
   QueueStatus queue_status(const JobRec& j) const;
+  /// How long `j` may stay queued: its queue_timeout, else the leader's; 0 = for ever.
+  std::chrono::milliseconds queue_timeout(const JobRec& j) const;
   /// The "waiting" event of queued `j`, with "job".
   json waiting_event(const JobRec& j) const;
   /// Tells each queued job's followers what it waits for, when that changed.

@@ -63,7 +63,8 @@ std::map<std::string, Handler> key_handlers(const std::function<std::string(cons
     });
   };
   return {
-      {"name", str(&AgentOptions::name)},
+      // An agent without a name cannot register (nor name its log): refused here.
+      {"name", [](AgentOptions& o, const Node& n, const std::string& k) { o.name = get_string(n, k); }},
       {"leader", flag(&AgentOptions::leader)},
       {"leader_url", str(&AgentOptions::leader_url)},
       {"listen_address", str(&AgentOptions::listen_address)},

@@ -8,6 +8,8 @@ std::string kind_of(const nlohmann::json& ev) {
   return it != ev.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+void write_line(std::ostream& out, const nlohmann::json& ev) { out << ev.dump() << '\n' << std::flush; }
+
 Nullable<double> ratio_or_null(double dense, double actual) {
   if (actual <= 0) return {};
   return dense / actual;

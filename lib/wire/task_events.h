@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ using json_fields::Nullable;
 
 /// The kind of an event: its "event" field, or "" when absent or not a string.
 std::string kind_of(const nlohmann::json& ev);
+
+/// Writes `ev` as one line on `out` and flushes: how a task reports an event (its stdout
+/// is a pipe its agent reads line by line). Not thread-safe on a shared stream.
+void write_line(std::ostream& out, const nlohmann::json& ev);
 
 /// dense ÷ actual (an achieved compression ratio), or empty when nothing was sent.
 Nullable<double> ratio_or_null(double dense, double actual);

@@ -85,6 +85,8 @@ TEST(AgentOptions, KeysWrittenBelowThePricesTableAreNamedAsMisplaced) {
   const auto o = agent::parse_agent_options("agent_token = \"t\"\n[prices]\ncpu = 1.5\ngpu-a100 = 4\n", "/");
   EXPECT_DOUBLE_EQ(o.prices.at("cpu"), 1.5);
   EXPECT_DOUBLE_EQ(o.prices.at("gpu-a100"), 4.0);
+  EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\nname = \"\"\n", "/"); }),
+            "name: must not be empty");
   EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\nfrobnicate = 1\n", "/"); }),
             "frobnicate: unknown key");
   EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\nprogress_interval = \"50ms\"\n", "/"); }),

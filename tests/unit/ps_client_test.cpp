@@ -102,11 +102,8 @@ struct ScriptedShard {
 // call with TimeoutError naming it.
 TEST(PsClientTimeout, AShardThatNeverAnswersFailsTheCall) {
   ScriptedShard shard;  // listens (the kernel completes the connection) but never replies
-  PsClientOptions o;
-  o.job = 42;
-  o.generation = 1;
+  auto o = PsShards::client_options(0, 1);
   o.timeout = std::chrono::milliseconds(300);
-  o.secret = kSecret;
   PsClient client({{"127.0.0.1", shard.port()}}, make_layout({4}, 4, 1), o);
   try {
     client.connect();
@@ -123,11 +120,8 @@ TEST(PsClientStop, AStopRequestEndsACallOnASilentShardWellBeforeTheTimeout) {
   using namespace std::chrono_literals;
   ScriptedShard shard;  // accepts (the kernel does) but never answers
   std::atomic<bool> stop{false};
-  PsClientOptions o;
-  o.job = 42;
-  o.generation = 1;
+  auto o = PsShards::client_options(0, 1);
   o.timeout = std::chrono::milliseconds(60000);
-  o.secret = kSecret;
   o.stop_requested = &stop;
   PsClient client({{"127.0.0.1", shard.port()}}, make_layout({4}, 4, 1), o);
   // The stop comes while the call waits on the silent shard: once the shard has accepted
@@ -157,12 +151,9 @@ TEST(PsClientStop, AStopRequestEndsResyncWhileTheShardIsGone) {
   const auto port = srv->port();
   srv.reset();  // nothing listens there any more
   std::atomic<bool> stop{true};
-  PsClientOptions o;
-  o.job = 42;
-  o.generation = 1;
+  auto o = PsShards::client_options(0, 1);
   o.timeout = 1000ms;
   o.reconnect_timeout = 60000ms;
-  o.secret = kSecret;
   o.stop_requested = &stop;
   PsClient client({{"127.0.0.1", port}}, make_layout({4}, 4, 1), o);
   std::vector<float> params(4, 1.0f);
@@ -256,11 +247,8 @@ TEST(PsClientReplies, APullReplyOfTheWrongSizeIsRefusedWithWhatWasExpected) {
     reply.payload_bytes = 8;
     shard.write_frame(reply, {1.0f, 2.0f});
   });
-  PsClientOptions o;
-  o.job = 42;
-  o.generation = 1;
+  auto o = PsShards::client_options(0, 1);
   o.timeout = std::chrono::milliseconds(10000);
-  o.secret = kSecret;
   PsClient client({{"127.0.0.1", shard.port()}}, make_layout({4}, 4, 1), o);
   std::vector<float> params(4, -1.0f);
   try {
