@@ -118,6 +118,7 @@ std::vector<std::byte> encode_checkpoint(const ShardSnapshot& snap, std::uint64_
     w.put<std::uint32_t>(static_cast<std::uint32_t>(p.x.size()));
     w.put<std::uint32_t>(static_cast<std::uint32_t>(p.v.size()));
     w.put<std::uint32_t>(0);  // reserved
+    w.put<std::uint64_t>(p.pushes);
     w.put_floats(p.x);
     w.put_floats(p.v);
   }
@@ -141,10 +142,11 @@ ShardSnapshot decode_checkpoint(std::span<const std::byte> bytes, std::uint64_t 
     }() + ", expected 0x4B434C44 (\"DLCK\"): not a dltrain PS checkpoint");
   }
   const auto version = r.get<std::uint16_t>();
-  if (version != kCheckpointVersion) {
-    throw ProtocolError("checkpoint: format version " + std::to_string(version) + ", this build reads only " +
+  if (version != kCheckpointVersion && version != 1) {
+    throw ProtocolError("checkpoint: format version " + std::to_string(version) + ", this build reads 1 to " +
                         std::to_string(kCheckpointVersion));
   }
+  const std::size_t part_header = version == 1 ? kCheckpointV1PartitionHeaderSize : kCheckpointPartitionHeaderSize;
   // The checksum before any length is trusted: a flipped byte anywhere is reported as
   // corruption, not as whatever absurd length it happened to produce.
   const auto body = bytes.first(bytes.size() - kCheckpointTrailerSize);
@@ -181,7 +183,7 @@ ShardSnapshot decode_checkpoint(std::span<const std::byte> bytes, std::uint64_t 
     throw ProtocolError("checkpoint: " + std::to_string(ndone) + " finished workers do not fit in the " +
                         std::to_string(b.left()) + " bytes left");
   }
-  if (b.left() / kCheckpointPartitionHeaderSize < parts) {
+  if (b.left() / part_header < parts) {
     throw ProtocolError("checkpoint: " + std::to_string(parts) + " partitions do not fit in the " +
                         std::to_string(b.left()) + " bytes left");
   }
@@ -196,7 +198,7 @@ ShardSnapshot decode_checkpoint(std::span<const std::byte> bytes, std::uint64_t 
   }
   snap.partitions.reserve(parts);
   for (std::uint32_t i = 0; i < parts; ++i) {
-    if (b.left() < kCheckpointPartitionHeaderSize) {
+    if (b.left() < part_header) {
       throw ProtocolError("checkpoint: partition " + std::to_string(i) + " of " + std::to_string(parts) +
                           " runs past the end of the file");
     }
@@ -205,6 +207,9 @@ ShardSnapshot decode_checkpoint(std::span<const std::byte> bytes, std::uint64_t 
     const auto n = b.get<std::uint32_t>();
     const auto nv = b.get<std::uint32_t>();
     const auto res = b.get<std::uint32_t>();
+    // Version 1 kept no per-partition count: the shard's total is an upper bound, so a
+    // replica offered after the restart replaces such a partition only if it is fresher.
+    p.pushes = version == 1 ? snap.pushes : b.get<std::uint64_t>();
     const std::string what = "checkpoint: partition " + std::to_string(p.key);
     if (i > 0 && p.key <= snap.partitions.back().key) {
       throw ProtocolError(what + " follows partition " + std::to_string(snap.partitions.back().key) +

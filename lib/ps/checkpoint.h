@@ -18,11 +18,14 @@ namespace dltrain::ps {
 
 /// "DLCK" in memory order, the first 4 bytes of every checkpoint file.
 inline constexpr std::uint32_t kCheckpointMagic = 0x4B434C44;
-/// The format version this code writes and the only one it reads.
-inline constexpr std::uint16_t kCheckpointVersion = 1;
-/// Bytes of the fixed header, of each partition's header and of the CRC-32 trailer.
+/// The format version this code writes. It also reads version 1, whose partitions carry
+/// no push count (each is read as having seen the shard's total).
+inline constexpr std::uint16_t kCheckpointVersion = 2;
+/// Bytes of the fixed header, of each partition's header (version 2; 16 in version 1)
+/// and of the CRC-32 trailer.
 inline constexpr std::size_t kCheckpointHeaderSize = 40;
-inline constexpr std::size_t kCheckpointPartitionHeaderSize = 16;
+inline constexpr std::size_t kCheckpointPartitionHeaderSize = 24;
+inline constexpr std::size_t kCheckpointV1PartitionHeaderSize = 16;
 inline constexpr std::size_t kCheckpointTrailerSize = 4;
 /// Upper bounds checked when reading, before anything is allocated: values per
 /// partition (the data plane's frame limit, 2^26) and finished-worker ranks.

@@ -218,7 +218,11 @@ class Session : public std::enable_shared_from_this<Session> {
           expect_hello();
           expect_codec(wire::Codec::kDenseF32);
           if (h_.count == 0) throw ProtocolError("init frame count: expected >= 1, got 0");
-          st.init(h_.key, {payload_.data(), h_.count});
+          // seq: the pushes the offered values have seen (a resyncing worker's replica).
+          if (st.init(h_.key, {payload_.data(), h_.count}, h_.seq) == InitOutcome::kRebuilt) {
+            spdlog::info("ps: partition {} rebuilt from worker {}'s replica, which had seen {} pushes to it", h_.key,
+                         rank_, h_.seq);
+          }
           return read_header();
         case MessageType::kPush:
           expect_hello();
@@ -234,8 +238,9 @@ class Session : public std::enable_shared_from_this<Session> {
           }
           out_.resize(static_cast<std::size_t>(len));
           // count = 1: the worker uses sparse pulls; remember what it now holds.
-          st.pull(h_.key, out_, h_.count == 1 ? static_cast<int>(rank_) : -1);
+          const auto pushes = st.pull(h_.key, out_, h_.count == 1 ? static_cast<int>(rank_) : -1);
           wire::FrameHeader r = reply_header(MessageType::kPullReply);
+          r.seq = pushes;  // a pull reply's seq: the pushes its values reflect
           r.codec = wire::Codec::kDenseF32;
           r.count = static_cast<std::uint32_t>(len);
           r.payload_bytes = r.count * 4;
@@ -244,12 +249,13 @@ class Session : public std::enable_shared_from_this<Session> {
         case MessageType::kPullSparse: {
           expect_hello();
           expect_codec(wire::Codec::kNone);
-          st.pull_diff(h_.key, static_cast<int>(rank_), h_.count, idx_, vals_);
+          const auto pushes = st.pull_diff(h_.key, static_cast<int>(rank_), h_.count, idx_, vals_);
           const std::size_t k = idx_.size();
           out_.resize(2 * k);
           std::memcpy(out_.data(), idx_.data(), 4 * k);
           std::memcpy(out_.data() + k, vals_.data(), 4 * k);
           wire::FrameHeader r = reply_header(MessageType::kPullReply);
+          r.seq = pushes;
           r.codec = wire::Codec::kSparseF32;
           r.count = static_cast<std::uint32_t>(k);
           r.payload_bytes = r.count * 8;

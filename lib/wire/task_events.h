@@ -297,12 +297,16 @@ struct PsStopped : Fields<PsStopped> {
   std::uint64_t bytes_in = 0;        ///< bytes read from workers
   std::uint64_t bytes_out = 0;       ///< bytes written to workers
   std::uint64_t rejected_connections = 0; ///< connections refused (handshake or frame)
+  /// Partitions rebuilt from a worker's replica that had seen more pushes than the
+  /// shard's own state (ps::ShardState::rebuilds) since this task started.
+  std::uint64_t rebuilds = 0;
   std::optional<std::string> checkpoint_error;  ///< the final checkpoint failed
   std::optional<std::uint64_t> checkpoints;     ///< saves, when it checkpoints at all
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("shard", s.shard), v("pushes", s.pushes), v("bytes_in", s.bytes_in), v("bytes_out", s.bytes_out),
-        v("rejected_connections", s.rejected_connections), v("checkpoint_error", s.checkpoint_error),
+        v("rejected_connections", s.rejected_connections), v("rebuilds", s.rebuilds),
+        v("checkpoint_error", s.checkpoint_error),
         v("checkpoints", s.checkpoints);
   }
 };

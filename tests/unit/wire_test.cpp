@@ -86,12 +86,12 @@ TEST(Frame, LayoutIsLittleEndianAtDocumentedOffsets) {
   h.count = 2;
   h.payload_bytes = 8;
   const Buf b = encode(h);
-  // "DLTR" in memory order, version 1, type 5.
+  // "DLTR" in memory order, version 2, type 5.
   EXPECT_EQ(static_cast<char>(b[0]), 'D');
   EXPECT_EQ(static_cast<char>(b[1]), 'L');
   EXPECT_EQ(static_cast<char>(b[2]), 'T');
   EXPECT_EQ(static_cast<char>(b[3]), 'R');
-  EXPECT_EQ(static_cast<int>(b[4]), 1);
+  EXPECT_EQ(static_cast<int>(b[4]), 2);
   EXPECT_EQ(static_cast<int>(b[6]), 5);
   EXPECT_EQ(static_cast<int>(b[24]), 0x44);
   EXPECT_EQ(static_cast<int>(b[27]), 0x11);
@@ -106,8 +106,8 @@ TEST(Frame, RejectsWrongMagic) {
 
 TEST(Frame, RejectsWrongVersion) {
   Buf b = encode(FrameHeader{});
-  poke<std::uint16_t>(b, 4, 2);
-  EXPECT_EQ(error_of(b), "frame version: expected 1, got 2");
+  poke<std::uint16_t>(b, 4, 1);  // a version-1 peer: its pull replies carry no push count
+  EXPECT_EQ(error_of(b), "frame version: expected 2, got 1");
 }
 
 TEST(Frame, RejectsUnknownTypeAndCodecAndFlags) {
