@@ -389,6 +389,11 @@ void Leader::start() {
   };
   if (!impl_->opt.state_dir.empty()) {
     impl_->db = store::Store::open((std::filesystem::path(impl_->opt.state_dir) / "db").string());
+    if (impl_->db->read_only()) {
+      spdlog::warn("the state database {} is on a read-only file system: the leader serves what it holds, and "
+                   "refuses new jobs until it is remounted read-write and the agent restarted",
+                   impl_->db->path());
+    }
     impl_->restore();
   }
   impl_->server = std::make_unique<control::ControlServer>(impl_->io, so, h);

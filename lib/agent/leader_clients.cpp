@@ -99,9 +99,25 @@ void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
   j.secret = new_job_secret_hex();
   if (b.value("follow", false)) j.followers.push_back(s);
   const std::string id = j.id;
+  if (db) {
+    // A job is accepted only once it is stored: a leader restarted later must know it.
+    // When the store refuses (a full disk, a read-only file system) the submit is
+    // refused with the cause, and nothing of the job is kept.
+    // The counter first: should the job record then fail, a restarted leader only skips
+    // a number; it never finds a job the client was told was refused.
+    try {
+      db->put_meta("next_job", std::to_string(next_job));
+      db->put_job(j.num, stored_record(j));
+    } catch (const std::exception& e) {
+      --next_job;
+      spdlog::error("job submission refused: the state database cannot store it: {}", e.what());
+      return reply_error(s, env.id, wire::error_code::kUnavailable,
+                         std::string("the leader cannot store the job, so it does not accept it: ") + e.what() +
+                             ". Running jobs carry on; list, status and history still answer");
+    }
+  }
   jobs.emplace(id, std::move(j));
   job_order.push_back(id);
-  persist("saving the job counter", [&] { db->put_meta("next_job", std::to_string(next_job)); });
   auto& job = jobs.at(id);
   spdlog::info("job {} ({}) submitted: {} workers, {} PS shards, batch {}, {} epochs", id, spec.name,
                spec.workers_auto ? "auto" : std::to_string(spec.workers), spec.ps_shards,

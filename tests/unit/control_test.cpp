@@ -18,6 +18,7 @@
 #include "control/client.h"
 #include "store/store.h"
 #include "support/temp_dir.h"
+#include "support/tmpfs.h"
 
 using namespace dltrain;
 namespace asio = boost::asio;
@@ -584,4 +585,47 @@ TEST(LeaderAgents, ASecondAgentWithTheSameNameIsRefusedWithTheFix) {
   const auto agents = c.request("agents", nlohmann::json::object(), std::chrono::seconds(10));
   ASSERT_EQ(agents["agents"].size(), 1u);
   EXPECT_EQ(agents["agents"][0]["state"], "ready");
+}
+
+// The leader's state database on a full disk (a 192 MiB tmpfs — RocksDB preallocates
+// about 70 MiB for its write-ahead log — that the test mounts and fills to 16 MiB free,
+// below the store's default reserve of 64 MiB):
+// a submit is refused with the cause and leaves nothing behind, the jobs already stored
+// are still listed, and once space is freed submits are accepted again, with no gap in
+// the job numbers; a restarted leader finds every accepted job.
+TEST(LeaderStore, ASubmitIsRefusedWithTheCauseWhileTheDiskIsFullAndAcceptedOnceSpaceIsFreed) {
+  dltrain::testing::Tmpfs fs(192u << 20);
+  if (!fs.error().empty()) GTEST_SKIP() << "needs root to mount a tmpfs: " << fs.error();
+  const auto state = fs.path() / "state";
+  int accepted = 0;
+  {
+    RunningLeader l(state.string());
+    control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+    c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+    ++accepted;
+    ASSERT_GT(fs.fill(16u << 20), 0u);
+    std::string refusal;
+    try {
+      c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+      ADD_FAILURE() << "a submit was accepted below the reserve";
+    } catch (const control::RemoteError& e) {
+      EXPECT_EQ(e.code(), "unavailable");
+      refusal = e.what();
+    }
+    EXPECT_NE(refusal.find("the leader cannot store the job, so it does not accept it"), std::string::npos) << refusal;
+    EXPECT_NE(refusal.find("below the reserve of 64.0 MiB"), std::string::npos) << refusal;
+    // Reads go on: the accepted jobs are listed, the refused one is not.
+    auto list = c.request("list", nlohmann::json::object(), std::chrono::seconds(10));
+    EXPECT_EQ(list["jobs"].size(), static_cast<std::size_t>(accepted)) << list.dump();
+    EXPECT_EQ(c.request("status", {{"job", "job-1"}}, std::chrono::seconds(10))["state"], "queued");
+
+    fs.free_space();
+    auto after = c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+    ++accepted;
+    EXPECT_EQ(after["job"], "job-" + std::to_string(accepted));  // the refused submit used no number
+  }
+  RunningLeader again(state.string());
+  control::BlockingControlClient c(again.url(), "client-secret", std::chrono::seconds(10));
+  auto list = c.request("list", nlohmann::json::object(), std::chrono::seconds(10));
+  EXPECT_EQ(list["jobs"].size(), static_cast<std::size_t>(accepted)) << list.dump();
 }
