@@ -736,3 +736,27 @@ TEST(AgentRequests, MalformedStartTaskIsRefusedNamingTheFieldAndTheAgentCarriesO
   ASSERT_TRUE(r) << "the agent stopped answering";
   EXPECT_TRUE(r->ok) << r->error.dump();
 }
+
+// Found by LeakSanitizer (scripts/test --sanitize=address,undefined) in
+// LeaderAgents.ASecondAgentWithTheSameNameIsRefusedWithTheFix: a client's read and write
+// loops held themselves (a std::function capturing its own shared_ptr), released only
+// when a read or write completed, so a client whose io_context ended with a read pending
+// leaked with its socket and buffers. Now the pending operation's handler owns the loop.
+TEST(ControlClientLifetime, AClientWhoseEventLoopEndsWithAReadPendingIsFreed) {
+  RunningLeader l;
+  std::weak_ptr<control::ControlClient> weak;
+  {
+    asio::io_context io;
+    auto c = std::make_shared<control::ControlClient>(io, l.url(), "client-secret", control::PeerKind::kClient);
+    std::optional<std::exception_ptr> done;
+    c->connect(std::chrono::seconds(10), [&](std::exception_ptr e) { done = e; });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done && std::chrono::steady_clock::now() < deadline) io.run_for(std::chrono::milliseconds(20));
+    ASSERT_TRUE(done.has_value() && !*done) << "the client did not connect";
+    c->send(wire::make_request("1", "list", nlohmann::json::object()));  // a write in flight as well
+    weak = c;
+    c.reset();
+    EXPECT_FALSE(weak.expired());  // the pending read holds it while the io_context lives
+  }
+  EXPECT_TRUE(weak.expired()) << "the client outlived its io_context";
+}
