@@ -311,30 +311,42 @@ void write_replica_file(const std::string& path, std::span<const float> params, 
   write_file_atomically(path, encode_checkpoint(snap, job, kWorkerReplicaShard));
 }
 
-std::uint64_t read_replica_file(const std::string& path, std::span<float> params, const PartitionLayout& layout,
-                                std::uint64_t job) {
-  auto snap = read_checkpoint_file(path, job, kWorkerReplicaShard);
-  if (!snap) throw IoError("replica \"" + path + "\" does not exist");
+std::uint64_t replica_into(const ShardSnapshot& snap, std::span<float> params, const PartitionLayout& layout) {
   if (static_cast<std::int64_t>(params.size()) != layout.total_floats) {
     throw ConfigError("replica", std::to_string(params.size()) + " floats, the layout has " +
                                      std::to_string(layout.total_floats));
   }
-  if (snap->partitions.size() != layout.partitions.size()) {
-    throw ProtocolError("replica \"" + path + "\": " + std::to_string(snap->partitions.size()) +
-                        " partitions, the job's model has " + std::to_string(layout.partitions.size()));
+  if (snap.partitions.size() != layout.partitions.size()) {
+    throw ProtocolError(std::to_string(snap.partitions.size()) + " partitions, the job's model has " +
+                        std::to_string(layout.partitions.size()));
   }
-  for (const auto& part : snap->partitions) {
-    if (part.key >= layout.partitions.size()) {
-      throw ProtocolError("replica \"" + path + "\": partition key " + std::to_string(part.key) + " out of range");
+  // Keys strictly ascending and below the count: every partition of the layout exactly once.
+  for (std::size_t i = 0; i < snap.partitions.size(); ++i) {
+    const auto& part = snap.partitions[i];
+    if (part.key >= layout.partitions.size() || (i > 0 && part.key <= snap.partitions[i - 1].key)) {
+      throw ProtocolError("partition key " + std::to_string(part.key) + " out of range or out of order");
     }
     const auto& p = layout.partitions[part.key];
     if (static_cast<std::int64_t>(part.x.size()) != p.length) {
-      throw ProtocolError("replica \"" + path + "\": partition " + std::to_string(part.key) + " has " +
-                          std::to_string(part.x.size()) + " values, the job's model has " + std::to_string(p.length));
+      throw ProtocolError("partition " + std::to_string(part.key) + " has " + std::to_string(part.x.size()) +
+                          " values, the job's model has " + std::to_string(p.length));
     }
-    std::copy(part.x.begin(), part.x.end(), params.begin() + p.offset);
   }
-  return snap->pushes;
+  for (const auto& part : snap.partitions) {
+    std::copy(part.x.begin(), part.x.end(), params.begin() + layout.partitions[part.key].offset);
+  }
+  return snap.pushes;
+}
+
+std::uint64_t read_replica_file(const std::string& path, std::span<float> params, const PartitionLayout& layout,
+                                std::uint64_t job) {
+  auto snap = read_checkpoint_file(path, job, kWorkerReplicaShard);
+  if (!snap) throw IoError("replica \"" + path + "\" does not exist");
+  try {
+    return replica_into(*snap, params, layout);
+  } catch (const ProtocolError& e) {
+    throw ProtocolError("replica \"" + path + "\": " + e.what());
+  }
 }
 
 ShardCheckpointer::ShardCheckpointer(std::string path, std::uint64_t job, std::uint32_t shard,

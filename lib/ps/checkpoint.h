@@ -68,6 +68,13 @@ inline constexpr std::uint32_t kWorkerReplicaShard = 0xFFFFFFFFu;
 void write_replica_file(const std::string& path, std::span<const float> params, const PartitionLayout& layout,
                         std::uint64_t job, std::uint64_t steps);
 
+/// Copies the parameters of a replica (`snap`, as decode_checkpoint returned it for shard
+/// kWorkerReplicaShard) into `params` (layout.total_floats floats) and returns its steps.
+/// Throws ConfigError when `params` does not match the layout and ProtocolError, copying
+/// nothing, unless `snap` holds exactly `layout`'s partitions (keys ascending) with their
+/// lengths.
+std::uint64_t replica_into(const ShardSnapshot& snap, std::span<float> params, const PartitionLayout& layout);
+
 /// Reads a replica written by write_replica_file into `params` (layout.total_floats).
 /// Throws IoError when there is no file or it cannot be read, ProtocolError when it is
 /// refused (decode_checkpoint) or does not hold exactly `layout`'s partitions with their

@@ -10,6 +10,7 @@
 #include "common/secret.h"
 #include "compress/topk.h"
 #include "ps/connection.h"
+#include "ps/payload.h"
 
 namespace dltrain::ps {
 
@@ -48,16 +49,12 @@ class PullReplies {
       seen_[p.key] = h.seq;
       return;
     }
-    const auto* idx = reinterpret_cast<const std::uint32_t*>(scratch_[s].data());
-    const float* val = scratch_[s].data() + h.count;
-    float* base = params_.data() + p.offset;
-    for (std::uint32_t j = 0; j < h.count; ++j) {
-      if (idx[j] >= p.length || (j > 0 && idx[j] <= idx[j - 1])) {
-        throw ProtocolError(conn_.where(s) + ": sparse pull-reply of partition " + std::to_string(p.key) +
-                            " has a bad index " + std::to_string(idx[j]) + " at position " + std::to_string(j) +
-                            " (indices must be ascending and below " + std::to_string(p.length) + ")");
-      }
-      base[idx[j]] += val[j];
+    try {
+      apply_sparse_reply(scratch_[s], h.count,
+                         params_.subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length)));
+    } catch (const ProtocolError& e) {
+      throw ProtocolError(conn_.where(s) + ": sparse pull-reply of partition " + std::to_string(p.key) + ": " +
+                          e.what());
     }
     seen_[p.key] = h.seq;
   }

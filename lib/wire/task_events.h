@@ -35,6 +35,11 @@ using json_fields::Nullable;
 /// The kind of an event: its "event" field, or "" when absent or not a string.
 std::string kind_of(const nlohmann::json& ev);
 
+/// A line of a task's standard output as the event its agent forwards: the JSON object
+/// on the line, or a LogLine holding the line when it is not one (a stray print, JSON
+/// nested deeper than kMaxJsonDepth of wire/control.h). Never throws.
+nlohmann::json event_of_line(const std::string& line);
+
 /// Writes `ev` as one line on `out` and flushes: how a task reports an event (its stdout
 /// is a pipe its agent reads line by line). Not thread-safe on a shared stream.
 void write_line(std::ostream& out, const nlohmann::json& ev);

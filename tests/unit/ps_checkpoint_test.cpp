@@ -328,3 +328,22 @@ TEST(WorkerReplica, AnotherJobOrModelOrAMissingFileIsRefusedWithTheReason) {
   std::vector<float> wrong(9);
   EXPECT_THROW(write_replica_file(path, wrong, layout, 42, 0), ConfigError);
 }
+
+// replica_into, the check of a replica against the job's layout that tests/fuzz/
+// fuzz_checkpoint.cpp drives: it copies nothing unless every partition fits (it used to
+// copy partition by partition while checking).
+TEST(WorkerReplica, AReplicaThatDoesNotFitTheLayoutCopiesNothing) {
+  const auto layout = make_layout({3, 2}, 4, 1);  // partitions 0 = {3}, 1 = {2}
+  ShardSnapshot snap;
+  snap.pushes = 5;
+  snap.partitions = {{0, {1, 2, 3}, {}}, {1, {4, 5, 6}, {}}};  // partition 1 has 3 values, not 2
+  std::vector<float> params(5, -1.0f);
+  EXPECT_THROW(replica_into(snap, params, layout), ProtocolError);
+  EXPECT_EQ(params, std::vector<float>(5, -1.0f));
+  snap.partitions = {{0, {1, 2, 3}, {}}, {0, {4, 5}, {}}};  // key 0 twice, 1 missing
+  EXPECT_THROW(replica_into(snap, params, layout), ProtocolError);
+  EXPECT_EQ(params, std::vector<float>(5, -1.0f));
+  snap.partitions = {{0, {1, 2, 3}, {}}, {1, {4, 5}, {}}};
+  EXPECT_EQ(replica_into(snap, params, layout), 5u);
+  EXPECT_EQ(params, (std::vector<float>{1, 2, 3, 4, 5}));
+}
