@@ -81,6 +81,7 @@ void Driver::begin_window() {
   t_ramp_end_ = Clock::now();
   if (run_.opt.leader_pid > 0) leader_ramp_end_ = read_proc(run_.opt.leader_pid);
   self_ramp_end_ = read_proc(0);
+  machine_ramp_end_ = read_machine_cpu();
   run_.measuring = true;
   for (auto& c : clients_) {
     if (c->connected()) c->begin_requests();
@@ -122,6 +123,7 @@ void Driver::end_window() {
   t_window_end_ = Clock::now();
   if (run_.opt.leader_pid > 0) leader_window_end_ = read_proc(run_.opt.leader_pid);
   self_window_end_ = read_proc(0);
+  machine_window_end_ = read_machine_cpu();
   phase_ = Phase::kDrain;
   submit_timer_.cancel();
   for (auto& c : clients_) c->end_requests();

@@ -75,6 +75,7 @@ class Driver {
   std::optional<ProcSample> leader_start_, leader_ramp_end_, leader_window_end_, leader_last_;
   std::optional<ProcSample> self_ramp_end_, self_window_end_;
   double leader_rss_max_ = 0;
+  std::optional<MachineCpu> machine_ramp_end_, machine_window_end_;
 
   // The leader's view of the agents.
   std::optional<Monitor::AgentsView> final_view_;

@@ -155,6 +155,9 @@ void Link::on_message(const std::string& text) {
   Pending p = std::move(it->second);
   pending_.erase(it);
   run_.sample(p.kind, ms_since(p.sent), p.always);
+  if (p.kind == "list" || p.kind == "monitor_list") {
+    run_.list_bytes_max = std::max<std::uint64_t>(run_.list_bytes_max, text.size());
+  }
   if (!env.ok) {
     run_.errors.add("error_reply:" + p.kind + ":" + env.error.value("code", "?"),
                     who_ + ": " + env.error.value("message", "?"));

@@ -84,6 +84,7 @@ struct LoadRun {
   std::uint64_t messages_out = 0, messages_in = 0, bytes_in = 0, bytes_out = 0;
   std::uint64_t heartbeats_sent = 0, heartbeats_acked = 0;
   std::uint64_t events_received = 0;  ///< events the clients received (relayed by the leader)
+  std::uint64_t list_bytes_max = 0;   ///< largest `list` reply, bytes (it holds every job)
   // Counters over the whole run.
   std::uint64_t tasks_started = 0, tasks_finished = 0;
 

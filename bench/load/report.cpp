@@ -35,8 +35,20 @@ json options_json(const LoadOptions& o) {
 json Driver::report() const {
   json r;
   r["config"] = options_json(run_.opt);
-  r["machine"] = {{"cores", std::thread::hardware_concurrency()}};
   const double window = t_window_end_ > t_ramp_end_ ? secs(t_window_end_ - t_ramp_end_) : 0;
+  json machine{{"cores", std::thread::hardware_concurrency()}};
+  if (machine_ramp_end_ && machine_window_end_) {
+    // Percent of one core, all cores together (200 = both cores of a 2-core machine busy):
+    // what the leader and the tool did not use went to other processes.
+    const double wall = secs(machine_window_end_->at - machine_ramp_end_->at);
+    const double busy = wall > 0 ? 100.0 * (machine_window_end_->busy - machine_ramp_end_->busy) / wall : 0;
+    machine["busy_percent_window"] = busy;
+    double ours = 0;
+    if (self_ramp_end_ && self_window_end_) ours += cpu_percent(*self_ramp_end_, *self_window_end_);
+    if (leader_ramp_end_ && leader_window_end_) ours += cpu_percent(*leader_ramp_end_, *leader_window_end_);
+    machine["others_percent_window"] = std::max(0.0, busy - ours);
+  }
+  r["machine"] = machine;
   r["phases"] = {{"ramp_s", secs(t_ramp_end_ - t_start_)},
                  {"window_s", window},
                  {"drain_s", t_drain_end_ > t_window_end_ ? secs(t_drain_end_ - t_window_end_) : 0}};
@@ -111,7 +123,8 @@ json Driver::report() const {
                    {"per_second", window > 0 ? static_cast<double>(msgs) / window : 0},
                    {"bytes_to_leader", run_.bytes_out},
                    {"bytes_from_leader", run_.bytes_in},
-                   {"events_to_followers", run_.events_received}};
+                   {"events_to_followers", run_.events_received},
+                   {"list_reply_bytes_max", run_.list_bytes_max}};
   r["errors"] = run_.errors.to_json();
 
   if (run_.opt.leader_pid > 0) {

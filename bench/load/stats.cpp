@@ -80,6 +80,23 @@ std::optional<ProcSample> read_proc(int pid) {
   return s;
 }
 
+std::optional<MachineCpu> read_machine_cpu() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  in >> cpu;
+  if (cpu != "cpu") return std::nullopt;
+  // user nice system idle iowait irq softirq steal (guest time is inside user already).
+  double v[8] = {};
+  for (double& x : v) in >> x;
+  if (!in) return std::nullopt;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  MachineCpu m;
+  m.at = std::chrono::steady_clock::now();
+  m.busy = (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / tick;
+  m.total = m.busy + (v[3] + v[4]) / tick;
+  return m;
+}
+
 double cpu_percent(const ProcSample& from, const ProcSample& to) {
   const double wall = std::chrono::duration<double>(to.at - from.at).count();
   return wall <= 0 ? 0 : 100.0 * (to.cpu_seconds - from.cpu_seconds) / wall;

@@ -64,6 +64,15 @@ struct ProcSample {
 /// Reads process `pid` (0 = this process); nullopt when it is gone or /proc is unreadable.
 std::optional<ProcSample> read_proc(int pid);
 
+/// The machine's CPU time from the first line of /proc/stat, seconds summed over cores.
+struct MachineCpu {
+  std::chrono::steady_clock::time_point at;
+  double busy = 0;   ///< user, nice, system, irq, softirq, steal
+  double total = 0;  ///< busy plus idle and iowait
+};
+/// Reads /proc/stat; nullopt when unreadable.
+std::optional<MachineCpu> read_machine_cpu();
+
 /// CPU use between two samples of one process, in percent of one core (100 = one core
 /// fully busy); 0 when no time passed.
 double cpu_percent(const ProcSample& from, const ProcSample& to);
