@@ -279,6 +279,11 @@ void ControlServer::Impl::accept() {
     if (ec) {
       spdlog::warn("control: accept failed: {}", ec.message());
     } else {
+      // Control messages are small and often come several in a row (a task's events, a
+      // follower's stream, a list reply's tail): with Nagle's algorithm each one after
+      // the first waits for the peer's delayed ACK (40 ms on Linux).
+      beast::error_code nd;
+      sock.set_option(tcp::no_delay(true), nd);
       if (self->tls) {
         std::make_shared<HttpSession<TlsStream>>(std::move(sock), self)->run();
       } else {

@@ -1,6 +1,11 @@
 // The leader's control endpoint over real loopback sockets: /healthz, bearer tokens,
 // malformed messages, job validation errors; with an agent played by hand: job secrets
 // and generations in task messages.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <deque>
 #include <filesystem>
@@ -245,6 +250,46 @@ TEST_F(LeaderFixture, MalformedAndUnsupportedMessagesGetTypedErrors) {
   EXPECT_EQ(e2["error"]["message"], "unknown message type \"frobnicate\"");
   raw->close();
   io.run_for(std::chrono::milliseconds(200));
+}
+
+namespace {
+
+// TCP_NODELAY of this process's connected IPv4 TCP sockets whose local port (the
+// leader's end of a session) or peer port (the client's end) is `port`.
+struct NoDelayOfSessions {
+  std::vector<bool> leader_side, client_side;
+};
+NoDelayOfSessions no_delay_of_sessions(std::uint16_t port) {
+  NoDelayOfSessions out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(e.path().filename().string());
+    sockaddr_in local{}, peer{};
+    socklen_t ll = sizeof local, pl = sizeof peer;
+    int type = 0;
+    socklen_t tl = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM) continue;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0 || local.sin_family != AF_INET) continue;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;  // the listener
+    int nodelay = 0;
+    socklen_t nl = sizeof nodelay;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, &nl) != 0) continue;
+    if (ntohs(local.sin_port) == port) out.leader_side.push_back(nodelay != 0);
+    if (ntohs(peer.sin_port) == port) out.client_side.push_back(nodelay != 0);
+  }
+  return out;
+}
+
+}  // namespace
+
+// Control messages are small and often several in a row; with Nagle's algorithm on,
+// every one after the first waited for the peer's delayed ACK (40 ms on Linux: the
+// control-plane load benchmark's task_event and relay p99, docs/benchmarks.md).
+TEST_F(LeaderFixture, BothEndsOfAControlSessionSendWithoutNagleDelay) {
+  control::BlockingControlClient c(url(), "client-secret", std::chrono::seconds(5));
+  c.request("list", nlohmann::json::object(), std::chrono::seconds(5));  // the session is up at both ends
+  const auto s = no_delay_of_sessions(port_);
+  EXPECT_EQ(s.leader_side, std::vector<bool>{true});
+  EXPECT_EQ(s.client_side, std::vector<bool>{true});
 }
 
 TEST(LeaderUrl, ParsesAndRejects) {
