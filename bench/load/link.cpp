@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <vector>
 
 #include "common/errors.h"
 #include "load/load_run.h"
@@ -98,10 +99,10 @@ void Link::send(std::string text) {
 }
 
 void Link::request(const std::string& type, const json& body, const std::string& kind, ReplyFn on_reply,
-                   bool always) {
+                   bool always, std::function<void()> on_done) {
   if (!is_open()) return;
   const std::string id = "r" + std::to_string(next_id_++);
-  pending_[id] = Pending{kind, Clock::now(), std::move(on_reply), always};
+  pending_[id] = Pending{kind, Clock::now(), std::move(on_reply), always, std::move(on_done)};
   send(wire::make_request(id, type, body));
 }
 
@@ -118,15 +119,19 @@ bool Link::is_open() const { return client_ && client_->is_open() && !closing_; 
 
 void Link::expire(Clock::time_point now) {
   const auto bound = std::chrono::duration<double>(run_.opt.request_timeout);
+  // Called after the walk: an on_done may send the next request (and rehash pending_).
+  std::vector<std::function<void()>> done;
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (now - it->second.sent > bound) {
       run_.errors.add("timeout:" + it->second.kind,
                       who_ + ": no reply within " + std::to_string(run_.opt.request_timeout) + " s");
+      if (it->second.on_done) done.push_back(std::move(it->second.on_done));
       it = pending_.erase(it);
     } else {
       ++it;
     }
   }
+  for (auto& f : done) f();
 }
 
 void Link::on_message(const std::string& text) {
@@ -161,9 +166,10 @@ void Link::on_message(const std::string& text) {
   if (!env.ok) {
     run_.errors.add("error_reply:" + p.kind + ":" + env.error.value("code", "?"),
                     who_ + ": " + env.error.value("message", "?"));
-    return;
+  } else if (p.on_reply) {
+    p.on_reply(env);
   }
-  if (p.on_reply) p.on_reply(env);
+  if (p.on_done) p.on_done();
 }
 
 }  // namespace dltrain::load

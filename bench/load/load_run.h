@@ -39,7 +39,9 @@ struct LoadOptions {
   double ramp_timeout = 120;  ///< at most this long for every session to connect (and agents to register)
   double drain_timeout = 120; ///< after the window, at most this long for submitted jobs to end
   double connect_rate = 500;  ///< sessions opened per second during the ramp
-  double client_interval = 2; ///< mean time between two requests of one client (uniform in [0.5, 1.5] × it)
+  /// A client's mean think time between a reply and its next request (uniform in
+  /// [0.5, 1.5] × it); one request at a time, as `dltrain` sends them.
+  double client_interval = 2;
   /// Relative weights of a client's periodic requests: status (of a known job), list,
   /// follow (a running job, until its summary).
   double weight_status = 5, weight_list = 1, weight_follow = 2;
@@ -128,15 +130,18 @@ class Link : public std::enable_shared_from_this<Link> {
   /// success, or counts the failure and calls `done(false)`.
   void connect(std::function<void(bool)> done);
   /// Sends request `type` with `body`; its reply's latency goes under `kind`; `on_reply`
-  /// gets ok replies. `always`: record the latency outside the window too.
+  /// gets ok replies. `always`: record the latency outside the window too. `on_done` is
+  /// called once the request is over, whatever its outcome: replied (ok or not) or timed
+  /// out (see expire); never when the session is not open (nothing is sent then).
   void request(const std::string& type, const json& body, const std::string& kind, ReplyFn on_reply = {},
-               bool always = false);
+               bool always = false, std::function<void()> on_done = {});
   /// Answers a request of the leader (start_task, stop_task) with an empty ok reply.
   void reply(const std::string& id);
   /// Closes the session; its end is then not an error.
   void close();
   bool is_open() const;
-  /// Counts (and forgets) requests older than the request timeout.
+  /// Counts (and forgets) requests older than the request timeout, then calls their
+  /// on_done.
   void expire(Clock::time_point now);
   /// Requests in flight.
   std::size_t pending() const { return pending_.size(); }
@@ -152,6 +157,7 @@ class Link : public std::enable_shared_from_this<Link> {
     Clock::time_point sent;
     ReplyFn on_reply;
     bool always = false;
+    std::function<void()> on_done;
   };
   void on_message(const std::string& text);
   void send(std::string text);

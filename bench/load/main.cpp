@@ -67,9 +67,10 @@ int main(int argc, char** argv) {
   CLI::App app{
       "control_load: control-plane load on one real dltrain leader. Opens --agents simulated agent sessions\n"
       "(register, heartbeat at the leader's interval, run assigned tasks by reporting a real task's events\n"
-      "on a timer, no processes) and --clients client sessions (status / list / follow every --client-interval\n"
-      "seconds, and jobs submitted at --submit-rate), measures for --duration seconds after every session is\n"
-      "up, waits for the submitted jobs to end, and prints one JSON object (or writes it to --out).\n"
+      "on a timer, no processes) and --clients client sessions (status / list / follow, one at a time with\n"
+      "--client-interval seconds of think time, and jobs submitted at --submit-rate), measures for --duration\n"
+      "seconds after every session is up, waits for the submitted jobs to end, and prints one JSON object\n"
+      "(or writes it to --out).\n"
       "Exit code 0: no error, no agent lost, every job succeeded; 1 otherwise; 2 bad arguments.\n"
       "Example: control_load --leader-file STATE/leader.json --agent-token-file agent.token\n"
       "         --client-token-file client.token --agents 100 --clients 10 --duration 30 --leader-pid PID"};
@@ -95,7 +96,7 @@ int main(int argc, char** argv) {
   app.add_option("--connect-rate", o.connect_rate, "sessions opened per second in the ramp")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 1e6));
-  app.add_option("--client-interval", o.client_interval, "mean seconds between two requests of one client")
+  app.add_option("--client-interval", o.client_interval, "a client's mean think time, seconds from a reply to its next request (one at a time)")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 3600.0));
   app.add_option("--weight-status", o.weight_status, "weight of status {job} among a client's requests")

@@ -121,6 +121,11 @@ json Driver::report() const {
   r["messages"] = {{"to_leader", run_.messages_out},
                    {"from_leader", run_.messages_in},
                    {"per_second", window > 0 ? static_cast<double>(msgs) / window : 0},
+                   {"client_requests_per_second",
+                    window > 0 ? static_cast<double>(run_.latencies.count("status") + run_.latencies.count("list") +
+                                                     run_.latencies.count("follow")) /
+                                     window
+                               : 0},
                    {"bytes_to_leader", run_.bytes_out},
                    {"bytes_from_leader", run_.bytes_in},
                    {"events_to_followers", run_.events_received},

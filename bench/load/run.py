@@ -73,9 +73,34 @@ def leader_config(d, heartbeat_interval, heartbeat_timeout):
             f'heartbeat_timeout = "{heartbeat_timeout}"\nlog_level = "info"\n')
 
 
-def run_cell(args, agents, clients, extra, label=""):
-    """One fresh leader and one control_load run against it; returns the tool's report
-    plus what the driver saw (the leader's log, the commands)."""
+def machine_busy(seconds=3.0):
+    """CPU % of all cores together (200 = both cores of a 2-core machine) over `seconds`."""
+    def read():
+        v = [float(x) for x in open("/proc/stat").readline().split()[1:9]]
+        return sum(v) - v[3] - v[4], time.time()
+    (b0, t0), _ = read(), time.sleep(seconds)
+    b1, t1 = read()
+    return 100.0 * (b1 - b0) / os.sysconf("SC_CLK_TCK") / (t1 - t0)
+
+
+def wait_for_quiet(args):
+    """Waits (up to --quiet-wait seconds) until other processes use less than
+    --quiet-below % of a core; returns the last reading."""
+    deadline = time.time() + args.quiet_wait
+    busy = machine_busy()
+    while busy > args.quiet_below and time.time() < deadline:
+        print(f"   machine busy {busy:.0f} % (other processes); waiting for it to calm down", flush=True)
+        time.sleep(10)
+        busy = machine_busy()
+    return busy
+
+
+def run_cell(args, agents, clients, extra, label="", duration=None):
+    """One fresh leader and one control_load run against it (`duration`: measured
+    seconds, default --duration); returns the tool's report plus what the driver saw
+    (the leader's log, the commands)."""
+    duration = duration or args.duration
+    busy_before = wait_for_quiet(args) if args.quiet_wait > 0 else None
     d = tempfile.mkdtemp(prefix="dltrain-load-")
     write_tokens(d)
     cfg = os.path.join(d, "leader.toml")
@@ -94,12 +119,12 @@ def run_cell(args, agents, clients, extra, label=""):
         raise SystemExit(f"the leader did not start; its log:\n{open(log_path).read()}")
     tool = [f"{BIN}/control_load", "--leader-file", endpoint, "--agent-token-file", f"{d}/agent.token",
             "--client-token-file", f"{d}/client.token", "--agents", str(agents), "--clients", str(clients),
-            "--duration", str(args.duration), "--leader-pid", str(leader.pid), "--out", f"{d}/report.json",
+            "--duration", str(duration), "--leader-pid", str(leader.pid), "--out", f"{d}/report.json",
             *extra]
     shown = " ".join(["control_load", "--agents", str(agents), "--clients", str(clients), "--duration",
-                      str(args.duration), *extra])
+                      f"{duration:g}", *extra])
     print(f"== {label or 'cell'}: {shown}", flush=True)
-    bound = args.duration + 400
+    bound = duration + 400
     t0 = time.time()
     try:
         proc = subprocess.run(tool, capture_output=True, text=True, timeout=bound)
@@ -119,7 +144,8 @@ def run_cell(args, agents, clients, extra, label=""):
         report = json.load(open(f"{d}/report.json"))
     except (OSError, ValueError):
         report = {"passed": False}
-    report["cell"] = {"label": label, "agents": agents, "clients": clients, "extra": extra, "command": shown,
+    report["cell"] = {"label": label, "agents": agents, "clients": clients, "extra": extra, "duration": duration,
+                      "command": shown, "machine_busy_before_percent": busy_before,
                       "tool_exit": code, "tool_stderr": stderr.strip()[-2000:], "wall_s": wall}
     # Independent of the tool: what the leader itself logged (spdlog's "agent X lost: why").
     report["leader_log"] = {"agents_lost": len(re.findall(r"\] agent \S+ lost: ", text)),
@@ -129,23 +155,24 @@ def run_cell(args, agents, clients, extra, label=""):
     sys.stdout.write(stderr)
     if args.keep_logs:
         os.makedirs(args.keep_logs, exist_ok=True)
-        name = f"{label or 'cell'}-a{agents}-c{clients}".replace(" ", "_")
+        name = f"{len(os.listdir(args.keep_logs)) // 2:02d}-{label or 'cell'}-a{agents}-c{clients}".replace(" ", "_")
         subprocess.run(["cp", log_path, os.path.join(args.keep_logs, name + ".log")], check=False)
         subprocess.run(["cp", f"{d}/report.json", os.path.join(args.keep_logs, name + ".json")], check=False)
     subprocess.run(["rm", "-rf", d], check=False)
     return report
 
 
-def stress_cells(args):
-    """The sweeps past the grid: (label, agents, clients, extra control_load flags)."""
+def stress_cells():
+    """The sweeps past the grid: (label, agents, clients, extra control_load flags,
+    measured seconds or None for --duration)."""
     cells = []
     for interval in ("0.5", "0.2", "0.1", "0.05"):
-        cells.append(("client rate", 1000, 1000, ["--client-interval", interval]))
+        cells.append(("client rate", 1000, 1000, ["--client-interval", interval], None))
     for agents in (2000, 5000, 9000):
-        cells.append(("agents", agents, 100, []))
-    # Many jobs in the leader: `list` answers with all of them.
+        cells.append(("agents", agents, 100, [], None))
+    # Many jobs in the leader: `list` answers with every one of them.
     cells.append(("job history", 1000, 100, ["--submit-rate", "20", "--job-epochs", "1", "--epoch-seconds", "2",
-                                             "--progress-interval", "1"]))
+                                             "--progress-interval", "1"], 150))
     return cells
 
 
@@ -165,7 +192,8 @@ def lat(r, kind, p):
 def cell_name(r):
     c = r["cell"]
     extra = " ".join(c["extra"])
-    return (c["label"] or "grid") + (f" `{extra}`" if extra else "")
+    name = (c["label"] or "grid") + (f" `{extra}`" if extra else "")
+    return name + (f" ({c['duration']:g} s)" if c["label"] and "duration" in c else "")
 
 
 def per_second(r, key):
@@ -183,7 +211,7 @@ def tables(rows):
         out.append(f"| {cell_name(r)} | {c['agents']} | {c['clients']} | " +
                    " | ".join(pair(r, k) for k in kinds) + " |")
     out.append("")
-    head = ("| cell | agents | clients | msgs/s to / from leader | leader max silence s | agents lost (log) | errors "
+    head = ("| cell | agents | clients | msgs/s to / from leader | client requests/s | leader max silence s | agents lost (log) | errors "
             "| jobs succeeded | leader CPU % | leader RSS MB (max) | leader µs CPU / msg | tool CPU % "
             "| tool timer lateness p99 ms | other processes CPU % |")
     out += [head, "|" + "---|" * (head.count("|") - 1)]
@@ -194,6 +222,7 @@ def tables(rows):
         out.append("| " + " | ".join([
             cell_name(r), str(c["agents"]), str(c["clients"]),
             f"{fmt(per_second(r, 'to_leader'), 0)} / {fmt(per_second(r, 'from_leader'), 0)}",
+            fmt(r.get("messages", {}).get("client_requests_per_second"), 0),
             fmt(r.get("heartbeats", {}).get("leader_max_silence_s"), 2),
             f"{r.get('agents_lost', {}).get('lost', '?')} ({r.get('leader_log', {}).get('agents_lost', '?')})",
             str(r.get("errors", {}).get("total", "?")),
@@ -253,6 +282,10 @@ def main():
     ap.add_argument("--out-md", default=os.path.join(RESULTS, "load.md"))
     ap.add_argument("--report", action="store_true", help="only rebuild the tables from --out")
     ap.add_argument("--keep-logs", metavar="DIR", help="keep each cell's leader log and report in DIR")
+    ap.add_argument("--quiet-wait", type=float, default=600,
+                    help="before each cell, wait up to this many seconds for other processes to calm down (0: no)")
+    ap.add_argument("--quiet-below", type=float, default=30,
+                    help="'calm': the machine busy below this %% of one core before the cell starts")
     args = ap.parse_args(argv)
     default_out = os.path.abspath(args.out) == os.path.join(RESULTS, "load.json")
     if args.report:
@@ -264,6 +297,7 @@ def main():
     hard = raise_fd_limit()
     if args.smoke:
         args.duration = 6
+        args.quiet_wait = 0  # a test: it runs whatever else the machine does
         r = run_cell(args, 5, 3, ["--epoch-seconds", "1", "--progress-interval", "0.5", "--task-start", "0.2",
                                   "--submit-rate", "1", "--client-interval", "0.5", "--drain-timeout", "15", *extra])
         problems = []
@@ -283,14 +317,15 @@ def main():
         return 0
     cells = []
     if not args.only_stress:
-        cells += [("", int(a), int(c), list(extra)) for a in args.agents.split(",") for c in args.clients.split(",")]
+        cells += [("", int(a), int(c), list(extra), None) for a in args.agents.split(",")
+                  for c in args.clients.split(",")]
     if args.stress or args.only_stress:
-        cells += [(label, a, c, e + list(extra)) for label, a, c, e in stress_cells(args)]
-    need = max(a + c for _, a, c, _ in cells) + 64
+        cells += [(label, a, c, e + list(extra), d) for label, a, c, e, d in stress_cells()]
+    need = max(a + c for _, a, c, _, _ in cells) + 64
     if need > hard:
         ap.error(f"{need} file descriptors are needed per process and the hard limit is {hard}")
     t0 = time.time()
-    runs = [run_cell(args, a, c, e, label) for label, a, c, e in cells]
+    runs = [run_cell(args, a, c, e, label, d) for label, a, c, e, d in cells]
     doc = {"date": datetime.date.today().isoformat(), "machine": machine(),
            "command": " ".join(["bench/load/run.py", *[shlex.quote(a) for a in sys.argv[1:]]]),
            "settings": {"duration": args.duration, "heartbeat_interval": args.heartbeat_interval,

@@ -40,6 +40,9 @@ void SimClient::stop() {
   if (link_) link_->close();
 }
 
+// One request at a time, as `dltrain` sends them: think for client_interval (uniform in
+// [0.5, 1.5] x it), send, wait for the reply (or its timeout), think again. A saturated
+// leader then slows the clients down instead of piling requests up.
 void SimClient::tick() {
   const double wait = run_.opt.client_interval * (0.5 + run_.uniform());
   timer_.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait)));
@@ -48,30 +51,38 @@ void SimClient::tick() {
     if (!self || ec || !self->active_ || !self->connected()) return;
     auto& run = self->run_;
     const auto& o = run.opt;
+    auto next = [w] {
+      if (auto me = w.lock(); me && me->active_) me->tick();
+    };
     const double total = o.weight_status + o.weight_list + o.weight_follow;
     const double pick = run.uniform() * total;
     std::string job;
     if (pick >= o.weight_status + o.weight_list) {
       job = run.running_job();
       if (!job.empty() && !self->following_.count(job)) {
-        self->link_->request("follow", {{"job", job}}, "follow", [w, job](const wire::Envelope& env) {
-          auto me = w.lock();
-          if (!me) return;
-          me->run_.job_seen(job, env.body);
-          me->following_.insert(job);
-        });
-        return self->tick();
+        self->link_->request(
+            "follow", {{"job", job}}, "follow",
+            [w, job](const wire::Envelope& env) {
+              auto me = w.lock();
+              if (!me) return;
+              me->run_.job_seen(job, env.body);
+              me->following_.insert(job);
+            },
+            false, next);
+        return;
       }
     }
     job = pick < o.weight_status ? run.any_job() : job;
     if (!job.empty()) {
-      self->link_->request("status", {{"job", job}}, "status", [w, job](const wire::Envelope& env) {
-        if (auto me = w.lock()) me->run_.job_seen(job, env.body);
-      });
+      self->link_->request(
+          "status", {{"job", job}}, "status",
+          [w, job](const wire::Envelope& env) {
+            if (auto me = w.lock()) me->run_.job_seen(job, env.body);
+          },
+          false, next);
     } else {
-      self->link_->request("list", json::object(), "list");
+      self->link_->request("list", json::object(), "list", {}, false, next);
     }
-    self->tick();
   });
 }
 

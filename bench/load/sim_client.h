@@ -25,8 +25,9 @@ class SimClient : public std::enable_shared_from_this<SimClient> {
 
   /// Connects; `done(ok)`.
   void start(std::function<void(bool)> done);
-  /// Starts (and stops) the periodic requests: every LoadOptions::client_interval on
-  /// average, one of status / list / follow chosen by their weights.
+  /// Starts (and stops) the client's requests, one at a time: it thinks for
+  /// LoadOptions::client_interval on average, sends one of status / list / follow chosen
+  /// by their weights, waits for its reply (or its timeout), and thinks again.
   void begin_requests();
   void end_requests();
   /// Submits `job_toml` (follow = true: this session then receives its events).
