@@ -166,8 +166,9 @@ def stress_cells():
     """The sweeps past the grid: (label, agents, clients, extra control_load flags,
     measured seconds or None for --duration)."""
     cells = []
-    for interval in ("0.5", "0.2", "0.1", "0.05"):
-        cells.append(("client rate", 1000, 1000, ["--client-interval", interval], None))
+    # Clients think less and less: with 0.001 s each waits on the leader nearly always.
+    for think in ("0.5", "0.1", "0.02", "0.001"):
+        cells.append(("client think time", 1000, 1000, ["--client-interval", think], None))
     for agents in (2000, 5000, 9000):
         cells.append(("agents", agents, 100, [], None))
     # Many jobs in the leader: `list` answers with every one of them.
