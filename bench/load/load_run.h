@@ -65,7 +65,8 @@ struct LoadOptions {
 struct JobEntry {
   std::string state = "queued";
   double wall_seconds = -1;  ///< the leader's, from submission to its end
-  std::string error;
+  std::string error;         ///< why it failed, as the leader said
+  /// succeeded, failed or cancelled.
   bool terminal() const { return state == "succeeded" || state == "failed" || state == "cancelled"; }
 };
 
@@ -73,11 +74,11 @@ struct JobEntry {
 struct LoadRun {
   LoadRun(boost::asio::io_context& i, LoadOptions o) : io(i), opt(std::move(o)), rng(opt.seed) {}
 
-  boost::asio::io_context& io;
-  LoadOptions opt;
-  Latencies latencies;
-  Errors errors;
-  std::mt19937_64 rng;
+  boost::asio::io_context& io;  ///< the tool's one event loop
+  LoadOptions opt;               ///< the run's settings, tokens included
+  Latencies latencies;           ///< round trips by kind
+  Errors errors;                 ///< everything that went wrong, by category
+  std::mt19937_64 rng;           ///< seeded with LoadOptions::seed
   /// Inside the measured window: request latencies are recorded (connect and register
   /// are recorded always, as they happen in the ramp).
   bool measuring = false;
@@ -139,6 +140,7 @@ class Link : public std::enable_shared_from_this<Link> {
   void reply(const std::string& id);
   /// Closes the session; its end is then not an error.
   void close();
+  /// Connected and not closing.
   bool is_open() const;
   /// Counts (and forgets) requests older than the request timeout, then calls their
   /// on_done.

@@ -30,6 +30,7 @@ class SimAgent : public std::enable_shared_from_this<SimAgent> {
   bool connected() const { return registered_ && !lost_; }
   /// The session ended without stop() (the leader would rightly declare it lost).
   bool lost_session() const { return lost_; }
+  /// The name it registers with.
   const std::string& name() const { return name_; }
   /// Counts the requests of this agent in flight for longer than the request timeout.
   void expire(Clock::time_point now) {

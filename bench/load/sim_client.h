@@ -21,6 +21,7 @@ namespace dltrain::load {
 /// One simulated client. Create with make_shared; runs on LoadRun::io.
 class SimClient : public std::enable_shared_from_this<SimClient> {
  public:
+  /// Named "client-`index`" in error messages.
   SimClient(LoadRun& run, int index);
 
   /// Connects; `done(ok)`.
@@ -34,6 +35,7 @@ class SimClient : public std::enable_shared_from_this<SimClient> {
   void submit(const std::string& job_toml, bool follow);
   /// Closes the session.
   void stop();
+  /// The session is up.
   bool connected() const { return link_ && link_->is_open(); }
   /// Requests of this client still waiting for their reply.
   bool busy() const { return link_ && link_->pending() > 0; }
@@ -60,13 +62,14 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
  public:
   /// The figures of one `agents` reply.
   struct AgentsView {
-    int ready = 0, lost = 0, stopping = 0;
+    int ready = 0, lost = 0, stopping = 0;  ///< agents in each state (all of them)
     int ours_ready = 0;   ///< of the simulated agents (LoadOptions::name_prefix)
     std::vector<std::string> lost_names;
     double max_silence = 0;  ///< largest seconds_since_heartbeat of an agent not lost
   };
 
   explicit Monitor(LoadRun& run);
+  /// Connects its client session; `done(ok)`.
   void start(std::function<void(bool)> done);
   /// Sends `agents`; `done` gets the view, or nullopt at once when the session is down.
   /// An error reply or a timeout is counted in LoadRun::errors and `done` is not called.
@@ -75,7 +78,9 @@ class Monitor : public std::enable_shared_from_this<Monitor> {
   /// after the reply, `done(false)` at once when the session is down (an error reply or
   /// a timeout: counted, `done` not called).
   void list(std::function<void(bool)> done);
+  /// Closes the session.
   void stop();
+  /// Counts its requests in flight for longer than the request timeout.
   void expire(Clock::time_point now) {
     if (link_) link_->expire(now);
   }
