@@ -16,7 +16,7 @@ namespace dltrain::client {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitJobFailed = 1;  ///< the job failed or was cancelled; `plan` found no decision
 inline constexpr int kExitBadInput = 2;   ///< usage error or a job/request the leader rejected
-inline constexpr int kExitNoLeader = 3;   ///< the leader cannot be reached or stopped answering
+inline constexpr int kExitNoLeader = 3;   ///< the leader cannot be reached, stopped answering, or is unavailable
 
 /// What the command line gave the subcommands (each reads only its own fields).
 struct CommandOptions {

@@ -12,6 +12,7 @@
 #include "control/client.h"
 #include "dltrain/config.h"
 #include "leader_target.h"
+#include "wire/control.h"
 
 namespace client = dltrain::client;
 
@@ -20,7 +21,7 @@ int main(int argc, char** argv) {
                ": submit and watch training jobs on a dltrain cluster.\n"
                "The leader is found from --leader/--token, then DLTRAIN_LEADER/DLTRAIN_TOKEN, then\n"
                "~/.config/dltrain/client.toml (leader, token), then a local `dltrain-agent --standalone` cluster.\n"
-               "Exit codes: 0 ok, 1 job failed or cancelled, 2 bad input, 3 leader unreachable."};
+               "Exit codes: 0 ok, 1 job failed or cancelled, 2 bad input, 3 leader unreachable or unavailable."};
   app.require_subcommand(1);
   std::string leader, token;
   int timeout_s = 30;
@@ -100,7 +101,8 @@ int main(int argc, char** argv) {
     return client::kExitBadInput;
   } catch (const dltrain::control::RemoteError& e) {
     std::cerr << "dltrain: the leader rejected the request: " << e.what() << " [" << e.code() << "]\n";
-    return client::kExitBadInput;
+    // "unavailable": nothing is wrong with the request; the leader cannot take it now.
+    return e.code() == dltrain::wire::error_code::kUnavailable ? client::kExitNoLeader : client::kExitBadInput;
   } catch (const dltrain::TimeoutError& e) {
     std::cerr << "dltrain: cannot reach the leader at " << target.leader << " (from " << target.source
               << "): " << e.what() << "\n";

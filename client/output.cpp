@@ -192,7 +192,13 @@ void print_job_status(std::ostream& out, json r) {
     if (t.contains("recovery")) out << "  " << t.value("recovery", "");
     out << std::endl;
   }
-  if (r.value("reassignments", 0) > 0 || r.value("state", "") == "recovering") {
+  if (r.value("state", "") == "recovering") {
+    out << "  recovering for " << fmt(r.value("recovering_seconds", 0.0), 0) << " s because "
+        << r.value("recovery_reason", "") << "; generation " << r.value("generation", 0) + 1
+        << " starts once every old task has stopped and each has an agent";
+    if (r.value("reassignments", 0) > 0) out << " (re-assigned " << r.value("reassignments", 0) << "x before)";
+    out << std::endl;
+  } else if (r.value("reassignments", 0) > 0) {
     out << "  generation " << r.value("generation", 0) << ", re-assigned " << r.value("reassignments", 0)
         << "x; last because " << r.value("recovery_reason", "") << std::endl;
   }

@@ -135,6 +135,7 @@ int main(int argc, char** argv) {
     stopped.bytes_in = server.bytes_in();
     stopped.bytes_out = server.bytes_out();
     stopped.rejected_connections = server.rejected_connections();
+    stopped.rebuilds = state->rebuilds();
     if (checkpointer) {
       try {
         checkpointer->save();

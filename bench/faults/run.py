@@ -54,10 +54,11 @@ class Cluster:
     """A leader and `agents` agents on loopback, each its own process group, so that any
     one of them can be killed (with the tasks it runs) and the leader started again."""
 
-    def __init__(self, agents, keep=None):
+    def __init__(self, agents, keep=None, extra="", prefix="dltrain-faults-"):
         self.agents = agents
         self.keep = keep  # copy the logs here when the cluster ends
-        self.dir = tempfile.mkdtemp(prefix="dltrain-faults-")
+        self.extra = extra  # more configuration lines for every daemon
+        self.dir = tempfile.mkdtemp(prefix=prefix)
         self.procs = {}
 
     def __enter__(self):
@@ -68,7 +69,8 @@ class Cluster:
         # Quick failure detection, as the failover tests use: heartbeats every 0.5 s, an
         # agent lost after 3 s of silence (or at once when its connection closes).
         common = ('heartbeat_interval = "500ms"\nheartbeat_timeout = "3s"\ntask_stop_grace = "5s"\n'
-                  f'ps_checkpoint_interval = "2s"\nagent_token_file = "{d}/agent.token"\nlog_level = "info"\n')
+                  f'ps_checkpoint_interval = "2s"\nagent_token_file = "{d}/agent.token"\nlog_level = "info"\n'
+                  + self.extra)
         with open(os.path.join(d, "leader.toml"), "w") as f:
             f.write(f'name = "leader"\nleader = true\nhost_tasks = false\nlisten_address = "127.0.0.1"\n'
                     f'listen_port = {port}\nclient_token_file = "{d}/client.token"\nstate_dir = "{d}/leader"\n'

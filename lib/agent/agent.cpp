@@ -21,6 +21,7 @@
 #include "common/secret.h"
 #include "control/client.h"
 #include "wire/control.h"
+#include "wire/control_bodies.h"
 #include "wire/task_events.h"
 
 namespace dltrain::agent {
@@ -154,20 +155,18 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   }
 
   void do_register() {
-    json running = json::array();
-    for (auto& [k, t] : tasks) running.push_back({{"job", t.job}, {"task", t.name}, {"generation", t.generation}});
+    wire::RegisterBody r;
+    r.name = opt.name;
+    r.advertise_address = opt.advertise_address;
+    r.cores = opt.cores;
+    r.memory_mb = opt.memory_mb;
+    r.hardware_class = opt.hardware_class;
+    for (auto& [k, t] : tasks) r.tasks.push_back({{}, t.job, t.name, t.generation, false});
     for (auto& [k, g] : exits_pending) {
       const auto slash = k.find('/');
-      running.push_back({{"job", k.substr(0, slash)}, {"task", k.substr(slash + 1)}, {"generation", g},
-                         {"exited", true}});
+      r.tasks.push_back({{}, k.substr(0, slash), k.substr(slash + 1), g, true});
     }
-    link->send(wire::make_request("register", "register",
-                                  {{"name", opt.name},
-                                   {"advertise_address", opt.advertise_address},
-                                   {"cores", opt.cores},
-                                   {"memory_mb", opt.memory_mb},
-                                   {"hardware_class", opt.hardware_class},
-                                   {"tasks", running}}));
+    link->send(wire::make_request("register", "register", r.to_json()));
   }
 
   void heartbeat() {
@@ -216,32 +215,37 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     }
     try {
       if (env.type == "start_task") {
-        start_task(env.body);
+        start_task(wire::parse_body<wire::StartTaskBody>(env));
         link->send(wire::make_reply(env.id, json::object()));
       } else if (env.type == "stop_task") {
-        stop_task(env.body);
+        stop_task(wire::parse_body<wire::TaskRefBody>(env));
         link->send(wire::make_reply(env.id, json::object()));
       } else {
         link->send(wire::make_error(env.id, wire::error_code::kBadRequest, "unknown type \"" + env.type + "\"", "type"));
       }
     } catch (const std::exception& e) {
       spdlog::error("{} failed: {}", env.type, e.what());
-      link->send(wire::make_error(env.id, wire::error_code::kInternal, e.what()));
+      const auto* bad = dynamic_cast<const wire::BodyError*>(&e);
+      link->send(bad ? wire::make_error(env.id, wire::error_code::kBadRequest, e.what(), bad->field())
+                     : wire::make_error(env.id, wire::error_code::kInternal, e.what()));
       if (env.type == "start_task") {
-        // Report the task as failed so the leader does not wait for it.
-        send("task_exit", {{"job", env.body.value("job", "")},
-                           {"task", env.body.value("task", "")},
-                           {"generation", env.body.value("generation", 0u)},
-                           {"exit_code", 126},
-                           {"signal", 0},
-                           {"describe", "could not be started"},
-                           {"last_error", e.what()}});
+        // Report the task as failed so the leader does not wait for it (as far as the
+        // request names it: it may be the part that was refused).
+        const auto ref = wire::TaskRefBody::lenient(env.body);
+        wire::TaskExitBody x;
+        x.job = ref.job;
+        x.task = ref.task;
+        x.generation = ref.generation;
+        x.exit_code = 126;
+        x.describe = "could not be started";
+        x.last_error = e.what();
+        send("task_exit", x.to_json());
       }
     }
   }
 
-  void start_task(const json& b) {
-    const std::string key = b.at("job").get<std::string>() + "/" + b.at("task").get<std::string>();
+  void start_task(const wire::StartTaskBody& b) {
+    const std::string key = b.job + "/" + b.task;
     if (tasks.count(key)) throw Error("task " + key + " is already running here");
     Task t;
     t.launch = prepare_task(opt, b);
@@ -274,8 +278,8 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
         });
   }
 
-  void stop_task(const json& b) {
-    const std::string key = b.at("job").get<std::string>() + "/" + b.at("task").get<std::string>();
+  void stop_task(const wire::TaskRefBody& b) {
+    const std::string key = b.job + "/" + b.task;
     auto it = tasks.find(key);
     if (it == tasks.end()) return;  // already gone; its exit was (or will be) reported
     it->second.stop_requested = true;
@@ -315,7 +319,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
                    t.restarts, opt.task_max_restarts, delay.count(), t.port);
       ev.port = t.port;
     }
-    send("task_event", {{"job", t.job}, {"task", t.name}, {"generation", t.generation}, {"event", ev.to_json()}});
+    send("task_event", wire::TaskEventBody{{}, t.job, t.name, t.generation, ev.to_json()}.to_json());
     t.last_error.clear();
     t.pid = -1;
     t.restart_timer = std::make_shared<asio::steady_timer>(io, delay);
@@ -346,8 +350,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     auto it = tasks.find(key);
     if (it == tasks.end()) return;
     auto& t = it->second;
-    json ev = json::parse(line, nullptr, false);
-    if (!ev.is_object()) ev = events::LogLine{{}, line}.to_json();
+    json ev = events::event_of_line(line);
     const std::string kind = events::kind_of(ev);
     try {
       if (kind == events::Listening::kKind) {
@@ -363,7 +366,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       // and refuses it there.
       spdlog::warn("{}: malformed {} event ({}): {}", key, kind, e.what(), line.substr(0, 200));
     }
-    send("task_event", {{"job", t.job}, {"task", t.name}, {"generation", t.generation}, {"event", ev}},
+    send("task_event", wire::TaskEventBody{{}, t.job, t.name, t.generation, ev}.to_json(),
          kind == events::Progress::kKind);
   }
 
@@ -387,14 +390,16 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       last_error = last.substr(0, 1000);
     }
     if (!(link && link->is_open() && registered)) exits_pending[key] = t.generation;
-    send("task_exit", {{"job", t.job},
-                       {"task", t.name},
-                       {"generation", t.generation},
-                       {"exit_code", st.exit_code},
-                       {"signal", st.signal},
-                       {"describe", shutting_down ? st.describe() + " (its agent is shutting down)" : st.describe()},
-                       {"agent_stopping", shutting_down},
-                       {"last_error", last_error}});
+    wire::TaskExitBody x;
+    x.job = t.job;
+    x.task = t.name;
+    x.generation = t.generation;
+    x.exit_code = st.exit_code;
+    x.signal = st.signal;
+    x.describe = shutting_down ? st.describe() + " (its agent is shutting down)" : st.describe();
+    x.agent_stopping = shutting_down;
+    x.last_error = last_error;
+    send("task_exit", x.to_json());
     if (shutting_down && tasks.empty() && on_all_stopped) {
       auto f = std::move(on_all_stopped);
       on_all_stopped = nullptr;

@@ -102,6 +102,9 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
   out["generation"] = j.generation;
   out["reassignments"] = j.reassignments;
   if (!j.recovery_reason.empty()) out["recovery_reason"] = j.recovery_reason;
+  if (j.state == "recovering" && j.recovering_since) {
+    out["recovering_seconds"] = std::chrono::duration<double>(JobRec::Clock::now() - *j.recovering_since).count();
+  }
   out["tasks"] = tasks;
   if (!j.plan.is_null()) out["plan"] = j.plan;
   if (!j.profile_of.empty()) out["profile_of"] = j.profile_of;

@@ -196,32 +196,31 @@ void Leader::Impl::launch(JobRec& j, const std::vector<std::string>& placement) 
   for (auto& t : j.tasks) agents.at(t.agent).free_cores -= j.spec.threads_per_task;
   set_state(j, "starting");
   for (auto& t : j.tasks) {
-    if (t.kind == "ps") start_task(j, t, json::array());
+    if (t.kind == "ps") start_task(j, t, {});
   }
 }
 
-// `extra`: fields a re-assigned job's tasks need (restore_generation, workers_done,
-// init_replica_generation, resume_epoch; see Agent::Impl::start_task).
-void Leader::Impl::start_task(JobRec& j, TaskRec& t, const json& ps_endpoints, const json& extra) {
+// `body`: what only the caller knows (a worker's ps endpoints; what a re-assigned job's
+// tasks need: restore_generation, workers_done, init_replica_generation, resume_epoch);
+// the rest is the job's and the task's.
+void Leader::Impl::start_task(JobRec& j, TaskRec& t, wire::StartTaskBody body) {
   t.state = "starting";
-  json body{{"job", j.id},
-            {"job_num", j.num},
-            {"task", t.name},
-            {"kind", t.kind},
-            {"index", t.index},
-            {"generation", j.generation},
-            {"secret", j.secret},
-            {"threads", j.spec.threads_per_task},
-            {"spec", j.spec}};
-  if (t.kind == "worker") body["ps"] = ps_endpoints;
-  for (auto& [k, v] : extra.items()) body[k] = v;
+  body.job = j.id;
+  body.job_num = j.num;
+  body.task = t.name;
+  body.kind = t.kind;
+  body.index = t.index;
+  body.generation = j.generation;
+  body.secret = j.secret;
+  body.threads = j.spec.threads_per_task;
+  body.spec = j.spec;
   spdlog::info("job {}: starting {} on agent {} (generation {})", j.id, t.name, t.agent, j.generation);
-  send_agent(t.agent, "start_task", body);
+  send_agent(t.agent, "start_task", body.to_json());
   save(j);
 }
 
-json Leader::Impl::ps_endpoints(const JobRec& j) const {
-  json eps = json::array();
+std::vector<std::string> Leader::Impl::ps_endpoints(const JobRec& j) const {
+  std::vector<std::string> eps;
   for (auto& t : j.tasks) {
     if (t.kind == "ps") eps.push_back(t.address + ":" + std::to_string(t.port));
   }
@@ -229,10 +228,11 @@ json Leader::Impl::ps_endpoints(const JobRec& j) const {
 }
 
 void Leader::Impl::start_worker(JobRec& j, TaskRec& t) {
-  json extra = json::object();
-  if (t.epochs_done > 0) extra["resume_epoch"] = t.epochs_done;
-  if (t.name == j.seed) extra["init_replica_generation"] = j.seed_generation;
-  start_task(j, t, ps_endpoints(j), extra);
+  wire::StartTaskBody body;
+  body.ps = ps_endpoints(j);
+  body.resume_epoch = t.epochs_done;
+  if (t.name == j.seed) body.init_replica_generation = j.seed_generation;
+  start_task(j, t, std::move(body));
 }
 
 // Every PS shard listens: start the workers. After a re-assignment, a shard that did
@@ -304,7 +304,7 @@ void Leader::Impl::on_message(const SessionPtr& s, const std::string& text) {
     spdlog::warn("control: bad message from {}: {}", s->peer(), e.what());
     std::string id;
     try {
-      auto j = json::parse(text);
+      const auto j = wire::parse_peer_json(text);
       if (j.is_object() && j.contains("id") && j["id"].is_string()) id = j["id"].get<std::string>();
     } catch (...) {
     }
@@ -319,6 +319,11 @@ void Leader::Impl::on_message(const SessionPtr& s, const std::string& text) {
     } else {
       on_client_message(s, env);
     }
+  } catch (const wire::BodyError& e) {
+    // A body that does not fit its schema (wire/control_bodies.h): refused before it
+    // changed anything.
+    spdlog::warn("control: bad {} from {}: {}", env.type, s->peer(), e.what());
+    s->send(wire::make_error(env.id, wire::error_code::kBadRequest, e.what(), e.field()));
   } catch (const std::exception& e) {
     spdlog::error("control: handling {} from {}: {}", env.type, s->peer(), e.what());
     s->send(wire::make_error(env.id, wire::error_code::kInternal, e.what()));
@@ -389,6 +394,11 @@ void Leader::start() {
   };
   if (!impl_->opt.state_dir.empty()) {
     impl_->db = store::Store::open((std::filesystem::path(impl_->opt.state_dir) / "db").string());
+    if (impl_->db->read_only()) {
+      spdlog::warn("the state database {} is on a read-only file system: the leader serves what it holds, and "
+                   "refuses new jobs until it is remounted read-write and the agent restarted",
+                   impl_->db->path());
+    }
     impl_->restore();
   }
   impl_->server = std::make_unique<control::ControlServer>(impl_->io, so, h);

@@ -31,9 +31,10 @@ void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& e
   agent.last_seen = Clock::now();
   if (env.type == "heartbeat") return reply(s, env.id, json::object());
   if (env.type == "task_event" || env.type == "task_exit") {
-    const auto job_id = env.body.value("job", "");
+    const auto ref = wire::parse_body<wire::TaskRefBody>(env);
+    const auto& job_id = ref.job;
     // An orphan's exit (any job, known or not) gives its cores back.
-    const std::string okey = orphan_key(job_id, env.body.value("task", ""), env.body.value("generation", 0u));
+    const std::string okey = orphan_key(job_id, ref.task, ref.generation);
     if (env.type == "task_exit" && agent.orphans.count(okey)) {
       agent.free_cores += agent.orphans[okey];
       agent.orphans.erase(okey);
@@ -44,26 +45,29 @@ void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& e
     auto jit = jobs.find(job_id);
     if (jit == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "unknown job " + job_id, "job");
     auto& j = jit->second;
-    if (env.body.value("generation", 0u) != j.generation) {
+    if (ref.generation != j.generation) {
       return reply_error(s, env.id, wire::error_code::kConflict, "stale generation", "generation");
     }
-    TaskRec* t = j.find_task(env.body.value("task", ""));
+    TaskRec* t = j.find_task(ref.task);
     if (t == nullptr || t->agent != agent.id) {
       return reply_error(s, env.id, wire::error_code::kNotFound, "unknown task", "task");
     }
+    if (env.type == "task_event") {
+      const auto ev = wire::parse_body<wire::TaskEventBody>(env);
+      reply(s, env.id, json::object());
+      return on_task_event(j, *t, ev.event);
+    }
+    const auto exit = wire::parse_body<wire::TaskExitBody>(env);
     reply(s, env.id, json::object());
-    if (env.type == "task_event") return on_task_event(j, *t, env.body.value("event", json::object()));
-    return on_task_exit(j, *t, env.body);
+    return on_task_exit(j, *t, exit);
   }
   reply_error(s, env.id, wire::error_code::kBadRequest, "unknown message type \"" + env.type + "\"", "type");
 }
 
 void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
-  const auto& b = env.body;
-  const std::string name = b.value("name", "");
-  if (name.empty()) return reply_error(s, env.id, wire::error_code::kBadRequest, "register needs a name", "name");
-  const int cores = b.value("cores", 0);
-  if (cores < 1) return reply_error(s, env.id, wire::error_code::kBadRequest, "cores must be >= 1", "cores");
+  const auto b = wire::parse_body<wire::RegisterBody>(env);
+  const std::string& name = b.name;
+  const int cores = b.cores;
   auto it = agents.find(name);
   if (it != agents.end() && !it->second.lost && !it->second.session.expired()) {
     const auto current = it->second.session.lock();
@@ -80,11 +84,11 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   }
   AgentRec a;
   a.id = name;
-  a.address = b.value("advertise_address", "127.0.0.1");
+  a.address = b.advertise_address;
   a.cores = cores;
   a.free_cores = cores;
-  a.memory_mb = b.value("memory_mb", std::int64_t{0});
-  a.hardware_class = b.value("hardware_class", "cpu");
+  a.memory_mb = b.memory_mb;
+  a.hardware_class = b.hardware_class;
   a.session = s;
   a.last_seen = Clock::now();
   // Reconcile with the tasks the agent says it still runs (after a reconnect, or after
@@ -93,24 +97,22 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   // "exited" ended while the link was down; its exit report follows. Tasks the leader
   // counted on that the agent does not list were lost with the link.
   std::set<std::string> reported;
-  if (b.contains("tasks") && b["tasks"].is_array()) {
-    for (const auto& rt : b["tasks"]) {
-      const std::string jid = rt.value("job", ""), tname = rt.value("task", "");
-      reported.insert(jid + "/" + tname);
-      auto jit = jobs.find(jid);
-      TaskRec* t = jit == jobs.end() ? nullptr : jit->second.find_task(tname);
-      const bool live = t != nullptr && t->agent == name && t->state != "exited" &&
-                        rt.value("generation", 0u) == jit->second.generation;
-      const int threads = jit == jobs.end() ? 1 : jit->second.spec.threads_per_task;
-      a.free_cores -= threads;
-      if (!live && rt.value("exited", false)) {
-        a.orphans[orphan_key(jid, tname, rt.value("generation", 0u))] = threads;  // its exit report frees the cores
-      } else if (!live) {
-        a.orphans[orphan_key(jid, tname, rt.value("generation", 0u))] = threads;
-        s->send(wire::make_request("l" + std::to_string(next_req++), "stop_task",
-                                   {{"job", jid}, {"task", tname}, {"generation", rt.value("generation", 0u)}}));
-        spdlog::warn("agent {} still runs {}/{}, which the leader no longer counts on: stopping it", name, jid, tname);
-      }
+  for (const auto& rt : b.tasks) {
+    const std::string &jid = rt.job, &tname = rt.task;
+    reported.insert(jid + "/" + tname);
+    auto jit = jobs.find(jid);
+    TaskRec* t = jit == jobs.end() ? nullptr : jit->second.find_task(tname);
+    const bool live =
+        t != nullptr && t->agent == name && t->state != "exited" && rt.generation == jit->second.generation;
+    const int threads = jit == jobs.end() ? 1 : jit->second.spec.threads_per_task;
+    a.free_cores -= threads;
+    if (!live && rt.exited) {
+      a.orphans[orphan_key(jid, tname, rt.generation)] = threads;  // its exit report frees the cores
+    } else if (!live) {
+      a.orphans[orphan_key(jid, tname, rt.generation)] = threads;
+      s->send(wire::make_request("l" + std::to_string(next_req++), "stop_task",
+                                 wire::TaskRefBody{{}, jid, tname, rt.generation}.to_json()));
+      spdlog::warn("agent {} still runs {}/{}, which the leader no longer counts on: stopping it", name, jid, tname);
     }
   }
   // Tasks the leader placed there but has not started yet hold their cores too.
@@ -314,17 +316,17 @@ void Leader::Impl::on_worker_counters(JobRec& j, TaskRec& t, const std::string& 
   }
 }
 
-void Leader::Impl::on_task_exit(JobRec& j, TaskRec& t, const json& b) {
+void Leader::Impl::on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody& b) {
   if (t.state == "exited") return;  // orphans are handled in on_agent_message
   t.state = "exited";
-  t.exit = b.value("describe", "exited");
-  t.ok_exit = b.value("exit_code", -1) == 0 && b.value("signal", 0) == 0;
-  if (t.last_error.empty()) t.last_error = b.value("last_error", "");
+  t.exit = b.describe;
+  t.ok_exit = b.exit_code == 0 && b.signal == 0;
+  if (t.last_error.empty()) t.last_error = b.last_error;
   agents.release_cores(t.agent, j.spec.threads_per_task);
   spdlog::info("job {}: {} on {} {}", j.id, t.name, t.agent, t.exit);
   save(j);
   if (!j.failing_state.empty()) return maybe_finish(j);
-  if (b.value("agent_stopping", false)) {
+  if (b.agent_stopping) {
     // Its agent is shutting down (systemctl stop/restart, an upgrade): as if it were
     // lost, except that the leader knows at once. Nothing is placed there any more; a
     // restarted agent registers afresh.

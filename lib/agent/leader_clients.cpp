@@ -17,15 +17,12 @@ using Clock = std::chrono::steady_clock;
 using SessionPtr = Leader::Impl::SessionPtr;
 
 // ---------------------------------------------------------------- client messages
-// The validated job of a submit or plan request, or nullopt after replying the error.
-std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const wire::Envelope& env) {
-  const auto& b = env.body;
-  if (!b.contains("job_toml") || !b["job_toml"].is_string()) {
-    reply_error(s, env.id, wire::error_code::kBadRequest, env.type + " needs \"job_toml\" (string)", "job_toml");
-    return std::nullopt;
-  }
+// The validated job of a submit or plan request (`b`, its body), or nullopt after replying
+// the error.
+std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const wire::Envelope& env,
+                                                     const wire::SubmitBody& b) {
   try {
-    return parse_job_toml(b["job_toml"].get<std::string>(), b.value("base_dir", "."), true);
+    return parse_job_toml(*b.job_toml, b.base_dir, true);
   } catch (const ConfigError& e) {
     reply_error(s, env.id, wire::error_code::kInvalidJob, e.what(), e.field());
     return std::nullopt;
@@ -33,31 +30,34 @@ std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const 
 }
 
 void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& env) {
-  const auto& b = env.body;
   if (env.type == "submit") return on_submit(s, env);
   if (env.type == "plan") {
-    const auto parsed = parse_submitted(s, env);
+    const auto parsed = parse_submitted(s, env, wire::parse_body<wire::SubmitBody>(env));
     if (parsed) reply(s, env.id, planner::to_json(plan_for(*parsed, 0)));
     return;
   }
   if (env.type == "history") {
+    const auto b = wire::parse_body<wire::HistoryBody>(env);
     json rows = json::array();
     if (db) {
-      for (const auto& o : db->history(b.value("model", ""), b.value("dataset", ""))) rows.push_back(o);
+      for (const auto& o : db->history(b.model, b.dataset)) rows.push_back(o);
     }
     return reply(s, env.id, {{"observations", rows}, {"persistent", db != nullptr}});
   }
-  if (env.type == "list" || (env.type == "status" && !b.contains("job"))) {
+  const auto query = env.type == "status" || env.type == "cancel" || env.type == "follow"
+                         ? wire::parse_body<wire::JobQueryBody>(env)
+                         : wire::JobQueryBody{};
+  if (env.type == "list" || (env.type == "status" && !query.job)) {
     json arr = json::array();
     for (auto& id : job_order) arr.push_back(status_json(jobs.at(id)));
     return reply(s, env.id, {{"jobs", arr}});
   }
   if (env.type == "agents") return reply(s, env.id, {{"agents", agents_json()}});
   if (env.type == "status" || env.type == "cancel" || env.type == "follow") {
-    if (!b.contains("job") || !b["job"].is_string()) {
+    if (!query.job) {
       return reply_error(s, env.id, wire::error_code::kBadRequest, env.type + " needs \"job\" (string)", "job");
     }
-    const auto jid = b["job"].get<std::string>();
+    const std::string& jid = *query.job;
     auto it = jobs.find(jid);
     if (it == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "no job \"" + jid + "\"", "job");
     auto& j = it->second;
@@ -78,8 +78,8 @@ void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& 
 }
 
 void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
-  const auto& b = env.body;
-  const auto parsed = parse_submitted(s, env);
+  const auto b = wire::parse_body<wire::SubmitBody>(env);
+  const auto parsed = parse_submitted(s, env, b);
   if (!parsed) return;
   const JobSpec& spec = *parsed;
   JobRec j;
@@ -97,11 +97,27 @@ void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
   j.submitted = Clock::now();
   j.submitted_unix = unix_now();
   j.secret = new_job_secret_hex();
-  if (b.value("follow", false)) j.followers.push_back(s);
+  if (b.follow) j.followers.push_back(s);
   const std::string id = j.id;
+  if (db) {
+    // A job is accepted only once it is stored: a leader restarted later must know it.
+    // When the store refuses (a full disk, a read-only file system) the submit is
+    // refused with the cause, and nothing of the job is kept.
+    // The counter first: should the job record then fail, a restarted leader only skips
+    // a number; it never finds a job the client was told was refused.
+    try {
+      db->put_meta("next_job", std::to_string(next_job));
+      db->put_job(j.num, stored_record(j));
+    } catch (const std::exception& e) {
+      --next_job;
+      spdlog::error("job submission refused: the state database cannot store it: {}", e.what());
+      return reply_error(s, env.id, wire::error_code::kUnavailable,
+                         std::string("the leader cannot store the job, so it does not accept it: ") + e.what() +
+                             ". Running jobs carry on; list, status and history still answer");
+    }
+  }
   jobs.emplace(id, std::move(j));
   job_order.push_back(id);
-  persist("saving the job counter", [&] { db->put_meta("next_job", std::to_string(next_job)); });
   auto& job = jobs.at(id);
   spdlog::info("job {} ({}) submitted: {} workers, {} PS shards, batch {}, {} epochs", id, spec.name,
                spec.workers_auto ? "auto" : std::to_string(spec.workers), spec.ps_shards,

@@ -31,6 +31,7 @@
 #include "planner/planner.h"
 #include "store/store.h"
 #include "wire/control.h"
+#include "wire/control_bodies.h"
 #include "wire/task_events.h"
 
 namespace dltrain::agent {
@@ -93,8 +94,8 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   void try_schedule();
   void schedule_pass();
   void launch(JobRec& j, const std::vector<std::string>& placement);
-  void start_task(JobRec& j, TaskRec& t, const json& ps_endpoints, const json& extra = json::object());
-  json ps_endpoints(const JobRec& j) const;
+  void start_task(JobRec& j, TaskRec& t, wire::StartTaskBody body);
+  std::vector<std::string> ps_endpoints(const JobRec& j) const;
   void start_worker(JobRec& j, TaskRec& t);
   void start_workers(JobRec& j);
   void stop_tasks(JobRec& j);
@@ -110,10 +111,10 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   void on_task_event(JobRec& j, TaskRec& t, const json& ev);
   void on_ps_listening(JobRec& j, TaskRec& t, const json& ev);
   void on_worker_counters(JobRec& j, TaskRec& t, const std::string& kind, const json& ev);
-  void on_task_exit(JobRec& j, TaskRec& t, const json& b);
+  void on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody& b);
 
   // ------------------------------------------------------------ leader_clients.cpp
-  std::optional<JobSpec> parse_submitted(const SessionPtr& s, const wire::Envelope& env);
+  std::optional<JobSpec> parse_submitted(const SessionPtr& s, const wire::Envelope& env, const wire::SubmitBody& b);
   void on_client_message(const SessionPtr& s, const wire::Envelope& env);
   void on_submit(const SessionPtr& s, const wire::Envelope& env);
   void on_cancel(const SessionPtr& s, const wire::Envelope& env, JobRec& j);

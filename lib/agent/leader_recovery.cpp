@@ -216,13 +216,13 @@ void Leader::Impl::resume(JobRec& j, const std::vector<std::string>& placement) 
     }
   }
   std::vector<events::Move> moved;
-  json done_ranks = json::array();
+  std::vector<std::uint32_t> done_ranks;
   std::vector<TaskRec> next;
   for (std::size_t i = 0; i < j.tasks.size(); ++i) {
     const auto& old = j.tasks[i];
     if (old.kind == "worker" && old.ok_exit) {
       next.push_back(old);
-      done_ranks.push_back(old.index);
+      done_ranks.push_back(static_cast<std::uint32_t>(old.index));
       continue;
     }
     TaskRec t;
@@ -264,10 +264,11 @@ void Leader::Impl::resume(JobRec& j, const std::vector<std::string>& placement) 
   set_state(j, "starting");
   for (auto& t : j.tasks) {
     if (t.kind != "ps") continue;
-    json extra{{"workers_done", done_ranks}};
-    if (t.recovery == "checkpoint") extra["restore_generation"] = old_gen;
+    wire::StartTaskBody body;
+    body.workers_done = done_ranks;
+    if (t.recovery == "checkpoint") body.restore_generation = old_gen;
     t.recovery.clear();
-    start_task(j, t, json::array(), extra);
+    start_task(j, t, std::move(body));
   }
 }
 

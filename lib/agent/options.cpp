@@ -26,10 +26,18 @@ namespace {
 using Node = toml::node;
 using Handler = std::function<void(AgentOptions&, const Node&, const std::string&)>;
 
+// Longest duration accepted for a setting, in seconds (about 31 years): bounds the
+// conversion to integer milliseconds.
+constexpr double kMaxDurationSeconds = 1e9;
+
 // `v` as milliseconds: a positive duration string, at least `min_ms`.
 std::chrono::milliseconds duration_ms(const Node& n, const std::string& k, std::int64_t min_ms = 1) {
   const double sec = toml_fields::get_duration(n, k, "1s");
   if (sec <= 0) throw ConfigError(k, "must be positive");
+  if (sec > kMaxDurationSeconds) {
+    throw ConfigError(k, "expected at most " + std::to_string(static_cast<std::int64_t>(kMaxDurationSeconds)) +
+                             "s, got \"" + *n.value<std::string>() + "\"");
+  }
   const std::chrono::milliseconds v(static_cast<std::int64_t>(sec * 1000));
   if (v.count() < min_ms) {
     throw ConfigError(k, "expected at least " + std::to_string(min_ms) + "ms, got " + std::to_string(v.count()) + "ms");

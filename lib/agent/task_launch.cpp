@@ -22,11 +22,11 @@ fs::path task_dir(const AgentOptions& opt, const std::string& job, const std::st
 }
 
 // A re-assigned job (generation > 1): the directory this task had in an earlier
-// generation, named by `field` of the request, holds the state it saved when stopped.
-std::optional<fs::path> earlier_dir(const AgentOptions& opt, const json& b, const char* field) {
-  if (!b.contains(field) || !b[field].is_number_unsigned()) return std::nullopt;
-  return task_dir(opt, b.at("job").get<std::string>(), b.at("task").get<std::string>(),
-                  b[field].get<std::uint32_t>());
+// generation (`generation`, a field of the request) holds the state it saved when stopped.
+std::optional<fs::path> earlier_dir(const AgentOptions& opt, const wire::StartTaskBody& b,
+                                    const std::optional<std::uint32_t>& generation) {
+  if (!generation) return std::nullopt;
+  return task_dir(opt, b.job, b.task, *generation);
 }
 
 void write_job_json(const fs::path& path, const json& spec) {
@@ -36,19 +36,20 @@ void write_job_json(const fs::path& path, const json& spec) {
   if (!out) throw IoError("cannot write the job specification " + path.string());
 }
 
-wire::PsTaskArgs ps_args(const AgentOptions& opt, const json& b, const fs::path& dir, const std::string& secret) {
+wire::PsTaskArgs ps_args(const AgentOptions& opt, const wire::StartTaskBody& b, const fs::path& dir,
+                         const std::string& secret) {
   wire::PsTaskArgs a;
-  a.job_id = b.at("job_num").get<std::uint64_t>();
-  a.generation = b.at("generation").get<std::uint32_t>();
+  a.job_id = b.job_num;
+  a.generation = b.generation;
   a.secret_file = secret;
-  a.shard = b.at("index").get<int>();
-  a.momentum = ps_momentum(job_from_json(b.at("spec")));
-  a.threads = b.at("threads").get<int>();
+  a.shard = b.index;
+  a.momentum = ps_momentum(job_from_json(b.spec));
+  a.threads = b.threads;
   a.bind = opt.task_bind_address;
   a.checkpoint = (dir / "shard.ckpt").string();
   a.checkpoint_interval_s = static_cast<double>(opt.ps_checkpoint_interval.count()) / 1000.0;
   a.log_level = opt.log_level;
-  if (const auto old_dir = earlier_dir(opt, b, "restore_generation")) {
+  if (const auto old_dir = earlier_dir(opt, b, b.restore_generation)) {
     // The shard's checkpoint from before the re-assignment (written when it was stopped);
     // the new shard loads it before it listens.
     std::error_code ec;
@@ -59,33 +60,31 @@ wire::PsTaskArgs ps_args(const AgentOptions& opt, const json& b, const fs::path&
       fs::permissions(dir / "shard.ckpt", fs::perms::owner_read | fs::perms::owner_write, ec);
     }
   }
-  if (b.contains("workers_done") && b["workers_done"].is_array()) {
-    for (const auto& r : b["workers_done"]) a.workers_done.push_back(r.get<std::uint32_t>());
-  }
+  a.workers_done = b.workers_done;
   return a;
 }
 
-wire::WorkerTaskArgs worker_args(const AgentOptions& opt, const json& b, const fs::path& dir,
+wire::WorkerTaskArgs worker_args(const AgentOptions& opt, const wire::StartTaskBody& b, const fs::path& dir,
                                  const std::string& secret) {
   wire::WorkerTaskArgs a;
   a.job_json = (dir / "job.json").string();
-  write_job_json(a.job_json, b.at("spec"));
-  a.job_id = b.at("job_num").get<std::uint64_t>();
-  a.generation = b.at("generation").get<std::uint32_t>();
+  write_job_json(a.job_json, b.spec);
+  a.job_id = b.job_num;
+  a.generation = b.generation;
   a.secret_file = secret;
-  a.rank = b.at("index").get<int>();
-  for (const auto& e : b.at("ps")) a.ps += (a.ps.empty() ? "" : ",") + e.get<std::string>();
-  a.threads = b.at("threads").get<int>();
+  a.rank = b.index;
+  for (const auto& e : b.ps) a.ps += (a.ps.empty() ? "" : ",") + e;
+  a.threads = b.threads;
   a.replica_file = (dir / "replica.ckpt").string();
   a.progress_interval_s = static_cast<double>(opt.progress_interval.count()) / 1000.0;
   a.log_level = opt.log_level;
-  if (const auto old_dir = earlier_dir(opt, b, "init_replica_generation")) {
+  if (const auto old_dir = earlier_dir(opt, b, b.init_replica_generation)) {
     std::error_code ec;
     const auto from = *old_dir / "replica.ckpt";
     if (!fs::exists(from, ec)) throw IoError("the replica to rebuild the job from, " + from.string() + ", is missing");
     a.init_replica = from.string();
   }
-  a.resume_epoch = std::max(0, b.value("resume_epoch", 0));
+  a.resume_epoch = b.resume_epoch;
   return a;
 }
 
@@ -107,26 +106,21 @@ ProcessSpec TaskLaunch::restart(int epochs_done, int port) const {
   return p;
 }
 
-TaskLaunch prepare_task(const AgentOptions& opt, const json& b) {
+TaskLaunch prepare_task(const AgentOptions& opt, const wire::StartTaskBody& b) {
   TaskLaunch t;
-  t.job = b.at("job").get<std::string>();
-  t.name = b.at("task").get<std::string>();
-  t.kind = b.at("kind").get<std::string>();
-  t.generation = b.at("generation").get<std::uint32_t>();
-  t.threads = b.at("threads").get<int>();
-  if (t.kind != "ps" && t.kind != "worker") throw ProtocolError("unknown task kind \"" + t.kind + "\"");
+  t.job = b.job;
+  t.name = b.task;
+  t.kind = b.kind;
+  t.generation = b.generation;
+  t.threads = b.threads;
   // The job secret reaches the task as a 0600 file in its directory, never on its command
   // line (which every local user can read in /proc).
-  if (!b.contains("secret") || !b["secret"].is_string()) {
-    throw ProtocolError("start_task for " + t.job + "/" + t.name + " has no job secret (a leader older than this agent?)");
-  }
-  job_secret_from_hex(b["secret"].get<std::string>(), "secret");
   const fs::path dir = task_dir(opt, t.job, t.name, t.generation);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw IoError("cannot create task directory " + dir.string() + ": " + ec.message());
   t.secret_path = (dir / "job.secret").string();
-  write_private_file(t.secret_path, b["secret"].get<std::string>() + "\n");
+  write_private_file(t.secret_path, b.secret + "\n");
   t.process.log_path = (dir / "task.log").string();
   t.process.work_dir = dir.string();
   try {

@@ -7,10 +7,9 @@
 #include <optional>
 #include <string>
 
-#include <nlohmann/json_fwd.hpp>
-
 #include "agent/options.h"
 #include "agent/supervisor.h"
+#include "wire/control_bodies.h"
 #include "wire/task_args.h"
 
 namespace dltrain::agent {
@@ -32,14 +31,12 @@ struct TaskLaunch {
   ProcessSpec restart(int epochs_done, int port) const;
 };
 
-/// Prepares the task that `start_task` (the leader's request body: job, job_num, task,
-/// kind, index, generation, secret, threads, spec, and for workers ps, resume_epoch,
-/// init_replica_generation; for shards workers_done, restore_generation; see
-/// docs/protocol.md) asks for: creates its directory, writes the secret file (0600) and a
-/// worker's job.json, copies a shard's stop checkpoint from its earlier generation's
-/// directory. Throws ProtocolError for a request without a valid secret or of an unknown
-/// kind, IoError naming the path when a file cannot be written or a worker's replica to
-/// start from is missing, and nlohmann::json::exception for a missing field.
-TaskLaunch prepare_task(const AgentOptions& opt, const nlohmann::json& start_task);
+/// Prepares the task that `start_task` (the leader's request body, checked by
+/// wire::parse_body: job and task names that are path components, a valid secret and
+/// spec, ...; see docs/protocol.md) asks for: creates its directory, writes the secret
+/// file (0600) and a worker's job.json, copies a shard's stop checkpoint from its earlier
+/// generation's directory. Throws IoError naming the path when a file cannot be written
+/// or a worker's replica to start from is missing.
+TaskLaunch prepare_task(const AgentOptions& opt, const wire::StartTaskBody& start_task);
 
 }  // namespace dltrain::agent

@@ -1,6 +1,7 @@
 #include "common/job_spec.h"
 
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
+#include "common/json_fields.h"
 #include "common/toml_fields.h"
 
 namespace dltrain {
@@ -242,8 +244,11 @@ struct JsonIn {
     if (need == Need::kOptional && !j.contains(key)) return;
     if constexpr (std::is_same_v<T, compress::Method>) {
       v = compress::parse_method(j.at(key).get<std::string>());
+    } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+      v.clear();
+      for (const auto& e : j.at(key).get_ref<const nlohmann::json::array_t&>()) v.push_back(json_fields::get_value<int>(e));
     } else {
-      v = j.at(key).get<T>();
+      v = json_fields::get_value<T>(j.at(key));
     }
   }
   template <typename T, typename F>
@@ -307,21 +312,26 @@ double parse_duration_seconds(const std::string& text, const std::string& field)
   double total = 0;
   std::size_t i = 0;
   bool any = false;
+  const auto bad = [&] {
+    return ConfigError(field, "expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \"" + text + "\"");
+  };
   while (i < text.size()) {
     std::size_t j = i;
     while (j < text.size() && (std::isdigit(static_cast<unsigned char>(text[j])) || text[j] == '.')) ++j;
     std::size_t k = j;
     while (k < text.size() && std::isalpha(static_cast<unsigned char>(text[k]))) ++k;
     auto unit = units.find(text.substr(j, k - j));
-    if (j == i || unit == units.end()) {
-      throw ConfigError(field, "expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \"" +
-                                   text + "\"");
-    }
-    total += std::stod(text.substr(i, j - i)) * unit->second;
+    if (j == i || unit == units.end()) throw bad();
+    // The whole number must parse ("1.2.3s" and ".s" do not), and fit a double.
+    double v = 0;
+    const auto [end, ec] = std::from_chars(text.data() + i, text.data() + j, v);
+    if (ec != std::errc() || end != text.data() + j) throw bad();
+    total += v * unit->second;
     any = true;
     i = k;
   }
   if (!any) throw ConfigError(field, "expected a duration such as \"30m\", got an empty string");
+  if (!std::isfinite(total)) throw ConfigError(field, "the duration \"" + text + "\" is too long");
   return total;
 }
 

@@ -10,18 +10,75 @@
 // and raw JSON fields). A wrong JSON type throws nlohmann::json::type_error. Nested
 // structs that derive from Fields, std::vector of them or of plain values, and
 // nlohmann::json members are handled. If D has `static constexpr const char* kKind`, its
-// JSON form also carries "event": kKind (task events, wire/task_events.h).
+// JSON form also carries "event": kKind (task events, wire/task_events.h). An integer
+// field accepts only a JSON integer, or a float with an integral value, that fits its
+// type (get_value below); a type_error thrown while reading a field names it.
 // Thread-safety: none needed; these are plain values.
 #pragma once
 
+#include <cmath>
 #include <concepts>
+#include <cstdint>
+#include <limits>
 #include <optional>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace dltrain::json_fields {
+
+namespace detail {
+/// Throws the type_error of get_value for `j`, which is not an integer in [lo, hi].
+[[noreturn]] inline void not_an_integer(const nlohmann::json& j, const std::string& lo, const std::string& hi) {
+  throw nlohmann::json::type_error::create(
+      302, "expected an integer in [" + lo + ", " + hi + "], got " + (j.is_number() ? j.dump() : std::string(j.type_name())),
+      &j);
+}
+}  // namespace detail
+
+/// `j` as a T, as nlohmann's j.get<T>() but checked for integers: an integral T (not
+/// bool) takes a JSON integer in T's range or a float with an integral value in T's
+/// range, and anything else throws nlohmann::json::type_error (302) saying what was
+/// found. nlohmann's own get<int>() converts a float with a static_cast, which is
+/// undefined behaviour when the value does not fit (a peer's 1e300), and wraps integers
+/// that do not fit. Other types are read by j.get<T>().
+template <typename T>
+T get_value(const nlohmann::json& j) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    using L = std::numeric_limits<T>;
+    bool fits = false;
+    T v{};
+    if (j.is_number_unsigned()) {
+      const auto u = j.get<std::uint64_t>();
+      fits = std::in_range<T>(u);
+      v = static_cast<T>(u);
+    } else if (j.is_number_integer()) {
+      const auto i = j.get<std::int64_t>();
+      fits = std::in_range<T>(i);
+      v = static_cast<T>(i);
+    } else if (j.is_number_float()) {
+      // [min, 2^digits): both ends are exact in a double (0 or a power of two).
+      const double d = j.get<double>();
+      fits = std::isfinite(d) && d == std::trunc(d) && d >= static_cast<double>(L::min()) &&
+             d < std::ldexp(1.0, L::digits);
+      if (fits) v = static_cast<T>(d);
+    }
+    if (!fits) detail::not_an_integer(j, std::to_string(L::min()), std::to_string(L::max()));
+    return v;
+  } else {
+    return j.get<T>();
+  }
+}
+
+/// The message of a nlohmann exception without its "[json.exception.type_error.302] " prefix.
+inline std::string message_of(const nlohmann::json::exception& e) {
+  const std::string w = e.what();
+  const auto end = w.find("] ");
+  return w.rfind("[json.exception.", 0) == 0 && end != std::string::npos ? w.substr(end + 2) : w;
+}
 
 /// A field written as JSON null when empty (std::optional<T> fields are left out instead).
 template <typename T>
@@ -76,7 +133,7 @@ T from_value(const nlohmann::json& j) {
     }
     return out;
   } else {
-    return j.get<T>();
+    return get_value<T>(j);
   }
 }
 
@@ -97,20 +154,25 @@ struct Writer {
   }
 };
 
-/// Reads each field that is present; the others keep their defaults.
+/// Reads each field that is present; the others keep their defaults. A type_error is
+/// thrown again with the field's name in front of its message ("rank: expected ...").
 struct Reader {
   const nlohmann::json& in;
   template <typename T>
   void operator()(const char* key, T& v) const {
     const auto it = in.find(key);
     if (it == in.end()) return;
-    if constexpr (IsOptional<T>::value) {
-      using U = typename T::value_type;
-      if (it->is_null() && kNullIsAbsent<U>) return;
-      v = from_value<U>(*it);
-    } else {
-      if (it->is_null() && kNullIsAbsent<T>) return;
-      v = from_value<T>(*it);
+    try {
+      if constexpr (IsOptional<T>::value) {
+        using U = typename T::value_type;
+        if (it->is_null() && kNullIsAbsent<U>) return;
+        v = from_value<U>(*it);
+      } else {
+        if (it->is_null() && kNullIsAbsent<T>) return;
+        v = from_value<T>(*it);
+      }
+    } catch (const nlohmann::json::type_error& e) {
+      throw nlohmann::json::type_error::create(e.id, std::string(key) + ": " + message_of(e), &*it);
     }
   }
 };

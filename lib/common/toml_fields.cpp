@@ -19,9 +19,89 @@ std::string syntax_error(const toml::parse_error& e) {
   return os.str();
 }
 
+// toml++ 3.3 (Debian 12's) reaches __builtin_unreachable() — undefined behaviour — when
+// it asks whether some non-ASCII characters are whitespace (its generated table misses
+// U+00A1–U+0499 and others; marzer/tomlplusplus issues 190 and 295, fixed upstream after
+// 3.3). It asks in two places only: outside strings and comments, where a non-ASCII
+// character is a syntax error anyway, and in a multi-line basic string ("""...""") right
+// after a backslash or after a line-ending backslash's whitespace. Such text is refused
+// here, before toml++ sees it, with the line it is on. Strings and comments may hold any
+// UTF-8 elsewhere.
+void refuse_what_toml_mishandles(const std::string& text) {
+  enum class In { kNothing, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral } in = In::kNothing;
+  int line = 1;
+  const auto at = [&](std::size_t i, const char* three) { return text.compare(i, 3, three) == 0; };
+  const auto refuse = [&](const char* where) {
+    throw ConfigError("", "TOML syntax error at line " + std::to_string(line) + ": a non-ASCII character " + where);
+  };
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') ++line;
+    switch (in) {
+      case In::kNothing:
+        if (c == '#') {
+          in = In::kComment;
+        } else if (at(i, "\"\"\"")) {
+          in = In::kMultiBasic;
+          i += 2;
+        } else if (at(i, "'''")) {
+          in = In::kMultiLiteral;
+          i += 2;
+        } else if (c == '"') {
+          in = In::kBasic;
+        } else if (c == '\'') {
+          in = In::kLiteral;
+        } else if (c >= 0x80) {
+          refuse("outside a string or comment (keys and values are ASCII; quote it)");
+        }
+        break;
+      case In::kComment:
+        if (c == '\n') in = In::kNothing;
+        break;
+      case In::kBasic:
+        if (c == '\\') {
+          ++i;  // an escaped character, never a quote
+        } else if (c == '"' || c == '\n') {
+          in = In::kNothing;
+        }
+        break;
+      case In::kLiteral:
+        if (c == '\'' || c == '\n') in = In::kNothing;
+        break;
+      case In::kMultiBasic:
+        if (c == '\\') {
+          std::size_t j = i + 1;
+          while (j < text.size() && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r' || text[j] == '\n')) {
+            if (text[j] == '\n') ++line;
+            ++j;
+          }
+          if (j < text.size() && static_cast<unsigned char>(text[j]) >= 0x80) {
+            refuse("right after a backslash or a line-ending backslash in a multi-line string (write it as \\uXXXX)");
+          }
+          // An escape consumes one character; a line-ending backslash its whitespace.
+          i = j > i + 1 ? j - 1 : i + 1;
+        } else if (at(i, "\"\"\"")) {
+          in = In::kNothing;
+          i += 2;
+          // Up to two more quotes belong to the string (""""" ends one holding "").
+          for (int k = 0; k < 2 && i + 1 < text.size() && text[i + 1] == '"'; ++k) ++i;
+        }
+        break;
+      case In::kMultiLiteral:
+        if (at(i, "'''")) {
+          in = In::kNothing;
+          i += 2;
+          for (int k = 0; k < 2 && i + 1 < text.size() && text[i + 1] == '\''; ++k) ++i;
+        }
+        break;
+    }
+  }
+}
+
 }  // namespace
 
 toml::table parse(const std::string& text) {
+  refuse_what_toml_mishandles(text);
   try {
     return toml::parse(text);
   } catch (const toml::parse_error& e) {
@@ -34,8 +114,14 @@ toml::table parse_file(const std::string& path) {
   if (!in) throw ConfigError("", path + ": cannot read it: " + std::strerror(errno));
   std::stringstream ss;
   ss << in.rdbuf();
+  const std::string text = ss.str();
   try {
-    return toml::parse(ss.str(), path);
+    refuse_what_toml_mishandles(text);
+  } catch (const ConfigError& e) {
+    throw ConfigError("", path + ": " + e.what());
+  }
+  try {
+    return toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     throw ConfigError("", path + ": " + syntax_error(e));
   }

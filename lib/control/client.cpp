@@ -261,14 +261,15 @@ void upgrade(const std::shared_ptr<ControlClient>& self, ControlClient::Impl& im
                        ws.read_message_max(wire::kMaxControlMessage * 4);
                        im.open = true;
                        done(nullptr);
-                       // Read loop.
+                       // Read loop. The pending read's handler owns the loop; the loop
+                       // only names itself weakly, so that a handler destroyed unrun (its
+                       // io_context stopped or gone) frees the loop and the client.
                        auto loop = std::make_shared<std::function<void()>>();
-                       *loop = [self, loop, &ws, &im] {
-                         ws.async_read(im.buf, [self, loop, &im](beast::error_code e, std::size_t) {
+                       *loop = [self, weak = std::weak_ptr<std::function<void()>>(loop), &ws, &im] {
+                         ws.async_read(im.buf, [self, loop = weak.lock(), &im](beast::error_code e, std::size_t) {
                            if (e) {
                              const bool was_open = im.open && !im.closing;
                              im.open = false;
-                             *loop = nullptr;  // break the cycle
                              if (was_open && self->on_close) self->on_close(e.message());
                              return;
                            }
@@ -291,23 +292,19 @@ void ControlClient::send(std::string text) {
   if (im.queue.size() > 1) return;
   auto self = shared_from_this();
   im.with_ws([&](auto& ws) {
+    // As the read loop: the pending write's handler owns the loop, which names itself weakly.
     auto write = std::make_shared<std::function<void()>>();
-    *write = [self, write, &ws] {
+    *write = [self, weak = std::weak_ptr<std::function<void()>>(write), &ws] {
       auto& i = *self->impl_;
       ws.text(true);
-      ws.async_write(asio::buffer(i.queue.front()), [self, write](beast::error_code ec, std::size_t) {
+      ws.async_write(asio::buffer(i.queue.front()), [self, write = weak.lock()](beast::error_code ec, std::size_t) {
         auto& j = *self->impl_;
         if (ec) {
           j.queue.clear();
-          *write = nullptr;
           return;
         }
         j.queue.pop_front();
-        if (!j.queue.empty() && j.open) {
-          (*write)();
-        } else {
-          *write = nullptr;
-        }
+        if (!j.queue.empty() && j.open) (*write)();
       });
     };
     (*write)();

@@ -118,6 +118,7 @@ std::vector<std::byte> encode_checkpoint(const ShardSnapshot& snap, std::uint64_
     w.put<std::uint32_t>(static_cast<std::uint32_t>(p.x.size()));
     w.put<std::uint32_t>(static_cast<std::uint32_t>(p.v.size()));
     w.put<std::uint32_t>(0);  // reserved
+    w.put<std::uint64_t>(p.pushes);
     w.put_floats(p.x);
     w.put_floats(p.v);
   }
@@ -141,10 +142,11 @@ ShardSnapshot decode_checkpoint(std::span<const std::byte> bytes, std::uint64_t 
     }() + ", expected 0x4B434C44 (\"DLCK\"): not a dltrain PS checkpoint");
   }
   const auto version = r.get<std::uint16_t>();
-  if (version != kCheckpointVersion) {
-    throw ProtocolError("checkpoint: format version " + std::to_string(version) + ", this build reads only " +
+  if (version != kCheckpointVersion && version != 1) {
+    throw ProtocolError("checkpoint: format version " + std::to_string(version) + ", this build reads 1 to " +
                         std::to_string(kCheckpointVersion));
   }
+  const std::size_t part_header = version == 1 ? kCheckpointV1PartitionHeaderSize : kCheckpointPartitionHeaderSize;
   // The checksum before any length is trusted: a flipped byte anywhere is reported as
   // corruption, not as whatever absurd length it happened to produce.
   const auto body = bytes.first(bytes.size() - kCheckpointTrailerSize);
@@ -181,7 +183,7 @@ ShardSnapshot decode_checkpoint(std::span<const std::byte> bytes, std::uint64_t 
     throw ProtocolError("checkpoint: " + std::to_string(ndone) + " finished workers do not fit in the " +
                         std::to_string(b.left()) + " bytes left");
   }
-  if (b.left() / kCheckpointPartitionHeaderSize < parts) {
+  if (b.left() / part_header < parts) {
     throw ProtocolError("checkpoint: " + std::to_string(parts) + " partitions do not fit in the " +
                         std::to_string(b.left()) + " bytes left");
   }
@@ -196,7 +198,7 @@ ShardSnapshot decode_checkpoint(std::span<const std::byte> bytes, std::uint64_t 
   }
   snap.partitions.reserve(parts);
   for (std::uint32_t i = 0; i < parts; ++i) {
-    if (b.left() < kCheckpointPartitionHeaderSize) {
+    if (b.left() < part_header) {
       throw ProtocolError("checkpoint: partition " + std::to_string(i) + " of " + std::to_string(parts) +
                           " runs past the end of the file");
     }
@@ -205,6 +207,9 @@ ShardSnapshot decode_checkpoint(std::span<const std::byte> bytes, std::uint64_t 
     const auto n = b.get<std::uint32_t>();
     const auto nv = b.get<std::uint32_t>();
     const auto res = b.get<std::uint32_t>();
+    // Version 1 kept no per-partition count: the shard's total is an upper bound, so a
+    // replica offered after the restart replaces such a partition only if it is fresher.
+    p.pushes = version == 1 ? snap.pushes : b.get<std::uint64_t>();
     const std::string what = "checkpoint: partition " + std::to_string(p.key);
     if (i > 0 && p.key <= snap.partitions.back().key) {
       throw ProtocolError(what + " follows partition " + std::to_string(snap.partitions.back().key) +
@@ -306,30 +311,42 @@ void write_replica_file(const std::string& path, std::span<const float> params, 
   write_file_atomically(path, encode_checkpoint(snap, job, kWorkerReplicaShard));
 }
 
-std::uint64_t read_replica_file(const std::string& path, std::span<float> params, const PartitionLayout& layout,
-                                std::uint64_t job) {
-  auto snap = read_checkpoint_file(path, job, kWorkerReplicaShard);
-  if (!snap) throw IoError("replica \"" + path + "\" does not exist");
+std::uint64_t replica_into(const ShardSnapshot& snap, std::span<float> params, const PartitionLayout& layout) {
   if (static_cast<std::int64_t>(params.size()) != layout.total_floats) {
     throw ConfigError("replica", std::to_string(params.size()) + " floats, the layout has " +
                                      std::to_string(layout.total_floats));
   }
-  if (snap->partitions.size() != layout.partitions.size()) {
-    throw ProtocolError("replica \"" + path + "\": " + std::to_string(snap->partitions.size()) +
-                        " partitions, the job's model has " + std::to_string(layout.partitions.size()));
+  if (snap.partitions.size() != layout.partitions.size()) {
+    throw ProtocolError(std::to_string(snap.partitions.size()) + " partitions, the job's model has " +
+                        std::to_string(layout.partitions.size()));
   }
-  for (const auto& part : snap->partitions) {
-    if (part.key >= layout.partitions.size()) {
-      throw ProtocolError("replica \"" + path + "\": partition key " + std::to_string(part.key) + " out of range");
+  // Keys strictly ascending and below the count: every partition of the layout exactly once.
+  for (std::size_t i = 0; i < snap.partitions.size(); ++i) {
+    const auto& part = snap.partitions[i];
+    if (part.key >= layout.partitions.size() || (i > 0 && part.key <= snap.partitions[i - 1].key)) {
+      throw ProtocolError("partition key " + std::to_string(part.key) + " out of range or out of order");
     }
     const auto& p = layout.partitions[part.key];
     if (static_cast<std::int64_t>(part.x.size()) != p.length) {
-      throw ProtocolError("replica \"" + path + "\": partition " + std::to_string(part.key) + " has " +
-                          std::to_string(part.x.size()) + " values, the job's model has " + std::to_string(p.length));
+      throw ProtocolError("partition " + std::to_string(part.key) + " has " + std::to_string(part.x.size()) +
+                          " values, the job's model has " + std::to_string(p.length));
     }
-    std::copy(part.x.begin(), part.x.end(), params.begin() + p.offset);
   }
-  return snap->pushes;
+  for (const auto& part : snap.partitions) {
+    std::copy(part.x.begin(), part.x.end(), params.begin() + layout.partitions[part.key].offset);
+  }
+  return snap.pushes;
+}
+
+std::uint64_t read_replica_file(const std::string& path, std::span<float> params, const PartitionLayout& layout,
+                                std::uint64_t job) {
+  auto snap = read_checkpoint_file(path, job, kWorkerReplicaShard);
+  if (!snap) throw IoError("replica \"" + path + "\" does not exist");
+  try {
+    return replica_into(*snap, params, layout);
+  } catch (const ProtocolError& e) {
+    throw ProtocolError("replica \"" + path + "\": " + e.what());
+  }
 }
 
 ShardCheckpointer::ShardCheckpointer(std::string path, std::uint64_t job, std::uint32_t shard,

@@ -18,11 +18,14 @@ namespace dltrain::ps {
 
 /// "DLCK" in memory order, the first 4 bytes of every checkpoint file.
 inline constexpr std::uint32_t kCheckpointMagic = 0x4B434C44;
-/// The format version this code writes and the only one it reads.
-inline constexpr std::uint16_t kCheckpointVersion = 1;
-/// Bytes of the fixed header, of each partition's header and of the CRC-32 trailer.
+/// The format version this code writes. It also reads version 1, whose partitions carry
+/// no push count (each is read as having seen the shard's total).
+inline constexpr std::uint16_t kCheckpointVersion = 2;
+/// Bytes of the fixed header, of each partition's header (version 2; 16 in version 1)
+/// and of the CRC-32 trailer.
 inline constexpr std::size_t kCheckpointHeaderSize = 40;
-inline constexpr std::size_t kCheckpointPartitionHeaderSize = 16;
+inline constexpr std::size_t kCheckpointPartitionHeaderSize = 24;
+inline constexpr std::size_t kCheckpointV1PartitionHeaderSize = 16;
 inline constexpr std::size_t kCheckpointTrailerSize = 4;
 /// Upper bounds checked when reading, before anything is allocated: values per
 /// partition (the data plane's frame limit, 2^26) and finished-worker ranks.
@@ -64,6 +67,13 @@ inline constexpr std::uint32_t kWorkerReplicaShard = 0xFFFFFFFFu;
 /// ConfigError when `params` does not match the layout, IoError when writing fails.
 void write_replica_file(const std::string& path, std::span<const float> params, const PartitionLayout& layout,
                         std::uint64_t job, std::uint64_t steps);
+
+/// Copies the parameters of a replica (`snap`, as decode_checkpoint returned it for shard
+/// kWorkerReplicaShard) into `params` (layout.total_floats floats) and returns its steps.
+/// Throws ConfigError when `params` does not match the layout and ProtocolError, copying
+/// nothing, unless `snap` holds exactly `layout`'s partitions (keys ascending) with their
+/// lengths.
+std::uint64_t replica_into(const ShardSnapshot& snap, std::span<float> params, const PartitionLayout& layout);
 
 /// Reads a replica written by write_replica_file into `params` (layout.total_floats).
 /// Throws IoError when there is no file or it cannot be read, ProtocolError when it is

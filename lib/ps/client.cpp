@@ -10,6 +10,7 @@
 #include "common/secret.h"
 #include "compress/topk.h"
 #include "ps/connection.h"
+#include "ps/payload.h"
 
 namespace dltrain::ps {
 
@@ -21,39 +22,41 @@ namespace {
 
 // The replies to one call's pulls, dense (kPull: values overwrite `params`) or sparse
 // (kPullSparse: (index, value) pairs added to `params`, the worker's replica). Every
-// pull reply is checked here and nowhere else.
+// pull reply is checked here and nowhere else. Each complete reply's push count (its seq)
+// goes to `seen[key]`: what the replica's partition has seen, offered with it on a resync.
 class PullReplies {
  public:
   PullReplies(const ShardConnections& conn, const std::vector<std::vector<Partition>>& owned,
-              std::span<float> params, bool sparse)
-      : conn_(conn), owned_(owned), params_(params), sparse_(sparse), next_(owned.size(), 0),
+              std::span<float> params, bool sparse, std::vector<std::uint64_t>& seen)
+      : conn_(conn), owned_(owned), params_(params), sparse_(sparse), seen_(seen), next_(owned.size(), 0),
         current_(owned.size(), nullptr), scratch_(sparse ? owned.size() : 0) {}
 
   // ReplyDest: checks the reply and says where its payload goes.
   std::span<std::byte> dest(std::size_t s, const wire::FrameHeader& h) {
     const Partition& p = check(s, h);
+    current_[s] = &p;
     const auto n = static_cast<std::size_t>(p.length);
     if (!sparse_) return std::as_writable_bytes(params_.subspan(static_cast<std::size_t>(p.offset), n));
-    current_[s] = &p;
     scratch_[s].resize(2 * static_cast<std::size_t>(h.count));  // indices, then values
     return std::as_writable_bytes(std::span<float>(scratch_[s]));
   }
 
-  // ReplyDone: adds a sparse reply, now complete, to the replica.
+  // ReplyDone: records the push count of a reply now complete and adds a sparse one to
+  // the replica. A reply cut off by a lost connection leaves the count as it was.
   void done(std::size_t s, const wire::FrameHeader& h) {
-    if (!sparse_) return;
     const Partition& p = *current_[s];
-    const auto* idx = reinterpret_cast<const std::uint32_t*>(scratch_[s].data());
-    const float* val = scratch_[s].data() + h.count;
-    float* base = params_.data() + p.offset;
-    for (std::uint32_t j = 0; j < h.count; ++j) {
-      if (idx[j] >= p.length || (j > 0 && idx[j] <= idx[j - 1])) {
-        throw ProtocolError(conn_.where(s) + ": sparse pull-reply of partition " + std::to_string(p.key) +
-                            " has a bad index " + std::to_string(idx[j]) + " at position " + std::to_string(j) +
-                            " (indices must be ascending and below " + std::to_string(p.length) + ")");
-      }
-      base[idx[j]] += val[j];
+    if (!sparse_) {
+      seen_[p.key] = h.seq;
+      return;
     }
+    try {
+      apply_sparse_reply(scratch_[s], h.count,
+                         params_.subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length)));
+    } catch (const ProtocolError& e) {
+      throw ProtocolError(conn_.where(s) + ": sparse pull-reply of partition " + std::to_string(p.key) + ": " +
+                          e.what());
+    }
+    seen_[p.key] = h.seq;
   }
 
  private:
@@ -84,6 +87,7 @@ class PullReplies {
   const std::vector<std::vector<Partition>>& owned_;
   std::span<float> params_;
   bool sparse_;
+  std::vector<std::uint64_t>& seen_;
   std::vector<std::size_t> next_;             // per shard: index into owned_[s] of the next reply
   std::vector<const Partition*> current_;     // per shard: the partition whose sparse reply is being read
   std::vector<std::vector<float>> scratch_;   // per shard: a sparse reply's indices and values
@@ -134,6 +138,7 @@ PsClient::PsClient(std::vector<PsEndpoint> endpoints, PartitionLayout layout, Ps
   }
   layout_ = std::move(layout);
   for (int s = 0; s < layout_.num_shards; ++s) owned_.push_back(layout_.for_shard(s));
+  seen_pushes_.assign(layout_.partitions.size(), 0);
   conn_ = std::make_unique<ShardConnections>(std::move(endpoints), std::move(options));
 }
 
@@ -154,7 +159,9 @@ void PsClient::init(std::span<const float> params) {
   std::vector<Request> requests(conn_->size());
   for (const auto& p : layout_.partitions) {
     const auto n = static_cast<std::uint32_t>(p.length);
-    hdrs[p.key] = detail::encode(conn_->header(wire::MessageType::kInit, p.key, wire::Codec::kDenseF32, n, n * 4));
+    auto h = conn_->header(wire::MessageType::kInit, p.key, wire::Codec::kDenseF32, n, n * 4);
+    h.seq = seen_pushes_[p.key];  // 0 until a pull: initial values
+    hdrs[p.key] = detail::encode(h);
     requests[p.shard].push_back(hdrs[p.key]);
     requests[p.shard].push_back(std::as_bytes(params.subspan(static_cast<std::size_t>(p.offset), n)));
   }
@@ -208,7 +215,7 @@ void PsClient::push_pull(std::span<const PartitionPush> pushes, float lr, double
       ++replies[s];
     }
   }
-  PullReplies pulled(*conn_, owned_, params, downlink_ratio < 1.0);
+  PullReplies pulled(*conn_, owned_, params, downlink_ratio < 1.0, seen_pushes_);
   conn_->exchange(
       requests, replies, [&](std::size_t s, const wire::FrameHeader& h) { return pulled.dest(s, h); }, "push/pull",
       [&](std::size_t s, const wire::FrameHeader& h) { pulled.done(s, h); });
@@ -226,9 +233,10 @@ void PsClient::pull(std::span<float> params) {
       ++replies[s];
     }
   }
-  PullReplies pulled(*conn_, owned_, params, false);
+  PullReplies pulled(*conn_, owned_, params, false, seen_pushes_);
   conn_->exchange(
-      requests, replies, [&](std::size_t s, const wire::FrameHeader& h) { return pulled.dest(s, h); }, "pull");
+      requests, replies, [&](std::size_t s, const wire::FrameHeader& h) { return pulled.dest(s, h); }, "pull",
+      [&](std::size_t s, const wire::FrameHeader& h) { pulled.done(s, h); });
 }
 
 std::uint32_t PsClient::done() {
@@ -245,6 +253,14 @@ void PsClient::resync(std::span<float> params) {
     init(params);
     pull(params);
   });
+}
+
+std::uint64_t PsClient::seen_pushes(std::uint32_t key) const {
+  if (key >= seen_pushes_.size()) {
+    throw ConfigError("model", "partition " + std::to_string(key) + " out of range: the layout has " +
+                                   std::to_string(seen_pushes_.size()));
+  }
+  return seen_pushes_[key];
 }
 
 std::uint64_t PsClient::bytes_pushed() const { return conn_->bytes_pushed(); }

@@ -112,8 +112,11 @@ class PsClient {
   /// bounded by what is left of it, so a host that drops packets cannot hold it), runs the
   /// authentication handshake with each (in parallel; not retried) and says hello.
   void connect();
-  /// Offers initial values for every partition (`params` has layout.total_floats floats);
-  /// a shard keeps the first values it receives for a partition.
+  /// Offers values for every partition (`params` has layout.total_floats floats), each
+  /// with seen_pushes(key): 0 before the first pull (a model's initial values, of which
+  /// a shard keeps the first it receives), afterwards the count of this worker's last
+  /// pull, so that a shard whose values have seen fewer pushes is rebuilt from them
+  /// (ShardState::init).
   void init(std::span<const float> params);
   /// Pushes `grad` (total_floats) to be applied with learning rate `lr`, then pulls the
   /// current parameters into `params` (total_floats). One round trip per shard.
@@ -135,13 +138,18 @@ class PsClient {
   /// Recovers from a lost connection (PsConnectionLost): closes every connection, then
   /// reconnects to every shard with back-off (0.1 s doubling to 2 s) until
   /// `reconnect_timeout` has passed, redoing the authentication handshake and hello;
-  /// offers `params` (total_floats, this worker's replica) as init — a shard keeps the
-  /// first init it gets for a partition, so one that restarted without a checkpoint is
-  /// rebuilt from the first replica offered — and pulls densely into `params` (which also
+  /// offers `params` (total_floats, this worker's replica) as init with the push counts
+  /// of its last pull — a shard that restarted without a checkpoint, or from one older
+  /// than the replica, is rebuilt from the freshest replica offered — and pulls densely into `params` (which also
   /// resets this worker's x_seen on every shard for sparse pulls). Throws IoError naming
   /// the last failure when the shards cannot be reached again within the bound, and
   /// ConfigError when `params` has the wrong size.
   void resync(std::span<float> params);
+
+  /// The pushes to partition `key` that this worker's replica of it reflects: the count
+  /// its shard sent with the last complete pull reply (0 before any). Throws ConfigError
+  /// when `key` is not a partition of the layout.
+  std::uint64_t seen_pushes(std::uint32_t key) const;
 
   /// Bytes written to / read from the sockets, handshakes and frame headers included.
   std::uint64_t bytes_pushed() const;
@@ -152,6 +160,7 @@ class PsClient {
 
   PartitionLayout layout_;
   std::vector<std::vector<Partition>> owned_;  ///< per shard, in the order the shard answers pulls
+  std::vector<std::uint64_t> seen_pushes_;     ///< per partition key, see seen_pushes()
   std::unique_ptr<detail::ShardConnections> conn_;
 };
 

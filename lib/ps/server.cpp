@@ -9,8 +9,7 @@
 
 #include "common/errors.h"
 #include "common/secret.h"
-#include "compress/fp16.h"
-#include "compress/topk.h"
+#include "ps/payload.h"
 #include "wire/auth.h"
 
 namespace dltrain::ps {
@@ -202,23 +201,21 @@ class Session : public std::enable_shared_from_this<Session> {
     try {
       switch (h_.type) {
         case MessageType::kHello: {
-          expect_codec(wire::Codec::kBytes);
-          if (h_.count != 8) throw ProtocolError("hello frame count: expected 8, got " + std::to_string(h_.count));
-          std::uint32_t v[2];
-          std::memcpy(v, payload_.data(), 8);
-          rank_ = v[0];
-          if (v[1] == 0 || rank_ >= v[1]) {
-            throw ProtocolError("hello: rank " + std::to_string(v[0]) + " of " + std::to_string(v[1]) + " workers");
-          }
+          const auto hello = decode_hello(h_, payload());
+          rank_ = hello.rank;
           hello_ = true;
-          spdlog::info("ps: worker {} of {} connected from {}", v[0], v[1], peer_);
+          spdlog::info("ps: worker {} of {} connected from {}", hello.rank, hello.workers, peer_);
           return reply(MessageType::kHelloAck, static_cast<std::uint32_t>(st.num_partitions()));
         }
         case MessageType::kInit:
           expect_hello();
           expect_codec(wire::Codec::kDenseF32);
           if (h_.count == 0) throw ProtocolError("init frame count: expected >= 1, got 0");
-          st.init(h_.key, {payload_.data(), h_.count});
+          // seq: the pushes the offered values have seen (a resyncing worker's replica).
+          if (st.init(h_.key, {payload_.data(), h_.count}, h_.seq) == InitOutcome::kRebuilt) {
+            spdlog::info("ps: partition {} rebuilt from worker {}'s replica, which had seen {} pushes to it", h_.key,
+                         rank_, h_.seq);
+          }
           return read_header();
         case MessageType::kPush:
           expect_hello();
@@ -234,8 +231,9 @@ class Session : public std::enable_shared_from_this<Session> {
           }
           out_.resize(static_cast<std::size_t>(len));
           // count = 1: the worker uses sparse pulls; remember what it now holds.
-          st.pull(h_.key, out_, h_.count == 1 ? static_cast<int>(rank_) : -1);
+          const auto pushes = st.pull(h_.key, out_, h_.count == 1 ? static_cast<int>(rank_) : -1);
           wire::FrameHeader r = reply_header(MessageType::kPullReply);
+          r.seq = pushes;  // a pull reply's seq: the pushes its values reflect
           r.codec = wire::Codec::kDenseF32;
           r.count = static_cast<std::uint32_t>(len);
           r.payload_bytes = r.count * 4;
@@ -244,12 +242,13 @@ class Session : public std::enable_shared_from_this<Session> {
         case MessageType::kPullSparse: {
           expect_hello();
           expect_codec(wire::Codec::kNone);
-          st.pull_diff(h_.key, static_cast<int>(rank_), h_.count, idx_, vals_);
+          const auto pushes = st.pull_diff(h_.key, static_cast<int>(rank_), h_.count, idx_, vals_);
           const std::size_t k = idx_.size();
           out_.resize(2 * k);
           std::memcpy(out_.data(), idx_.data(), 4 * k);
           std::memcpy(out_.data() + k, vals_.data(), 4 * k);
           wire::FrameHeader r = reply_header(MessageType::kPullReply);
+          r.seq = pushes;
           r.codec = wire::Codec::kSparseF32;
           r.count = static_cast<std::uint32_t>(k);
           r.payload_bytes = r.count * 8;
@@ -293,43 +292,20 @@ class Session : public std::enable_shared_from_this<Session> {
     return r;
   }
 
-  // Decodes a push payload in any of the push codecs and applies it.
+  // Decodes a push payload in any of the push codecs (ps/payload.h) and applies it.
   void apply_push(ShardState& st) {
-    const std::uint32_t c = h_.count;
     const auto len = st.length(h_.key);
     if (len < 0) {
       throw ProtocolError("push to partition " + std::to_string(h_.key) + ", which this shard does not hold");
     }
-    switch (h_.codec) {
-      case wire::Codec::kDenseF32:
-        return st.push(h_.key, {payload_.data(), c}, h_.scale);
-      case wire::Codec::kDenseF16: {
-        vals_.resize(c);
-        compress::from_half({reinterpret_cast<const std::uint16_t*>(payload_.data()), c}, vals_);
-        return st.push(h_.key, vals_, h_.scale);
-      }
-      case wire::Codec::kSparseF32: {
-        const auto* idx = reinterpret_cast<const std::uint32_t*>(payload_.data());
-        return st.push_sparse(h_.key, {idx, c}, {payload_.data() + c, c}, h_.scale);
-      }
-      case wire::Codec::kSparseF16: {
-        const auto* idx = reinterpret_cast<const std::uint32_t*>(payload_.data());
-        vals_.resize(c);
-        compress::from_half({reinterpret_cast<const std::uint16_t*>(idx + c), c}, vals_);
-        return st.push_sparse(h_.key, {idx, c}, vals_, h_.scale);
-      }
-      case wire::Codec::kSeededF32: {
-        if (c > static_cast<std::uint64_t>(len)) {
-          throw ProtocolError("seeded push to partition " + std::to_string(h_.key) + ": count " + std::to_string(c) +
-                              " exceeds the partition's " + std::to_string(len) + " values");
-        }
-        compress::randomk_indices(static_cast<std::size_t>(len), c, h_.seq, idx_);
-        return st.push_sparse(h_.key, idx_, {payload_.data(), c}, h_.scale);
-      }
-      default:
-        throw ProtocolError("push frame codec: " + std::to_string(static_cast<int>(h_.codec)) +
-                            " is not a push encoding");
-    }
+    const PushView push = decode_push(h_, payload(), static_cast<std::size_t>(len), scratch_);
+    if (push.sparse) return st.push_sparse(h_.key, push.indices, push.values, h_.scale);
+    st.push(h_.key, push.values, h_.scale);
+  }
+
+  // The payload of the current frame, as the words it was read into.
+  std::span<const float> payload() const {
+    return std::span<const float>(payload_).first(h_.payload_bytes == 0 ? 0 : (h_.payload_bytes + 3) / 4);
   }
 
   void reply(wire::MessageType type, std::uint32_t count) {
@@ -392,6 +368,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string err_;
   std::vector<std::uint32_t> idx_;
   std::vector<float> vals_;
+  PayloadScratch scratch_;
   std::uint32_t rank_ = 0;
   bool hello_ = false;
 };

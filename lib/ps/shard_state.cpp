@@ -18,22 +18,37 @@ ShardState::Slot* ShardState::find(std::uint32_t key) const {
   return it == slots_.end() ? nullptr : it->second.get();
 }
 
-bool ShardState::init(std::uint32_t key, std::span<const float> values) {
-  std::lock_guard lock(map_mu_);
-  auto it = slots_.find(key);
-  if (it != slots_.end()) {
-    if (it->second->x.size() != values.size()) {
-      throw ProtocolError("init of partition " + std::to_string(key) + ": length " +
-                          std::to_string(values.size()) + " differs from the known " +
-                          std::to_string(it->second->x.size()));
-    }
-    return false;
+InitOutcome ShardState::init(std::uint32_t key, std::span<const float> values, std::uint64_t seen_pushes) {
+  const auto bad = std::find_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
+  if (bad != values.end()) {
+    throw ProtocolError("init of partition " + std::to_string(key) + ": value " +
+                        std::to_string(bad - values.begin()) + " is " + std::to_string(*bad) +
+                        " (NaN/Inf values are refused)");
   }
-  auto slot = std::make_unique<Slot>();
-  slot->x.assign(values.begin(), values.end());
-  if (momentum_ != 0.0f) slot->v.assign(values.size(), 0.0f);
-  slots_.emplace(key, std::move(slot));
-  return true;
+  Slot* known = nullptr;
+  {
+    std::lock_guard lock(map_mu_);
+    auto it = slots_.find(key);
+    if (it == slots_.end()) {
+      auto slot = std::make_unique<Slot>();
+      slot->x.assign(values.begin(), values.end());
+      if (momentum_ != 0.0f) slot->v.assign(values.size(), 0.0f);
+      slot->pushes = seen_pushes;
+      slots_.emplace(key, std::move(slot));
+      return InitOutcome::kCreated;
+    }
+    known = it->second.get();  // slots are never removed
+  }
+  std::lock_guard lock(known->mu);
+  if (known->x.size() != values.size()) {
+    throw ProtocolError("init of partition " + std::to_string(key) + ": length " + std::to_string(values.size()) +
+                        " differs from the known " + std::to_string(known->x.size()));
+  }
+  if (seen_pushes <= known->pushes) return InitOutcome::kIgnored;
+  known->x.assign(values.begin(), values.end());
+  known->pushes = seen_pushes;
+  rebuilds_.fetch_add(1, std::memory_order_relaxed);
+  return InitOutcome::kRebuilt;
 }
 
 namespace {
@@ -88,8 +103,8 @@ void ShardState::push(std::uint32_t key, std::span<const float> grad, float lr) 
       x[i] -= lr * v[i];
     }
   }
-  std::lock_guard mlock(map_mu_);
-  ++pushes_;
+  ++s->pushes;
+  pushes_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void ShardState::push_sparse(std::uint32_t key, std::span<const std::uint32_t> idx, std::span<const float> vals,
@@ -129,11 +144,11 @@ void ShardState::push_sparse(std::uint32_t key, std::span<const std::uint32_t> i
     for (std::size_t j = 0; j < idx.size(); ++j) v[idx[j]] += vals[j];
     for (std::size_t i = 0; i < n; ++i) x[i] -= lr * v[i];
   }
-  std::lock_guard mlock(map_mu_);
-  ++pushes_;
+  ++s->pushes;
+  pushes_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void ShardState::pull(std::uint32_t key, std::span<float> out, int rank) {
+std::uint64_t ShardState::pull(std::uint32_t key, std::span<float> out, int rank) {
   Slot* s = find(key);
   if (s == nullptr) {
     throw ProtocolError("pull of partition " + std::to_string(key) + ", which this shard does not hold");
@@ -145,10 +160,11 @@ void ShardState::pull(std::uint32_t key, std::span<float> out, int rank) {
   }
   std::copy(s->x.begin(), s->x.end(), out.begin());
   if (rank >= 0) s->seen[rank] = s->x;
+  return s->pushes;
 }
 
-void ShardState::pull_diff(std::uint32_t key, int rank, std::size_t k, std::vector<std::uint32_t>& indices,
-                           std::vector<float>& values) {
+std::uint64_t ShardState::pull_diff(std::uint32_t key, int rank, std::size_t k, std::vector<std::uint32_t>& indices,
+                                    std::vector<float>& values) {
   Slot* s = find(key);
   if (s == nullptr) {
     throw ProtocolError("pull of partition " + std::to_string(key) + ", which this shard does not hold");
@@ -176,6 +192,7 @@ void ShardState::pull_diff(std::uint32_t key, int rank, std::size_t k, std::vect
     values[j] = s->diff[i];
     seen[i] += s->diff[i];
   }
+  return s->pushes;
 }
 
 std::size_t ShardState::state_bytes() const {
@@ -199,10 +216,16 @@ std::size_t ShardState::num_partitions() const {
   return slots_.size();
 }
 
-std::uint64_t ShardState::pushes() const {
-  std::lock_guard lock(map_mu_);
-  return pushes_;
+std::uint64_t ShardState::pushes() const { return pushes_.load(std::memory_order_relaxed); }
+
+std::uint64_t ShardState::partition_pushes(std::uint32_t key) const {
+  Slot* s = find(key);
+  if (s == nullptr) throw ProtocolError("partition " + std::to_string(key) + " is not held by this shard");
+  std::lock_guard lock(s->mu);
+  return s->pushes;
 }
+
+std::uint64_t ShardState::rebuilds() const { return rebuilds_.load(std::memory_order_relaxed); }
 
 std::size_t ShardState::mark_done(std::uint32_t rank) {
   std::lock_guard lock(map_mu_);
@@ -221,7 +244,7 @@ ShardSnapshot ShardState::snapshot() const {
   {
     std::lock_guard lock(map_mu_);
     snap.done.assign(done_.begin(), done_.end());
-    snap.pushes = pushes_;
+    snap.pushes = pushes_.load(std::memory_order_relaxed);
     for (const auto& [k, slot] : slots_) slots.emplace_back(k, slot.get());
   }
   // Slots are never removed, so the pointers stay valid without map_mu_.
@@ -232,6 +255,7 @@ ShardSnapshot ShardState::snapshot() const {
     std::lock_guard sl(slot->mu);
     p.x = slot->x;
     p.v = slot->v;
+    p.pushes = slot->pushes;
     snap.partitions.push_back(std::move(p));
   }
   return snap;
@@ -253,12 +277,13 @@ void ShardState::restore(ShardSnapshot snap) {
     auto slot = std::make_unique<Slot>();
     slot->x = std::move(p.x);
     slot->v = std::move(p.v);
+    slot->pushes = p.pushes;
     if (!slots.emplace(p.key, std::move(slot)).second) throw ProtocolError(what + ": the key appears twice");
   }
   std::lock_guard lock(map_mu_);
   slots_ = std::move(slots);
   done_ = std::set<std::uint32_t>(snap.done.begin(), snap.done.end());
-  pushes_ = snap.pushes;
+  pushes_.store(snap.pushes, std::memory_order_relaxed);
 }
 
 }  // namespace dltrain::ps

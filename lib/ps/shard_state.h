@@ -1,6 +1,7 @@
 // The parameter state one PS shard holds, and the SGD it applies to pushes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -12,18 +13,28 @@
 namespace dltrain::ps {
 
 /// A copy of everything a PS shard needs to carry on after a restart (see checkpoint.h):
-/// every partition's parameters and momentum buffer, the workers that finished, and the
-/// push count. Per-worker x_seen is not included: a restarted shard starts without it,
+/// every partition's parameters, momentum buffer and push count, the workers that
+/// finished, and the shard's push count. Per-worker x_seen is not included: a restarted shard starts without it,
 /// and every worker's first pull after reconnecting is dense, which rebuilds it.
 struct ShardSnapshot {
   struct Partition {
     std::uint32_t key = 0;
     std::vector<float> x;  ///< parameters, length n >= 1
     std::vector<float> v;  ///< momentum buffer: empty (shard momentum 0) or length n
+    /// Pushes the values reflect (ShardState::partition_pushes), the freshness a
+    /// restarted shard compares a worker's replica with.
+    std::uint64_t pushes = 0;
   };
   std::vector<Partition> partitions;  ///< ascending key
   std::vector<std::uint32_t> done;    ///< ranks of finished workers, ascending
-  std::uint64_t pushes = 0;
+  std::uint64_t pushes = 0;           ///< ShardState::pushes(): pushes applied, all partitions
+};
+
+/// What ShardState::init did with the values it was offered.
+enum class InitOutcome {
+  kCreated,  ///< the partition was unknown; it now holds the values
+  kIgnored,  ///< the partition holds values that reflect at least as many pushes
+  kRebuilt,  ///< the offer had seen more pushes: its values replaced the partition's
 };
 
 /// Parameters and momentum buffers of the partitions owned by one PS shard.
@@ -40,11 +51,17 @@ class ShardState {
   /// `momentum` in [0, 1); 0 when the workers apply momentum themselves (DGC).
   explicit ShardState(double momentum);
 
-  /// Sets the initial values of partition `key` (length = values.size()). The first
-  /// call per key wins; later calls are ignored and return false (every worker
+  /// Offers values for partition `key` (length = values.size()) that reflect
+  /// `seen_pushes` pushes to it: 0 for a model's initial values, or the push count a
+  /// worker's replica was pulled at (the count pull() and pull_diff() return). An unknown
+  /// partition takes them (kCreated). A known one takes them only when they are fresher
+  /// than what it holds, seen_pushes > partition_pushes(key) (kRebuilt: a shard restarted
+  /// from an older checkpoint, or without one, rebuilds from the freshest replica; the
+  /// momentum buffer and every x_seen are kept), and otherwise ignores them (kIgnored:
+  /// in particular, of several workers' initial values the first wins — every worker
   /// initialises from the same seed, so they agree). Throws ProtocolError when `key` is
-  /// known with a different length.
-  bool init(std::uint32_t key, std::span<const float> values);
+  /// known with a different length or a value is NaN/Inf.
+  InitOutcome init(std::uint32_t key, std::span<const float> values, std::uint64_t seen_pushes = 0);
 
   /// Applies one dense gradient push (see class comment). Throws ProtocolError when the
   /// key is not initialised, the length differs, or a value is NaN/Inf (nothing is
@@ -61,17 +78,17 @@ class ShardState {
 
   /// Copies the current values of `key` into `out` (same length). With `rank` >= 0 it
   /// also records that worker `rank` now holds exactly these values (its x_seen, the
-  /// base of later pull_diff calls). Throws ProtocolError when the key is unknown or the
-  /// length differs.
-  void pull(std::uint32_t key, std::span<float> out, int rank = -1);
+  /// base of later pull_diff calls). Returns partition_pushes(key) at the time of the
+  /// copy. Throws ProtocolError when the key is unknown or the length differs.
+  std::uint64_t pull(std::uint32_t key, std::span<float> out, int rank = -1);
 
   /// The downlink of sparse bidirectional training (docs/compression.md, "Downlink (PS)"; docs/architecture.md, "Sparse bidirectional
   /// training"): d = x − x_seen[rank]; writes the top-k of |d| (ascending indices) and
   /// their d values, and adds them to x_seen[rank]; the rest of d stays for later pulls.
-  /// Requires an earlier pull(key, out, rank). Throws ProtocolError otherwise or when
-  /// k > length.
-  void pull_diff(std::uint32_t key, int rank, std::size_t k, std::vector<std::uint32_t>& indices,
-                 std::vector<float>& values);
+  /// Requires an earlier pull(key, out, rank). Returns partition_pushes(key) at the time
+  /// of the read. Throws ProtocolError otherwise or when k > length.
+  std::uint64_t pull_diff(std::uint32_t key, int rank, std::size_t k, std::vector<std::uint32_t>& indices,
+                          std::vector<float>& values);
 
   /// Bytes of parameter state held (x, momentum, and one x_seen per worker that pulled):
   /// 4·n·(1 + [momentum > 0] + workers) per partition.
@@ -83,8 +100,16 @@ class ShardState {
   /// Number of initialised partitions.
   std::size_t num_partitions() const;
 
-  /// Pushes applied so far (all partitions).
+  /// Pushes applied so far (all partitions; restored from a checkpoint after a restart).
   std::uint64_t pushes() const;
+
+  /// The pushes partition `key`'s values reflect: those applied to it, counted from the
+  /// replica or checkpoint it was last initialised, rebuilt or restored from. Throws
+  /// ProtocolError when the key is unknown.
+  std::uint64_t partition_pushes(std::uint32_t key) const;
+
+  /// Times init() returned kRebuilt.
+  std::uint64_t rebuilds() const;
 
   /// Records that worker `rank` finished; returns how many distinct workers have.
   std::size_t mark_done(std::uint32_t rank);
@@ -107,6 +132,7 @@ class ShardState {
     mutable std::mutex mu;
     std::vector<float> x;  ///< parameters
     std::vector<float> v;  ///< momentum buffer (empty when momentum is 0)
+    std::uint64_t pushes = 0;  ///< see partition_pushes()
     std::map<int, std::vector<float>> seen;  ///< x_seen per worker rank
     std::vector<float> diff;                 ///< scratch for pull_diff
   };
@@ -116,7 +142,10 @@ class ShardState {
   mutable std::mutex map_mu_;
   std::map<std::uint32_t, std::unique_ptr<Slot>> slots_;
   std::set<std::uint32_t> done_;
-  std::uint64_t pushes_ = 0;
+  // Counters outside map_mu_: a push holds its slot's mutex, and taking map_mu_ there
+  // would invert the order state_bytes() and snapshot() take them in (map, then slot).
+  std::atomic<std::uint64_t> pushes_{0};
+  std::atomic<std::uint64_t> rebuilds_{0};
 };
 
 }  // namespace dltrain::ps

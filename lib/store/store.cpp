@@ -8,6 +8,9 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <sys/statvfs.h>
+
+#include <cstdio>
 
 namespace dltrain::store {
 
@@ -24,8 +27,18 @@ void check(const rocksdb::Status& s, const std::string& path, const std::string&
     msg += " (the agent's user needs read and write access to the directory)";
   } else if (s.IsCorruption()) {
     msg += " (the files are damaged; restore the directory from a backup or move it aside to start empty)";
+  } else if (text.find("No space left on device") != std::string::npos || s.IsNoSpace()) {
+    msg += " (the file system holding the state directory is full; free space there: the store tries again at "
+           "its next write, and what it stored before is intact)";
+  } else if (text.find("Read-only file system") != std::string::npos) {
+    msg += " (the file system holding the state directory is mounted read-only; remount it read-write and "
+           "restart the agent)";
   }
   throw StoreError(msg);
+}
+
+bool read_only_fs(const rocksdb::Status& s) {
+  return !s.ok() && s.ToString().find("Read-only file system") != std::string::npos;
 }
 
 void put_be(std::string& k, std::uint64_t v, int bytes) {
@@ -91,6 +104,8 @@ struct Store::Impl {
   rocksdb::ColumnFamilyHandle* history = nullptr;
   rocksdb::ColumnFamilyHandle* jobs = nullptr;
   rocksdb::ColumnFamilyHandle* events = nullptr;
+  bool read_only = false;
+  StoreOptions options;
   std::mutex mu;
   std::uint32_t history_seq = 0;
   std::map<std::uint64_t, std::uint64_t> event_seq;
@@ -103,15 +118,49 @@ struct Store::Impl {
   }
 };
 
+// Every write: refused at once on a read-only store or below the free-space reserve
+// (StoreOptions::min_free_bytes: RocksDB must not meet a full disk); otherwise tried,
+// and after a failure that left RocksDB in its background-error state (it then refuses
+// every write until resumed), resumed and tried once more.
+template <typename Op>
+void write(Store::Impl& im, const std::string& what, Op op) {
+  if (im.read_only) {
+    throw StoreError("state database " + im.path + ": " + what +
+                     " refused: the database is open read-only (its file system is mounted read-only; remount it "
+                     "read-write and restart the agent)");
+  }
+  if (im.options.min_free_bytes > 0) {
+    struct statvfs fs {};
+    if (::statvfs(im.path.c_str(), &fs) == 0) {
+      const std::uint64_t free_bytes = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+      if (free_bytes < im.options.min_free_bytes) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "only %.1f MiB free on its file system, below the reserve of %.1f MiB",
+                      static_cast<double>(free_bytes) / (1 << 20),
+                      static_cast<double>(im.options.min_free_bytes) / (1 << 20));
+        throw StoreError("state database " + im.path + ": " + what + " refused: " + buf +
+                         " (the disk is (nearly) full; free space there: writes are taken again as soon as there "
+                         "is, and what was stored before is intact)");
+      }
+    }
+  }
+  auto s = op();
+  if (!s.ok() && (s.IsIOError() || s.IsNoSpace())) {
+    if (im.db->Resume().ok()) s = op();
+  }
+  check(s, im.path, what);
+}
+
 Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Store::~Store() = default;
 
-std::unique_ptr<Store> Store::open(const std::string& path) {
+std::unique_ptr<Store> Store::open(const std::string& path, const StoreOptions& options) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) throw StoreError("state database " + path + ": cannot create the directory: " + ec.message());
   auto im = std::make_unique<Impl>();
   im->path = path;
+  im->options = options;
   rocksdb::Options opts;
   opts.create_if_missing = true;
   opts.create_missing_column_families = true;
@@ -123,7 +172,16 @@ std::unique_ptr<Store> Store::open(const std::string& path) {
       {"jobs", rocksdb::ColumnFamilyOptions()},
       {"events", rocksdb::ColumnFamilyOptions()}};
   rocksdb::DB* raw = nullptr;
-  check(rocksdb::DB::Open(opts, path, cfs, &im->handles, &raw), path, "open");
+  auto st = rocksdb::DB::Open(opts, path, cfs, &im->handles, &raw);
+  if (read_only_fs(st)) {
+    // A state directory on a read-only file system can still be read: serve it, and
+    // refuse every write with the reason (Store::read_only()).
+    im->handles.clear();
+    check(rocksdb::DB::OpenForReadOnly(opts, path, cfs, &im->handles, &raw), path, "open (read-only)");
+    im->read_only = true;
+  } else {
+    check(st, path, "open");
+  }
   im->db.reset(raw);
   im->history = im->handles[1];
   im->jobs = im->handles[2];
@@ -143,8 +201,8 @@ void Store::add_observation(const Observation& o) {
     std::lock_guard lock(im.mu);
     put_be(key, im.history_seq++, 4);
   }
-  rocksdb::WriteOptions wo;
-  check(im.db->Put(wo, im.history, key, nlohmann::json(o).dump()), im.path, "writing an observation");
+  const std::string value = nlohmann::json(o).dump();
+  write(im, "writing an observation", [&] { return im.db->Put(rocksdb::WriteOptions(), im.history, key, value); });
 }
 
 std::vector<Observation> Store::history(const std::string& model, const std::string& dataset) const {
@@ -174,7 +232,8 @@ void Store::put_job(std::uint64_t number, const nlohmann::json& job) {
   auto& im = *impl_;
   std::string key;
   put_be(key, number, 8);
-  check(im.db->Put(rocksdb::WriteOptions(), im.jobs, key, job.dump()), im.path, "writing a job");
+  const std::string value = job.dump();
+  write(im, "writing a job", [&] { return im.db->Put(rocksdb::WriteOptions(), im.jobs, key, value); });
 }
 
 std::vector<std::pair<std::uint64_t, nlohmann::json>> Store::jobs() const {
@@ -212,7 +271,8 @@ void Store::append_event(std::uint64_t job, const nlohmann::json& event) {
   std::string key;
   put_be(key, job, 8);
   put_be(key, seq, 8);
-  check(im.db->Put(rocksdb::WriteOptions(), im.events, key, event.dump()), im.path, "writing an event");
+  const std::string value = event.dump();
+  write(im, "writing an event", [&] { return im.db->Put(rocksdb::WriteOptions(), im.events, key, value); });
 }
 
 std::vector<nlohmann::json> Store::events(std::uint64_t job) const {
@@ -230,8 +290,8 @@ std::vector<nlohmann::json> Store::events(std::uint64_t job) const {
 
 void Store::put_meta(const std::string& name, const std::string& value) {
   auto& im = *impl_;
-  check(im.db->Put(rocksdb::WriteOptions(), im.db->DefaultColumnFamily(), "meta/" + name, value), im.path,
-        "writing " + name);
+  write(im, "writing " + name,
+        [&] { return im.db->Put(rocksdb::WriteOptions(), im.db->DefaultColumnFamily(), "meta/" + name, value); });
 }
 
 std::optional<std::string> Store::get_meta(const std::string& name) const {
@@ -245,10 +305,13 @@ std::optional<std::string> Store::get_meta(const std::string& name) const {
 
 void Store::flush() {
   auto& im = *impl_;
+  if (im.read_only) return;  // nothing was written
   rocksdb::FlushOptions fo;
   fo.wait = true;
-  check(im.db->Flush(fo, im.handles), im.path, "flush");
+  write(im, "flush", [&] { return im.db->Flush(fo, im.handles); });
 }
+
+bool Store::read_only() const { return impl_->read_only; }
 
 const std::string& Store::path() const { return impl_->path; }
 

@@ -49,14 +49,35 @@ struct Observation {
 void to_json(nlohmann::json& j, const Observation& o);
 void from_json(const nlohmann::json& j, Observation& o);
 
+/// How the store treats its disk.
+struct StoreOptions {
+  /// Writes are refused (StoreError, "… MiB free …") while the file system holding the
+  /// database has less than this free for unprivileged users (statvfs f_bavail), so that
+  /// RocksDB itself never meets a full disk: Debian's librocksdb 7.8 is built with
+  /// assertions, and a write-ahead-log append that fails with ENOSPC aborts the process
+  /// (WritableFileWriter::AssertFalseAndGetStatusForPrevError). 0 disables the check.
+  std::uint64_t min_free_bytes = 64ull << 20;
+};
+
 /// The store. Thread-safety: RocksDB's (concurrent readers and writers are safe); the
 /// sequence counters are guarded internally.
+///
+/// Writes (add_observation, put_job, append_event, put_meta, flush) throw StoreError
+/// naming the database, the operation and the cause — a disk below the free-space
+/// reserve (StoreOptions) and a read-only file system included, each with what to do —
+/// and leave what was stored before intact; once space is freed, writes are taken again.
+/// Should RocksDB still report a write error (with a librocksdb built without
+/// assertions), the next write first resumes the database (DB::Resume). Reads keep
+/// working throughout.
 class Store {
  public:
-  /// Opens or creates the database in directory `path`. Throws StoreError with a clear
-  /// message when the directory cannot be created or read, another process holds the
-  /// database (RocksDB's LOCK file), or the files are corrupt. Never crashes.
-  static std::unique_ptr<Store> open(const std::string& path);
+  /// Opens or creates the database in directory `path`. On a read-only file system it
+  /// opens the database read-only instead (read_only(): reads work, every write throws
+  /// StoreError saying so). Throws StoreError with a clear message when the directory
+  /// cannot be created or read, another live process holds the database (RocksDB's LOCK
+  /// file is an fcntl lock, so one left behind by a killed process does not block), or
+  /// the files are corrupt. Never crashes.
+  static std::unique_ptr<Store> open(const std::string& path, const StoreOptions& options = {});
   ~Store();
 
   void add_observation(const Observation& o);
@@ -72,8 +93,10 @@ class Store {
   void put_meta(const std::string& name, const std::string& value);
   std::optional<std::string> get_meta(const std::string& name) const;
 
-  /// Flushes memtables to disk (called on shutdown).
+  /// Flushes memtables to disk (called on shutdown); nothing on a read-only store.
   void flush();
+  /// True when the database was opened read-only (see open()).
+  bool read_only() const;
   const std::string& path() const;
 
   struct Impl;

@@ -43,6 +43,30 @@ void read_exact(gzFile f, void* dst, std::size_t n, const std::string& path, con
   }
 }
 
+// Reads `n` bytes into `out` (resized to n) as read_exact does, but grows `out` as the
+// data arrives, so that a header that claims gigabytes costs memory only for the bytes
+// the file really holds.
+void read_growing(gzFile f, std::vector<std::uint8_t>& out, std::size_t n, const std::string& path,
+                  const char* what) {
+  constexpr std::size_t kChunk = std::size_t{16} << 20;
+  out.clear();
+  std::size_t got = 0;
+  while (got < n) {
+    if (out.size() == got) out.resize(std::min(n, got + kChunk));
+    const auto chunk = static_cast<unsigned>(std::min<std::size_t>(out.size() - got, 1u << 30));
+    const int r = gzread(f, out.data() + got, chunk);
+    if (r < 0) {
+      int errnum = 0;
+      throw IoError("\"" + path + "\": read error in " + what + ": " + gzerror(f, &errnum));
+    }
+    if (r == 0) {
+      throw IoError("\"" + path + "\": file is short: expected " + std::to_string(n) + " bytes of " + what +
+                    ", found " + std::to_string(got));
+    }
+    got += static_cast<std::size_t>(r);
+  }
+}
+
 std::uint32_t be32(const unsigned char* b) {
   return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) | (std::uint32_t{b[2]} << 8) | b[3];
 }
@@ -81,8 +105,7 @@ IdxImages read_idx_images(const std::string& path, std::int64_t limit) {
   }
   out.rows = rows;
   out.cols = cols;
-  out.pixels.resize(static_cast<std::size_t>(out.count * rows * cols));
-  read_exact(f.get(), out.pixels.data(), out.pixels.size(), path, "the images");
+  read_growing(f.get(), out.pixels, static_cast<std::size_t>(out.count * rows * cols), path, "the images");
   return out;
 }
 
@@ -99,8 +122,8 @@ std::vector<std::uint8_t> read_idx_labels(const std::string& path, std::int64_t 
   if (n == 0 || n > kMaxCount) {
     throw ProtocolError("\"" + path + "\": implausible IDX label count " + std::to_string(n));
   }
-  std::vector<std::uint8_t> out(static_cast<std::size_t>((limit > 0 && limit < n) ? limit : n));
-  read_exact(f.get(), out.data(), out.size(), path, "the labels");
+  std::vector<std::uint8_t> out;
+  read_growing(f.get(), out, static_cast<std::size_t>((limit > 0 && limit < n) ? limit : n), path, "the labels");
   return out;
 }
 

@@ -20,8 +20,9 @@ struct IdxImages {
 /// Reads an IDX3 unsigned-byte image file (magic 0x00000803), plain or gzip.
 /// Reads at most `limit` images when limit > 0. Throws IoError when the file cannot be
 /// opened or is shorter than its header says, ProtocolError on a wrong magic number,
-/// a zero dimension, or dimensions over 2^16 (a corrupt header must not cause a huge
-/// allocation).
+/// a zero dimension, dimensions over 2^16 or more than 4 GiB of pixels. Memory grows
+/// with the bytes the file really holds (16 MiB at a time), never to what a corrupt
+/// header claims.
 IdxImages read_idx_images(const std::string& path, std::int64_t limit = 0);
 
 /// Reads an IDX1 unsigned-byte label file (magic 0x00000801). Same errors as above.

@@ -4,25 +4,39 @@
 
 namespace dltrain::wire {
 
-Envelope parse_envelope(const std::string& text) {
-  nlohmann::json j;
+nlohmann::json parse_peer_json(const std::string& text) {
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+    // nlohmann parses without recursion, but copies, compares and dumps a value
+    // recursively: a peer's [[[[...]]]] four million deep would overflow the stack there.
+    return nlohmann::json::parse(text, [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+      if (depth > kMaxJsonDepth) {
+        throw ProtocolError("control message: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+      }
+      return true;
+    });
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number that overflows a double (1e400).
     throw ProtocolError(std::string("control message is not valid JSON: ") + e.what());
   }
+}
+
+Envelope parse_envelope(const std::string& text) {
+  const nlohmann::json j = parse_peer_json(text);
   if (!j.is_object()) throw ProtocolError("control message: expected a JSON object");
   Envelope env;
   auto v = j.find("v");
   if (v == j.end() || !v->is_number_integer()) {
     throw ProtocolError("control message field \"v\": expected the protocol version (integer)");
   }
-  env.v = v->get<int>();
-  if (env.v != kControlVersion) {
-    throw ProtocolError("control message field \"v\": version " + std::to_string(env.v) +
+  // Compared as the number it is: a version of 2^32 + 1 must not pass as 1.
+  const bool ours = v->is_number_unsigned() ? v->get<std::uint64_t>() == kControlVersion
+                                            : v->get<std::int64_t>() == kControlVersion;
+  if (!ours) {
+    throw ProtocolError("control message field \"v\": version " + v->dump() +
                         " is not supported (this build speaks version " +
                         std::to_string(kControlVersion) + ")");
   }
+  env.v = kControlVersion;
   auto t = j.find("type");
   if (t == j.end() || !t->is_string() || t->get<std::string>().empty()) {
     throw ProtocolError("control message field \"type\": expected a non-empty string");
@@ -49,6 +63,13 @@ Envelope parse_envelope(const std::string& text) {
       if (e == j.end() || !e->is_object()) {
         throw ProtocolError("control reply field \"error\": expected an object");
       }
+      // Readers take code, message and field as strings (error.value("message", ...)).
+      for (const char* key : {"code", "message", "field"}) {
+        const auto f = e->find(key);
+        if (f != e->end() && !f->is_string()) {
+          throw ProtocolError(std::string("control reply field \"error.") + key + "\": expected a string");
+        }
+      }
       env.error = *e;
     }
   }
@@ -56,12 +77,13 @@ Envelope parse_envelope(const std::string& text) {
 }
 
 std::string make_request(const std::string& id, const std::string& type, const nlohmann::json& body) {
-  return nlohmann::json{{"v", kControlVersion}, {"id", id}, {"type", type}, {"body", body}}.dump();
+  return nlohmann::json{{"v", kControlVersion}, {"id", id}, {"type", type}, {"body", body}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string make_reply(const std::string& id, const nlohmann::json& body) {
-  return nlohmann::json{{"v", kControlVersion}, {"id", id}, {"type", "reply"}, {"ok", true}, {"body", body}}
-      .dump();
+  return nlohmann::json{{"v", kControlVersion}, {"id", id}, {"type", "reply"}, {"ok", true}, {"body", body}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string make_error(const std::string& id, const std::string& code, const std::string& message,

@@ -23,6 +23,9 @@ inline constexpr int kControlVersion = 1;
 inline constexpr std::chrono::seconds kControlIdleTimeout{30};
 /// Largest control message accepted, in bytes (a job file plus headroom).
 inline constexpr std::size_t kMaxControlMessage = 4u << 20;
+/// Deepest nesting of arrays and objects accepted in a peer's JSON (far deeper than any
+/// message dltrain writes).
+inline constexpr int kMaxJsonDepth = 64;
 
 /// Typed error codes carried in error replies.
 namespace error_code {
@@ -33,6 +36,9 @@ inline constexpr const char* kNotFound = "not_found";              ///< unknown 
 inline constexpr const char* kConflict = "conflict";               ///< e.g. cancel of a finished job
 inline constexpr const char* kInfeasible = "infeasible";           ///< the planner found no configuration
 inline constexpr const char* kInternal = "internal";
+/// The leader cannot accept the request now (its state database refuses writes: a full
+/// disk, a read-only file system); the message names the cause. Reads still work.
+inline constexpr const char* kUnavailable = "unavailable";
 }  // namespace error_code
 
 /// A parsed, validated envelope.
@@ -45,12 +51,19 @@ struct Envelope {
   nlohmann::json error;           ///< replies with ok == false
 };
 
-/// Parses a text frame. Throws ProtocolError naming the problem: not JSON, not an
-/// object, missing or mistyped "v"/"type"/"id"/"body", or an unsupported version
-/// (message says which versions are supported).
+/// Parses JSON text from a peer (a control message, a task's event line). Throws
+/// ProtocolError when it is not JSON or nests deeper than kMaxJsonDepth.
+nlohmann::json parse_peer_json(const std::string& text);
+
+/// Parses a text frame. Throws ProtocolError naming the problem: not JSON (or nested
+/// deeper than kMaxJsonDepth), not an
+/// object, missing or mistyped "v"/"type"/"id"/"body", an error reply whose "error" is
+/// not an object or whose code, message or field is not a string, or an unsupported
+/// version (message says which versions are supported).
 Envelope parse_envelope(const std::string& text);
 
-/// Builders. All return compact JSON text.
+/// Builders. All return compact JSON text; bytes in a string that are not UTF-8 (a
+/// task's log line, say) are written as U+FFFD rather than thrown about.
 std::string make_request(const std::string& id, const std::string& type, const nlohmann::json& body);
 std::string make_reply(const std::string& id, const nlohmann::json& body);
 std::string make_error(const std::string& id, const std::string& code, const std::string& message,

@@ -7,7 +7,8 @@
 //   4      2    version        kProtocolVersion
 //   6      2    type           MessageType
 //   8      8    job            numeric job id
-//   16     8    seq            sequence number (per connection, echoed in replies)
+//   16     8    seq            sequence number (per connection, echoed in replies); in an
+//                              init and a pull reply: the pushes the values reflect
 //   24     4    key            partition key (global partition index)
 //   28     2    codec          Codec of the payload
 //   30     2    flags          must be 0 in version 1
@@ -30,20 +31,24 @@
 namespace dltrain::wire {
 
 inline constexpr std::uint32_t kMagic = 0x52544C44u;
-inline constexpr std::uint16_t kProtocolVersion = 1;
+/// Version 2: init and pull-reply frames carry a push count in `seq` (see MessageType).
+inline constexpr std::uint16_t kProtocolVersion = 2;
 inline constexpr std::size_t kHeaderSize = 48;
 
 /// Frame types. Requests from a worker carry odd numbers, replies from a PS even ones.
 enum class MessageType : std::uint16_t {
   kHello = 1,       ///< worker → PS: payload = u32 rank, u32 num_workers
   kHelloAck = 2,    ///< PS → worker: count = partitions the shard holds so far
-  kInit = 3,        ///< worker → PS: dense initial values of partition `key` (no reply;
-                    ///< the first init of a key wins)
+  kInit = 3,        ///< worker → PS: dense values of partition `key` that have seen `seq`
+                    ///< pushes to it (0: a model's initial values; a resync offers the
+                    ///< replica's count); no reply; kept by an unknown key or one whose
+                    ///< values have seen fewer pushes (ShardState::init)
   kPush = 5,        ///< worker → PS: gradient of partition `key`, applied with `scale`
                     ///< as the learning rate (no reply)
   kPull = 7,        ///< worker → PS: request the current values of partition `key`;
                     ///< count = 1 asks the PS to record them as what this worker holds
-  kPullReply = 8,   ///< PS → worker: dense values of partition `key`
+  kPullReply = 8,   ///< PS → worker: values of partition `key`; `seq` = the pushes to it
+                    ///< they reflect (ShardState::partition_pushes)
   kDone = 9,        ///< worker → PS: worker `key` (its rank) finished training
   kDoneAck = 10,    ///< PS → worker: count = workers that have sent kDone
   kQuery = 11,      ///< worker → PS: ask how many workers are done (count 0, no payload)

@@ -1,11 +1,23 @@
 #include "wire/task_events.h"
 
+#include "common/errors.h"
+#include "wire/control.h"
+
 namespace dltrain::wire::events {
 
 std::string kind_of(const nlohmann::json& ev) {
   if (!ev.is_object()) return "";
   const auto it = ev.find("event");
   return it != ev.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+nlohmann::json event_of_line(const std::string& line) {
+  try {
+    auto ev = parse_peer_json(line);
+    if (ev.is_object()) return ev;
+  } catch (const ProtocolError&) {
+  }
+  return LogLine{{}, line}.to_json();
 }
 
 void write_line(std::ostream& out, const nlohmann::json& ev) { out << ev.dump() << '\n' << std::flush; }

@@ -35,6 +35,11 @@ using json_fields::Nullable;
 /// The kind of an event: its "event" field, or "" when absent or not a string.
 std::string kind_of(const nlohmann::json& ev);
 
+/// A line of a task's standard output as the event its agent forwards: the JSON object
+/// on the line, or a LogLine holding the line when it is not one (a stray print, JSON
+/// nested deeper than kMaxJsonDepth of wire/control.h). Never throws.
+nlohmann::json event_of_line(const std::string& line);
+
 /// Writes `ev` as one line on `out` and flushes: how a task reports an event (its stdout
 /// is a pipe its agent reads line by line). Not thread-safe on a shared stream.
 void write_line(std::ostream& out, const nlohmann::json& ev);
@@ -297,12 +302,16 @@ struct PsStopped : Fields<PsStopped> {
   std::uint64_t bytes_in = 0;        ///< bytes read from workers
   std::uint64_t bytes_out = 0;       ///< bytes written to workers
   std::uint64_t rejected_connections = 0; ///< connections refused (handshake or frame)
+  /// Partitions rebuilt from a worker's replica that had seen more pushes than the
+  /// shard's own state (ps::ShardState::rebuilds) since this task started.
+  std::uint64_t rebuilds = 0;
   std::optional<std::string> checkpoint_error;  ///< the final checkpoint failed
   std::optional<std::uint64_t> checkpoints;     ///< saves, when it checkpoints at all
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("shard", s.shard), v("pushes", s.pushes), v("bytes_in", s.bytes_in), v("bytes_out", s.bytes_out),
-        v("rejected_connections", s.rejected_connections), v("checkpoint_error", s.checkpoint_error),
+        v("rejected_connections", s.rejected_connections), v("rebuilds", s.rebuilds),
+        v("checkpoint_error", s.checkpoint_error),
         v("checkpoints", s.checkpoints);
   }
 };

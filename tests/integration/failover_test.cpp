@@ -152,6 +152,12 @@ TEST_F(Failover, AnAgentLostWithNoFreeAgentFailsTheJobWithinTheBound) {
   kill_daemon(victim);
   auto mid = wait_state(job, {"recovering"}, 20);
   EXPECT_EQ(mid.value("state", ""), "recovering") << mid.dump();
+  EXPECT_GE(mid.value("recovering_seconds", -1.0), 0.0) << mid.dump();
+  // The text status says so too, with the reason (the job stays recovering for the 4 s
+  // of reassign_timeout).
+  const auto text = run(client_ + " status " + job + " 2>&1", 30);
+  EXPECT_NE(text.out.find("  recovering for "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("because agent " + victim + " was lost"), std::string::npos) << text.out;
   auto end = wait_state(job, {"succeeded", "failed", "cancelled"}, 60);
   const double waited = std::chrono::duration<double>(Clock::now() - t_kill).count();
   ASSERT_EQ(end.value("state", ""), "failed") << end.dump();

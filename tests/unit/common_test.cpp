@@ -99,3 +99,79 @@ TEST(AgentOptions, KeysWrittenBelowThePricesTableAreNamedAsMisplaced) {
   EXPECT_EQ(p.state_dir, "/etc/dltrain/state");
   EXPECT_EQ(p.queue_timeout, std::chrono::hours(1));
 }
+
+// Found while writing tests/fuzz/fuzz_task_events.cpp and fuzz_control.cpp: nlohmann's get<int>()
+// converts a float with a static_cast, undefined behaviour for 1e300; integers that do not
+// fit wrapped silently.
+TEST(JsonFields, IntegerFieldsTakeOnlyIntegersThatFit) {
+  namespace events = wire::events;
+  using nlohmann::json;
+  const auto error_of = [](const json& j) -> std::string {
+    try {
+      events::Started::from_json(j);
+    } catch (const json::type_error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_NE(error_of({{"rank", 1e300}}).find("rank: expected an integer in [-2147483648, 2147483647], got 1e+300"),
+            std::string::npos)
+      << error_of({{"rank", 1e300}});
+  EXPECT_NE(error_of({{"rank", 2.5}}).find("rank: expected an integer"), std::string::npos);
+  EXPECT_NE(error_of({{"rank", 4294967296LL}}).find("got 4294967296"), std::string::npos);
+  EXPECT_NE(error_of({{"train_examples", "12"}}).find("train_examples: expected an integer"), std::string::npos);
+  EXPECT_EQ(events::Started::from_json({{"rank", 3.0}}).rank, 3);  // an integral float is that integer
+  EXPECT_EQ(events::Started::from_json({{"rank", -2}}).rank, -2);
+  // Unsigned fields refuse negative numbers; the extremes of a type fit.
+  EXPECT_THROW(events::Recovering::from_json({{"generation", -1}}), json::type_error);
+  EXPECT_EQ(events::Recovering::from_json({{"generation", 4294967295u}}).generation, 4294967295u);
+  EXPECT_EQ(json_fields::get_value<std::int64_t>(json(-9223372036854775807LL - 1)), INT64_MIN);
+  EXPECT_THROW(json_fields::get_value<std::int64_t>(json(9223372036854775808.0)), json::type_error);
+  EXPECT_THROW(json_fields::get_value<std::uint64_t>(json(std::nan(""))), json::type_error);
+  // Nested fields are named by their path.
+  EXPECT_THROW(events::Done::from_json({{"traffic", {{"up", 1e300}}}}), json::type_error);
+  try {
+    events::Done::from_json({{"traffic", {{"up", 1e300}}}});
+  } catch (const json::type_error& e) {
+    EXPECT_NE(std::string(e.what()).find("traffic: up: expected an integer"), std::string::npos) << e.what();
+  }
+}
+
+// Found by tests/fuzz/fuzz_job_toml.cpp and fuzz_agent_toml.cpp: toml++ 3.3 reaches
+// __builtin_unreachable() (UBSan: "execution reached an unreachable program point") on a
+// non-ASCII character where it looks for whitespace; such text is now refused first.
+TEST(TomlFields, NonAsciiWhereTomlPlusPlusWouldMisreadItIsRefusedElsewhereAccepted) {
+  EXPECT_EQ(message([] { toml_fields::parse("epochs = 100\xce\x82\n"); }),
+            "TOML syntax error at line 1: a non-ASCII character outside a string or comment (keys and values are "
+            "ASCII; quote it)");
+  EXPECT_EQ(message([] { toml_fields::parse("a = 1\ns = \"\"\"\\\n\xc2\xa7\"\"\"\n"); }),
+            "TOML syntax error at line 3: a non-ASCII character right after a backslash or a line-ending backslash "
+            "in a multi-line string (write it as \\uXXXX)");
+  EXPECT_NE(message([] { toml_fields::parse("s = \"\"\"\\\xc3\xa9\"\"\"\n"); }).find("right after a backslash"),
+            std::string::npos);
+  // Strings and comments hold any UTF-8, quotes inside strings do not confuse the check.
+  const auto t = toml_fields::parse(
+      "# caf\xc3\xa9\nname = \"caf\xc3\xa9 \\\" # \xc3\xa9\"\nlit = 'd\xc3\xa9j\xc3\xa0'\n"
+      "ml = \"\"\"\n\xc3\xa9t\xc3\xa9\"\"\"\"\nmll = '''\xc3\xa9'''\n\"\xc3\xa9\" = 1 # \xc3\xa9\n");
+  EXPECT_EQ(*t["name"].value<std::string>(), "caf\xc3\xa9 \" # \xc3\xa9");
+  EXPECT_EQ(*t["ml"].value<std::string>(), "\xc3\xa9t\xc3\xa9\"");
+  EXPECT_EQ(*t["\xc3\xa9"].value<std::int64_t>(), 1);
+  EXPECT_NE(message([] { toml_fields::parse("[t]\nx = 1 \xc3\xa9"); }).find("line 2"), std::string::npos);
+}
+
+// Found while writing tests/fuzz/fuzz_agent_toml.cpp: a duration of 10^300 seconds was converted to
+// integer milliseconds (undefined behaviour); "1.2.3s" and ".s" threw std::invalid_argument
+// out of parse_duration_seconds instead of a ConfigError.
+TEST(AgentOptions, DurationsThatDoNotParseOrFitAreNamed) {
+  EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\nheartbeat_timeout = \"99999999999d\"\n", "/"); }),
+            "heartbeat_timeout: expected at most 1000000000s, got \"99999999999d\"");
+  EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\ntask_stop_grace = \".s\"\n", "/"); }),
+            "task_stop_grace: expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \".s\"");
+  EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\ntask_stop_grace = \"1.2.3s\"\n", "/"); }),
+            "task_stop_grace: expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \"1.2.3s\"");
+  const std::string huge(400, '9');
+  EXPECT_EQ(message([&] { agent::parse_agent_options("agent_token = \"t\"\nqueue_timeout = \"" + huge + "s\"\n", "/"); }),
+            "queue_timeout: expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \"" + huge + "s\"");
+  EXPECT_EQ(agent::parse_agent_options("agent_token = \"t\"\ntask_stop_grace = \"1.5s\"\n", "/").task_stop_grace,
+            std::chrono::milliseconds(1500));
+}

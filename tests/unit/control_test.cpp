@@ -1,6 +1,7 @@
 // The leader's control endpoint over real loopback sockets: /healthz, bearer tokens,
 // malformed messages, job validation errors; with an agent played by hand: job secrets
-// and generations in task messages.
+// and generations in task messages, malformed agent messages; with a leader played by
+// hand: malformed requests to an agent.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -19,12 +20,17 @@
 #include <future>
 #include <gtest/gtest.h>
 
+#include "agent/agent.h"
 #include "agent/leader.h"
 #include "common/errors.h"
+#include "common/job_spec.h"
 #include "common/secret.h"
 #include "control/client.h"
+#include "control/server.h"
 #include "store/store.h"
 #include "support/temp_dir.h"
+#include "support/tmpfs.h"
+#include "wire/control_bodies.h"
 
 using namespace dltrain;
 namespace asio = boost::asio;
@@ -134,6 +140,15 @@ class FakeAgent {
     link_->send(wire::make_request(id, type, body));
     auto reply = take(replies_, [&](const wire::Envelope& e) { return e.id == id; });
     if (!reply) throw TimeoutError("no reply to " + type + " within 10 s");
+    return *reply;
+  }
+
+  // Sends `text` as it is; returns the reply whose id is `reply_id`. Throws TimeoutError
+  // after 10 s.
+  wire::Envelope raw(const std::string& text, const std::string& reply_id) {
+    link_->send(text);
+    auto reply = take(replies_, [&](const wire::Envelope& e) { return e.id == reply_id; });
+    if (!reply) throw TimeoutError("no reply to " + text.substr(0, 80) + " within 10 s");
     return *reply;
   }
 
@@ -705,4 +720,208 @@ TEST(LeaderAgents, ASecondAgentWithTheSameNameIsRefusedWithTheFix) {
   const auto agents = c.request("agents", nlohmann::json::object(), std::chrono::seconds(10));
   ASSERT_EQ(agents["agents"].size(), 1u);
   EXPECT_EQ(agents["agents"][0]["state"], "ready");
+}
+
+// The leader's state database on a full disk (a 192 MiB tmpfs — RocksDB preallocates
+// about 70 MiB for its write-ahead log — that the test mounts and fills to 16 MiB free,
+// below the store's default reserve of 64 MiB):
+// a submit is refused with the cause and leaves nothing behind, the jobs already stored
+// are still listed, and once space is freed submits are accepted again, with no gap in
+// the job numbers; a restarted leader finds every accepted job.
+TEST(LeaderStore, ASubmitIsRefusedWithTheCauseWhileTheDiskIsFullAndAcceptedOnceSpaceIsFreed) {
+  dltrain::testing::Tmpfs fs(192u << 20);
+  if (!fs.error().empty()) GTEST_SKIP() << "needs root to mount a tmpfs: " << fs.error();
+  const auto state = fs.path() / "state";
+  int accepted = 0;
+  {
+    RunningLeader l(state.string());
+    control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+    c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+    ++accepted;
+    ASSERT_GT(fs.fill(16u << 20), 0u);
+    std::string refusal;
+    try {
+      c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+      ADD_FAILURE() << "a submit was accepted below the reserve";
+    } catch (const control::RemoteError& e) {
+      EXPECT_EQ(e.code(), "unavailable");
+      refusal = e.what();
+    }
+    EXPECT_NE(refusal.find("the leader cannot store the job, so it does not accept it"), std::string::npos) << refusal;
+    EXPECT_NE(refusal.find("below the reserve of 64.0 MiB"), std::string::npos) << refusal;
+    // Reads go on: the accepted jobs are listed, the refused one is not.
+    auto list = c.request("list", nlohmann::json::object(), std::chrono::seconds(10));
+    EXPECT_EQ(list["jobs"].size(), static_cast<std::size_t>(accepted)) << list.dump();
+    EXPECT_EQ(c.request("status", {{"job", "job-1"}}, std::chrono::seconds(10))["state"], "queued");
+
+    fs.free_space();
+    auto after = c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+    ++accepted;
+    EXPECT_EQ(after["job"], "job-" + std::to_string(accepted));  // the refused submit used no number
+  }
+  RunningLeader again(state.string());
+  control::BlockingControlClient c(again.url(), "client-secret", std::chrono::seconds(10));
+  auto list = c.request("list", nlohmann::json::object(), std::chrono::seconds(10));
+  EXPECT_EQ(list["jobs"].size(), static_cast<std::size_t>(accepted)) << list.dump();
+}
+
+// Found while writing tests/fuzz/fuzz_control.cpp: a number that overflows a double
+// escaped the leader's message handler as nlohmann::json::out_of_range, out of its event
+// loop, and ended the leader; mistyped register and task fields were read with nlohmann's
+// value(), which threw (an "internal" error) or, for 1e300 into an int, was undefined
+// behaviour. Now each is a bad_request naming the field, and the leader carries on.
+TEST(LeaderAgents, MalformedAgentMessagesAreRefusedNamingTheFieldAndTheLeaderCarriesOn) {
+  RunningLeader l;
+  FakeAgent agent(l.url(), "fake-1", 4);
+  const auto overflow = agent.raw(R"({"v":1,"id":"r1","type":"heartbeat","body":{"x":1e400}})", "");  // id unknown
+  EXPECT_FALSE(overflow.ok);
+  EXPECT_EQ(overflow.error["code"], "bad_request");
+  EXPECT_NE(overflow.error["message"].get<std::string>().find("number overflow"), std::string::npos);
+  const auto deep = agent.raw(R"({"v":1,"id":"r2","type":"heartbeat","body":{"x":)" + std::string(5000, '[') +
+                                  std::string(5000, ']') + "}}",
+                              "");  // not parsed, so its id is not known
+  EXPECT_EQ(deep.error["code"], "bad_request");
+  const auto reg = agent.request("register", {{"name", "fake-2"}, {"cores", 1e300}});
+  EXPECT_FALSE(reg.ok);
+  EXPECT_EQ(reg.error["code"], "bad_request");
+  EXPECT_EQ(reg.error["field"], "cores");
+  const auto ev = agent.request("task_event", {{"job", "job-1"}, {"task", "ps-0"}, {"generation", "1"}});
+  EXPECT_EQ(ev.error["code"], "bad_request");
+  EXPECT_EQ(ev.error["field"], "generation");
+  control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+  const auto agents = c.request("agents", nlohmann::json::object(), std::chrono::seconds(10));
+  ASSERT_EQ(agents["agents"].size(), 1u);
+  EXPECT_EQ(agents["agents"][0]["agent"], "fake-1");
+  EXPECT_EQ(agents["agents"][0]["cores"], 4);
+}
+
+namespace {
+
+// A leader played by hand: a control server on 127.0.0.1 that records what its agents
+// send, and an agent connected to it, on one io_context the test runs.
+struct FakeLeader {
+  FakeLeader() {
+    control::ControlServerOptions so;
+    so.agent_token = "agent-secret";
+    so.client_token = "client-secret";
+    control::ControlHandler h;
+    h.on_message = [this](const std::shared_ptr<control::Session>& s, const std::string& text) {
+      session = s;
+      auto env = wire::parse_envelope(text);
+      if (env.type == "register") s->send(wire::make_reply(env.id, {{"agent_id", "a"}, {"heartbeat_interval_ms", 1000}}));
+      got.push_back(env);
+    };
+    server = std::make_unique<control::ControlServer>(io, so, h);
+    server->start();
+    agent::AgentOptions o;
+    o.name = "agent-under-test";
+    o.leader_url = "ws://127.0.0.1:" + std::to_string(server->port());
+    o.agent_token = "agent-secret";
+    o.state_dir = (dir.path / "state").string();
+    o.cores = 2;
+    a = std::make_unique<agent::Agent>(io, o);
+    a->start();
+  }
+  ~FakeLeader() {
+    a.reset();
+    server->stop();
+    io.run_for(std::chrono::milliseconds(100));
+  }
+  // The first message from the agent that `match` accepts, running the io for up to 10 s.
+  std::optional<wire::Envelope> next(const std::function<bool(const wire::Envelope&)>& match) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      const auto it = std::find_if(got.begin(), got.end(), match);
+      if (it != got.end()) {
+        auto e = *it;
+        got.erase(it);
+        return e;
+      }
+      io.restart();
+      io.run_for(std::chrono::milliseconds(20));
+    }
+    return std::nullopt;
+  }
+  std::optional<wire::Envelope> reply_to(const std::string& id) {
+    return next([&](const wire::Envelope& e) { return e.type == "reply" && e.id == id; });
+  }
+
+  dltrain::testing::TempDir dir;
+  asio::io_context io;
+  std::unique_ptr<control::ControlServer> server;
+  std::unique_ptr<agent::Agent> a;
+  std::shared_ptr<control::Session> session;
+  std::deque<wire::Envelope> got;
+};
+
+}  // namespace
+
+// Found while writing tests/fuzz/fuzz_control.cpp: an agent read start_task with
+// b.at("job").get<std::string>(); a job that was not a string threw, and so did the
+// catch handler that reported the failure (env.body.value("job", "")), out of the agent's
+// event loop; a job or task named "../.." put the task's directory (and its secret file)
+// outside the state directory. Now both are refused as bad_request naming the field, the
+// failure is reported as a task_exit, and the agent carries on.
+TEST(AgentRequests, MalformedStartTaskIsRefusedNamingTheFieldAndTheAgentCarriesOn) {
+  FakeLeader l;
+  ASSERT_TRUE(l.next([](const wire::Envelope& e) { return e.type == "register"; })) << "the agent did not register";
+  ASSERT_TRUE(l.session);
+  wire::StartTaskBody st;
+  st.job = "job-1";
+  st.job_num = 1;
+  st.task = "ps-0";
+  st.kind = "ps";
+  st.generation = 1;
+  st.secret = std::string(64, 'a');
+  st.spec = JobSpec{};
+  auto body = st.to_json();
+  body["job"] = 5;
+  l.session->send(wire::make_request("l1", "start_task", body));
+  auto r = l.reply_to("l1");
+  ASSERT_TRUE(r) << "no reply to a start_task whose job is a number";
+  EXPECT_FALSE(r->ok);
+  EXPECT_EQ(r->error["code"], "bad_request");
+  EXPECT_EQ(r->error["field"], "job");
+  const auto exit = l.next([](const wire::Envelope& e) { return e.type == "task_exit"; });
+  ASSERT_TRUE(exit) << "the refused start_task was not reported as a task_exit";
+  EXPECT_EQ(exit->body["task"], "ps-0");
+  EXPECT_EQ(exit->body["exit_code"], 126);
+
+  body = st.to_json();
+  body["job"] = "../../escaped";
+  l.session->send(wire::make_request("l2", "start_task", body));
+  r = l.reply_to("l2");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->error["field"], "job");
+  EXPECT_FALSE(std::filesystem::exists(l.dir.path / "escaped"));
+
+  // Still answering: a stop_task of a task it does not run is fine.
+  l.session->send(wire::make_request("l3", "stop_task", wire::TaskRefBody{{}, "job-1", "ps-0", 1}.to_json()));
+  r = l.reply_to("l3");
+  ASSERT_TRUE(r) << "the agent stopped answering";
+  EXPECT_TRUE(r->ok) << r->error.dump();
+}
+
+// Found by LeakSanitizer (scripts/test --sanitize=address,undefined) in
+// LeaderAgents.ASecondAgentWithTheSameNameIsRefusedWithTheFix: a client's read and write
+// loops held themselves (a std::function capturing its own shared_ptr), released only
+// when a read or write completed, so a client whose io_context ended with a read pending
+// leaked with its socket and buffers. Now the pending operation's handler owns the loop.
+TEST(ControlClientLifetime, AClientWhoseEventLoopEndsWithAReadPendingIsFreed) {
+  RunningLeader l;
+  std::weak_ptr<control::ControlClient> weak;
+  {
+    asio::io_context io;
+    auto c = std::make_shared<control::ControlClient>(io, l.url(), "client-secret", control::PeerKind::kClient);
+    std::optional<std::exception_ptr> done;
+    c->connect(std::chrono::seconds(10), [&](std::exception_ptr e) { done = e; });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done && std::chrono::steady_clock::now() < deadline) io.run_for(std::chrono::milliseconds(20));
+    ASSERT_TRUE(done.has_value() && !*done) << "the client did not connect";
+    c->send(wire::make_request("1", "list", nlohmann::json::object()));  // a write in flight as well
+    weak = c;
+    c.reset();
+    EXPECT_FALSE(weak.expired());  // the pending read holds it while the io_context lives
+  }
+  EXPECT_TRUE(weak.expired()) << "the client outlived its io_context";
 }

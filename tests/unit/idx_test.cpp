@@ -1,4 +1,6 @@
 // IDX reader: hand-made files (plain and gzip), corrupt headers, and the real dataset.
+#include <sys/resource.h>
+
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -107,6 +109,35 @@ TEST(Idx, RejectsBadMagicShortFilesAndHugeHeaders) {
   std::vector<unsigned char> tiny_header{0, 0, 8};
   write_plain(d.path / "tiny", tiny_header);
   EXPECT_THROW(read_idx_labels((d.path / "tiny").string()), IoError);
+}
+
+// Found while writing tests/fuzz/fuzz_idx.cpp: a 16-byte header claiming 2^24 images of
+// 16×16 (4 GiB) made the reader allocate and zero all of it before it found the file short.
+TEST(Idx, AHeaderThatClaimsGigabytesCostsOnlyTheBytesTheFileHolds) {
+  TempDir d;
+  std::vector<unsigned char> b;
+  be32(b, 0x00000803);
+  be32(b, 1u << 24);
+  be32(b, 16);
+  be32(b, 16);
+  for (int i = 0; i < 100; ++i) b.push_back(1);
+  write_plain(d.path / "claims-4GiB", b);
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  EXPECT_NE(error_of([&] { read_idx_images((d.path / "claims-4GiB").string()); })
+                .find("file is short: expected 4294967296 bytes of the images, found 100"),
+            std::string::npos);
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB of peak memory grew";  // 16 MiB steps
+  std::vector<unsigned char> labels;
+  be32(labels, 0x00000801);
+  be32(labels, 1u << 28);
+  labels.push_back(3);
+  write_plain(d.path / "claims-256MiB", labels);
+  EXPECT_NE(error_of([&] { read_idx_labels((d.path / "claims-256MiB").string()); })
+                .find("file is short: expected 268435456 bytes of the labels, found 1"),
+            std::string::npos);
 }
 
 TEST(Idx, ShardsCoverTheSetExactlyOnce) {

@@ -118,7 +118,48 @@ TEST(JobSpec, ResolvesRelativeDataDirAgainstTheJobFile) {
 TEST(JobSpec, ParsesDurations) {
   EXPECT_DOUBLE_EQ(parse_duration_seconds("1h30m", "deadline"), 5400.0);
   EXPECT_DOUBLE_EQ(parse_duration_seconds("500ms", "x"), 0.5);
+  EXPECT_DOUBLE_EQ(parse_duration_seconds("1.5m", "x"), 90.0);
   EXPECT_THROW(parse_duration_seconds("soon", "deadline"), ConfigError);
+}
+
+// Found while writing tests/fuzz/fuzz_job_toml.cpp: ".s" and a number of 400 digits threw
+// std::invalid_argument / std::out_of_range (from std::stod) instead of a ConfigError,
+// "1.2.3s" read as 1.2 s, and a deadline of 10^305 days was infinite (and so null in the
+// job's JSON, which the tasks then could not read).
+TEST(JobSpec, DurationsThatDoNotParseOrOverflowAreConfigErrors) {
+  const auto error_of = [](const std::string& text) -> std::string {
+    try {
+      parse_duration_seconds(text, "deadline");
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  EXPECT_EQ(error_of(".s"), "deadline: expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \".s\"");
+  EXPECT_EQ(error_of("1.2.3s"), "deadline: expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \"1.2.3s\"");
+  EXPECT_NE(error_of(std::string(400, '9') + "s").find("expected a duration"), std::string::npos);
+  EXPECT_EQ(error_of(std::string(305, '9') + "d"), "deadline: the duration \"" + std::string(305, '9') + "d\" is too long");
+  EXPECT_EQ(reject(kData + "deadline = \"" + std::string(305, '9') + "d\"\n").first, "deadline");
+}
+
+// Found while writing tests/fuzz/fuzz_job_toml.cpp: job_from_json read an integer field with
+// nlohmann's get<int>(), undefined behaviour for 1e300.
+TEST(JobSpec, TheJsonFormTakesOnlyIntegersThatFitIntegerFields) {
+  nlohmann::json j = parse_job_toml(kData);
+  j["epochs"] = 1e300;
+  try {
+    job_from_json(j);
+    FAIL() << "epochs 1e300 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected an integer in [-2147483648, 2147483647], got 1e+300"),
+              std::string::npos)
+        << e.what();
+  }
+  j = parse_job_toml(kData);
+  j["batch_sizes"] = {32, 2.5};
+  EXPECT_THROW(job_from_json(j), ConfigError);
+  j["batch_sizes"] = {32, 64.0};
+  EXPECT_EQ(job_from_json(j).batch_sizes, (std::vector<int>{32, 64}));
 }
 
 TEST(JobSpec, FreeTextAndListFieldsHaveLimits) {

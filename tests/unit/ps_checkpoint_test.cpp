@@ -69,10 +69,10 @@ TEST(Checkpoint, RoundTripRestoresParametersMomentumAndFinishedWorkers) {
   ShardCheckpointer cp(path.string(), 42, 3, sample_state());
   ASSERT_TRUE(cp.save());
   EXPECT_EQ(cp.saves(), 1u);
-  // Size by hand: 40-byte header, one finished rank (4), partition 7: 16 + 4·(2 + 2),
-  // partition 9: 16 + 4·(3 + 3), CRC 4.
+  // Size by hand: 40-byte header, one finished rank (4), partition 7: 24 + 4·(2 + 2),
+  // partition 9: 24 + 4·(3 + 3), CRC 4.
   const auto bytes = slurp_bytes(path);
-  EXPECT_EQ(bytes.size(), 40u + 4 + (16 + 16) + (16 + 24) + 4);
+  EXPECT_EQ(bytes.size(), 40u + 4 + (24 + 16) + (24 + 24) + 4);
   EXPECT_EQ(cp.last_bytes(), bytes.size());
   EXPECT_EQ(std::memcmp(bytes.data(), "DLCK", 4), 0);
   // The trailer is zlib's CRC-32 of everything before it.
@@ -89,6 +89,8 @@ TEST(Checkpoint, RoundTripRestoresParametersMomentumAndFinishedWorkers) {
   EXPECT_EQ(restored.num_partitions(), 2u);
   EXPECT_EQ(restored.pushes(), 1u);
   EXPECT_EQ(restored.done_count(), 1u);
+  EXPECT_EQ(restored.partition_pushes(7), 1u);  // what a resyncing replica is compared with
+  EXPECT_EQ(restored.partition_pushes(9), 0u);
   EXPECT_EQ(restored.mark_done(1), 1u);  // the same worker again: still one
   float x7[2], x9[3];
   restored.pull(7, x7);
@@ -109,6 +111,48 @@ TEST(Checkpoint, RoundTripRestoresParametersMomentumAndFinishedWorkers) {
   auto again = read_checkpoint_file(path.string(), 42, 3);
   ShardState no_momentum(0.0);
   EXPECT_THROW(no_momentum.restore(std::move(*again)), ProtocolError);
+}
+
+TEST(Checkpoint, AVersion1FileIsReadWithTheShardsPushCountForEveryPartition) {
+  // Version 1 by hand: header (magic, version 1, flags 0, job 42, shard 3, 1 partition,
+  // 0 finished, reserved 0, 9 pushes), partition 5 with a 16-byte header (key, 2 values,
+  // no momentum, reserved 0), the values {1.5, -2}, then zlib's CRC-32.
+  std::vector<std::byte> b;
+  auto put = [&b](auto v) {
+    const auto at = b.size();
+    b.resize(at + sizeof v);
+    std::memcpy(b.data() + at, &v, sizeof v);
+  };
+  put(kCheckpointMagic);
+  put(std::uint16_t{1});
+  put(std::uint16_t{0});
+  put(std::uint64_t{42});
+  put(std::uint32_t{3});
+  put(std::uint32_t{1});
+  put(std::uint32_t{0});
+  put(std::uint32_t{0});
+  put(std::uint64_t{9});
+  put(std::uint32_t{5});
+  put(std::uint32_t{2});
+  put(std::uint32_t{0});
+  put(std::uint32_t{0});
+  put(1.5f);
+  put(-2.0f);
+  put(static_cast<std::uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(b.data()), static_cast<uInt>(b.size()))));
+  const auto snap = decode_checkpoint(b, 42, 3);
+  ASSERT_EQ(snap.partitions.size(), 1u);
+  EXPECT_EQ(snap.pushes, 9u);
+  EXPECT_EQ(snap.partitions[0].key, 5u);
+  EXPECT_EQ(snap.partitions[0].x, (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ(snap.partitions[0].pushes, 9u);  // the shard's total: an upper bound
+  // A version this build does not know is refused with both numbers.
+  b[4] = std::byte{3};
+  try {
+    decode_checkpoint(b, 42, 3);
+    ADD_FAILURE() << "accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("format version 3, this build reads 1 to 2"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Checkpoint, NoFileMeansNoCheckpointAndAnEmptyStateIsNotWritten) {
@@ -139,7 +183,7 @@ TEST(Checkpoint, TruncatedAndCorruptedFilesAreRefusedWithTheReason) {
   EXPECT_NE(refusal(path).find("(truncated)"), std::string::npos) << refusal(path);
 
   auto flipped = good;
-  flipped[40 + 4 + 16 + 1] ^= std::byte{0x01};  // one bit of partition 7's first value
+  flipped[40 + 4 + 24 + 1] ^= std::byte{0x01};  // one bit of partition 7's first value
   write_bytes(path, flipped);
   EXPECT_NE(refusal(path).find("checksum mismatch"), std::string::npos) << refusal(path);
   flipped = good;
@@ -183,7 +227,7 @@ TEST(Checkpoint, LengthsAreCheckedAgainstTheFileBeforeAnyAllocation) {
     decode_checkpoint(with_crc(many), 42, 3);
     ADD_FAILURE() << "accepted";
   } catch (const ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("2147483648 partitions do not fit in the 24 bytes left"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("2147483648 partitions do not fit in the 32 bytes left"), std::string::npos)
         << e.what();
   }
 }
@@ -252,8 +296,8 @@ TEST(WorkerReplica, RoundTripPutsEveryPartitionBackAtItsOffset) {
   std::vector<float> params(10);
   for (int i = 0; i < 10; ++i) params[i] = 0.5f * static_cast<float>(i) - 1.0f;
   write_replica_file(path, params, layout, 42, 1234);
-  // Size by hand: 40-byte header, 4 partitions of 16 + 4·length, CRC 4.
-  EXPECT_EQ(std::filesystem::file_size(path), 40u + 4 * 16 + 4 * 10 + 4);
+  // Size by hand: 40-byte header, 4 partitions of 24 + 4·length, CRC 4.
+  EXPECT_EQ(std::filesystem::file_size(path), 40u + 4 * 24 + 4 * 10 + 4);
   std::vector<float> back(10, -7.0f);
   EXPECT_EQ(read_replica_file(path, back, layout, 42), 1234u);
   EXPECT_EQ(back, params);
@@ -283,4 +327,23 @@ TEST(WorkerReplica, AnotherJobOrModelOrAMissingFileIsRefusedWithTheReason) {
   EXPECT_THROW(read_replica_file((dir.path / "none").string(), into, layout, 42), IoError);
   std::vector<float> wrong(9);
   EXPECT_THROW(write_replica_file(path, wrong, layout, 42, 0), ConfigError);
+}
+
+// replica_into, the check of a replica against the job's layout that tests/fuzz/
+// fuzz_checkpoint.cpp drives: it copies nothing unless every partition fits (it used to
+// copy partition by partition while checking).
+TEST(WorkerReplica, AReplicaThatDoesNotFitTheLayoutCopiesNothing) {
+  const auto layout = make_layout({3, 2}, 4, 1);  // partitions 0 = {3}, 1 = {2}
+  ShardSnapshot snap;
+  snap.pushes = 5;
+  snap.partitions = {{0, {1, 2, 3}, {}}, {1, {4, 5, 6}, {}}};  // partition 1 has 3 values, not 2
+  std::vector<float> params(5, -1.0f);
+  EXPECT_THROW(replica_into(snap, params, layout), ProtocolError);
+  EXPECT_EQ(params, std::vector<float>(5, -1.0f));
+  snap.partitions = {{0, {1, 2, 3}, {}}, {0, {4, 5}, {}}};  // key 0 twice, 1 missing
+  EXPECT_THROW(replica_into(snap, params, layout), ProtocolError);
+  EXPECT_EQ(params, std::vector<float>(5, -1.0f));
+  snap.partitions = {{0, {1, 2, 3}, {}}, {1, {4, 5}, {}}};
+  EXPECT_EQ(replica_into(snap, params, layout), 5u);
+  EXPECT_EQ(params, (std::vector<float>{1, 2, 3, 4, 5}));
 }

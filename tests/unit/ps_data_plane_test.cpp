@@ -1,6 +1,7 @@
 // The PS data plane over real loopback TCP: pushes and pulls of every codec against one
 // or two shards with dense and sparse downlinks, as hand-computed, and malformed frames.
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -315,8 +316,24 @@ TEST(SparseDataPlane, MalformedSparseFramesAreRefusedOverTcp) {
             "sparse push to partition 0: indices must be strictly ascending (3 then 3)");
   EXPECT_EQ(raw_exchange(srv.port(), sparse(std::vector<std::uint32_t>(11, 0), std::vector<float>(11, 0))).second,
             "sparse push to partition 0: count 11 exceeds the partition's 10 values");
+  // A push whose scale (learning rate) is NaN would poison every coordinate it touches
+  // (found while writing tests/fuzz/fuzz_frame.cpp).
+  auto dense_nan = [] {
+    wire::FrameHeader h;
+    h.type = wire::MessageType::kPush;
+    h.job = 42;
+    h.generation = 1;
+    h.codec = wire::Codec::kDenseF32;
+    h.count = 10;
+    h.payload_bytes = 40;
+    h.scale = std::numeric_limits<float>::quiet_NaN();
+    auto b = header_bytes(h);
+    append(b, std::vector<float>(10, 1.0f));
+    return after_hello(b);
+  };
+  EXPECT_EQ(raw_exchange(srv.port(), dense_nan()).second, "push to partition 0: scale (learning rate) nan is not finite");
   std::vector<float> out(10);
   st->pull(0, out);
   EXPECT_EQ(out, x);
-  EXPECT_EQ(srv.rejected_connections(), 3u);
+  EXPECT_EQ(srv.rejected_connections(), 4u);
 }

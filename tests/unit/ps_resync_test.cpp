@@ -1,5 +1,6 @@
 // A worker's recovery after a PS shard restarts (PsClient::resync): from the shard's
-// checkpoint, from the first replica offered, or a clear error when it does not come back.
+// checkpoint or the freshest replica offered, whichever has seen more pushes, or a clear
+// error when it does not come back.
 #include <chrono>
 #include <memory>
 #include <vector>
@@ -56,7 +57,7 @@ PsClientOptions resync_options(std::uint32_t rank) {
 
 }  // namespace
 
-TEST(Resync, AfterARestartFromACheckpointTheWorkerTakesTheRestoredParameters) {
+TEST(Resync, AShardRestartedFromAnOlderCheckpointIsRebuiltFromTheFresherReplica) {
   dltrain::testing::TempDir dir;
   const auto path = dir.path / "shard.ckpt";
   RestartableShard shard;
@@ -67,23 +68,90 @@ TEST(Resync, AfterARestartFromACheckpointTheWorkerTakesTheRestoredParameters) {
   w.connect();
   std::vector<float> params{1, 2, 3, 4};
   w.init(params);
+  EXPECT_EQ(w.seen_pushes(0), 0u);
   std::vector<float> g(4, 1.0f);
-  w.push_pull(g, 0.5f, params);  // x = {0.5, 1.5, 2.5, 3.5}
+  w.push_pull(g, 0.5f, params);  // x = {0.5, 1.5, 2.5, 3.5}, 1 push
   ShardCheckpointer(path.string(), 42, 0, st).save();
-  w.push_pull(g, 0.5f, params);  // x = {0, 1, 2, 3}, after the checkpoint: lost
+  w.push_pull(g, 0.5f, params);  // x = {0, 1, 2, 3}, 2 pushes: after the checkpoint
+  EXPECT_EQ(w.seen_pushes(0), 2u);
   shard.kill();
 
-  // The restarted shard loads the checkpoint before it listens, on the same port.
+  // The restarted shard loads the checkpoint (1 push) before it listens, on the same port.
   auto restored = std::make_shared<ShardState>(0.0);
   restored->restore(std::move(*read_checkpoint_file(path.string(), 42, 0)));
+  ASSERT_EQ(restored->partition_pushes(0), 1u);
   shard.start(restored);
   EXPECT_THROW(w.push_pull(g, 0.5f, params), PsConnectionLost);
   w.resync(params);
-  // The worker's replica {0, 1, 2, 3} was offered as init, but the restored partition
-  // wins: the worker now holds the checkpoint's values.
-  EXPECT_EQ(params, (std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f}));
-  w.push_pull(g, 0.5f, params);
+  // The worker's replica {0, 1, 2, 3} has seen 2 pushes, the checkpoint 1: the shard is
+  // rebuilt from the replica, and the push after the checkpoint is not lost.
   EXPECT_EQ(params, (std::vector<float>{0.0f, 1.0f, 2.0f, 3.0f}));
+  EXPECT_EQ(restored->rebuilds(), 1u);
+  EXPECT_EQ(restored->partition_pushes(0), 2u);
+  w.push_pull(g, 0.5f, params);
+  EXPECT_EQ(params, (std::vector<float>{-0.5f, 0.5f, 1.5f, 2.5f}));
+  EXPECT_EQ(w.seen_pushes(0), 3u);
+}
+
+TEST(Resync, ACheckpointFresherThanTheReplicaIsKept) {
+  dltrain::testing::TempDir dir;
+  const auto path = dir.path / "shard.ckpt";
+  RestartableShard shard;
+  auto st = std::make_shared<ShardState>(0.0);
+  shard.start(st);
+  const auto layout = make_layout({4}, 4, 1);
+  PsClient w0(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, layout, resync_options(0));
+  PsClient w1(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, layout, resync_options(1));
+  w0.connect();
+  w1.connect();
+  std::vector<float> p0{1, 2, 3, 4}, p1(4);
+  w0.init(p0);
+  std::vector<float> g(4, 1.0f);
+  w0.push_pull(g, 0.5f, p0);  // x = {0.5, 1.5, 2.5, 3.5}, 1 push
+  w1.pull(p1);                // worker 1's replica: 1 push
+  w0.push_pull(g, 0.5f, p0);  // 2 pushes
+  w0.push_pull(g, 0.5f, p0);  // x = {-0.5, 0.5, 1.5, 2.5}, 3 pushes
+  ShardCheckpointer(path.string(), 42, 0, st).save();
+  shard.kill();
+  auto restored = std::make_shared<ShardState>(0.0);
+  restored->restore(std::move(*read_checkpoint_file(path.string(), 42, 0)));
+  shard.start(restored);
+  EXPECT_THROW(w1.pull(p1), PsConnectionLost);
+  w1.resync(p1);
+  // Worker 1's replica (1 push) is older than the checkpoint (3): the checkpoint stays.
+  EXPECT_EQ(p1, (std::vector<float>{-0.5f, 0.5f, 1.5f, 2.5f}));
+  EXPECT_EQ(restored->rebuilds(), 0u);
+  EXPECT_EQ(w1.seen_pushes(0), 3u);
+}
+
+TEST(Resync, OfSeveralReplicasTheFreshestRebuildsTheShard) {
+  RestartableShard shard;
+  shard.start(std::make_shared<ShardState>(0.0));
+  const auto layout = make_layout({4}, 4, 1);
+  PsClient w0(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, layout, resync_options(0));
+  PsClient w1(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, layout, resync_options(1));
+  w0.connect();
+  w1.connect();
+  std::vector<float> p0{1, 2, 3, 4}, p1(4);
+  w0.init(p0);
+  std::vector<float> g(4, 1.0f);
+  w0.push_pull(g, 0.5f, p0);  // worker 0: {0.5, 1.5, 2.5, 3.5} at 1 push
+  w1.push_pull(g, 0.5f, p1);  // worker 1: {0, 1, 2, 3} at 2 pushes
+  shard.kill();
+  auto fresh = std::make_shared<ShardState>(0.0);  // no checkpoint
+  shard.start(fresh);
+  // Worker 0 comes back first: the empty shard takes its replica (1 push).
+  EXPECT_THROW(w0.pull(p0), PsConnectionLost);
+  w0.resync(p0);
+  EXPECT_EQ(p0, (std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f}));
+  // Worker 1's replica has seen 2: it replaces worker 0's, and worker 0's next pull
+  // brings it there.
+  EXPECT_THROW(w1.pull(p1), PsConnectionLost);
+  w1.resync(p1);
+  EXPECT_EQ(p1, (std::vector<float>{0.0f, 1.0f, 2.0f, 3.0f}));
+  EXPECT_EQ(fresh->rebuilds(), 1u);
+  w0.pull(p0);
+  EXPECT_EQ(p0, p1);
 }
 
 TEST(Resync, AShardRestartedWithoutACheckpointIsRebuiltFromTheFirstReplicaOffered) {

@@ -1,7 +1,10 @@
 // The second process of tests/unit/store_test.cpp, started by exec (never a fork of a
-// process that has RocksDB threads). Usage: store_child read-back|open-refused DB_DIR.
+// process that has RocksDB threads). Usage: store_child read-back|open-refused|write-and-hang DB_DIR.
 // Exit 0 when every check holds; otherwise prints the first failed check and exits 1.
+#include <chrono>
+#include <fstream>
 #include <iostream>
+#include <thread>
 #include <string>
 
 #include "store/store.h"
@@ -48,14 +51,33 @@ int open_refused(const std::string& db) {
   return fail("a second process opened a database that is in use");
 }
 
+// Writes three rows and the job counter (no flush: they live in the write-ahead log),
+// creates DB_DIR/written, then sleeps holding the database until it is killed.
+int write_and_hang(const std::string& db) {
+  auto s = Store::open(db);
+  for (int w = 1; w <= 3; ++w) {
+    dltrain::store::Observation o;
+    o.model = "cnn";
+    o.dataset = "fashion-mnist";
+    o.workers = w;
+    o.timestamp = 1000.0 + w;
+    s->add_observation(o);
+  }
+  s->put_meta("next_job", "4");
+  std::ofstream(db + "/written") << "1\n";
+  for (int i = 0; i < 600; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // bounded: 60 s
+  return fail("not killed within 60 s");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) return fail("usage: store_child read-back|open-refused DB_DIR");
+  if (argc != 3) return fail("usage: store_child read-back|open-refused|write-and-hang DB_DIR");
   const std::string mode = argv[1];
   try {
     if (mode == "read-back") return read_back(argv[2]);
     if (mode == "open-refused") return open_refused(argv[2]);
+    if (mode == "write-and-hang") return write_and_hang(argv[2]);
   } catch (const std::exception& e) {
     return fail(e.what());
   }

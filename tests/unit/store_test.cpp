@@ -1,5 +1,6 @@
 // The RocksDB store: a real database in a temporary directory, reopened by another
-// process, locked against a second opener, and refusing corrupt files clearly.
+// process, locked against a second opener, and refusing corrupt files clearly; under
+// storage faults (a full and a read-only tmpfs, a lock left by a killed process).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "support/temp_dir.h"
+#include "support/tmpfs.h"
 
 #include "store/store.h"
 
@@ -101,4 +103,119 @@ TEST(Store, CorruptOrUnusableDirectoriesGiveClearErrors) {
   // A regular file where the directory should be.
   std::ofstream(d.path / "file") << "x";
   EXPECT_THROW(Store::open((d.path / "file").string()), StoreError);
+}
+
+// A full disk (a 16 MiB tmpfs the test mounts and fills to 1 MiB free, below a reserve of
+// 4 MiB): a write is refused with the cause before RocksDB meets the full disk, nothing
+// stored before is lost, reads go on, and writing works again once space is freed — in
+// this process and after a reopen.
+TEST(StoreFaults, AFullDiskRefusesWritesWithTheCauseLosesNothingAndRecoversWhenSpaceIsFreed) {
+  dltrain::testing::Tmpfs fs(16u << 20);
+  if (!fs.error().empty()) GTEST_SKIP() << "needs root to mount a tmpfs: " << fs.error();
+  const std::string db = (fs.path() / "db").string();
+  StoreOptions opt;
+  opt.min_free_bytes = 4u << 20;
+  auto s = Store::open(db, opt);
+  int stored = 0;
+  for (; stored < 50; ++stored) s->add_observation(obs("cnn", 1000.0 + stored, stored + 1));
+  s->put_job(1, {{"id", "job-1"}, {"state", "running"}});
+  ASSERT_GT(fs.fill(1u << 20), 0u);
+  ASSERT_LE(fs.free_bytes(), 1u << 20);
+  try {
+    s->add_observation(obs("cnn", 1000.0 + stored, stored + 1));
+    ADD_FAILURE() << "a row was written below the reserve";
+  } catch (const StoreError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("state database " + db + ": writing an observation refused: only "), std::string::npos) << m;
+    EXPECT_NE(m.find("MiB free on its file system, below the reserve of 4.0 MiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("free space there"), std::string::npos) << m;
+  }
+  EXPECT_THROW(s->put_job(2, {{"id", "job-2"}}), StoreError);
+  EXPECT_THROW(s->append_event(1, {{"event", "x"}}), StoreError);
+  EXPECT_THROW(s->put_meta("next_job", "3"), StoreError);
+  // Reads keep working, and hold everything stored before.
+  EXPECT_EQ(s->history("cnn").size(), static_cast<std::size_t>(stored));
+  ASSERT_EQ(s->jobs().size(), 1u);
+  EXPECT_EQ(s->jobs()[0].second["state"], "running");
+
+  fs.free_space();
+  s->add_observation(obs("cnn", 1000.0 + stored, stored + 1));
+  ++stored;
+  s->put_job(2, {{"id", "job-2"}});
+  s.reset();
+  auto again = Store::open(db, opt);
+  const auto rows = again->history("cnn");
+  ASSERT_EQ(rows.size(), static_cast<std::size_t>(stored));
+  for (int i = 0; i < stored; ++i) EXPECT_EQ(rows[i].workers, i + 1) << "row " << i;
+  EXPECT_EQ(again->jobs().size(), 2u);
+}
+
+// A read-only file system (Linux refuses to remount one read-only while a file on it is
+// open for writing, so the store is closed first, as after a reboot onto a read-only
+// mount): the store is opened read-only, serves everything stored, refuses writes
+// saying why, and is read-write again once the file system is.
+TEST(StoreFaults, AReadOnlyFileSystemServesReadsAndRefusesWritesWithTheCause) {
+  dltrain::testing::Tmpfs fs(16u << 20);
+  if (!fs.error().empty()) GTEST_SKIP() << "needs root to mount a tmpfs: " << fs.error();
+  const std::string db = (fs.path() / "db").string();
+  StoreOptions opt;
+  opt.min_free_bytes = 1u << 20;
+  {
+    auto s = Store::open(db, opt);
+    s->add_observation(obs("cnn", 1000.0, 2));
+    s->put_job(1, {{"id", "job-1"}, {"state", "succeeded"}});
+    s->put_meta("next_job", "2");
+  }
+  ASSERT_TRUE(fs.remount(true)) << std::strerror(errno);
+  auto ro = Store::open(db, opt);
+  EXPECT_TRUE(ro->read_only());
+  ASSERT_EQ(ro->history().size(), 1u);
+  EXPECT_EQ(ro->history()[0].workers, 2);
+  ASSERT_EQ(ro->jobs().size(), 1u);
+  EXPECT_EQ(ro->get_meta("next_job"), "2");
+  try {
+    ro->add_observation(obs("cnn", 1001.0, 3));
+    ADD_FAILURE() << "a read-only store took a write";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("writing an observation refused: the database is open read-only"),
+              std::string::npos)
+        << e.what();
+  }
+  ro->flush();  // nothing to do, no error
+  ro.reset();
+  ASSERT_TRUE(fs.remount(false)) << std::strerror(errno);
+  auto rw = Store::open(db, opt);
+  EXPECT_FALSE(rw->read_only());
+  rw->add_observation(obs("cnn", 1002.0, 4));
+  EXPECT_EQ(rw->history().size(), 2u);
+  EXPECT_EQ(rw->jobs().size(), 1u);
+}
+
+// A process holding the database is killed (SIGKILL): its LOCK file stays behind, but
+// the lock (an fcntl lock) died with it, so the next opener gets in and finds every row.
+TEST(StoreFaults, ALockLeftByAKilledProcessDoesNotBlockTheNextOpener) {
+  TempDir d;
+  const std::string db = (d.path / "db").string();
+  const std::string exe = std::string(DLTRAIN_BIN_DIR) + "/store_child";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl(exe.c_str(), "store_child", "write-and-hang", db.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // The child writes, then creates db/written and sleeps holding the database open.
+  bool ready = false;
+  for (int i = 0; i < 600 && !ready; ++i) {
+    ready = fs::exists(d.path / "db" / "written");
+    if (!ready) usleep(100000);
+  }
+  kill(pid, SIGKILL);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(ready) << "store_child did not get to write";
+  ASSERT_TRUE(fs::exists(d.path / "db" / "LOCK"));
+  auto s = Store::open(db);
+  const auto rows = s->history("cnn");
+  ASSERT_EQ(rows.size(), 3u);  // written without a flush: recovered from the write-ahead log
+  EXPECT_EQ(rows[2].workers, 3);
+  EXPECT_EQ(s->get_meta("next_job"), "4");
 }

@@ -1,13 +1,20 @@
-// Frame codec, data-plane handshake and control envelope tests.
+// Frame codec and payloads, data-plane handshake, control envelope and message bodies.
 #include <array>
+#include <cmath>
 #include <cstring>
 
 #include <gtest/gtest.h>
 
 #include "common/errors.h"
+#include "common/job_spec.h"
+#include "compress/fp16.h"
+#include "compress/topk.h"
+#include "ps/payload.h"
 #include "wire/auth.h"
 #include "wire/control.h"
+#include "wire/control_bodies.h"
 #include "wire/frame.h"
+#include "wire/task_events.h"
 
 using namespace dltrain;
 using namespace dltrain::wire;
@@ -86,12 +93,12 @@ TEST(Frame, LayoutIsLittleEndianAtDocumentedOffsets) {
   h.count = 2;
   h.payload_bytes = 8;
   const Buf b = encode(h);
-  // "DLTR" in memory order, version 1, type 5.
+  // "DLTR" in memory order, version 2, type 5.
   EXPECT_EQ(static_cast<char>(b[0]), 'D');
   EXPECT_EQ(static_cast<char>(b[1]), 'L');
   EXPECT_EQ(static_cast<char>(b[2]), 'T');
   EXPECT_EQ(static_cast<char>(b[3]), 'R');
-  EXPECT_EQ(static_cast<int>(b[4]), 1);
+  EXPECT_EQ(static_cast<int>(b[4]), 2);
   EXPECT_EQ(static_cast<int>(b[6]), 5);
   EXPECT_EQ(static_cast<int>(b[24]), 0x44);
   EXPECT_EQ(static_cast<int>(b[27]), 0x11);
@@ -106,8 +113,8 @@ TEST(Frame, RejectsWrongMagic) {
 
 TEST(Frame, RejectsWrongVersion) {
   Buf b = encode(FrameHeader{});
-  poke<std::uint16_t>(b, 4, 2);
-  EXPECT_EQ(error_of(b), "frame version: expected 1, got 2");
+  poke<std::uint16_t>(b, 4, 1);  // a version-1 peer: its pull replies carry no push count
+  EXPECT_EQ(error_of(b), "frame version: expected 2, got 1");
 }
 
 TEST(Frame, RejectsUnknownTypeAndCodecAndFlags) {
@@ -191,6 +198,254 @@ TEST(ControlEnvelope, RejectsMalformedMessagesWithTheField) {
   EXPECT_EQ(msg(R"({"v":1,"id":"1"})"), "control message field \"type\": expected a non-empty string");
   EXPECT_EQ(msg(R"({"v":1,"type":"list"})"), "control message field \"id\": required for type \"list\"");
   EXPECT_EQ(msg(R"({"v":1,"id":"1","type":"list","body":[]})"), "control message field \"body\": expected an object");
+  // Found while writing tests/fuzz/fuzz_control.cpp: 2^32 + 1 passed as version 1 (get<int> wrapped).
+  EXPECT_EQ(msg(R"({"v":4294967297,"id":"1","type":"list"})"),
+            "control message field \"v\": version 4294967297 is not supported (this build speaks version 1)");
+  EXPECT_EQ(msg(R"({"v":1,"id":"1","type":"reply","ok":false,"error":{"message":5}})"),
+            "control reply field \"error.message\": expected a string");
+}
+
+// Found while writing tests/fuzz/fuzz_task_events.cpp: a number that overflows a double made nlohmann
+// throw json::out_of_range, which no caller caught, out of the leader's message handler
+// (and so out of its event loop); a message nested four million deep
+// would overflow the stack where nlohmann copies or dumps it recursively.
+TEST(ControlEnvelope, OverflowingNumbersAndDeepNestingAreProtocolErrors) {
+  try {
+    parse_envelope(R"({"v":1,"id":"1","type":"list","body":{"x":1e400}})");
+    FAIL() << "1e400 accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("number overflow"), std::string::npos) << e.what();
+  }
+  const std::string deep = std::string(R"({"v":1,"id":"1","type":"list","body":{"x":)") + std::string(100000, '[') +
+                           std::string(100000, ']') + "}}";
+  try {
+    parse_envelope(deep);
+    FAIL() << "a message 100000 levels deep was accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_EQ(std::string(e.what()), "control message: nested deeper than 64 levels");
+  }
+  std::string ok = R"({"v":1,"id":"1","type":"list","body":{"x":)";
+  ok += std::string(60, '[') + std::string(60, ']') + "}}";
+  EXPECT_NO_THROW(parse_envelope(ok));
+}
+
+// Found while writing tests/fuzz/fuzz_task_events.cpp: a task's log line that is
+// not UTF-8 made make_request throw json::type_error (316) inside the agent.
+TEST(ControlEnvelope, BuildersReplaceBytesThatAreNotUtf8) {
+  const std::string line = "loss 0.4 \xff\xfe end";
+  const auto ev = events::event_of_line(line);
+  EXPECT_EQ(ev["event"], "log");
+  const auto env = parse_envelope(make_request("a1", "task_event", TaskEventBody{{}, "job-1", "worker-0", 1, ev}.to_json()));
+  EXPECT_EQ(env.body["event"]["line"], "loss 0.4 \xef\xbf\xbd\xef\xbf\xbd end");  // two U+FFFD
+  EXPECT_NO_THROW(make_reply("1", {{"name", line}}));
+  // Lines that are not one JSON object, or nest too deep, travel as log lines.
+  EXPECT_EQ(events::event_of_line("[1,2]")["event"], "log");
+  EXPECT_EQ(events::event_of_line(R"({"event":"progress","loss":1e400})")["event"], "log");
+  EXPECT_EQ(events::event_of_line(std::string(1000, '{'))["event"], "log");
+  EXPECT_EQ(events::event_of_line(R"({"event":"progress","rank":1})")["rank"], 1);
+}
+
+namespace {
+
+std::string body_error(const std::string& type, const nlohmann::json& body, std::string* field = nullptr) {
+  Envelope env;
+  env.type = type;
+  env.body = body;
+  try {
+    if (type == "register") parse_body<RegisterBody>(env);
+    if (type == "start_task") parse_body<StartTaskBody>(env);
+    if (type == "task_event") parse_body<TaskEventBody>(env);
+    if (type == "task_exit") parse_body<TaskExitBody>(env);
+    if (type == "submit") parse_body<SubmitBody>(env);
+  } catch (const BodyError& e) {
+    if (field != nullptr) *field = e.field();
+    return e.what();
+  }
+  return "(no error)";
+}
+
+nlohmann::json start_task_body() {
+  StartTaskBody b;
+  b.job = "job-3";
+  b.job_num = 3;
+  b.task = "worker-1";
+  b.kind = "worker";
+  b.index = 1;
+  b.generation = 2;
+  b.secret = std::string(64, 'c');
+  b.spec = JobSpec{};
+  b.ps = {"10.0.0.2:7000", "[::1]:7001"};
+  b.init_replica_generation = 1;
+  return b.to_json();
+}
+
+}  // namespace
+
+TEST(ControlBodies, EveryFieldRoundTripsThroughItsOneSchema) {
+  Envelope env;
+  env.type = "start_task";
+  env.body = start_task_body();
+  const auto b = parse_body<StartTaskBody>(env);
+  EXPECT_EQ(b.job, "job-3");
+  EXPECT_EQ(b.job_num, 3u);
+  EXPECT_EQ(b.ps, (std::vector<std::string>{"10.0.0.2:7000", "[::1]:7001"}));
+  EXPECT_EQ(b.init_replica_generation, 1u);
+  EXPECT_FALSE(b.restore_generation.has_value());
+  EXPECT_EQ(b.to_json(), env.body);
+  EXPECT_EQ(job_from_json(b.spec).model, "cnn");
+  env.type = "register";
+  env.body = {{"name", "a1"}, {"cores", 4}, {"tasks", {{{"job", "job-1"}, {"task", "ps-0"}, {"generation", 2}}}},
+              {"unknown", "ignored"}};
+  const auto r = parse_body<RegisterBody>(env);
+  EXPECT_EQ(r.advertise_address, "127.0.0.1");  // absent: the default
+  ASSERT_EQ(r.tasks.size(), 1u);
+  EXPECT_EQ(r.tasks[0].generation, 2u);
+  EXPECT_FALSE(r.tasks[0].exited);
+}
+
+// Found while writing tests/fuzz/fuzz_control.cpp: a start_task whose job or
+// task named a path ("../../x") made the agent create directories outside its state
+// directory; mistyped fields threw nlohmann exceptions, one of them inside the agent's own
+// catch handler (out of its event loop); a cores of 1e300 was undefined behaviour.
+TEST(ControlBodies, BodiesThatDoNotFitTheirSchemaAreRefusedNamingTheField) {
+  std::string field;
+  auto with = [](const char* key, const nlohmann::json& v) {
+    auto b = start_task_body();
+    b[key] = v;
+    return b;
+  };
+  EXPECT_EQ(body_error("start_task", with("job", "../../etc"), &field),
+            "start_task field \"job\": \"../../etc\" is not a valid name (letters, digits, '-', '_' and '.'; not "
+            "\".\" or \"..\")");
+  EXPECT_EQ(field, "job");
+  EXPECT_NE(body_error("start_task", with("task", ".."), &field).find("not a valid name"), std::string::npos);
+  EXPECT_EQ(field, "task");
+  EXPECT_NE(body_error("start_task", with("task", "a/b")).find("not a valid name"), std::string::npos);
+  EXPECT_NE(body_error("start_task", with("task", "")).find("expected 1 to 256 characters, got 0"), std::string::npos);
+  EXPECT_EQ(body_error("start_task", with("job", 5), &field), "start_task body: job: type must be string, but is number");
+  EXPECT_EQ(field, "job");
+  EXPECT_EQ(body_error("start_task", with("kind", "shell")), "start_task field \"kind\": expected ps or worker, got \"shell\"");
+  EXPECT_NE(body_error("start_task", with("threads", 0)).find("\"threads\": expected >= 1, got 0"), std::string::npos);
+  EXPECT_NE(body_error("start_task", with("secret", "zz"), &field).find("start_task for job-3/worker-1: secret:"),
+            std::string::npos);
+  EXPECT_EQ(field, "secret");
+  EXPECT_NE(body_error("start_task", with("spec", {{"model", "cnn"}}), &field).find("malformed job JSON"),
+            std::string::npos);
+  EXPECT_EQ(field, "spec");
+  EXPECT_NE(body_error("start_task", with("ps", {"a,b:1"})).find("holds a ','"), std::string::npos);
+  EXPECT_NE(body_error("start_task", with("ps", {"nohost"})).find("expected HOST:PORT"), std::string::npos);
+  EXPECT_NE(body_error("start_task", with("generation", -1), &field).find("generation: expected an integer in [0, 4294967295], got -1"),
+            std::string::npos);
+  EXPECT_NE(body_error("start_task", with("workers_done", {1, "x"}), &field).find("workers_done"), std::string::npos);
+  EXPECT_NE(body_error("register", {{"name", "a"}, {"cores", 1e300}}, &field).find("cores: expected an integer"),
+            std::string::npos);
+  EXPECT_EQ(field, "cores");
+  EXPECT_EQ(body_error("register", {{"cores", 2}}, &field), "register needs a name");
+  EXPECT_EQ(field, "name");
+  EXPECT_EQ(body_error("register", {{"name", "a"}, {"cores", 0}}), "cores must be >= 1, got 0");
+  EXPECT_NE(body_error("register", {{"name", "a"}, {"cores", 1}, {"tasks", "x"}}, &field).find("tasks"), std::string::npos);
+  EXPECT_EQ(body_error("task_event", {{"job", "job-1"}, {"event", 5}}), "task_event field \"event\": expected an object, got number");
+  EXPECT_EQ(body_error("submit", {{"base_dir", "/"}}, &field), "submit needs \"job_toml\" (string)");
+  EXPECT_EQ(field, "job_toml");
+  EXPECT_NE(body_error("task_exit", {{"exit_code", "1"}}).find("exit_code"), std::string::npos);
+  // What the agent reports about a request it refused never throws.
+  const auto ref = TaskRefBody::lenient({{"job", 5}, {"task", "worker-1"}, {"generation", -3}});
+  EXPECT_EQ(ref.job, "");
+  EXPECT_EQ(ref.task, "worker-1");
+  EXPECT_EQ(ref.generation, 0u);
+  EXPECT_EQ(TaskRefBody::lenient(nlohmann::json::array()).task, "");
+}
+
+namespace {
+
+FrameHeader push_header(Codec codec, std::uint32_t count, float scale = 0.5f) {
+  FrameHeader h;
+  h.type = MessageType::kPush;
+  h.key = 4;
+  h.codec = codec;
+  h.count = count;
+  h.scale = scale;
+  std::uint32_t bytes = 0;
+  expected_payload_bytes(codec, count, bytes);
+  h.payload_bytes = bytes;
+  return h;
+}
+
+template <typename T>
+void put_words(std::vector<float>& words, std::size_t byte_off, const std::vector<T>& v) {
+  words.resize(std::max(words.size(), (byte_off + v.size() * sizeof(T) + 3) / 4));
+  std::memcpy(reinterpret_cast<std::byte*>(words.data()) + byte_off, v.data(), v.size() * sizeof(T));
+}
+
+}  // namespace
+
+TEST(Payload, EveryPushCodecDecodesToTheValuesItCarries) {
+  ps::PayloadScratch scratch;
+  std::vector<float> dense;
+  put_words(dense, 0, std::vector<float>{1.5f, -2.0f, 0.25f});
+  auto v = ps::decode_push(push_header(Codec::kDenseF32, 3), dense, 3, scratch);
+  EXPECT_FALSE(v.sparse);
+  EXPECT_EQ(std::vector<float>(v.values.begin(), v.values.end()), (std::vector<float>{1.5f, -2.0f, 0.25f}));
+  std::vector<float> half;  // 1.0, -2.0, 0.5 in binary16 (3 values: an odd number of halves)
+  put_words(half, 0, std::vector<std::uint16_t>{0x3C00, 0xC000, 0x3800});
+  v = ps::decode_push(push_header(Codec::kDenseF16, 3), half, 3, scratch);
+  EXPECT_EQ(std::vector<float>(v.values.begin(), v.values.end()), (std::vector<float>{1.0f, -2.0f, 0.5f}));
+  std::vector<float> sparse;
+  put_words(sparse, 0, std::vector<std::uint32_t>{1, 7});
+  put_words(sparse, 8, std::vector<float>{3.0f, 4.0f});
+  v = ps::decode_push(push_header(Codec::kSparseF32, 2), sparse, 10, scratch);
+  EXPECT_TRUE(v.sparse);
+  EXPECT_EQ(std::vector<std::uint32_t>(v.indices.begin(), v.indices.end()), (std::vector<std::uint32_t>{1, 7}));
+  EXPECT_EQ(std::vector<float>(v.values.begin(), v.values.end()), (std::vector<float>{3.0f, 4.0f}));
+  std::vector<float> sparse16;
+  put_words(sparse16, 0, std::vector<std::uint32_t>{0, 9});
+  put_words(sparse16, 8, std::vector<std::uint16_t>{0x3C00, 0xBC00});
+  v = ps::decode_push(push_header(Codec::kSparseF16, 2), sparse16, 10, scratch);
+  EXPECT_EQ(std::vector<float>(v.values.begin(), v.values.end()), (std::vector<float>{1.0f, -1.0f}));
+  auto seeded_h = push_header(Codec::kSeededF32, 2);
+  seeded_h.seq = 99;
+  v = ps::decode_push(seeded_h, sparse, 10, scratch);
+  std::vector<std::uint32_t> want;
+  compress::randomk_indices(10, 2, 99, want);
+  EXPECT_EQ(std::vector<std::uint32_t>(v.indices.begin(), v.indices.end()), want);
+}
+
+// Found while writing tests/fuzz/fuzz_frame.cpp: the scale of a push (its
+// learning rate) was used unchecked, so one NaN poisoned every coordinate it touched.
+TEST(Payload, NonFiniteScalesForeignCodecsAndOversizedSeededPushesAreRefused) {
+  ps::PayloadScratch scratch;
+  std::vector<float> dense(3, 1.0f);
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    try {
+      ps::decode_push(push_header(Codec::kDenseF32, 3, bad), dense, 3, scratch);
+      FAIL() << "scale " << bad << " accepted";
+    } catch (const ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find("scale (learning rate)"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(ps::decode_push(push_header(Codec::kBytes, 3), dense, 3, scratch), ProtocolError);
+  EXPECT_THROW(ps::decode_push(push_header(Codec::kSeededF32, 3), dense, 2, scratch), ProtocolError);
+}
+
+// Found while writing tests/fuzz/fuzz_frame.cpp: a sparse pull reply with a bad
+// index at position j had already added its first j pairs to the worker's replica.
+TEST(Payload, ASparsePullReplyWithABadIndexChangesNothing) {
+  std::vector<float> words;
+  put_words(words, 0, std::vector<std::uint32_t>{0, 2, 9});
+  put_words(words, 12, std::vector<float>{1.0f, 2.0f, 3.0f});
+  std::vector<float> replica(5, 10.0f);
+  try {
+    ps::apply_sparse_reply(words, 3, replica);
+    FAIL() << "index 9 of 5 accepted";
+  } catch (const ProtocolError& e) {
+    EXPECT_EQ(std::string(e.what()), "bad index 9 at position 2 (indices must be strictly ascending and below 5)");
+  }
+  EXPECT_EQ(replica, std::vector<float>(5, 10.0f));
+  std::vector<float> good;
+  put_words(good, 0, std::vector<std::uint32_t>{0, 2});
+  put_words(good, 8, std::vector<float>{1.0f, 2.0f});
+  ps::apply_sparse_reply(good, 2, replica);
+  EXPECT_EQ(replica, (std::vector<float>{11.0f, 10.0f, 12.0f, 10.0f, 10.0f}));
 }
 
 namespace {

@@ -1,0 +1,104 @@
+#include "wire/control_bodies.h"
+
+#include "common/host_port.h"
+#include "common/job_spec.h"
+#include "common/secret.h"
+
+namespace dltrain::wire {
+namespace {
+
+// `s` as a JSON string, so that a message holding a peer's text stays one printable line
+// (bytes that are not UTF-8 become U+FFFD).
+std::string quoted(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+void check_path_name(const std::string& name, const std::string& field, const std::string& what) {
+  if (name.empty() || name.size() > kMaxNameLength) {
+    throw BodyError(field, what + " field \"" + field + "\": expected 1 to " + std::to_string(kMaxNameLength) +
+                               " characters, got " + std::to_string(name.size()));
+  }
+  const bool dots = name == "." || name == "..";
+  const bool bad_char = name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
+                        std::string::npos;
+  if (dots || bad_char) {
+    throw BodyError(field, what + " field \"" + field + "\": " + quoted(name) + " is not a valid name (letters, digits, '-', '_' and '.'; not \".\" or \"..\")");
+  }
+}
+
+void RegisterBody::check(const std::string& type) const {
+  if (name.empty()) throw BodyError("name", type + " needs a name");
+  if (name.size() > kMaxNameLength) {
+    throw BodyError("name", type + " field \"name\": at most " + std::to_string(kMaxNameLength) + " characters, got " +
+                                std::to_string(name.size()));
+  }
+  if (cores < 1) throw BodyError("cores", "cores must be >= 1, got " + std::to_string(cores));
+  if (memory_mb < 0) throw BodyError("memory_mb", "memory_mb must be >= 0, got " + std::to_string(memory_mb));
+}
+
+TaskRefBody TaskRefBody::lenient(const nlohmann::json& body) noexcept {
+  TaskRefBody r;
+  if (!body.is_object()) return r;
+  const auto str = [&](const char* key) {
+    const auto it = body.find(key);
+    return it != body.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  r.job = str("job");
+  r.task = str("task");
+  const auto g = body.find("generation");
+  if (g != body.end() && g->is_number_unsigned() && g->get<std::uint64_t>() <= UINT32_MAX) {
+    r.generation = static_cast<std::uint32_t>(g->get<std::uint64_t>());
+  }
+  return r;
+}
+
+void TaskEventBody::check(const std::string& type) const {
+  if (!event.is_object()) {
+    throw BodyError("event", type + " field \"event\": expected an object, got " + std::string(event.type_name()));
+  }
+}
+
+void SubmitBody::check(const std::string& type) const {
+  if (!job_toml) throw BodyError("job_toml", type + " needs \"job_toml\" (string)");
+}
+
+void StartTaskBody::check(const std::string& type) const {
+  check_path_name(job, "job", type);
+  check_path_name(task, "task", type);
+  if (job_num == 0) throw BodyError("job_num", type + " field \"job_num\": expected a job number >= 1, got 0");
+  if (kind != "ps" && kind != "worker") {
+    throw BodyError("kind", type + " field \"kind\": expected ps or worker, got " + quoted(kind));
+  }
+  if (index < 0) throw BodyError("index", type + " field \"index\": expected >= 0, got " + std::to_string(index));
+  if (threads < 1) throw BodyError("threads", type + " field \"threads\": expected >= 1, got " + std::to_string(threads));
+  if (resume_epoch < 0) {
+    throw BodyError("resume_epoch", type + " field \"resume_epoch\": expected >= 0, got " + std::to_string(resume_epoch));
+  }
+  try {
+    job_secret_from_hex(secret, "secret");  // its message never shows the secret
+  } catch (const ConfigError& e) {
+    throw BodyError("secret", type + " for " + job + "/" + task + ": " + e.what());
+  }
+  try {
+    job_from_json(spec);
+  } catch (const ConfigError& e) {
+    throw BodyError("spec", type + " field \"spec\": " + e.what());
+  }
+  if (kind == "worker") {
+    for (const auto& e : ps) {
+      // A worker's command line joins them with ','.
+      if (e.find(',') != std::string::npos) {
+        throw BodyError("ps", type + " field \"ps\": " + quoted(e) + " holds a ','; expected HOST:PORT");
+      }
+      try {
+        parse_host_port(e, "ps");
+      } catch (const ConfigError& err) {
+        throw BodyError("ps", type + " field " + err.what());
+      }
+    }
+  }
+}
+
+}  // namespace dltrain::wire

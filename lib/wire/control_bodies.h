@@ -1,0 +1,218 @@
+// The bodies of the control messages that the leader and the agents accept
+// (docs/protocol.md, "Control plane"): one struct per body, whose field list — names,
+// types — is written once and serves the sender (`to_json()`) and the reader
+// (`parse_body<B>(envelope)`), as the task events do (wire/task_events.h).
+//
+//   agent → leader   register, task_event, task_exit
+//   client → leader  submit and plan, status / cancel / follow, history
+//   leader → agent   start_task, stop_task
+//
+// parse_body is the one place where a body's bytes become typed values: it checks every
+// field's JSON type (integers also against their C++ type's range, json_fields::get_value)
+// and what each body needs (a non-empty name, cores >= 1, safe task directory names, ...),
+// and throws BodyError naming the field. Absent fields keep their defaults, unknown ones
+// are ignored (an older or newer peer's extra field is harmless). Pure functions, no
+// state: the leader's and the agent's handlers call them, and tests/fuzz/ fuzzes them.
+// Thread-safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/errors.h"
+#include "common/json_fields.h"
+#include "wire/control.h"
+
+namespace dltrain::wire {
+
+/// A control message body that does not fit its schema. `field()` is the offending key
+/// (e.g. "cores", or "tasks" for an entry of that array), for the error reply's "field".
+class BodyError : public ProtocolError {
+ public:
+  BodyError(std::string field, const std::string& message) : ProtocolError(message), field_(std::move(field)) {}
+  const std::string& field() const noexcept { return field_; }
+
+ private:
+  std::string field_;
+};
+
+/// Longest job, task or agent name accepted in a body, in bytes.
+inline constexpr std::size_t kMaxNameLength = 256;
+
+/// Throws BodyError(field, ...) unless `name` can be one component of a path: 1 to
+/// kMaxNameLength bytes of letters, digits, '-', '_' and '.', and not "." or "..". What
+/// names a task's directory (<state_dir>/tasks/<job>/<task>-g<generation>) must be, so
+/// that a request cannot reach outside the state directory.
+void check_path_name(const std::string& name, const std::string& field, const std::string& what);
+
+/// A task an agent lists in its registration.
+struct ReportedTask : json_fields::Fields<ReportedTask> {
+  std::string job;               ///< "job-3"
+  std::string task;              ///< "ps-0", "worker-1"
+  std::uint32_t generation = 0;  ///< the generation it was started for
+  bool exited = false;           ///< it ended while the agent had no leader; its task_exit follows
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job", s.job), v("task", s.task), v("generation", s.generation), v("exited", s.exited);
+  }
+};
+
+/// register (agent → leader): who the agent is, what it offers, what it still runs.
+struct RegisterBody : json_fields::Fields<RegisterBody> {
+  std::string name;                                 ///< unique per cluster; non-empty
+  std::string advertise_address = "127.0.0.1";      ///< where its PS shards are reached
+  int cores = 0;                                    ///< cores offered to tasks, >= 1
+  std::int64_t memory_mb = 0;                       ///< memory offered, MiB, >= 0
+  std::string hardware_class = "cpu";               ///< the planner's price-table label
+  std::vector<ReportedTask> tasks;                  ///< running (or exited, unreported)
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("name", s.name), v("advertise_address", s.advertise_address), v("cores", s.cores),
+        v("memory_mb", s.memory_mb), v("hardware_class", s.hardware_class), v("tasks", s.tasks);
+  }
+  /// BodyError for an empty or over-long name, cores < 1, memory_mb < 0.
+  void check(const std::string& type) const;
+};
+
+/// The task a task_event, task_exit or stop_task is about; also the whole stop_task body.
+struct TaskRefBody : json_fields::Fields<TaskRefBody> {
+  std::string job;               ///< "job-3"
+  std::string task;              ///< "worker-1"
+  std::uint32_t generation = 0;  ///< the generation the sender means
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job", s.job), v("task", s.task), v("generation", s.generation);
+  }
+  /// Best effort, never throws: the job, task and generation of `body` where they have
+  /// the right types, else empty / 0. For reporting about a request that was refused.
+  static TaskRefBody lenient(const nlohmann::json& body) noexcept;
+};
+
+/// task_event (agent → leader): one line of a task's standard output, as an event.
+struct TaskEventBody : json_fields::Fields<TaskEventBody> {
+  std::string job, task;         ///< as TaskRefBody
+  std::uint32_t generation = 0;
+  nlohmann::json event = nlohmann::json::object();  ///< the event (wire/task_events.h): an object
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job", s.job), v("task", s.task), v("generation", s.generation), v("event", s.event);
+  }
+  /// BodyError unless `event` is an object.
+  void check(const std::string& type) const;
+};
+
+/// task_exit (agent → leader): a task ended for good.
+struct TaskExitBody : json_fields::Fields<TaskExitBody> {
+  std::string job, task;         ///< as TaskRefBody
+  std::uint32_t generation = 0;
+  int exit_code = -1;            ///< the process's exit code; -1 when it was killed
+  int signal = 0;                ///< the signal that ended it; 0 when none
+  std::string describe = "exited";  ///< ExitStatus::describe(), for logs and `dltrain status`
+  std::string last_error;        ///< the task's last error event or log line
+  bool agent_stopping = false;   ///< it ended because its agent shuts down
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job", s.job), v("task", s.task), v("generation", s.generation), v("exit_code", s.exit_code),
+        v("signal", s.signal), v("describe", s.describe), v("last_error", s.last_error),
+        v("agent_stopping", s.agent_stopping);
+  }
+};
+
+/// submit and plan (client → leader): a job file's text.
+struct SubmitBody : json_fields::Fields<SubmitBody> {
+  std::optional<std::string> job_toml;  ///< required: the job file's text
+  std::string base_dir = ".";           ///< where the job file's relative paths start
+  bool follow = false;                  ///< submit: send this session the job's events
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job_toml", s.job_toml), v("base_dir", s.base_dir), v("follow", s.follow);
+  }
+  /// BodyError when job_toml is absent.
+  void check(const std::string& type) const;
+};
+
+/// status, cancel and follow (client → leader). status without a job lists every job.
+struct JobQueryBody : json_fields::Fields<JobQueryBody> {
+  std::optional<std::string> job;  ///< "job-3"
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job", s.job);
+  }
+};
+
+/// history (client → leader): the planner's observations, filtered.
+struct HistoryBody : json_fields::Fields<HistoryBody> {
+  std::string model;    ///< only this model; empty = all
+  std::string dataset;  ///< only this dataset; empty = all
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("model", s.model), v("dataset", s.dataset);
+  }
+};
+
+/// start_task (leader → agent): start one PS shard or worker of a job.
+struct StartTaskBody : json_fields::Fields<StartTaskBody> {
+  std::string job;               ///< "job-3"; a path component (check_path_name)
+  std::uint64_t job_num = 0;     ///< the numeric job id of the data plane, >= 1
+  std::string task;              ///< "ps-0", "worker-1"; a path component
+  std::string kind;              ///< "ps" | "worker"
+  int index = 0;                 ///< shard index or worker rank, >= 0
+  std::uint32_t generation = 0;  ///< the job's generation
+  std::string secret;            ///< the job secret, 64 lower-case hex characters
+  int threads = 1;               ///< cores given to the task, >= 1
+  nlohmann::json spec = nlohmann::json::object();  ///< the job (to_json(JobSpec)), checked by job_from_json
+  std::vector<std::string> ps;   ///< worker: its PS shards' HOST:PORT, in shard order
+  int resume_epoch = 0;          ///< worker: epochs already finished, >= 0
+  /// Worker: start from the replica it saved in this generation's task directory.
+  std::optional<std::uint32_t> init_replica_generation;
+  /// PS shard: first copy the checkpoint of this generation's task directory.
+  std::optional<std::uint32_t> restore_generation;
+  std::vector<std::uint32_t> workers_done;  ///< PS shard: ranks that already finished
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job", s.job), v("job_num", s.job_num), v("task", s.task), v("kind", s.kind), v("index", s.index),
+        v("generation", s.generation), v("secret", s.secret), v("threads", s.threads), v("spec", s.spec),
+        v("ps", s.ps), v("resume_epoch", s.resume_epoch), v("init_replica_generation", s.init_replica_generation),
+        v("restore_generation", s.restore_generation), v("workers_done", s.workers_done);
+  }
+  /// BodyError naming the field: job or task not a path component, job_num 0, kind not
+  /// ps or worker, index, threads or resume_epoch out of range, a secret that is not 64
+  /// hex characters, a spec job_from_json refuses, a worker's ps entry that is not
+  /// HOST:PORT.
+  void check(const std::string& type) const;
+};
+
+namespace detail {
+/// Reads each field with json_fields' reader and turns its type errors into BodyError.
+struct BodyReader {
+  const nlohmann::json& in;
+  const std::string& type;
+  template <typename T>
+  void operator()(const char* key, T& v) const {
+    try {
+      json_fields::detail::Reader{in}(key, v);
+    } catch (const nlohmann::json::exception& e) {
+      // The reader's message already starts with the key.
+      throw BodyError(key, type + " body: " + json_fields::message_of(e));
+    }
+  }
+};
+}  // namespace detail
+
+/// `env.body` as a B: every field present read and type-checked, then B::check(env.type)
+/// where B has one. Throws BodyError naming the field (ProtocolError, so a caller that only
+/// knows that one is fine). `env.body` is an object (parse_envelope made sure).
+template <typename B>
+B parse_body(const Envelope& env) {
+  if (!env.body.is_object()) throw BodyError("body", env.type + " body: expected an object");
+  B b;
+  B::fields(b, detail::BodyReader{env.body, env.type});
+  if constexpr (requires(const B& x, const std::string& t) { x.check(t); }) b.check(env.type);
+  return b;
+}
+
+}  // namespace dltrain::wire
