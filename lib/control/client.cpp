@@ -179,6 +179,9 @@ void ControlClient::connect(std::chrono::milliseconds timeout, std::function<voi
           }
           return fail("cannot connect to leader " + where + ": " + ec2.message());
         }
+        // As the server does: small messages in a row must not wait for delayed ACKs.
+        beast::error_code nd;
+        beast::get_lowest_layer(ws).socket().set_option(tcp::no_delay(true), nd);
         auto& im = *self->impl_;
         if constexpr (std::is_same_v<std::decay_t<decltype(ws)>, TlsWs>) {
           auto& tls = ws.next_layer();

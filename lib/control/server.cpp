@@ -91,12 +91,20 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession<
   }
 
   void send(std::string text) override {
-    if (!open_) return;
-    if (queue_.size() >= srv_->opt.max_send_queue) {
-      spdlog::warn("control: dropping {} session {}: {} messages queued (peer too slow)",
-                   kind_ == PeerKind::kAgent ? "agent" : "client", peer_, queue_.size());
+    if (!open_ || closing_) return;  // closing: nothing more goes out
+    if (queue_.size() >= srv_->opt.max_send_queue ||
+        (!queue_.empty() && queued_bytes_ + text.size() > srv_->opt.max_send_queue_bytes)) {
+      spdlog::warn("control: dropping {} session {}: {} messages ({} bytes) queued (peer too slow)",
+                   kind_ == PeerKind::kAgent ? "agent" : "client", peer_, queue_.size(), queued_bytes_);
+      // Nothing queued will be sent now: free it at once, but for the message being
+      // written (its buffer belongs to the write in flight).
+      while (queue_.size() > 1) {
+        queued_bytes_ -= queue_.back().size();
+        queue_.pop_back();
+      }
       return close();
     }
+    queued_bytes_ += text.size();
     queue_.push_back(std::move(text));
     if (queue_.size() == 1) write();
   }
@@ -141,6 +149,7 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession<
         spdlog::info("control: write to {} failed: {}", self->peer_, ec.message());
         return self->finish();
       }
+      self->queued_bytes_ -= self->queue_.front().size();
       self->queue_.pop_front();
       if (!self->queue_.empty()) self->write();
     });
@@ -162,6 +171,7 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession<
   std::uint64_t id_;
   beast::flat_buffer buf_;
   std::deque<std::string> queue_;
+  std::size_t queued_bytes_ = 0;  // of queue_
   bool open_ = false;
   bool closing_ = false;
 };
@@ -279,6 +289,11 @@ void ControlServer::Impl::accept() {
     if (ec) {
       spdlog::warn("control: accept failed: {}", ec.message());
     } else {
+      // Control messages are small and often come several in a row (a task's events, a
+      // follower's stream, a list reply's tail): with Nagle's algorithm each one after
+      // the first waits for the peer's delayed ACK (40 ms on Linux).
+      beast::error_code nd;
+      sock.set_option(tcp::no_delay(true), nd);
       if (self->tls) {
         std::make_shared<HttpSession<TlsStream>>(std::move(sock), self)->run();
       } else {

@@ -25,6 +25,10 @@ struct ControlServerOptions {
   std::size_t max_message_bytes = 4u << 20;  ///< WebSocket message limit
   std::size_t max_http_body_bytes = 64u << 10;
   std::size_t max_send_queue = 4096;  ///< messages queued for one slow peer before it is dropped
+  /// Bytes queued for one slow peer before it is dropped (a message is always queued when
+  /// nothing else is): the count alone let a client that pipelines `list` requests
+  /// without reading hold 4096 whole job lists, gigabytes, in the leader.
+  std::size_t max_send_queue_bytes = 64u << 20;
   std::chrono::seconds handshake_timeout{10};  ///< TLS + HTTP upgrade, per connection
   /// TLS (wss://): both or neither. The certificate chain (PEM, the server's certificate
   /// first) and its private key (PEM; the file must not be readable by group or others).
@@ -39,8 +43,9 @@ struct ControlServerOptions {
 class Session {
  public:
   virtual ~Session() = default;
-  /// Queues a text message. Drops the session when more than max_send_queue messages
-  /// are pending (a stuck peer must not grow the leader's memory).
+  /// Queues a text message. Drops the session when more than max_send_queue messages,
+  /// or more than max_send_queue_bytes bytes, are pending (a stuck peer must not grow the
+  /// leader's memory).
   virtual void send(std::string text) = 0;
   /// Closes the session (normal closure).
   virtual void close() = 0;

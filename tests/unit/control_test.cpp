@@ -2,6 +2,11 @@
 // malformed messages, job validation errors; with an agent played by hand: job secrets
 // and generations in task messages, malformed agent messages; with a leader played by
 // hand: malformed requests to an agent.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <deque>
 #include <filesystem>
@@ -11,6 +16,8 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <future>
 #include <gtest/gtest.h>
 
 #include "agent/agent.h"
@@ -260,6 +267,120 @@ TEST_F(LeaderFixture, MalformedAndUnsupportedMessagesGetTypedErrors) {
   EXPECT_EQ(e2["error"]["message"], "unknown message type \"frobnicate\"");
   raw->close();
   io.run_for(std::chrono::milliseconds(200));
+}
+
+namespace {
+
+// TCP_NODELAY of this process's connected IPv4 TCP sockets whose local port (the
+// leader's end of a session) or peer port (the client's end) is `port`.
+struct NoDelayOfSessions {
+  std::vector<bool> leader_side, client_side;
+};
+NoDelayOfSessions no_delay_of_sessions(std::uint16_t port) {
+  NoDelayOfSessions out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(e.path().filename().string());
+    sockaddr_in local{}, peer{};
+    socklen_t ll = sizeof local, pl = sizeof peer;
+    int type = 0;
+    socklen_t tl = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM) continue;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0 || local.sin_family != AF_INET) continue;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;  // the listener
+    int nodelay = 0;
+    socklen_t nl = sizeof nodelay;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, &nl) != 0) continue;
+    if (ntohs(local.sin_port) == port) out.leader_side.push_back(nodelay != 0);
+    if (ntohs(peer.sin_port) == port) out.client_side.push_back(nodelay != 0);
+  }
+  return out;
+}
+
+}  // namespace
+
+// Control messages are small and often several in a row; with Nagle's algorithm on,
+// every one after the first waited for the peer's delayed ACK (40 ms on Linux: the
+// control-plane load benchmark's task_event and relay p99, docs/benchmarks.md).
+TEST_F(LeaderFixture, BothEndsOfAControlSessionSendWithoutNagleDelay) {
+  control::BlockingControlClient c(url(), "client-secret", std::chrono::seconds(5));
+  c.request("list", nlohmann::json::object(), std::chrono::seconds(5));  // the session is up at both ends
+  const auto s = no_delay_of_sessions(port_);
+  EXPECT_EQ(s.leader_side, std::vector<bool>{true});
+  EXPECT_EQ(s.client_side, std::vector<bool>{true});
+}
+
+// A peer that stops reading: what the server sends it is queued, up to a bound in
+// messages and one in bytes; past the bytes, the session is dropped and its queue freed
+// (a client pipelining `list` requests could make the leader hold 4096 whole job lists).
+TEST(ControlServer, APeerThatStopsReadingIsDroppedOnceItsQueueHoldsTooManyBytes) {
+  asio::io_context io;
+  control::ControlServerOptions so;
+  so.agent_token = "agent-secret";
+  so.client_token = "client-secret";
+  so.max_send_queue_bytes = 256u << 10;
+  std::shared_ptr<control::Session> session;
+  std::promise<void> opened, closed;
+  control::ControlHandler h;
+  h.on_open = [&](const std::shared_ptr<control::Session>& s) {
+    session = s;
+    opened.set_value();
+  };
+  h.on_close = [&](const std::shared_ptr<control::Session>&) { closed.set_value(); };
+  control::ControlServer server(io, so, h);
+  server.start();
+  std::thread loop([&] { io.run(); });
+
+  // The peer: a plain Beast WebSocket client that reads only when the test says so.
+  asio::io_context cio;
+  beast::websocket::stream<beast::tcp_stream> ws(cio);
+  ws.next_layer().connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), server.port()));
+  ws.set_option(beast::websocket::stream_base::decorator(
+      [](beast::websocket::request_type& r) { r.set(http::field::authorization, "Bearer client-secret"); }));
+  ws.handshake("127.0.0.1", "/v1/client");
+  ASSERT_EQ(opened.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  auto read_text = [&](beast::error_code& ec) {
+    beast::flat_buffer b;
+    ws.read(b, ec);
+    return beast::buffers_to_string(b.data());
+  };
+
+  // 200 small messages (20 kB) fit: all of them arrive, in order.
+  asio::post(io, [&] {
+    for (int i = 0; i < 200; ++i) session->send("small " + std::to_string(i) + std::string(90, '.'));
+  });
+  for (int i = 0; i < 200; ++i) {
+    beast::error_code ec;
+    const auto text = read_text(ec);
+    ASSERT_FALSE(ec) << "message " << i << ": " << ec.message();
+    const std::string want = "small " + std::to_string(i) + ".";
+    EXPECT_EQ(text.substr(0, want.size()), want);
+  }
+
+  // 200 of 64 KiB queued at once (far fewer than max_send_queue): the first is being
+  // written, three more fit the 256 KiB, the fifth passes it and the session is dropped.
+  // The peer gets at most the one being written (the close frame may come between its
+  // fragments), then the close.
+  asio::post(io, [&] {
+    for (int i = 0; i < 200; ++i) session->send("big " + std::to_string(i) + std::string(64u << 10, '.'));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the peer is not reading meanwhile
+  beast::error_code ec;
+  std::vector<std::string> got;
+  for (int i = 0; i < 200 && !ec; ++i) {
+    auto text = read_text(ec);
+    if (!ec) got.push_back(text.substr(0, 6));
+  }
+  EXPECT_LE(got.size(), 1u);
+  if (!got.empty()) EXPECT_EQ(got[0], "big 0.");
+  EXPECT_EQ(ec, beast::websocket::error::closed) << ec.message();
+  EXPECT_EQ(ws.reason().code, beast::websocket::close_code::normal);
+  EXPECT_EQ(closed.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
+
+  asio::post(io, [&] {
+    server.stop();
+    io.stop();
+  });
+  loop.join();
 }
 
 TEST(LeaderUrl, ParsesAndRejects) {
