@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -345,6 +346,33 @@ void idx_files() {
   }
 }
 
+// Inputs that triggered a bug found while writing the targets (each has a regression
+// test in tests/unit), so that every run tries them again.
+void regressions() {
+  auto nan_push = header(wire::MessageType::kPush, 0, wire::Codec::kDenseF32, 4);
+  nan_push.scale = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::uint8_t> four;
+  append<float>(four, std::vector<float>{1, 2, 3, 4});
+  write("frame", "regress-push-nan-scale", frame(nan_push, four));
+  write_text("control", "regress-number-overflow", R"({"v":1,"id":"r1","type":"heartbeat","body":{"x":1e400}})");
+  write_text("control", "regress-version-wraps", R"({"v":4294967297,"id":"r1","type":"list"})");
+  write_text("control", "regress-register-cores-1e300", R"({"v":1,"id":"r","type":"register","body":{"name":"a","cores":1e300}})");
+  write_text("control", "regress-start-task-job-number",
+             R"({"v":1,"id":"l1","type":"start_task","body":{"job":5,"task":"ps-0","kind":"ps"}})");
+  write_text("control", "regress-start-task-path",
+             R"({"v":1,"id":"l1","type":"start_task","body":{"job":"../..","task":"ps-0","kind":"ps"}})");
+  write_text("control", "regress-error-message-number",
+             R"({"v":1,"id":"register","type":"reply","ok":false,"error":{"message":5}})");
+  write_text("task_events", "regress-rank-1e300", R"({"event":"started","rank":1e300})" "\n");
+  write_text("task_events", "regress-not-utf8", "loss \xff\xfe\n");
+  write_text("job_toml", "regress-duration-dot", "model = \"mlp\"\ndeadline = \".s\"\n");
+  write_text("job_toml", "regress-duration-overflow", "model = \"mlp\"\ndeadline = \"" + std::string(305, '9') + "d\"\n");
+  write_text("agent_toml", "regress-duration-overflow", "agent_token = \"t\"\nheartbeat_timeout = \"99999999999d\"\n");
+  auto huge = be32({0x803, 1u << 24, 16, 16});
+  huge.push_back(1);
+  write("idx", "regress-header-claims-4GiB", huge);
+}
+
 void copy_configs(const fs::path& src) {
   for (const auto& e : fs::directory_iterator(src / "configs" / "jobs")) {
     fs::create_directories(out_root / "job_toml");
@@ -380,6 +408,7 @@ int main(int argc, char** argv) {
     task_events();
     checkpoints();
     idx_files();
+    regressions();
     copy_configs(argv[1]);
   } catch (const std::exception& e) {
     std::cerr << "fuzz_make_corpus: " << e.what() << "\n";
