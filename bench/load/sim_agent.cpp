@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/job_spec.h"
+#include "wire/control_bodies.h"
 #include "wire/task_events.h"
 
 namespace dltrain::load {
@@ -39,14 +40,13 @@ void SimAgent::start(std::function<void(bool)> done) {
     if (!self) return;
     if (!ok) return done(false);
     // What Agent::Impl::do_register sends, with no tasks (a fresh agent).
-    const json body{{"name", self->name_},
-                    {"advertise_address", "127.0.0.1"},
-                    {"cores", self->run_.opt.cores_per_agent},
-                    {"memory_mb", 16384},
-                    {"hardware_class", "cpu"},
-                    {"tasks", json::array()}};
+    wire::RegisterBody reg;
+    reg.name = self->name_;
+    reg.advertise_address = "127.0.0.1";
+    reg.cores = self->run_.opt.cores_per_agent;
+    reg.memory_mb = 16384;
     self->link_->request(
-        "register", body, "register",
+        "register", reg.to_json(), "register",
         [w, done](const wire::Envelope& env) {
           auto me = w.lock();
           if (!me) return;
@@ -89,27 +89,36 @@ void SimAgent::heartbeat() {
   });
 }
 
+// Bodies are read as the real agent reads them (wire/control_bodies.h): a body the agent
+// would refuse is an error of the run.
 void SimAgent::on_incoming(const wire::Envelope& env) {
-  if (env.type == "start_task") {
-    link_->reply(env.id);
-    return start_task(env.body);
-  }
-  if (env.type == "stop_task") {
-    link_->reply(env.id);
-    return stop_task(env.body);
+  try {
+    if (env.type == "start_task") {
+      const auto b = wire::parse_body<wire::StartTaskBody>(env);
+      link_->reply(env.id);
+      return start_task(b);
+    }
+    if (env.type == "stop_task") {
+      const auto b = wire::parse_body<wire::TaskRefBody>(env);
+      link_->reply(env.id);
+      return stop_task(b);
+    }
+  } catch (const std::exception& e) {
+    run_.errors.add("bad_" + env.type, name_ + ": " + e.what());
+    return;
   }
   run_.errors.add("unexpected_message:agent", name_ + ": leader sent \"" + env.type + "\"");
 }
 
-void SimAgent::start_task(const json& b) {
+void SimAgent::start_task(const wire::StartTaskBody& b) {
   Task t;
   try {
-    t.job = b.at("job").get<std::string>();
-    t.name = b.at("task").get<std::string>();
-    t.kind = b.at("kind").get<std::string>();
-    t.index = b.at("index").get<int>();
-    t.generation = b.at("generation").get<std::uint32_t>();
-    const JobSpec spec = job_from_json(b.at("spec"));
+    t.job = b.job;
+    t.name = b.task;
+    t.kind = b.kind;
+    t.index = b.index;
+    t.generation = b.generation;
+    const JobSpec spec = job_from_json(b.spec);
     t.epochs = spec.epochs;
     t.workers = spec.workers;
     const std::int64_t examples = spec.train_samples > 0 ? spec.train_samples : 60000;
@@ -146,8 +155,12 @@ void SimAgent::schedule(const std::string& key) {
 
 void SimAgent::send_event(const Task& t, const json& ev) {
   if (const auto k = relay_key(t.job, t.name, ev); !k.empty()) run_.relayed_at[k] = Clock::now();
-  link_->request("task_event", {{"job", t.job}, {"task", t.name}, {"generation", t.generation}, {"event", ev}},
-                 "task_event");
+  wire::TaskEventBody b;
+  b.job = t.job;
+  b.task = t.name;
+  b.generation = t.generation;
+  b.event = ev;
+  link_->request("task_event", b.to_json(), "task_event");
 }
 
 void SimAgent::send_exit(const std::string& key, int exit_code) {
@@ -157,16 +170,13 @@ void SimAgent::send_exit(const std::string& key, int exit_code) {
   t.timer->cancel();
   tasks_.erase(it);
   ++run_.tasks_finished;
-  link_->request("task_exit",
-                 {{"job", t.job},
-                  {"task", t.name},
-                  {"generation", t.generation},
-                  {"exit_code", exit_code},
-                  {"signal", 0},
-                  {"describe", "exit code " + std::to_string(exit_code)},
-                  {"agent_stopping", false},
-                  {"last_error", ""}},
-                 "task_exit");
+  wire::TaskExitBody b;
+  b.job = t.job;
+  b.task = t.name;
+  b.generation = t.generation;
+  b.exit_code = exit_code;
+  b.describe = "exit code " + std::to_string(exit_code);  // ExitStatus::describe()
+  link_->request("task_exit", b.to_json(), "task_exit");
 }
 
 // The next event of a task, as its real process would print it.
@@ -252,8 +262,8 @@ void SimAgent::advance(const std::string& key) {
 
 // SIGTERM, as the real tasks take it: a PS shard reports "stopped" and exits 0; a worker
 // reports "stopped" (no replica saved) and exits 143.
-void SimAgent::stop_task(const json& b) {
-  const std::string key = b.value("job", "") + "/" + b.value("task", "");
+void SimAgent::stop_task(const wire::TaskRefBody& b) {
+  const std::string key = b.job + "/" + b.task;
   auto it = tasks_.find(key);
   if (it == tasks_.end()) return;  // already ended; its exit was reported
   auto& t = it->second;

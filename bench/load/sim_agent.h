@@ -13,6 +13,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "load/load_run.h"
+#include "wire/control_bodies.h"
 
 namespace dltrain::load {
 
@@ -52,8 +53,8 @@ class SimAgent : public std::enable_shared_from_this<SimAgent> {
   };
 
   void on_incoming(const wire::Envelope& env);
-  void start_task(const json& body);
-  void stop_task(const json& body);
+  void start_task(const wire::StartTaskBody& body);
+  void stop_task(const wire::TaskRefBody& body);
   void heartbeat();
   /// Arms `t`'s timer for its next event (worker) or its listening event (PS shard).
   void schedule(const std::string& key);

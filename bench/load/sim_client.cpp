@@ -1,8 +1,16 @@
 #include "load/sim_client.h"
 
+#include "wire/control_bodies.h"
+
 namespace dltrain::load {
 
 namespace {
+
+json job_query(const std::string& job) {
+  wire::JobQueryBody q;
+  q.job = job;
+  return q.to_json();
+}
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
@@ -61,7 +69,7 @@ void SimClient::tick() {
       job = run.running_job();
       if (!job.empty() && !self->following_.count(job)) {
         self->link_->request(
-            "follow", {{"job", job}}, "follow",
+            "follow", job_query(job), "follow",
             [w, job](const wire::Envelope& env) {
               auto me = w.lock();
               if (!me) return;
@@ -75,7 +83,7 @@ void SimClient::tick() {
     job = pick < o.weight_status ? run.any_job() : job;
     if (!job.empty()) {
       self->link_->request(
-          "status", {{"job", job}}, "status",
+          "status", job_query(job), "status",
           [w, job](const wire::Envelope& env) {
             if (auto me = w.lock()) me->run_.job_seen(job, env.body);
           },
@@ -89,7 +97,10 @@ void SimClient::tick() {
 void SimClient::submit(const std::string& job_toml, bool follow) {
   if (!connected()) return;
   std::weak_ptr<SimClient> w = weak_from_this();
-  link_->request("submit", {{"job_toml", job_toml}, {"base_dir", "."}, {"follow", follow}}, "submit",
+  wire::SubmitBody body;
+  body.job_toml = job_toml;
+  body.follow = follow;
+  link_->request("submit", body.to_json(), "submit",
                  [w, follow](const wire::Envelope& env) {
                    auto self = w.lock();
                    if (!self) return;
