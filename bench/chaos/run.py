@@ -361,13 +361,7 @@ def write_reports(doc):
     md = summary_md(doc)
     with open(os.path.join(RESULTS, "chaos.md"), "w") as f:
         f.write(md)
-    path = os.path.join(ROOT, "docs", "benchmarks.md")
-    text = open(path).read()
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + BEGIN + "\n" + md + END + rest.split(END, 1)[1]
-        with open(path, "w") as f:
-            f.write(text)
+    faults.replace_section(md, BEGIN, END)
     print(md)
 
 

@@ -274,14 +274,20 @@ def write_reports(doc):
     md = table(doc)
     with open(os.path.join(RESULTS, "faults.md"), "w") as f:
         f.write("# Fault benchmark\n\n" + md)
+    replace_section(md, BEGIN, END)
+    print(md)
+
+
+def replace_section(md, begin, end):
+    """Replaces what stands between the markers `begin` and `end` in docs/benchmarks.md
+    by `md`; changes nothing when either marker is missing."""
     path = os.path.join(ROOT, "docs", "benchmarks.md")
     text = open(path).read()
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + BEGIN + "\n" + md + END + rest.split(END, 1)[1]
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + begin + "\n" + md + end + rest.split(end, 1)[1]
         with open(path, "w") as f:
             f.write(text)
-    print(md)
 
 
 def machine():
