@@ -26,10 +26,18 @@ std::string syntax_error(const toml::parse_error& e) {
 // character is a syntax error anyway, and in a multi-line basic string ("""...""") right
 // after a backslash or after a line-ending backslash's whitespace. Such text is refused
 // here, before toml++ sees it, with the line it is on. Strings and comments may hold any
-// UTF-8 elsewhere.
+// UTF-8 elsewhere. A third place showed up under fuzzing: a quote where no string can
+// start (right after a value, as in `a = 0"é"`) is read by toml++ as part of the value
+// it is parsing, and what follows is asked about too. In valid TOML a string starts only
+// after `=`, `[`, `,`, `{`, `.` or at the start of a line (spaces and tabs aside), so
+// after any other quote — a syntax error whatever follows — every non-ASCII character
+// is refused as well.
 void refuse_what_toml_mishandles(const std::string& text) {
   enum class In { kNothing, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral } in = In::kNothing;
   int line = 1;
+  char before = '\n';     // the last character outside strings and comments, spaces and tabs aside
+  int stray_quote = 0;    // the line of the first quote where no string can start, 0 if none
+  const auto string_can_start = [&] { return std::strchr("=[,{.\n", before) != nullptr; };
   const auto at = [&](std::size_t i, const char* three) { return text.compare(i, 3, three) == 0; };
   const auto refuse = [&](const char* where) {
     throw ConfigError("", "TOML syntax error at line " + std::to_string(line) + ": a non-ASCII character " + where);
@@ -37,6 +45,11 @@ void refuse_what_toml_mishandles(const std::string& text) {
   for (std::size_t i = 0; i < text.size(); ++i) {
     const auto c = static_cast<unsigned char>(text[i]);
     if (c == '\n') ++line;
+    if (stray_quote != 0 && c >= 0x80) {
+      refuse(("after a quote where no string can start (line " + std::to_string(stray_quote) + ")").c_str());
+    }
+    if (in == In::kNothing && (c == '"' || c == '\'') && !string_can_start()) stray_quote = line;
+    if (in == In::kNothing && c != ' ' && c != '\t') before = static_cast<char>(c);
     switch (in) {
       case In::kNothing:
         if (c == '#') {
@@ -56,17 +69,18 @@ void refuse_what_toml_mishandles(const std::string& text) {
         }
         break;
       case In::kComment:
-        if (c == '\n') in = In::kNothing;
+        if (c == '\n') in = In::kNothing, before = '\n';
         break;
       case In::kBasic:
         if (c == '\\') {
           ++i;  // an escaped character, never a quote
         } else if (c == '"' || c == '\n') {
           in = In::kNothing;
+          if (c == '\n') before = '\n';
         }
         break;
       case In::kLiteral:
-        if (c == '\'' || c == '\n') in = In::kNothing;
+        if (c == '\'' || c == '\n') in = In::kNothing, before = static_cast<char>(c);
         break;
       case In::kMultiBasic:
         if (c == '\\') {

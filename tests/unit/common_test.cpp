@@ -159,6 +159,27 @@ TEST(TomlFields, NonAsciiWhereTomlPlusPlusWouldMisreadItIsRefusedElsewhereAccept
   EXPECT_NE(message([] { toml_fields::parse("[t]\nx = 1 \xc3\xa9"); }).find("line 2"), std::string::npos);
 }
 
+// Found by the long run of fuzz_job_toml and fuzz_agent_toml (docs/benchmarks.md, "Fuzzing"):
+// a quote right after a value ("a=0\"\u0382") is parsed by toml++ as part of the number, and
+// it asks whether the next character is whitespace. Such a quote is a syntax error, so every
+// non-ASCII character after it is refused; quotes where strings can start are not affected.
+TEST(TomlFields, NonAsciiAfterAQuoteWhereNoStringCanStartIsRefused) {
+  EXPECT_EQ(message([] { toml_fields::parse("a=0\"\xce\x82"); }),
+            "TOML syntax error at line 1: a non-ASCII character after a quote where no string can start (line 1)");
+  EXPECT_EQ(message([] { toml_fields::parse("x = 1\nname = \"t\"\"\"\"\n\n# \xc3\xa9\n"); }),
+            "TOML syntax error at line 4: a non-ASCII character after a quote where no string can start (line 2)");
+  EXPECT_NE(message([] { toml_fields::parse("a = true 'b'\xc3\xa9"); }).find("no string can start"), std::string::npos);
+  // After = [ , { . and at the start of a line (spaces, tabs and comments aside) strings start.
+  const auto t = toml_fields::parse(
+      "\"k\xc3\xa9\" = 1\n# \xc3\xa9\n'l\xc3\xa9' = 2\na = [ \"\xc3\xa9\",\n\t'\xc3\xa9' ]\n"
+      "i = { \"p\xc3\xa9\" = \"\xc3\xa9\" }\n[t . \"\xc3\xa9\"]\nv = \"\xc3\xa9\" # \xc3\xa9\n");
+  EXPECT_EQ(*t["k\xc3\xa9"].value<std::int64_t>(), 1);
+  EXPECT_EQ(*t["l\xc3\xa9"].value<std::int64_t>(), 2);
+  EXPECT_EQ(*t["a"][1].value<std::string>(), "\xc3\xa9");
+  EXPECT_EQ(*t["i"]["p\xc3\xa9"].value<std::string>(), "\xc3\xa9");
+  EXPECT_EQ(*t["t"]["\xc3\xa9"]["v"].value<std::string>(), "\xc3\xa9");
+}
+
 // Found while writing tests/fuzz/fuzz_agent_toml.cpp: a duration of 10^300 seconds was converted to
 // integer milliseconds (undefined behaviour); "1.2.3s" and ".s" threw std::invalid_argument
 // out of parse_duration_seconds instead of a ConfigError.
