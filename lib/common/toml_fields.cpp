@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -20,104 +21,154 @@ std::string syntax_error(const toml::parse_error& e) {
 }
 
 // toml++ 3.3 (Debian 12's) reaches __builtin_unreachable() — undefined behaviour — when
-// it asks whether some non-ASCII characters are whitespace (its generated table misses
-// U+00A1–U+0499 and others; marzer/tomlplusplus issues 190 and 295, fixed upstream after
-// 3.3). It asks in two places only: outside strings and comments, where a non-ASCII
-// character is a syntax error anyway, and in a multi-line basic string ("""...""") right
-// after a backslash or after a line-ending backslash's whitespace. Such text is refused
-// here, before toml++ sees it, with the line it is on. Strings and comments may hold any
-// UTF-8 elsewhere. A third place showed up under fuzzing: a quote where no string can
-// start (right after a value, as in `a = 0"é"`) is read by toml++ as part of the value
-// it is parsing, and what follows is asked about too. In valid TOML a string starts only
-// after `=`, `[`, `,`, `{`, `.` or at the start of a line (spaces and tabs aside), so
-// after any other quote — a syntax error whatever follows — every non-ASCII character
-// is refused as well.
-void refuse_what_toml_mishandles(const std::string& text) {
+// it asks whether some non-ASCII characters are whitespace: its generated table misses
+// U+00A1–U+0499 and others (marzer/tomlplusplus issues 190 and 295, fixed upstream after
+// 3.3). It asks in many places of its grammar, some only on malformed text (a value
+// followed by a quote, `a = 0"é"`, reads the quote and what follows as part of the value),
+// so no check of where a character stands can follow it everywhere; the long fuzz runs
+// kept finding new places (docs/benchmarks.md, "Fuzzing"). So toml++ is given ASCII only,
+// with the same meaning: a non-ASCII character in a basic string becomes its \uXXXX (or
+// \UXXXXXXXX) escape; a literal string is rewritten as the basic string with the same
+// value; a non-ASCII character in a comment is dropped; one anywhere else is a syntax
+// error in TOML 1.0 (bare keys and values are ASCII) and is refused here with its line.
+// Lines are kept, so toml++'s line numbers stay right (its columns count the escapes).
+// Text that is not valid UTF-8 is refused with its line, as toml++ would. On valid TOML
+// the rewritten text has the same tables, keys and values; malformed TOML stays malformed.
+std::string ascii_for_toml(const std::string& text) {
   enum class In { kNothing, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral } in = In::kNothing;
   int line = 1;
-  char before = '\n';     // the last character outside strings and comments, spaces and tabs aside
-  int stray_quote = 0;    // the line of the first quote where no string can start, 0 if none
-  const auto string_can_start = [&] { return std::strchr("=[,{.\n", before) != nullptr; };
+  const std::size_t n = text.size();
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
   const auto at = [&](std::size_t i, const char* three) { return text.compare(i, 3, three) == 0; };
-  const auto refuse = [&](const char* where) {
-    throw ConfigError("", "TOML syntax error at line " + std::to_string(line) + ": a non-ASCII character " + where);
+  const auto refuse = [&](const std::string& what) {
+    throw ConfigError("", "TOML syntax error at line " + std::to_string(line) + ": " + what);
   };
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c == '\n') ++line;
-    if (stray_quote != 0 && c >= 0x80) {
-      refuse(("after a quote where no string can start (line " + std::to_string(stray_quote) + ")").c_str());
+  // The code point whose UTF-8 encoding starts at text[i]; i is left on its last byte.
+  const auto decode = [&](std::size_t& i) {
+    const unsigned char b0 = byte(i);
+    const std::size_t len = b0 >= 0xF0 ? 4 : b0 >= 0xE0 ? 3 : 2;
+    if (b0 < 0xC2 || b0 > 0xF4 || i + len > n) refuse("text that is not valid UTF-8");
+    char32_t cp = b0 & (len == 4 ? 0x07 : len == 3 ? 0x0F : 0x1F);
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((byte(i + k) & 0xC0) != 0x80) refuse("text that is not valid UTF-8");
+      cp = (cp << 6) | (byte(i + k) & 0x3F);
     }
-    if (in == In::kNothing && (c == '"' || c == '\'') && !string_can_start()) stray_quote = line;
-    if (in == In::kNothing && c != ' ' && c != '\t') before = static_cast<char>(c);
+    const char32_t least = len == 4 ? 0x10000 : len == 3 ? 0x800 : 0x80;
+    if (cp < least || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) refuse("text that is not valid UTF-8");
+    i += len - 1;
+    return cp;
+  };
+  std::string out;
+  out.reserve(n + n / 4);
+  const auto escape = [&](std::size_t& i) {
+    const char32_t cp = decode(i);
+    char buf[16];
+    std::snprintf(buf, sizeof buf, cp <= 0xFFFF ? "\\u%04X" : "\\U%08X", static_cast<unsigned>(cp));
+    out += buf;
+  };
+  // A character of a literal string, inside the basic string that replaces it.
+  const auto literal_char = [&](std::size_t& i) {
+    const unsigned char c = byte(i);
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c >= 0x80) {
+      escape(i);
+    } else {
+      out += static_cast<char>(c);
+    }
+  };
+  std::size_t i = 0;
+  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) i = 3;  // a byte-order mark, which toml++ skips too
+  for (; i < n; ++i) {
+    const unsigned char c = byte(i);
+    if (c == '\n') ++line;
     switch (in) {
       case In::kNothing:
         if (c == '#') {
           in = In::kComment;
-        } else if (at(i, "\"\"\"")) {
-          in = In::kMultiBasic;
+          out += '#';
+        } else if (at(i, "\"\"\"") || at(i, "'''")) {
+          in = c == '"' ? In::kMultiBasic : In::kMultiLiteral;
+          out += "\"\"\"";
           i += 2;
-        } else if (at(i, "'''")) {
-          in = In::kMultiLiteral;
-          i += 2;
-        } else if (c == '"') {
-          in = In::kBasic;
-        } else if (c == '\'') {
-          in = In::kLiteral;
+        } else if (c == '"' || c == '\'') {
+          in = c == '"' ? In::kBasic : In::kLiteral;
+          out += '"';
         } else if (c >= 0x80) {
-          refuse("outside a string or comment (keys and values are ASCII; quote it)");
+          refuse("a non-ASCII character outside a string or comment (keys and values are ASCII; quote it)");
+        } else {
+          out += static_cast<char>(c);
         }
         break;
       case In::kComment:
-        if (c == '\n') in = In::kNothing, before = '\n';
+        if (c == '\n') in = In::kNothing;
+        if (c >= 0x80) {
+          decode(i);  // checked, then dropped: a comment means nothing
+        } else {
+          out += static_cast<char>(c);
+        }
         break;
       case In::kBasic:
+      case In::kMultiBasic:
         if (c == '\\') {
-          ++i;  // an escaped character, never a quote
-        } else if (c == '"' || c == '\n') {
+          out += '\\';
+          if (i + 1 < n) {
+            if (byte(i + 1) >= 0x80) refuse("a non-ASCII character right after a backslash (not an escape)");
+            if (byte(i + 1) == '\n') ++line;
+            out += text[++i];  // the escaped character (or a line-ending backslash's newline)
+          }
+        } else if (in == In::kBasic && (c == '"' || c == '\n')) {
           in = In::kNothing;
-          if (c == '\n') before = '\n';
+          out += static_cast<char>(c);
+        } else if (in == In::kMultiBasic && at(i, "\"\"\"")) {
+          // Up to two more quotes belong to the string ("""a""""" holds a"").
+          std::size_t more = 0;
+          while (more < 2 && i + 3 + more < n && text[i + 3 + more] == '"') ++more;
+          out.append(3 + more, '"');
+          in = In::kNothing;
+          i += 2 + more;
+        } else if (c >= 0x80) {
+          escape(i);
+        } else {
+          out += static_cast<char>(c);
         }
         break;
       case In::kLiteral:
-        if (c == '\'' || c == '\n') in = In::kNothing, before = static_cast<char>(c);
-        break;
-      case In::kMultiBasic:
-        if (c == '\\') {
-          std::size_t j = i + 1;
-          while (j < text.size() && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r' || text[j] == '\n')) {
-            if (text[j] == '\n') ++line;
-            ++j;
-          }
-          if (j < text.size() && static_cast<unsigned char>(text[j]) >= 0x80) {
-            refuse("right after a backslash or a line-ending backslash in a multi-line string (write it as \\uXXXX)");
-          }
-          // An escape consumes one character; a line-ending backslash its whitespace.
-          i = j > i + 1 ? j - 1 : i + 1;
-        } else if (at(i, "\"\"\"")) {
+        if (c == '\'') {
           in = In::kNothing;
-          i += 2;
-          // Up to two more quotes belong to the string (""""" ends one holding "").
-          for (int k = 0; k < 2 && i + 1 < text.size() && text[i + 1] == '"'; ++k) ++i;
+          out += '"';
+        } else if (c == '\n') {
+          in = In::kNothing;  // unterminated, and left so for toml++ to report
+          out += '\n';
+        } else {
+          literal_char(i);
         }
         break;
       case In::kMultiLiteral:
         if (at(i, "'''")) {
+          // Up to two more quotes belong to the string ('''a''''' holds a'').
+          std::size_t more = 0;
+          while (more < 2 && i + 3 + more < n && text[i + 3 + more] == '\'') ++more;
+          out.append(more, '\'');
+          out += "\"\"\"";
           in = In::kNothing;
-          i += 2;
-          for (int k = 0; k < 2 && i + 1 < text.size() && text[i + 1] == '\''; ++k) ++i;
+          i += 2 + more;
+        } else {
+          literal_char(i);
         }
         break;
     }
   }
+  return out;
 }
 
 }  // namespace
 
 toml::table parse(const std::string& text) {
-  refuse_what_toml_mishandles(text);
+  const std::string ascii = ascii_for_toml(text);
   try {
-    return toml::parse(text);
+    return toml::parse(ascii);
   } catch (const toml::parse_error& e) {
     throw ConfigError("", syntax_error(e));
   }
@@ -128,14 +179,14 @@ toml::table parse_file(const std::string& path) {
   if (!in) throw ConfigError("", path + ": cannot read it: " + std::strerror(errno));
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string text = ss.str();
+  std::string ascii;
   try {
-    refuse_what_toml_mishandles(text);
+    ascii = ascii_for_toml(ss.str());
   } catch (const ConfigError& e) {
     throw ConfigError("", path + ": " + e.what());
   }
   try {
-    return toml::parse(text, path);
+    return toml::parse(ascii, path);
   } catch (const toml::parse_error& e) {
     throw ConfigError("", path + ": " + syntax_error(e));
   }

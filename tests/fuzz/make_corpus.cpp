@@ -367,6 +367,7 @@ void regressions() {
   write_text("task_events", "regress-not-utf8", "loss \xff\xfe\n");
   write_text("job_toml", "regress-duration-dot", "model = \"mlp\"\ndeadline = \".s\"\n");
   write_text("job_toml", "regress-quote-after-value", "a=0\"\xce\x82");
+  write_text("agent_toml", "regress-quote-after-value", "x =9a8=\"p:t\xc3\xa9s\"\"\n");
   write_text("job_toml", "regress-duration-overflow", "model = \"mlp\"\ndeadline = \"" + std::string(305, '9') + "d\"\n");
   write_text("agent_toml", "regress-duration-overflow", "agent_token = \"t\"\nheartbeat_timeout = \"99999999999d\"\n");
   auto huge = be32({0x803, 1u << 24, 16, 16});

@@ -139,45 +139,43 @@ TEST(JsonFields, IntegerFieldsTakeOnlyIntegersThatFit) {
 
 // Found by tests/fuzz/fuzz_job_toml.cpp and fuzz_agent_toml.cpp: toml++ 3.3 reaches
 // __builtin_unreachable() (UBSan: "execution reached an unreachable program point") on a
-// non-ASCII character where it looks for whitespace; such text is now refused first.
-TEST(TomlFields, NonAsciiWhereTomlPlusPlusWouldMisreadItIsRefusedElsewhereAccepted) {
+// non-ASCII character where it looks for whitespace: first after a backslash in a
+// multi-line string, then, in the long runs, after a value followed by a quote
+// ("a=0\"\u0382", "x =9a8=\"...\u00e9"). toml++ is now given ASCII text with the same meaning.
+TEST(TomlFields, NonAsciiTextIsGivenToTomlPlusPlusAsEscapesWithTheSameValues) {
+  // Outside strings and comments a non-ASCII character is a syntax error, named with its line.
   EXPECT_EQ(message([] { toml_fields::parse("epochs = 100\xce\x82\n"); }),
             "TOML syntax error at line 1: a non-ASCII character outside a string or comment (keys and values are "
             "ASCII; quote it)");
-  EXPECT_EQ(message([] { toml_fields::parse("a = 1\ns = \"\"\"\\\n\xc2\xa7\"\"\"\n"); }),
-            "TOML syntax error at line 3: a non-ASCII character right after a backslash or a line-ending backslash "
-            "in a multi-line string (write it as \\uXXXX)");
-  EXPECT_NE(message([] { toml_fields::parse("s = \"\"\"\\\xc3\xa9\"\"\"\n"); }).find("right after a backslash"),
-            std::string::npos);
-  // Strings and comments hold any UTF-8, quotes inside strings do not confuse the check.
-  const auto t = toml_fields::parse(
-      "# caf\xc3\xa9\nname = \"caf\xc3\xa9 \\\" # \xc3\xa9\"\nlit = 'd\xc3\xa9j\xc3\xa0'\n"
-      "ml = \"\"\"\n\xc3\xa9t\xc3\xa9\"\"\"\"\nmll = '''\xc3\xa9'''\n\"\xc3\xa9\" = 1 # \xc3\xa9\n");
-  EXPECT_EQ(*t["name"].value<std::string>(), "caf\xc3\xa9 \" # \xc3\xa9");
-  EXPECT_EQ(*t["ml"].value<std::string>(), "\xc3\xa9t\xc3\xa9\"");
-  EXPECT_EQ(*t["\xc3\xa9"].value<std::int64_t>(), 1);
   EXPECT_NE(message([] { toml_fields::parse("[t]\nx = 1 \xc3\xa9"); }).find("line 2"), std::string::npos);
-}
-
-// Found by the long run of fuzz_job_toml and fuzz_agent_toml (docs/benchmarks.md, "Fuzzing"):
-// a quote right after a value ("a=0\"\u0382") is parsed by toml++ as part of the number, and
-// it asks whether the next character is whitespace. Such a quote is a syntax error, so every
-// non-ASCII character after it is refused; quotes where strings can start are not affected.
-TEST(TomlFields, NonAsciiAfterAQuoteWhereNoStringCanStartIsRefused) {
-  EXPECT_EQ(message([] { toml_fields::parse("a=0\"\xce\x82"); }),
-            "TOML syntax error at line 1: a non-ASCII character after a quote where no string can start (line 1)");
-  EXPECT_EQ(message([] { toml_fields::parse("x = 1\nname = \"t\"\"\"\"\n\n# \xc3\xa9\n"); }),
-            "TOML syntax error at line 4: a non-ASCII character after a quote where no string can start (line 2)");
-  EXPECT_NE(message([] { toml_fields::parse("a = true 'b'\xc3\xa9"); }).find("no string can start"), std::string::npos);
-  // After = [ , { . and at the start of a line (spaces, tabs and comments aside) strings start.
+  EXPECT_EQ(message([] { toml_fields::parse("s = \"\"\"\\\xc3\xa9\"\"\"\n"); }),
+            "TOML syntax error at line 1: a non-ASCII character right after a backslash (not an escape)");
+  EXPECT_EQ(message([] { toml_fields::parse("a = 1\ns = \"\xc3\x28\"\n"); }),
+            "TOML syntax error at line 2: text that is not valid UTF-8");
+  EXPECT_EQ(message([] { toml_fields::parse("# \xed\xa0\x80\n"); }),  // a UTF-16 surrogate
+            "TOML syntax error at line 1: text that is not valid UTF-8");
+  // The inputs the fuzzers found: still refused, as the syntax errors they are.
+  for (const char* bad : {"a=0\"\xce\x82", "x =9a8=\"p:t\xc3\xa9s\"\"\n", "name =0\"\"\"\x17\"1\"0\"0\xce\x82"}) {
+    EXPECT_EQ(message([&] { toml_fields::parse(bad); }).rfind("TOML syntax error at line 1", 0), 0u) << bad;
+  }
+  // Every kind of string holds any UTF-8, with the value written; quotes and backslashes
+  // inside them do not confuse the rewriting; comments hold any UTF-8.
   const auto t = toml_fields::parse(
-      "\"k\xc3\xa9\" = 1\n# \xc3\xa9\n'l\xc3\xa9' = 2\na = [ \"\xc3\xa9\",\n\t'\xc3\xa9' ]\n"
-      "i = { \"p\xc3\xa9\" = \"\xc3\xa9\" }\n[t . \"\xc3\xa9\"]\nv = \"\xc3\xa9\" # \xc3\xa9\n");
-  EXPECT_EQ(*t["k\xc3\xa9"].value<std::int64_t>(), 1);
-  EXPECT_EQ(*t["l\xc3\xa9"].value<std::int64_t>(), 2);
-  EXPECT_EQ(*t["a"][1].value<std::string>(), "\xc3\xa9");
-  EXPECT_EQ(*t["i"]["p\xc3\xa9"].value<std::string>(), "\xc3\xa9");
-  EXPECT_EQ(*t["t"]["\xc3\xa9"]["v"].value<std::string>(), "\xc3\xa9");
+      "\xef\xbb\xbf# caf\xc3\xa9 \xe2\x82\xac\nname = \"caf\xc3\xa9 \\\" # \xc3\xa9\"\n"
+      "lit = 'd\xc3\xa9j\xc3\xa0 \\ \"q\" \xf0\x9f\x98\x80'\n"
+      "ml = \"\"\"\n\xc3\xa9t\xc3\xa9\"\"\"\"\nmll = '''\xc3\xa9 \\n \"\"\" ''''\n\"\xc3\xa9\" = 1 # \xc3\xa9\n"
+      "lb = \"\"\"\\\n   \xc2\xa7\"\"\"\n[t . '\xce\xa9']\nv = [ \"\xd0\x96\", '\xd0\x96' ]\n");
+  EXPECT_EQ(*t["name"].value<std::string>(), "caf\xc3\xa9 \" # \xc3\xa9");
+  EXPECT_EQ(*t["lit"].value<std::string>(), "d\xc3\xa9j\xc3\xa0 \\ \"q\" \xf0\x9f\x98\x80");
+  EXPECT_EQ(*t["ml"].value<std::string>(), "\xc3\xa9t\xc3\xa9\"");
+  EXPECT_EQ(*t["mll"].value<std::string>(), "\xc3\xa9 \\n \"\"\" '");
+  EXPECT_EQ(*t["\xc3\xa9"].value<std::int64_t>(), 1);
+  EXPECT_EQ(*t["lb"].value<std::string>(), "\xc2\xa7");
+  EXPECT_EQ(*t["t"]["\xce\xa9"]["v"][0].value<std::string>(), "\xd0\x96");
+  EXPECT_EQ(*t["t"]["\xce\xa9"]["v"][1].value<std::string>(), "\xd0\x96");
+  // Line numbers in toml++'s own errors stay those of the file.
+  EXPECT_EQ(message([] { toml_fields::parse("# \xc3\xa9\nn = \"\xc3\xa9\"\nm = \n"); }).rfind("TOML syntax error at line 3", 0),
+            0u);
 }
 
 // Found while writing tests/fuzz/fuzz_agent_toml.cpp: a duration of 10^300 seconds was converted to
