@@ -123,9 +123,39 @@ int main(int argc, char** argv) {
       });
     };
     if (checkpointer) arm();
+    // The shard's counters, for its agent's metrics endpoint.
+    boost::asio::steady_timer stats_timer(io);
+    const auto stats_interval = std::chrono::milliseconds(static_cast<std::int64_t>(args.stats_interval_s * 1000));
+    auto write_stats = [&] {
+      events::PsStats st;
+      st.shard = shard;
+      st.pushes = state->pushes();
+      st.pulls = server.pulls();
+      st.apply_seconds = server.apply_seconds();
+      st.bytes_in = server.bytes_in();
+      st.bytes_out = server.bytes_out();
+      st.connections = server.connections();
+      st.refused_handshakes = server.refused_handshakes();
+      st.rejected_connections = server.rejected_connections();
+      if (checkpointer) {
+        st.checkpoints = checkpointer->saves();
+        if (checkpointer->saves() > 0) st.last_checkpoint_unix = checkpointer->last_save_unix();
+      }
+      events::write_line(std::cout, st.to_json());
+    };
+    std::function<void()> arm_stats = [&] {
+      stats_timer.expires_after(stats_interval);
+      stats_timer.async_wait([&](boost::system::error_code ec) {
+        if (ec) return;
+        write_stats();
+        arm_stats();
+      });
+    };
+    if (args.stats_interval_s > 0) arm_stats();
     signals.async_wait([&](auto, int sig) {
       spdlog::info("signal {}: stopping", sig);
       timer.cancel();
+      stats_timer.cancel();
     });
     io.run();
     server.stop();
@@ -145,6 +175,7 @@ int main(int argc, char** argv) {
       }
       stopped.checkpoints = checkpointer->saves();
     }
+    write_stats();  // the final counts, the final checkpoint included
     events::write_line(std::cout, stopped.to_json());
     // A shard whose final checkpoint failed must not look cleanly stopped: the leader
     // would have its next incarnation load an older checkpoint instead of rebuilding it.

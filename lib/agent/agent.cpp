@@ -16,6 +16,7 @@
 
 #include "agent/supervisor.h"
 #include "agent/task_launch.h"
+#include "agent/task_metrics.h"
 #include "common/errors.h"
 #include "common/job_spec.h"
 #include "common/secret.h"
@@ -59,7 +60,13 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     int port = 0;                 // PS shard: from its listening event, where a restart listens
     bool stop_requested = false;
     std::shared_ptr<asio::steady_timer> restart_timer;  // set while waiting to restart
+    TaskMetrics metrics;          // what its events said, for the metrics endpoint
   };
+  // How long, and how many, ended tasks' metrics stay on the endpoint: long enough for
+  // a scraper to see their final values, bounded so that a long-lived agent's endpoint
+  // does not grow with every job it ever ran.
+  static constexpr double kEndedRetainSeconds = 600;
+  static constexpr std::size_t kEndedRetainMax = 64;
 
   asio::io_context& io;
   AgentOptions opt;
@@ -74,6 +81,8 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   // instead of taking the tasks for lost.
   std::map<std::string, std::uint32_t> exits_pending;
   std::deque<std::string> outbox;     // messages waiting for a link
+  std::deque<TaskMetrics> ended;      // metrics of tasks that exited for good, oldest first
+  std::uint64_t task_restarts = 0;
   std::uint64_t next_req = 1;
   std::function<void()>* on_registered = nullptr;
   std::function<void()> on_all_stopped;
@@ -161,6 +170,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     r.cores = opt.cores;
     r.memory_mb = opt.memory_mb;
     r.hardware_class = opt.hardware_class;
+    if (!opt.metrics_endpoint.empty()) r.metrics_endpoint = opt.metrics_endpoint;
     for (auto& [k, t] : tasks) r.tasks.push_back({{}, t.job, t.name, t.generation, false});
     for (auto& [k, g] : exits_pending) {
       const auto slash = k.find('/');
@@ -254,6 +264,11 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     t.generation = t.launch.generation;
     t.kind = t.launch.kind;
     if (t.kind == "worker") t.epochs_done = t.launch.worker->resume_epoch;
+    t.metrics.job = t.job;
+    t.metrics.task = t.name;
+    t.metrics.role = t.kind;
+    t.metrics.threads = t.launch.threads;
+    t.metrics.start_unix = unix_seconds_now();
     try {
       t.pid = spawn(key, t.launch.process);
     } catch (...) {
@@ -303,6 +318,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       return false;
     }
     ++t.restarts;
+    ++task_restarts;
     const auto delay = std::chrono::milliseconds(500) * (1 << std::min(t.restarts - 1, 6));
     events::Restarting ev;
     ev.kind = t.kind;
@@ -336,6 +352,8 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       const ProcessSpec ps = task.launch.restart(task.epochs_done, task.port);
       try {
         task.pid = self->spawn(key, ps);
+        task.metrics.restarts = task.restarts;
+        task.metrics.restarted(unix_seconds_now());
         spdlog::info("restarted {} (pid {})", key, task.pid);
       } catch (const std::exception& e) {
         spdlog::error("restarting {} failed: {}", key, e.what());
@@ -361,11 +379,15 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
         t.epochs_done = std::max(t.epochs_done, events::EpochEnd::from_json(ev).epoch);
       }
       if (kind == events::TaskError::kKind) t.last_error = events::TaskError::from_json(ev).message;
+      t.metrics.on_event(kind, ev);
     } catch (const json::exception& e) {
       // A task's malformed event must not end the agent: the leader gets it as it came
       // and refuses it there.
       spdlog::warn("{}: malformed {} event ({}): {}", key, kind, e.what(), line.substr(0, 200));
     }
+    // A shard's counters are for this agent's metrics endpoint only: the leader has no
+    // use for them, and they would cost it a message per shard every progress interval.
+    if (kind == events::PsStats::kKind) return;
     send("task_event", wire::TaskEventBody{{}, t.job, t.name, t.generation, ev}.to_json(),
          kind == events::Progress::kKind);
   }
@@ -376,6 +398,10 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     if (maybe_restart(key, it->second, st)) return;
     Task t = it->second;
     tasks.erase(it);
+    t.metrics.running = false;
+    t.metrics.ended_unix = unix_seconds_now();
+    ended.push_back(t.metrics);
+    prune_ended(t.metrics.ended_unix);
     spdlog::info("{} (pid {}) {}", key, t.pid, st.describe());
     std::error_code ec;
     fs::remove(t.launch.secret_path, ec);  // no longer needed; the task log stays
@@ -406,6 +432,30 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       f();
     }
   }
+
+  void prune_ended(double now) {
+    while (!ended.empty() && (ended.size() > kEndedRetainMax || now - ended.front().ended_unix > kEndedRetainSeconds)) {
+      ended.pop_front();
+    }
+  }
+
+  void collect(control::MetricsBuilder& out) {
+    const double now = unix_seconds_now();
+    prune_ended(now);
+    AgentFigures a;
+    a.agent = opt.name;
+    a.cores = opt.cores;
+    a.memory_mb = opt.memory_mb;
+    a.task_restarts = task_restarts;
+    a.leader_connected = link && link->is_open() && registered;
+    for (const auto& [k, t] : tasks) {
+      a.cores_used += t.launch.threads;
+      (t.kind == "worker" ? a.workers_running : a.ps_running) += 1;
+    }
+    add_agent_metrics(out, a);
+    for (const auto& [k, t] : tasks) t.metrics.add_to(out, opt.name, now);
+    for (const auto& m : ended) m.add_to(out, opt.name, now);
+  }
 };
 
 Agent::Agent(asio::io_context& io, AgentOptions opt) : impl_(std::make_shared<Impl>(io, std::move(opt))) {
@@ -413,6 +463,8 @@ Agent::Agent(asio::io_context& io, AgentOptions opt) : impl_(std::make_shared<Im
 }
 
 Agent::~Agent() = default;
+
+void Agent::collect_metrics(control::MetricsBuilder& out) const { impl_->collect(out); }
 
 void Agent::start() {
   control::parse_leader_url(impl_->opt.leader_url, "leader_url");

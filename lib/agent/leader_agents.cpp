@@ -89,6 +89,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   a.free_cores = cores;
   a.memory_mb = b.memory_mb;
   a.hardware_class = b.hardware_class;
+  a.metrics_endpoint = b.metrics_endpoint.value_or("");
   a.session = s;
   a.last_seen = Clock::now();
   // Reconcile with the tasks the agent says it still runs (after a reconnect, or after

@@ -196,6 +196,7 @@ json Leader::Impl::agents_json() const {
                    {"free_cores", a.lost ? 0 : a.free_cores},  // a lost agent offers nothing
                    {"memory_mb", a.memory_mb},
                    {"hardware_class", a.hardware_class},
+                   {"metrics_endpoint", a.metrics_endpoint.empty() ? json(nullptr) : json(a.metrics_endpoint)},
                    {"state", a.lost ? "lost" : a.stopping ? "stopping" : "ready"},
                    {"seconds_since_heartbeat",
                     std::chrono::duration<double>(Clock::now() - a.last_seen).count()}});

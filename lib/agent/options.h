@@ -17,6 +17,18 @@ struct AgentOptions {
   std::uint16_t listen_port = 7070;        ///< leader: control endpoint port (0 = ephemeral)
   std::string advertise_address = "127.0.0.1";  ///< address workers use to reach this agent's PS tasks
   std::string task_bind_address = "0.0.0.0";    ///< address PS tasks listen on
+  /// Prometheus metrics endpoint (`GET /metrics`, docs/operations.md "Metrics"): the IP
+  /// literal it listens on; empty = no endpoint. An address that is not loopback needs
+  /// metrics_token.
+  std::string metrics_address;
+  std::uint16_t metrics_port = 9464;       ///< its port; 0 = ephemeral (see `dltrain agents`)
+  /// Bearer token scrapers present (`Authorization: Bearer ...`); empty = none asked for,
+  /// allowed only on a loopback metrics_address. Unrelated to the agent and client tokens,
+  /// so a scraper's credentials can neither run jobs nor join the cluster.
+  std::string metrics_token;
+  /// Not a configuration key: "HOST:PORT" of the running metrics endpoint, which the
+  /// agent reports when it registers ("" = none).
+  std::string metrics_endpoint;
   bool host_tasks = true;                  ///< leader: also run tasks like any agent
   int cores = 0;                           ///< cores offered to tasks; 0 = all online cores
   std::int64_t memory_mb = 0;              ///< memory offered; 0 = physical memory

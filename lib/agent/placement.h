@@ -27,6 +27,7 @@ struct AgentRec {
   int free_cores = 0;                  ///< cores not held by a task, [.., cores]
   std::int64_t memory_mb = 0;
   std::string hardware_class;          ///< the planner's price class, e.g. "cpu"
+  std::string metrics_endpoint;        ///< HOST:PORT of its /metrics; "" = none
   std::weak_ptr<control::Session> session;
   std::chrono::steady_clock::time_point last_seen;
   bool lost = false;                   ///< silent for heartbeat_timeout: its tasks were re-assigned

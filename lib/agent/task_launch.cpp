@@ -48,6 +48,7 @@ wire::PsTaskArgs ps_args(const AgentOptions& opt, const wire::StartTaskBody& b, 
   a.bind = opt.task_bind_address;
   a.checkpoint = (dir / "shard.ckpt").string();
   a.checkpoint_interval_s = static_cast<double>(opt.ps_checkpoint_interval.count()) / 1000.0;
+  a.stats_interval_s = static_cast<double>(opt.progress_interval.count()) / 1000.0;
   a.log_level = opt.log_level;
   if (const auto old_dir = earlier_dir(opt, b, b.restore_generation)) {
     // The shard's checkpoint from before the re-assignment (written when it was stopped);

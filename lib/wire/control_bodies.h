@@ -69,10 +69,12 @@ struct RegisterBody : json_fields::Fields<RegisterBody> {
   std::int64_t memory_mb = 0;                       ///< memory offered, MiB, >= 0
   std::string hardware_class = "cpu";               ///< the planner's price-table label
   std::vector<ReportedTask> tasks;                  ///< running (or exited, unreported)
+  std::optional<std::string> metrics_endpoint;      ///< HOST:PORT of its /metrics; absent = none
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("name", s.name), v("advertise_address", s.advertise_address), v("cores", s.cores),
-        v("memory_mb", s.memory_mb), v("hardware_class", s.hardware_class), v("tasks", s.tasks);
+        v("memory_mb", s.memory_mb), v("hardware_class", s.hardware_class), v("tasks", s.tasks),
+        v("metrics_endpoint", s.metrics_endpoint);
   }
   /// BodyError for an empty or over-long name, cores < 1, memory_mb < 0.
   void check(const std::string& type) const;
