@@ -32,8 +32,8 @@
 namespace {
 
 // The task's last words on stdout, for its agent and the leader.
-void print_error(const std::string& message) {
-  dltrain::wire::events::write_line(std::cout, dltrain::wire::events::TaskError{{}, message}.to_json());
+void print_error(const std::exception& e) {
+  dltrain::wire::events::write_line(std::cout, dltrain::wire::events::TaskError::of(e).to_json());
 }
 
 }  // namespace
@@ -182,11 +182,11 @@ int main(int argc, char** argv) {
     return stopped.checkpoint_error ? 1 : 0;
   } catch (const dltrain::ConfigError& e) {
     spdlog::error("{}", e.what());
-    print_error(e.what());
+    print_error(e);
     return 2;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
-    print_error(e.what());
+    print_error(e);
     return 1;
   }
 }

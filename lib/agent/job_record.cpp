@@ -71,6 +71,7 @@ wire::events::Summary summary(const JobRec& j) {
     s.set_ratios(total(j.traffic_after_warmup), true);
   }
   if (!j.error.empty()) s.error = j.error;
+  s.failure = j.failure;
   return s;
 }
 
@@ -161,6 +162,7 @@ JobRec job_from_record(std::uint64_t num, const json& r) {
   j.submitted_unix = r.value("submitted_at", 0.0);
   j.fixed_wall = r.value("wall_seconds", 0.0);
   j.error = r.value("error", "");
+  if (r.contains("failure") && r["failure"].is_object()) j.failure = wire::events::Failure::from_json(r["failure"]);
   j.profile_of = r.value("profile_of", "");
   // Both absent from records written before jobs had secrets.
   j.generation = r.value("generation", 1u);

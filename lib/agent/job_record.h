@@ -87,6 +87,9 @@ struct JobRec {
   std::vector<std::string> pending_profiles;  ///< this job waits for these runs
   double exploration_seconds = 0;
   std::string error;
+  /// The first task whose failure failed the job (absent when none did: a planner or
+  /// queue failure, a cancellation).
+  std::optional<wire::events::Failure> failure;
   std::string failing_state;  ///< the terminal state to enter once every task exited
   std::vector<std::weak_ptr<control::Session>> followers;
   // Re-assignment (state recovering): why, since when, how often so far.

@@ -355,6 +355,7 @@ void Leader::Impl::check_heartbeats() {
     auto self = w.lock();
     if (!self || ec) return;
     const auto now = Clock::now();
+    self->expire_log_requests();
     for (auto& [id, a] : self->agents) {
       if (!a.lost && now - a.last_seen > self->opt.heartbeat_timeout) {
         if (auto s = a.session.lock()) s->close();

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "agent/failure.h"
 #include "agent/leader_impl.h"
 #include "common/errors.h"
 
@@ -19,6 +20,7 @@ namespace events = wire::events;
 // ---------------------------------------------------------------- agent messages
 void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& env) {
   if (env.type == "reply") {
+    if (on_log_reply(env)) return;
     if (!env.ok) spdlog::warn("agent {} reported an error: {}", s->peer(), env.error.dump());
     return;
   }
@@ -357,6 +359,20 @@ void Leader::Impl::on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody&
   }
   std::string why = t.name + " on agent " + t.agent + " " + t.exit;
   if (!t.last_error.empty()) why += ": " + t.last_error;
+  if (!j.failure) {
+    events::Failure f;
+    f.task = t.name;
+    f.agent = t.agent;
+    f.cause = b.cause.value_or(classify_exit(b.exit_code, b.signal, "", false));
+    if (b.signal != 0) {
+      f.signal = b.signal;
+    } else {
+      f.exit_code = b.exit_code;
+    }
+    f.message = why;
+    f.last_lines = b.last_lines;
+    j.failure = std::move(f);
+  }
   fail_job(j, why);
 }
 

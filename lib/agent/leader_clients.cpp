@@ -53,6 +53,7 @@ void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& 
     return reply(s, env.id, {{"jobs", arr}});
   }
   if (env.type == "agents") return reply(s, env.id, {{"agents", agents_json()}});
+  if (env.type == "logs") return on_logs(s, env);
   if (env.type == "status" || env.type == "cancel" || env.type == "follow") {
     if (!query.job) {
       return reply_error(s, env.id, wire::error_code::kBadRequest, env.type + " needs \"job\" (string)", "job");

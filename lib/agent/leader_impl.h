@@ -6,6 +6,7 @@
 //   leader_recovery.cpp  lost agents, re-assignment, leader restarts (restore, adoption)
 //   leader_planning.cpp  the adapter to the planner's policy (planner/policy.h)
 //   leader_metrics.cpp   the leader's Prometheus metrics (dltrain_leader_*, dltrain_job_*)
+//   leader_logs.cpp      `dltrain logs`: a client's request relayed to the task's agent
 // Records are in job_record.h, agents and placement in placement.h. Members without a
 // comment here have theirs at their definition, in the file their section names. All of
 // them run on the leader's io thread; none is thread-safe, none needs to be.
@@ -64,6 +65,16 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
     std::map<std::string, std::uint64_t> requests;  ///< control messages by peer kind
     std::map<std::pair<std::string, std::string>, std::uint64_t> errors;  ///< (peer kind, code) → error replies
   } counters;
+  /// A client's logs request waiting for the agent's read_log reply (key: the id the
+  /// leader gave the read_log request).
+  struct PendingLog {
+    std::weak_ptr<control::Session> client;
+    std::string client_id;   ///< the client's request id
+    std::string agent;
+    bool running = false;    ///< the task ran when asked
+    Clock::time_point deadline;
+  };
+  std::map<std::string, PendingLog> pending_logs;
 
   Impl(boost::asio::io_context& i, const AgentOptions& o) : io(i), opt(o), hb_timer(i) {}
 
@@ -148,6 +159,13 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   void explore(JobRec& parent, const std::vector<planner::Config>& configs);
   void record_epoch(JobRec& j, const wire::events::EpochEnd& ev);
   void record_final(JobRec& j);
+
+  // ------------------------------------------------------------ leader_logs.cpp
+  void on_logs(const SessionPtr& s, const wire::Envelope& env);
+  /// True when `env` (a reply from an agent) answers a read_log; forwards it.
+  bool on_log_reply(const wire::Envelope& env);
+  /// Answers the logs requests whose agent did not reply in time.
+  void expire_log_requests();
 
   // ------------------------------------------------------------ leader_metrics.cpp
   void collect_metrics(control::MetricsBuilder& out) const;

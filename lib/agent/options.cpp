@@ -103,6 +103,10 @@ std::map<std::string, Handler> key_handlers(const std::function<std::string(cons
       {"agent_token_file", token_file(&AgentOptions::agent_token)},
       {"client_token_file", token_file(&AgentOptions::client_token)},
       {"task_bin_dir", path(&AgentOptions::task_bin_dir)},
+      {"task_log_max_bytes",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.task_log_max_bytes = static_cast<std::uintmax_t>(get_int(n, k, 4096, std::int64_t{1} << 40));
+       }},
       {"tls_cert_file", path(&AgentOptions::tls_cert_file)},
       {"tls_key_file", path(&AgentOptions::tls_key_file)},
       {"tls_ca_file", path(&AgentOptions::tls_ca_file)},

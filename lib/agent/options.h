@@ -50,6 +50,9 @@ struct AgentOptions {
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{10000};
   std::chrono::milliseconds task_stop_grace{10000};  ///< SIGTERM → SIGKILL delay
+  /// A task's log (its stderr, task.log in its directory) is rotated to task.log.1 when
+  /// it grows past this many bytes, checked every 5 s: at most about twice this on disk.
+  std::uintmax_t task_log_max_bytes = 8u << 20;
   int task_max_restarts = 3;       ///< restarts of a worker or PS shard that died, per task (0 = none);
                                    ///< leader: also re-assignments of a job, per job
   /// Leader: how long a job whose agent was lost waits for free cores on other agents to

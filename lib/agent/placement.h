@@ -27,7 +27,6 @@ struct AgentRec {
   int free_cores = 0;                  ///< cores not held by a task, [.., cores]
   std::int64_t memory_mb = 0;
   std::string hardware_class;          ///< the planner's price class, e.g. "cpu"
-  std::string metrics_endpoint;        ///< HOST:PORT of its /metrics; "" = none
   std::weak_ptr<control::Session> session;
   std::chrono::steady_clock::time_point last_seen;
   bool lost = false;                   ///< silent for heartbeat_timeout: its tasks were re-assigned
@@ -35,6 +34,7 @@ struct AgentRec {
   /// Tasks still running there that the leader no longer counts on ("job/task/generation",
   /// see orphan_key) → the cores they hold until their exit is reported.
   std::map<std::string, int> orphans;
+  std::string metrics_endpoint;        ///< HOST:PORT of its /metrics; "" = none
 };
 
 /// An agent's free cores as placement sees them.

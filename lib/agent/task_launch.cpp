@@ -21,6 +21,15 @@ fs::path task_dir(const AgentOptions& opt, const std::string& job, const std::st
   return fs::path(opt.state_dir) / "tasks" / job / (name + "-g" + std::to_string(generation));
 }
 
+}  // namespace
+
+std::string task_log_path(const AgentOptions& opt, const std::string& job, const std::string& name,
+                          std::uint32_t generation) {
+  return (task_dir(opt, job, name, generation) / "task.log").string();
+}
+
+namespace {
+
 // A re-assigned job (generation > 1): the directory this task had in an earlier
 // generation (`generation`, a field of the request) holds the state it saved when stopped.
 std::optional<fs::path> earlier_dir(const AgentOptions& opt, const wire::StartTaskBody& b,
@@ -122,7 +131,7 @@ TaskLaunch prepare_task(const AgentOptions& opt, const wire::StartTaskBody& b) {
   if (ec) throw IoError("cannot create task directory " + dir.string() + ": " + ec.message());
   t.secret_path = (dir / "job.secret").string();
   write_private_file(t.secret_path, b.secret + "\n");
-  t.process.log_path = (dir / "task.log").string();
+  t.process.log_path = task_log_path(opt, t.job, t.name, t.generation);
   t.process.work_dir = dir.string();
   try {
     if (t.kind == "ps") {

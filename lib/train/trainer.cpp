@@ -346,7 +346,7 @@ class WorkerLoop {
     }
     ++skipped_steps_;
     if (++consecutive_skips_ > kMaxConsecutiveSkips) {
-      throw Error("worker " + std::to_string(cfg_.rank) + ": " + std::to_string(consecutive_skips_) +
+      throw DivergedError("worker " + std::to_string(cfg_.rank) + ": " + std::to_string(consecutive_skips_) +
                   " consecutive steps had a NaN/Inf loss or gradient (epoch " + std::to_string(epoch + 1) +
                   ", step " + std::to_string(step + 1) +
                   "); the model diverged: lower optimizer.lr or set compression.clip_norm");

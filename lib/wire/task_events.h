@@ -281,9 +281,15 @@ struct PsResync : Fields<PsResync> {
 struct TaskError : Fields<TaskError> {
   static constexpr const char* kKind = "error";
   std::string message;               ///< what failed, in words
+  /// What kind of failure, when the task knows: "divergence" (NaN/Inf steps in a row),
+  /// "timeout" (a peer did not answer in time), "config" (bad arguments or files).
+  std::optional<std::string> cause;
+  /// The event of an exception that ends a task: its message, and its cause from its
+  /// type (DivergedError, TimeoutError, ConfigError; none for the others).
+  static TaskError of(const std::exception& e);
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
-    v("message", s.message);
+    v("message", s.message), v("cause", s.cause);
   }
 };
 
@@ -500,6 +506,26 @@ struct LeaderRestarted : Fields<LeaderRestarted> {
   }
 };
 
+/// The task whose failure failed a job, and how: what `dltrain status` and the summary
+/// show. The first task that failed for good (out of restarts, or not restartable).
+struct Failure : Fields<Failure> {
+  std::string task;                  ///< "worker-1"
+  std::string agent;                 ///< the agent it ran on
+  /// "divergence" | "timeout" | "config" (what the task said), "oom" (SIGKILL while the
+  /// agent's cgroup counted an OOM kill), "signal", "exit_code", "start" (could not be
+  /// started). agent/failure.h, classify_exit().
+  std::string cause;
+  std::optional<int> exit_code;      ///< when it exited
+  std::optional<int> signal;         ///< when a signal ended it
+  std::string message;               ///< how it ended and its last error, in words
+  std::vector<std::string> last_lines;  ///< the last lines of its log, oldest first
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("task", s.task), v("agent", s.agent), v("cause", s.cause), v("exit_code", s.exit_code), v("signal", s.signal),
+        v("message", s.message), v("last_lines", s.last_lines);
+  }
+};
+
 /// The job's summary: the last event a follower receives, and the core of a job in
 /// `dltrain status`. Compression ratios are dense bytes ÷ bytes sent, counted at the
 /// workers' sockets with headers, over the run and after warm-up; present once a worker
@@ -518,6 +544,7 @@ struct Summary : Fields<Summary> {
   std::optional<Nullable<double>> compression_ratio_after_warmup, compression_ratio_up_after_warmup,
       compression_ratio_down_after_warmup;
   std::optional<std::string> error;  ///< why it failed
+  std::optional<Failure> failure;    ///< the first task that failed it, when a task did
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("job", s.job), v("name", s.name), v("state", s.state), v("test_accuracy", s.test_accuracy),
@@ -527,7 +554,8 @@ struct Summary : Fields<Summary> {
         v("compression_ratio_down", s.compression_ratio_down),
         v("compression_ratio_after_warmup", s.compression_ratio_after_warmup),
         v("compression_ratio_up_after_warmup", s.compression_ratio_up_after_warmup),
-        v("compression_ratio_down_after_warmup", s.compression_ratio_down_after_warmup), v("error", s.error);
+        v("compression_ratio_down_after_warmup", s.compression_ratio_down_after_warmup), v("error", s.error),
+        v("failure", s.failure);
   }
   /// Sets the three ratios (suffix "" or "_after_warmup") from the workers' traffic.
   void set_ratios(const Traffic& sum, bool after_warmup);

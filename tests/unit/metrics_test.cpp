@@ -1,13 +1,21 @@
-// The metrics endpoint (control/metrics_server.h) and what an agent makes of its tasks'
-// events (agent/task_metrics.h), without a cluster: exact expositions written by hand,
-// the access rule, and a restart as a counter reset.
+// The metrics endpoint (control/metrics_server.h), what an agent makes of its tasks'
+// events (agent/task_metrics.h) and how it names a failed exit (agent/failure.h),
+// without a cluster: exact expositions written by hand, the access rule, a restart as a
+// counter reset, causes and log tails.
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
+#include "agent/failure.h"
 #include "agent/options.h"
+#include "agent/task_logs.h"
 #include "agent/task_metrics.h"
 #include "common/errors.h"
 #include "control/metrics_server.h"
@@ -249,6 +257,59 @@ TEST(AgentMetrics, CoresFreeAreTheOfferedLessTheHeld) {
   EXPECT_EQ(sum_samples(s, "dltrain_agent_memory_bytes", {}), 2.0 * 1024 * 1024);
   EXPECT_EQ(sum_samples(s, "dltrain_agent_tasks_running", {{"role", "worker"}}), 2);
   EXPECT_EQ(sum_samples(s, "dltrain_agent_tasks_running", {{"role", "ps"}}), 1);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Failure, TheCauseOfAnExit) {
+  using dltrain::agent::classify_exit;
+  EXPECT_EQ(classify_exit(1, 0, "divergence", false), "divergence");
+  EXPECT_EQ(classify_exit(1, 0, "timeout", false), "timeout");
+  EXPECT_EQ(classify_exit(-1, SIGKILL, "", true), "oom");
+  EXPECT_EQ(classify_exit(-1, SIGKILL, "", false), "signal");
+  EXPECT_EQ(classify_exit(-1, SIGSEGV, "", true), "signal");  // only SIGKILL is the OOM killer's
+  EXPECT_EQ(classify_exit(126, 0, "", false), "start");
+  EXPECT_EQ(classify_exit(3, 0, "", false), "exit_code");
+}
+
+TEST(Failure, OomKillsFromACgroupsMemoryEvents) {
+  EXPECT_EQ(dltrain::agent::parse_oom_kills("low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n"), 2u);
+  EXPECT_FALSE(dltrain::agent::parse_oom_kills("low 0\nhigh 0\n").has_value());
+}
+
+TEST(Failure, TheLastLinesOfALog) {
+  const auto dir = std::filesystem::temp_directory_path() / ("dltrain-lastlines-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = (dir / "task.log").string();
+  {
+    std::ofstream out(path);
+    for (int i = 1; i <= 30; ++i) out << "line " << i << "\n\n";
+    out << std::string(2000, 'x') << "\n";
+  }
+  const auto lines = dltrain::agent::last_lines(path, 3, 100);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "line 29");
+  EXPECT_EQ(lines[1], "line 30");
+  EXPECT_EQ(lines[2], std::string(100, 'x') + "...");
+  // A log larger than the 64 KiB window: only whole lines from its end.
+  {
+    std::ofstream out(path);
+    for (int i = 1; i <= 20000; ++i) out << "entry " << i << "\n";
+  }
+  const auto tail = dltrain::agent::last_lines(path, 2);
+  EXPECT_EQ(tail, (std::vector<std::string>{"entry 19999", "entry 20000"}));
+  EXPECT_TRUE(dltrain::agent::last_lines((dir / "absent.log").string(), 5).empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Failure, ATasksErrorEventNamesItsCauseByType) {
+  EXPECT_EQ(events::TaskError::of(dltrain::DivergedError("nan")).cause, "divergence");
+  EXPECT_EQ(events::TaskError::of(dltrain::TimeoutError("slow")).cause, "timeout");
+  EXPECT_EQ(events::TaskError::of(dltrain::ConfigError("--ps", "bad")).cause, "config");
+  EXPECT_FALSE(events::TaskError::of(std::runtime_error("other")).cause.has_value());
+  EXPECT_EQ(events::TaskError::of(dltrain::DivergedError("nan")).message, "nan");
 }
 
 }  // namespace

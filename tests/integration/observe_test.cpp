@@ -1,7 +1,8 @@
-// Prometheus metrics of a standalone cluster (a leader and three agents on loopback):
-// every agent role's exposition passes `promtool check metrics` and counts what a short
-// job really did, and a real Prometheus server (Debian's `prometheus`) scraping the
-// cluster every second answers queries for a job's images/s and test accuracy.
+// Watching a standalone cluster (a leader and three agents on loopback). Prometheus
+// metrics: every agent role's exposition passes `promtool check metrics` and counts what
+// a short job really did, and a real Prometheus server (Debian's `prometheus`) scraping
+// the cluster every second answers queries for a job's images/s and test accuracy. Task
+// logs: `dltrain logs` prints a task's real log, `--tail` its end, `--follow` streams it.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -30,7 +32,7 @@ using dltrain::testing::wait_until;
 
 namespace {
 
-class Metrics : public ::testing::Test {
+class Observe : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     root_ = dltrain::testing::make_temp_root("dltrain-metrics");
@@ -94,7 +96,7 @@ ratio = 0.01
 
 }  // namespace
 
-TEST_F(Metrics, EveryRolesExpositionPassesPromtoolAndCountsWhatTheJobDid) {
+TEST_F(Observe, EveryRolesExpositionPassesPromtoolAndCountsWhatTheJobDid) {
   ASSERT_EQ(run("promtool --version >/dev/null 2>&1").code, 0) << "promtool missing: scripts/setup installs prometheus";
   const auto path = write_job("metrics-small", kSmallDgc);
   auto f = run(client_ + " submit " + path + " --follow --json", 180);
@@ -199,7 +201,7 @@ double prom_query(const std::string& server, const std::string& promql) {
 
 }  // namespace
 
-TEST_F(Metrics, APrometheusServerScrapingTheClusterAnswersForImagesPerSecondAndAccuracy) {
+TEST_F(Observe, APrometheusServerScrapingTheClusterAnswersForImagesPerSecondAndAccuracy) {
   ASSERT_EQ(run("prometheus --version >/dev/null 2>&1").code, 0) << "prometheus missing: scripts/setup installs it";
   const fs::path dir = root_ / "prometheus";
   fs::create_directories(dir);
@@ -268,4 +270,89 @@ lr = 0.05
   EXPECT_EQ(images, 2 * 8000) << "images counted by Prometheus";
   ::kill(prom.pid(), SIGTERM);
   EXPECT_EQ(prom.wait(30), 0) << "Prometheus did not stop cleanly";
+}
+
+namespace {
+
+// The last `n` non-empty lines of a file, read here independently of the agent.
+std::vector<std::string> file_tail(const fs::path& p, std::size_t n) {
+  std::ifstream in(p);
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  if (lines.size() > n) lines.erase(lines.begin(), lines.end() - static_cast<std::ptrdiff_t>(n));
+  return lines;
+}
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(line);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_F(Observe, LogsPrintATasksRealLogAndFollowStreamsItUntilTheTaskEnds) {
+  const auto path = write_job("logs-cnn", R"(model = "cnn"
+workers = 2
+ps_shards = 1
+batch_size = 32
+epochs = 2
+train_samples = 8000
+test_samples = 2000
+)");
+  const std::string job = dltrain::testing::submit_job(client_, path);
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(dltrain::testing::wait_all_tasks_running(client_, job, 3, 120)) << "the job's tasks did not start";
+  dltrain::testing::Background follower(client_ + " logs " + job + " --task worker-0 --follow",
+                                        (root_ / (job + "-worker-0.log")).string());
+  // While the job trains, the follower has printed the worker's progress events as its
+  // log has them.
+  bool streamed = false;
+  wait_until(
+      [&] {
+        const auto st = dltrain::testing::job_status(client_, job);
+        if (st.value("state", "") != "running") return true;
+        for (const auto& l : follower.lines()) streamed |= l.find("\"event\":\"progress\"") != std::string::npos;
+        return streamed;
+      },
+      std::chrono::seconds(180), std::chrono::milliseconds(200));
+  EXPECT_TRUE(streamed) << "no progress line reached the follower while the job ran";
+  const auto st = dltrain::testing::wait_state(client_, job, {"succeeded", "failed", "cancelled"}, 240);
+  ASSERT_EQ(st.value("state", ""), "succeeded") << st.dump();
+  // The task ended: the follower drains the log and exits by itself.
+  EXPECT_EQ(follower.wait(30), 0) << "dltrain logs --follow did not end with its task";
+  int epoch_ends = 0, done = 0;
+  for (const auto& l : follower.lines()) {
+    epoch_ends += l.find("\"event\":\"epoch_end\"") != std::string::npos ? 1 : 0;
+    done += l.find("\"event\":\"done\"") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(epoch_ends, 2);
+  EXPECT_EQ(done, 1);
+
+  // --tail: the end of the PS shard's log, as the file on its agent has it.
+  const std::string agent = dltrain::testing::task_of(st, "ps-0").value("agent", "");
+  ASSERT_EQ(agent.rfind("local-", 0), 0u) << st.dump();
+  const fs::path file =
+      root_ / "state" / ("agent-" + agent.substr(6)) / "tasks" / job / "ps-0-g1" / "task.log";
+  const auto expected = file_tail(file, 5);
+  ASSERT_FALSE(expected.empty()) << file;
+  const auto r = run(client_ + " logs " + job + " --task ps-0 --tail 5", 30);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(split_lines(r.out), expected);
+
+  // Bad input names what is wrong; the leader carries on.
+  const auto bad_task = run(client_ + " logs " + job + " --task worker-9 2>&1", 30);
+  EXPECT_EQ(bad_task.code, 2) << bad_task.out;
+  EXPECT_NE(bad_task.out.find("has no task \"worker-9\" (its tasks: ps-0, worker-0, worker-1)"), std::string::npos)
+      << bad_task.out;
+  const auto bad_job = run(client_ + " logs job-999 2>&1", 30);
+  EXPECT_EQ(bad_job.code, 2) << bad_job.out;
+  EXPECT_NE(bad_job.out.find("no job \"job-999\""), std::string::npos) << bad_job.out;
 }
