@@ -20,6 +20,7 @@
 #include "common/errors.h"
 #include "control/metrics_server.h"
 #include "support/prometheus.h"
+#include "wire/control_bodies.h"
 #include "wire/task_events.h"
 
 namespace {
@@ -310,6 +311,68 @@ TEST(Failure, ATasksErrorEventNamesItsCauseByType) {
   EXPECT_EQ(events::TaskError::of(dltrain::ConfigError("--ps", "bad")).cause, "config");
   EXPECT_FALSE(events::TaskError::of(std::runtime_error("other")).cause.has_value());
   EXPECT_EQ(events::TaskError::of(dltrain::DivergedError("nan")).message, "nan");
+}
+
+}  // namespace
+
+namespace {
+
+TEST(TaskLogs, WindowsOfALogAndItsRotation) {
+  const auto dir = std::filesystem::temp_directory_path() / ("dltrain-logwin-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = (dir / "task.log").string();
+  std::ofstream(path) << "one\ntwo\nthree\n";
+  // The tail: whole lines; where to continue is the end.
+  auto w = dltrain::agent::read_log_window(path, std::nullopt, 2, 1024);
+  EXPECT_TRUE(w.exists);
+  EXPECT_EQ(w.text, "two\nthree\n");
+  EXPECT_EQ(w.size, 14);
+  EXPECT_EQ(w.next_offset, 14);
+  // From an offset, at most max_bytes.
+  w = dltrain::agent::read_log_window(path, 4, 0, 5);
+  EXPECT_EQ(w.text, "two\nt");
+  EXPECT_EQ(w.offset, 4);
+  EXPECT_EQ(w.next_offset, 9);
+  // Rotation: larger than the bound, it is copied to .1 and truncated; a follower's
+  // offset is then past the end and reading starts again at 0.
+  EXPECT_FALSE(dltrain::agent::rotate_log_if_larger(path, 100));
+  EXPECT_TRUE(dltrain::agent::rotate_log_if_larger(path, 10));
+  EXPECT_EQ(std::filesystem::file_size(path), 0u);
+  std::ifstream rotated(path + ".1");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(rotated)), {}), "one\ntwo\nthree\n");
+  std::ofstream(path, std::ios::app) << "four\n";
+  w = dltrain::agent::read_log_window(path, 14, 0, 1024);
+  EXPECT_TRUE(w.rotated);
+  EXPECT_EQ(w.text, "four\n");
+  EXPECT_EQ(w.offset, 0);
+  EXPECT_FALSE(dltrain::agent::read_log_window((dir / "none").string(), std::nullopt, 5, 10).exists);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TaskLogs, ALogRequestOutOfRangeNamesTheField) {
+  dltrain::wire::Envelope env;
+  env.type = "logs";
+  env.body = {{"job", "job-1"}, {"task", "../etc"}};
+  try {
+    dltrain::wire::parse_body<dltrain::wire::LogRequestBody>(env);
+    FAIL() << "accepted a task name that leaves the job's directory";
+  } catch (const dltrain::wire::BodyError& e) {
+    EXPECT_EQ(e.field(), "task");
+  }
+  env.body = {{"job", "job-1"}, {"tail", 20000}};
+  try {
+    dltrain::wire::parse_body<dltrain::wire::LogRequestBody>(env);
+    FAIL() << "accepted tail 20000";
+  } catch (const dltrain::wire::BodyError& e) {
+    EXPECT_EQ(e.field(), "tail");
+  }
+  env.body = {{"job", "job-1"}, {"offset", -1}};
+  EXPECT_THROW(dltrain::wire::parse_body<dltrain::wire::LogRequestBody>(env), dltrain::wire::BodyError);
+  env.body = {{"job", "job-1"}, {"task", "ps-0"}, {"offset", 10}};
+  const auto b = dltrain::wire::parse_body<dltrain::wire::LogRequestBody>(env);
+  EXPECT_EQ(b.task, "ps-0");
+  EXPECT_EQ(b.offset, 10);
+  EXPECT_EQ(b.max_bytes, 256 << 10);
 }
 
 }  // namespace
