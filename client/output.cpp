@@ -201,6 +201,7 @@ void print_job_status(std::ostream& out, json r) {
         << (t.contains("error") ? "  " + t.value("error", "") : "");
     if (t.value("restarts", 0) > 0) out << "  restarts " << t.value("restarts", 0);
     if (t.value("resyncs", 0) > 0) out << "  resynced " << t.value("resyncs", 0) << "x with restarted PS shards";
+    if (t.value("straggler", false)) out << "  straggler";
     if (t.contains("recovery")) out << "  " << t.value("recovery", "");
     out << std::endl;
   }

@@ -54,6 +54,18 @@ TaskRec* JobRec::find_task(const std::string& name) {
   return nullptr;
 }
 
+void mark_stragglers(JobRec& j, double factor) {
+  std::int64_t lead = 0;
+  for (const auto& t : j.tasks) {
+    if (t.kind == "worker") lead = std::max(lead, t.global_step);
+  }
+  for (auto& t : j.tasks) {
+    if (t.kind != "worker") continue;
+    t.straggler = factor > 0 && t.state == "running" && lead >= kMinStepsForStragglers &&
+                  static_cast<double>(t.global_step) * factor < static_cast<double>(lead);
+  }
+}
+
 wire::events::Summary summary(const JobRec& j) {
   wire::events::Summary s;
   s.job = j.id;
@@ -85,6 +97,7 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
     if (t.restarts > 0) tj["restarts"] = t.restarts;
     if (!t.recovery.empty()) tj["recovery"] = t.recovery;
     if (t.resyncs > 0) tj["resyncs"] = t.resyncs;
+    if (t.straggler) tj["straggler"] = true;
     tasks.push_back(tj);
   }
   json out = summary(j).to_json();

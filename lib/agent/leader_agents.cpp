@@ -296,6 +296,20 @@ void Leader::Impl::on_task_event(JobRec& j, TaskRec& t, const json& ev) {
 // What a worker's events say of the job: bytes, throughput, epochs, the test accuracy.
 void Leader::Impl::on_worker_counters(JobRec& j, TaskRec& t, const std::string& kind, const json& ev) {
   note_bytes(j, t, ev);
+  if (kind == events::Progress::kKind) {
+    t.global_step = events::Progress::from_json(ev).global_step;
+    std::set<std::string> before;
+    for (const auto& w : j.tasks) {
+      if (w.straggler) before.insert(w.name);
+    }
+    mark_stragglers(j, opt.straggler_factor);
+    for (const auto& w : j.tasks) {
+      if (w.straggler && !before.count(w.name)) {
+        spdlog::warn("job {}: {} on {} is a straggler: step {}, more than {}x behind the most advanced worker",
+                     j.id, w.name, w.agent, w.global_step, opt.straggler_factor);
+      }
+    }
+  }
   if (kind == events::Profile::kKind) j.profile_ips[t.index] = events::Profile::from_json(ev).images_per_sec;
   if (kind == events::Done::kKind) {
     const auto d = events::Done::from_json(ev);

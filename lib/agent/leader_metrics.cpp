@@ -81,6 +81,12 @@ void Leader::Impl::collect_metrics(control::MetricsBuilder& out) const {
                 l, static_cast<double>(j.bytes_pulled()));
     out.gauge("dltrain_job_wall_seconds", "Seconds from submission to the end (or now)", l, j.wall_seconds());
     out.gauge("dltrain_job_generation", "The job's generation (bumped at each re-assignment)", l, j.generation);
+    for (const auto& t : j.tasks) {
+      if (t.kind != "worker" || j.terminal()) continue;
+      out.gauge("dltrain_job_worker_straggler",
+                "1 while the worker is behind its job's most advanced one by more than straggler_factor",
+                {{"job", j.id}, {"task", t.name}}, t.straggler ? 1 : 0);
+    }
   }
 }
 

@@ -124,6 +124,13 @@ std::map<std::string, Handler> key_handlers(const std::function<std::string(cons
        [](AgentOptions& o, const Node& n, const std::string& k) {
          o.margin_sigmas = get_double(n, k, 0.0, 5.0, false, false);
        }},
+      {"straggler_factor",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.straggler_factor = get_double(n, k, 0.0, 1000.0, false, false);
+         if (o.straggler_factor != 0 && o.straggler_factor <= 1) {
+           throw ConfigError(k, "expected 0 (off) or a factor > 1, got " + std::to_string(o.straggler_factor));
+         }
+       }},
       {"switch_threshold",
        [](AgentOptions& o, const Node& n, const std::string& k) {
          o.switch_threshold = get_double(n, k, 0.0, 1.0, false, true);

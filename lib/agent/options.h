@@ -73,6 +73,9 @@ struct AgentOptions {
   int explore_steps = 40;          ///< leader: steps per worker of an exploration run
   double switch_threshold = 0.10;  ///< leader: relative predicted gain needed to change a plan
   double margin_sigmas = 0.0;      ///< leader: planner safety margin (docs/planner.md)
+  /// Leader: a running worker whose step count times this factor is below its job's
+  /// most advanced worker's is flagged as a straggler (`dltrain status`, metrics); 0 = off.
+  double straggler_factor = 2.0;
 };
 
 /// Parses an agent TOML file. `agent_token_file` / `client_token_file` keys read the

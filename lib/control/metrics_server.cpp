@@ -6,11 +6,11 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <openssl/crypto.h>
 #include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
 
 #include "common/errors.h"
+#include "control/listen.h"
 
 namespace dltrain::control {
 
@@ -88,12 +88,6 @@ struct MetricsServer::Impl : std::enable_shared_from_this<MetricsServer::Impl> {
 };
 
 namespace {
-
-bool bearer_matches(std::string_view header, const std::string& token) {
-  constexpr std::string_view prefix = "Bearer ";
-  if (header.size() != prefix.size() + token.size() || header.substr(0, prefix.size()) != prefix) return false;
-  return CRYPTO_memcmp(header.data() + prefix.size(), token.data(), token.size()) == 0;
-}
 
 // One connection, one request.
 class MetricsSession : public std::enable_shared_from_this<MetricsSession> {
@@ -192,16 +186,7 @@ void MetricsServer::start() {
                                            "\") is not a loopback address: anyone who reaches it could read the "
                                            "metrics (set metrics_token or metrics_token_file, or bind 127.0.0.1)");
   }
-  tcp::endpoint ep(addr, im.opt.port);
-  im.acceptor.open(ep.protocol(), ec);
-  if (!ec) im.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) im.acceptor.bind(ep, ec);
-  if (!ec) im.acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    throw IoError("metrics endpoint cannot listen on " + im.opt.bind_address + ":" + std::to_string(im.opt.port) +
-                  ": " + ec.message());
-  }
-  im.port = im.acceptor.local_endpoint().port();
+  im.port = listen_on(im.acceptor, im.opt.bind_address, im.opt.port, "metrics endpoint", "metrics_address");
   im.accept();
 }
 

@@ -94,6 +94,19 @@ method = "dgc"
 ratio = 0.01
 )";
 
+// A CNN on 8,000 images for 2 epochs: long enough (seconds to a minute) for several
+// scrapes and progress reports while it trains.
+const std::string kCnn8000 = R"(model = "cnn"
+workers = 2
+ps_shards = 1
+batch_size = 32
+epochs = 2
+train_samples = 8000
+test_samples = 2000
+[optimizer]
+lr = 0.05
+)";
+
 }  // namespace
 
 TEST_F(Observe, EveryRolesExpositionPassesPromtoolAndCountsWhatTheJobDid) {
@@ -223,18 +236,7 @@ TEST_F(Observe, APrometheusServerScrapingTheClusterAnswersForImagesPerSecondAndA
                          std::chrono::milliseconds(200)))
       << "Prometheus did not become ready; see " << (dir / "prometheus.log");
 
-  // A CNN on 8,000 images for 2 epochs: long enough (tens of seconds here) for several
-  // scrapes while it trains.
-  const auto path = write_job("metrics-scraped", R"(model = "cnn"
-workers = 2
-ps_shards = 1
-batch_size = 32
-epochs = 2
-train_samples = 8000
-test_samples = 2000
-[optimizer]
-lr = 0.05
-)");
+  const auto path = write_job("metrics-scraped", kCnn8000);
   const std::string job = dltrain::testing::submit_job(client_, path);
   ASSERT_FALSE(job.empty());
   const std::string ips_query = "sum(dltrain_worker_images_per_second{job=\"" + job + "\"})";
@@ -275,17 +277,6 @@ lr = 0.05
 namespace {
 
 // The last `n` non-empty lines of a file, read here independently of the agent.
-std::vector<std::string> file_tail(const fs::path& p, std::size_t n) {
-  std::ifstream in(p);
-  std::vector<std::string> lines;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) lines.push_back(line);
-  }
-  if (lines.size() > n) lines.erase(lines.begin(), lines.end() - static_cast<std::ptrdiff_t>(n));
-  return lines;
-}
-
 std::vector<std::string> split_lines(const std::string& s) {
   std::vector<std::string> out;
   std::istringstream in(s);
@@ -296,17 +287,16 @@ std::vector<std::string> split_lines(const std::string& s) {
   return out;
 }
 
+std::vector<std::string> file_tail(const fs::path& p, std::size_t n) {
+  auto lines = split_lines(dltrain::testing::slurp(p));
+  if (lines.size() > n) lines.erase(lines.begin(), lines.end() - static_cast<std::ptrdiff_t>(n));
+  return lines;
+}
+
 }  // namespace
 
 TEST_F(Observe, LogsPrintATasksRealLogAndFollowStreamsItUntilTheTaskEnds) {
-  const auto path = write_job("logs-cnn", R"(model = "cnn"
-workers = 2
-ps_shards = 1
-batch_size = 32
-epochs = 2
-train_samples = 8000
-test_samples = 2000
-)");
+  const auto path = write_job("logs-cnn", kCnn8000);
   const std::string job = dltrain::testing::submit_job(client_, path);
   ASSERT_FALSE(job.empty());
   ASSERT_TRUE(dltrain::testing::wait_all_tasks_running(client_, job, 3, 120)) << "the job's tasks did not start";

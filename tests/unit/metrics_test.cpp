@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "agent/failure.h"
+#include "agent/job_record.h"
 #include "agent/options.h"
 #include "agent/task_logs.h"
 #include "agent/task_metrics.h"
@@ -373,6 +374,57 @@ TEST(TaskLogs, ALogRequestOutOfRangeNamesTheField) {
   EXPECT_EQ(b.task, "ps-0");
   EXPECT_EQ(b.offset, 10);
   EXPECT_EQ(b.max_bytes, 256 << 10);
+}
+
+}  // namespace
+
+namespace {
+
+dltrain::agent::TaskRec worker_at(int rank, std::int64_t step, const std::string& state = "running") {
+  dltrain::agent::TaskRec t;
+  t.name = "worker-" + std::to_string(rank);
+  t.kind = "worker";
+  t.index = rank;
+  t.state = state;
+  t.global_step = step;
+  return t;
+}
+
+TEST(Stragglers, AWorkerMoreThanTheFactorBehindTheLeadIsFlagged) {
+  dltrain::agent::JobRec j;
+  dltrain::agent::TaskRec ps;
+  ps.name = "ps-0";
+  ps.kind = "ps";
+  ps.state = "running";
+  j.tasks = {ps, worker_at(0, 100), worker_at(1, 49), worker_at(2, 50), worker_at(3, 10, "exited")};
+  dltrain::agent::mark_stragglers(j, 2.0);
+  EXPECT_FALSE(j.tasks[1].straggler);  // the lead
+  EXPECT_TRUE(j.tasks[2].straggler);   // 49 x 2 < 100
+  EXPECT_FALSE(j.tasks[3].straggler);  // 50 x 2 = 100: not more than twice behind
+  EXPECT_FALSE(j.tasks[4].straggler);  // finished or dead: not running
+  EXPECT_FALSE(j.tasks[0].straggler);
+  // Off, and too early to tell.
+  dltrain::agent::mark_stragglers(j, 0);
+  EXPECT_FALSE(j.tasks[2].straggler);
+  j.tasks = {worker_at(0, dltrain::agent::kMinStepsForStragglers - 1), worker_at(1, 0)};
+  dltrain::agent::mark_stragglers(j, 2.0);
+  EXPECT_FALSE(j.tasks[1].straggler);
+  j.tasks[0].global_step = dltrain::agent::kMinStepsForStragglers;
+  dltrain::agent::mark_stragglers(j, 2.0);
+  EXPECT_TRUE(j.tasks[1].straggler);
+}
+
+TEST(Stragglers, TheFactorIsZeroOrMoreThanOne) {
+  const std::string base = "agent_token = \"agent-token-0123456789\"\n";
+  EXPECT_EQ(dltrain::agent::parse_agent_options(base, ".").straggler_factor, 2.0);
+  EXPECT_EQ(dltrain::agent::parse_agent_options(base + "straggler_factor = 0\n", ".").straggler_factor, 0.0);
+  EXPECT_EQ(dltrain::agent::parse_agent_options(base + "straggler_factor = 3.5\n", ".").straggler_factor, 3.5);
+  try {
+    dltrain::agent::parse_agent_options(base + "straggler_factor = 0.5\n", ".");
+    FAIL() << "accepted 0.5";
+  } catch (const dltrain::ConfigError& e) {
+    EXPECT_EQ(e.field(), "straggler_factor");
+  }
 }
 
 }  // namespace
