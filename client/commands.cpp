@@ -4,9 +4,11 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "common/errors.h"
 #include "output.h"
+#include "wire/control_bodies.h"
 #include "wire/task_events.h"
 
 namespace dltrain::client {
@@ -130,6 +132,27 @@ int agents(control::BlockingControlClient& c, const CommandOptions& opt, bool as
     print_agents(std::cout, r["agents"]);
   }
   return kExitOk;
+}
+
+int logs(control::BlockingControlClient& c, const CommandOptions& opt, const LogsOptions& lo, bool as_json) {
+  json body{{"job", opt.job_id}, {"task", lo.task}, {"tail", lo.tail}};
+  for (;;) {
+    const auto chunk = wire::LogChunkBody::from_json(c.request("logs", body, opt.timeout));
+    if (as_json) {
+      std::cout << chunk.to_json().dump() << std::endl;
+    } else {
+      if (chunk.rotated) std::cerr << "dltrain: the log was rotated; continuing from its start" << std::endl;
+      std::cout << chunk.text << std::flush;
+    }
+    if (!chunk.exists && !chunk.running && !as_json) {
+      std::cerr << "dltrain: " << lo.task << " of " << opt.job_id << " has no log on agent " << chunk.agent << std::endl;
+    }
+    const bool drained = chunk.next_offset >= chunk.size;
+    if (!lo.follow || (!chunk.running && drained)) return kExitOk;
+    body["offset"] = chunk.next_offset;
+    body["max_bytes"] = wire::LogRequestBody::kMaxBytes;
+    if (drained) std::this_thread::sleep_for(lo.poll);
+  }
 }
 
 }  // namespace dltrain::client

@@ -28,6 +28,22 @@ struct CommandOptions {
   std::chrono::seconds timeout{30};  ///< how long to wait for each reply
 };
 
+/// `dltrain logs` options.
+struct LogsOptions {
+  std::string task = "worker-0";  ///< --task
+  int tail = 50;                  ///< --tail: lines, [0, 10000]
+  bool follow = false;            ///< --follow: poll for more until the task ends
+  /// --follow: time between two reads. The log lives on the task's agent and is read
+  /// through the leader on request (nothing is pushed), so this is the latency.
+  std::chrono::milliseconds poll{1000};
+};
+
+/// `dltrain logs`: the last `lo.tail` lines of task `lo.task` of `opt.job_id`; with
+/// `lo.follow`, then what it appends, until it has ended and everything was read.
+/// Returns kExitOk. Throws RemoteError (no such job or task; its agent is not connected
+/// or did not answer: code unavailable) and what BlockingControlClient::request throws.
+int logs(control::BlockingControlClient& c, const CommandOptions& opt, const LogsOptions& lo, bool as_json);
+
 /// The body of a "submit" or "plan" request for `job_file` (TOML): its text, the
 /// absolute directory it is in (the leader resolves the job's relative paths against
 /// it) and `follow`. Read before connecting, so that a bad path is reported as such.

@@ -66,6 +66,13 @@ int main(int argc, char** argv) {
   auto* follow_cmd = app.add_subcommand("follow", "print a job's progress until it ends");
   follow_cmd->add_option("JOB", job_id, "job id")->required();
   follow_cmd->add_flag("--json", as_json, "one JSON object per line");
+  client::LogsOptions logs_opt;
+  auto* logs_cmd = app.add_subcommand("logs", "print a task's log (its stderr and its events), kept by its agent");
+  logs_cmd->add_option("JOB", job_id, "job id")->required();
+  logs_cmd->add_option("--task", logs_opt.task, "the task, e.g. worker-1 or ps-0")->capture_default_str();
+  logs_cmd->add_option("--tail", logs_opt.tail, "the last N lines")->capture_default_str()->check(CLI::Range(0, 10000));
+  logs_cmd->add_flag("-f,--follow", logs_opt.follow, "keep printing what the task logs until it ends");
+  logs_cmd->add_flag("--json", as_json, "one JSON object per reply (text, offsets, agent)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -95,6 +102,7 @@ int main(int argc, char** argv) {
     if (list->parsed()) return client::list(c, opt, as_json);
     if (cancel->parsed()) return client::cancel(c, opt, as_json);
     if (agents->parsed()) return client::agents(c, opt, as_json);
+    if (logs_cmd->parsed()) return client::logs(c, opt, logs_opt, as_json);
   } catch (const dltrain::control::AuthError& e) {
     std::cerr << "dltrain: " << e.what() << ": check --token, DLTRAIN_TOKEN or the client config (from "
               << target.source << ")\n";

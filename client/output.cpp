@@ -75,6 +75,17 @@ std::string ratio(const std::optional<json_fields::Nullable<double>>& r) {
   return fmt(r && *r ? **r : 0.0, 1);
 }
 
+// Which task failed a job first, where, how, and the end of its log.
+void print_failure(std::ostream& out, const events::Failure& f) {
+  out << "\n  failed first: " << f.task << " on agent " << f.agent << ", cause " << f.cause;
+  if (f.signal) out << " (signal " << *f.signal << ")";
+  if (f.exit_code) out << " (exit code " << *f.exit_code << ")";
+  if (!f.last_lines.empty()) {
+    out << "\n  last lines of its log:";
+    for (const auto& l : f.last_lines) out << "\n    " << l;
+  }
+}
+
 void print_summary(std::ostream& out, const events::Summary& e, const std::string& job) {
   out << job << " " << e.state << ": test accuracy " << (e.test_accuracy ? fmt(*e.test_accuracy, 4) : std::string("n/a"))
       << ", " << e.epochs << " epochs, " << fmt(e.wall_seconds, 1) << " s, pushed "
@@ -91,6 +102,7 @@ void print_summary(std::ostream& out, const events::Summary& e, const std::strin
     }
   }
   if (e.error) out << "\n  error: " << *e.error;
+  if (e.failure) print_failure(out, *e.failure);
   out << std::endl;
 }
 
@@ -189,6 +201,7 @@ void print_job_status(std::ostream& out, json r) {
         << (t.contains("error") ? "  " + t.value("error", "") : "");
     if (t.value("restarts", 0) > 0) out << "  restarts " << t.value("restarts", 0);
     if (t.value("resyncs", 0) > 0) out << "  resynced " << t.value("resyncs", 0) << "x with restarted PS shards";
+    if (t.value("straggler", false)) out << "  straggler";
     if (t.contains("recovery")) out << "  " << t.value("recovery", "");
     out << std::endl;
   }
@@ -203,6 +216,10 @@ void print_job_status(std::ostream& out, json r) {
         << "x; last because " << r.value("recovery_reason", "") << std::endl;
   }
   if (r.contains("error")) out << "  error: " << r.value("error", "") << std::endl;
+  if (r.contains("failure") && r["failure"].is_object()) {
+    print_failure(out, events::Failure::from_json(r["failure"]));
+    out << std::endl;
+  }
   if (r.value("state", "") == "queued") {
     out << "  waiting: position " << r.value("queue_position", 0) << " in the queue, needs "
         << r.value("cores_needed", 0) << " cores, " << r.value("cores_free", 0) << " free";

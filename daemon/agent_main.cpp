@@ -16,6 +16,7 @@
 #include "agent/notify.h"
 #include "agent/options.h"
 #include "agent/standalone.h"
+#include "control/metrics_server.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "dltrain/config.h"
@@ -50,6 +51,26 @@ int run_daemon(const dltrain::agent::AgentOptions& opt, const std::string& confi
     // READY once the control endpoint listens.
     notifier.ready("leader listening on " + opt.listen_address + ":" + std::to_string(leader->port()) +
                    (opt.tls_cert_file.empty() ? "" : " (TLS)"));
+  }
+  // The metrics endpoint serves the leader's families and this agent's; it listens before
+  // the agent registers, which reports where it is.
+  std::optional<dltrain::control::MetricsServer> metrics;
+  if (!opt.metrics_address.empty()) {
+    metrics.emplace(io, dltrain::control::MetricsServerOptions{opt.metrics_address, opt.metrics_port, opt.metrics_token},
+                    std::vector<dltrain::control::MetricsCollector>{
+                        [&leader](dltrain::control::MetricsBuilder& b) {
+                          if (leader) leader->collect_metrics(b);
+                        },
+                        [&agent](dltrain::control::MetricsBuilder& b) {
+                          if (agent) agent->collect_metrics(b);
+                        }});
+    metrics->start();
+    const bool any = opt.metrics_address == "0.0.0.0" || opt.metrics_address == "::";
+    std::string host = any ? opt.advertise_address : opt.metrics_address;
+    if (host.find(':') != std::string::npos) host = "[" + host + "]";
+    agent_opt.metrics_endpoint = host + ":" + std::to_string(metrics->port());
+    spdlog::info("metrics on http://{}/metrics{}", agent_opt.metrics_endpoint,
+                 opt.metrics_token.empty() ? "" : " (bearer token required)");
   }
   if (!opt.leader || opt.host_tasks) {
     agent.emplace(io, agent_opt);
@@ -90,6 +111,7 @@ int run_daemon(const dltrain::agent::AgentOptions& opt, const std::string& confi
     notifier.stopping("stopping: ending tasks");
     hup.cancel();
     auto finish = [&] {
+      if (metrics) metrics->stop();
       if (leader) leader->stop();
       io.stop();
     };

@@ -32,8 +32,8 @@
 namespace {
 
 // The task's last words on stdout, for its agent and the leader.
-void print_error(const std::string& message) {
-  dltrain::wire::events::write_line(std::cout, dltrain::wire::events::TaskError{{}, message}.to_json());
+void print_error(const std::exception& e) {
+  dltrain::wire::events::write_line(std::cout, dltrain::wire::events::TaskError::of(e).to_json());
 }
 
 }  // namespace
@@ -123,9 +123,39 @@ int main(int argc, char** argv) {
       });
     };
     if (checkpointer) arm();
+    // The shard's counters, for its agent's metrics endpoint.
+    boost::asio::steady_timer stats_timer(io);
+    const auto stats_interval = std::chrono::milliseconds(static_cast<std::int64_t>(args.stats_interval_s * 1000));
+    auto write_stats = [&] {
+      events::PsStats st;
+      st.shard = shard;
+      st.pushes = state->pushes();
+      st.pulls = server.pulls();
+      st.apply_seconds = server.apply_seconds();
+      st.bytes_in = server.bytes_in();
+      st.bytes_out = server.bytes_out();
+      st.connections = server.connections();
+      st.refused_handshakes = server.refused_handshakes();
+      st.rejected_connections = server.rejected_connections();
+      if (checkpointer) {
+        st.checkpoints = checkpointer->saves();
+        if (checkpointer->saves() > 0) st.last_checkpoint_unix = checkpointer->last_save_unix();
+      }
+      events::write_line(std::cout, st.to_json());
+    };
+    std::function<void()> arm_stats = [&] {
+      stats_timer.expires_after(stats_interval);
+      stats_timer.async_wait([&](boost::system::error_code ec) {
+        if (ec) return;
+        write_stats();
+        arm_stats();
+      });
+    };
+    if (args.stats_interval_s > 0) arm_stats();
     signals.async_wait([&](auto, int sig) {
       spdlog::info("signal {}: stopping", sig);
       timer.cancel();
+      stats_timer.cancel();
     });
     io.run();
     server.stop();
@@ -145,17 +175,18 @@ int main(int argc, char** argv) {
       }
       stopped.checkpoints = checkpointer->saves();
     }
+    write_stats();  // the final counts, the final checkpoint included
     events::write_line(std::cout, stopped.to_json());
     // A shard whose final checkpoint failed must not look cleanly stopped: the leader
     // would have its next incarnation load an older checkpoint instead of rebuilding it.
     return stopped.checkpoint_error ? 1 : 0;
   } catch (const dltrain::ConfigError& e) {
     spdlog::error("{}", e.what());
-    print_error(e.what());
+    print_error(e);
     return 2;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
-    print_error(e.what());
+    print_error(e);
     return 1;
   }
 }

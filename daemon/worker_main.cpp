@@ -24,8 +24,8 @@
 namespace {
 
 // The task's last words on stdout, for its agent and the leader.
-void print_error(const std::string& message) {
-  dltrain::wire::events::write_line(std::cout, dltrain::wire::events::TaskError{{}, message}.to_json());
+void print_error(const std::exception& e) {
+  dltrain::wire::events::write_line(std::cout, dltrain::wire::events::TaskError::of(e).to_json());
 }
 
 // Set by SIGTERM; the training loop and the PS client look at it (async-signal-safe: a
@@ -69,18 +69,23 @@ int main(int argc, char** argv) {
       throw dltrain::ConfigError("--ps", std::to_string(cfg.shards.size()) + " endpoints for " +
                                              std::to_string(cfg.spec.ps_shards) + " PS shards");
     }
-    dltrain::train::run_worker(cfg, [](const nlohmann::json& ev) { dltrain::wire::events::write_line(std::cout, ev); });
+    // Every event also goes to the task's log (stderr), so that the log says what the
+    // worker was doing when it ended, however it ended (`dltrain status` shows its tail).
+    dltrain::train::run_worker(cfg, [](const nlohmann::json& ev) {
+      dltrain::wire::events::write_line(std::cout, ev);
+      spdlog::info("{}", ev.dump());
+    });
     return 0;
   } catch (const dltrain::train::Stopped& e) {
     spdlog::info("{}", e.what());
     return 143;
   } catch (const dltrain::ConfigError& e) {
     spdlog::error("{}", e.what());
-    print_error(e.what());
+    print_error(e);
     return 2;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
-    print_error(e.what());
+    print_error(e);
     return 1;
   }
 }

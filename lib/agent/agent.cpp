@@ -14,8 +14,11 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "agent/failure.h"
 #include "agent/supervisor.h"
 #include "agent/task_launch.h"
+#include "agent/task_logs.h"
+#include "agent/task_metrics.h"
 #include "common/errors.h"
 #include "common/job_spec.h"
 #include "common/secret.h"
@@ -52,6 +55,8 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     std::uint32_t generation = 0;
     pid_t pid = -1;
     std::string last_error;
+    std::string last_cause;       // the cause its last error event named, if any
+    std::optional<std::uint64_t> oom_kills_at_start;  // the cgroup's count when it (re)started
     std::string kind;
     TaskLaunch launch;            // its files and command line, to start it again
     int restarts = 0;
@@ -59,13 +64,19 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     int port = 0;                 // PS shard: from its listening event, where a restart listens
     bool stop_requested = false;
     std::shared_ptr<asio::steady_timer> restart_timer;  // set while waiting to restart
+    TaskMetrics metrics;          // what its events said, for the metrics endpoint
   };
+  // How long, and how many, ended tasks' metrics stay on the endpoint: long enough for
+  // a scraper to see their final values, bounded so that a long-lived agent's endpoint
+  // does not grow with every job it ever ran.
+  static constexpr double kEndedRetainSeconds = 600;
+  static constexpr std::size_t kEndedRetainMax = 64;
 
   asio::io_context& io;
   AgentOptions opt;
   Supervisor supervisor;
   std::shared_ptr<control::ControlClient> link;
-  asio::steady_timer hb_timer, retry_timer;
+  asio::steady_timer hb_timer, retry_timer, log_timer;
   std::chrono::milliseconds backoff{500};
   bool registered = false, ever_registered = false, shutting_down = false;
   std::map<std::string, Task> tasks;  // key job/task
@@ -74,11 +85,13 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   // instead of taking the tasks for lost.
   std::map<std::string, std::uint32_t> exits_pending;
   std::deque<std::string> outbox;     // messages waiting for a link
+  std::deque<TaskMetrics> ended;      // metrics of tasks that exited for good, oldest first
+  std::uint64_t task_restarts = 0;
   std::uint64_t next_req = 1;
   std::function<void()>* on_registered = nullptr;
   std::function<void()> on_all_stopped;
 
-  Impl(asio::io_context& i, AgentOptions o) : io(i), opt(std::move(o)), supervisor(i), hb_timer(i), retry_timer(i) {
+  Impl(asio::io_context& i, AgentOptions o) : io(i), opt(std::move(o)), supervisor(i), hb_timer(i), retry_timer(i), log_timer(i) {
     if (opt.cores <= 0) opt.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (opt.memory_mb <= 0) opt.memory_mb = physical_memory_mb();
     if (opt.task_bin_dir.empty()) opt.task_bin_dir = self_dir();
@@ -161,6 +174,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     r.cores = opt.cores;
     r.memory_mb = opt.memory_mb;
     r.hardware_class = opt.hardware_class;
+    if (!opt.metrics_endpoint.empty()) r.metrics_endpoint = opt.metrics_endpoint;
     for (auto& [k, t] : tasks) r.tasks.push_back({{}, t.job, t.name, t.generation, false});
     for (auto& [k, g] : exits_pending) {
       const auto slash = k.find('/');
@@ -220,6 +234,8 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       } else if (env.type == "stop_task") {
         stop_task(wire::parse_body<wire::TaskRefBody>(env));
         link->send(wire::make_reply(env.id, json::object()));
+      } else if (env.type == "read_log") {
+        link->send(wire::make_reply(env.id, read_log(wire::parse_body<wire::LogRequestBody>(env)).to_json()));
       } else {
         link->send(wire::make_error(env.id, wire::error_code::kBadRequest, "unknown type \"" + env.type + "\"", "type"));
       }
@@ -254,6 +270,12 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     t.generation = t.launch.generation;
     t.kind = t.launch.kind;
     if (t.kind == "worker") t.epochs_done = t.launch.worker->resume_epoch;
+    t.metrics.job = t.job;
+    t.metrics.task = t.name;
+    t.metrics.role = t.kind;
+    t.metrics.threads = t.launch.threads;
+    t.metrics.start_unix = unix_seconds_now();
+    t.oom_kills_at_start = cgroup_oom_kills();
     try {
       t.pid = spawn(key, t.launch.process);
     } catch (...) {
@@ -303,6 +325,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       return false;
     }
     ++t.restarts;
+    ++task_restarts;
     const auto delay = std::chrono::milliseconds(500) * (1 << std::min(t.restarts - 1, 6));
     events::Restarting ev;
     ev.kind = t.kind;
@@ -321,6 +344,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     }
     send("task_event", wire::TaskEventBody{{}, t.job, t.name, t.generation, ev.to_json()}.to_json());
     t.last_error.clear();
+    t.last_cause.clear();
     t.pid = -1;
     t.restart_timer = std::make_shared<asio::steady_timer>(io, delay);
     std::weak_ptr<Impl> w = weak_from_this();
@@ -335,7 +359,10 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       // its first start.
       const ProcessSpec ps = task.launch.restart(task.epochs_done, task.port);
       try {
+        task.oom_kills_at_start = cgroup_oom_kills();
         task.pid = self->spawn(key, ps);
+        task.metrics.restarts = task.restarts;
+        task.metrics.restarted(unix_seconds_now());
         spdlog::info("restarted {} (pid {})", key, task.pid);
       } catch (const std::exception& e) {
         spdlog::error("restarting {} failed: {}", key, e.what());
@@ -360,12 +387,20 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       if (kind == events::EpochEnd::kKind) {
         t.epochs_done = std::max(t.epochs_done, events::EpochEnd::from_json(ev).epoch);
       }
-      if (kind == events::TaskError::kKind) t.last_error = events::TaskError::from_json(ev).message;
+      if (kind == events::TaskError::kKind) {
+        const auto err = events::TaskError::from_json(ev);
+        t.last_error = err.message;
+        t.last_cause = err.cause.value_or("");
+      }
+      t.metrics.on_event(kind, ev);
     } catch (const json::exception& e) {
       // A task's malformed event must not end the agent: the leader gets it as it came
       // and refuses it there.
       spdlog::warn("{}: malformed {} event ({}): {}", key, kind, e.what(), line.substr(0, 200));
     }
+    // A shard's counters are for this agent's metrics endpoint only: the leader has no
+    // use for them, and they would cost it a message per shard every progress interval.
+    if (kind == events::PsStats::kKind) return;
     send("task_event", wire::TaskEventBody{{}, t.job, t.name, t.generation, ev}.to_json(),
          kind == events::Progress::kKind);
   }
@@ -376,19 +411,20 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     if (maybe_restart(key, it->second, st)) return;
     Task t = it->second;
     tasks.erase(it);
+    t.metrics.running = false;
+    t.metrics.ended_unix = unix_seconds_now();
+    ended.push_back(t.metrics);
+    prune_ended(t.metrics.ended_unix);
     spdlog::info("{} (pid {}) {}", key, t.pid, st.describe());
     std::error_code ec;
     fs::remove(t.launch.secret_path, ec);  // no longer needed; the task log stays
     std::string last_error = t.last_error;
-    if (last_error.empty() && (st.exit_code != 0 || st.signal != 0)) {
-      // The task said nothing on stdout; the tail of its log usually says why.
-      std::ifstream in(t.launch.process.log_path);
-      std::string line, last;
-      while (std::getline(in, line)) {
-        if (!line.empty()) last = line;
-      }
-      last_error = last.substr(0, 1000);
-    }
+    const bool failed = st.exit_code != 0 || st.signal != 0;
+    // The tail of its log says what it was doing; with nothing said on stdout, its last
+    // line is usually why it failed.
+    std::vector<std::string> tail;
+    if (failed) tail = last_lines(t.launch.process.log_path, 20, 1000);
+    if (last_error.empty() && !tail.empty()) last_error = tail.back();
     if (!(link && link->is_open() && registered)) exits_pending[key] = t.generation;
     wire::TaskExitBody x;
     x.job = t.job;
@@ -399,12 +435,83 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     x.describe = shutting_down ? st.describe() + " (its agent is shutting down)" : st.describe();
     x.agent_stopping = shutting_down;
     x.last_error = last_error;
+    if (failed && !t.stop_requested && !shutting_down) {
+      const auto oom_now = cgroup_oom_kills();
+      const bool oom = oom_now && t.oom_kills_at_start && *oom_now > *t.oom_kills_at_start;
+      x.cause = classify_exit(st.exit_code, st.signal, t.last_cause, oom);
+      x.last_lines = std::move(tail);
+    }
     send("task_exit", x.to_json());
     if (shutting_down && tasks.empty() && on_all_stopped) {
       auto f = std::move(on_all_stopped);
       on_all_stopped = nullptr;
       f();
     }
+  }
+
+  // A window of a task's log: the running task's own, or the one its directory kept.
+  wire::LogChunkBody read_log(const wire::LogRequestBody& b) const {
+    const auto it = tasks.find(b.job + "/" + b.task);
+    const std::string path =
+        it != tasks.end() ? it->second.launch.process.log_path : task_log_path(opt, b.job, b.task, b.generation);
+    const auto w = read_log_window(path, b.offset, static_cast<std::size_t>(b.tail),
+                                   static_cast<std::size_t>(b.max_bytes));
+    wire::LogChunkBody c;
+    c.job = b.job;
+    c.task = b.task;
+    c.agent = opt.name;
+    c.text = w.text;
+    c.offset = w.offset;
+    c.next_offset = w.next_offset;
+    c.size = w.size;
+    c.rotated = w.rotated;
+    c.exists = w.exists;
+    c.running = it != tasks.end();
+    return c;
+  }
+
+  // Bounds every running task's log (task_log_max_bytes), every few seconds, whether
+  // the leader is there or not.
+  void rotate_logs() {
+    log_timer.expires_after(std::chrono::seconds(5));
+    log_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
+      auto self = w.lock();
+      if (!self || ec) return;
+      for (const auto& [key, t] : self->tasks) {
+        try {
+          if (rotate_log_if_larger(t.launch.process.log_path, self->opt.task_log_max_bytes)) {
+            spdlog::info("{}: log rotated to {}.1", key, t.launch.process.log_path);
+          }
+        } catch (const std::exception& e) {
+          spdlog::warn("{}: {}", key, e.what());
+        }
+      }
+      self->rotate_logs();
+    });
+  }
+
+  void prune_ended(double now) {
+    while (!ended.empty() && (ended.size() > kEndedRetainMax || now - ended.front().ended_unix > kEndedRetainSeconds)) {
+      ended.pop_front();
+    }
+  }
+
+  void collect(control::MetricsBuilder& out) {
+    const double now = unix_seconds_now();
+    prune_ended(now);
+    AgentFigures a;
+    a.agent = opt.name;
+    a.cores = opt.cores;
+    a.memory_mb = opt.memory_mb;
+    a.task_restarts = task_restarts;
+    a.leader_connected = link && link->is_open() && registered;
+    for (const auto& [k, t] : tasks) {
+      a.cores_used += t.launch.threads;
+      (t.kind == "worker" ? a.workers_running : a.ps_running) += 1;
+    }
+    add_agent_metrics(out, a);
+    for (const auto& [k, t] : tasks) t.metrics.add_to(out, opt.name, now);
+    for (const auto& m : ended) m.add_to(out, opt.name, now);
   }
 };
 
@@ -414,11 +521,14 @@ Agent::Agent(asio::io_context& io, AgentOptions opt) : impl_(std::make_shared<Im
 
 Agent::~Agent() = default;
 
+void Agent::collect_metrics(control::MetricsBuilder& out) const { impl_->collect(out); }
+
 void Agent::start() {
   control::parse_leader_url(impl_->opt.leader_url, "leader_url");
   std::error_code ec;
   fs::create_directories(impl_->opt.state_dir, ec);
   if (ec) throw ConfigError("state_dir", "cannot create \"" + impl_->opt.state_dir + "\": " + ec.message());
+  impl_->rotate_logs();
   impl_->connect();
 }
 
@@ -426,6 +536,7 @@ void Agent::shutdown(std::function<void()> done) {
   auto& im = *impl_;
   im.shutting_down = true;
   im.retry_timer.cancel();
+  im.log_timer.cancel();
   auto finish = [w = std::weak_ptr<Impl>(impl_), done = std::move(done)] {
     auto self = w.lock();
     if (self) {

@@ -8,6 +8,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "agent/options.h"
+#include "control/metrics_server.h"
 
 namespace dltrain::agent {
 
@@ -30,6 +31,11 @@ class Agent {
   /// Stops every task (SIGTERM, SIGKILL after opt.task_stop_grace), closes the link, then
   /// calls `done` on the io thread.
   void shutdown(std::function<void()> done);
+  /// Adds this agent's metric families and its tasks' (dltrain_agent_*, dltrain_task_*,
+  /// dltrain_worker_*, dltrain_ps_*; docs/operations.md "Metrics") to `out`. Tasks that
+  /// ended stay for 10 minutes (at most 64 of them) with their final values. Call on the
+  /// io thread.
+  void collect_metrics(control::MetricsBuilder& out) const;
   /// Called once on the io thread after the first successful registration.
   std::function<void()> on_registered;
 

@@ -54,6 +54,18 @@ TaskRec* JobRec::find_task(const std::string& name) {
   return nullptr;
 }
 
+void mark_stragglers(JobRec& j, double factor) {
+  std::int64_t lead = 0;
+  for (const auto& t : j.tasks) {
+    if (t.kind == "worker") lead = std::max(lead, t.global_step);
+  }
+  for (auto& t : j.tasks) {
+    if (t.kind != "worker") continue;
+    t.straggler = factor > 0 && t.state == "running" && lead >= kMinStepsForStragglers &&
+                  static_cast<double>(t.global_step) * factor < static_cast<double>(lead);
+  }
+}
+
 wire::events::Summary summary(const JobRec& j) {
   wire::events::Summary s;
   s.job = j.id;
@@ -71,6 +83,7 @@ wire::events::Summary summary(const JobRec& j) {
     s.set_ratios(total(j.traffic_after_warmup), true);
   }
   if (!j.error.empty()) s.error = j.error;
+  s.failure = j.failure;
   return s;
 }
 
@@ -84,6 +97,7 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
     if (t.restarts > 0) tj["restarts"] = t.restarts;
     if (!t.recovery.empty()) tj["recovery"] = t.recovery;
     if (t.resyncs > 0) tj["resyncs"] = t.resyncs;
+    if (t.straggler) tj["straggler"] = true;
     tasks.push_back(tj);
   }
   json out = summary(j).to_json();
@@ -161,6 +175,7 @@ JobRec job_from_record(std::uint64_t num, const json& r) {
   j.submitted_unix = r.value("submitted_at", 0.0);
   j.fixed_wall = r.value("wall_seconds", 0.0);
   j.error = r.value("error", "");
+  if (r.contains("failure") && r["failure"].is_object()) j.failure = wire::events::Failure::from_json(r["failure"]);
   j.profile_of = r.value("profile_of", "");
   // Both absent from records written before jobs had secrets.
   j.generation = r.value("generation", 1u);

@@ -44,6 +44,8 @@ struct TaskRec : json_fields::Fields<TaskRec> {
   json_fields::Nullable<wire::events::Replica> replica;
   std::uint32_t replica_generation = 0;  ///< the generation whose task directory holds it
   bool restored = false;   ///< PS shard: loaded a checkpoint when it started (not stored)
+  std::int64_t global_step = 0;  ///< worker: its latest progress event's global step (not stored)
+  bool straggler = false;  ///< worker: behind the others by more than the factor (mark_stragglers)
 
   /// The stored form (a restarted leader adopts the tasks its agents re-report).
   template <typename S, typename V>
@@ -87,6 +89,9 @@ struct JobRec {
   std::vector<std::string> pending_profiles;  ///< this job waits for these runs
   double exploration_seconds = 0;
   std::string error;
+  /// The first task whose failure failed the job (absent when none did: a planner or
+  /// queue failure, a cancellation).
+  std::optional<wire::events::Failure> failure;
   std::string failing_state;  ///< the terminal state to enter once every task exited
   std::vector<std::weak_ptr<control::Session>> followers;
   // Re-assignment (state recovering): why, since when, how often so far.
@@ -117,6 +122,17 @@ struct JobRec {
   /// The task named `name` ("worker-1"), or nullptr. Valid until `tasks` changes.
   TaskRec* find_task(const std::string& name);
 };
+
+/// Workers at most this many steps into a job are never stragglers: at the start every
+/// worker's first progress report comes at a different time.
+inline constexpr std::int64_t kMinStepsForStragglers = 20;
+
+/// Marks the stragglers among `j`'s workers (TaskRec::straggler): a running worker whose
+/// latest reported global step times `factor` is below the highest step any worker of
+/// the job reported, once that is at least kMinStepsForStragglers. A worker that stopped
+/// reporting (paused, swapped out, stuck) falls behind as the others advance. factor <= 0
+/// marks none. Pure (on `j`).
+void mark_stragglers(JobRec& j, double factor);
 
 /// Where a queued job stands, for job_json.
 struct QueueStatus {

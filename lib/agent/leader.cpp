@@ -59,6 +59,7 @@ void Leader::Impl::reply(const SessionPtr& s, const std::string& id, const json&
 
 void Leader::Impl::reply_error(const SessionPtr& s, const std::string& id, const std::string& code,
                         const std::string& msg, const std::string& field) {
+  ++counters.errors[{s->kind() == PeerKind::kAgent ? "agent" : "client", code}];
   s->send(wire::make_error(id, code, msg, field));
 }
 
@@ -309,10 +310,11 @@ void Leader::Impl::on_message(const SessionPtr& s, const std::string& text) {
     } catch (...) {
     }
     const bool version = std::string(e.what()).find("not supported") != std::string::npos;
-    s->send(wire::make_error(id, version ? wire::error_code::kUnsupportedVersion : wire::error_code::kBadRequest,
-                             e.what()));
+    ++counters.requests[s->kind() == PeerKind::kAgent ? "agent" : "client"];
+    reply_error(s, id, version ? wire::error_code::kUnsupportedVersion : wire::error_code::kBadRequest, e.what());
     return;
   }
+  ++counters.requests[s->kind() == PeerKind::kAgent ? "agent" : "client"];
   try {
     if (s->kind() == PeerKind::kAgent) {
       on_agent_message(s, env);
@@ -323,10 +325,10 @@ void Leader::Impl::on_message(const SessionPtr& s, const std::string& text) {
     // A body that does not fit its schema (wire/control_bodies.h): refused before it
     // changed anything.
     spdlog::warn("control: bad {} from {}: {}", env.type, s->peer(), e.what());
-    s->send(wire::make_error(env.id, wire::error_code::kBadRequest, e.what(), e.field()));
+    reply_error(s, env.id, wire::error_code::kBadRequest, e.what(), e.field());
   } catch (const std::exception& e) {
     spdlog::error("control: handling {} from {}: {}", env.type, s->peer(), e.what());
-    s->send(wire::make_error(env.id, wire::error_code::kInternal, e.what()));
+    reply_error(s, env.id, wire::error_code::kInternal, e.what());
   }
 }
 
@@ -353,6 +355,7 @@ void Leader::Impl::check_heartbeats() {
     auto self = w.lock();
     if (!self || ec) return;
     const auto now = Clock::now();
+    self->expire_log_requests();
     for (auto& [id, a] : self->agents) {
       if (!a.lost && now - a.last_seen > self->opt.heartbeat_timeout) {
         if (auto s = a.session.lock()) s->close();

@@ -11,6 +11,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "agent/options.h"
+#include "control/metrics_server.h"
 
 namespace dltrain::agent {
 
@@ -37,6 +38,9 @@ class Leader {
   std::uint16_t port() const;
   /// Agents currently registered and not lost.
   std::size_t live_agents() const;
+  /// Adds the leader's metric families (dltrain_leader_*, dltrain_job_*;
+  /// docs/operations.md "Metrics") to `out`. Call on the io thread.
+  void collect_metrics(control::MetricsBuilder& out) const;
   /// Called (on the io thread) whenever an agent registers.
   std::function<void()> on_agent_registered;
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "agent/failure.h"
 #include "agent/leader_impl.h"
 #include "common/errors.h"
 
@@ -19,6 +20,7 @@ namespace events = wire::events;
 // ---------------------------------------------------------------- agent messages
 void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& env) {
   if (env.type == "reply") {
+    if (on_log_reply(env)) return;
     if (!env.ok) spdlog::warn("agent {} reported an error: {}", s->peer(), env.error.dump());
     return;
   }
@@ -89,6 +91,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   a.free_cores = cores;
   a.memory_mb = b.memory_mb;
   a.hardware_class = b.hardware_class;
+  a.metrics_endpoint = b.metrics_endpoint.value_or("");
   a.session = s;
   a.last_seen = Clock::now();
   // Reconcile with the tasks the agent says it still runs (after a reconnect, or after
@@ -293,6 +296,20 @@ void Leader::Impl::on_task_event(JobRec& j, TaskRec& t, const json& ev) {
 // What a worker's events say of the job: bytes, throughput, epochs, the test accuracy.
 void Leader::Impl::on_worker_counters(JobRec& j, TaskRec& t, const std::string& kind, const json& ev) {
   note_bytes(j, t, ev);
+  if (kind == events::Progress::kKind) {
+    t.global_step = events::Progress::from_json(ev).global_step;
+    std::set<std::string> before;
+    for (const auto& w : j.tasks) {
+      if (w.straggler) before.insert(w.name);
+    }
+    mark_stragglers(j, opt.straggler_factor);
+    for (const auto& w : j.tasks) {
+      if (w.straggler && !before.count(w.name)) {
+        spdlog::warn("job {}: {} on {} is a straggler: step {}, more than {}x behind the most advanced worker",
+                     j.id, w.name, w.agent, w.global_step, opt.straggler_factor);
+      }
+    }
+  }
   if (kind == events::Profile::kKind) j.profile_ips[t.index] = events::Profile::from_json(ev).images_per_sec;
   if (kind == events::Done::kKind) {
     const auto d = events::Done::from_json(ev);
@@ -356,6 +373,20 @@ void Leader::Impl::on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody&
   }
   std::string why = t.name + " on agent " + t.agent + " " + t.exit;
   if (!t.last_error.empty()) why += ": " + t.last_error;
+  if (!j.failure) {
+    events::Failure f;
+    f.task = t.name;
+    f.agent = t.agent;
+    f.cause = b.cause.value_or(classify_exit(b.exit_code, b.signal, "", false));
+    if (b.signal != 0) {
+      f.signal = b.signal;
+    } else {
+      f.exit_code = b.exit_code;
+    }
+    f.message = why;
+    f.last_lines = b.last_lines;
+    j.failure = std::move(f);
+  }
   fail_job(j, why);
 }
 

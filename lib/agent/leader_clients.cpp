@@ -53,6 +53,7 @@ void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& 
     return reply(s, env.id, {{"jobs", arr}});
   }
   if (env.type == "agents") return reply(s, env.id, {{"agents", agents_json()}});
+  if (env.type == "logs") return on_logs(s, env);
   if (env.type == "status" || env.type == "cancel" || env.type == "follow") {
     if (!query.job) {
       return reply_error(s, env.id, wire::error_code::kBadRequest, env.type + " needs \"job\" (string)", "job");
@@ -196,6 +197,7 @@ json Leader::Impl::agents_json() const {
                    {"free_cores", a.lost ? 0 : a.free_cores},  // a lost agent offers nothing
                    {"memory_mb", a.memory_mb},
                    {"hardware_class", a.hardware_class},
+                   {"metrics_endpoint", a.metrics_endpoint.empty() ? json(nullptr) : json(a.metrics_endpoint)},
                    {"state", a.lost ? "lost" : a.stopping ? "stopping" : "ready"},
                    {"seconds_since_heartbeat",
                     std::chrono::duration<double>(Clock::now() - a.last_seen).count()}});

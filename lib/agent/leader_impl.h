@@ -5,6 +5,8 @@
 //   leader_clients.cpp   the client protocol: submit, plan, status, cancel, follow, ...
 //   leader_recovery.cpp  lost agents, re-assignment, leader restarts (restore, adoption)
 //   leader_planning.cpp  the adapter to the planner's policy (planner/policy.h)
+//   leader_metrics.cpp   the leader's Prometheus metrics (dltrain_leader_*, dltrain_job_*)
+//   leader_logs.cpp      `dltrain logs`: a client's request relayed to the task's agent
 // Records are in job_record.h, agents and placement in placement.h. Members without a
 // comment here have theirs at their definition, in the file their section names. All of
 // them run on the leader's io thread; none is thread-safe, none needs to be.
@@ -27,6 +29,7 @@
 #include "agent/job_record.h"
 #include "agent/leader.h"
 #include "agent/placement.h"
+#include "control/metrics_server.h"
 #include "control/server.h"
 #include "planner/planner.h"
 #include "store/store.h"
@@ -54,6 +57,24 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   std::uint64_t next_req = 1;
   std::function<void()>* on_registered = nullptr;
   std::unique_ptr<store::Store> db;
+  /// Cumulative counts since this leader process started, for its metrics.
+  struct Counters {
+    std::uint64_t plans = 0;             ///< planner decisions for automatic jobs
+    std::uint64_t infeasible_plans = 0;  ///< of which no configuration met the constraints
+    std::uint64_t exploration_runs = 0;  ///< exploration (profile) jobs started
+    std::map<std::string, std::uint64_t> requests;  ///< control messages by peer kind
+    std::map<std::pair<std::string, std::string>, std::uint64_t> errors;  ///< (peer kind, code) → error replies
+  } counters;
+  /// A client's logs request waiting for the agent's read_log reply (key: the id the
+  /// leader gave the read_log request).
+  struct PendingLog {
+    std::weak_ptr<control::Session> client;
+    std::string client_id;   ///< the client's request id
+    std::string agent;
+    bool running = false;    ///< the task ran when asked
+    Clock::time_point deadline;
+  };
+  std::map<std::string, PendingLog> pending_logs;
 
   Impl(boost::asio::io_context& i, const AgentOptions& o) : io(i), opt(o), hb_timer(i) {}
 
@@ -74,8 +95,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   void notify(JobRec& job, json body);
   void send_agent(const std::string& agent_id, const std::string& type, const json& body);
   static void reply(const SessionPtr& s, const std::string& id, const json& body);
-  static void reply_error(const SessionPtr& s, const std::string& id, const std::string& code, const std::string& msg,
-                          const std::string& field = "");
+  /// Sends an error reply and counts it (dltrain_leader_control_errors_total).
+  void reply_error(const SessionPtr& s, const std::string& id, const std::string& code, const std::string& msg,
+                   const std::string& field = "");
   /// `j` as clients see it, with its place in the queue when queued.
   json status_json(const JobRec& j) const;
   void set_state(JobRec& j, const std::string& state);
@@ -137,6 +159,16 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   void explore(JobRec& parent, const std::vector<planner::Config>& configs);
   void record_epoch(JobRec& j, const wire::events::EpochEnd& ev);
   void record_final(JobRec& j);
+
+  // ------------------------------------------------------------ leader_logs.cpp
+  void on_logs(const SessionPtr& s, const wire::Envelope& env);
+  /// True when `env` (a reply from an agent) answers a read_log; forwards it.
+  bool on_log_reply(const wire::Envelope& env);
+  /// Answers the logs requests whose agent did not reply in time.
+  void expire_log_requests();
+
+  // ------------------------------------------------------------ leader_metrics.cpp
+  void collect_metrics(control::MetricsBuilder& out) const;
 };
 
 }  // namespace dltrain::agent

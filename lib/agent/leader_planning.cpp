@@ -47,7 +47,9 @@ planner::Plan Leader::Impl::plan_for(const JobSpec& spec, double exploration_sec
 void Leader::Impl::decide(JobRec& j) {
   const auto p = plan_for(j.spec, j.exploration_seconds);
   j.plan = planner::to_json(p);
+  ++counters.plans;
   if (!p.feasible) {
+    ++counters.infeasible_plans;
     j.failing_state = "failed";
     j.error = "planner: " + p.explanation;
     maybe_finish(j);
@@ -76,6 +78,7 @@ void Leader::Impl::explore(JobRec& parent, const std::vector<planner::Config>& c
     p.submitted_unix = unix_now();
     p.secret = new_job_secret_hex();
     p.profile_of = parent.id;
+    ++counters.exploration_runs;
     parent.pending_profiles.push_back(p.id);
     const std::string id = p.id;
     jobs.emplace(id, std::move(p));

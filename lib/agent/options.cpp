@@ -13,6 +13,7 @@
 #include "common/job_spec.h"
 #include "common/secret.h"
 #include "common/toml_fields.h"
+#include "control/metrics_server.h"
 
 namespace dltrain::agent {
 
@@ -81,6 +82,13 @@ std::map<std::string, Handler> key_handlers(const std::function<std::string(cons
          o.listen_port = static_cast<std::uint16_t>(get_int(n, k, 0, 65535));
        }},
       {"advertise_address", str(&AgentOptions::advertise_address)},
+      {"metrics_address", str(&AgentOptions::metrics_address)},
+      {"metrics_port",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.metrics_port = static_cast<std::uint16_t>(get_int(n, k, 0, 65535));
+       }},
+      {"metrics_token", str(&AgentOptions::metrics_token)},
+      {"metrics_token_file", token_file(&AgentOptions::metrics_token)},
       {"task_bind_address", str(&AgentOptions::task_bind_address)},
       {"host_tasks", flag(&AgentOptions::host_tasks)},
       {"cores", integer(&AgentOptions::cores, 0, 4096)},
@@ -95,6 +103,10 @@ std::map<std::string, Handler> key_handlers(const std::function<std::string(cons
       {"agent_token_file", token_file(&AgentOptions::agent_token)},
       {"client_token_file", token_file(&AgentOptions::client_token)},
       {"task_bin_dir", path(&AgentOptions::task_bin_dir)},
+      {"task_log_max_bytes",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.task_log_max_bytes = static_cast<std::uintmax_t>(get_int(n, k, 4096, std::int64_t{1} << 40));
+       }},
       {"tls_cert_file", path(&AgentOptions::tls_cert_file)},
       {"tls_key_file", path(&AgentOptions::tls_key_file)},
       {"tls_ca_file", path(&AgentOptions::tls_ca_file)},
@@ -111,6 +123,13 @@ std::map<std::string, Handler> key_handlers(const std::function<std::string(cons
       {"margin_sigmas",
        [](AgentOptions& o, const Node& n, const std::string& k) {
          o.margin_sigmas = get_double(n, k, 0.0, 5.0, false, false);
+       }},
+      {"straggler_factor",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.straggler_factor = get_double(n, k, 0.0, 1000.0, false, false);
+         if (o.straggler_factor != 0 && o.straggler_factor <= 1) {
+           throw ConfigError(k, "expected 0 (off) or a factor > 1, got " + std::to_string(o.straggler_factor));
+         }
        }},
       {"switch_threshold",
        [](AgentOptions& o, const Node& n, const std::string& k) {
@@ -156,6 +175,11 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
   if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
     throw ConfigError(o.tls_cert_file.empty() ? "tls_cert_file" : "tls_key_file",
                       "TLS needs both tls_cert_file and tls_key_file");
+  }
+  if (!o.metrics_address.empty() && !control::is_loopback_address(o.metrics_address) && o.metrics_token.empty()) {
+    throw ConfigError("metrics_token", "required when metrics_address (\"" + o.metrics_address +
+                                           "\") is not a loopback address (or metrics_token_file): anyone who "
+                                           "reaches it could read the metrics");
   }
   if (o.heartbeat_timeout <= o.heartbeat_interval) {
     throw ConfigError("heartbeat_timeout", "must be longer than heartbeat_interval");

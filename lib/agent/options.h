@@ -17,6 +17,18 @@ struct AgentOptions {
   std::uint16_t listen_port = 7070;        ///< leader: control endpoint port (0 = ephemeral)
   std::string advertise_address = "127.0.0.1";  ///< address workers use to reach this agent's PS tasks
   std::string task_bind_address = "0.0.0.0";    ///< address PS tasks listen on
+  /// Prometheus metrics endpoint (`GET /metrics`, docs/operations.md "Metrics"): the IP
+  /// literal it listens on; empty = no endpoint. An address that is not loopback needs
+  /// metrics_token.
+  std::string metrics_address;
+  std::uint16_t metrics_port = 9464;       ///< its port; 0 = ephemeral (see `dltrain agents`)
+  /// Bearer token scrapers present (`Authorization: Bearer ...`); empty = none asked for,
+  /// allowed only on a loopback metrics_address. Unrelated to the agent and client tokens,
+  /// so a scraper's credentials can neither run jobs nor join the cluster.
+  std::string metrics_token;
+  /// Not a configuration key: "HOST:PORT" of the running metrics endpoint, which the
+  /// agent reports when it registers ("" = none).
+  std::string metrics_endpoint;
   bool host_tasks = true;                  ///< leader: also run tasks like any agent
   int cores = 0;                           ///< cores offered to tasks; 0 = all online cores
   std::int64_t memory_mb = 0;              ///< memory offered; 0 = physical memory
@@ -38,6 +50,9 @@ struct AgentOptions {
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{10000};
   std::chrono::milliseconds task_stop_grace{10000};  ///< SIGTERM → SIGKILL delay
+  /// A task's log (its stderr, task.log in its directory) is rotated to task.log.1 when
+  /// it grows past this many bytes, checked every 5 s: at most about twice this on disk.
+  std::uintmax_t task_log_max_bytes = 8u << 20;
   int task_max_restarts = 3;       ///< restarts of a worker or PS shard that died, per task (0 = none);
                                    ///< leader: also re-assignments of a job, per job
   /// Leader: how long a job whose agent was lost waits for free cores on other agents to
@@ -58,6 +73,9 @@ struct AgentOptions {
   int explore_steps = 40;          ///< leader: steps per worker of an exploration run
   double switch_threshold = 0.10;  ///< leader: relative predicted gain needed to change a plan
   double margin_sigmas = 0.0;      ///< leader: planner safety margin (docs/planner.md)
+  /// Leader: a running worker whose step count times this factor is below its job's
+  /// most advanced worker's is flagged as a straggler (`dltrain status`, metrics); 0 = off.
+  double straggler_factor = 2.0;
 };
 
 /// Parses an agent TOML file. `agent_token_file` / `client_token_file` keys read the

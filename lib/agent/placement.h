@@ -34,6 +34,7 @@ struct AgentRec {
   /// Tasks still running there that the leader no longer counts on ("job/task/generation",
   /// see orphan_key) → the cores they hold until their exit is reported.
   std::map<std::string, int> orphans;
+  std::string metrics_endpoint;        ///< HOST:PORT of its /metrics; "" = none
 };
 
 /// An agent's free cores as placement sees them.

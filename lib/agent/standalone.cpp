@@ -18,6 +18,7 @@
 #include "common/errors.h"
 #include "common/secret.h"
 #include "control/client.h"
+#include "control/metrics_server.h"
 
 namespace dltrain::agent {
 
@@ -80,13 +81,23 @@ int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
   Leader leader(io, lopt);
   leader.start();
   const std::string url = "ws://127.0.0.1:" + std::to_string(leader.port());
+  // The leader's metrics on an ephemeral loopback port; each agent serves its own.
+  control::MetricsServer metrics(io, control::MetricsServerOptions{"127.0.0.1", 0, ""},
+                                 {[&leader](control::MetricsBuilder& b) { leader.collect_metrics(b); }});
+  metrics.start();
+  const std::string metrics_endpoint = "127.0.0.1:" + std::to_string(metrics.port());
 
   write_private(state / "agent.token", lopt.agent_token + "\n");
   Supervisor sup(io);
   bool stopping = false;
   int exit_code = 0;
   const std::string client_json =
-      nlohmann::json{{"leader", url}, {"client_token", lopt.client_token}, {"state_dir", state.string()}}.dump(2) + "\n";
+      nlohmann::json{{"leader", url},
+                     {"client_token", lopt.client_token},
+                     {"state_dir", state.string()},
+                     {"metrics_endpoint", metrics_endpoint}}
+          .dump(2) +
+      "\n";
   const fs::path default_file = control::default_standalone_client_file();
   bool ready = false;
 
@@ -101,6 +112,7 @@ int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
     ss << in.rdbuf();
     if (ss.str() == client_json) fs::remove(default_file, ec);
     fs::remove(state / "client.json", ec);
+    metrics.stop();
     leader.stop();
     io.stop();
   };
@@ -126,6 +138,8 @@ int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
         << "agent_token_file = " << toml_quote((state / "agent.token").string()) << "\n"
         << "advertise_address = \"127.0.0.1\"\n"
         << "task_bind_address = \"127.0.0.1\"\n"
+        << "metrics_address = \"127.0.0.1\"\n"
+        << "metrics_port = 0\n"
         << "cores = " << so.cores_per_agent << "\n"
         << "state_dir = " << toml_quote(dir.string()) << "\n"
         << "log_level = " << toml_quote(so.log_level) << "\n";

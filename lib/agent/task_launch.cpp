@@ -21,6 +21,15 @@ fs::path task_dir(const AgentOptions& opt, const std::string& job, const std::st
   return fs::path(opt.state_dir) / "tasks" / job / (name + "-g" + std::to_string(generation));
 }
 
+}  // namespace
+
+std::string task_log_path(const AgentOptions& opt, const std::string& job, const std::string& name,
+                          std::uint32_t generation) {
+  return (task_dir(opt, job, name, generation) / "task.log").string();
+}
+
+namespace {
+
 // A re-assigned job (generation > 1): the directory this task had in an earlier
 // generation (`generation`, a field of the request) holds the state it saved when stopped.
 std::optional<fs::path> earlier_dir(const AgentOptions& opt, const wire::StartTaskBody& b,
@@ -48,6 +57,7 @@ wire::PsTaskArgs ps_args(const AgentOptions& opt, const wire::StartTaskBody& b, 
   a.bind = opt.task_bind_address;
   a.checkpoint = (dir / "shard.ckpt").string();
   a.checkpoint_interval_s = static_cast<double>(opt.ps_checkpoint_interval.count()) / 1000.0;
+  a.stats_interval_s = static_cast<double>(opt.progress_interval.count()) / 1000.0;
   a.log_level = opt.log_level;
   if (const auto old_dir = earlier_dir(opt, b, b.restore_generation)) {
     // The shard's checkpoint from before the re-assignment (written when it was stopped);
@@ -121,7 +131,7 @@ TaskLaunch prepare_task(const AgentOptions& opt, const wire::StartTaskBody& b) {
   if (ec) throw IoError("cannot create task directory " + dir.string() + ": " + ec.message());
   t.secret_path = (dir / "job.secret").string();
   write_private_file(t.secret_path, b.secret + "\n");
-  t.process.log_path = (dir / "task.log").string();
+  t.process.log_path = task_log_path(opt, t.job, t.name, t.generation);
   t.process.work_dir = dir.string();
   try {
     if (t.kind == "ps") {

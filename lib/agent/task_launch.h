@@ -39,4 +39,9 @@ struct TaskLaunch {
 /// or a worker's replica to start from is missing.
 TaskLaunch prepare_task(const AgentOptions& opt, const wire::StartTaskBody& start_task);
 
+/// Where task `name` of `generation` of `job` keeps its log (its stderr):
+/// <state_dir>/tasks/<job>/<name>-g<generation>/task.log, rotated to task.log.1.
+std::string task_log_path(const AgentOptions& opt, const std::string& job, const std::string& name,
+                          std::uint32_t generation);
+
 }  // namespace dltrain::agent

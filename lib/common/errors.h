@@ -49,6 +49,12 @@ class InvalidArgument : public Error {
 };
 
 /// A wait ran past its deadline.
+/// Training diverged: the loss or gradient stayed NaN/Inf for too many steps in a row.
+class DivergedError : public Error {
+ public:
+  using Error::Error;
+};
+
 class TimeoutError : public Error {
  public:
   using Error::Error;

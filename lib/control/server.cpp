@@ -10,13 +10,13 @@
 #include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
 #include <boost/beast/websocket/ssl.hpp>
-#include <openssl/crypto.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
 #include "common/errors.h"
 #include "common/secret.h"
+#include "control/listen.h"
 #include "wire/control.h"
 
 namespace dltrain::control {
@@ -46,14 +46,6 @@ struct ControlServer::Impl : std::enable_shared_from_this<ControlServer::Impl> {
 };
 
 namespace {
-
-bool token_matches(std::string_view header, const std::string& token) {
-  constexpr std::string_view prefix = "Bearer ";
-  if (header.size() != prefix.size() + token.size() || header.substr(0, prefix.size()) != prefix) {
-    return false;
-  }
-  return CRYPTO_memcmp(header.data() + prefix.size(), token.data(), token.size()) == 0;
-}
 
 template <class Stream>
 constexpr bool kIsTls = std::is_same_v<Stream, TlsStream>;
@@ -263,7 +255,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
       return respond(http::status::not_found, R"({"error":"not found"})");
     }
     const auto auth = req[http::field::authorization];
-    if (!token_matches(std::string_view(auth.data(), auth.size()), *token)) {
+    if (!bearer_matches(std::string_view(auth.data(), auth.size()), *token)) {
       spdlog::warn("control: refused {} from {}: missing or wrong bearer token", target, peer_);
       return respond(http::status::unauthorized, R"({"error":"missing or wrong bearer token"})", true);
     }
@@ -348,19 +340,7 @@ void ControlServer::start() {
                                             "\" does not match the certificate \"" + im.opt.tls_cert_file + "\"");
     }
   }
-  beast::error_code ec;
-  auto addr = asio::ip::make_address(im.opt.bind_address, ec);
-  if (ec) throw ConfigError("listen_address", "not an IP address: \"" + im.opt.bind_address + "\"");
-  tcp::endpoint ep(addr, im.opt.port);
-  im.acceptor.open(ep.protocol(), ec);
-  if (!ec) im.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) im.acceptor.bind(ep, ec);
-  if (!ec) im.acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    throw IoError("control server cannot listen on " + im.opt.bind_address + ":" +
-                  std::to_string(im.opt.port) + ": " + ec.message());
-  }
-  im.port = im.acceptor.local_endpoint().port();
+  im.port = listen_on(im.acceptor, im.opt.bind_address, im.opt.port, "control server", "listen_address");
   im.accept();
 }
 

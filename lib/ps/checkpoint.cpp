@@ -1,5 +1,7 @@
 #include "ps/checkpoint.h"
 
+#include <chrono>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -360,7 +362,13 @@ bool ShardCheckpointer::save() {
   write_file_atomically(path_, bytes);
   ++saves_;
   last_bytes_ = bytes.size();
+  last_save_unix_ = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   return true;
+}
+
+double ShardCheckpointer::last_save_unix() const {
+  std::lock_guard lock(mu_);
+  return last_save_unix_;
 }
 
 std::uint64_t ShardCheckpointer::saves() const {

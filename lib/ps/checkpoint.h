@@ -101,6 +101,8 @@ class ShardCheckpointer {
   /// Checkpoints written so far, and the size in bytes of the last one.
   std::uint64_t saves() const;
   std::uint64_t last_bytes() const;
+  /// Unix time (s) the last checkpoint was written; 0 before the first.
+  double last_save_unix() const;
 
  private:
   const std::string path_;
@@ -109,6 +111,7 @@ class ShardCheckpointer {
   const std::shared_ptr<ShardState> state_;
   mutable std::mutex mu_;
   std::uint64_t saves_ = 0, last_bytes_ = 0;
+  double last_save_unix_ = 0;
 };
 
 }  // namespace dltrain::ps

@@ -20,10 +20,13 @@ using asio::ip::tcp;
 struct detail::ShardServer {
   PsServerOptions opt;
   std::shared_ptr<ShardState> state;
+  // Before io: the sessions that io destroys count themselves out of it.
+  std::atomic<std::int64_t> connections{0};  // sessions alive
   asio::io_context io;
   tcp::acceptor acceptor{io};
   std::vector<std::thread> threads;
-  std::atomic<std::uint64_t> bytes_in{0}, bytes_out{0}, rejected{0};
+  std::atomic<std::uint64_t> bytes_in{0}, bytes_out{0}, rejected{0}, refused_handshakes{0}, pulls{0};
+  std::atomic<std::uint64_t> apply_ns{0};   // wall time applying pushes, nanoseconds
   std::uint16_t port = 0;
   bool started = false;
 
@@ -41,7 +44,9 @@ class Session : public std::enable_shared_from_this<Session> {
     auto ep = sock_.remote_endpoint(ec);
     peer_ = ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
     sock_.set_option(tcp::no_delay(true), ec);
+    ++srv_.connections;
   }
+  ~Session() { --srv_.connections; }
 
   void start() { send_challenge(); }
 
@@ -137,6 +142,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (closed_) return;
     closed_ = true;
     ++srv_.rejected;
+    ++srv_.refused_handshakes;
     spdlog::warn("ps: refused connection from {}: {}", peer_, reason);
     timer_.cancel();
     boost::system::error_code ignored;
@@ -217,10 +223,14 @@ class Session : public std::enable_shared_from_this<Session> {
                          rank_, h_.seq);
           }
           return read_header();
-        case MessageType::kPush:
+        case MessageType::kPush: {
           expect_hello();
+          const auto t0 = std::chrono::steady_clock::now();
           apply_push(st);
+          srv_.apply_ns += static_cast<std::uint64_t>(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
           return read_header();
+        }
         case MessageType::kPull: {
           expect_hello();
           expect_codec(wire::Codec::kNone);
@@ -232,6 +242,7 @@ class Session : public std::enable_shared_from_this<Session> {
           out_.resize(static_cast<std::size_t>(len));
           // count = 1: the worker uses sparse pulls; remember what it now holds.
           const auto pushes = st.pull(h_.key, out_, h_.count == 1 ? static_cast<int>(rank_) : -1);
+          ++srv_.pulls;
           wire::FrameHeader r = reply_header(MessageType::kPullReply);
           r.seq = pushes;  // a pull reply's seq: the pushes its values reflect
           r.codec = wire::Codec::kDenseF32;
@@ -243,6 +254,7 @@ class Session : public std::enable_shared_from_this<Session> {
           expect_hello();
           expect_codec(wire::Codec::kNone);
           const auto pushes = st.pull_diff(h_.key, static_cast<int>(rank_), h_.count, idx_, vals_);
+          ++srv_.pulls;
           const std::size_t k = idx_.size();
           out_.resize(2 * k);
           std::memcpy(out_.data(), idx_.data(), 4 * k);
@@ -438,5 +450,9 @@ std::uint16_t PsServer::port() const { return impl_->port; }
 std::uint64_t PsServer::bytes_in() const { return impl_->bytes_in; }
 std::uint64_t PsServer::bytes_out() const { return impl_->bytes_out; }
 std::uint64_t PsServer::rejected_connections() const { return impl_->rejected; }
+std::uint64_t PsServer::refused_handshakes() const { return impl_->refused_handshakes; }
+std::uint64_t PsServer::pulls() const { return impl_->pulls; }
+double PsServer::apply_seconds() const { return static_cast<double>(impl_->apply_ns.load()) * 1e-9; }
+std::int64_t PsServer::connections() const { return impl_->connections; }
 
 }  // namespace dltrain::ps

@@ -72,6 +72,14 @@ class PsServer {
   /// Connections closed because their handshake failed (see above) or because of a
   /// malformed or refused frame.
   std::uint64_t rejected_connections() const;
+  /// Of those, connections refused in the authentication handshake.
+  std::uint64_t refused_handshakes() const;
+  /// Pull frames answered (dense and sparse).
+  std::uint64_t pulls() const;
+  /// Wall time spent applying push frames to the shard's state, s.
+  double apply_seconds() const;
+  /// Connections open now (handshaking or authenticated).
+  std::int64_t connections() const;
 
  private:
   std::unique_ptr<detail::ShardServer> impl_;

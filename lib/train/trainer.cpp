@@ -314,18 +314,25 @@ class WorkerLoop {
     recent_loss_ += loss;
     ++recent_count_;
     images_since_report_ += hi - lo;
+    counters_.images += hi - lo;
+    ++counters_.steps;
     maybe_report(epoch, step, lr);
   }
 
   // Forward and backward on the batch `idx`; the flat gradient is in grads_. Returns the loss.
   double compute_gradient(const torch::Tensor& idx) {
+    const auto t0 = Clock::now();
     auto xb = train_x_.index_select(0, idx);
     auto yb = train_y_.index_select(0, idx);
+    const auto t1 = Clock::now();
     model_.module->zero_grad();
     auto loss = torch::nn::functional::cross_entropy(model_.forward(xb), yb);
     loss.backward();
     flat_->read_grads(grads_);
-    return loss.item<double>();
+    const double value = loss.item<double>();
+    counters_.data_seconds += std::chrono::duration<double>(t1 - t0).count();
+    counters_.compute_seconds += seconds_since(t1);
+    return value;
   }
 
   // A NaN/Inf loss or gradient is never pushed: the step is skipped and counted; too many
@@ -339,7 +346,7 @@ class WorkerLoop {
     }
     ++skipped_steps_;
     if (++consecutive_skips_ > kMaxConsecutiveSkips) {
-      throw Error("worker " + std::to_string(cfg_.rank) + ": " + std::to_string(consecutive_skips_) +
+      throw DivergedError("worker " + std::to_string(cfg_.rank) + ": " + std::to_string(consecutive_skips_) +
                   " consecutive steps had a NaN/Inf loss or gradient (epoch " + std::to_string(epoch + 1) +
                   ", step " + std::to_string(step + 1) +
                   "); the model diverged: lower optimizer.lr or set compression.clip_norm");
@@ -360,14 +367,22 @@ class WorkerLoop {
     const auto up0 = client_->bytes_pushed(), down0 = client_->bytes_pulled();
     try {
       if (plain_) {
+        const auto t0 = Clock::now();
         client_->push_pull(grads_, lr, params_);
+        counters_.exchange_seconds += seconds_since(t0);
       } else {
+        const auto t0 = Clock::now();
         const auto pushes = encoder_->encode(grads_, spec_.workers, density, static_cast<std::uint64_t>(global_step_));
+        const auto t1 = Clock::now();
         client_->push_pull(pushes, lr, downlink, params_);
+        counters_.compress_seconds += std::chrono::duration<double>(t1 - t0).count();
+        counters_.exchange_seconds += seconds_since(t1);
       }
       resyncer_->succeeded();
     } catch (const ps::PsConnectionLost& lost) {
+      const auto t0 = Clock::now();
       resyncer_->recover(lost);
+      counters_.exchange_seconds += seconds_since(t0);
     }
     pulled_at_ = unix_now();
     meter_->add_step(client_->bytes_pushed() - up0, client_->bytes_pulled() - down0, pos,
@@ -391,6 +406,7 @@ class WorkerLoop {
     ev.density = last_density_;
     ev.compression_ratio = meter_->total().ratio();
     ev.skipped_steps = skipped_steps_;
+    ev.counters = counters();
     sink_(ev.to_json());
     last_report_ = Clock::now();
     images_since_report_ = 0;
@@ -502,7 +518,14 @@ class WorkerLoop {
     ev.traffic_after_warmup = meter_->after_warmup();
     ev.compression_ratio = ev.traffic->ratio();
     ev.compression_ratio_after_warmup = ev.traffic_after_warmup->ratio();
+    ev.counters = counters();
     sink_(ev.to_json());
+  }
+
+  wire::events::StepCounters counters() const {
+    auto c = counters_;
+    c.resyncs = resyncer_ ? resyncer_->resyncs() : 0;
+    return c;
   }
 
   const WorkerConfig& cfg_;
@@ -532,6 +555,7 @@ class WorkerLoop {
   std::int64_t skipped_steps_ = 0, consecutive_skips_ = 0;
   Clock::time_point last_report_{}, t_profile_{};
   std::int64_t profile_images_ = 0;
+  wire::events::StepCounters counters_;  // cumulative, this process (resyncs from resyncer_)
   bool stop_ = false;
 };
 

@@ -64,6 +64,20 @@ void SubmitBody::check(const std::string& type) const {
   if (!job_toml) throw BodyError("job_toml", type + " needs \"job_toml\" (string)");
 }
 
+void LogRequestBody::check(const std::string& type) const {
+  check_path_name(job, "job", type);
+  check_path_name(task, "task", type);
+  if (offset && *offset < 0) throw BodyError("offset", type + " field \"offset\": expected >= 0, got " + std::to_string(*offset));
+  if (tail < 0 || tail > kMaxTail) {
+    throw BodyError("tail", type + " field \"tail\": expected 0 to " + std::to_string(kMaxTail) + " lines, got " +
+                                std::to_string(tail));
+  }
+  if (max_bytes < 1 || max_bytes > kMaxBytes) {
+    throw BodyError("max_bytes", type + " field \"max_bytes\": expected 1 to " + std::to_string(kMaxBytes) + ", got " +
+                                     std::to_string(max_bytes));
+  }
+}
+
 void StartTaskBody::check(const std::string& type) const {
   check_path_name(job, "job", type);
   check_path_name(task, "task", type);

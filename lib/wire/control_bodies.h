@@ -69,10 +69,12 @@ struct RegisterBody : json_fields::Fields<RegisterBody> {
   std::int64_t memory_mb = 0;                       ///< memory offered, MiB, >= 0
   std::string hardware_class = "cpu";               ///< the planner's price-table label
   std::vector<ReportedTask> tasks;                  ///< running (or exited, unreported)
+  std::optional<std::string> metrics_endpoint;      ///< HOST:PORT of its /metrics; absent = none
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("name", s.name), v("advertise_address", s.advertise_address), v("cores", s.cores),
-        v("memory_mb", s.memory_mb), v("hardware_class", s.hardware_class), v("tasks", s.tasks);
+        v("memory_mb", s.memory_mb), v("hardware_class", s.hardware_class), v("tasks", s.tasks),
+        v("metrics_endpoint", s.metrics_endpoint);
   }
   /// BodyError for an empty or over-long name, cores < 1, memory_mb < 0.
   void check(const std::string& type) const;
@@ -114,11 +116,51 @@ struct TaskExitBody : json_fields::Fields<TaskExitBody> {
   std::string describe = "exited";  ///< ExitStatus::describe(), for logs and `dltrain status`
   std::string last_error;        ///< the task's last error event or log line
   bool agent_stopping = false;   ///< it ended because its agent shuts down
+  std::optional<std::string> cause;     ///< events::Failure::cause, for a failed exit
+  std::vector<std::string> last_lines;  ///< the last lines of its log (at most 20), oldest first
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("job", s.job), v("task", s.task), v("generation", s.generation), v("exit_code", s.exit_code),
         v("signal", s.signal), v("describe", s.describe), v("last_error", s.last_error),
-        v("agent_stopping", s.agent_stopping);
+        v("agent_stopping", s.agent_stopping), v("cause", s.cause), v("last_lines", s.last_lines);
+  }
+};
+
+/// logs (client → leader) and read_log (leader → agent): which window of a task's log.
+struct LogRequestBody : json_fields::Fields<LogRequestBody> {
+  static constexpr std::int64_t kMaxTail = 10000;        ///< lines
+  static constexpr std::int64_t kMaxBytes = 1 << 20;     ///< per reply
+  std::string job;                   ///< "job-3"; required
+  std::string task = "worker-0";     ///< the task whose log
+  std::uint32_t generation = 0;      ///< read_log: the incarnation (its directory); set by the leader
+  std::optional<std::int64_t> offset;  ///< bytes into the log; absent: its last `tail` lines
+  std::int64_t tail = 50;            ///< lines, [0, kMaxTail]
+  std::int64_t max_bytes = 256 << 10;  ///< bytes read from `offset`, [1, kMaxBytes]
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job", s.job), v("task", s.task), v("generation", s.generation), v("offset", s.offset), v("tail", s.tail),
+        v("max_bytes", s.max_bytes);
+  }
+  /// BodyError for a job or task that is not a safe directory name, an offset < 0, a
+  /// tail or max_bytes out of range.
+  void check(const std::string& type) const;
+};
+
+/// The answer to logs / read_log: a window of the log (agent/task_logs.h, LogWindow).
+struct LogChunkBody : json_fields::Fields<LogChunkBody> {
+  std::string job, task, agent;      ///< whose log, on which agent
+  std::string text;                  ///< what was read
+  std::int64_t offset = 0;           ///< where `text` starts, bytes
+  std::int64_t next_offset = 0;      ///< where to continue (--follow)
+  std::int64_t size = 0;             ///< the log's size now, bytes
+  bool rotated = false;              ///< the log was rotated since `offset`: read from its start
+  bool exists = false;               ///< the task has a log there
+  bool running = false;              ///< the task still runs (more may come)
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job", s.job), v("task", s.task), v("agent", s.agent), v("text", s.text), v("offset", s.offset),
+        v("next_offset", s.next_offset), v("size", s.size), v("rotated", s.rotated), v("exists", s.exists),
+        v("running", s.running);
   }
 };
 

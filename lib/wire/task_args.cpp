@@ -26,6 +26,7 @@ std::vector<std::string> PsTaskArgs::to_argv(const std::string& program) const {
                              "--bind", bind,
                              "--checkpoint", checkpoint,
                              "--checkpoint-interval", num(checkpoint_interval_s),
+                             "--stats-interval", num(stats_interval_s),
                              "--log-level", log_level};
   if (port != 0) a.insert(a.end(), {"--port", std::to_string(port)});
   if (!workers_done.empty()) {
@@ -54,6 +55,8 @@ void PsTaskArgs::add_to(CLI::App& app) {
   app.add_option("--checkpoint", checkpoint,
                  "checkpoint file: loaded at start when present, written periodically and at stop (\"\" = none)");
   app.add_option("--checkpoint-interval", checkpoint_interval_s, "seconds between checkpoints")
+      ->check(CLI::Range(0.1, 86400.0));
+  app.add_option("--stats-interval", stats_interval_s, "seconds between ps_stats events (the shard's counters)")
       ->check(CLI::Range(0.1, 86400.0));
   app.add_option("--workers-done", workers_done,
                  "ranks of workers that already finished (a shard rebuilt for a re-assigned job)")

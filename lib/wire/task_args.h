@@ -30,6 +30,7 @@ struct PsTaskArgs {
   std::string checkpoint;            ///< --checkpoint: file loaded at start, written periodically; "" = none
   double checkpoint_interval_s = 10; ///< --checkpoint-interval: seconds, [0.1, 86400]
   std::vector<std::uint32_t> workers_done;  ///< --workers-done: ranks that already finished
+  double stats_interval_s = 5;       ///< --stats-interval: seconds between ps_stats events, [0.1, 86400]
   std::string log_level = "info";    ///< --log-level
 
   /// `program` followed by the flags (defaults of optional ones left out).

@@ -5,6 +5,19 @@
 
 namespace dltrain::wire::events {
 
+TaskError TaskError::of(const std::exception& e) {
+  TaskError t;
+  t.message = e.what();
+  if (dynamic_cast<const DivergedError*>(&e) != nullptr) {
+    t.cause = "divergence";
+  } else if (dynamic_cast<const TimeoutError*>(&e) != nullptr) {
+    t.cause = "timeout";
+  } else if (dynamic_cast<const ConfigError*>(&e) != nullptr) {
+    t.cause = "config";
+  }
+  return t;
+}
+
 std::string kind_of(const nlohmann::json& ev) {
   if (!ev.is_object()) return "";
   const auto it = ev.find("event");

@@ -77,6 +77,27 @@ struct ByteCounters : Fields<ByteCounters> {
   }
 };
 
+/// What a worker did since its process started, cumulative (a restart starts them at 0
+/// again): the counters its agent exposes as Prometheus metrics. The four phase times
+/// split a step: `data` gathers the batch, `compute` runs forward and backward and copies
+/// the gradient out, `compress` selects top-k (momentum correction, error feedback),
+/// `exchange` pushes and pulls (waiting for the PS included). Seconds of wall time.
+struct StepCounters : Fields<StepCounters> {
+  std::int64_t images = 0;           ///< images of the steps taken (skipped steps excluded)
+  std::int64_t steps = 0;            ///< steps taken (pushed), this process
+  double data_seconds = 0;
+  double compute_seconds = 0;
+  double compress_seconds = 0;
+  double exchange_seconds = 0;
+  std::int64_t resyncs = 0;          ///< dense resyncs after a lost PS connection
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("images", s.images), v("steps", s.steps), v("data_seconds", s.data_seconds),
+        v("compute_seconds", s.compute_seconds), v("compress_seconds", s.compress_seconds),
+        v("exchange_seconds", s.exchange_seconds), v("resyncs", s.resyncs);
+  }
+};
+
 /// A worker holds the PS's parameters and starts training.
 struct Started : Fields<Started> {
   static constexpr const char* kKind = "started";
@@ -111,12 +132,13 @@ struct Progress : Fields<Progress> {
   double density = 1.0;              ///< uplink density of the latest step, (0, 1]
   Nullable<double> compression_ratio;  ///< dense ÷ actual bytes so far
   std::int64_t skipped_steps = 0;    ///< steps skipped for a NaN/Inf loss or gradient
+  std::optional<StepCounters> counters;  ///< cumulative counters of this process (metrics)
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("rank", s.rank), v("epoch", s.epoch), v("step", s.step), v("steps_per_epoch", s.steps_per_epoch),
         v("global_step", s.global_step), v("loss", s.loss), v("lr", s.lr), v("images_per_sec", s.images_per_sec),
         v("bytes_pushed", s.bytes_pushed), v("bytes_pulled", s.bytes_pulled), v("density", s.density),
-        v("compression_ratio", s.compression_ratio), v("skipped_steps", s.skipped_steps);
+        v("compression_ratio", s.compression_ratio), v("skipped_steps", s.skipped_steps), v("counters", s.counters);
   }
 };
 
@@ -156,13 +178,14 @@ struct Done : Fields<Done> {
   std::optional<Traffic> traffic_after_warmup;  ///< after compression.warmup_epochs
   Nullable<double> compression_ratio;               ///< traffic->ratio()
   Nullable<double> compression_ratio_after_warmup;  ///< traffic_after_warmup->ratio()
+  std::optional<StepCounters> counters;  ///< their final values
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("rank", s.rank), v("test_accuracy", s.test_accuracy), v("steps", s.steps), v("skipped_steps", s.skipped_steps),
         v("wall_seconds", s.wall_seconds), v("bytes_pushed", s.bytes_pushed), v("bytes_pulled", s.bytes_pulled),
         v("traffic", s.traffic), v("traffic_after_warmup", s.traffic_after_warmup),
         v("compression_ratio", s.compression_ratio),
-        v("compression_ratio_after_warmup", s.compression_ratio_after_warmup);
+        v("compression_ratio_after_warmup", s.compression_ratio_after_warmup), v("counters", s.counters);
   }
 };
 
@@ -258,9 +281,15 @@ struct PsResync : Fields<PsResync> {
 struct TaskError : Fields<TaskError> {
   static constexpr const char* kKind = "error";
   std::string message;               ///< what failed, in words
+  /// What kind of failure, when the task knows: "divergence" (NaN/Inf steps in a row),
+  /// "timeout" (a peer did not answer in time), "config" (bad arguments or files).
+  std::optional<std::string> cause;
+  /// The event of an exception that ends a task: its message, and its cause from its
+  /// type (DivergedError, TimeoutError, ConfigError; none for the others).
+  static TaskError of(const std::exception& e);
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
-    v("message", s.message);
+    v("message", s.message), v("cause", s.cause);
   }
 };
 
@@ -291,6 +320,30 @@ struct Listening : Fields<Listening> {
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("port", s.port), v("shard", s.shard), v("address", s.address), v("checkpoint", s.checkpoint);
+  }
+};
+
+/// A PS shard's counters, cumulative since its process started (a restart starts them at
+/// 0 again), every progress interval: what its agent exposes as Prometheus metrics.
+struct PsStats : Fields<PsStats> {
+  static constexpr const char* kKind = "ps_stats";
+  int shard = 0;                     ///< shard index, 0-based
+  std::uint64_t pushes = 0;          ///< pushes applied (frames, all partitions, all workers)
+  std::uint64_t pulls = 0;           ///< pulls answered (dense and sparse frames)
+  double apply_seconds = 0;          ///< wall time spent applying pushes, s
+  std::uint64_t bytes_in = 0;        ///< bytes read from workers
+  std::uint64_t bytes_out = 0;       ///< bytes written to workers
+  std::int64_t connections = 0;      ///< worker connections open now
+  std::uint64_t refused_handshakes = 0;  ///< connections refused in the authentication handshake
+  std::uint64_t rejected_connections = 0; ///< connections closed for a failed handshake or a bad frame
+  std::uint64_t checkpoints = 0;     ///< checkpoints written
+  Nullable<double> last_checkpoint_unix;  ///< Unix time (s) of the latest checkpoint; null: none yet
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("shard", s.shard), v("pushes", s.pushes), v("pulls", s.pulls), v("apply_seconds", s.apply_seconds),
+        v("bytes_in", s.bytes_in), v("bytes_out", s.bytes_out), v("connections", s.connections),
+        v("refused_handshakes", s.refused_handshakes), v("rejected_connections", s.rejected_connections),
+        v("checkpoints", s.checkpoints), v("last_checkpoint_unix", s.last_checkpoint_unix);
   }
 };
 
@@ -453,6 +506,26 @@ struct LeaderRestarted : Fields<LeaderRestarted> {
   }
 };
 
+/// The task whose failure failed a job, and how: what `dltrain status` and the summary
+/// show. The first task that failed for good (out of restarts, or not restartable).
+struct Failure : Fields<Failure> {
+  std::string task;                  ///< "worker-1"
+  std::string agent;                 ///< the agent it ran on
+  /// "divergence" | "timeout" | "config" (what the task said), "oom" (SIGKILL while the
+  /// agent's cgroup counted an OOM kill), "signal", "exit_code", "start" (could not be
+  /// started). agent/failure.h, classify_exit().
+  std::string cause;
+  std::optional<int> exit_code;      ///< when it exited
+  std::optional<int> signal;         ///< when a signal ended it
+  std::string message;               ///< how it ended and its last error, in words
+  std::vector<std::string> last_lines;  ///< the last lines of its log, oldest first
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("task", s.task), v("agent", s.agent), v("cause", s.cause), v("exit_code", s.exit_code), v("signal", s.signal),
+        v("message", s.message), v("last_lines", s.last_lines);
+  }
+};
+
 /// The job's summary: the last event a follower receives, and the core of a job in
 /// `dltrain status`. Compression ratios are dense bytes ÷ bytes sent, counted at the
 /// workers' sockets with headers, over the run and after warm-up; present once a worker
@@ -471,6 +544,7 @@ struct Summary : Fields<Summary> {
   std::optional<Nullable<double>> compression_ratio_after_warmup, compression_ratio_up_after_warmup,
       compression_ratio_down_after_warmup;
   std::optional<std::string> error;  ///< why it failed
+  std::optional<Failure> failure;    ///< the first task that failed it, when a task did
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("job", s.job), v("name", s.name), v("state", s.state), v("test_accuracy", s.test_accuracy),
@@ -480,7 +554,8 @@ struct Summary : Fields<Summary> {
         v("compression_ratio_down", s.compression_ratio_down),
         v("compression_ratio_after_warmup", s.compression_ratio_after_warmup),
         v("compression_ratio_up_after_warmup", s.compression_ratio_up_after_warmup),
-        v("compression_ratio_down_after_warmup", s.compression_ratio_down_after_warmup), v("error", s.error);
+        v("compression_ratio_down_after_warmup", s.compression_ratio_down_after_warmup), v("error", s.error),
+        v("failure", s.failure);
   }
   /// Sets the three ratios (suffix "" or "_after_warmup") from the workers' traffic.
   void set_ratios(const Traffic& sum, bool after_warmup);

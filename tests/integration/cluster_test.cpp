@@ -77,6 +77,25 @@ class Cluster : public ::testing::Test {
   static std::vector<int> task_pids(const std::string& job, const std::string& task = "") {
     return cluster_->task_pids(job, task);
   }
+  // SIGKILLs the process of the task in directory `task_dir` ("ps-0-g1") of `job` 4
+  // times, each new incarnation once it appears: one more death than its agent restarts
+  // (task_max_restarts, 3 by default), so the last one fails the job.
+  static void kill_until_restarts_run_out(const std::string& job, const std::string& task_dir) {
+    std::set<int> killed;
+    for (int round = 0; round < 4; ++round) {
+      int victim = -1;
+      const auto deadline = std::chrono::steady_clock::now() + 60s;
+      while (victim < 0 && std::chrono::steady_clock::now() < deadline) {
+        for (int pid : task_pids(job, task_dir)) {
+          if (!killed.count(pid)) victim = pid;
+        }
+        if (victim < 0) std::this_thread::sleep_for(50ms);
+      }
+      ASSERT_GT(victim, 0) << "no " << task_dir << " process in round " << round << "; " << status(job).dump();
+      ASSERT_EQ(kill(victim, SIGKILL), 0);
+      killed.insert(victim);
+    }
+  }
 
   static inline fs::path root_, state_;
   static inline std::unique_ptr<dltrain::testing::Standalone> cluster_;
@@ -410,6 +429,17 @@ timeout = "5s"
   EXPECT_EQ(count("worker-1", frozen_from), 0) << "a stopped worker reported events\n" << dump();
   EXPECT_EQ(process_state(victim), 'T');
   EXPECT_EQ(status(job)["state"], "running");
+  // Flagged as a straggler once worker 0 is more than twice as far (straggler_factor 2;
+  // bounded: worker 0 has most of 8 epochs to go).
+  json flagged;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        flagged = status(job);
+        return dltrain::testing::task_of(flagged, "worker-1").value("straggler", false);
+      },
+      120s, 200ms))
+      << "worker-1 was not flagged while stopped; " << flagged.dump();
+  EXPECT_FALSE(dltrain::testing::task_of(flagged, "worker-0").value("straggler", false)) << flagged.dump();
 
   ASSERT_EQ(kill(victim, SIGCONT), 0);
   continue_on_exit.pid = 0;
@@ -551,27 +581,23 @@ TEST_F(Cluster, APsShardThatKeepsDyingFailsTheJobWithTheReason) {
   const std::string job = json::parse(last_line(rk.out))["job"];
   ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
   // The agent restarts it 3 times (task_max_restarts); the 4th death ends the job.
-  std::set<int> killed;
-  for (int round = 0; round < 4; ++round) {
-    int victim = -1;
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
-    while (victim < 0 && std::chrono::steady_clock::now() < deadline) {
-      for (int pid : task_pids(job, "ps-0-g1")) {
-        if (!killed.count(pid)) victim = pid;
-      }
-      if (victim < 0) std::this_thread::sleep_for(50ms);
-    }
-    ASSERT_GT(victim, 0) << "no ps-0 process in round " << round << "; " << status(job).dump();
-    ASSERT_EQ(kill(victim, SIGKILL), 0);
-    killed.insert(victim);
-  }
+  kill_until_restarts_run_out(job, "ps-0-g1");
+  if (HasFatalFailure()) return;
   EXPECT_EQ(wait_state(job, {"failed", "succeeded", "cancelled"}, 90), "failed");
   auto st = status(job);
   EXPECT_NE(st.value("error", "").find("ps-0 on agent"), std::string::npos) << st.dump();
   EXPECT_NE(st.value("error", "").find("killed by signal 9"), std::string::npos) << st.dump();
+  std::string agent;
   for (const auto& t : st["tasks"]) {
     if (t["task"] == "ps-0") EXPECT_EQ(t.value("restarts", 0), 3) << st.dump();
+    if (t["task"] == "ps-0") agent = t.value("agent", "");
   }
+  // The failure names the task, its agent and how it ended.
+  ASSERT_TRUE(st.contains("failure")) << st.dump();
+  EXPECT_EQ(st["failure"]["task"], "ps-0");
+  EXPECT_EQ(st["failure"]["agent"], agent);
+  EXPECT_EQ(st["failure"]["cause"], "signal");
+  EXPECT_EQ(st["failure"]["signal"], SIGKILL);
   // Nothing of the job is left running.
   EXPECT_TRUE(task_pids(job).empty()) << task_pids(job).size() << " task processes outlived the failed job";
 }
@@ -603,6 +629,45 @@ lr_schedule = "constant"
   // agent restarted the worker (3 times by default) before giving up.
   EXPECT_NE(r.out.find("\"event\":\"skipped_step\""), std::string::npos);
   EXPECT_NE(r.out.find("\"event\":\"restarting\""), std::string::npos);
+  // The summary names the failure's cause, and the end of the worker's log shows the
+  // skipped steps that led to it.
+  ASSERT_TRUE(s.contains("failure")) << s.dump();
+  EXPECT_EQ(s["failure"]["task"], "worker-0");
+  EXPECT_EQ(s["failure"]["cause"], "divergence");
+  EXPECT_EQ(s["failure"]["exit_code"], 1);
+  const auto lines = s["failure"]["last_lines"];
+  ASSERT_FALSE(lines.empty()) << s.dump();
+  EXPECT_NE(lines.back().get<std::string>().find("consecutive steps had a NaN/Inf loss"), std::string::npos)
+      << s.dump();
+  EXPECT_NE(lines.dump().find("skipped_step"), std::string::npos) << s.dump();
+  // `dltrain status` says the same, in words.
+  const auto text = run(client_ + " status " + s["job"].get<std::string>(), 30);
+  EXPECT_NE(text.out.find("failed first: worker-0 on agent " + s["failure"]["agent"].get<std::string>() +
+                          ", cause divergence (exit code 1)"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("last lines of its log:"), std::string::npos) << text.out;
+}
+
+TEST_F(Cluster, AWorkerKilledUntilItsRestartsRunOutNamesItselfAsTheFailure) {
+  auto k = write_job("kill-worker-often", kShortCnn + "epochs = 20\n" + kShortOptimizer);
+  const std::string job = dltrain::testing::submit_job(client_, k);
+  ASSERT_FALSE(job.empty());
+  ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
+  // 3 restarts (task_max_restarts); the 4th SIGKILL ends the job.
+  kill_until_restarts_run_out(job, "worker-1-g1");
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(wait_state(job, {"failed", "succeeded", "cancelled"}, 120), "failed");
+  auto st = status(job);
+  ASSERT_TRUE(st.contains("failure")) << st.dump();
+  const auto& f = st["failure"];
+  EXPECT_EQ(f["task"], "worker-1");
+  EXPECT_EQ(f["agent"], dltrain::testing::task_of(st, "worker-1").value("agent", "?"));
+  EXPECT_EQ(f["cause"], "signal");
+  EXPECT_EQ(f["signal"], SIGKILL);
+  EXPECT_FALSE(f.contains("exit_code")) << st.dump();
+  EXPECT_NE(f["message"].get<std::string>().find("killed by signal 9"), std::string::npos) << st.dump();
+  EXPECT_TRUE(task_pids(job).empty()) << "task processes outlived the failed job";
 }
 
 TEST_F(Cluster, BadJobFilesAreRejectedAndTheLeaderCarriesOn) {
