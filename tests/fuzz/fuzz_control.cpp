@@ -1,6 +1,7 @@
 // Fuzzes the control channel as the leader and the agents read it: the JSON envelope
 // (wire::parse_envelope, every WebSocket text message) and every message body they
-// accept (wire::parse_body of wire/control_bodies.h: register, task_event, task_exit,
+// accept (wire::parse_body of wire/control_bodies.h: register, task_event, task_exit, logs,
+// read_log and its reply,
 // submit / plan, status / cancel / follow, history, start_task, stop_task).
 //
 // Input: one control message's text. Every body schema is tried on its body, whatever
@@ -124,6 +125,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try_body(env, "status", q);
   wire::HistoryBody hist;
   try_body(env, "history", hist);
+  wire::LogRequestBody lr;
+  for (const char* type : {"logs", "read_log"}) {
+    if (const auto* l = try_body(env, type, lr)) {
+      FUZZ_CHECK(is_path_component(l->job) && is_path_component(l->task),
+                 "logs: a job or task name that is not one path component");
+      FUZZ_CHECK((!l->offset || *l->offset >= 0) && l->tail >= 0 && l->tail <= wire::LogRequestBody::kMaxTail &&
+                     l->max_bytes >= 1 && l->max_bytes <= wire::LogRequestBody::kMaxBytes,
+                 "logs: a number out of range accepted");
+    }
+  }
+  wire::LogChunkBody chunk;
+  try_body(env, "reply", chunk);  // what the leader reads back from an agent's read_log
   wire::StartTaskBody st;
   if (const auto* s = try_body(env, "start_task", st)) {
     FUZZ_CHECK(is_path_component(s->job) && is_path_component(s->task),

@@ -354,6 +354,10 @@ void regressions() {
   std::vector<std::uint8_t> four;
   append<float>(four, std::vector<float>{1, 2, 3, 4});
   write("frame", "regress-push-nan-scale", frame(nan_push, four));
+  write_text("control", "logs", R"({"v":1,"id":"c7","type":"logs","body":{"job":"job-3","task":"worker-1","tail":50}})");
+  write_text("control", "read-log-reply",
+             R"({"v":1,"id":"l9","type":"reply","ok":true,"body":{"job":"job-3","task":"worker-1","agent":"a1",)"
+             R"("text":"epoch 1\n","offset":0,"next_offset":8,"size":8,"rotated":false,"exists":true,"running":true}})");
   write_text("control", "regress-number-overflow", R"({"v":1,"id":"r1","type":"heartbeat","body":{"x":1e400}})");
   write_text("control", "regress-version-wraps", R"({"v":4294967297,"id":"r1","type":"list"})");
   write_text("control", "regress-register-cores-1e300", R"({"v":1,"id":"r","type":"register","body":{"name":"a","cores":1e300}})");
