@@ -79,6 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       {events::PsResync::kKind, round_trip<events::PsResync>},
       {events::TaskError::kKind, round_trip<events::TaskError>},
       {events::Listening::kKind, round_trip<events::Listening>},
+      {events::PsStats::kKind, round_trip<events::PsStats>},
       {events::PsStopped::kKind, round_trip<events::PsStopped>},  // "stopped", as WorkerStopped
       {events::Restarting::kKind, round_trip<events::Restarting>},
       {events::LogLine::kKind, round_trip<events::LogLine>},

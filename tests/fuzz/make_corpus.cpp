@@ -283,6 +283,7 @@ void task_events() {
       {"stopped-worker", ws.to_json()},
       {"listening", l.to_json()},
       {"ps-stopped", events::PsStopped{{}, 0, 120, 1000, 2000, 1, 2, std::nullopt, 3}.to_json()},
+      {"ps-stats", events::PsStats{{}, 0, 640, 1280, 0.25, 5242880, 2621440, 2, 1, 1, 3, 1764547200.5}.to_json()},
       {"restarting", events::Restarting{{}, "worker", 1, 3, "killed by signal 9", "", 2, std::nullopt}.to_json()},
       {"ps-resync", events::PsResync{{}, 1, 0, "connection reset", 0.4, 1}.to_json()},
       {"error", events::TaskError{{}, "worker 1: out of memory"}.to_json()},
