@@ -3,15 +3,18 @@
 // comes back (output.h). Here: the command line, the dispatch to one subcommand, and the
 // mapping of errors to exit codes.
 #include <iostream>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "common/errors.h"
+#include "data/inspect.h"
 #include "control/client.h"
 #include "dltrain/config.h"
 #include "leader_target.h"
+#include "output.h"
 #include "wire/control.h"
 
 namespace client = dltrain::client;
@@ -66,11 +69,37 @@ int main(int argc, char** argv) {
   auto* follow_cmd = app.add_subcommand("follow", "print a job's progress until it ends");
   follow_cmd->add_option("JOB", job_id, "job id")->required();
   follow_cmd->add_flag("--json", as_json, "one JSON object per line");
+  std::string dataset_dir;
+  int inspect_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto* dataset_cmd = app.add_subcommand("dataset", "look at a data set on this machine (no leader needed)");
+  dataset_cmd->require_subcommand(1);
+  auto* inspect_cmd = dataset_cmd->add_subcommand(
+      "inspect", "list an ImageFolder's (or CIFAR-10 directory's) classes, images per class and split, image "
+                 "sizes and unreadable files; every image is decoded, as training would; exit 2 if the layout is "
+                 "invalid");
+  inspect_cmd->add_option("DIR", dataset_dir, "the data_dir of a job: DIR/train/<class>/*.jpg|png and DIR/test/ (or val/)")
+      ->required();
+  inspect_cmd->add_option("--threads", inspect_threads, "decoding threads")->capture_default_str()->check(CLI::Range(1, 256));
+  inspect_cmd->add_flag("--json", as_json, "JSON output");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help/version or the usage error
     return rc == 0 ? client::kExitOk : client::kExitBadInput;
+  }
+  if (inspect_cmd->parsed()) {
+    try {
+      const auto report = dltrain::data::inspect_dataset(dataset_dir, inspect_threads);
+      if (as_json) {
+        std::cout << report.dump() << std::endl;
+      } else {
+        client::print_dataset_report(std::cout, report);
+      }
+      return client::kExitOk;
+    } catch (const std::exception& e) {
+      std::cerr << "dltrain: " << e.what() << "\n";
+      return client::kExitBadInput;
+    }
   }
 
   const auto timeout = std::chrono::seconds(timeout_s);

@@ -523,8 +523,12 @@ struct Summary : Fields<Summary> {
   std::optional<Nullable<double>> compression_ratio_after_warmup, compression_ratio_up_after_warmup,
       compression_ratio_down_after_warmup;
   std::optional<std::string> error;  ///< why it failed
+  /// Unreadable images the workers skipped (each counts its shard's files once; rank 0
+  /// adds the test set's); absent for in-memory IDX data.
+  std::optional<std::int64_t> skipped_images;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
+    v("skipped_images", s.skipped_images);
     v("job", s.job), v("name", s.name), v("state", s.state), v("test_accuracy", s.test_accuracy),
         v("epochs", s.epochs), v("wall_seconds", s.wall_seconds), v("bytes_pushed", s.bytes_pushed),
         v("bytes_pulled", s.bytes_pulled), v("images_per_sec", s.images_per_sec), v("compression", s.compression),
