@@ -129,7 +129,7 @@ class StreamFeed final : public DataFeed {
   std::int64_t classes() const override { return classes_; }
   bool streaming() const override { return true; }
   double wait_seconds() const override { return wait_seconds_; }
-  std::int64_t skipped_images() const override { return skipped_; }
+  std::int64_t skipped_images() const override { return train_skipped_ + test_skipped_; }
   std::vector<std::string> take_skip_messages() override { return std::exchange(messages_, {}); }
 
   wire::events::DataInfo info() const override {
@@ -152,6 +152,7 @@ class StreamFeed final : public DataFeed {
 
   void start_epoch(int epoch) override {
     loader_.reset();  // joins the previous epoch's threads
+    train_skipped_ = 0;
     auto order = data::epoch_shard(train_->size(), rank_, spec_.workers, static_cast<std::uint64_t>(spec_.seed), epoch);
     auto t = transform_;
     t.train = true;
@@ -164,7 +165,7 @@ class StreamFeed final : public DataFeed {
     const bool got = loader_->next(b);
     wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!got) return false;
-    note_skips(b);
+    note_skips(b, train_skipped_);
     x = images_tensor(b, spec_.channels, spec_.image_size);
     y = torch::tensor(b.labels, torch::kInt64);
     return true;
@@ -173,11 +174,12 @@ class StreamFeed final : public DataFeed {
   const torch::Tensor& recalibration_inputs() override {
     if (recal_.defined()) return recal_;
     const std::int64_t per = static_cast<std::int64_t>(spec_.channels) * spec_.image_size * spec_.image_size * 4;
-    const std::int64_t want = std::clamp<std::int64_t>(kRecalibrationBytes / per, 64, 5000);
+    const std::int64_t want = std::clamp<std::int64_t>(kRecalibrationBytes / per, 64, 2000);
     auto order = data::epoch_shard(train_->size(), rank_, spec_.workers, static_cast<std::uint64_t>(spec_.seed), 0);
     if (static_cast<std::int64_t>(order.size()) > want) order.resize(static_cast<std::size_t>(want));
     std::vector<torch::Tensor> parts;
-    run_loader(train_, std::move(order), [&](torch::Tensor x, torch::Tensor) { parts.push_back(std::move(x)); });
+    std::int64_t ignored = 0;  // met again in the epochs
+    run_loader(train_, std::move(order), ignored, [&](torch::Tensor x, torch::Tensor) { parts.push_back(std::move(x)); });
     recal_ = torch::cat(parts, 0);
     return recal_;
   }
@@ -188,7 +190,8 @@ class StreamFeed final : public DataFeed {
     std::vector<std::int64_t> all(static_cast<std::size_t>(test_->size()));
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
     std::int64_t correct = 0, total = 0;
-    run_loader(test_, std::move(all), [&](const torch::Tensor& x, const torch::Tensor& y) {
+    test_skipped_ = 0;
+    run_loader(test_, std::move(all), test_skipped_, [&](const torch::Tensor& x, const torch::Tensor& y) {
       correct += model.forward(x).argmax(1).eq(y).sum().item<std::int64_t>();
       total += x.size(0);
     });
@@ -256,26 +259,28 @@ class StreamFeed final : public DataFeed {
 
   // Streams `order` of `source` with the test transform into `f(x, y)`.
   template <typename F>
-  void run_loader(std::shared_ptr<const data::ExampleSource> source, std::vector<std::int64_t> order, F&& f) {
+  void run_loader(std::shared_ptr<const data::ExampleSource> source, std::vector<std::int64_t> order,
+                  std::int64_t& skipped, F&& f) {
     data::LoaderOptions o;
     o.batch_size = kEvalBatch;
     o.threads = threads_;
     data::StreamingLoader loader(std::move(source), std::move(order), transform_, o);
     data::Batch b;
     while (loader.next(b)) {
-      note_skips(b);
+      note_skips(b, skipped);
       if (b.size == 0) continue;
       f(images_tensor(b, spec_.channels, spec_.image_size), torch::tensor(b.labels, torch::kInt64));
     }
   }
 
-  // A file is counted once however many epochs meet it (its message names it).
-  void note_skips(data::Batch& b) {
+  // Counted per epoch (and per evaluation): every training file is read exactly once an
+  // epoch by one worker, so the workers' counts add up to the number of unreadable files.
+  // Each distinct file is reported once.
+  void note_skips(data::Batch& b, std::int64_t& count) {
+    count += b.skipped;
     for (auto& m : b.skipped_messages) {
-      if (!seen_.insert(m).second) continue;
-      if (seen_.size() <= kSkipMessages) messages_.push_back(m);
+      if (seen_.insert(m).second && seen_.size() <= kSkipMessages) messages_.push_back(m);
     }
-    skipped_ = static_cast<std::int64_t>(seen_.size());
   }
 
   const JobSpec& spec_;
@@ -289,7 +294,7 @@ class StreamFeed final : public DataFeed {
   std::unique_ptr<data::StreamingLoader> loader_;
   torch::Tensor recal_;
   double wait_seconds_ = 0;
-  std::int64_t skipped_ = 0;
+  std::int64_t train_skipped_ = 0, test_skipped_ = 0;
   std::set<std::string> seen_;
   std::vector<std::string> messages_;
 };

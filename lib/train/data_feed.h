@@ -43,7 +43,9 @@ class DataFeed {
   virtual double evaluate(torch::nn::Module& m, const Model& model) = 0;
   /// Seconds next() spent waiting for the loader so far (0 for in-memory tensors).
   virtual double wait_seconds() const { return 0.0; }
-  /// Unreadable images skipped so far (training and test).
+  /// Unreadable images met in the current epoch's training batches plus those of the
+  /// latest evaluation (test set): over the workers of one epoch, the number of
+  /// unreadable files.
   virtual std::int64_t skipped_images() const { return 0; }
   /// True when batches come from the streaming loader.
   virtual bool streaming() const { return false; }

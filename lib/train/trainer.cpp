@@ -477,7 +477,11 @@ class WorkerLoop {
       resyncer_->recover(lost);  // ends with a dense pull too
     }
     flat_->write_params(params_);
-    recalibrate_batchnorm(*model_.module, model_, feed_->recalibration_inputs(), 20, 250);
+    // Up to 20 batches of 250, at most one pass over a smaller sample (a ResNet's forward
+    // passes cost as much as the evaluation itself).
+    const auto& recal = feed_->recalibration_inputs();
+    const int batches = static_cast<int>(std::min<std::int64_t>(20, (recal.size(0) + 249) / 250));
+    recalibrate_batchnorm(*model_.module, model_, recal, batches, 250);
     const double acc = feed_->evaluate(*model_.module, model_);
     ev.test_accuracy = acc;
     ev.eval_seconds = seconds_since(t_eval);

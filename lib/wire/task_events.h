@@ -115,7 +115,9 @@ struct Progress : Fields<Progress> {
   /// loader (0 when the batches were always ready; absent for in-memory IDX data).
   std::optional<double> data_wait_seconds;
   std::optional<double> data_wait_fraction;  ///< data_wait_seconds ÷ the wall time since then, [0, 1]
-  std::optional<std::int64_t> skipped_images;  ///< unreadable images skipped so far, this process
+  /// Unreadable images skipped in this epoch so far (training; rank 0 adds its latest
+  /// evaluation's). Absent for in-memory IDX data.
+  std::optional<std::int64_t> skipped_images;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("rank", s.rank), v("epoch", s.epoch), v("step", s.step), v("steps_per_epoch", s.steps_per_epoch),
@@ -141,7 +143,9 @@ struct EpochEnd : Fields<EpochEnd> {
   std::uint64_t bytes_pushed = 0;    ///< bytes sent to the PS shards, cumulative, this process
   std::uint64_t bytes_pulled = 0;    ///< bytes received from them, cumulative, this process
   std::optional<double> data_wait_seconds;     ///< the epoch's steps' wait for the loader, s
-  std::optional<std::int64_t> skipped_images;  ///< unreadable images skipped so far, this process
+  /// Unreadable images this worker skipped in the epoch (rank 0 adds the test set's): the
+  /// workers' figures of one epoch add up to the data set's unreadable files.
+  std::optional<std::int64_t> skipped_images;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("rank", s.rank), v("epoch", s.epoch), v("epochs", s.epochs), v("train_loss", s.train_loss),
@@ -166,7 +170,7 @@ struct Done : Fields<Done> {
   std::optional<Traffic> traffic_after_warmup;  ///< after compression.warmup_epochs
   Nullable<double> compression_ratio;               ///< traffic->ratio()
   Nullable<double> compression_ratio_after_warmup;  ///< traffic_after_warmup->ratio()
-  std::optional<std::int64_t> skipped_images;  ///< unreadable images skipped (training and test)
+  std::optional<std::int64_t> skipped_images;  ///< as in this worker's last epoch_end
   std::optional<double> data_wait_seconds;     ///< all steps' wait for the loader, s
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
@@ -226,7 +230,7 @@ struct SkippedImage : Fields<SkippedImage> {
   static constexpr const char* kKind = "skipped_image";
   int rank = 0;                      ///< the worker's rank, [0, workers)
   std::string message;               ///< the file and why it could not be read
-  std::int64_t skipped_images = 0;   ///< so far, this process
+  std::int64_t skipped_images = 0;   ///< DataFeed's count when it was found
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("rank", s.rank), v("message", s.message), v("skipped_images", s.skipped_images);
@@ -523,8 +527,8 @@ struct Summary : Fields<Summary> {
   std::optional<Nullable<double>> compression_ratio_after_warmup, compression_ratio_up_after_warmup,
       compression_ratio_down_after_warmup;
   std::optional<std::string> error;  ///< why it failed
-  /// Unreadable images the workers skipped (each counts its shard's files once; rank 0
-  /// adds the test set's); absent for in-memory IDX data.
+  /// Unreadable images: the sum of the workers' latest epoch_end figures (each file is
+  /// read once an epoch), test set included; absent for in-memory IDX data.
   std::optional<std::int64_t> skipped_images;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
