@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "common/errors.h"
+#include "data/export.h"
 #include "data/inspect.h"
 #include "control/client.h"
 #include "dltrain/config.h"
@@ -81,11 +82,37 @@ int main(int argc, char** argv) {
       ->required();
   inspect_cmd->add_option("--threads", inspect_threads, "decoding threads")->capture_default_str()->check(CLI::Range(1, 256));
   inspect_cmd->add_flag("--json", as_json, "JSON output");
+  std::string idx_dir, out_dir;
+  dltrain::data::IdxExportOptions export_opt;
+  auto* from_idx_cmd = dataset_cmd->add_subcommand(
+      "from-idx", "write an IDX data set (Fashion-MNIST, MNIST) as an ImageFolder of PNG or JPEG files: "
+                  "OUT_DIR/train/<class>/NNNNNN.png and OUT_DIR/test/<class>/… (Fashion-MNIST's class names)");
+  from_idx_cmd->add_option("IDX_DIR", idx_dir, "the four IDX files, e.g. /usr/share/datasets/fashion-mnist")->required();
+  from_idx_cmd->add_option("OUT_DIR", out_dir, "where to write (created)")->required();
+  from_idx_cmd->add_option("--format", export_opt.format, "png, jpeg, or mixed (even indices PNG, odd JPEG)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"png", "jpeg", "mixed"}));
+  from_idx_cmd->add_option("--size", export_opt.size, "image side in pixels: the 28x28 image centred and zero-padded")
+      ->capture_default_str()
+      ->check(CLI::Range(28, 1024));
+  from_idx_cmd->add_option("--quality", export_opt.jpeg_quality, "JPEG quality")->capture_default_str()->check(CLI::Range(1, 100));
+  from_idx_cmd->add_option("--train", export_opt.train, "the first N training images (0 = all)")->check(CLI::NonNegativeNumber);
+  from_idx_cmd->add_option("--test", export_opt.test, "the first N test images (0 = all)")->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help/version or the usage error
     return rc == 0 ? client::kExitOk : client::kExitBadInput;
+  }
+  if (from_idx_cmd->parsed()) {
+    try {
+      const auto n = dltrain::data::export_idx_as_image_folder(idx_dir, out_dir, export_opt);
+      std::cout << "wrote " << n << " " << export_opt.format << " files under " << out_dir << std::endl;
+      return client::kExitOk;
+    } catch (const std::exception& e) {
+      std::cerr << "dltrain: " << e.what() << "\n";
+      return client::kExitBadInput;
+    }
   }
   if (inspect_cmd->parsed()) {
     try {

@@ -25,8 +25,7 @@ class ImageFolderCluster : public ::testing::Test {
   static void SetUpTestSuite() {
     root_ = dltrain::testing::make_temp_root("dltrain-imagefolder-cluster");
     data_ = root_ / "fashion-mnist-png";
-    dltrain::testing::write_fashion_mnist_folder(
-        data_, {{"train", "train", 0, 2500, "png", 32}, {"test", "test", 0, 500, "png", 32}});
+    dltrain::testing::write_fashion_mnist_folder(data_, 2500, 500, "png", 32);
     dltrain::testing::write_bytes(data_ / "train" / "Bag" / "empty.png", {});
     dltrain::testing::write_bytes(data_ / "train" / "Coat" / "broken.jpg", {0xFF, 0xD8, 0xFF, 0xE0, 0x00});
     cluster_ = std::make_unique<dltrain::testing::Standalone>(root_ / "state", root_ / "xdg", 3,
