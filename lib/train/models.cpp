@@ -57,6 +57,21 @@ void init_resnet(nn::Module& m) {
   }
 }
 
+// Stages of `blocks` basic blocks each, of the given widths; the first block of every
+// stage but the first halves the feature map (stride 2). Input channels: widths[0].
+nn::Sequential residual_stages(std::initializer_list<std::int64_t> widths, int blocks, bool projection) {
+  nn::Sequential seq;
+  std::int64_t in = *widths.begin();
+  for (const std::int64_t width : widths) {
+    for (int i = 0; i < blocks; ++i) {
+      const std::int64_t stride = (i == 0 && width != *widths.begin()) ? 2 : 1;
+      seq->push_back(BasicBlock(in, width, stride, projection));
+      in = width;
+    }
+  }
+  return seq;
+}
+
 template <typename M>
 Model wrap(M m) {
   return {m.ptr(), [m](torch::Tensor x) mutable { return m->forward(std::move(x)); }};
@@ -95,16 +110,7 @@ torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
 CifarResNetImpl::CifarResNetImpl(int n, std::int64_t channels, std::int64_t classes) {
   stem = register_module("stem", conv3x3(channels, 16, 1));
   stem_bn = register_module("stem_bn", nn::BatchNorm2d(16));
-  nn::Sequential seq;
-  std::int64_t in = 16;
-  for (const std::int64_t width : {16, 32, 64}) {
-    for (int i = 0; i < n; ++i) {
-      const std::int64_t stride = (i == 0 && width != 16) ? 2 : 1;
-      seq->push_back(BasicBlock(in, width, stride, false));
-      in = width;
-    }
-  }
-  stages = register_module("stages", seq);
+  stages = register_module("stages", residual_stages({16, 32, 64}, n, false));
   fc = register_module("fc", nn::Linear(64, classes));
   init_resnet(*this);
 }
@@ -117,16 +123,7 @@ torch::Tensor CifarResNetImpl::forward(torch::Tensor x) {
 ResNet18Impl::ResNet18Impl(std::int64_t channels, std::int64_t classes) {
   stem = register_module("stem", nn::Conv2d(nn::Conv2dOptions(channels, 64, 7).stride(2).padding(3).bias(false)));
   stem_bn = register_module("stem_bn", nn::BatchNorm2d(64));
-  nn::Sequential seq;
-  std::int64_t in = 64;
-  for (const std::int64_t width : {64, 128, 256, 512}) {
-    for (int i = 0; i < 2; ++i) {
-      const std::int64_t stride = (i == 0 && width != 64) ? 2 : 1;
-      seq->push_back(BasicBlock(in, width, stride, true));
-      in = width;
-    }
-  }
-  stages = register_module("stages", seq);
+  stages = register_module("stages", residual_stages({64, 128, 256, 512}, 2, true));
   fc = register_module("fc", nn::Linear(512, classes));
   init_resnet(*this);
 }

@@ -21,6 +21,7 @@
 #include "data/loader.h"
 #include "data/sharding.h"
 #include "support/image_folder.h"
+#include "support/error_of.h"
 #include "support/temp_dir.h"
 #include "train/idx.h"
 
@@ -28,20 +29,24 @@ using namespace dltrain;
 using namespace dltrain::data;
 namespace fs = std::filesystem;
 using dltrain::testing::TempDir;
+using dltrain::testing::error_of;
 namespace tst = dltrain::testing;
 
 namespace {
 
 const std::string kFashion = "/usr/share/datasets/fashion-mnist";
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+// The loader's transform without augmentation: (pixel/255 − mean) / std on every channel.
+Transform plain_transform(int size, int channels, float mean = 0.0f, float stdv = 1.0f) {
+  Transform t;
+  t.image_size = size;
+  t.channels = channels;
+  t.mean.assign(static_cast<std::size_t>(channels), mean);
+  t.std.assign(static_cast<std::size_t>(channels), stdv);
+  return t;
 }
+
+
 
 Image gray(int h, int w, std::vector<std::uint8_t> px) {
   Image img;
@@ -200,11 +205,7 @@ TEST(ImageFolder, CorruptAndZeroByteFilesAreSkippedAndCounted) {
   auto source = std::make_shared<ImageFileSource>(idx.train);
   std::vector<std::int64_t> all(idx.train.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
-  Transform t;
-  t.image_size = 28;
-  t.channels = 1;
-  t.mean = {0.0f};
-  t.std = {1.0f};
+  const Transform t = plain_transform(28, 1);
   LoaderOptions o;
   o.batch_size = 50;
   o.threads = 2;
@@ -483,11 +484,7 @@ std::vector<Batch> drain(std::shared_ptr<const ExampleSource> src, int threads, 
 
 TEST(Loader, BatchesAreNormalisedAndIdenticalForAnyThreadCount) {
   auto src = std::make_shared<CountingSource>(100);
-  Transform t;
-  t.image_size = 6;
-  t.channels = 1;
-  t.mean = {0.5f};
-  t.std = {0.25f};
+  Transform t = plain_transform(6, 1, 0.5f, 0.25f);
   t.train = true;
   t.augment.crop_padding = 2;
   t.augment.horizontal_flip = true;
@@ -517,11 +514,7 @@ TEST(Loader, BatchesAreNormalisedAndIdenticalForAnyThreadCount) {
 
 TEST(Loader, QueueNeverExceedsItsBound) {
   auto src = std::make_shared<CountingSource>(400);
-  Transform t;
-  t.image_size = 6;
-  t.channels = 1;
-  t.mean = {0.0f};
-  t.std = {1.0f};
+  const Transform t = plain_transform(6, 1);
   std::vector<std::int64_t> order(400);
   for (int i = 0; i < 400; ++i) order[static_cast<std::size_t>(i)] = i;
   LoaderOptions o;
@@ -544,11 +537,7 @@ TEST(Loader, QueueNeverExceedsItsBound) {
 
 TEST(Loader, StopsPromptlyWhenAskedAndWhenDestroyed) {
   auto src = std::make_shared<CountingSource>(100000, 1);
-  Transform t;
-  t.image_size = 6;
-  t.channels = 3;
-  t.mean = {0, 0, 0};
-  t.std = {1, 1, 1};
+  const Transform t = plain_transform(6, 3);
   std::vector<std::int64_t> order(100000);
   for (int i = 0; i < 100000; ++i) order[static_cast<std::size_t>(i)] = i;
   LoaderOptions o;
