@@ -18,6 +18,7 @@
 #include "data/cifar10.h"
 #include "data/image.h"
 #include "data/imagefolder.h"
+#include "data/inspect.h"
 #include "data/loader.h"
 #include "data/sharding.h"
 #include "support/image_folder.h"
@@ -222,6 +223,24 @@ TEST(ImageFolder, CorruptAndZeroByteFilesAreSkippedAndCounted) {
   EXPECT_EQ(skipped, 3);
   EXPECT_EQ(reasons, (std::set<std::string>{"\"" + (cls / "garbage.jpg").string(), "\"" + (cls / "truncated.png").string(),
                                             "\"" + (cls / "zero.png").string()}));
+}
+
+TEST(ImageFolder, InspectCountsClassesSizesAndUnreadableFiles) {
+  FashionFolder f;
+  tst::write_bytes(f.dir.path / "train" / "Bag" / "zero.png", {});
+  const auto r = inspect_dataset(f.dir.path.string(), 2);
+  EXPECT_EQ(r["dataset"], "imagefolder");
+  ASSERT_EQ(r["classes"].size(), 10u);
+  std::vector<std::int64_t> want(10, 0);
+  for (std::int64_t i = 0; i < 100; ++i) ++want[f.test_src.labels[static_cast<std::size_t>(i)]];
+  for (int c = 0; c < 10; ++c) {
+    EXPECT_EQ(r["splits"]["test"]["per_class"][tst::fashion_mnist_classes()[static_cast<std::size_t>(c)]], want[static_cast<std::size_t>(c)]);
+  }
+  EXPECT_EQ(r["splits"]["train"]["images"], 241);
+  ASSERT_EQ(r["sizes"].size(), 1u);
+  EXPECT_EQ(r["sizes"][0], (nlohmann::json{{"width", 28}, {"height", 28}, {"channels", 1}, {"images", 340}}));
+  ASSERT_EQ(r["unreadable"].size(), 1u);
+  EXPECT_EQ(r["unreadable"][0]["path"], (f.dir.path / "train" / "Bag" / "zero.png").string());
 }
 
 TEST(ImageFolder, LayoutErrorsNameThePath) {
