@@ -85,8 +85,9 @@ std::vector<double> get_channel_values(const toml::node& n, const std::string& f
   return out;
 }
 
-// Data-set defaults and the checks that involve several fields.
-void finish_data_fields(JobSpec& s) {
+}  // namespace
+
+void apply_data_defaults(JobSpec& s) {
   const bool idx = is_idx_dataset(s.dataset);
   if (s.image_size == 0) s.image_size = idx ? 28 : s.dataset == "cifar10" ? 32 : 224;
   if (s.channels == 0) s.channels = idx ? 1 : 3;
@@ -105,8 +106,6 @@ void finish_data_fields(JobSpec& s) {
     throw ConfigError("augment.crop_padding", "must be less than image_size (" + std::to_string(s.image_size) + ")");
   }
 }
-
-}  // namespace
 
 bool is_idx_dataset(const std::string& dataset) { return dataset == "fashion-mnist" || dataset == "mnist"; }
 
@@ -264,7 +263,7 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
     os << "must be less than epochs (" << s.epochs << "), got " << s.compression.warmup_epochs;
     throw ConfigError("compression.warmup_epochs", os.str());
   }
-  finish_data_fields(s);
+  apply_data_defaults(s);
   namespace fs = std::filesystem;
   fs::path dir(s.data_dir);
   if (dir.is_relative()) dir = fs::path(base_dir) / dir;
@@ -398,7 +397,7 @@ JobSpec job_from_json(const nlohmann::json& j) {
   try {
     JobSpec s;
     job_fields(s, JsonIn{j});
-    if (s.image_size == 0 || s.channels == 0) finish_data_fields(s);
+    if (s.image_size == 0 || s.channels == 0) apply_data_defaults(s);
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError("job", std::string("malformed job JSON: ") + e.what());

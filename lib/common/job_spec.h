@@ -90,6 +90,13 @@ struct JobSpec {
 /// True for the data sets held in IDX files (fashion-mnist, mnist).
 bool is_idx_dataset(const std::string& dataset);
 
+/// Fills the data fields a job left at 0 with its data set's defaults (image_size 28 /
+/// 32 / 224, channels 1 / 3) and checks the fields that depend on each other (mean and
+/// std: one value per channel, given together; augment.crop_padding < image_size).
+/// parse_job_toml and job_from_json call it; so does the worker, for a JobSpec built in
+/// code. Throws ConfigError naming the field.
+void apply_data_defaults(JobSpec& spec);
+
 /// Momentum the PS shards apply: 0 with dgc (its momentum lives at the workers, DGC
 /// §3.2), optimizer.momentum otherwise.
 double ps_momentum(const JobSpec& spec);

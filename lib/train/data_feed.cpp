@@ -28,7 +28,7 @@ double idx_std(const std::string& dataset) { return dataset == "mnist" ? 0.3081 
 /// (i ≡ rank mod workers) shuffled every epoch by the worker's generator.
 class TensorFeed final : public DataFeed {
  public:
-  TensorFeed(const JobSpec& spec, int rank, torch::Generator gen) : spec_(spec), rank_(rank), gen_(std::move(gen)) {
+  TensorFeed(JobSpec spec, int rank, torch::Generator gen) : spec_(std::move(spec)), rank_(rank), gen_(std::move(gen)) {
     Split train = load_split(spec.data_dir, "train", spec.train_samples);
     train_total_ = train.images.count;
     std::tie(x_, y_) = to_tensors(train, spec.dataset);
@@ -76,7 +76,7 @@ class TensorFeed final : public DataFeed {
   }
 
  private:
-  const JobSpec& spec_;
+  const JobSpec spec_;  // with apply_data_defaults applied
   int rank_;
   torch::Generator gen_;
   std::int64_t train_total_ = 0;
@@ -116,13 +116,13 @@ torch::Tensor images_tensor(data::Batch& b, int c, int s) {
 /// training set every epoch (data::epoch_shard), streamed through data::StreamingLoader.
 class StreamFeed final : public DataFeed {
  public:
-  StreamFeed(const JobSpec& spec, int rank, int threads) : spec_(spec), rank_(rank) {
-    threads_ = spec.loader_threads > 0 ? spec.loader_threads : std::max(1, threads);
+  StreamFeed(JobSpec spec, int rank, int threads) : spec_(std::move(spec)), rank_(rank) {
+    threads_ = spec_.loader_threads > 0 ? spec_.loader_threads : std::max(1, threads);
     load_sources();
-    transform_.image_size = spec.image_size;
-    transform_.channels = spec.channels;
+    transform_.image_size = spec_.image_size;
+    transform_.channels = spec_.channels;
     set_normalization();
-    transform_.augment = spec.augment;
+    transform_.augment = spec_.augment;
   }
 
   std::int64_t shard_examples() const override { return data::shard_size(train_->size(), rank_, spec_.workers); }
@@ -283,7 +283,7 @@ class StreamFeed final : public DataFeed {
     }
   }
 
-  const JobSpec& spec_;
+  const JobSpec spec_;  // with apply_data_defaults applied
   int rank_;
   int threads_ = 1;
   std::int64_t classes_ = 10;
@@ -301,11 +301,13 @@ class StreamFeed final : public DataFeed {
 
 }  // namespace
 
-std::unique_ptr<DataFeed> make_data_feed(const JobSpec& spec, int rank, int threads, torch::Generator gen) {
+std::unique_ptr<DataFeed> make_data_feed(const JobSpec& job, int rank, int threads, torch::Generator gen) {
+  JobSpec spec = job;
+  apply_data_defaults(spec);  // a JobSpec built in code has image_size and channels 0
   const bool tensors = is_idx_dataset(spec.dataset) && spec.image_size == 28 && spec.channels == 1 &&
                        !spec.augment.any() && spec.mean.empty();
-  if (tensors) return std::make_unique<TensorFeed>(spec, rank, std::move(gen));
-  return std::make_unique<StreamFeed>(spec, rank, threads);
+  if (tensors) return std::make_unique<TensorFeed>(std::move(spec), rank, std::move(gen));
+  return std::make_unique<StreamFeed>(std::move(spec), rank, threads);
 }
 
 }  // namespace dltrain::train

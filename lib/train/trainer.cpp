@@ -176,8 +176,7 @@ class WorkerLoop {
     gen_ = at::detail::createCPUGenerator(static_cast<std::uint64_t>(spec_.seed) * 1000003ULL +
                                           static_cast<std::uint64_t>(cfg_.rank));
     feed_ = make_data_feed(spec_, cfg_.rank, cfg_.threads, gen_);
-    auto info = feed_->info();
-    sink_(info.to_json());
+    const auto info = feed_->info();
     torch::manual_seed(static_cast<std::uint64_t>(spec_.seed));
     model_ = make_model(spec_.model, info.channels, feed_->classes(), info.image_size);
     model_.module->train(true);
@@ -252,6 +251,7 @@ class WorkerLoop {
     ev.load_seconds = seconds_since(t_start_);
     ev.resume_epoch = cfg_.resume_epoch;
     sink_(ev.to_json());
+    sink_(feed_->info().to_json());  // the data set as this worker reads it
     last_report_ = Clock::now();
   }
 
