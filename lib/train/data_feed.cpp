@@ -29,15 +29,15 @@ double idx_std(const std::string& dataset) { return dataset == "mnist" ? 0.3081 
 class TensorFeed final : public DataFeed {
  public:
   TensorFeed(JobSpec spec, int rank, torch::Generator gen) : spec_(std::move(spec)), rank_(rank), gen_(std::move(gen)) {
-    Split train = load_split(spec.data_dir, "train", spec.train_samples);
+    Split train = load_split(spec_.data_dir, "train", spec_.train_samples);
     train_total_ = train.images.count;
-    std::tie(x_, y_) = to_tensors(train, spec.dataset);
-    auto idx = torch::tensor(shard_indices(x_.size(0), rank, spec.workers), torch::kInt64);
+    std::tie(x_, y_) = to_tensors(train, spec_.dataset);
+    auto idx = torch::tensor(shard_indices(x_.size(0), rank, spec_.workers), torch::kInt64);
     x_ = x_.index_select(0, idx).contiguous();
     y_ = y_.index_select(0, idx).contiguous();
     if (rank == 0) {
-      Split test = load_split(spec.data_dir, "test", spec.test_samples);
-      std::tie(test_x_, test_y_) = to_tensors(test, spec.dataset);
+      Split test = load_split(spec_.data_dir, "test", spec_.test_samples);
+      std::tie(test_x_, test_y_) = to_tensors(test, spec_.dataset);
     }
   }
   std::int64_t shard_examples() const override { return x_.size(0); }
