@@ -3,15 +3,19 @@
 // comes back (output.h). Here: the command line, the dispatch to one subcommand, and the
 // mapping of errors to exit codes.
 #include <iostream>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "common/errors.h"
+#include "data/export.h"
+#include "data/inspect.h"
 #include "control/client.h"
 #include "dltrain/config.h"
 #include "leader_target.h"
+#include "output.h"
 #include "wire/control.h"
 
 namespace client = dltrain::client;
@@ -73,11 +77,63 @@ int main(int argc, char** argv) {
   logs_cmd->add_option("--tail", logs_opt.tail, "the last N lines")->capture_default_str()->check(CLI::Range(0, 10000));
   logs_cmd->add_flag("-f,--follow", logs_opt.follow, "keep printing what the task logs until it ends");
   logs_cmd->add_flag("--json", as_json, "one JSON object per reply (text, offsets, agent)");
+  std::string dataset_dir;
+  int inspect_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto* dataset_cmd = app.add_subcommand("dataset", "look at a data set on this machine (no leader needed)");
+  dataset_cmd->require_subcommand(1);
+  auto* inspect_cmd = dataset_cmd->add_subcommand(
+      "inspect", "list an ImageFolder's (or CIFAR-10 directory's) classes, images per class and split, image "
+                 "sizes and unreadable files; every image is decoded, as training would; exit 2 if the layout is "
+                 "invalid");
+  inspect_cmd->add_option("DIR", dataset_dir, "the data_dir of a job: DIR/train/<class>/*.jpg|png and DIR/test/ (or val/)")
+      ->required();
+  inspect_cmd->add_option("--threads", inspect_threads, "decoding threads")->capture_default_str()->check(CLI::Range(1, 256));
+  inspect_cmd->add_flag("--json", as_json, "JSON output");
+  std::string idx_dir, out_dir;
+  dltrain::data::IdxExportOptions export_opt;
+  auto* from_idx_cmd = dataset_cmd->add_subcommand(
+      "from-idx", "write an IDX data set (Fashion-MNIST, MNIST) as an ImageFolder of PNG or JPEG files: "
+                  "OUT_DIR/train/<class>/NNNNNN.png and OUT_DIR/test/<class>/… (Fashion-MNIST's class names)");
+  from_idx_cmd->add_option("IDX_DIR", idx_dir, "the four IDX files, e.g. /usr/share/datasets/fashion-mnist")->required();
+  from_idx_cmd->add_option("OUT_DIR", out_dir, "where to write (created)")->required();
+  from_idx_cmd->add_option("--format", export_opt.format, "png, jpeg, or mixed (even indices PNG, odd JPEG)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"png", "jpeg", "mixed"}));
+  from_idx_cmd->add_option("--size", export_opt.size, "image side in pixels: the 28x28 image centred and zero-padded")
+      ->capture_default_str()
+      ->check(CLI::Range(28, 1024));
+  from_idx_cmd->add_option("--quality", export_opt.jpeg_quality, "JPEG quality")->capture_default_str()->check(CLI::Range(1, 100));
+  from_idx_cmd->add_option("--train", export_opt.train, "the first N training images (0 = all)")->check(CLI::NonNegativeNumber);
+  from_idx_cmd->add_option("--test", export_opt.test, "the first N test images (0 = all)")->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help/version or the usage error
     return rc == 0 ? client::kExitOk : client::kExitBadInput;
+  }
+  if (from_idx_cmd->parsed()) {
+    try {
+      const auto n = dltrain::data::export_idx_as_image_folder(idx_dir, out_dir, export_opt);
+      std::cout << "wrote " << n << " " << export_opt.format << " files under " << out_dir << std::endl;
+      return client::kExitOk;
+    } catch (const std::exception& e) {
+      std::cerr << "dltrain: " << e.what() << "\n";
+      return client::kExitBadInput;
+    }
+  }
+  if (inspect_cmd->parsed()) {
+    try {
+      const auto report = dltrain::data::inspect_dataset(dataset_dir, inspect_threads);
+      if (as_json) {
+        std::cout << report.dump() << std::endl;
+      } else {
+        client::print_dataset_report(std::cout, report);
+      }
+      return client::kExitOk;
+    } catch (const std::exception& e) {
+      std::cerr << "dltrain: " << e.what() << "\n";
+      return client::kExitBadInput;
+    }
   }
 
   const auto timeout = std::chrono::seconds(timeout_s);

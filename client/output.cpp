@@ -40,6 +40,26 @@ void print_progress(std::ostream& out, const events::Progress& e, const std::str
       << human_bytes(static_cast<double>(e.bytes_pulled));
   if (e.density < 1.0) out << "  density " << e.density;
   if (e.compression_ratio && *e.compression_ratio > 1.05) out << "  compression " << fmt(*e.compression_ratio, 1) << "x";
+  if (e.data_wait_fraction) out << "  data wait " << fmt(100.0 * *e.data_wait_fraction, 1) << "%";
+  if (e.skipped_images && *e.skipped_images > 0) out << "  skipped images " << *e.skipped_images;
+  out << std::endl;
+}
+
+std::string channel_values(const std::vector<double>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + fmt(v[i], 4);
+  return s + "]";
+}
+
+void print_data_info(std::ostream& out, const events::DataInfo& d, const std::string& who) {
+  out << who << d.dataset << ": " << d.classes << " classes, " << d.train_images << " training images";
+  if (d.test_images > 0) out << ", " << d.test_images << " test images";
+  out << ", " << d.channels << "x" << d.image_size << "x" << d.image_size << " inputs, mean " << channel_values(d.mean)
+      << " std " << channel_values(d.std) << " ("
+      << (d.normalization == "sample" ? "computed on " + std::to_string(d.sample_images.value_or(0)) + " images"
+                                      : d.normalization)
+      << ")";
+  if (d.loader_threads) out << ", " << *d.loader_threads << " loader threads";
   out << std::endl;
 }
 
@@ -66,6 +86,9 @@ void print_epoch_end(std::ostream& out, const events::EpochEnd& e, const std::st
   out << job << " [" << task << "] epoch " << e.epoch << "/" << e.epochs << " done in " << fmt(e.epoch_seconds, 1)
       << " s  train loss " << fmt(e.train_loss, 4) << "  " << fmt(e.images_per_sec, 0) << " img/s";
   if (e.test_accuracy) out << "  test accuracy " << fmt(*e.test_accuracy, 4);
+  if (e.data_wait_seconds && e.epoch_seconds > 0) {
+    out << "  data wait " << fmt(100.0 * *e.data_wait_seconds / e.epoch_seconds, 1) << "%";
+  }
   out << std::endl;
 }
 
@@ -101,6 +124,7 @@ void print_summary(std::ostream& out, const events::Summary& e, const std::strin
           << "x)";
     }
   }
+  if (e.skipped_images && *e.skipped_images > 0) out << "\n  skipped " << *e.skipped_images << " unreadable images";
   if (e.error) out << "\n  error: " << *e.error;
   if (e.failure) print_failure(out, *e.failure);
   out << std::endl;
@@ -127,6 +151,10 @@ void print_worker_event(std::ostream& out, const std::string& kind, const json& 
     const auto k = events::SkippedStep::from_json(e);
     out << who << "skipped epoch " << k.epoch << " step " << k.step << ": NaN/Inf loss or gradient ("
         << k.skipped_steps << " skipped so far)" << std::endl;
+  } else if (kind == events::DataInfo::kKind) {
+    print_data_info(out, events::DataInfo::from_json(e), who);
+  } else if (kind == events::SkippedImage::kKind) {
+    out << who << "skipped an unreadable image: " << events::SkippedImage::from_json(e).message << std::endl;
   } else if (kind == events::EpochEnd::kKind) {
     print_epoch_end(out, events::EpochEnd::from_json(e), job, task);
   } else if (kind == events::Started::kKind) {
@@ -271,6 +299,38 @@ void print_agents(std::ostream& out, const json& agents) {
         << a.value("address", "") << a.value("free_cores", 0) << "/" << a.value("cores", 0) << " cores free  "
         << a.value("memory_mb", 0) << " MiB  " << a.value("hardware_class", "") << std::endl;
   }
+}
+
+void print_dataset_report(std::ostream& out, const nlohmann::json& r) {
+  const auto& splits = r.at("splits");
+  out << r.at("dataset").get<std::string>() << " " << r.at("data_dir").get<std::string>() << ": "
+      << r.at("classes").size() << " classes";
+  for (const auto& [name, sp] : splits.items()) out << ", " << name << " " << sp.at("images").get<std::int64_t>() << " images";
+  out << "\n";
+  std::size_t width = 5;
+  for (const auto& c : r.at("classes")) width = std::max(width, c.get<std::string>().size());
+  out << std::left << std::setw(static_cast<int>(width)) << "class" << std::right;
+  for (const auto& [name, sp] : splits.items()) out << "  " << std::setw(8) << name;
+  out << "\n";
+  for (const auto& c : r.at("classes")) {
+    const auto cls = c.get<std::string>();
+    out << std::left << std::setw(static_cast<int>(width)) << cls << std::right;
+    for (const auto& [name, sp] : splits.items()) out << "  " << std::setw(8) << sp.at("per_class").value(cls, 0);
+    out << "\n";
+  }
+  out << "image sizes:";
+  for (const auto& s : r.at("sizes")) {
+    out << " " << s.at("width").get<int>() << "x" << s.at("height").get<int>() << "x" << s.at("channels").get<int>()
+        << " (" << s.at("images").get<std::int64_t>() << ")";
+  }
+  out << "\n";
+  const auto& bad = r.at("unreadable");
+  out << "unreadable files: " << bad.size() << (bad.empty() ? "" : " (skipped in training)") << "\n";
+  for (const auto& b : bad) out << "  " << b.at("error").get<std::string>() << "\n";
+  for (const auto& [split, n] : r.at("other_files").items()) {
+    if (n.get<std::int64_t>() > 0) out << "other files in " << split << "/ (not .jpg, .jpeg or .png, ignored): " << n << "\n";
+  }
+  out << std::flush;
 }
 
 }  // namespace dltrain::client

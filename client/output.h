@@ -54,4 +54,8 @@ void print_history(std::ostream& out, nlohmann::json history);
 /// MiB, hardware class). `agents` is a JSON array.
 void print_agents(std::ostream& out, const nlohmann::json& agents);
 
+/// `dltrain dataset inspect`: data::inspect_dataset's report as text (classes with their
+/// count per split, the image sizes seen, the unreadable files and why).
+void print_dataset_report(std::ostream& out, const nlohmann::json& report);
+
 }  // namespace dltrain::client

@@ -23,7 +23,7 @@ set(CPACK_RPM_PACKAGE_GROUP "Applications/Engineering")
 set(CPACK_RPM_PACKAGE_AUTOREQ OFF)
 set(CPACK_RPM_PACKAGE_RELOCATABLE OFF)
 # Runtime dependencies by their Fedora names.
-set(CPACK_RPM_PACKAGE_REQUIRES "pytorch >= 1.13, rocksdb, spdlog, fmt, tomlplusplus, prometheus-cpp, openssl-libs, zlib, systemd-libs, shadow-utils")
+set(CPACK_RPM_PACKAGE_REQUIRES "pytorch >= 1.13, rocksdb, spdlog, fmt, tomlplusplus, prometheus-cpp, openssl-libs, zlib, systemd-libs, turbojpeg, libpng, shadow-utils")
 # The .deb's maintainer scripts serve as %post, %preun and %postun: they tell dpkg's
 # arguments from rpm's (a package count) and pick whichever user tools the system has.
 set(CPACK_RPM_PACKAGE_REQUIRES_POST "shadow-utils, coreutils")

@@ -77,6 +77,10 @@ wire::events::Summary summary(const JobRec& j) {
   s.bytes_pushed = j.bytes_pushed();
   s.bytes_pulled = j.bytes_pulled();
   for (const auto& [r, v] : j.images_per_sec) s.images_per_sec += v;
+  if (!j.skipped_images.empty()) {
+    s.skipped_images = 0;
+    for (const auto& [r, v] : j.skipped_images) *s.skipped_images += v;
+  }
   s.compression = compress::to_string(j.spec.compression.method);
   if (!j.traffic.empty()) {
     s.set_ratios(total(j.traffic), false);

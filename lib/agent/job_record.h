@@ -80,6 +80,7 @@ struct JobRec {
   std::uint64_t pushed_before = 0, pulled_before = 0;  ///< earlier generations' and leaders' counts
   std::map<int, double> images_per_sec;
   std::map<int, double> epoch_seconds;  ///< each worker's latest epoch time
+  std::map<int, std::int64_t> skipped_images;  ///< unreadable images each worker skipped
   std::map<int, wire::events::Traffic> traffic, traffic_after_warmup;  ///< from each worker's "done"
   std::map<int, double> profile_ips;    ///< exploration runs: per worker
   double fixed_wall = -1;               ///< restored jobs: wall time when they ended

@@ -285,7 +285,8 @@ void Leader::Impl::on_task_event(JobRec& j, TaskRec& t, const json& ev) {
   static const std::set<std::string> relayed{
       events::Progress::kKind,   events::EpochEnd::kKind,      events::Started::kKind, events::Done::kKind,
       events::TaskError::kKind,  events::SkippedStep::kKind,   events::Restarting::kKind,
-      events::PsResync::kKind,   events::WorkerStopped::kKind, events::ReplicaLoaded::kKind};
+      events::PsResync::kKind,   events::WorkerStopped::kKind, events::ReplicaLoaded::kKind,
+      events::DataInfo::kKind,   events::SkippedImage::kKind};
   if (relayed.count(kind)) {
     json fwd = ev;
     fwd["task"] = t.name;
@@ -315,12 +316,14 @@ void Leader::Impl::on_worker_counters(JobRec& j, TaskRec& t, const std::string& 
     const auto d = events::Done::from_json(ev);
     if (d.traffic) j.traffic[t.index] = *d.traffic;
     if (d.traffic_after_warmup) j.traffic_after_warmup[t.index] = *d.traffic_after_warmup;
+    if (d.skipped_images) j.skipped_images[t.index] = *d.skipped_images;
   }
   if (kind == events::EpochEnd::kKind) {
     const auto e = events::EpochEnd::from_json(ev);
     t.epochs_done = std::max(t.epochs_done, e.epoch);
     j.images_per_sec[t.index] = e.images_per_sec;
     j.epoch_seconds[t.index] = e.epoch_seconds;
+    if (e.skipped_images) j.skipped_images[t.index] = *e.skipped_images;
     if (t.index == 0) {
       j.epochs_done = e.epoch;
       if (e.test_accuracy) j.test_accuracy = *e.test_accuracy;

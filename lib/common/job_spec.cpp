@@ -14,6 +14,8 @@
 #include "common/errors.h"
 #include "common/json_fields.h"
 #include "common/toml_fields.h"
+#include "data/cifar10.h"
+#include "data/imagefolder.h"
 
 namespace dltrain {
 namespace {
@@ -45,7 +47,67 @@ void parse_optimizer(const toml::table& t, OptimizerSpec& o) {
   }
 }
 
+// A [lo, hi] pair of positive numbers (augment.scale, augment.ratio).
+std::pair<double, double> get_range(const toml::node& n, const std::string& f, double lo, double hi) {
+  if (!n.is_array() || n.as_array()->size() != 2) throw ConfigError(f, "expected an array of two numbers [min, max]");
+  const double a = get_double(*n.as_array()->get(0), f, lo, hi, true, false);
+  const double b = get_double(*n.as_array()->get(1), f, lo, hi, true, false);
+  if (a > b) throw ConfigError(f, "min must not exceed max");
+  return {a, b};
+}
+
+void parse_augment(const toml::table& t, data::AugmentSpec& a) {
+  for (auto&& [key, node] : t) {
+    const std::string k(key.str());
+    const std::string f = "augment." + k;
+    if (k == "crop_padding") {
+      a.crop_padding = static_cast<int>(get_int(node, f, 0, 64));
+    } else if (k == "horizontal_flip") {
+      a.horizontal_flip = toml_fields::get_bool(node, f);
+    } else if (k == "random_resized_crop") {
+      a.random_resized_crop = toml_fields::get_bool(node, f);
+    } else if (k == "scale") {
+      std::tie(a.scale_min, a.scale_max) = get_range(node, f, 0.0, 1.0);
+    } else if (k == "ratio") {
+      std::tie(a.ratio_min, a.ratio_max) = get_range(node, f, 0.0, 100.0);
+    } else {
+      throw ConfigError(f, "unknown key (expected crop_padding, horizontal_flip, random_resized_crop, scale, ratio)");
+    }
+  }
+}
+
+std::vector<double> get_channel_values(const toml::node& n, const std::string& f, bool positive) {
+  if (!n.is_array() || n.as_array()->empty() || n.as_array()->size() > 3) {
+    throw ConfigError(f, "expected an array with one number per channel, e.g. [0.5] or [0.485, 0.456, 0.406]");
+  }
+  std::vector<double> out;
+  for (auto&& e : *n.as_array()) out.push_back(get_double(e, f, positive ? 0.0 : -1e3, 1e3, positive, false));
+  return out;
+}
+
 }  // namespace
+
+void apply_data_defaults(JobSpec& s) {
+  const bool idx = is_idx_dataset(s.dataset);
+  if (s.image_size == 0) s.image_size = idx ? 28 : s.dataset == "cifar10" ? 32 : 224;
+  if (s.channels == 0) s.channels = idx ? 1 : 3;
+  for (const auto* v : {&s.mean, &s.std}) {
+    if (!v->empty() && static_cast<int>(v->size()) != s.channels) {
+      throw ConfigError(v == &s.mean ? "mean" : "std", "expected " + std::to_string(s.channels) +
+                                                           " values (one per channel; channels = " +
+                                                           std::to_string(s.channels) + "), got " +
+                                                           std::to_string(v->size()));
+    }
+  }
+  if (s.mean.empty() != s.std.empty()) {
+    throw ConfigError(s.mean.empty() ? "mean" : "std", "give mean and std together (or neither: computed on a sample)");
+  }
+  if (s.augment.crop_padding > 0 && s.augment.crop_padding >= s.image_size) {
+    throw ConfigError("augment.crop_padding", "must be less than image_size (" + std::to_string(s.image_size) + ")");
+  }
+}
+
+bool is_idx_dataset(const std::string& dataset) { return dataset == "fashion-mnist" || dataset == "mnist"; }
 
 JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, bool check_files) {
   const toml::table root = toml_fields::parse(text);
@@ -60,9 +122,24 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
                                  std::to_string(s.name.size()));
       }
     } else if (k == "model") {
-      s.model = get_choice(node, k, {"cnn", "mlp", "mlp-large"});
+      s.model = get_choice(node, k, {"cnn", "mlp", "mlp-large", "resnet20", "resnet18"});
     } else if (k == "dataset") {
-      s.dataset = get_choice(node, k, {"fashion-mnist", "mnist"});
+      s.dataset = get_choice(node, k, {"fashion-mnist", "mnist", "cifar10", "imagefolder"});
+    } else if (k == "image_size") {
+      s.image_size = static_cast<int>(get_int(node, k, 8, 1024));
+    } else if (k == "channels") {
+      s.channels = static_cast<int>(get_int(node, k, 1, 3));
+      if (s.channels == 2) throw ConfigError(k, "expected 1 (gray) or 3 (RGB), got 2");
+    } else if (k == "mean") {
+      s.mean = get_channel_values(node, k, false);
+    } else if (k == "std") {
+      s.std = get_channel_values(node, k, true);
+    } else if (k == "loader_threads") {
+      s.loader_threads = static_cast<int>(get_int(node, k, 0, 64));
+    } else if (k == "loader_queue") {
+      s.loader_queue = static_cast<int>(get_int(node, k, 0, 1024));
+    } else if (k == "augment") {
+      parse_augment(get_table(node, k), s.augment);
     } else if (k == "data_dir") {
       s.data_dir = get_string(node, k);
       if (s.data_dir.size() > kMaxPathLength) {
@@ -168,7 +245,8 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
         }
       }
     } else {
-      throw ConfigError(k, "unknown key (expected name, model, dataset, data_dir, epochs, "
+      throw ConfigError(k, "unknown key (expected name, model, dataset, data_dir, image_size, channels, mean, std, "
+                           "loader_threads, loader_queue, [augment], epochs, "
                            "workers, ps_shards, batch_size, threads_per_task, sync, seed, "
                            "train_samples, test_samples, target_accuracy, deadline, queue_timeout, [optimizer], [compression], "
                            "[planner], "
@@ -185,11 +263,16 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
     os << "must be less than epochs (" << s.epochs << "), got " << s.compression.warmup_epochs;
     throw ConfigError("compression.warmup_epochs", os.str());
   }
+  apply_data_defaults(s);
   namespace fs = std::filesystem;
   fs::path dir(s.data_dir);
   if (dir.is_relative()) dir = fs::path(base_dir) / dir;
   s.data_dir = dir.lexically_normal().string();
-  if (check_files) {
+  if (check_files && s.dataset == "cifar10") {
+    data::check_cifar10_dir(s.data_dir);
+  } else if (check_files && s.dataset == "imagefolder") {
+    data::scan_image_folder(s.data_dir);
+  } else if (check_files) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) {
       throw ConfigError("data_dir", "directory \"" + s.data_dir + "\" does not exist on the leader" +
@@ -244,9 +327,11 @@ struct JsonIn {
     if (need == Need::kOptional && !j.contains(key)) return;
     if constexpr (std::is_same_v<T, compress::Method>) {
       v = compress::parse_method(j.at(key).get<std::string>());
-    } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    } else if constexpr (std::is_same_v<T, std::vector<int>> || std::is_same_v<T, std::vector<double>>) {
       v.clear();
-      for (const auto& e : j.at(key).get_ref<const nlohmann::json::array_t&>()) v.push_back(json_fields::get_value<int>(e));
+      for (const auto& e : j.at(key).get_ref<const nlohmann::json::array_t&>()) {
+        v.push_back(json_fields::get_value<typename T::value_type>(e));
+      }
     } else {
       v = json_fields::get_value<T>(j.at(key));
     }
@@ -272,6 +357,13 @@ void compression_fields(S& c, V&& v) {
 }
 
 template <typename S, typename V>
+void augment_fields(S& a, V&& v) {
+  v("crop_padding", a.crop_padding), v("horizontal_flip", a.horizontal_flip),
+      v("random_resized_crop", a.random_resized_crop), v("scale_min", a.scale_min), v("scale_max", a.scale_max),
+      v("ratio_min", a.ratio_min), v("ratio_max", a.ratio_max);
+}
+
+template <typename S, typename V>
 void job_fields(S& s, V&& v) {
   constexpr auto opt = Need::kOptional;
   v("name", s.name), v("model", s.model), v("dataset", s.dataset), v("data_dir", s.data_dir), v("epochs", s.epochs),
@@ -287,6 +379,11 @@ void job_fields(S& s, V&& v) {
       v("batch_sizes", s.batch_sizes, opt), v("max_workers", s.max_workers, opt),
       v("price_per_task_hour", s.price_per_task_hour, opt), v("max_steps", s.max_steps, opt),
       v("profile", s.profile, opt);
+  // Data fields added with the CIFAR-10 and ImageFolder data sets: a job stored before
+  // them keeps the IDX defaults (job_from_json fills image_size and channels).
+  v("image_size", s.image_size, opt), v("channels", s.channels, opt), v("mean", s.mean, opt), v("std", s.std, opt),
+      v("loader_threads", s.loader_threads, opt), v("loader_queue", s.loader_queue, opt);
+  v.nested("augment", s.augment, [](auto& a, auto&& w) { augment_fields(a, w); }, opt);
 }
 
 }  // namespace
@@ -300,6 +397,7 @@ JobSpec job_from_json(const nlohmann::json& j) {
   try {
     JobSpec s;
     job_fields(s, JsonIn{j});
+    if (s.image_size == 0 || s.channels == 0) apply_data_defaults(s);
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError("job", std::string("malformed job JSON: ") + e.what());

@@ -8,6 +8,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/compression_spec.h"
+#include "data/augment.h"
 
 namespace dltrain {
 
@@ -32,9 +33,27 @@ inline constexpr std::size_t kMaxBatchSizes = 64;
 /// (to_json / job_from_json) is what the leader sends to tasks.
 struct JobSpec {
   std::string name = "job";        ///< free text shown in `dltrain list`
-  std::string model = "cnn";       ///< cnn | mlp | mlp-large
-  std::string dataset = "fashion-mnist";  ///< fashion-mnist | mnist (IDX files)
+  std::string model = "cnn";       ///< cnn | mlp | mlp-large | resnet20 | resnet18
+  /// fashion-mnist | mnist (IDX files) | cifar10 (binary version) | imagefolder
+  /// (data_dir/train/<class>/*.jpg|png, data_dir/test|val/<class>/…); docs/training.md
+  std::string dataset = "fashion-mnist";
   std::string data_dir = "/usr/share/datasets/fashion-mnist";  ///< absolute after parsing
+  /// Network input height and width in pixels, [8, 1024]: images are resized (shorter
+  /// side) and centre-cropped to it. parse_job_toml sets the data set's default when the
+  /// job file has none: 28 (IDX), 32 (cifar10), 224 (imagefolder).
+  int image_size = 0;
+  /// Input channels, 1 (gray) or 3 (RGB); default 1 for IDX, 3 otherwise (set by
+  /// parse_job_toml). Images with the other count are converted (data/image.h).
+  int channels = 0;
+  /// Per-channel mean and standard deviation of pixel/255 used to standardise inputs:
+  /// empty = the published figures for IDX, computed by every worker on the same seeded
+  /// sample of 512 training images otherwise (and reported in its "data" event).
+  std::vector<double> mean, std;
+  /// Decoding and augmentation threads of each worker, [0, 64]; 0 = threads_per_task.
+  int loader_threads = 0;
+  /// Batches the loader may hold ready or in progress, [0, 1024]; 0 = 2 × loader_threads.
+  int loader_queue = 0;
+  data::AugmentSpec augment;       ///< [augment]: training-time augmentation, all off by default
   int epochs = 6;                  ///< passes over the training set, [1, 1000]
   int workers = 2;                 ///< worker tasks, [1, 1024]
   int ps_shards = 1;               ///< PS shard tasks, [1, 256]
@@ -68,13 +87,25 @@ struct JobSpec {
   bool profile = false;             ///< measure throughput only (no evaluation)
 };
 
+/// True for the data sets held in IDX files (fashion-mnist, mnist).
+bool is_idx_dataset(const std::string& dataset);
+
+/// Fills the data fields a job left at 0 with its data set's defaults (image_size 28 /
+/// 32 / 224, channels 1 / 3) and checks the fields that depend on each other (mean and
+/// std: one value per channel, given together; augment.crop_padding < image_size).
+/// parse_job_toml and job_from_json call it; so does the worker, for a JobSpec built in
+/// code. Throws ConfigError naming the field.
+void apply_data_defaults(JobSpec& spec);
+
 /// Momentum the PS shards apply: 0 with dgc (its momentum lives at the workers, DGC
 /// §3.2), optimizer.momentum otherwise.
 double ps_momentum(const JobSpec& spec);
 
 /// Parses and validates a job file's text. Relative `data_dir` values are resolved
 /// against `base_dir` (the job file's directory). When `check_files` is true the data
-/// directory must exist and hold the dataset's four IDX files.
+/// directory must exist and hold the dataset: the four IDX files, the six CIFAR-10
+/// files (whole records), or a valid ImageFolder layout (data/imagefolder.h; listed, not
+/// decoded).
 /// Throws ConfigError naming the offending field ("batch_size", "optimizer.lr", or the
 /// unknown key) for a TOML syntax error, a wrong type, an out-of-range value, an unknown
 /// key or a missing data directory. Thread-safe (no shared state).

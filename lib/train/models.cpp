@@ -6,15 +6,16 @@ namespace dltrain::train {
 
 namespace nn = torch::nn;
 
-SmallCnnImpl::SmallCnnImpl() {
-  c1 = register_module("c1", nn::Conv2d(nn::Conv2dOptions(1, 16, 3).padding(1).bias(false)));
+SmallCnnImpl::SmallCnnImpl(std::int64_t channels, std::int64_t classes, std::int64_t image_size) {
+  const std::int64_t side = image_size / 2 / 2 / 2;  // after three 2×2 max-pools (floor)
+  c1 = register_module("c1", nn::Conv2d(nn::Conv2dOptions(channels, 16, 3).padding(1).bias(false)));
   b1 = register_module("b1", nn::BatchNorm2d(16));
   c2 = register_module("c2", nn::Conv2d(nn::Conv2dOptions(16, 32, 3).padding(1).bias(false)));
   b2 = register_module("b2", nn::BatchNorm2d(32));
   c3 = register_module("c3", nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1).bias(false)));
   b3 = register_module("b3", nn::BatchNorm2d(64));
-  f1 = register_module("f1", nn::Linear(576, 64));
-  f2 = register_module("f2", nn::Linear(64, 10));
+  f1 = register_module("f1", nn::Linear(64 * side * side, 64));
+  f2 = register_module("f2", nn::Linear(64, classes));
 }
 
 torch::Tensor SmallCnnImpl::forward(torch::Tensor x) {
@@ -25,10 +26,10 @@ torch::Tensor SmallCnnImpl::forward(torch::Tensor x) {
   return f2(x);
 }
 
-MlpImpl::MlpImpl(std::int64_t h1, std::int64_t h2) {
-  l1 = register_module("l1", nn::Linear(784, h1));
+MlpImpl::MlpImpl(std::int64_t in, std::int64_t h1, std::int64_t h2, std::int64_t classes) {
+  l1 = register_module("l1", nn::Linear(in, h1));
   l2 = register_module("l2", nn::Linear(h1, h2));
-  l3 = register_module("l3", nn::Linear(h2, 10));
+  l3 = register_module("l3", nn::Linear(h2, classes));
 }
 
 torch::Tensor MlpImpl::forward(torch::Tensor x) {
@@ -37,16 +38,114 @@ torch::Tensor MlpImpl::forward(torch::Tensor x) {
   return l3(x);
 }
 
-Model make_model(const std::string& name) {
+namespace {
+
+nn::Conv2d conv3x3(std::int64_t in, std::int64_t out, std::int64_t stride) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
+}
+
+// He et al. 2015 ("Delving Deep into Rectifiers", §2.2) initialisation of every
+// convolution (fan_out, as torchvision's ResNets), BatchNorm γ = 1, β = 0.
+void init_resnet(nn::Module& m) {
+  for (auto& mod : m.modules(false)) {
+    if (auto* c = mod->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+    } else if (auto* b = mod->as<nn::BatchNorm2d>()) {
+      nn::init::ones_(b->weight);
+      nn::init::zeros_(b->bias);
+    }
+  }
+}
+
+// Stages of `blocks` basic blocks each, of the given widths; the first block of every
+// stage but the first halves the feature map (stride 2). Input channels: widths[0].
+nn::Sequential residual_stages(std::initializer_list<std::int64_t> widths, int blocks, bool projection) {
+  nn::Sequential seq;
+  std::int64_t in = *widths.begin();
+  for (const std::int64_t width : widths) {
+    for (int i = 0; i < blocks; ++i) {
+      const std::int64_t stride = (i == 0 && width != *widths.begin()) ? 2 : 1;
+      seq->push_back(BasicBlock(in, width, stride, projection));
+      in = width;
+    }
+  }
+  return seq;
+}
+
+template <typename M>
+Model wrap(M m) {
+  return {m.ptr(), [m](torch::Tensor x) mutable { return m->forward(std::move(x)); }};
+}
+
+}  // namespace
+
+BasicBlockImpl::BasicBlockImpl(std::int64_t in, std::int64_t out, std::int64_t stride, bool projection)
+    : in_(in), out_(out), stride_(stride) {
+  c1 = register_module("c1", conv3x3(in, out, stride));
+  b1 = register_module("b1", nn::BatchNorm2d(out));
+  c2 = register_module("c2", conv3x3(out, out, 1));
+  b2 = register_module("b2", nn::BatchNorm2d(out));
+  if (projection && (stride != 1 || in != out)) {
+    downsample = register_module(
+        "downsample", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)),
+                                     nn::BatchNorm2d(out)));
+  }
+}
+
+torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
+  auto y = b2(c2(torch::relu(b1(c1(x)))));
+  torch::Tensor shortcut = x;
+  if (downsample) {
+    shortcut = downsample->forward(x);
+  } else if (stride_ != 1 || in_ != out_) {
+    // Option A: x[:, :, ::stride, ::stride], zero channels appended.
+    using torch::indexing::None;
+    using torch::indexing::Slice;
+    shortcut = x.index({Slice(), Slice(), Slice(None, None, stride_), Slice(None, None, stride_)});
+    shortcut = torch::constant_pad_nd(shortcut, {0, 0, 0, 0, 0, out_ - in_});
+  }
+  return torch::relu(y + shortcut);
+}
+
+CifarResNetImpl::CifarResNetImpl(int n, std::int64_t channels, std::int64_t classes) {
+  stem = register_module("stem", conv3x3(channels, 16, 1));
+  stem_bn = register_module("stem_bn", nn::BatchNorm2d(16));
+  stages = register_module("stages", residual_stages({16, 32, 64}, n, false));
+  fc = register_module("fc", nn::Linear(64, classes));
+  init_resnet(*this);
+}
+
+torch::Tensor CifarResNetImpl::forward(torch::Tensor x) {
+  x = stages->forward(torch::relu(stem_bn(stem(x))));
+  return fc(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
+}
+
+ResNet18Impl::ResNet18Impl(std::int64_t channels, std::int64_t classes) {
+  stem = register_module("stem", nn::Conv2d(nn::Conv2dOptions(channels, 64, 7).stride(2).padding(3).bias(false)));
+  stem_bn = register_module("stem_bn", nn::BatchNorm2d(64));
+  stages = register_module("stages", residual_stages({64, 128, 256, 512}, 2, true));
+  fc = register_module("fc", nn::Linear(512, classes));
+  init_resnet(*this);
+}
+
+torch::Tensor ResNet18Impl::forward(torch::Tensor x) {
+  x = torch::max_pool2d(torch::relu(stem_bn(stem(x))), 3, 2, 1);
+  x = stages->forward(x);
+  return fc(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
+}
+
+Model make_model(const std::string& name, std::int64_t channels, std::int64_t classes, std::int64_t image_size) {
   if (name == "cnn") {
-    SmallCnn m;
-    return {m.ptr(), [m](torch::Tensor x) mutable { return m->forward(std::move(x)); }};
+    if (image_size < 8) throw ConfigError("image_size", "the cnn model needs at least 8 pixels, got " + std::to_string(image_size));
+    return wrap(SmallCnn(channels, classes, image_size));
   }
   if (name == "mlp" || name == "mlp-large") {
-    Mlp m = name == "mlp" ? Mlp(256, 128) : Mlp(768, 128);
-    return {m.ptr(), [m](torch::Tensor x) mutable { return m->forward(std::move(x)); }};
+    const std::int64_t in = channels * image_size * image_size;
+    return wrap(name == "mlp" ? Mlp(in, 256, 128, classes) : Mlp(in, 768, 128, classes));
   }
-  throw ConfigError("model", "expected cnn, mlp or mlp-large, got \"" + name + "\"");
+  if (name == "resnet20") return wrap(CifarResNet(3, channels, classes));
+  if (name == "resnet18") return wrap(ResNet18(channels, classes));
+  throw ConfigError("model", "expected cnn, mlp, mlp-large, resnet20 or resnet18, got \"" + name + "\"");
 }
 
 std::int64_t parameter_count(const torch::nn::Module& m) {

@@ -1,4 +1,6 @@
-// Image-classification models for 28×28 single-channel inputs (LibTorch).
+// Image-classification models (LibTorch). Input [N, channels, image_size, image_size]
+// standardised, output logits [N, classes]; channels, classes and image_size come from the
+// job's data set.
 #pragma once
 
 #include <cstdint>
@@ -9,10 +11,10 @@
 namespace dltrain::train {
 
 /// Small CNN: three 3×3 conv blocks (16, 32, 64 channels; BatchNorm, ReLU, 2×2 max-pool)
-/// then 576→64→10 fully connected; 61,450 trainable parameters. Input [N, 1, 28, 28]
-/// normalised, output logits [N, 10].
+/// then 64·⌊s/8⌋²→64→classes fully connected; 61,450 trainable parameters for
+/// [N, 1, 28, 28] and 10 classes. Requires image_size >= 8.
 struct SmallCnnImpl : torch::nn::Module {
-  SmallCnnImpl();
+  explicit SmallCnnImpl(std::int64_t channels = 1, std::int64_t classes = 10, std::int64_t image_size = 28);
   torch::Tensor forward(torch::Tensor x);
   torch::nn::Conv2d c1{nullptr}, c2{nullptr}, c3{nullptr};
   torch::nn::BatchNorm2d b1{nullptr}, b2{nullptr}, b3{nullptr};
@@ -20,15 +22,62 @@ struct SmallCnnImpl : torch::nn::Module {
 };
 TORCH_MODULE(SmallCnn);
 
-/// MLP 784→h1→h2→10 with ReLU. Input [N, 1, 28, 28] (flattened inside), output logits
-/// [N, 10]. "mlp" is 784→256→128→10 (235,146 trainable parameters); "mlp-large" is
-/// 784→768→128→10 (702,602), a model whose dense exchange dominates a step on 100 Mbit/s.
+/// MLP in→h1→h2→classes with ReLU, in = channels·image_size² (flattened inside). For
+/// [N, 1, 28, 28] and 10 classes "mlp" is 784→256→128→10 (235,146 trainable parameters)
+/// and "mlp-large" 784→768→128→10 (702,602), a model whose dense exchange dominates a
+/// step on 100 Mbit/s.
 struct MlpImpl : torch::nn::Module {
-  MlpImpl(std::int64_t h1, std::int64_t h2);
+  MlpImpl(std::int64_t in, std::int64_t h1, std::int64_t h2, std::int64_t classes = 10);
   torch::Tensor forward(torch::Tensor x);
   torch::nn::Linear l1{nullptr}, l2{nullptr}, l3{nullptr};
 };
 TORCH_MODULE(Mlp);
+
+/// The basic residual block of He et al. 2016 ("Deep Residual Learning for Image
+/// Recognition", Fig. 2 left): two 3×3 conv + BatchNorm, ReLU, identity shortcut. Where
+/// the shape changes (stride 2 or more channels) the shortcut is option A of §4.2
+/// ("zero-padding shortcuts … all shortcuts are parameter-free": subsample by the
+/// stride, pad the new channels with zeros) when `projection` is false, or option B
+/// (1×1 conv + BatchNorm, torchvision's `downsample`) when true.
+struct BasicBlockImpl : torch::nn::Module {
+  BasicBlockImpl(std::int64_t in, std::int64_t out, std::int64_t stride, bool projection);
+  torch::Tensor forward(torch::Tensor x);
+  torch::nn::Conv2d c1{nullptr}, c2{nullptr};
+  torch::nn::BatchNorm2d b1{nullptr}, b2{nullptr};
+  torch::nn::Sequential downsample{nullptr};  ///< option B only
+  std::int64_t in_ = 0, out_ = 0, stride_ = 1;
+};
+TORCH_MODULE(BasicBlock);
+
+/// The CIFAR ResNet of He et al. 2016, §4.2, with depth 6n + 2: a 3×3 conv (16), three
+/// stages of n basic blocks (16, 32, 64 filters, feature maps 32, 16, 8 for a 32×32
+/// input), global average pooling, a fully connected layer; option A shortcuts.
+/// n = 3 is "resnet20": 269,722 trainable parameters for 3 channels and 10 classes
+/// (Table 6: 0.27M). Works for any image_size >= 8 (the pooling is global).
+struct CifarResNetImpl : torch::nn::Module {
+  CifarResNetImpl(int n, std::int64_t channels, std::int64_t classes);
+  torch::Tensor forward(torch::Tensor x);
+  torch::nn::Conv2d stem{nullptr};
+  torch::nn::BatchNorm2d stem_bn{nullptr};
+  torch::nn::Sequential stages{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(CifarResNet);
+
+/// ResNet-18 in torchvision's layout (torchvision.models.resnet18; He et al. 2016,
+/// Table 1): 7×7/2 conv (64), 3×3/2 max-pool, four stages of two basic blocks (64, 128,
+/// 256, 512; option B shortcuts), adaptive average pooling, fully connected.
+/// 11,689,512 trainable parameters for 3 channels and 1,000 classes (torchvision's
+/// published figure); for 10 classes 11,181,642. Meant for images of 64 pixels and more.
+struct ResNet18Impl : torch::nn::Module {
+  ResNet18Impl(std::int64_t channels, std::int64_t classes);
+  torch::Tensor forward(torch::Tensor x);
+  torch::nn::Conv2d stem{nullptr};
+  torch::nn::BatchNorm2d stem_bn{nullptr};
+  torch::nn::Sequential stages{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(ResNet18);
 
 /// A model behind one interface: forward and the module for parameters().
 struct Model {
@@ -36,10 +85,13 @@ struct Model {
   std::function<torch::Tensor(torch::Tensor)> forward;
 };
 
-/// Builds "cnn", "mlp" or "mlp-large", initialised from torch's global generator (seed it first with
-/// torch::manual_seed for identical replicas). Throws ConfigError("model", ...) for
-/// another name.
-Model make_model(const std::string& name);
+/// Builds "cnn", "mlp", "mlp-large", "resnet20" or "resnet18" for inputs
+/// [N, channels, image_size, image_size] and `classes` outputs, initialised from torch's
+/// global generator (seed it first with torch::manual_seed for identical replicas).
+/// Throws ConfigError("model", ...) for another name, ConfigError("image_size", …) when
+/// the CNN's input is smaller than 8 pixels.
+Model make_model(const std::string& name, std::int64_t channels = 1, std::int64_t classes = 10,
+                 std::int64_t image_size = 28);
 
 /// Trainable parameters of `m` (sum of numel over parameters()).
 std::int64_t parameter_count(const torch::nn::Module& m);

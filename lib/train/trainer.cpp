@@ -9,6 +9,7 @@
 #include "common/errors.h"
 #include "compress/compressor.h"
 #include "ps/checkpoint.h"
+#include "train/data_feed.h"
 #include "train/idx.h"
 #include "train/models.h"
 #include "train/exchange.h"
@@ -172,24 +173,19 @@ class WorkerLoop {
   // identical initial replicas on every worker (same seed); the PS keeps the first.
   void load() {
     torch::set_num_threads(std::max(1, cfg_.threads));
-    Split train = load_split(spec_.data_dir, "train", spec_.train_samples);
-    std::tie(train_x_, train_y_) = to_tensors(train, spec_.dataset);
-    auto shard_idx = torch::tensor(shard_indices(train_x_.size(0), cfg_.rank, spec_.workers), torch::kInt64);
-    train_x_ = train_x_.index_select(0, shard_idx).contiguous();
-    train_y_ = train_y_.index_select(0, shard_idx).contiguous();
-    if (cfg_.rank == 0) {
-      Split test = load_split(spec_.data_dir, "test", spec_.test_samples);
-      std::tie(test_x_, test_y_) = to_tensors(test, spec_.dataset);
-    }
+    gen_ = at::detail::createCPUGenerator(static_cast<std::uint64_t>(spec_.seed) * 1000003ULL +
+                                          static_cast<std::uint64_t>(cfg_.rank));
+    feed_ = make_data_feed(spec_, cfg_.rank, cfg_.threads, gen_);
+    const auto info = feed_->info();
     torch::manual_seed(static_cast<std::uint64_t>(spec_.seed));
-    model_ = make_model(spec_.model);
+    model_ = make_model(spec_.model, info.channels, feed_->classes(), info.image_size);
     model_.module->train(true);
     flat_ = std::make_unique<FlatParams>(*model_.module);
     layout_ = ps::make_layout(flat_->sizes(), spec_.partition_size, spec_.ps_shards);
     params_.resize(static_cast<std::size_t>(layout_.total_floats));
     grads_.resize(params_.size());
     flat_->read_params(params_);
-    n_ = train_x_.size(0);
+    n_ = feed_->shard_examples();
     steps_per_epoch_ = std::max<std::int64_t>(1, (n_ + spec_.batch_size - 1) / spec_.batch_size);
   }
 
@@ -238,8 +234,6 @@ class WorkerLoop {
     downlink_spec_ = spec_.compression;
     downlink_spec_.ratio = spec_.compression.downlink_ratio;
     plain_ = spec_.compression.method == compress::Method::kNone && spec_.compression.downlink_ratio >= 1.0;
-    gen_ = at::detail::createCPUGenerator(static_cast<std::uint64_t>(spec_.seed) * 1000003ULL +
-                                          static_cast<std::uint64_t>(cfg_.rank));
     // After a restart the worker continues after the last epoch it finished, from the
     // PS's current parameters (pulled above), with the learning-rate schedule where it was.
     first_epoch_ = std::clamp(cfg_.resume_epoch, 0, spec_.epochs - 1);
@@ -257,7 +251,19 @@ class WorkerLoop {
     ev.load_seconds = seconds_since(t_start_);
     ev.resume_epoch = cfg_.resume_epoch;
     sink_(ev.to_json());
+    sink_(feed_->info().to_json());  // the data set as this worker reads it
     last_report_ = Clock::now();
+  }
+
+  // One skipped_image event for each of the first unreadable files (DataFeed keeps the count).
+  void report_skipped_images() {
+    for (auto& m : feed_->take_skip_messages()) {
+      wire::events::SkippedImage ev;
+      ev.rank = cfg_.rank;
+      ev.message = std::move(m);
+      ev.skipped_images = feed_->skipped_images();
+      sink_(ev.to_json());
+    }
   }
 
   void check_stop() const {
@@ -268,16 +274,25 @@ class WorkerLoop {
 
   void run_epoch(int epoch) {
     const auto t_epoch = Clock::now();
-    auto perm = torch::randperm(n_, gen_, torch::kInt64);
+    const double wait0 = feed_->wait_seconds();
+    feed_->start_epoch(epoch);
     loss_sum_ = 0;
     loss_count_ = 0;
     recent_loss_ = 0;  // a progress event's loss is the mean since the last one in this epoch
     recent_count_ = 0;
+    torch::Tensor xb, yb;
     for (std::int64_t step = 0; step < steps_per_epoch_; ++step) {
       check_stop();
-      this->step(epoch, step, perm);
+      const auto t_data = Clock::now();
+      const bool more = feed_->next(xb, yb);
+      counters_.data_seconds += seconds_since(t_data);  // the batch's gather, or the wait for the loader
+      if (!more) break;
+      report_skipped_images();
+      if (xb.size(0) == 0) continue;  // every image of the batch was unreadable
+      this->step(epoch, step, xb, yb);
       if (stop_) break;
     }
+    epoch_wait_ = feed_->wait_seconds() - wait0;
     if (spec_.profile) {
       if (stop_ || epoch + 1 == spec_.epochs) profiled();
       return;
@@ -289,10 +304,9 @@ class WorkerLoop {
   // bidirectional training"): compute g; skip it if not finite; add weight decay; push
   // (dense, or top-k of the momentum-corrected accumulator) and pull (dense, or the top-k
   // of x − x_seen[i]); take the pulled parameters.
-  void step(int epoch, std::int64_t step, const torch::Tensor& perm) {
-    const std::int64_t lo = step * spec_.batch_size;
-    const std::int64_t hi = std::min(n_, lo + spec_.batch_size);
-    const double loss = compute_gradient(perm.slice(0, lo, hi));
+  void step(int epoch, std::int64_t step, const torch::Tensor& xb, const torch::Tensor& yb) {
+    const std::int64_t images = xb.size(0);
+    const double loss = compute_gradient(xb, yb);
     if (!finite_step(loss, epoch, step)) return;
     const auto wd = static_cast<float>(spec_.optimizer.weight_decay);
     if (wd > 0) {
@@ -307,30 +321,26 @@ class WorkerLoop {
     flat_->write_params(params_);
     ++global_step_;
     if (global_step_ == kProfileWarmupSteps) t_profile_ = Clock::now();
-    if (global_step_ > kProfileWarmupSteps) profile_images_ += hi - lo;
+    if (global_step_ > kProfileWarmupSteps) profile_images_ += images;
     if (spec_.max_steps > 0 && global_step_ >= spec_.max_steps) stop_ = true;
     loss_sum_ += loss;
     ++loss_count_;
     recent_loss_ += loss;
     ++recent_count_;
-    images_since_report_ += hi - lo;
-    counters_.images += hi - lo;
+    images_since_report_ += images;
+    counters_.images += images;
     ++counters_.steps;
     maybe_report(epoch, step, lr);
   }
 
-  // Forward and backward on the batch `idx`; the flat gradient is in grads_. Returns the loss.
-  double compute_gradient(const torch::Tensor& idx) {
-    const auto t0 = Clock::now();
-    auto xb = train_x_.index_select(0, idx);
-    auto yb = train_y_.index_select(0, idx);
+  // Forward and backward on the batch; the flat gradient is in grads_. Returns the loss.
+  double compute_gradient(const torch::Tensor& xb, const torch::Tensor& yb) {
     const auto t1 = Clock::now();
     model_.module->zero_grad();
     auto loss = torch::nn::functional::cross_entropy(model_.forward(xb), yb);
     loss.backward();
     flat_->read_grads(grads_);
     const double value = loss.item<double>();
-    counters_.data_seconds += std::chrono::duration<double>(t1 - t0).count();
     counters_.compute_seconds += seconds_since(t1);
     return value;
   }
@@ -407,6 +417,13 @@ class WorkerLoop {
     ev.compression_ratio = meter_->total().ratio();
     ev.skipped_steps = skipped_steps_;
     ev.counters = counters();
+    if (feed_->streaming()) {
+      const double wait = feed_->wait_seconds();
+      ev.data_wait_seconds = wait - wait_at_report_;
+      ev.data_wait_fraction = std::clamp((wait - wait_at_report_) / since, 0.0, 1.0);
+      ev.skipped_images = feed_->skipped_images();
+      wait_at_report_ = wait;
+    }
     sink_(ev.to_json());
     last_report_ = Clock::now();
     images_since_report_ = 0;
@@ -436,8 +453,11 @@ class WorkerLoop {
     ev.train_loss = loss_sum_ / static_cast<double>(std::max<std::int64_t>(1, loss_count_));
     ev.epoch_seconds = epoch_seconds;
     ev.images_per_sec = static_cast<double>(n_) / epoch_seconds;
+    if (feed_->streaming()) ev.data_wait_seconds = epoch_wait_;
     if (epoch + 1 == spec_.epochs || stop_) finish();
     if (cfg_.rank == 0) evaluate_on_test(ev);
+    if (feed_->streaming()) ev.skipped_images = feed_->skipped_images();
+    report_skipped_images();
     ev.bytes_pushed = client_->bytes_pushed();
     ev.bytes_pulled = client_->bytes_pulled();
     sink_(ev.to_json());
@@ -474,8 +494,12 @@ class WorkerLoop {
       resyncer_->recover(lost);  // ends with a dense pull too
     }
     flat_->write_params(params_);
-    recalibrate_batchnorm(*model_.module, model_, train_x_, 20, 250);
-    const double acc = train::evaluate(*model_.module, model_, test_x_, test_y_);
+    // Up to 20 batches of 250, at most one pass over a smaller sample (a ResNet's forward
+    // passes cost as much as the evaluation itself).
+    const auto& recal = feed_->recalibration_inputs();
+    const int batches = static_cast<int>(std::min<std::int64_t>(20, (recal.size(0) + 249) / 250));
+    recalibrate_batchnorm(*model_.module, model_, recal, batches, 250);
+    const double acc = feed_->evaluate(*model_.module, model_);
     ev.test_accuracy = acc;
     ev.eval_seconds = seconds_since(t_eval);
     final_accuracy_ = acc;
@@ -519,6 +543,10 @@ class WorkerLoop {
     ev.compression_ratio = ev.traffic->ratio();
     ev.compression_ratio_after_warmup = ev.traffic_after_warmup->ratio();
     ev.counters = counters();
+    if (feed_->streaming()) {
+      ev.skipped_images = feed_->skipped_images();
+      ev.data_wait_seconds = feed_->wait_seconds();
+    }
     sink_(ev.to_json());
   }
 
@@ -532,7 +560,8 @@ class WorkerLoop {
   const JobSpec& spec_;
   const ProgressSink& sink_;
   const Clock::time_point t_start_ = Clock::now();
-  torch::Tensor train_x_, train_y_, test_x_, test_y_;
+  std::unique_ptr<DataFeed> feed_;
+  double epoch_wait_ = 0, wait_at_report_ = 0;  // seconds the steps waited for the loader
   Model model_;
   std::unique_ptr<FlatParams> flat_;
   ps::PartitionLayout layout_;

@@ -133,12 +133,21 @@ struct Progress : Fields<Progress> {
   Nullable<double> compression_ratio;  ///< dense ÷ actual bytes so far
   std::int64_t skipped_steps = 0;    ///< steps skipped for a NaN/Inf loss or gradient
   std::optional<StepCounters> counters;  ///< cumulative counters of this process (metrics)
+  /// Seconds the steps since the previous progress event spent waiting for the data
+  /// loader (0 when the batches were always ready; absent for in-memory IDX data).
+  std::optional<double> data_wait_seconds;
+  std::optional<double> data_wait_fraction;  ///< data_wait_seconds ÷ the wall time since then, [0, 1]
+  /// Unreadable images skipped in this epoch so far (training; rank 0 adds its latest
+  /// evaluation's). Absent for in-memory IDX data.
+  std::optional<std::int64_t> skipped_images;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("rank", s.rank), v("epoch", s.epoch), v("step", s.step), v("steps_per_epoch", s.steps_per_epoch),
         v("global_step", s.global_step), v("loss", s.loss), v("lr", s.lr), v("images_per_sec", s.images_per_sec),
         v("bytes_pushed", s.bytes_pushed), v("bytes_pulled", s.bytes_pulled), v("density", s.density),
-        v("compression_ratio", s.compression_ratio), v("skipped_steps", s.skipped_steps), v("counters", s.counters);
+        v("compression_ratio", s.compression_ratio), v("skipped_steps", s.skipped_steps),
+        v("data_wait_seconds", s.data_wait_seconds), v("data_wait_fraction", s.data_wait_fraction),
+        v("skipped_images", s.skipped_images), v("counters", s.counters);
   }
 };
 
@@ -155,12 +164,17 @@ struct EpochEnd : Fields<EpochEnd> {
   std::optional<double> eval_seconds;   ///< rank 0 only
   std::uint64_t bytes_pushed = 0;    ///< bytes sent to the PS shards, cumulative, this process
   std::uint64_t bytes_pulled = 0;    ///< bytes received from them, cumulative, this process
+  std::optional<double> data_wait_seconds;     ///< the epoch's steps' wait for the loader, s
+  /// Unreadable images this worker skipped in the epoch (rank 0 adds the test set's): the
+  /// workers' figures of one epoch add up to the data set's unreadable files.
+  std::optional<std::int64_t> skipped_images;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("rank", s.rank), v("epoch", s.epoch), v("epochs", s.epochs), v("train_loss", s.train_loss),
         v("epoch_seconds", s.epoch_seconds), v("images_per_sec", s.images_per_sec),
         v("test_accuracy", s.test_accuracy), v("eval_seconds", s.eval_seconds), v("bytes_pushed", s.bytes_pushed),
-        v("bytes_pulled", s.bytes_pulled);
+        v("bytes_pulled", s.bytes_pulled), v("data_wait_seconds", s.data_wait_seconds),
+        v("skipped_images", s.skipped_images);
   }
 };
 
@@ -179,8 +193,11 @@ struct Done : Fields<Done> {
   Nullable<double> compression_ratio;               ///< traffic->ratio()
   Nullable<double> compression_ratio_after_warmup;  ///< traffic_after_warmup->ratio()
   std::optional<StepCounters> counters;  ///< their final values
+  std::optional<std::int64_t> skipped_images;  ///< as in this worker's last epoch_end
+  std::optional<double> data_wait_seconds;     ///< all steps' wait for the loader, s
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
+    v("skipped_images", s.skipped_images), v("data_wait_seconds", s.data_wait_seconds);
     v("rank", s.rank), v("test_accuracy", s.test_accuracy), v("steps", s.steps), v("skipped_steps", s.skipped_steps),
         v("wall_seconds", s.wall_seconds), v("bytes_pushed", s.bytes_pushed), v("bytes_pulled", s.bytes_pulled),
         v("traffic", s.traffic), v("traffic_after_warmup", s.traffic_after_warmup),
@@ -201,6 +218,45 @@ struct SkippedStep : Fields<SkippedStep> {
   static void fields(S& s, V&& v) {
     v("rank", s.rank), v("epoch", s.epoch), v("step", s.step), v("loss", s.loss),
         v("skipped_steps", s.skipped_steps);
+  }
+};
+
+/// A worker's data set as it will train on it (sent once, after loading).
+struct DataInfo : Fields<DataInfo> {
+  static constexpr const char* kKind = "data";
+  int rank = 0;                      ///< the worker's rank, [0, workers)
+  std::string dataset;               ///< JobSpec::dataset
+  std::int64_t classes = 0;          ///< class count (the model's outputs)
+  std::int64_t train_images = 0;     ///< the whole training set (all shards)
+  std::int64_t test_images = 0;      ///< the test set (rank 0 reads it)
+  int image_size = 0;                ///< input height and width, pixels
+  int channels = 0;                  ///< 1 or 3
+  std::vector<double> mean, std;     ///< per channel, of pixel/255
+  /// Where mean and std come from: "job" (the job file), "published" (IDX) or "sample"
+  /// (computed on `sample_images` training images).
+  std::string normalization;
+  std::optional<std::int64_t> sample_images;
+  std::optional<int> loader_threads;  ///< absent when the data stays in memory as tensors
+  std::optional<int> loader_queue;    ///< batches the loader may hold
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("rank", s.rank), v("dataset", s.dataset), v("classes", s.classes), v("train_images", s.train_images),
+        v("test_images", s.test_images), v("image_size", s.image_size), v("channels", s.channels),
+        v("mean", s.mean), v("std", s.std), v("normalization", s.normalization), v("sample_images", s.sample_images),
+        v("loader_threads", s.loader_threads), v("loader_queue", s.loader_queue);
+  }
+};
+
+/// An image that could not be read was skipped (the first 20 of each worker are
+/// reported; the rest only counted in skipped_images).
+struct SkippedImage : Fields<SkippedImage> {
+  static constexpr const char* kKind = "skipped_image";
+  int rank = 0;                      ///< the worker's rank, [0, workers)
+  std::string message;               ///< the file and why it could not be read
+  std::int64_t skipped_images = 0;   ///< DataFeed's count when it was found
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("rank", s.rank), v("message", s.message), v("skipped_images", s.skipped_images);
   }
 };
 
@@ -545,8 +601,12 @@ struct Summary : Fields<Summary> {
       compression_ratio_down_after_warmup;
   std::optional<std::string> error;  ///< why it failed
   std::optional<Failure> failure;    ///< the first task that failed it, when a task did
+  /// Unreadable images: the sum of the workers' latest epoch_end figures (each file is
+  /// read once an epoch), test set included; absent for in-memory IDX data.
+  std::optional<std::int64_t> skipped_images;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
+    v("skipped_images", s.skipped_images);
     v("job", s.job), v("name", s.name), v("state", s.state), v("test_accuracy", s.test_accuracy),
         v("epochs", s.epochs), v("wall_seconds", s.wall_seconds), v("bytes_pushed", s.bytes_pushed),
         v("bytes_pulled", s.bytes_pulled), v("images_per_sec", s.images_per_sec), v("compression", s.compression),

@@ -25,8 +25,24 @@ bool in(double v, double lo, double hi) { return std::isfinite(v) && v >= lo && 
 void check_ranges(const JobSpec& s) {
   FUZZ_CHECK(s.name.size() <= kMaxJobNameLength && s.data_dir.size() <= kMaxPathLength + 64, "name or data_dir too long");
   FUZZ_CHECK(!s.data_dir.empty() && s.data_dir.front() == '/', "data_dir not absolute");
-  FUZZ_CHECK(s.model == "cnn" || s.model == "mlp" || s.model == "mlp-large", "unknown model");
-  FUZZ_CHECK(s.dataset == "fashion-mnist" || s.dataset == "mnist", "unknown dataset");
+  FUZZ_CHECK(s.model == "cnn" || s.model == "mlp" || s.model == "mlp-large" || s.model == "resnet20" ||
+                 s.model == "resnet18",
+             "unknown model");
+  FUZZ_CHECK(s.dataset == "fashion-mnist" || s.dataset == "mnist" || s.dataset == "cifar10" || s.dataset == "imagefolder",
+             "unknown dataset");
+  FUZZ_CHECK(s.image_size >= 8 && s.image_size <= 1024 && (s.channels == 1 || s.channels == 3), "image_size or channels");
+  FUZZ_CHECK(s.mean.size() == s.std.size() && (s.mean.empty() || static_cast<int>(s.mean.size()) == s.channels),
+             "mean/std not one per channel");
+  for (double v : s.std) FUZZ_CHECK(std::isfinite(v) && v > 0, "a std that is not positive");
+  for (double v : s.mean) FUZZ_CHECK(std::isfinite(v), "a mean that is not finite");
+  FUZZ_CHECK(s.loader_threads >= 0 && s.loader_threads <= 64 && s.loader_queue >= 0 && s.loader_queue <= 1024,
+             "loader_threads or loader_queue");
+  const auto& a = s.augment;
+  FUZZ_CHECK(a.crop_padding >= 0 && a.crop_padding <= 64 && (a.crop_padding == 0 || a.crop_padding < s.image_size),
+             "augment.crop_padding");
+  FUZZ_CHECK(in(a.scale_min, 0, 1) && a.scale_min > 0 && a.scale_min <= a.scale_max && a.scale_max <= 1, "augment.scale");
+  FUZZ_CHECK(in(a.ratio_min, 0, 100) && a.ratio_min > 0 && a.ratio_min <= a.ratio_max && a.ratio_max <= 100,
+             "augment.ratio");
   FUZZ_CHECK(s.epochs >= 1 && s.epochs <= 1000, "epochs out of range");
   FUZZ_CHECK(s.workers >= 1 && s.workers <= 1024 && s.ps_shards >= 1 && s.ps_shards <= 256, "workers or shards");
   FUZZ_CHECK(s.batch_size >= 1 && s.batch_size <= 65536 && s.threads_per_task >= 1 && s.threads_per_task <= 256,

@@ -2,8 +2,9 @@
 // real encoders: frames as a worker's PushEncoder path and a PS shard write them (the
 // gradient compressor in each method, the shard's top-k downlink), handshake messages
 // with real MACs, control messages from their builders and body structs, task events
-// from their structs, PS checkpoints and worker replicas from encode_checkpoint, and tiny
-// IDX files (plain and gzip); plus the repository's example job files and agent
+// from their structs, PS checkpoints and worker replicas from encode_checkpoint, tiny
+// IDX files (plain and gzip), PNG/JPEG files from libpng and libjpeg-turbo and CIFAR-10
+// records; plus the repository's example job files and agent
 // configurations. Deterministic: the same sources give the same files.
 //
 // Usage: fuzz_make_corpus SOURCE_DIR OUT_DIR   (scripts/fuzz --make-corpus runs it with
@@ -27,6 +28,8 @@
 #include "compress/compressor.h"
 #include "compress/fp16.h"
 #include "compress/topk.h"
+#include "data/cifar10.h"
+#include "data/image.h"
 #include "ps/checkpoint.h"
 #include "ps/shard_state.h"
 #include "wire/auth.h"
@@ -347,6 +350,36 @@ void idx_files() {
   }
 }
 
+// Small PNG and JPEG files (gray and RGB, as libpng and libjpeg-turbo write them), a
+// truncated one, and CIFAR-10 files of whole and partial records.
+void image_files() {
+  data::Image gray;
+  gray.height = 5;
+  gray.width = 7;
+  gray.channels = 1;
+  for (int i = 0; i < 35; ++i) gray.pixels.push_back(static_cast<std::uint8_t>(i * 7));
+  data::Image rgb;
+  rgb.height = 4;
+  rgb.width = 3;
+  rgb.channels = 3;
+  for (int i = 0; i < 36; ++i) rgb.pixels.push_back(static_cast<std::uint8_t>(255 - i * 5));
+  write("image", "gray.png", data::encode_png(gray));
+  write("image", "rgb.png", data::encode_png(rgb));
+  write("image", "gray.jpg", data::encode_jpeg(gray, 90));
+  write("image", "rgb.jpg", data::encode_jpeg(rgb, 75));
+  auto cut = data::encode_jpeg(rgb, 75);
+  cut.resize(cut.size() / 2);
+  write("image", "truncated.jpg", cut);
+  std::vector<std::uint8_t> rec;
+  for (int r = 0; r < 2; ++r) {
+    rec.push_back(static_cast<std::uint8_t>(r * 7 % 10));
+    for (int p = 0; p < 3072; ++p) rec.push_back(static_cast<std::uint8_t>((p * 3 + r) % 256));
+  }
+  write("cifar10", "two-records", rec);
+  rec.resize(data::kCifar10RecordBytes + 100);
+  write("cifar10", "partial-record", rec);
+}
+
 // Inputs that triggered a bug found while writing the targets (each has a regression
 // test in tests/unit), so that every run tries them again.
 void regressions() {
@@ -415,6 +448,7 @@ int main(int argc, char** argv) {
     task_events();
     checkpoints();
     idx_files();
+    image_files();
     regressions();
     copy_configs(argv[1]);
   } catch (const std::exception& e) {

@@ -674,7 +674,7 @@ TEST_F(Cluster, BadJobFilesAreRejectedAndTheLeaderCarriesOn) {
   auto bad = write_job("bad", "model = \"resnet\"\n");
   auto r = run(client_ + " submit " + bad.string() + " 2>&1", 30);
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.out.find("model: expected one of cnn | mlp | mlp-large, got \"resnet\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model: expected one of cnn | mlp | mlp-large | resnet20 | resnet18, got \"resnet\""), std::string::npos) << r.out;
   auto agents = run(client_ + " agents --json", 30);
   ASSERT_EQ(agents.code, 0);
   EXPECT_EQ(json::parse(agents.out).size(), 3u);

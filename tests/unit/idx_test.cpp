@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/error_of.h"
 #include "support/temp_dir.h"
 #include <zlib.h>
 
@@ -17,6 +18,7 @@ using namespace dltrain;
 using namespace dltrain::train;
 namespace fs = std::filesystem;
 using dltrain::testing::TempDir;
+using dltrain::testing::error_of;
 
 namespace {
 
@@ -47,14 +49,6 @@ std::vector<unsigned char> tiny_images(std::uint32_t magic = 0x00000803) {
   return b;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 

@@ -30,6 +30,46 @@ TEST(Models, ParameterCountsMatchTheArchitecture) {
   EXPECT_EQ(out.sizes(), (std::vector<std::int64_t>{3, 10}));
 }
 
+TEST(Models, ResNetParameterCountsMatchThePublishedFigures) {
+  // resnet20, option A shortcuts (no parameters): stem 3·16·9 = 432 + BN 32; stage 1:
+  // 6 convs 16·16·9 = 13,824 + BN 192; stage 2: 16·32·9 + 5·32·32·9 = 50,688 + BN 384;
+  // stage 3: 32·64·9 + 5·64·64·9 = 202,752 + BN 768; FC 64·10 + 10 = 650. Sum 269,722:
+  // He et al. 2016, Table 6, "0.27M".
+  auto r20 = make_model("resnet20", 3, 10, 32);
+  EXPECT_EQ(parameter_count(*r20.module), 269722);
+  EXPECT_NEAR(parameter_count(*r20.module) / 1e6, 0.27, 0.005);
+  // One input channel: the stem loses 2·16·9 = 288.
+  EXPECT_EQ(parameter_count(*make_model("resnet20", 1, 10, 32).module), 269722 - 288);
+  // resnet18 for 3 channels and 1,000 classes: torchvision's published 11,689,512; for 10
+  // classes the FC shrinks by 990·512 + 990 = 507,870.
+  EXPECT_EQ(parameter_count(*make_model("resnet18", 3, 1000, 224).module), 11689512);
+  EXPECT_EQ(parameter_count(*make_model("resnet18", 3, 10, 64).module), 11689512 - 507870);
+  // The CNN on a 32×32 RGB input: conv1 3·16·9 = 432 and FC 64·4·4·64 + 64 = 65,600.
+  EXPECT_EQ(parameter_count(*make_model("cnn", 3, 10, 32).module), 60986 - 144 + 432 - 36928 + 65600);
+}
+
+TEST(Models, ResNetsForwardAndBackward) {
+  torch::manual_seed(3);
+  for (const auto& [name, size] : std::vector<std::pair<std::string, int>>{{"resnet20", 32}, {"resnet18", 64}}) {
+    auto m = make_model(name, 3, 7, size);
+    auto x = torch::randn({4, 3, size, size});
+    auto y = torch::tensor({0, 1, 2, 6}, torch::kInt64);
+    auto out = m.forward(x);
+    ASSERT_EQ(out.sizes(), (std::vector<std::int64_t>{4, 7})) << name;
+    auto loss = torch::nn::functional::cross_entropy(out, y);
+    // Random initial weights over 7 classes: the loss is near ln 7 = 1.95.
+    EXPECT_GT(loss.item<double>(), 0.5) << name;
+    EXPECT_LT(loss.item<double>(), 6.0) << name;
+    loss.backward();
+    for (const auto& p : m.module->parameters()) {
+      ASSERT_TRUE(p.grad().defined()) << name;
+      EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>()) << name;
+    }
+    // The option-A shortcut carries the input: a stride-2 block's output depends on it.
+    EXPECT_GT(m.module->parameters().front().grad().abs().sum().item<double>(), 0.0) << name;
+  }
+}
+
 TEST(Models, SameSeedGivesIdenticalReplicas) {
   torch::manual_seed(5);
   auto a = make_model("cnn");

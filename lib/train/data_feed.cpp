@@ -1,0 +1,313 @@
+#include "train/data_feed.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "common/errors.h"
+#include "data/cifar10.h"
+#include "data/imagefolder.h"
+#include "data/loader.h"
+#include "data/sharding.h"
+#include "train/idx.h"
+#include "train/tensors.h"
+
+namespace dltrain::train {
+namespace {
+
+constexpr std::int64_t kMeanStdSample = 512;        // images mean/std are estimated on
+constexpr std::int64_t kRecalibrationBytes = 64 << 20;  // bound on the BatchNorm sample
+constexpr std::size_t kSkipMessages = 20;           // skipped_image events per worker
+constexpr int kEvalBatch = 500;
+
+// Published per-pixel mean and standard deviation of the IDX training sets.
+double idx_mean(const std::string& dataset) { return dataset == "mnist" ? 0.1307 : 0.2860; }
+double idx_std(const std::string& dataset) { return dataset == "mnist" ? 0.3081 : 0.3530; }
+
+/// The original path: the IDX training shard and test set as tensors, a fixed shard
+/// (i ≡ rank mod workers) shuffled every epoch by the worker's generator.
+class TensorFeed final : public DataFeed {
+ public:
+  TensorFeed(JobSpec spec, int rank, torch::Generator gen) : spec_(std::move(spec)), rank_(rank), gen_(std::move(gen)) {
+    Split train = load_split(spec_.data_dir, "train", spec_.train_samples);
+    train_total_ = train.images.count;
+    std::tie(x_, y_) = to_tensors(train, spec_.dataset);
+    auto idx = torch::tensor(shard_indices(x_.size(0), rank, spec_.workers), torch::kInt64);
+    x_ = x_.index_select(0, idx).contiguous();
+    y_ = y_.index_select(0, idx).contiguous();
+    if (rank == 0) {
+      Split test = load_split(spec_.data_dir, "test", spec_.test_samples);
+      std::tie(test_x_, test_y_) = to_tensors(test, spec_.dataset);
+    }
+  }
+  std::int64_t shard_examples() const override { return x_.size(0); }
+  std::int64_t classes() const override { return 10; }
+  wire::events::DataInfo info() const override {
+    wire::events::DataInfo d;
+    d.rank = rank_;
+    d.dataset = spec_.dataset;
+    d.classes = 10;
+    d.train_images = train_total_;
+    d.test_images = test_x_.defined() ? test_x_.size(0) : 0;
+    d.image_size = 28;
+    d.channels = 1;
+    d.mean = {idx_mean(spec_.dataset)};
+    d.std = {idx_std(spec_.dataset)};
+    d.normalization = "published";
+    return d;
+  }
+  void start_epoch(int) override {
+    perm_ = torch::randperm(x_.size(0), gen_, torch::kInt64);
+    pos_ = 0;
+  }
+  bool next(torch::Tensor& x, torch::Tensor& y) override {
+    const std::int64_t n = x_.size(0);
+    if (pos_ >= n) return false;
+    const std::int64_t hi = std::min(n, pos_ + spec_.batch_size);
+    const auto idx = perm_.slice(0, pos_, hi);
+    x = x_.index_select(0, idx);
+    y = y_.index_select(0, idx);
+    pos_ = hi;
+    return true;
+  }
+  const torch::Tensor& recalibration_inputs() override { return x_; }
+  double evaluate(torch::nn::Module& m, const Model& model) override {
+    return train::evaluate(m, model, test_x_, test_y_);
+  }
+
+ private:
+  const JobSpec spec_;  // with apply_data_defaults applied
+  int rank_;
+  torch::Generator gen_;
+  std::int64_t train_total_ = 0;
+  torch::Tensor x_, y_, test_x_, test_y_, perm_;
+  std::int64_t pos_ = 0;
+};
+
+data::InMemoryImages idx_images(const Split& s) {
+  data::InMemoryImages m;
+  m.count = s.images.count;
+  m.height = static_cast<int>(s.images.rows);
+  m.width = static_cast<int>(s.images.cols);
+  m.channels = 1;
+  m.pixels = s.images.pixels;
+  m.labels.assign(s.labels.begin(), s.labels.end());
+  return m;
+}
+
+// The first `limit` examples (train_samples/test_samples): for an ImageFolder, whose
+// list is sorted by class, a seeded sample instead, so that every class keeps its share.
+std::vector<data::ImageFile> limit_files(std::vector<data::ImageFile> files, std::int64_t limit, std::uint64_t seed) {
+  if (limit <= 0 || limit >= static_cast<std::int64_t>(files.size())) return files;
+  auto pick = data::epoch_permutation(static_cast<std::int64_t>(files.size()), seed, -2);
+  pick.resize(static_cast<std::size_t>(limit));
+  std::sort(pick.begin(), pick.end());
+  std::vector<data::ImageFile> out;
+  out.reserve(pick.size());
+  for (const auto i : pick) out.push_back(std::move(files[static_cast<std::size_t>(i)]));
+  return out;
+}
+
+torch::Tensor images_tensor(data::Batch& b, int c, int s) {
+  return torch::from_blob(b.images.data(), {b.size, c, s, s}, torch::kFloat32).clone();
+}
+
+/// CIFAR-10, ImageFolder, and IDX when it needs the loader: a new shard of the whole
+/// training set every epoch (data::epoch_shard), streamed through data::StreamingLoader.
+class StreamFeed final : public DataFeed {
+ public:
+  StreamFeed(JobSpec spec, int rank, int threads) : spec_(std::move(spec)), rank_(rank) {
+    threads_ = spec_.loader_threads > 0 ? spec_.loader_threads : std::max(1, threads);
+    load_sources();
+    transform_.image_size = spec_.image_size;
+    transform_.channels = spec_.channels;
+    set_normalization();
+    transform_.augment = spec_.augment;
+  }
+
+  std::int64_t shard_examples() const override { return data::shard_size(train_->size(), rank_, spec_.workers); }
+  std::int64_t classes() const override { return classes_; }
+  bool streaming() const override { return true; }
+  double wait_seconds() const override { return wait_seconds_; }
+  std::int64_t skipped_images() const override { return train_skipped_ + test_skipped_; }
+  std::vector<std::string> take_skip_messages() override { return std::exchange(messages_, {}); }
+
+  wire::events::DataInfo info() const override {
+    wire::events::DataInfo d;
+    d.rank = rank_;
+    d.dataset = spec_.dataset;
+    d.classes = classes_;
+    d.train_images = train_->size();
+    d.test_images = test_ ? test_->size() : 0;
+    d.image_size = spec_.image_size;
+    d.channels = spec_.channels;
+    d.mean.assign(transform_.mean.begin(), transform_.mean.end());
+    d.std.assign(transform_.std.begin(), transform_.std.end());
+    d.normalization = normalization_;
+    if (sample_images_ > 0) d.sample_images = sample_images_;
+    d.loader_threads = threads_;
+    d.loader_queue = spec_.loader_queue > 0 ? spec_.loader_queue : std::max(2, 2 * threads_);
+    return d;
+  }
+
+  void start_epoch(int epoch) override {
+    loader_.reset();  // joins the previous epoch's threads
+    train_skipped_ = 0;
+    auto order = data::epoch_shard(train_->size(), rank_, spec_.workers, static_cast<std::uint64_t>(spec_.seed), epoch);
+    auto t = transform_;
+    t.train = true;
+    loader_ = std::make_unique<data::StreamingLoader>(train_, std::move(order), t, options(epoch));
+  }
+
+  bool next(torch::Tensor& x, torch::Tensor& y) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    data::Batch b;
+    const bool got = loader_->next(b);
+    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!got) return false;
+    note_skips(b, train_skipped_);
+    x = images_tensor(b, spec_.channels, spec_.image_size);
+    y = torch::tensor(b.labels, torch::kInt64);
+    return true;
+  }
+
+  const torch::Tensor& recalibration_inputs() override {
+    if (recal_.defined()) return recal_;
+    const std::int64_t per = static_cast<std::int64_t>(spec_.channels) * spec_.image_size * spec_.image_size * 4;
+    const std::int64_t want = std::clamp<std::int64_t>(kRecalibrationBytes / per, 64, 2000);
+    auto order = data::epoch_shard(train_->size(), rank_, spec_.workers, static_cast<std::uint64_t>(spec_.seed), 0);
+    if (static_cast<std::int64_t>(order.size()) > want) order.resize(static_cast<std::size_t>(want));
+    std::vector<torch::Tensor> parts;
+    std::int64_t ignored = 0;  // met again in the epochs
+    run_loader(train_, std::move(order), ignored, [&](torch::Tensor x, torch::Tensor) { parts.push_back(std::move(x)); });
+    recal_ = torch::cat(parts, 0);
+    return recal_;
+  }
+
+  double evaluate(torch::nn::Module& m, const Model& model) override {
+    torch::NoGradGuard ng;
+    m.eval();
+    std::vector<std::int64_t> all(static_cast<std::size_t>(test_->size()));
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
+    std::int64_t correct = 0, total = 0;
+    test_skipped_ = 0;
+    run_loader(test_, std::move(all), test_skipped_, [&](const torch::Tensor& x, const torch::Tensor& y) {
+      correct += model.forward(x).argmax(1).eq(y).sum().item<std::int64_t>();
+      total += x.size(0);
+    });
+    m.train(true);
+    if (total == 0) throw Error("none of the " + std::to_string(test_->size()) + " test images could be read");
+    return static_cast<double>(correct) / static_cast<double>(total);
+  }
+
+ private:
+  void load_sources() {
+    const auto seed = static_cast<std::uint64_t>(spec_.seed);
+    if (spec_.dataset == "imagefolder") {
+      auto idx = data::scan_image_folder(spec_.data_dir);
+      classes_ = static_cast<std::int64_t>(idx.classes.size());
+      train_ = std::make_shared<data::ImageFileSource>(limit_files(std::move(idx.train), spec_.train_samples, seed));
+      if (rank_ == 0) {
+        test_ = std::make_shared<data::ImageFileSource>(limit_files(std::move(idx.test), spec_.test_samples, seed));
+      }
+    } else if (spec_.dataset == "cifar10") {
+      train_ = std::make_shared<data::InMemorySource>(data::load_cifar10(spec_.data_dir, "train", spec_.train_samples));
+      if (rank_ == 0) {
+        test_ = std::make_shared<data::InMemorySource>(data::load_cifar10(spec_.data_dir, "test", spec_.test_samples));
+      }
+    } else {
+      train_ = std::make_shared<data::InMemorySource>(idx_images(load_split(spec_.data_dir, "train", spec_.train_samples)));
+      if (rank_ == 0) {
+        test_ = std::make_shared<data::InMemorySource>(idx_images(load_split(spec_.data_dir, "test", spec_.test_samples)));
+      }
+    }
+    if (train_->size() < spec_.workers) {
+      throw ConfigError("train_samples", std::to_string(train_->size()) + " training images cannot feed " +
+                                             std::to_string(spec_.workers) + " workers");
+    }
+  }
+
+  void set_normalization() {
+    const auto c = static_cast<std::size_t>(spec_.channels);
+    if (!spec_.mean.empty()) {
+      transform_.mean.assign(spec_.mean.begin(), spec_.mean.end());
+      transform_.std.assign(spec_.std.begin(), spec_.std.end());
+      normalization_ = "job";
+    } else if (is_idx_dataset(spec_.dataset)) {
+      transform_.mean.assign(c, static_cast<float>(idx_mean(spec_.dataset)));
+      transform_.std.assign(c, static_cast<float>(idx_std(spec_.dataset)));
+      normalization_ = "published";
+    } else {
+      const auto st = data::estimate_mean_std(train_, spec_.image_size, spec_.channels, kMeanStdSample,
+                                              static_cast<std::uint64_t>(spec_.seed), threads_);
+      transform_.mean = st.mean;
+      transform_.std = st.std;
+      normalization_ = "sample";
+      sample_images_ = st.images;
+    }
+  }
+
+  data::LoaderOptions options(int epoch) const {
+    data::LoaderOptions o;
+    o.batch_size = spec_.batch_size;
+    o.threads = threads_;
+    o.queue_batches = spec_.loader_queue;
+    o.seed = data::mix64(static_cast<std::uint64_t>(spec_.seed) * 31 + static_cast<std::uint64_t>(rank_)) ^
+             data::mix64(static_cast<std::uint64_t>(epoch));
+    return o;
+  }
+
+  // Streams `order` of `source` with the test transform into `f(x, y)`.
+  template <typename F>
+  void run_loader(std::shared_ptr<const data::ExampleSource> source, std::vector<std::int64_t> order,
+                  std::int64_t& skipped, F&& f) {
+    data::LoaderOptions o;
+    o.batch_size = kEvalBatch;
+    o.threads = threads_;
+    data::StreamingLoader loader(std::move(source), std::move(order), transform_, o);
+    data::Batch b;
+    while (loader.next(b)) {
+      note_skips(b, skipped);
+      if (b.size == 0) continue;
+      f(images_tensor(b, spec_.channels, spec_.image_size), torch::tensor(b.labels, torch::kInt64));
+    }
+  }
+
+  // Counted per epoch (and per evaluation): every training file is read exactly once an
+  // epoch by one worker, so the workers' counts add up to the number of unreadable files.
+  // Each distinct file is reported once.
+  void note_skips(data::Batch& b, std::int64_t& count) {
+    count += b.skipped;
+    for (auto& m : b.skipped_messages) {
+      if (seen_.insert(m).second && seen_.size() <= kSkipMessages) messages_.push_back(m);
+    }
+  }
+
+  const JobSpec spec_;  // with apply_data_defaults applied
+  int rank_;
+  int threads_ = 1;
+  std::int64_t classes_ = 10;
+  std::shared_ptr<data::ExampleSource> train_, test_;
+  data::Transform transform_;
+  std::string normalization_;
+  std::int64_t sample_images_ = 0;
+  std::unique_ptr<data::StreamingLoader> loader_;
+  torch::Tensor recal_;
+  double wait_seconds_ = 0;
+  std::int64_t train_skipped_ = 0, test_skipped_ = 0;
+  std::set<std::string> seen_;
+  std::vector<std::string> messages_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataFeed> make_data_feed(const JobSpec& job, int rank, int threads, torch::Generator gen) {
+  JobSpec spec = job;
+  apply_data_defaults(spec);  // a JobSpec built in code has image_size and channels 0
+  const bool tensors = is_idx_dataset(spec.dataset) && spec.image_size == 28 && spec.channels == 1 &&
+                       !spec.augment.any() && spec.mean.empty();
+  if (tensors) return std::make_unique<TensorFeed>(std::move(spec), rank, std::move(gen));
+  return std::make_unique<StreamFeed>(std::move(spec), rank, threads);
+}
+
+}  // namespace dltrain::train
