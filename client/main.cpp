@@ -73,6 +73,14 @@ int main(int argc, char** argv) {
   logs_cmd->add_option("--tail", logs_opt.tail, "the last N lines")->capture_default_str()->check(CLI::Range(0, 10000));
   logs_cmd->add_flag("-f,--follow", logs_opt.follow, "keep printing what the task logs until it ends");
   logs_cmd->add_flag("--json", as_json, "one JSON object per reply (text, offsets, agent)");
+  client::TraceOptions trace_opt;
+  auto* trace_cmd = app.add_subcommand(
+      "trace", "write the last steps' phases of a job's workers as Chrome trace-event JSON (chrome://tracing, Perfetto)");
+  trace_cmd->add_option("JOB", job_id, "job id")->required();
+  trace_cmd->add_option("--task", trace_opt.task, "one worker, e.g. worker-1 (default: every worker)");
+  trace_cmd->add_option("--steps", trace_opt.steps, "the last N steps of each worker")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -103,6 +111,7 @@ int main(int argc, char** argv) {
     if (cancel->parsed()) return client::cancel(c, opt, as_json);
     if (agents->parsed()) return client::agents(c, opt, as_json);
     if (logs_cmd->parsed()) return client::logs(c, opt, logs_opt, as_json);
+    if (trace_cmd->parsed()) return client::trace(c, opt, trace_opt);
   } catch (const dltrain::control::AuthError& e) {
     std::cerr << "dltrain: " << e.what() << ": check --token, DLTRAIN_TOKEN or the client config (from "
               << target.source << ")\n";
