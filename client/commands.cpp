@@ -163,7 +163,7 @@ int trace(control::BlockingControlClient& c, const CommandOptions& opt, const Tr
   } else {
     const auto st = c.request("status", {{"job", opt.job_id}}, opt.timeout);
     for (const auto& t : st.value("tasks", json::array())) {
-      const std::string name = t.value("name", "");
+      const std::string name = t.value("task", "");
       if (name.rfind("worker-", 0) == 0) names.push_back(name);
     }
   }
