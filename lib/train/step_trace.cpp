@@ -102,10 +102,13 @@ TaskTrace parse_step_trace(const std::string& text, const std::string& source) {
 }
 
 json chrome_trace(const std::vector<TaskTrace>& tasks, std::size_t last_n) {
+  // The index of a task's first step shown.
+  const auto first_shown = [last_n](const TaskTrace& task) {
+    return task.steps.size() > last_n ? task.steps.size() - last_n : std::size_t{0};
+  };
   std::int64_t origin = std::numeric_limits<std::int64_t>::max();
   for (const auto& task : tasks) {
-    const std::size_t from = task.steps.size() > last_n ? task.steps.size() - last_n : 0;
-    for (std::size_t i = from; i < task.steps.size(); ++i) origin = std::min(origin, task.steps[i].t[0]);
+    for (std::size_t i = first_shown(task); i < task.steps.size(); ++i) origin = std::min(origin, task.steps[i].t[0]);
   }
   if (origin == std::numeric_limits<std::int64_t>::max()) origin = 0;
   json events = json::array();
@@ -115,8 +118,7 @@ json chrome_trace(const std::vector<TaskTrace>& tasks, std::size_t last_n) {
     events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 1}, {"args", {{"name", task.task}}}});
     events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", 1}, {"args", {{"sort_index", pid}}}});
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 1}, {"args", {{"name", "step loop"}}}});
-    const std::size_t from = task.steps.size() > last_n ? task.steps.size() - last_n : 0;
-    for (std::size_t i = from; i < task.steps.size(); ++i) {
+    for (std::size_t i = first_shown(task); i < task.steps.size(); ++i) {
       const auto& s = task.steps[i];
       const json args{{"step", s.step}};
       events.push_back({{"name", "step"}, {"cat", "step"}, {"ph", "X"}, {"pid", pid}, {"tid", 1},
