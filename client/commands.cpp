@@ -8,6 +8,7 @@
 
 #include "common/errors.h"
 #include "output.h"
+#include "train/step_trace.h"
 #include "wire/control_bodies.h"
 #include "wire/task_events.h"
 
@@ -153,6 +154,46 @@ int logs(control::BlockingControlClient& c, const CommandOptions& opt, const Log
     body["max_bytes"] = wire::LogRequestBody::kMaxBytes;
     if (drained) std::this_thread::sleep_for(lo.poll);
   }
+}
+
+int trace(control::BlockingControlClient& c, const CommandOptions& opt, const TraceOptions& to) {
+  std::vector<std::string> names;
+  if (!to.task.empty()) {
+    names.push_back(to.task);
+  } else {
+    const auto st = c.request("status", {{"job", opt.job_id}}, opt.timeout);
+    for (const auto& t : st.value("tasks", json::array())) {
+      const std::string name = t.value("task", "");
+      if (name.rfind("worker-", 0) == 0) names.push_back(name);
+    }
+  }
+  std::vector<train::TaskTrace> traces;
+  for (const auto& name : names) {
+    // The whole file in one reply: the worker bounds it well below kMaxBytes (4096 steps
+    // at most, ~130 bytes each), and it is replaced atomically, never appended to.
+    json body{{"job", opt.job_id}, {"task", name}, {"file", wire::LogRequestBody::kTraceFile}, {"offset", 0},
+              {"max_bytes", wire::LogRequestBody::kMaxBytes}};
+    const auto chunk = wire::LogChunkBody::from_json(c.request("logs", body, opt.timeout));
+    if (!chunk.exists || chunk.text.empty()) {
+      std::cerr << "dltrain: " << name << " of " << opt.job_id << " has no step timeline on agent " << chunk.agent
+                << (chunk.running ? " yet (its worker writes one every 5 s once it trains)" : "") << std::endl;
+      continue;
+    }
+    if (chunk.next_offset < chunk.size) {
+      throw ProtocolError("the step timeline of " + name + " is " + std::to_string(chunk.size) +
+                          " bytes, more than one reply holds");
+    }
+    auto t = train::parse_step_trace(chunk.text, "the step timeline of " + name + " on agent " + chunk.agent);
+    t.task = name;
+    traces.push_back(std::move(t));
+  }
+  if (traces.empty()) {
+    std::cerr << "dltrain: no step timeline for " << (to.task.empty() ? "any worker" : to.task) << " of "
+              << opt.job_id << std::endl;
+    return kExitBadInput;
+  }
+  std::cout << train::chrome_trace(traces, to.steps).dump() << std::endl;
+  return kExitOk;
 }
 
 }  // namespace dltrain::client

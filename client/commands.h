@@ -44,6 +44,22 @@ struct LogsOptions {
 /// or did not answer: code unavailable) and what BlockingControlClient::request throws.
 int logs(control::BlockingControlClient& c, const CommandOptions& opt, const LogsOptions& lo, bool as_json);
 
+/// `dltrain trace` options.
+struct TraceOptions {
+  std::string task;          ///< --task: one worker ("worker-1"); "" = every worker of the job
+  std::size_t steps = 100;   ///< --steps: the last N steps of each worker, [1, 4096]
+};
+
+/// `dltrain trace`: the step timeline of the last `to.steps` steps of `opt.job_id`'s
+/// workers (or of worker `to.task`), each read from the file its worker keeps on its
+/// agent, printed to stdout as one Chrome trace-event JSON document
+/// (train/step_trace.h, chrome_trace). A worker that has no timeline yet is skipped
+/// with a note on stderr. Returns kExitOk, or kExitBadInput when no asked worker has a
+/// timeline (nothing is printed). Throws RemoteError (no such job or task, its agent
+/// is not connected or did not answer), ProtocolError (a timeline file that does not
+/// parse) and what BlockingControlClient::request throws.
+int trace(control::BlockingControlClient& c, const CommandOptions& opt, const TraceOptions& to);
+
 /// The body of a "submit" or "plan" request for `job_file` (TOML): its text, the
 /// absolute directory it is in (the leader resolves the job's relative paths against
 /// it) and `follow`. Read before connecting, so that a bad path is reported as such.

@@ -105,6 +105,14 @@ int main(int argc, char** argv) {
   from_idx_cmd->add_option("--quality", export_opt.jpeg_quality, "JPEG quality")->capture_default_str()->check(CLI::Range(1, 100));
   from_idx_cmd->add_option("--train", export_opt.train, "the first N training images (0 = all)")->check(CLI::NonNegativeNumber);
   from_idx_cmd->add_option("--test", export_opt.test, "the first N test images (0 = all)")->check(CLI::NonNegativeNumber);
+  client::TraceOptions trace_opt;
+  auto* trace_cmd = app.add_subcommand(
+      "trace", "write the last steps' phases of a job's workers as Chrome trace-event JSON (chrome://tracing, Perfetto)");
+  trace_cmd->add_option("JOB", job_id, "job id")->required();
+  trace_cmd->add_option("--task", trace_opt.task, "one worker, e.g. worker-1 (default: every worker)");
+  trace_cmd->add_option("--steps", trace_opt.steps, "the last N steps of each worker")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -159,6 +167,7 @@ int main(int argc, char** argv) {
     if (cancel->parsed()) return client::cancel(c, opt, as_json);
     if (agents->parsed()) return client::agents(c, opt, as_json);
     if (logs_cmd->parsed()) return client::logs(c, opt, logs_opt, as_json);
+    if (trace_cmd->parsed()) return client::trace(c, opt, trace_opt);
   } catch (const dltrain::control::AuthError& e) {
     std::cerr << "dltrain: " << e.what() << ": check --token, DLTRAIN_TOKEN or the client config (from "
               << target.source << ")\n";

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   if (args.progress_interval_s > 0) cfg.progress_interval_s = args.progress_interval_s;
   cfg.replica_path = args.replica_file;
   cfg.init_replica_path = args.init_replica;
+  cfg.trace_path = args.trace_file;
   try {
     dltrain::init_logging("worker-" + std::to_string(cfg.rank), args.log_level);
     cfg.secret = dltrain::read_job_secret_file(args.secret_file, "--secret-file");

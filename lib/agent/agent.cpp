@@ -449,11 +449,17 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     }
   }
 
-  // A window of a task's log: the running task's own, or the one its directory kept.
+  // A window of a task's log (or, file "trace", of its step timeline): the running
+  // task's own, or the one its directory kept.
   wire::LogChunkBody read_log(const wire::LogRequestBody& b) const {
     const auto it = tasks.find(b.job + "/" + b.task);
-    const std::string path =
-        it != tasks.end() ? it->second.launch.process.log_path : task_log_path(opt, b.job, b.task, b.generation);
+    const bool running = it != tasks.end();
+    std::string path;
+    if (b.file == wire::LogRequestBody::kTraceFile) {
+      path = step_trace_path(opt, b.job, b.task, running ? it->second.launch.generation : b.generation);
+    } else {
+      path = running ? it->second.launch.process.log_path : task_log_path(opt, b.job, b.task, b.generation);
+    }
     const auto w = read_log_window(path, b.offset, static_cast<std::size_t>(b.tail),
                                    static_cast<std::size_t>(b.max_bytes));
     wire::LogChunkBody c;

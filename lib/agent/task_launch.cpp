@@ -28,6 +28,11 @@ std::string task_log_path(const AgentOptions& opt, const std::string& job, const
   return (task_dir(opt, job, name, generation) / "task.log").string();
 }
 
+std::string step_trace_path(const AgentOptions& opt, const std::string& job, const std::string& name,
+                            std::uint32_t generation) {
+  return (task_dir(opt, job, name, generation) / kStepTraceFile).string();
+}
+
 namespace {
 
 // A re-assigned job (generation > 1): the directory this task had in an earlier
@@ -86,6 +91,7 @@ wire::WorkerTaskArgs worker_args(const AgentOptions& opt, const wire::StartTaskB
   for (const auto& e : b.ps) a.ps += (a.ps.empty() ? "" : ",") + e;
   a.threads = b.threads;
   a.replica_file = (dir / "replica.ckpt").string();
+  a.trace_file = (dir / kStepTraceFile).string();
   a.progress_interval_s = static_cast<double>(opt.progress_interval.count()) / 1000.0;
   a.log_level = opt.log_level;
   if (const auto old_dir = earlier_dir(opt, b, b.init_replica_generation)) {

@@ -44,4 +44,12 @@ TaskLaunch prepare_task(const AgentOptions& opt, const wire::StartTaskBody& star
 std::string task_log_path(const AgentOptions& opt, const std::string& job, const std::string& name,
                           std::uint32_t generation);
 
+/// The step timeline a worker keeps in its task directory (train/step_trace.h).
+inline constexpr const char* kStepTraceFile = "step_trace.json";
+
+/// Where worker `name` of `generation` of `job` keeps its step timeline:
+/// <state_dir>/tasks/<job>/<name>-g<generation>/step_trace.json (read by `dltrain trace`).
+std::string step_trace_path(const AgentOptions& opt, const std::string& job, const std::string& name,
+                            std::uint32_t generation);
+
 }  // namespace dltrain::agent

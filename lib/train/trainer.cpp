@@ -4,6 +4,7 @@
 #include <numbers>
 #include <thread>
 
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include "common/errors.h"
@@ -12,6 +13,7 @@
 #include "train/data_feed.h"
 #include "train/idx.h"
 #include "train/models.h"
+#include "train/step_trace.h"
 #include "train/exchange.h"
 #include "train/tensors.h"
 #include "wire/task_events.h"
@@ -150,17 +152,24 @@ double unix_now() {
 /// since this worker's last pull.
 class WorkerLoop {
  public:
-  WorkerLoop(const WorkerConfig& cfg, const ProgressSink& sink) : cfg_(cfg), spec_(cfg.spec), sink_(sink) {}
+  WorkerLoop(const WorkerConfig& cfg, const ProgressSink& sink)
+      : cfg_(cfg), spec_(cfg.spec), sink_(sink), trace_(std::clamp<std::size_t>(cfg.trace_steps, 1, 4096)) {}
 
   double run() {
     load();
     connect();
     started();
     try {
-      for (int epoch = first_epoch_; epoch < spec_.epochs && !stop_; ++epoch) run_epoch(epoch);
-    } catch (const ps::StopRequested&) {
-      stopped();
+      try {
+        for (int epoch = first_epoch_; epoch < spec_.epochs && !stop_; ++epoch) run_epoch(epoch);
+      } catch (const ps::StopRequested&) {
+        stopped();
+      }
+    } catch (...) {
+      write_trace();  // the timeline of a worker that failed says what its last steps did
+      throw;
     }
+    write_trace();
     done();
     return final_accuracy_;
   }
@@ -286,6 +295,7 @@ class WorkerLoop {
       const auto t_data = Clock::now();
       const bool more = feed_->next(xb, yb);
       counters_.data_seconds += seconds_since(t_data);  // the batch's gather, or the wait for the loader
+      mark(StepPhase::kData, t_data);
       if (!more) break;
       report_skipped_images();
       if (xb.size(0) == 0) continue;  // every image of the batch was unreadable
@@ -306,6 +316,7 @@ class WorkerLoop {
   // of x − x_seen[i]); take the pulled parameters.
   void step(int epoch, std::int64_t step, const torch::Tensor& xb, const torch::Tensor& yb) {
     const std::int64_t images = xb.size(0);
+    step_.step = global_step_ + 1;
     const double loss = compute_gradient(xb, yb);
     if (!finite_step(loss, epoch, step)) return;
     const auto wd = static_cast<float>(spec_.optimizer.weight_decay);
@@ -318,7 +329,9 @@ class WorkerLoop {
         spec_.compression.method == compress::Method::kNone ? 1.0 : compress::density_at(spec_.compression, pos);
     exchange(lr, density, compress::density_at(downlink_spec_, pos), pos);
     last_density_ = density;
+    mark(StepPhase::kApply, Clock::now());
     flat_->write_params(params_);
+    end_step_trace();
     ++global_step_;
     if (global_step_ == kProfileWarmupSteps) t_profile_ = Clock::now();
     if (global_step_ > kProfileWarmupSteps) profile_images_ += images;
@@ -338,10 +351,15 @@ class WorkerLoop {
     const auto t1 = Clock::now();
     model_.module->zero_grad();
     auto loss = torch::nn::functional::cross_entropy(model_.forward(xb), yb);
+    const auto t2 = Clock::now();
     loss.backward();
     flat_->read_grads(grads_);
     const double value = loss.item<double>();
-    counters_.compute_seconds += seconds_since(t1);
+    const auto t3 = Clock::now();
+    counters_.compute_seconds += std::chrono::duration<double>(t3 - t1).count();
+    mark(StepPhase::kForward, t1);
+    mark(StepPhase::kBackward, t2);
+    mark(StepPhase::kCompress, t3);
     return value;
   }
 
@@ -378,12 +396,14 @@ class WorkerLoop {
     try {
       if (plain_) {
         const auto t0 = Clock::now();
+        mark(StepPhase::kPushPull, t0);
         client_->push_pull(grads_, lr, params_);
         counters_.exchange_seconds += seconds_since(t0);
       } else {
         const auto t0 = Clock::now();
         const auto pushes = encoder_->encode(grads_, spec_.workers, density, static_cast<std::uint64_t>(global_step_));
         const auto t1 = Clock::now();
+        mark(StepPhase::kPushPull, t1);
         client_->push_pull(pushes, lr, downlink, params_);
         counters_.compress_seconds += std::chrono::duration<double>(t1 - t0).count();
         counters_.exchange_seconds += seconds_since(t1);
@@ -550,6 +570,33 @@ class WorkerLoop {
     sink_(ev.to_json());
   }
 
+  // The step timeline (train/step_trace.h): phase i of the step in progress begins at
+  // step_.t[i]; a finished step goes into the ring, which is written to cfg_.trace_path
+  // every cfg_.trace_interval_s.
+  void mark(StepPhase p, Clock::time_point t) { step_.t[static_cast<std::size_t>(p)] = unix_us(t); }
+  std::int64_t unix_us(Clock::time_point t) const {
+    return unix_origin_us_ + std::chrono::duration_cast<std::chrono::microseconds>(t - steady_origin_).count();
+  }
+  void end_step_trace() {
+    const auto now = Clock::now();
+    step_.t[kStepPhases] = unix_us(now);
+    trace_.push(step_);
+    if (!cfg_.trace_path.empty() && std::chrono::duration<double>(now - last_trace_write_).count() >= cfg_.trace_interval_s) {
+      write_trace();
+      last_trace_write_ = now;
+    }
+  }
+  // A timeline that cannot be written costs the timeline, not the training: one warning.
+  void write_trace() noexcept {
+    if (cfg_.trace_path.empty() || trace_.size() == 0) return;
+    try {
+      write_step_trace(cfg_.trace_path, step_trace_json("worker-" + std::to_string(cfg_.rank), trace_.last(trace_.size())));
+    } catch (const std::exception& e) {
+      if (!trace_warned_) spdlog::warn("the step timeline is not kept: {}", e.what());
+      trace_warned_ = true;
+    }
+  }
+
   wire::events::StepCounters counters() const {
     auto c = counters_;
     c.resyncs = resyncer_ ? resyncer_->resyncs() : 0;
@@ -586,6 +633,16 @@ class WorkerLoop {
   std::int64_t profile_images_ = 0;
   wire::events::StepCounters counters_;  // cumulative, this process (resyncs from resyncer_)
   bool stop_ = false;
+  // The step timeline: steady-clock reads placed on the Unix time line (so that the
+  // timelines of several workers line up) through one pair of reads taken together.
+  const Clock::time_point steady_origin_ = Clock::now();
+  const std::int64_t unix_origin_us_ = std::chrono::duration_cast<std::chrono::microseconds>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count();
+  StepTraceRing trace_;
+  StepRecord step_;
+  Clock::time_point last_trace_write_ = Clock::now();
+  bool trace_warned_ = false;
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -41,6 +42,11 @@ struct WorkerConfig {
   /// the PS shards as the initial parameters instead of the seeded ones (a shard that
   /// restored its own checkpoint keeps its values). "" = the seeded initialisation.
   std::string init_replica_path;
+  /// Where the worker keeps its step timeline (train/step_trace.h, write_step_trace),
+  /// rewritten every `trace_interval_s` and when it ends; "" = no timeline is kept.
+  std::string trace_path;
+  std::size_t trace_steps = 1000;  ///< steps the timeline keeps, [1, 4096] (~130 bytes each on disk)
+  double trace_interval_s = 5.0;   ///< seconds between two writes of the timeline
 };
 
 /// run_worker gave up because WorkerConfig::stop_requested became true. The "stopped"

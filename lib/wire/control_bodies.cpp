@@ -76,6 +76,9 @@ void LogRequestBody::check(const std::string& type) const {
     throw BodyError("max_bytes", type + " field \"max_bytes\": expected 1 to " + std::to_string(kMaxBytes) + ", got " +
                                      std::to_string(max_bytes));
   }
+  if (file != kLogFile && file != kTraceFile) {
+    throw BodyError("file", type + " field \"file\": expected log or trace, got " + quoted(file));
+  }
 }
 
 void StartTaskBody::check(const std::string& type) const {

@@ -136,13 +136,16 @@ struct LogRequestBody : json_fields::Fields<LogRequestBody> {
   std::optional<std::int64_t> offset;  ///< bytes into the log; absent: its last `tail` lines
   std::int64_t tail = 50;            ///< lines, [0, kMaxTail]
   std::int64_t max_bytes = 256 << 10;  ///< bytes read from `offset`, [1, kMaxBytes]
+  static constexpr const char* kLogFile = "log";      ///< the task's log (stderr and events)
+  static constexpr const char* kTraceFile = "trace";  ///< a worker's step timeline (`dltrain trace`)
+  std::string file = kLogFile;       ///< which of the task's files: kLogFile or kTraceFile
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("job", s.job), v("task", s.task), v("generation", s.generation), v("offset", s.offset), v("tail", s.tail),
-        v("max_bytes", s.max_bytes);
+        v("max_bytes", s.max_bytes), v("file", s.file);
   }
   /// BodyError for a job or task that is not a safe directory name, an offset < 0, a
-  /// tail or max_bytes out of range.
+  /// tail or max_bytes out of range, a file other than "log" and "trace".
   void check(const std::string& type) const;
 };
 

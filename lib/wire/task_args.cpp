@@ -76,6 +76,7 @@ std::vector<std::string> WorkerTaskArgs::to_argv(const std::string& program) con
                              "--log-level", log_level};
   if (!replica_file.empty()) a.insert(a.end(), {"--replica-file", replica_file});
   if (!init_replica.empty()) a.insert(a.end(), {"--init-replica", init_replica});
+  if (!trace_file.empty()) a.insert(a.end(), {"--trace-file", trace_file});
   if (resume_epoch > 0) a.insert(a.end(), {"--resume-epoch", std::to_string(resume_epoch)});
   if (ps_timeout_s > 0) a.insert(a.end(), {"--ps-timeout", num(ps_timeout_s)});
   if (progress_interval_s > 0) a.insert(a.end(), {"--progress-interval", num(progress_interval_s)});
@@ -99,6 +100,8 @@ void WorkerTaskArgs::add_to(CLI::App& app) {
                  "on SIGTERM, save the parameter replica here (for a re-assignment of the job)");
   app.add_option("--init-replica", init_replica,
                  "initialise the PS shards from this saved replica instead of the seeded parameters");
+  app.add_option("--trace-file", trace_file,
+                 "keep the last steps' phase timestamps here (read by `dltrain trace`; rewritten every 5 s)");
   app.add_option("--progress-interval", progress_interval_s, "seconds between progress events (default 5)")
       ->check(CLI::Range(0.1, 86400.0));
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");

@@ -53,6 +53,7 @@ struct WorkerTaskArgs {
   double progress_interval_s = 0;    ///< --progress-interval: seconds between progress events; 0 = 5
   std::string replica_file;          ///< --replica-file: where SIGTERM saves the replica
   std::string init_replica;          ///< --init-replica: initialise the PS shards from this replica
+  std::string trace_file;            ///< --trace-file: where the step timeline is kept ("" = none)
   std::string log_level = "info";    ///< --log-level
 
   /// `program` followed by the flags (defaults of optional ones left out).

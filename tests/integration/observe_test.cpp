@@ -3,14 +3,17 @@
 // a short job really did, and a real Prometheus server (Debian's `prometheus`) scraping
 // the cluster every second answers queries for a job's images/s and test accuracy. Task
 // logs: `dltrain logs` prints a task's real log, `--tail` its end, `--follow` streams it.
+// Step timelines: `dltrain trace` writes each worker's last steps as Chrome trace events.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -354,4 +357,95 @@ TEST_F(Observe, LogsPrintATasksRealLogAndFollowStreamsItUntilTheTaskEnds) {
   const auto bad_job = run(client_ + " logs job-999 2>&1", 30);
   EXPECT_EQ(bad_job.code, 2) << bad_job.out;
   EXPECT_NE(bad_job.out.find("no job \"job-999\""), std::string::npos) << bad_job.out;
+}
+
+// `dltrain trace` on a short dense MLP job of its own (2 workers × 1,000 images, batch
+// 50: 20 steps per epoch each, 2 epochs = 40 steps per worker; a few seconds).
+TEST_F(Observe, TraceWritesEachWorkersLastStepsAsChromeTraceEvents) {
+  const auto path = write_job("trace-mlp", R"(model = "mlp"
+workers = 2
+ps_shards = 1
+batch_size = 50
+epochs = 2
+train_samples = 2000
+test_samples = 500
+)");
+  const std::string job = dltrain::testing::submit_job(client_, path);
+  ASSERT_FALSE(job.empty());
+  const auto st = dltrain::testing::wait_state(client_, job, {"succeeded", "failed", "cancelled"}, 240);
+  ASSERT_EQ(st.value("state", ""), "succeeded") << st.dump();
+  constexpr int kStepsRun = 40;
+
+  // The phases of a worker's step, and per worker (pid) its steps' complete events.
+  const std::vector<std::string> phases{"data", "forward", "backward", "compress", "push_pull", "apply"};
+  struct Step {
+    std::int64_t ts = 0, dur = 0, phase_sum = 0;
+    int phases = 0;
+  };
+  auto parse = [&](const std::string& out) {
+    std::map<std::string, std::map<std::int64_t, Step>> by_task;  // task → step number → step
+    const json doc = json::parse(out);
+    std::map<int, std::string> names;
+    for (const auto& e : doc.at("traceEvents")) {
+      if (e.at("ph") == "M" && e.at("name") == "process_name") names[e.at("pid")] = e.at("args").at("name");
+    }
+    for (const auto& e : doc.at("traceEvents")) {
+      if (e.at("ph") != "X") continue;
+      auto& s = by_task[names.at(e.at("pid"))][e.at("args").at("step").get<std::int64_t>()];
+      if (e.at("name") == "step") {
+        s.ts = e.at("ts");
+        s.dur = e.at("dur");
+      } else {
+        EXPECT_NE(std::find(phases.begin(), phases.end(), e.at("name").get<std::string>()), phases.end()) << e;
+        EXPECT_GE(e.at("dur").get<std::int64_t>(), 0) << e;
+        s.phase_sum += e.at("dur").get<std::int64_t>();
+        ++s.phases;
+      }
+    }
+    return by_task;
+  };
+
+  // Every worker, the last 10 steps: steps 31..40 of each, each with its six phases,
+  // which add up to the step; a step ends before the next begins.
+  auto r = run(client_ + " trace " + job + " --steps 10 2>" + (root_ / "trace-stderr.log").string(), 30);
+  ASSERT_EQ(r.code, 0) << r.out << dltrain::testing::slurp(root_ / "trace-stderr.log");
+  auto tasks = parse(r.out);
+  ASSERT_EQ(tasks.size(), 2u) << r.out.substr(0, 2000);
+  for (const auto& [task, steps] : tasks) {
+    ASSERT_EQ(steps.size(), 10u) << task;
+    EXPECT_EQ(steps.begin()->first, kStepsRun - 9) << task;
+    EXPECT_EQ(steps.rbegin()->first, kStepsRun) << task;
+    for (auto it = steps.begin(); it != steps.end(); ++it) {
+      const Step& s = it->second;
+      EXPECT_EQ(s.phases, 6) << task << " step " << it->first;
+      EXPECT_EQ(s.phase_sum, s.dur) << task << " step " << it->first;
+      EXPECT_GT(s.dur, 0) << task << " step " << it->first;
+      const auto next = std::next(it);
+      if (next != steps.end()) {
+        EXPECT_LE(s.phase_sum, next->second.ts - s.ts) << task << " step " << it->first;
+      }
+    }
+  }
+
+  // More steps asked for than ran: all 40 of one worker.
+  r = run(client_ + " trace " + job + " --task worker-1 --steps 4096", 30);
+  ASSERT_EQ(r.code, 0) << r.out;
+  tasks = parse(r.out);
+  ASSERT_EQ(tasks.size(), 1u);
+  ASSERT_EQ(tasks.count("worker-1"), 1u);
+  EXPECT_EQ(tasks["worker-1"].size(), static_cast<std::size_t>(kStepsRun));
+  EXPECT_EQ(tasks["worker-1"].begin()->first, 1);
+
+  // A PS shard keeps no timeline; unknown tasks and jobs are named.
+  const auto ps = run(client_ + " trace " + job + " --task ps-0 2>&1", 30);
+  EXPECT_EQ(ps.code, 2) << ps.out;
+  EXPECT_NE(ps.out.find("ps-0 of " + job + " has no step timeline on agent local-"), std::string::npos) << ps.out;
+  const auto bad_task = run(client_ + " trace " + job + " --task worker-9 2>&1", 30);
+  EXPECT_EQ(bad_task.code, 2) << bad_task.out;
+  EXPECT_NE(bad_task.out.find("has no task \"worker-9\""), std::string::npos) << bad_task.out;
+  const auto bad_job = run(client_ + " trace job-999 2>&1", 30);
+  EXPECT_EQ(bad_job.code, 2) << bad_job.out;
+  EXPECT_NE(bad_job.out.find("no job \"job-999\""), std::string::npos) << bad_job.out;
+  const auto bad_steps = run(client_ + " trace " + job + " --steps 0 2>&1", 30);
+  EXPECT_EQ(bad_steps.code, 2) << bad_steps.out;
 }

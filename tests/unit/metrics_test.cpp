@@ -374,6 +374,18 @@ TEST(TaskLogs, ALogRequestOutOfRangeNamesTheField) {
   EXPECT_EQ(b.task, "ps-0");
   EXPECT_EQ(b.offset, 10);
   EXPECT_EQ(b.max_bytes, 256 << 10);
+  EXPECT_EQ(b.file, "log");
+  // Which of the task's files: its log or its step timeline, nothing else.
+  env.body = {{"job", "job-1"}, {"file", "trace"}};
+  EXPECT_EQ(dltrain::wire::parse_body<dltrain::wire::LogRequestBody>(env).file, "trace");
+  env.body = {{"job", "job-1"}, {"file", "job.secret"}};
+  try {
+    dltrain::wire::parse_body<dltrain::wire::LogRequestBody>(env);
+    FAIL() << "accepted file job.secret";
+  } catch (const dltrain::wire::BodyError& e) {
+    EXPECT_EQ(e.field(), "file");
+    EXPECT_EQ(std::string(e.what()), "logs field \"file\": expected log or trace, got \"job.secret\"");
+  }
 }
 
 }  // namespace
