@@ -73,6 +73,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       {events::EpochEnd::kKind, round_trip<events::EpochEnd>},
       {events::Done::kKind, round_trip<events::Done>},
       {events::SkippedStep::kKind, round_trip<events::SkippedStep>},
+      {events::DataInfo::kKind, round_trip<events::DataInfo>},
+      {events::SkippedImage::kKind, round_trip<events::SkippedImage>},
       {events::WorkerStopped::kKind, round_trip<events::WorkerStopped>},
       {events::Profile::kKind, round_trip<events::Profile>},
       {events::ReplicaLoaded::kKind, round_trip<events::ReplicaLoaded>},

@@ -286,6 +286,8 @@ void task_events() {
       {"stopped-worker", ws.to_json()},
       {"listening", l.to_json()},
       {"ps-stopped", events::PsStopped{{}, 0, 120, 1000, 2000, 1, 2, std::nullopt, 3}.to_json()},
+      {"data", events::DataInfo{{}, 0, "imagefolder", 10, 2500, 500, 32, 1, {0.286}, {0.353}, "sample", 512, 1, 2}.to_json()},
+      {"skipped-image", events::SkippedImage{{}, 1, "train/shirt/000123.png: not a PNG or JPEG file", 3}.to_json()},
       {"ps-stats", events::PsStats{{}, 0, 640, 1280, 0.25, 5242880, 2621440, 2, 1, 1, 3, 1764547200.5}.to_json()},
       {"restarting", events::Restarting{{}, "worker", 1, 3, "killed by signal 9", "", 2, std::nullopt}.to_json()},
       {"ps-resync", events::PsResync{{}, 1, 0, "connection reset", 0.4, 1}.to_json()},
