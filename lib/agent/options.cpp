@@ -13,7 +13,7 @@
 #include "common/job_spec.h"
 #include "common/secret.h"
 #include "common/toml_fields.h"
-#include "control/metrics_server.h"
+#include "common/host_port.h"
 
 namespace dltrain::agent {
 
@@ -176,7 +176,7 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
     throw ConfigError(o.tls_cert_file.empty() ? "tls_cert_file" : "tls_key_file",
                       "TLS needs both tls_cert_file and tls_key_file");
   }
-  if (!o.metrics_address.empty() && !control::is_loopback_address(o.metrics_address) && o.metrics_token.empty()) {
+  if (!o.metrics_address.empty() && !is_loopback_address(o.metrics_address) && o.metrics_token.empty()) {
     throw ConfigError("metrics_token", "required when metrics_address (\"" + o.metrics_address +
                                            "\") is not a loopback address (or metrics_token_file): anyone who "
                                            "reaches it could read the metrics");

@@ -1,6 +1,9 @@
 #include "common/host_port.h"
 
+#include <arpa/inet.h>
+
 #include <cctype>
+#include <cstring>
 
 #include "common/errors.h"
 
@@ -22,6 +25,13 @@ HostPort parse_host_port(std::string_view text, const std::string& field, const 
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   if (host.empty()) throw bad();
   return {host, static_cast<std::uint16_t>(p)};
+}
+
+bool is_loopback_address(const std::string& address) {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, address.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return ::inet_pton(AF_INET6, address.c_str(), &v6) == 1 && std::memcmp(&v6, &in6addr_loopback, sizeof v6) == 0;
 }
 
 }  // namespace dltrain

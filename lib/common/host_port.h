@@ -20,4 +20,9 @@ struct HostPort {
 /// ConfigError(field, "port out of range in \"text\""). Thread-safe.
 HostPort parse_host_port(std::string_view text, const std::string& field, const std::string& form = "HOST:PORT");
 
+/// True when `address` is an IP literal of the loopback network: IPv4 127.0.0.0/8 or IPv6
+/// ::1 (a name such as "localhost" is not, nor is an IPv4-mapped IPv6 address). POSIX
+/// inet_pton, no resolver. Thread-safe.
+bool is_loopback_address(const std::string& address);
+
 }  // namespace dltrain

@@ -60,12 +60,6 @@ std::string MetricsBuilder::serialize() const {
   return out.str();
 }
 
-bool is_loopback_address(const std::string& address) {
-  boost::system::error_code ec;
-  const auto a = asio::ip::make_address(address, ec);
-  return !ec && a.is_loopback();
-}
-
 // ------------------------------------------------------------------ MetricsServer
 
 struct MetricsServer::Impl : std::enable_shared_from_this<MetricsServer::Impl> {

@@ -85,7 +85,4 @@ class MetricsServer {
   std::shared_ptr<Impl> impl_;
 };
 
-/// True when `address` is an IP literal of the loopback network (127.0.0.0/8, ::1).
-bool is_loopback_address(const std::string& address);
-
 }  // namespace dltrain::control
