@@ -1,9 +1,11 @@
 // The PS data plane over real loopback TCP: pushes and pulls of every codec against one
 // or two shards with dense and sparse downlinks, as hand-computed, and malformed frames.
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -136,6 +138,18 @@ TEST_P(DataPlaneTwoWorkers, PushAndPullMatchHandComputedValues) {
   std::vector<float> x0(8);
   std::iota(x0.begin(), x0.end(), 1.0f);  // 1..8
   w0.init(x0);
+  // Init has no reply, and w0 and w1 reach the shards on different connections: wait
+  // until the shards hold both partitions, so that w0's init is the first one they take.
+  const auto held = [&] {
+    std::size_t n = 0;
+    for (const auto& st : shards.states) n += st->num_partitions();
+    return n;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (held() < layout.partitions.size() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(held(), layout.partitions.size()) << "w0's init did not reach the shards in 10 s";
   std::vector<float> other(8, 100.0f);
   w1.init(other);  // ignored: the shards keep the first values
   std::vector<float> params(8);
