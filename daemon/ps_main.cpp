@@ -54,6 +54,10 @@ int main(int argc, char** argv) {
     opt.threads = args.threads;
     opt.bind_address = args.bind;
     opt.port = args.port;
+    opt.sync.mode = dltrain::ps::parse_sync_mode(args.sync);
+    opt.sync.staleness = static_cast<std::uint32_t>(args.staleness);
+    opt.sync.backup_workers = static_cast<std::uint32_t>(args.backup_workers);
+    opt.sync.barrier_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(args.barrier_timeout_s * 1000));
     opt.secret = dltrain::read_job_secret_file(args.secret_file, "--secret-file");
     auto state = std::make_shared<dltrain::ps::ShardState>(args.momentum);
     // The checkpoint is loaded before the shard listens, so no worker's init can come
@@ -103,7 +107,8 @@ int main(int argc, char** argv) {
     listening.shard = shard;
     listening.checkpoint = restored;
     events::write_line(std::cout, listening.to_json());
-    spdlog::info("PS shard {} of job {} listening on {}:{}", shard, opt.job, opt.bind_address, server.port());
+    spdlog::info("PS shard {} of job {} listening on {}:{} (sync {})", shard, opt.job, opt.bind_address, server.port(),
+                 args.sync);
     boost::asio::io_context io;
     boost::asio::signal_set signals(io, SIGTERM, SIGINT);
     boost::asio::steady_timer timer(io);
@@ -137,6 +142,14 @@ int main(int argc, char** argv) {
       st.connections = server.connections();
       st.refused_handshakes = server.refused_handshakes();
       st.rejected_connections = server.rejected_connections();
+      const auto sy = server.sync_stats();
+      st.sync = args.sync;
+      st.sync_steps = sy.steps;
+      st.late_pushes = sy.late_pushes;
+      st.sync_waits = sy.waits;
+      st.sync_wait_seconds = sy.wait_seconds;
+      st.workers_dropped = sy.dropped;
+      st.max_lead = sy.max_lead;
       if (checkpointer) {
         st.checkpoints = checkpointer->saves();
         if (checkpointer->saves() > 0) st.last_checkpoint_unix = checkpointer->last_save_unix();
@@ -159,6 +172,13 @@ int main(int argc, char** argv) {
     });
     io.run();
     server.stop();
+    if (opt.sync.mode != dltrain::ps::SyncMode::kAsync) {
+      const auto sy = server.sync_stats();
+      spdlog::info("sync {}: {} steps applied, {} late pushes dropped, {} pulls waited ({:.3f} s in all), {} workers "
+                   "dropped by the barrier timeout, {} connections closed mid-step, {} rejoins, max lead {} steps",
+                   args.sync, sy.steps, sy.late_pushes, sy.waits, sy.wait_seconds, sy.dropped, sy.departures,
+                   sy.rejoins, sy.max_lead);
+    }
     events::PsStopped stopped;
     stopped.shard = shard;
     stopped.pushes = state->pushes();

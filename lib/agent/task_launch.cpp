@@ -57,7 +57,12 @@ wire::PsTaskArgs ps_args(const AgentOptions& opt, const wire::StartTaskBody& b, 
   a.generation = b.generation;
   a.secret_file = secret;
   a.shard = b.index;
-  a.momentum = ps_momentum(job_from_json(b.spec));
+  const JobSpec spec = job_from_json(b.spec);
+  a.momentum = ps_momentum(spec);
+  a.sync = spec.sync;
+  a.staleness = spec.staleness;
+  a.backup_workers = spec.backup_workers;
+  a.barrier_timeout_s = effective_barrier_timeout(spec);
   a.threads = b.threads;
   a.bind = opt.task_bind_address;
   a.checkpoint = (dir / "shard.ckpt").string();

@@ -109,10 +109,47 @@ void apply_data_defaults(JobSpec& s) {
 
 bool is_idx_dataset(const std::string& dataset) { return dataset == "fashion-mnist" || dataset == "mnist"; }
 
+namespace {
+
+// The fields of the consistency models, which depend on sync and on each other.
+void check_sync_fields(const JobSpec& s, bool staleness_given) {
+  const auto only_for = [&](const char* field, const char* mode) {
+    return ConfigError(field, std::string("applies only to sync = \"") + mode + "\" (this job has sync = \"" + s.sync +
+                                  "\")");
+  };
+  if (staleness_given && s.sync != "ssp") throw only_for("staleness", "ssp");
+  if (s.backup_workers > 0) {
+    if (s.sync != "sync") throw only_for("backup_workers", "sync");
+    if (s.workers_auto) throw ConfigError("backup_workers", "needs a fixed number of workers, not workers = \"auto\"");
+    if (s.backup_workers >= s.workers) {
+      throw ConfigError("backup_workers", "must be less than workers (" + std::to_string(s.workers) + "), got " +
+                                              std::to_string(s.backup_workers));
+    }
+  }
+  if (s.barrier_timeout_seconds > 0) {
+    if (s.sync == "async") {
+      throw ConfigError("ps.barrier_timeout", "applies only to sync = \"ssp\" or \"sync\" (this job has sync = \"async\")");
+    }
+    if (s.barrier_timeout_seconds >= s.ps_timeout_seconds) {
+      std::ostringstream os;
+      os << "must be less than ps.timeout (" << s.ps_timeout_seconds << " s), or the workers give up first; got "
+         << s.barrier_timeout_seconds << " s";
+      throw ConfigError("ps.barrier_timeout", os.str());
+    }
+  }
+}
+
+}  // namespace
+
+double effective_barrier_timeout(const JobSpec& spec) {
+  return spec.barrier_timeout_seconds > 0 ? spec.barrier_timeout_seconds : spec.ps_timeout_seconds / 2;
+}
+
 JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, bool check_files) {
   const toml::table root = toml_fields::parse(text);
   if (root.empty()) throw ConfigError("", "the job file is empty: it needs at least a model and its data");
   JobSpec s;
+  bool staleness_given = false;
   for (auto&& [key, node] : root) {
     const std::string k(key.str());
     if (k == "name") {
@@ -195,9 +232,11 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
       s.threads_per_task = static_cast<int>(get_int(node, k, 1, 256));
     } else if (k == "sync") {
       s.sync = get_choice(node, k, {"async", "ssp", "sync"});
-      if (s.sync != "async") {
-        throw ConfigError(k, "\"" + s.sync + "\" is not implemented yet; use \"async\"");
-      }
+    } else if (k == "staleness") {
+      s.staleness = static_cast<int>(get_int(node, k, 0, 1000));
+      staleness_given = true;
+    } else if (k == "backup_workers") {
+      s.backup_workers = static_cast<int>(get_int(node, k, 0, 1023));
     } else if (k == "seed") {
       s.seed = get_int(node, k, 0, std::int64_t{1} << 62);
     } else if (k == "train_samples") {
@@ -240,19 +279,25 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
           if (s.ps_timeout_seconds < 1 || s.ps_timeout_seconds > 86400) {
             throw ConfigError(f, "expected a duration in [1s, 24h], got \"" + *pn.value<std::string>() + "\"");
           }
+        } else if (pk.str() == "barrier_timeout") {
+          s.barrier_timeout_seconds = toml_fields::get_duration(pn, f, "30s");
+          if (s.barrier_timeout_seconds < 0.1 || s.barrier_timeout_seconds > 86400) {
+            throw ConfigError(f, "expected a duration in [100ms, 24h], got \"" + *pn.value<std::string>() + "\"");
+          }
         } else {
-          throw ConfigError(f, "unknown key (expected partition_size, timeout)");
+          throw ConfigError(f, "unknown key (expected partition_size, timeout, barrier_timeout)");
         }
       }
     } else {
       throw ConfigError(k, "unknown key (expected name, model, dataset, data_dir, image_size, channels, mean, std, "
                            "loader_threads, loader_queue, [augment], epochs, "
-                           "workers, ps_shards, batch_size, threads_per_task, sync, seed, "
+                           "workers, ps_shards, batch_size, threads_per_task, sync, staleness, backup_workers, seed, "
                            "train_samples, test_samples, target_accuracy, deadline, queue_timeout, [optimizer], [compression], "
                            "[planner], "
                            "[ps])");
     }
   }
+  check_sync_fields(s, staleness_given);
   if (s.optimizer.warmup_epochs >= s.epochs) {
     std::ostringstream os;
     os << "must be less than epochs (" << s.epochs << "), got " << s.optimizer.warmup_epochs;
@@ -370,7 +415,8 @@ void job_fields(S& s, V&& v) {
       v("workers", s.workers), v("ps_shards", s.ps_shards), v("batch_size", s.batch_size),
       v("threads_per_task", s.threads_per_task), v("sync", s.sync), v("seed", s.seed),
       v("train_samples", s.train_samples), v("test_samples", s.test_samples), v("partition_size", s.partition_size),
-      v("ps_timeout_seconds", s.ps_timeout_seconds, opt);
+      v("ps_timeout_seconds", s.ps_timeout_seconds, opt), v("staleness", s.staleness, opt),
+      v("backup_workers", s.backup_workers, opt), v("barrier_timeout_seconds", s.barrier_timeout_seconds, opt);
   v.nested("optimizer", s.optimizer, [](auto& o, auto&& w) { optimizer_fields(o, w); });
   v.nested("compression", s.compression, [](auto& c, auto&& w) { compression_fields(c, w); }, opt);
   v("workers_auto", s.workers_auto, opt), v("batch_auto", s.batch_auto, opt),

@@ -59,7 +59,13 @@ struct JobSpec {
   int ps_shards = 1;               ///< PS shard tasks, [1, 256]
   int batch_size = 64;             ///< images per worker step, [1, 65536]
   int threads_per_task = 1;        ///< cores given to each task, [1, 256]
-  std::string sync = "async";      ///< async (ASGD); ssp and sync are not implemented yet
+  /// Consistency model (ps/sync.h, docs/training.md "Consistency models"): async (ASGD),
+  /// ssp (bounded staleness, Ho et al. 2013) or sync (BSP through the PS).
+  std::string sync = "async";
+  /// sync = "ssp": the most steps a worker may be ahead of the slowest, [0, 1000].
+  int staleness = 2;
+  /// sync = "sync": pushes a step may go without (Chen et al. 2016), [0, workers).
+  int backup_workers = 0;
   std::int64_t seed = 1;           ///< seeds model initialisation and data shuffling
   std::int64_t train_samples = 0;  ///< use the first N training images; 0 = all
   std::int64_t test_samples = 0;   ///< evaluate on the first N test images; 0 = all
@@ -67,6 +73,10 @@ struct JobSpec {
   /// [ps] timeout: seconds the PS shards may stay silent within one worker call before
   /// the worker gives up (ps::PsClientOptions::timeout), [1, 86400]
   double ps_timeout_seconds = 60;
+  /// [ps] barrier_timeout: seconds a pull waits in ssp/sync before the shard drops the
+  /// workers it waits for (ps::SyncOptions::barrier_timeout), below ps.timeout; 0 = half
+  /// of ps.timeout.
+  double barrier_timeout_seconds = 0;
   OptimizerSpec optimizer;
   compress::CompressionSpec compression;  ///< [compression]; method none = dense ASGD
 
@@ -100,6 +110,10 @@ void apply_data_defaults(JobSpec& spec);
 /// Momentum the PS shards apply: 0 with dgc (its momentum lives at the workers, DGC
 /// §3.2), optimizer.momentum otherwise.
 double ps_momentum(const JobSpec& spec);
+
+/// The barrier timeout of a job's PS shards in ssp/sync, s: [ps] barrier_timeout, or half
+/// of ps.timeout when it is not given.
+double effective_barrier_timeout(const JobSpec& spec);
 
 /// Parses and validates a job file's text. Relative `data_dir` values are resolved
 /// against `base_dir` (the job file's directory). When `check_files` is true the data

@@ -1,5 +1,6 @@
 #include "ps/server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -22,7 +23,11 @@ struct detail::ShardServer {
   std::shared_ptr<ShardState> state;
   // Before io: the sessions that io destroys count themselves out of it.
   std::atomic<std::int64_t> connections{0};  // sessions alive
+  // Before io, for the same reason; stop() destroys its waiting pulls (and the sessions
+  // they hold) while it is alive.
+  std::unique_ptr<StepBarrier> barrier;
   asio::io_context io;
+  asio::steady_timer expiry{io};  // ssp/sync: drops the workers a pull waited too long for
   tcp::acceptor acceptor{io};
   std::vector<std::thread> threads;
   std::atomic<std::uint64_t> bytes_in{0}, bytes_out{0}, rejected{0}, refused_handshakes{0}, pulls{0};
@@ -31,6 +36,7 @@ struct detail::ShardServer {
   bool started = false;
 
   void accept();
+  void arm_expiry();
 };
 
 namespace {
@@ -46,7 +52,10 @@ class Session : public std::enable_shared_from_this<Session> {
     sock_.set_option(tcp::no_delay(true), ec);
     ++srv_.connections;
   }
-  ~Session() { --srv_.connections; }
+  ~Session() {
+    if (hello_) srv_.barrier->leave(rank_, token_);
+    --srv_.connections;
+  }
 
   void start() { send_challenge(); }
 
@@ -208,6 +217,8 @@ class Session : public std::enable_shared_from_this<Session> {
       switch (h_.type) {
         case MessageType::kHello: {
           const auto hello = decode_hello(h_, payload());
+          if (hello_) throw ProtocolError("a second hello on one connection");
+          token_ = srv_.barrier->join(hello.rank, hello.workers);
           rank_ = hello.rank;
           hello_ = true;
           spdlog::info("ps: worker {} of {} connected from {}", hello.rank, hello.workers, peer_);
@@ -231,45 +242,26 @@ class Session : public std::enable_shared_from_this<Session> {
               std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
           return read_header();
         }
-        case MessageType::kPull: {
-          expect_hello();
-          expect_codec(wire::Codec::kNone);
-          const auto len = st.length(h_.key);
-          if (len < 0) {
-            throw ProtocolError("pull of partition " + std::to_string(h_.key) +
-                                ", which this shard does not hold");
-          }
-          out_.resize(static_cast<std::size_t>(len));
-          // count = 1: the worker uses sparse pulls; remember what it now holds.
-          const auto pushes = st.pull(h_.key, out_, h_.count == 1 ? static_cast<int>(rank_) : -1);
-          ++srv_.pulls;
-          wire::FrameHeader r = reply_header(MessageType::kPullReply);
-          r.seq = pushes;  // a pull reply's seq: the pushes its values reflect
-          r.codec = wire::Codec::kDenseF32;
-          r.count = static_cast<std::uint32_t>(len);
-          r.payload_bytes = r.count * 4;
-          return write(r, true);
-        }
+        case MessageType::kPull:
         case MessageType::kPullSparse: {
           expect_hello();
           expect_codec(wire::Codec::kNone);
-          const auto pushes = st.pull_diff(h_.key, static_cast<int>(rank_), h_.count, idx_, vals_);
-          ++srv_.pulls;
-          const std::size_t k = idx_.size();
-          out_.resize(2 * k);
-          std::memcpy(out_.data(), idx_.data(), 4 * k);
-          std::memcpy(out_.data() + k, vals_.data(), 4 * k);
-          wire::FrameHeader r = reply_header(MessageType::kPullReply);
-          r.seq = pushes;
-          r.codec = wire::Codec::kSparseF32;
-          r.count = static_cast<std::uint32_t>(k);
-          r.payload_bytes = r.count * 8;
-          return write(r, true);
+          if (st.length(h_.key) < 0) {
+            throw ProtocolError("pull of partition " + std::to_string(h_.key) + ", which this shard does not hold");
+          }
+          // ssp/sync: answered once the barrier allows; until then this connection reads
+          // nothing more (the worker waits for the reply, it does not poll).
+          const bool now = srv_.barrier->pull(rank_, h_.key, [self = shared_from_this()] {
+            asio::post(self->sock_.get_executor(), [self] { self->answer_pull(); });
+          });
+          if (now) answer_pull();
+          return;
         }
         case MessageType::kDone: {
           expect_hello();
           expect_codec(wire::Codec::kNone);
           const auto done = static_cast<std::uint32_t>(st.mark_done(h_.key));
+          srv_.barrier->done(h_.key);
           if (srv_.opt.on_done) {
             try {
               srv_.opt.on_done();
@@ -285,6 +277,38 @@ class Session : public std::enable_shared_from_this<Session> {
         default:
           throw ProtocolError("unexpected " + wire::to_string(h_.type) + " frame from a worker");
       }
+    } catch (const ProtocolError& e) {
+      reject(e.what());
+    }
+  }
+
+  // Answers the pull in h_ (the barrier allows it now): dense, or the top-k of what
+  // changed since this worker's last pull. Errors close the connection.
+  void answer_pull() {
+    using wire::MessageType;
+    auto& st = *srv_.state;
+    try {
+      wire::FrameHeader r = reply_header(MessageType::kPullReply);
+      if (h_.type == MessageType::kPull) {
+        const auto len = st.length(h_.key);
+        out_.resize(static_cast<std::size_t>(len));
+        // count = 1: the worker uses sparse pulls; remember what it now holds.
+        r.seq = st.pull(h_.key, out_, h_.count == 1 ? static_cast<int>(rank_) : -1);  // the pushes they reflect
+        r.codec = wire::Codec::kDenseF32;
+        r.count = static_cast<std::uint32_t>(len);
+        r.payload_bytes = r.count * 4;
+      } else {
+        r.seq = st.pull_diff(h_.key, static_cast<int>(rank_), h_.count, idx_, vals_);
+        const std::size_t k = idx_.size();
+        out_.resize(2 * k);
+        std::memcpy(out_.data(), idx_.data(), 4 * k);
+        std::memcpy(out_.data() + k, vals_.data(), 4 * k);
+        r.codec = wire::Codec::kSparseF32;
+        r.count = static_cast<std::uint32_t>(k);
+        r.payload_bytes = r.count * 8;
+      }
+      ++srv_.pulls;
+      write(r, true);
     } catch (const ProtocolError& e) {
       reject(e.what());
     }
@@ -311,8 +335,7 @@ class Session : public std::enable_shared_from_this<Session> {
       throw ProtocolError("push to partition " + std::to_string(h_.key) + ", which this shard does not hold");
     }
     const PushView push = decode_push(h_, payload(), static_cast<std::size_t>(len), scratch_);
-    if (push.sparse) return st.push_sparse(h_.key, push.indices, push.values, h_.scale);
-    st.push(h_.key, push.values, h_.scale);
+    srv_.barrier->push(rank_, h_.key, push.indices, push.values, push.sparse, h_.scale);
   }
 
   // The payload of the current frame, as the words it was read into.
@@ -382,6 +405,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<float> vals_;
   PayloadScratch scratch_;
   std::uint32_t rank_ = 0;
+  std::uint64_t token_ = 0;  // the barrier's for this connection (StepBarrier::join)
   bool hello_ = false;
 };
 
@@ -401,10 +425,28 @@ void detail::ShardServer::accept() {
   });
 }
 
+void detail::ShardServer::arm_expiry() {
+  // A tenth of the barrier timeout, at most 100 ms: a wait ends within 10 % of it.
+  const auto period = std::clamp<std::chrono::milliseconds>(opt.sync.barrier_timeout / 10,
+                                                            std::chrono::milliseconds(1),
+                                                            std::chrono::milliseconds(100));
+  expiry.expires_after(period);
+  expiry.async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    for (const auto r : barrier->expire(std::chrono::steady_clock::now())) {
+      spdlog::warn("ps: worker {} dropped from the {} barrier: a pull waited {} ms for it; it rejoins at the "
+                   "current step with its next push",
+                   r, to_string(opt.sync.mode), opt.sync.barrier_timeout.count());
+    }
+    arm_expiry();
+  });
+}
+
 PsServer::PsServer(PsServerOptions options, std::shared_ptr<ShardState> state)
     : impl_(std::make_unique<detail::ShardServer>()) {
   impl_->opt = std::move(options);
   impl_->state = std::move(state);
+  impl_->barrier = std::make_unique<StepBarrier>(impl_->opt.sync, *impl_->state);
 }
 
 PsServer::~PsServer() { stop(); }
@@ -429,6 +471,7 @@ void PsServer::start() {
   }
   im.port = im.acceptor.local_endpoint().port();
   im.accept();
+  if (im.opt.sync.mode != SyncMode::kAsync) im.arm_expiry();
   im.started = true;
   const int n = std::max(1, im.opt.threads);
   for (int i = 0; i < n; ++i) im.threads.emplace_back([&im] { im.io.run(); });
@@ -444,6 +487,9 @@ void PsServer::stop() {
   impl_->io.stop();
   for (auto& t : impl_->threads) t.join();
   impl_->threads.clear();
+  // Pulls still waiting hold their sessions: destroy them while the barrier is alive.
+  auto waiting = impl_->barrier->take_waiters();
+  waiting.clear();
 }
 
 std::uint16_t PsServer::port() const { return impl_->port; }
@@ -454,5 +500,6 @@ std::uint64_t PsServer::refused_handshakes() const { return impl_->refused_hands
 std::uint64_t PsServer::pulls() const { return impl_->pulls; }
 double PsServer::apply_seconds() const { return static_cast<double>(impl_->apply_ns.load()) * 1e-9; }
 std::int64_t PsServer::connections() const { return impl_->connections; }
+SyncStats PsServer::sync_stats() const { return impl_->barrier->stats(); }
 
 }  // namespace dltrain::ps

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ps/shard_state.h"
+#include "ps/sync.h"
 #include "wire/frame.h"
 
 namespace dltrain::ps {
@@ -36,6 +37,10 @@ struct PsServerOptions {
   /// only after the acknowledgement, and a restarted shard must still count it. An
   /// exception it throws is logged and the `done` acknowledged anyway. May be empty.
   std::function<void()> on_done;
+  /// The consistency model (ps/sync.h): async by default. In ssp and sync a pull that
+  /// may not be answered yet is deferred (the connection reads nothing else meanwhile)
+  /// and a timer drops the workers it waits for after sync.barrier_timeout.
+  SyncOptions sync;
 };
 
 /// Serves pushes and pulls for one ShardState over TCP.
@@ -80,6 +85,8 @@ class PsServer {
   double apply_seconds() const;
   /// Connections open now (handshaking or authenticated).
   std::int64_t connections() const;
+  /// What the step barrier did (all zero in async mode).
+  SyncStats sync_stats() const;
 
  private:
   std::unique_ptr<detail::ShardServer> impl_;

@@ -77,7 +77,82 @@ void check_finite(std::span<const float> v, std::uint32_t key) {
   }
 }
 
+// The checks of a sparse push (push_sparse, stage_sparse) against a partition of n
+// values: counts agree and fit, indices strictly ascending and in range, values finite.
+void check_sparse(std::uint32_t key, std::size_t n, std::span<const std::uint32_t> idx, std::span<const float> vals) {
+  if (idx.size() != vals.size()) {
+    throw ProtocolError("sparse push to partition " + std::to_string(key) + ": " + std::to_string(idx.size()) +
+                        " indices but " + std::to_string(vals.size()) + " values");
+  }
+  if (idx.size() > n) {
+    throw ProtocolError("sparse push to partition " + std::to_string(key) + ": count " + std::to_string(idx.size()) +
+                        " exceeds the partition's " + std::to_string(n) + " values");
+  }
+  for (std::size_t j = 0; j < idx.size(); ++j) {
+    if (idx[j] >= n) {
+      throw ProtocolError("sparse push to partition " + std::to_string(key) + ": index " + std::to_string(idx[j]) +
+                          " out of range [0, " + std::to_string(n) + ")");
+    }
+    if (j > 0 && idx[j] <= idx[j - 1]) {
+      throw ProtocolError("sparse push to partition " + std::to_string(key) + ": indices must be strictly ascending (" +
+                          std::to_string(idx[j - 1]) + " then " + std::to_string(idx[j]) + ")");
+    }
+  }
+  check_finite(vals, key);
+}
+
 }  // namespace
+
+ShardState::Slot* ShardState::checked(std::uint32_t key, const char* what) const {
+  Slot* s = find(key);
+  if (s == nullptr) {
+    throw ProtocolError(std::string(what) + " partition " + std::to_string(key) + ", which this shard does not hold");
+  }
+  return s;
+}
+
+void ShardState::stage(std::uint32_t key, std::span<const float> grad) {
+  Slot* s = checked(key, "push to");
+  check_finite(grad, key);
+  std::lock_guard lock(s->mu);
+  if (s->x.size() != grad.size()) {
+    throw ProtocolError("push to partition " + std::to_string(key) + ": length " +
+                        std::to_string(grad.size()) + ", expected " + std::to_string(s->x.size()));
+  }
+  if (s->acc.empty()) s->acc.assign(s->x.size(), 0.0f);
+  float* a = s->acc.data();
+  for (std::size_t i = 0; i < grad.size(); ++i) a[i] += grad[i];
+}
+
+void ShardState::stage_sparse(std::uint32_t key, std::span<const std::uint32_t> idx, std::span<const float> vals) {
+  Slot* s = checked(key, "push to");
+  std::lock_guard lock(s->mu);
+  check_sparse(key, s->x.size(), idx, vals);
+  if (s->acc.empty()) s->acc.assign(s->x.size(), 0.0f);
+  for (std::size_t j = 0; j < idx.size(); ++j) s->acc[idx[j]] += vals[j];
+}
+
+void ShardState::apply_staged(std::uint32_t key, float lr, float factor, std::uint64_t contributions) {
+  Slot* s = checked(key, "a step of");
+  std::lock_guard lock(s->mu);
+  const std::size_t n = s->x.size();
+  if (s->acc.empty()) s->acc.assign(n, 0.0f);
+  float* x = s->x.data();
+  float* a = s->acc.data();
+  if (s->v.empty()) {
+    for (std::size_t i = 0; i < n; ++i) x[i] -= lr * (factor * a[i]);
+  } else {
+    float* v = s->v.data();
+    const float m = momentum_;
+    for (std::size_t i = 0; i < n; ++i) {
+      v[i] = m * v[i] + factor * a[i];
+      x[i] -= lr * v[i];
+    }
+  }
+  std::fill(s->acc.begin(), s->acc.end(), 0.0f);
+  s->pushes += contributions;
+  pushes_.fetch_add(contributions, std::memory_order_relaxed);
+}
 
 void ShardState::push(std::uint32_t key, std::span<const float> grad, float lr) {
   Slot* s = find(key);
@@ -109,31 +184,10 @@ void ShardState::push(std::uint32_t key, std::span<const float> grad, float lr) 
 
 void ShardState::push_sparse(std::uint32_t key, std::span<const std::uint32_t> idx, std::span<const float> vals,
                              float lr) {
-  Slot* s = find(key);
-  if (s == nullptr) {
-    throw ProtocolError("push to partition " + std::to_string(key) + ", which this shard does not hold");
-  }
-  if (idx.size() != vals.size()) {
-    throw ProtocolError("sparse push to partition " + std::to_string(key) + ": " + std::to_string(idx.size()) +
-                        " indices but " + std::to_string(vals.size()) + " values");
-  }
-  check_finite(vals, key);
+  Slot* s = checked(key, "push to");
   std::lock_guard lock(s->mu);
   const std::size_t n = s->x.size();
-  if (idx.size() > n) {
-    throw ProtocolError("sparse push to partition " + std::to_string(key) + ": count " + std::to_string(idx.size()) +
-                        " exceeds the partition's " + std::to_string(n) + " values");
-  }
-  for (std::size_t j = 0; j < idx.size(); ++j) {
-    if (idx[j] >= n) {
-      throw ProtocolError("sparse push to partition " + std::to_string(key) + ": index " + std::to_string(idx[j]) +
-                          " out of range [0, " + std::to_string(n) + ")");
-    }
-    if (j > 0 && idx[j] <= idx[j - 1]) {
-      throw ProtocolError("sparse push to partition " + std::to_string(key) + ": indices must be strictly ascending (" +
-                          std::to_string(idx[j - 1]) + " then " + std::to_string(idx[j]) + ")");
-    }
-  }
+  check_sparse(key, n, idx, vals);
   float* x = s->x.data();
   if (s->v.empty()) {
     for (std::size_t j = 0; j < idx.size(); ++j) x[idx[j]] -= lr * vals[j];
@@ -200,7 +254,7 @@ std::size_t ShardState::state_bytes() const {
   std::size_t b = 0;
   for (const auto& [k, slot] : slots_) {
     std::lock_guard sl(slot->mu);
-    b += 4 * (slot->x.size() + slot->v.size());
+    b += 4 * (slot->x.size() + slot->v.size() + slot->acc.size());
     for (const auto& [r, v] : slot->seen) b += 4 * v.size();
   }
   return b;
@@ -236,6 +290,11 @@ std::size_t ShardState::mark_done(std::uint32_t rank) {
 std::size_t ShardState::done_count() const {
   std::lock_guard lock(map_mu_);
   return done_.size();
+}
+
+bool ShardState::is_done(std::uint32_t rank) const {
+  std::lock_guard lock(map_mu_);
+  return done_.count(rank) != 0;
 }
 
 ShardSnapshot ShardState::snapshot() const {

@@ -76,6 +76,23 @@ class ShardState {
   void push_sparse(std::uint32_t key, std::span<const std::uint32_t> indices, std::span<const float> values,
                    float lr);
 
+  /// Synchronous SGD (BSP, ps/sync.h): adds dense gradient `grad` to partition `key`'s
+  /// step accumulator instead of applying it. The same checks as push(); nothing is
+  /// added when one fails. The accumulator (n floats) is allocated at the first call.
+  void stage(std::uint32_t key, std::span<const float> grad);
+
+  /// The sparse form of stage(): adds `values[j]` at coordinate `indices[j]` to the step
+  /// accumulator, O(k). The same checks as push_sparse().
+  void stage_sparse(std::uint32_t key, std::span<const std::uint32_t> indices, std::span<const float> values);
+
+  /// Applies the accumulated step of `key` and clears the accumulator: with G = factor·acc,
+  ///     v ← m·v + G,   x ← x − lr·v      (x ← x − lr·G when m = 0),
+  /// the synchronous update of the step's pushes (Chen et al. 2016, §2, summed as DGC §2
+  /// sums the workers' gradients; `factor` rescales the pushes of a step that dropped
+  /// backup workers' ones). Counts `contributions` pushes (partition_pushes, pushes()).
+  /// O(n). Throws ProtocolError when the key is unknown.
+  void apply_staged(std::uint32_t key, float lr, float factor, std::uint64_t contributions);
+
   /// Copies the current values of `key` into `out` (same length). With `rank` >= 0 it
   /// also records that worker `rank` now holds exactly these values (its x_seen, the
   /// base of later pull_diff calls). Returns partition_pushes(key) at the time of the
@@ -90,8 +107,9 @@ class ShardState {
   std::uint64_t pull_diff(std::uint32_t key, int rank, std::size_t k, std::vector<std::uint32_t>& indices,
                           std::vector<float>& values);
 
-  /// Bytes of parameter state held (x, momentum, and one x_seen per worker that pulled):
-  /// 4·n·(1 + [momentum > 0] + workers) per partition.
+  /// Bytes of parameter state held (x, momentum, the BSP step accumulator once staged,
+  /// and one x_seen per worker that pulled): 4·n·(1 + [momentum > 0] + [BSP] + workers)
+  /// per partition.
   std::size_t state_bytes() const;
 
   /// Length of partition `key`, or -1 when unknown.
@@ -115,6 +133,8 @@ class ShardState {
   std::size_t mark_done(std::uint32_t rank);
   /// Distinct workers that have finished.
   std::size_t done_count() const;
+  /// Whether worker `rank` has finished (mark_done, or restored from a checkpoint).
+  bool is_done(std::uint32_t rank) const;
 
   /// Copies the state (see ShardSnapshot). Each partition is copied under its own mutex
   /// while pushes to the others go on, so with concurrent pushes the copy is consistent
@@ -135,7 +155,9 @@ class ShardState {
     std::uint64_t pushes = 0;  ///< see partition_pushes()
     std::map<int, std::vector<float>> seen;  ///< x_seen per worker rank
     std::vector<float> diff;                 ///< scratch for pull_diff
+    std::vector<float> acc;                  ///< BSP step accumulator (stage / apply_staged)
   };
+  Slot* checked(std::uint32_t key, const char* what) const;
   Slot* find(std::uint32_t key) const;
 
   const float momentum_;

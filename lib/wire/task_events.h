@@ -394,12 +394,23 @@ struct PsStats : Fields<PsStats> {
   std::uint64_t rejected_connections = 0; ///< connections closed for a failed handshake or a bad frame
   std::uint64_t checkpoints = 0;     ///< checkpoints written
   Nullable<double> last_checkpoint_unix;  ///< Unix time (s) of the latest checkpoint; null: none yet
+  // The step barrier's record (ps::SyncStats; all 0 with sync = "async").
+  std::string sync = "async";        ///< the consistency model: async | ssp | sync
+  std::uint64_t sync_steps = 0;      ///< sync: steps applied, summed over partitions
+  std::uint64_t late_pushes = 0;     ///< sync: pushes dropped because their step was applied
+  std::uint64_t sync_waits = 0;      ///< pulls that waited for the barrier
+  double sync_wait_seconds = 0;      ///< time they waited, summed, s
+  std::uint64_t workers_dropped = 0; ///< workers dropped from the barrier by its timeout
+  std::uint64_t max_lead = 0;        ///< most steps a worker was ahead of the slowest when served
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("shard", s.shard), v("pushes", s.pushes), v("pulls", s.pulls), v("apply_seconds", s.apply_seconds),
         v("bytes_in", s.bytes_in), v("bytes_out", s.bytes_out), v("connections", s.connections),
         v("refused_handshakes", s.refused_handshakes), v("rejected_connections", s.rejected_connections),
-        v("checkpoints", s.checkpoints), v("last_checkpoint_unix", s.last_checkpoint_unix);
+        v("checkpoints", s.checkpoints), v("last_checkpoint_unix", s.last_checkpoint_unix), v("sync", s.sync),
+        v("sync_steps", s.sync_steps), v("late_pushes", s.late_pushes), v("sync_waits", s.sync_waits),
+        v("sync_wait_seconds", s.sync_wait_seconds), v("workers_dropped", s.workers_dropped),
+        v("max_lead", s.max_lead);
   }
 };
 

@@ -36,14 +36,17 @@ inline const std::vector<std::uint8_t> kSecret = secret_of(1);
 inline const std::vector<std::uint8_t> kOtherSecret = secret_of(2);
 
 /// `n` PS shards of job 42, generation 1 (secret kSecret, momentum `momentum`, 2 s
-/// handshake timeout) on 127.0.0.1, port 0, started at construction, and clients for them.
+/// handshake timeout, consistency model `sync`) on 127.0.0.1, port 0, started at
+/// construction, and clients for them.
 struct PsShards {
   std::vector<std::shared_ptr<ps::ShardState>> states;
   std::vector<std::unique_ptr<ps::PsServer>> servers;
   ps::PartitionLayout layout;
 
-  PsShards(int n, double momentum, ps::PartitionLayout l) : layout(std::move(l)) {
+  /// `sync`: the shards' consistency model (async by default).
+  PsShards(int n, double momentum, ps::PartitionLayout l, ps::SyncOptions sync = {}) : layout(std::move(l)) {
     ps::PsServerOptions o;
+    o.sync = sync;
     o.bind_address = "127.0.0.1";
     o.job = 42;
     o.generation = 1;

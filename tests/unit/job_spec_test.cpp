@@ -90,10 +90,40 @@ TEST(JobSpec, RejectsUnknownKeys) {
 TEST(JobSpec, RejectsOutOfRangeAndSyntaxErrors) {
   EXPECT_EQ(reject(kData + "[optimizer]\nmomentum = 1.0\n").second,
             "optimizer.momentum: expected a number in [0, 1), got 1");
-  EXPECT_EQ(reject("sync = \"ssp\"\n" + kData).second, "sync: \"ssp\" is not implemented yet; use \"async\"");
+  EXPECT_EQ(reject("sync = \"bsp\"\n" + kData).first, "sync");
   auto [field, msg] = reject("epochs = \n");
   EXPECT_EQ(field, "");
   EXPECT_EQ(msg.rfind("TOML syntax error at line 1", 0), 0u) << msg;
+}
+
+TEST(JobSpec, ConsistencyModelsTakeTheirOwnFieldsOnly) {
+  const auto s = parse_job_toml("sync = \"ssp\"\nstaleness = 3\n" + kData);
+  EXPECT_EQ(s.sync, "ssp");
+  EXPECT_EQ(s.staleness, 3);
+  EXPECT_EQ(parse_job_toml("sync = \"ssp\"\n" + kData).staleness, 2);  // the default
+  const auto b = parse_job_toml("sync = \"sync\"\nworkers = 4\nbackup_workers = 1\n" + kData +
+                                "[ps]\nbarrier_timeout = \"10s\"\n");
+  EXPECT_EQ(b.backup_workers, 1);
+  EXPECT_DOUBLE_EQ(effective_barrier_timeout(b), 10.0);
+  EXPECT_DOUBLE_EQ(effective_barrier_timeout(parse_job_toml("sync = \"sync\"\n" + kData)), 30.0);  // timeout / 2
+  EXPECT_EQ(reject("staleness = 2\n" + kData).second,
+            "staleness: applies only to sync = \"ssp\" (this job has sync = \"async\")");
+  EXPECT_EQ(reject("sync = \"ssp\"\nbackup_workers = 1\n" + kData).second,
+            "backup_workers: applies only to sync = \"sync\" (this job has sync = \"ssp\")");
+  EXPECT_EQ(reject("sync = \"sync\"\nworkers = 2\nbackup_workers = 2\n" + kData).second,
+            "backup_workers: must be less than workers (2), got 2");
+  EXPECT_EQ(reject("sync = \"ssp\"\nstaleness = 1001\n" + kData).first, "staleness");
+  EXPECT_EQ(reject("sync = \"sync\"\n" + kData + "[ps]\nbarrier_timeout = \"60s\"\n").second,
+            "ps.barrier_timeout: must be less than ps.timeout (60 s), or the workers give up first; got 60 s");
+  EXPECT_EQ(reject(kData + "[ps]\nbarrier_timeout = \"5s\"\n").first, "ps.barrier_timeout");
+  // The JSON form carries them; a job stored before them keeps the defaults.
+  nlohmann::json j = b;
+  EXPECT_EQ(job_from_json(j).backup_workers, 1);
+  j.erase("backup_workers");
+  j.erase("staleness");
+  j.erase("barrier_timeout_seconds");
+  EXPECT_EQ(job_from_json(j).backup_workers, 0);
+  EXPECT_EQ(job_from_json(j).staleness, 2);
 }
 
 TEST(JobSpec, PsTimeoutIsADurationFromOneSecondToADay) {
