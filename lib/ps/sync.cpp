@@ -152,7 +152,10 @@ void StepBarrier::leave(std::uint32_t rank, std::uint64_t token) {
   std::vector<Release> out;
   {
     std::lock_guard lock(mu_);
-    if (rank >= workers_ || token_[rank] != token || dropped_[rank] || opt_.mode == SyncMode::kAsync) return;
+    if (opt_.mode == SyncMode::kAsync || rank >= workers_ || token_[rank] != token || dropped_[rank] ||
+        state_.is_done(rank)) {
+      return;  // a newer connection of the rank, or it was not waited for anyway
+    }
     dropped_[rank] = true;
     ++stats_.departures;
     collect(out, std::chrono::steady_clock::now());

@@ -59,7 +59,7 @@ struct SyncStats {
   std::uint64_t waits = 0;          ///< pulls that were not answered at once
   double wait_seconds = 0;          ///< time those pulls waited, summed, s
   std::uint64_t dropped = 0;        ///< workers dropped from the barrier by barrier_timeout
-  std::uint64_t departures = 0;     ///< workers dropped because their connection closed
+  std::uint64_t departures = 0;     ///< workers dropped because their connection closed before they finished
   std::uint64_t rejoins = 0;        ///< dropped workers that joined again
   /// The largest lead, in steps, of a worker over the slowest live worker at the moment
   /// one of its pulls was answered (kSsp: at most staleness; kBsp: 0).

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -115,6 +116,25 @@ const std::string kShortOptimizer = R"(
 lr = 0.05
 warmup_epochs = 0.2
 )";
+
+// The step barrier's record from the log line a PS shard writes when it stops in ssp or
+// sync mode (daemon/ps_main.cpp): the shard's own count, not the test's inference.
+struct SyncRecord {
+  long steps = -1, late = -1, waits = -1, dropped = -1, departures = -1, rejoins = -1, max_lead = -1;
+  std::string line;  ///< the matched text
+};
+SyncRecord sync_record(const std::string& log) {
+  static const std::regex re(
+      R"(sync \w+: (\d+) steps applied, (\d+) late pushes dropped, (\d+) pulls waited \([\d.]+ s in all\), (\d+) )"
+      R"(workers dropped by the barrier timeout, (\d+) connections closed mid-step, (\d+) rejoins, max lead (\d+) steps)");
+  std::smatch m;
+  SyncRecord r;
+  if (!std::regex_search(log, m, re)) return r;
+  long* f[] = {&r.steps, &r.late, &r.waits, &r.dropped, &r.departures, &r.rejoins, &r.max_lead};
+  for (std::size_t i = 0; i < 7; ++i) *f[i] = std::stol(m[i + 1].str());
+  r.line = m[0].str();
+  return r;
+}
 
 }  // namespace
 
@@ -681,4 +701,84 @@ TEST_F(Cluster, BadJobFilesAreRejectedAndTheLeaderCarriesOn) {
   auto unreachable = run(kBin + "/dltrain --leader ws://127.0.0.1:1 --token x list 2>&1", 30);
   EXPECT_EQ(unreachable.code, 3) << unreachable.out;
   EXPECT_NE(unreachable.out.find("cannot reach the leader"), std::string::npos) << unreachable.out;
+}
+
+// BSP (sync = "sync"): worker 1 is SIGKILLed mid-training. Its connection closes, so the
+// shard stops waiting for it at once (no worker is dropped by the barrier timeout, which
+// is set to 20 s here); its agent restarts it, the replacement rejoins at the current
+// step, and the job succeeds.
+TEST_F(Cluster, ABspJobGoesOnPastAKilledWorkerAndSucceeds) {
+  auto k = write_job("bsp-kill", kShortCnn + "epochs = 2\nsync = \"sync\"\n" + kShortOptimizer +
+                                     "[ps]\nbarrier_timeout = \"20s\"\n");
+  auto rk = run(client_ + " submit " + k.string() + " --json", 30);
+  ASSERT_EQ(rk.code, 0) << rk.out;
+  const std::string job = json::parse(last_line(rk.out))["job"];
+  Background follower(client_ + " follow " + job + " --json", (root_ / (job + "-events.jsonl")).string());
+  ASSERT_TRUE(wait_until(
+      [&] { return dltrain::testing::progress_steps(dltrain::testing::follower_events(follower), "worker-1") > 0; },
+      180s, 50ms))
+      << "worker-1 reported no progress within 180 s; " << status(job).dump();
+  const auto pids = task_pids(job, "worker-1-g1");
+  ASSERT_EQ(pids.size(), 1u) << "worker-1's process";
+  ASSERT_EQ(kill(pids.front(), SIGKILL), 0);
+  auto f = run(client_ + " follow " + job + " --json", 300);
+  EXPECT_EQ(f.code, 0) << f.out;
+  const auto summary = json::parse(last_line(f.out));
+  EXPECT_EQ(summary["state"], "succeeded") << summary.dump();
+  EXPECT_GE(summary.value("test_accuracy", 0.0), 0.6) << summary.dump();
+  EXPECT_EQ(dltrain::testing::task_of(status(job), "worker-1").value("restarts", 0), 1);
+  const auto log = run(client_ + " logs " + job + " --task ps-0", 30);
+  ASSERT_EQ(log.code, 0) << log.out;
+  const auto rec = sync_record(log.out);
+  ASSERT_GE(rec.steps, 0) << "no sync record in the shard's log:\n" << log.out;
+  std::cout << "ps-0's sync record: " << rec.line << std::endl;
+  EXPECT_GE(rec.departures, 1) << "the killed worker's connection did not leave the barrier";
+  EXPECT_GE(rec.rejoins, 1) << "its replacement did not rejoin";
+  EXPECT_EQ(rec.dropped, 0) << "the barrier waited for the killed worker until its timeout";
+  EXPECT_EQ(rec.max_lead, 0) << "BSP without backup workers: nobody is ever ahead";
+  EXPECT_GT(rec.waits, 0);
+}
+
+// SSP (sync = "ssp", staleness = 2): worker 1 is SIGSTOPped twice for 3 s mid-training.
+// Worker 0 runs at most 2 steps ahead of it — by the shard's own record of every pull it
+// answered — so it waits, and reaches the bound; nobody is dropped (the barrier timeout is
+// 30 s), and the job succeeds.
+TEST_F(Cluster, AnSspWorkerIsNeverMoreThanStalenessStepsAheadOfAStoppedOne) {
+  auto k = write_job("ssp-stop", kShortCnn + "epochs = 2\nsync = \"ssp\"\nstaleness = 2\n" + kShortOptimizer);
+  auto rk = run(client_ + " submit " + k.string() + " --json", 30);
+  ASSERT_EQ(rk.code, 0) << rk.out;
+  const std::string job = json::parse(last_line(rk.out))["job"];
+  Background follower(client_ + " follow " + job + " --json", (root_ / (job + "-events.jsonl")).string());
+  ASSERT_TRUE(wait_until(
+      [&] { return dltrain::testing::progress_steps(dltrain::testing::follower_events(follower), "worker-1") > 0; },
+      180s, 50ms))
+      << "worker-1 reported no progress within 180 s; " << status(job).dump();
+  const auto pids = task_pids(job, "worker-1-g1");
+  ASSERT_EQ(pids.size(), 1u) << "worker-1's process";
+  const int victim = pids.front();
+  struct ContinueOnExit {  // a failed assertion must not leave the cluster a stopped task
+    int pid;
+    ~ContinueOnExit() { kill(pid, SIGCONT); }
+  } continue_on_exit{victim};
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_EQ(kill(victim, SIGSTOP), 0);
+    // The suspension itself, not a synchronisation: long enough for worker 0 to reach
+    // the bound (its steps take milliseconds), well below the barrier timeout.
+    std::this_thread::sleep_for(3s);
+    ASSERT_EQ(kill(victim, SIGCONT), 0);
+    std::this_thread::sleep_for(2s);
+  }
+  auto f = run(client_ + " follow " + job + " --json", 300);
+  EXPECT_EQ(f.code, 0) << f.out;
+  const auto summary = json::parse(last_line(f.out));
+  EXPECT_EQ(summary["state"], "succeeded") << summary.dump();
+  const auto log = run(client_ + " logs " + job + " --task ps-0", 30);
+  ASSERT_EQ(log.code, 0) << log.out;
+  const auto rec = sync_record(log.out);
+  ASSERT_GE(rec.steps, 0) << "no sync record in the shard's log:\n" << log.out;
+  std::cout << "ps-0's sync record: " << rec.line << std::endl;
+  EXPECT_EQ(rec.max_lead, 2) << "a worker was served more than 2 steps ahead, or the stop never made it wait";
+  EXPECT_GT(rec.waits, 0);
+  EXPECT_EQ(rec.dropped, 0);
+  EXPECT_EQ(rec.late, 0) << "SSP applies every push";
 }
