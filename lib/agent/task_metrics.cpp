@@ -129,6 +129,20 @@ void TaskMetrics::add_to(control::MetricsBuilder& out, const std::string& agent,
       out.gauge("dltrain_ps_checkpoint_age_seconds", "Time since the latest checkpoint was written", l,
                 now_unix - *ps->last_checkpoint_unix);
     }
+    if (ps->sync != "async") {  // the step barrier's record (ps/sync.h)
+      out.counter("dltrain_ps_sync_steps_total", "Synchronous steps applied, all partitions", l,
+                  static_cast<double>(ps->sync_steps));
+      out.counter("dltrain_ps_late_pushes_total", "Pushes dropped because their step was applied (backup workers)", l,
+                  static_cast<double>(ps->late_pushes));
+      out.counter("dltrain_ps_barrier_waits_total", "Pulls that waited for the barrier", l,
+                  static_cast<double>(ps->sync_waits));
+      out.counter("dltrain_ps_barrier_wait_seconds_total", "Time pulls waited for the barrier, summed", l,
+                  ps->sync_wait_seconds);
+      out.counter("dltrain_ps_barrier_dropped_workers_total", "Workers dropped from the barrier by its timeout", l,
+                  static_cast<double>(ps->workers_dropped));
+      out.gauge("dltrain_ps_max_lead_steps", "Most steps a worker was ahead of the slowest when a pull was answered", l,
+                static_cast<double>(ps->max_lead));
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 // events (agent/task_metrics.h) and how it names a failed exit (agent/failure.h),
 // without a cluster: exact expositions written by hand, the access rule, a restart as a
 // counter reset, causes and log tails.
+#include <algorithm>
 #include <unistd.h>
 
 #include <csignal>
@@ -241,6 +242,31 @@ TEST(TaskMetrics, APsShardsStatsAndCheckpointAge) {
   EXPECT_EQ(sum_samples(s, "dltrain_ps_rejected_connections_total", {}), 3);
   EXPECT_EQ(sum_samples(s, "dltrain_ps_checkpoints_total", {}), 4);
   EXPECT_EQ(sum_samples(s, "dltrain_ps_checkpoint_age_seconds", {}), 10);
+  EXPECT_TRUE(std::none_of(s.begin(), s.end(), [](const auto& x) { return x.name.rfind("dltrain_ps_barrier", 0) == 0; }))
+      << "an async shard has no barrier metrics";
+}
+
+TEST(TaskMetrics, AnSspShardsBarrierRecord) {
+  dltrain::agent::TaskMetrics t;
+  t.job = "job-8";
+  t.task = "ps-0";
+  t.role = "ps";
+  events::PsStats st;
+  st.sync = "ssp";
+  st.sync_waits = 12;
+  st.sync_wait_seconds = 1.5;
+  st.workers_dropped = 1;
+  st.max_lead = 2;
+  t.on_event(events::PsStats::kKind, st.to_json());
+  MetricsBuilder b;
+  t.add_to(b, "host-b", 2000);
+  const auto s = parse_exposition(b.serialize());
+  EXPECT_EQ(sum_samples(s, "dltrain_ps_barrier_waits_total", {{"task", "ps-0"}}), 12);
+  EXPECT_EQ(sum_samples(s, "dltrain_ps_barrier_wait_seconds_total", {}), 1.5);
+  EXPECT_EQ(sum_samples(s, "dltrain_ps_barrier_dropped_workers_total", {}), 1);
+  EXPECT_EQ(sum_samples(s, "dltrain_ps_max_lead_steps", {}), 2);
+  EXPECT_EQ(sum_samples(s, "dltrain_ps_sync_steps_total", {}), 0);
+  EXPECT_EQ(sum_samples(s, "dltrain_ps_late_pushes_total", {}), 0);
 }
 
 TEST(AgentMetrics, CoresFreeAreTheOfferedLessTheHeld) {
