@@ -126,6 +126,10 @@ void check_sync_fields(const JobSpec& s, bool staleness_given) {
                                               std::to_string(s.backup_workers));
     }
   }
+  if (s.overlap && s.compression.clip_norm > 0) {
+    throw ConfigError("overlap", "not with compression.clip_norm > 0: clipping needs the whole gradient's norm "
+                                 "before any partition may be pushed");
+  }
   if (s.barrier_timeout_seconds > 0) {
     if (s.sync == "async") {
       throw ConfigError("ps.barrier_timeout", "applies only to sync = \"ssp\" or \"sync\" (this job has sync = \"async\")");
@@ -235,6 +239,8 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
     } else if (k == "staleness") {
       s.staleness = static_cast<int>(get_int(node, k, 0, 1000));
       staleness_given = true;
+    } else if (k == "overlap") {
+      s.overlap = toml_fields::get_bool(node, k);
     } else if (k == "backup_workers") {
       s.backup_workers = static_cast<int>(get_int(node, k, 0, 1023));
     } else if (k == "seed") {
@@ -291,7 +297,7 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
     } else {
       throw ConfigError(k, "unknown key (expected name, model, dataset, data_dir, image_size, channels, mean, std, "
                            "loader_threads, loader_queue, [augment], epochs, "
-                           "workers, ps_shards, batch_size, threads_per_task, sync, staleness, backup_workers, seed, "
+                           "workers, ps_shards, batch_size, threads_per_task, sync, staleness, backup_workers, overlap, seed, "
                            "train_samples, test_samples, target_accuracy, deadline, queue_timeout, [optimizer], [compression], "
                            "[planner], "
                            "[ps])");
@@ -416,7 +422,8 @@ void job_fields(S& s, V&& v) {
       v("threads_per_task", s.threads_per_task), v("sync", s.sync), v("seed", s.seed),
       v("train_samples", s.train_samples), v("test_samples", s.test_samples), v("partition_size", s.partition_size),
       v("ps_timeout_seconds", s.ps_timeout_seconds, opt), v("staleness", s.staleness, opt),
-      v("backup_workers", s.backup_workers, opt), v("barrier_timeout_seconds", s.barrier_timeout_seconds, opt);
+      v("backup_workers", s.backup_workers, opt), v("barrier_timeout_seconds", s.barrier_timeout_seconds, opt),
+      v("overlap", s.overlap, opt);
   v.nested("optimizer", s.optimizer, [](auto& o, auto&& w) { optimizer_fields(o, w); });
   v.nested("compression", s.compression, [](auto& c, auto&& w) { compression_fields(c, w); }, opt);
   v("workers_auto", s.workers_auto, opt), v("batch_auto", s.batch_auto, opt),

@@ -66,6 +66,9 @@ struct JobSpec {
   int staleness = 2;
   /// sync = "sync": pushes a step may go without (Chen et al. 2016), [0, workers).
   int backup_workers = 0;
+  /// Push each partition from the backward pass as soon as its gradient is complete
+  /// (docs/training.md, "Overlap"); not with compression.clip_norm > 0.
+  bool overlap = false;
   std::int64_t seed = 1;           ///< seeds model initialisation and data shuffling
   std::int64_t train_samples = 0;  ///< use the first N training images; 0 = all
   std::int64_t test_samples = 0;   ///< evaluate on the first N test images; 0 = all

@@ -180,35 +180,47 @@ void PsClient::push_pull(std::span<const float> grad, float lr, std::span<float>
   push_pull(pushes, lr, 1.0, params);
 }
 
+namespace {
+
+// Appends the push frame of partition `p` (its encoded header into `hdr`, then the
+// payload's spans) to `req`. Throws ConfigError when the payload does not fit the codec.
+void append_push(ShardConnections& conn, const Partition& p, const PartitionPush& pp, float lr, HeaderBytes& hdr,
+                 Request& req) {
+  std::uint32_t bytes = 0;
+  if (!wire::expected_payload_bytes(pp.codec, pp.count, bytes) || bytes != pp.first.size() + pp.second.size()) {
+    throw ConfigError("compression", "push of partition " + std::to_string(p.key) + " has " +
+                                         std::to_string(pp.first.size() + pp.second.size()) +
+                                         " payload bytes for codec " + std::to_string(static_cast<int>(pp.codec)) +
+                                         " and count " + std::to_string(pp.count));
+  }
+  auto h = conn.header(wire::MessageType::kPush, p.key, pp.codec, pp.count, bytes, lr);
+  if (pp.codec == wire::Codec::kSeededF32) h.seq = pp.seed;
+  hdr = detail::encode(h);
+  req.push_back(hdr);
+  if (!pp.first.empty()) req.push_back(pp.first);
+  if (!pp.second.empty()) req.push_back(pp.second);
+}
+
+}  // namespace
+
+void PsClient::require_pushes(std::size_t n, std::size_t params) const {
+  const auto total = static_cast<std::size_t>(layout_.total_floats);
+  if (params != total || n != layout_.partitions.size()) {
+    throw ConfigError("model", "push_pull with " + std::to_string(n) + " partitions / " + std::to_string(params) +
+                                   " floats, layout has " + std::to_string(layout_.partitions.size()) + " / " +
+                                   std::to_string(total));
+  }
+}
+
 void PsClient::push_pull(std::span<const PartitionPush> pushes, float lr, double downlink_ratio,
                          std::span<float> params) {
-  const auto total = static_cast<std::size_t>(layout_.total_floats);
-  if (params.size() != total || pushes.size() != layout_.partitions.size()) {
-    throw ConfigError("model", "push_pull with " + std::to_string(pushes.size()) + " partitions / " +
-                                   std::to_string(params.size()) + " floats, layout has " +
-                                   std::to_string(layout_.partitions.size()) + " / " + std::to_string(total));
-  }
+  require_pushes(pushes.size(), params.size());
   // Per partition: the push header, then the pull header.
   std::vector<HeaderBytes> hdrs(layout_.partitions.size() * 2);
   std::vector<Request> requests(conn_->size());
   std::vector<int> replies(conn_->size(), 0);
   for (std::size_t s = 0; s < owned_.size(); ++s) {
-    for (const auto& p : owned_[s]) {
-      const auto& pp = pushes[p.key];
-      std::uint32_t bytes = 0;
-      if (!wire::expected_payload_bytes(pp.codec, pp.count, bytes) || bytes != pp.first.size() + pp.second.size()) {
-        throw ConfigError("compression", "push of partition " + std::to_string(p.key) + " has " +
-                                             std::to_string(pp.first.size() + pp.second.size()) +
-                                             " payload bytes for codec " + std::to_string(static_cast<int>(pp.codec)) +
-                                             " and count " + std::to_string(pp.count));
-      }
-      auto h = conn_->header(wire::MessageType::kPush, p.key, pp.codec, pp.count, bytes, lr);
-      if (pp.codec == wire::Codec::kSeededF32) h.seq = pp.seed;
-      hdrs[2 * p.key] = detail::encode(h);
-      requests[s].push_back(hdrs[2 * p.key]);
-      if (!pp.first.empty()) requests[s].push_back(pp.first);
-      if (!pp.second.empty()) requests[s].push_back(pp.second);
-    }
+    for (const auto& p : owned_[s]) append_push(*conn_, p, pushes[p.key], lr, hdrs[2 * p.key], requests[s]);
     for (const auto& p : owned_[s]) {
       hdrs[2 * p.key + 1] = detail::encode(pull_header(*conn_, p, downlink_ratio));
       requests[s].push_back(hdrs[2 * p.key + 1]);
@@ -221,23 +233,40 @@ void PsClient::push_pull(std::span<const PartitionPush> pushes, float lr, double
       [&](std::size_t s, const wire::FrameHeader& h) { pulled.done(s, h); });
 }
 
-void PsClient::pull(std::span<float> params) {
+void PsClient::push(std::span<const PartitionPush> pushes, std::span<const std::uint32_t> keys, float lr) {
+  if (pushes.size() != layout_.partitions.size()) require_pushes(pushes.size(), layout_.total_floats);
+  std::vector<HeaderBytes> hdrs(keys.size());
+  std::vector<Request> requests(conn_->size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i] >= layout_.partitions.size()) {
+      throw ConfigError("model", "push of partition " + std::to_string(keys[i]) + ": the layout has " +
+                                     std::to_string(layout_.partitions.size()));
+    }
+    const Partition& p = layout_.partitions[keys[i]];
+    append_push(*conn_, p, pushes[p.key], lr, hdrs[i], requests[static_cast<std::size_t>(p.shard)]);
+  }
+  conn_->exchange(requests, std::vector<int>(conn_->size(), 0), nullptr, "push");
+}
+
+void PsClient::pull(std::span<float> params, double downlink_ratio) {
   require_floats(params.size(), "pull into");
   std::vector<HeaderBytes> hdrs(layout_.partitions.size());
   std::vector<Request> requests(conn_->size());
   std::vector<int> replies(conn_->size(), 0);
   for (std::size_t s = 0; s < owned_.size(); ++s) {
     for (const auto& p : owned_[s]) {
-      hdrs[p.key] = detail::encode(pull_header(*conn_, p, 1.0));
+      hdrs[p.key] = detail::encode(pull_header(*conn_, p, downlink_ratio));
       requests[s].push_back(hdrs[p.key]);
       ++replies[s];
     }
   }
-  PullReplies pulled(*conn_, owned_, params, false, seen_pushes_);
+  PullReplies pulled(*conn_, owned_, params, downlink_ratio < 1.0, seen_pushes_);
   conn_->exchange(
       requests, replies, [&](std::size_t s, const wire::FrameHeader& h) { return pulled.dest(s, h); }, "pull",
       [&](std::size_t s, const wire::FrameHeader& h) { pulled.done(s, h); });
 }
+
+void PsClient::pull(std::span<float> params) { pull(params, 1.0); }
 
 std::uint32_t PsClient::done() {
   return count_exchange(*conn_, wire::MessageType::kDone, wire::MessageType::kDoneAck, "done");

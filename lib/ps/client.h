@@ -129,6 +129,15 @@ class PsClient {
   /// Pulls the current parameters into `params` (total_floats). Dense; the shards record
   /// that this worker now holds them (the base of later sparse pulls).
   void pull(std::span<float> params);
+  /// The two halves of push_pull, for a worker that overlaps communication with its
+  /// backward pass: push() writes the push frames of the partitions `keys` (any order,
+  /// each at most once per step; `pushes` indexed by partition key, only those in `keys`
+  /// read) and returns once they are written (pushes have no reply); pull() then pulls
+  /// every partition as push_pull does (dense at downlink_ratio >= 1, else sparse into
+  /// the replica). A step pushed in pieces and then pulled puts exactly push_pull's
+  /// frames on the wire. Errors as push_pull.
+  void push(std::span<const PartitionPush> pushes, std::span<const std::uint32_t> keys, float lr);
+  void pull(std::span<float> params, double downlink_ratio);
   /// Tells every shard this worker is done; returns the smallest count of finished
   /// workers any shard reports.
   std::uint32_t done();
@@ -157,6 +166,7 @@ class PsClient {
 
  private:
   void require_floats(std::size_t n, const char* call) const;
+  void require_pushes(std::size_t n, std::size_t params) const;
 
   PartitionLayout layout_;
   std::vector<std::vector<Partition>> owned_;  ///< per shard, in the order the shard answers pulls

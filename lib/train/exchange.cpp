@@ -21,33 +21,39 @@ std::span<const ps::PartitionPush> PushEncoder::encode(std::span<float> grad, in
                                                        std::uint64_t step) {
   compressor_.clip(grad, num_workers);
   for (const auto& p : layout_.partitions) {
-    const auto& e = compressor_.encode(
+    encode_partition(
         p.key,
         std::span<const float>(grad).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length)),
         density, step);
-    auto& pp = pushes_[p.key];
-    pp.count = static_cast<std::uint32_t>(e.count());
-    pp.second = {};
-    pp.seed = e.seed;
-    switch (e.encoding) {
-      case compress::Encoding::kDense:
-        pp.codec = wire::Codec::kDenseF32;
-        pp.first = std::as_bytes(std::span<const float>(e.values));
-        break;
-      case compress::Encoding::kDenseF16:
-        pp.codec = wire::Codec::kDenseF16;
-        pp.first = std::as_bytes(std::span<const std::uint16_t>(e.half));
-        break;
-      case compress::Encoding::kSparse:
-        pp.codec = wire::Codec::kSparseF32;
-        pp.first = std::as_bytes(std::span<const std::uint32_t>(e.indices));
-        pp.second = std::as_bytes(std::span<const float>(e.values));
-        break;
-      case compress::Encoding::kSeeded:
-        pp.codec = wire::Codec::kSeededF32;
-        pp.first = std::as_bytes(std::span<const float>(e.values));
-        break;
-    }
+  }
+  return pushes_;
+}
+
+std::span<const ps::PartitionPush> PushEncoder::encode_partition(std::uint32_t key, std::span<const float> grad,
+                                                                 double density, std::uint64_t step) {
+  const auto& e = compressor_.encode(key, grad, density, step);
+  auto& pp = pushes_[key];
+  pp.count = static_cast<std::uint32_t>(e.count());
+  pp.second = {};
+  pp.seed = e.seed;
+  switch (e.encoding) {
+    case compress::Encoding::kDense:
+      pp.codec = wire::Codec::kDenseF32;
+      pp.first = std::as_bytes(std::span<const float>(e.values));
+      break;
+    case compress::Encoding::kDenseF16:
+      pp.codec = wire::Codec::kDenseF16;
+      pp.first = std::as_bytes(std::span<const std::uint16_t>(e.half));
+      break;
+    case compress::Encoding::kSparse:
+      pp.codec = wire::Codec::kSparseF32;
+      pp.first = std::as_bytes(std::span<const std::uint32_t>(e.indices));
+      pp.second = std::as_bytes(std::span<const float>(e.values));
+      break;
+    case compress::Encoding::kSeeded:
+      pp.codec = wire::Codec::kSeededF32;
+      pp.first = std::as_bytes(std::span<const float>(e.values));
+      break;
   }
   return pushes_;
 }

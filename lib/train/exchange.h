@@ -32,6 +32,11 @@ class PushEncoder {
   /// The pushes point into buffers owned by this encoder, valid until the next call.
   std::span<const ps::PartitionPush> encode(std::span<float> grad, int num_workers, double density,
                                             std::uint64_t step);
+  /// Encodes partition `key` only (its `grad`, layout length floats), without clipping:
+  /// a worker that pushes each partition as soon as backward produced it (overlap).
+  /// Returns every partition's push, `key`'s updated; the others keep what they held.
+  std::span<const ps::PartitionPush> encode_partition(std::uint32_t key, std::span<const float> grad, double density,
+                                                      std::uint64_t step);
 
  private:
   const ps::PartitionLayout& layout_;

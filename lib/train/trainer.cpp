@@ -1,6 +1,9 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <exception>
 #include <numbers>
 #include <thread>
 
@@ -34,6 +37,7 @@ class FlatParams {
     for (const auto& p : params_) sizes_.push_back(p.numel());
   }
   const std::vector<std::int64_t>& sizes() const { return sizes_; }
+  std::vector<torch::Tensor>& tensors() { return params_; }
   void read_params(std::vector<float>& out) const { gather(out, false); }
   void read_grads(std::vector<float>& out) const { gather(out, true); }
   void write_params(const std::vector<float>& in) {
@@ -196,6 +200,80 @@ class WorkerLoop {
     flat_->read_params(params_);
     n_ = feed_->shard_examples();
     steps_per_epoch_ = std::max<std::int64_t>(1, (n_ + spec_.batch_size - 1) / spec_.batch_size);
+    if (spec_.overlap) install_push_hooks();
+  }
+
+  // Overlap (docs/training.md, "Overlap"): a hook on every parameter copies its gradient
+  // into grads_ when backward has produced it; a partition whose floats are all in is
+  // pushed from the hook, while backward goes on with the layers before it. The write
+  // returns once the kernel holds the frame, which it sends meanwhile.
+  void install_push_hooks() {
+    const auto& sizes = flat_->sizes();
+    tensor_parts_.assign(sizes.size(), {});
+    part_floats_.assign(layout_.partitions.size(), 0);
+    std::int64_t off = 0;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      for (const auto& p : layout_.partitions) {
+        const std::int64_t lo = std::max(off, p.offset), hi = std::min(off + sizes[i], p.offset + p.length);
+        if (hi > lo) tensor_parts_[i].emplace_back(p.key, hi - lo);
+      }
+      tensor_offset_.push_back(off);
+      off += sizes[i];
+    }
+    for (const auto& p : layout_.partitions) part_floats_[p.key] = p.length;
+    auto& tensors = flat_->tensors();
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      tensors[i].register_hook([this, i](torch::Tensor grad) { on_gradient(i, grad); });
+    }
+  }
+
+  void on_gradient(std::size_t i, const torch::Tensor& grad) {
+    if (!hook_.active) return;
+    const auto c = grad.contiguous();
+    std::memcpy(grads_.data() + tensor_offset_[i], c.data_ptr<float>(), sizeof(float) * c.numel());
+    hook_.got[i] = true;
+    for (const auto& [key, floats] : tensor_parts_[i]) {
+      hook_.remaining[key] -= floats;
+      if (hook_.remaining[key] == 0) push_partition(key, true);
+    }
+  }
+
+  // Weight decay, the finiteness check and the encoding of partition `key` of grads_,
+  // then its push. A non-finite partition is not pushed and marks the step skipped
+  // (the partitions already pushed stay applied); a failed push is kept for exchange().
+  void push_partition(std::uint32_t key, bool in_backward) {
+    if (hook_.pushed[key] || hook_.error || hook_.nonfinite) return;
+    hook_.pushed[key] = true;
+    const auto& p = layout_.partitions[key];
+    auto g = std::span<float>(grads_).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length));
+    const auto x = std::span<const float>(params_).subspan(static_cast<std::size_t>(p.offset), g.size());
+    if (std::any_of(g.begin(), g.end(), [](float v) { return !std::isfinite(v); })) {
+      hook_.nonfinite = true;
+      return;
+    }
+    const auto wd = static_cast<float>(spec_.optimizer.weight_decay);
+    if (wd > 0) {
+      for (std::size_t j = 0; j < g.size(); ++j) g[j] += wd * x[j];
+    }
+    try {
+      std::span<const ps::PartitionPush> pushes;
+      if (plain_) {
+        auto& pp = plain_pushes_[key];
+        pp.codec = wire::Codec::kDenseF32;
+        pp.count = static_cast<std::uint32_t>(g.size());
+        pp.first = std::as_bytes(std::span<const float>(g));
+        pushes = plain_pushes_;
+      } else {
+        const auto t0 = Clock::now();
+        pushes = encoder_->encode_partition(key, g, hook_.density, static_cast<std::uint64_t>(global_step_));
+        counters_.compress_seconds += seconds_since(t0);
+      }
+      const std::uint32_t keys[] = {key};
+      client_->push(pushes, keys, hook_.lr);
+      if (in_backward) ++counters_.overlapped_pushes;
+    } catch (...) {
+      hook_.error = std::current_exception();
+    }
   }
 
   // Connects to the PS shards, offers this worker's parameters as their initial values
@@ -317,17 +395,31 @@ class WorkerLoop {
   void step(int epoch, std::int64_t step, const torch::Tensor& xb, const torch::Tensor& yb) {
     const std::int64_t images = xb.size(0);
     step_.step = global_step_ + 1;
+    const double pos = epoch + static_cast<double>(step) / steps_per_epoch_;
+    const auto lr = static_cast<float>(learning_rate(spec_.optimizer, pos, spec_.epochs));
+    const double density =
+        spec_.compression.method == compress::Method::kNone ? 1.0 : compress::density_at(spec_.compression, pos);
+    if (spec_.overlap) {
+      hook_.lr = lr;
+      hook_.density = density;
+      const double loss = compute_gradient_overlapped(xb, yb);
+      if (!finite_step(loss, epoch, step, hook_.nonfinite)) return;
+      exchange(lr, density, compress::density_at(downlink_spec_, pos), pos);
+      finish_step(images, loss, epoch, step, lr, density);
+      return;
+    }
     const double loss = compute_gradient(xb, yb);
     if (!finite_step(loss, epoch, step)) return;
     const auto wd = static_cast<float>(spec_.optimizer.weight_decay);
     if (wd > 0) {
       for (std::size_t i = 0; i < grads_.size(); ++i) grads_[i] += wd * params_[i];
     }
-    const double pos = epoch + static_cast<double>(step) / steps_per_epoch_;
-    const auto lr = static_cast<float>(learning_rate(spec_.optimizer, pos, spec_.epochs));
-    const double density =
-        spec_.compression.method == compress::Method::kNone ? 1.0 : compress::density_at(spec_.compression, pos);
     exchange(lr, density, compress::density_at(downlink_spec_, pos), pos);
+    finish_step(images, loss, epoch, step, lr, density);
+  }
+
+  // After the exchange: the pulled parameters into the model, counters, reports.
+  void finish_step(std::int64_t images, double loss, int epoch, std::int64_t step, float lr, double density) {
     last_density_ = density;
     mark(StepPhase::kApply, Clock::now());
     flat_->write_params(params_);
@@ -363,11 +455,47 @@ class WorkerLoop {
     return value;
   }
 
+  // compute_gradient with overlap: backward runs with the push hooks armed, so most
+  // partitions are pushed before it returns; a NaN/Inf loss skips backward (nothing is
+  // pushed). The partitions still unpushed are exchange()'s.
+  double compute_gradient_overlapped(const torch::Tensor& xb, const torch::Tensor& yb) {
+    const auto t1 = Clock::now();
+    model_.module->zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(model_.forward(xb), yb);
+    const double value = loss.item<double>();
+    const auto t2 = Clock::now();
+    hook_.remaining = part_floats_;
+    hook_.pushed.assign(layout_.partitions.size(), false);
+    hook_.got.assign(flat_->sizes().size(), false);
+    hook_.nonfinite = false;
+    hook_.error = nullptr;
+    if (plain_pushes_.size() != layout_.partitions.size()) plain_pushes_.resize(layout_.partitions.size());
+    if (std::isfinite(value)) {
+      hook_.active = true;
+      try {
+        loss.backward();
+      } catch (...) {
+        hook_.active = false;
+        throw;
+      }
+      hook_.active = false;
+    } else {
+      hook_.nonfinite = true;
+    }
+    const auto t3 = Clock::now();
+    counters_.compute_seconds += std::chrono::duration<double>(t3 - t1).count();
+    mark(StepPhase::kForward, t1);
+    mark(StepPhase::kBackward, t2);
+    mark(StepPhase::kCompress, t3);
+    return value;
+  }
+
   // A NaN/Inf loss or gradient is never pushed: the step is skipped and counted; too many
-  // in a row end the worker (the model diverged).
-  bool finite_step(double loss, int epoch, std::int64_t step) {
-    bool finite = std::isfinite(loss);
-    for (std::size_t i = 0; finite && i < grads_.size(); ++i) finite = std::isfinite(grads_[i]);
+  // in a row end the worker (the model diverged). With overlap the gradient was checked
+  // partition by partition as it was pushed (`nonfinite`).
+  bool finite_step(double loss, int epoch, std::int64_t step, bool nonfinite = false) {
+    bool finite = std::isfinite(loss) && !nonfinite;
+    for (std::size_t i = 0; finite && !spec_.overlap && i < grads_.size(); ++i) finite = std::isfinite(grads_[i]);
     if (finite) {
       consecutive_skips_ = 0;
       return true;
@@ -394,7 +522,20 @@ class WorkerLoop {
   void exchange(float lr, double density, double downlink, double pos) {
     const auto up0 = client_->bytes_pushed(), down0 = client_->bytes_pulled();
     try {
-      if (plain_) {
+      if (spec_.overlap) {
+        // The partitions backward did not complete (parameters without a gradient: zero),
+        // then one pull. A push that failed in a hook fails the step here.
+        const auto t0 = Clock::now();
+        mark(StepPhase::kPushPull, t0);
+        for (const auto& p : layout_.partitions) {
+          if (hook_.pushed[p.key]) continue;
+          fill_missing_gradients(p);
+          push_partition(p.key, false);
+        }
+        if (hook_.error) std::rethrow_exception(hook_.error);
+        client_->pull(params_, downlink);
+        counters_.exchange_seconds += seconds_since(t0);
+      } else if (plain_) {
         const auto t0 = Clock::now();
         mark(StepPhase::kPushPull, t0);
         client_->push_pull(grads_, lr, params_);
@@ -597,6 +738,18 @@ class WorkerLoop {
     }
   }
 
+  // Zero gradient for the floats of partition `p` whose parameters got none from this
+  // step's backward (their hook did not fire).
+  void fill_missing_gradients(const ps::Partition& p) {
+    const auto& sizes = flat_->sizes();
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      if (hook_.got[i]) continue;
+      const std::int64_t lo = std::max(tensor_offset_[i], p.offset);
+      const std::int64_t hi = std::min(tensor_offset_[i] + sizes[i], p.offset + p.length);
+      if (hi > lo) std::fill(grads_.begin() + lo, grads_.begin() + hi, 0.0f);
+    }
+  }
+
   wire::events::StepCounters counters() const {
     auto c = counters_;
     c.resyncs = resyncer_ ? resyncer_->resyncs() : 0;
@@ -619,6 +772,21 @@ class WorkerLoop {
   std::unique_ptr<PsResyncer> resyncer_;
   compress::CompressionSpec downlink_spec_;
   bool plain_ = true;
+  // Overlap: per parameter tensor its flat offset and the (partition, floats) it covers;
+  // per partition its length; the step in progress.
+  std::vector<std::vector<std::pair<std::uint32_t, std::int64_t>>> tensor_parts_;
+  std::vector<std::int64_t> tensor_offset_, part_floats_;
+  std::vector<ps::PartitionPush> plain_pushes_;
+  struct {
+    bool active = false;     // backward of a training step is running
+    float lr = 0;
+    double density = 1;
+    std::vector<std::int64_t> remaining;  // per partition: floats whose gradient is still to come
+    std::vector<bool> pushed;             // per partition: pushed this step (or given up)
+    std::vector<bool> got;                // per parameter tensor: its gradient came this step
+    bool nonfinite = false;  // a NaN/Inf loss or partition: the rest of the step is not pushed
+    std::exception_ptr error;  // a push that failed in a hook, rethrown by exchange()
+  } hook_;
   torch::Generator gen_;
   std::int64_t n_ = 0, steps_per_epoch_ = 1;
   int first_epoch_ = 0, epochs_finished_ = 0;

@@ -90,11 +90,15 @@ struct StepCounters : Fields<StepCounters> {
   double compress_seconds = 0;
   double exchange_seconds = 0;
   std::int64_t resyncs = 0;          ///< dense resyncs after a lost PS connection
+  /// overlap: partition pushes written from within the backward pass (the rest went
+  /// after it: partitions whose last gradient came last, or the parameters without one)
+  std::int64_t overlapped_pushes = 0;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("images", s.images), v("steps", s.steps), v("data_seconds", s.data_seconds),
         v("compute_seconds", s.compute_seconds), v("compress_seconds", s.compress_seconds),
-        v("exchange_seconds", s.exchange_seconds), v("resyncs", s.resyncs);
+        v("exchange_seconds", s.exchange_seconds), v("resyncs", s.resyncs),
+        v("overlapped_pushes", s.overlapped_pushes);
   }
 };
 

@@ -191,3 +191,71 @@ TEST(WorkerStep, OneWorkerAgainstAPsShardTakesTheSgdStepsComputedWithLibTorch) {
   }
   EXPECT_LT(worst, 1e-5) << "largest difference from the LibTorch SGD steps";
 }
+
+// Overlap (docs/training.md, "Overlap"): a deterministic single-worker BSP run with its
+// partitions pushed from the backward pass puts the same bytes on the wire and ends with
+// the same parameters, bit for bit, as the same run pushing after backward — and its
+// pushes really were written from within backward.
+TEST(WorkerStep, OverlapPushesTheSameBytesAndEndsWithTheSameParameters) {
+  auto run_once = [](bool overlap, ps::ShardSnapshot& snap, nlohmann::json& done) {
+    JobSpec spec;
+    spec.model = "mlp";
+    spec.epochs = 1;
+    spec.workers = 1;
+    spec.ps_shards = 1;
+    spec.batch_size = 32;
+    spec.train_samples = 256;
+    spec.test_samples = 200;
+    spec.max_steps = 5;
+    spec.seed = 3;
+    spec.sync = "sync";
+    spec.overlap = overlap;
+    spec.partition_size = 8192;  // several partitions, pushed one by one
+    spec.optimizer.lr_schedule = "constant";
+    spec.optimizer.warmup_epochs = 0;
+    const std::vector<std::uint8_t> secret(32, 0x5b);
+    auto state = std::make_shared<ps::ShardState>(spec.optimizer.momentum);
+    ps::PsServerOptions so;
+    so.bind_address = "127.0.0.1";
+    so.job = 6;
+    so.generation = 1;
+    so.secret = secret;
+    so.sync.mode = ps::SyncMode::kBsp;
+    ps::PsServer server(so, state);
+    server.start();
+    WorkerConfig cfg;
+    cfg.spec = spec;
+    cfg.job = 6;
+    cfg.generation = 1;
+    cfg.secret = secret;
+    cfg.shards = {{"127.0.0.1", server.port()}};
+    cfg.ps_timeout = std::chrono::seconds(20);
+    cfg.finish_timeout = std::chrono::seconds(30);
+    cfg.progress_interval_s = 1e9;
+    std::vector<nlohmann::json> evs;
+    run_worker(cfg, [&](const nlohmann::json& e) { evs.push_back(e); });
+    server.stop();
+    snap = state->snapshot();
+    done = evs.back();
+    EXPECT_EQ(server.sync_stats().steps, 5u * snap.partitions.size());
+  };
+  ps::ShardSnapshot off, on;
+  nlohmann::json done_off, done_on;
+  run_once(false, off, done_off);
+  run_once(true, on, done_on);
+  ASSERT_EQ(done_off["event"], "done");
+  ASSERT_EQ(done_on["event"], "done");
+  ASSERT_GT(off.partitions.size(), 2u);
+  EXPECT_EQ(done_on["bytes_pushed"], done_off["bytes_pushed"]);
+  EXPECT_EQ(done_on["bytes_pulled"], done_off["bytes_pulled"]);
+  EXPECT_EQ(done_off["counters"]["overlapped_pushes"], 0);
+  // Every partition of every step but the one holding the first layer (whose gradient
+  // backward produces last, so that it completes when backward does) went from a hook.
+  EXPECT_GE(done_on["counters"]["overlapped_pushes"].get<std::int64_t>(),
+            5 * static_cast<std::int64_t>(off.partitions.size() - 1));
+  ASSERT_EQ(on.partitions.size(), off.partitions.size());
+  for (std::size_t i = 0; i < on.partitions.size(); ++i) {
+    EXPECT_EQ(on.partitions[i].x, off.partitions[i].x) << "partition " << on.partitions[i].key;
+    EXPECT_EQ(on.partitions[i].v, off.partitions[i].v) << "partition " << on.partitions[i].key;
+  }
+}
