@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <future>
 #include <numbers>
 #include <thread>
 
@@ -321,6 +322,8 @@ class WorkerLoop {
     downlink_spec_ = spec_.compression;
     downlink_spec_.ratio = spec_.compression.downlink_ratio;
     plain_ = spec_.compression.method == compress::Method::kNone && spec_.compression.downlink_ratio >= 1.0;
+    pipelined_ = spec_.overlap && spec_.sync != "sync";
+    replica_ = params_;
     // After a restart the worker continues after the last epoch it finished, from the
     // PS's current parameters (pulled above), with the learning-rate schedule where it was.
     first_epoch_ = std::clamp(cfg_.resume_epoch, 0, spec_.epochs - 1);
@@ -361,6 +364,7 @@ class WorkerLoop {
 
   void run_epoch(int epoch) {
     const auto t_epoch = Clock::now();
+    replica_ = params_;  // after worker 0's dense pull for its evaluation, too
     const double wait0 = feed_->wait_seconds();
     feed_->start_epoch(epoch);
     loss_sum_ = 0;
@@ -380,6 +384,7 @@ class WorkerLoop {
       this->step(epoch, step, xb, yb);
       if (stop_) break;
     }
+    drain_pull();  // evaluation and the next epoch start from the last pull's values
     epoch_wait_ = feed_->wait_seconds() - wait0;
     if (spec_.profile) {
       if (stop_ || epoch + 1 == spec_.epochs) profiled();
@@ -464,6 +469,9 @@ class WorkerLoop {
     auto loss = torch::nn::functional::cross_entropy(model_.forward(xb), yb);
     const double value = loss.item<double>();
     const auto t2 = Clock::now();
+    await_pull();  // the hooks push through the client
+    hook_.up0 = client_->bytes_pushed();
+    hook_.down0 = client_->bytes_pulled();
     hook_.remaining = part_floats_;
     hook_.pushed.assign(layout_.partitions.size(), false);
     hook_.got.assign(flat_->sizes().size(), false);
@@ -520,11 +528,14 @@ class WorkerLoop {
   // Push this step's gradient and pull; a lost shard drops the step's gradient and leaves
   // params_ holding the PS's values.
   void exchange(float lr, double density, double downlink, double pos) {
-    const auto up0 = client_->bytes_pushed(), down0 = client_->bytes_pulled();
+    // With overlap the step's bytes count from before backward, whose hooks pushed.
+    const auto up0 = spec_.overlap ? hook_.up0 : client_->bytes_pushed();
+    const auto down0 = spec_.overlap ? hook_.down0 : client_->bytes_pulled();
+    bool pull_ahead = false;
     try {
       if (spec_.overlap) {
         // The partitions backward did not complete (parameters without a gradient: zero),
-        // then one pull. A push that failed in a hook fails the step here.
+        // then the pull. A push that failed in a hook fails the step here.
         const auto t0 = Clock::now();
         mark(StepPhase::kPushPull, t0);
         for (const auto& p : layout_.partitions) {
@@ -533,7 +544,15 @@ class WorkerLoop {
           push_partition(p.key, false);
         }
         if (hook_.error) std::rethrow_exception(hook_.error);
-        client_->pull(params_, downlink);
+        if (pipelined_) {
+          // The values the pull issued after the previous step brought (awaited before
+          // backward) go into the model now; this step's pull runs while the next
+          // step's data and forward do.
+          params_ = replica_;
+          pull_ahead = true;
+        } else {
+          client_->pull(params_, downlink);
+        }
         counters_.exchange_seconds += seconds_since(t0);
       } else if (plain_) {
         const auto t0 = Clock::now();
@@ -553,11 +572,44 @@ class WorkerLoop {
     } catch (const ps::PsConnectionLost& lost) {
       const auto t0 = Clock::now();
       resyncer_->recover(lost);
+      replica_ = params_;  // a resync ends with a dense pull: what the shards think it holds
       counters_.exchange_seconds += seconds_since(t0);
     }
     pulled_at_ = unix_now();
     meter_->add_step(client_->bytes_pushed() - up0, client_->bytes_pulled() - down0, pos,
                      spec_.compression.warmup_epochs);
+    if (pull_ahead) start_pull(downlink);
+  }
+
+  // Pipelined pulls (overlap in async and ssp): the pull runs on a thread of its own into
+  // replica_ (dense: overwritten; sparse: the top-k of what changed added to it, replica_
+  // being what the shards think this worker holds) while the main thread takes the next
+  // batch and runs forward, which touch neither the client nor replica_.
+  void start_pull(double downlink) {
+    pending_pull_ = std::async(std::launch::async, [this, downlink] { client_->pull(replica_, downlink); });
+  }
+
+  // Waits for the pull in flight, if any (before anything else uses the client). A lost
+  // connection is recovered as in exchange(); the replica then holds the PS's values.
+  void await_pull() {
+    if (!pending_pull_.valid()) return;
+    try {
+      pending_pull_.get();
+      resyncer_->succeeded();
+    } catch (const ps::PsConnectionLost& lost) {
+      const auto t0 = Clock::now();
+      resyncer_->recover(lost);  // params_ and the model now hold the PS's values
+      replica_ = params_;
+      counters_.exchange_seconds += seconds_since(t0);
+    }
+  }
+
+  // The pull in flight, awaited and taken into the model (the end of an epoch, a stop).
+  void drain_pull() {
+    if (!pending_pull_.valid()) return;
+    await_pull();
+    params_ = replica_;
+    flat_->write_params(params_);
   }
 
   void maybe_report(int epoch, std::int64_t step, float lr) {
@@ -670,6 +722,14 @@ class WorkerLoop {
   // PS's parameters as of this worker's last pull, the freshest copy the job may have of a
   // shard that was lost. `pulled_at` ranks the replicas of several workers.
   [[noreturn]] void stopped() {
+    if (pending_pull_.valid()) {
+      try {
+        pending_pull_.get();
+        params_ = replica_;  // the newest values this worker got
+      } catch (...) {
+        // the stop ended the pull in flight too: params_ keeps the last complete one
+      }
+    }
     wire::events::WorkerStopped ev;
     ev.rank = cfg_.rank;
     ev.epochs_done = epochs_finished_;
@@ -786,7 +846,12 @@ class WorkerLoop {
     std::vector<bool> got;                // per parameter tensor: its gradient came this step
     bool nonfinite = false;  // a NaN/Inf loss or partition: the rest of the step is not pushed
     std::exception_ptr error;  // a push that failed in a hook, rethrown by exchange()
+    std::uint64_t up0 = 0, down0 = 0;  // the client's byte counts before backward
   } hook_;
+  // Overlap in async and ssp: this step's pull runs during the next step's forward.
+  bool pipelined_ = false;
+  std::vector<float> replica_;          // the pipelined pull's target (see start_pull)
+  std::future<void> pending_pull_;
   torch::Generator gen_;
   std::int64_t n_ = 0, steps_per_epoch_ = 1;
   int first_epoch_ = 0, epochs_finished_ = 0;

@@ -259,3 +259,97 @@ TEST(WorkerStep, OverlapPushesTheSameBytesAndEndsWithTheSameParameters) {
     EXPECT_EQ(on.partitions[i].v, off.partitions[i].v) << "partition " << on.partitions[i].key;
   }
 }
+
+// Overlap in async mode pipelines the pull: step t's pull runs during step t+1's forward
+// and its values reach the model after step t+1's backward, so step t's gradient is taken
+// at the parameters of two pulls back — one step of additional staleness. One worker,
+// dense, PS momentum 0, constant lr, no weight decay (plain SGD with a delayed gradient):
+//   x1 = x0 − lr·g1(x0),  x2 = x1 − lr·g2(x0),  x3 = x2 − lr·g3(x1),  x4 = x3 − lr·g4(x2)
+// computed here with LibTorch.
+TEST(WorkerStep, OverlapInAsyncModeTakesEachGradientOneStepStaler) {
+  JobSpec spec;
+  spec.model = "mlp";
+  spec.epochs = 1;
+  spec.workers = 1;
+  spec.ps_shards = 1;
+  spec.batch_size = 32;
+  spec.train_samples = 256;
+  spec.test_samples = 200;
+  spec.max_steps = 4;
+  spec.seed = 11;
+  spec.overlap = true;
+  spec.optimizer.lr = 0.1;
+  spec.optimizer.momentum = 0;
+  spec.optimizer.weight_decay = 0;
+  spec.optimizer.lr_schedule = "constant";
+  spec.optimizer.warmup_epochs = 0;
+  const std::vector<std::uint8_t> secret(32, 0x5c);
+  auto state = std::make_shared<ps::ShardState>(0.0);
+  ps::PsServerOptions so;
+  so.bind_address = "127.0.0.1";
+  so.job = 7;
+  so.generation = 1;
+  so.secret = secret;
+  ps::PsServer server(so, state);
+  server.start();
+  WorkerConfig cfg;
+  cfg.spec = spec;
+  cfg.job = 7;
+  cfg.generation = 1;
+  cfg.secret = secret;
+  cfg.shards = {{"127.0.0.1", server.port()}};
+  cfg.ps_timeout = std::chrono::seconds(20);
+  cfg.finish_timeout = std::chrono::seconds(30);
+  cfg.progress_interval_s = 1e9;
+  std::vector<nlohmann::json> evs;
+  run_worker(cfg, [&](const nlohmann::json& e) { evs.push_back(e); });
+  server.stop();
+  ASSERT_EQ(evs.back()["event"], "done");
+  EXPECT_EQ(evs.back()["steps"], 4);
+
+  Split train = load_split(spec.data_dir, "train", spec.train_samples);
+  auto [x, y] = to_tensors(train, spec.dataset);
+  torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
+  Model ref = make_model(spec.model);
+  ref.module->train(true);
+  auto gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(spec.seed) * 1000003ULL);
+  auto perm = torch::randperm(x.size(0), gen, torch::kInt64);
+  auto params = ref.module->parameters();
+  auto copy = [&] {
+    std::vector<torch::Tensor> c;
+    for (const auto& p : params) c.push_back(p.detach().clone());
+    return c;
+  };
+  auto load = [&](const std::vector<torch::Tensor>& from) {
+    torch::NoGradGuard ng;
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(from[i]);
+  };
+  std::vector<std::vector<torch::Tensor>> xs{copy()};  // x0, x1, ...
+  for (int step = 0; step < 4; ++step) {
+    load(xs[static_cast<std::size_t>(std::max(0, step - 1))]);  // gradient at x_{t-2} (x0 for the first two)
+    auto idx = perm.slice(0, step * 32, step * 32 + 32);
+    ref.module->zero_grad();
+    torch::nn::functional::cross_entropy(ref.forward(x.index_select(0, idx)), y.index_select(0, idx)).backward();
+    std::vector<torch::Tensor> next;
+    for (std::size_t i = 0; i < params.size(); ++i) next.push_back(xs.back()[i] - params[i].grad() * 0.1f);
+    xs.push_back(next);
+  }
+  std::vector<float> expected;
+  std::vector<std::int64_t> sizes;
+  for (const auto& t : xs.back()) {
+    auto c = t.contiguous();
+    expected.insert(expected.end(), c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+    sizes.push_back(t.numel());
+  }
+  const auto layout = ps::make_layout(sizes, spec.partition_size, 1);
+  const auto snap = state->snapshot();
+  ASSERT_EQ(snap.partitions.size(), layout.partitions.size());
+  double worst = 0;
+  for (const auto& part : snap.partitions) {
+    const auto& lp = layout.partitions[part.key];
+    for (std::int64_t i = 0; i < lp.length; ++i) {
+      worst = std::max(worst, std::abs(double(part.x[i]) - double(expected[lp.offset + i])));
+    }
+  }
+  EXPECT_LT(worst, 1e-5) << "largest difference from SGD with the gradient one step staler";
+}
