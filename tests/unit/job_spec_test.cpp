@@ -1,4 +1,7 @@
 // Job-file validation: every bad input is rejected with a message naming the field.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -124,6 +127,28 @@ TEST(JobSpec, ConsistencyModelsTakeTheirOwnFieldsOnly) {
   j.erase("barrier_timeout_seconds");
   EXPECT_EQ(job_from_json(j).backup_workers, 0);
   EXPECT_EQ(job_from_json(j).staleness, 2);
+}
+
+// The job files shipped in configs/jobs parse, and say what their comments say.
+TEST(JobSpec, ShippedJobFilesParse) {
+  const std::filesystem::path dir = std::filesystem::path(DLTRAIN_SOURCE_DIR) / "configs" / "jobs";
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".toml") continue;
+    std::ifstream in(e.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_NO_THROW(parse_job_toml(text.str(), dir.string(), false)) << e.path();
+    ++files;
+  }
+  EXPECT_GE(files, 6);
+  std::ifstream in(dir / "fashion-mnist-sync.toml");
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto s = parse_job_toml(text.str(), dir.string(), false);
+  EXPECT_EQ(s.sync, "sync");
+  EXPECT_TRUE(s.overlap);
+  EXPECT_DOUBLE_EQ(effective_barrier_timeout(s), 30.0);
 }
 
 TEST(JobSpec, PsTimeoutIsADurationFromOneSecondToADay) {
