@@ -1,0 +1,217 @@
+#!/usr/bin/python3
+"""The consistency models and overlap, side by side, on real clusters.
+
+For each model, link, consistency model (async, ssp with staleness 2, sync = BSP),
+compression (dense, DGC 0.1 %) and overlap (off, on) and seed, one dltrain job on a
+cluster of real processes: a leader and one agent per task (workers + 1 PS shard, one
+core each), on loopback or on emulated links (each agent in its own network namespace
+behind a veth pair rate-limited with tc tbf, bench/compression_bench.py's Links). Reports
+final test accuracy, wall time, time to the target accuracy and the shard's barrier
+record (waits, max lead) per run, and the effect of overlap per configuration.
+
+Usage (as root, after scripts/setup):
+  bench/sync/run.py                      the default matrix (see --help)
+  bench/sync/run.py --models cnn --links 100mbit --modes async,sync --codecs dense
+Writes bench/results/sync.json and replaces the section between the sync markers of
+docs/benchmarks.md (unless --no-docs).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+from compression_bench import BIN, Cluster, Links  # noqa: E402
+
+MODES = {
+    "async": 'sync = "async"\n',
+    "ssp2": 'sync = "ssp"\nstaleness = 2\n',
+    "sync": 'sync = "sync"\n',
+}
+CODECS = {
+    "dense": "",
+    "dgc-0.1%": '[compression]\nmethod = "dgc"\nratio = 0.001\ndownlink_ratio = 0.01\nwarmup_epochs = 1\n',
+}
+SYNC_LINE = re.compile(r"sync \w+: (\d+) steps applied, (\d+) late pushes dropped, (\d+) pulls waited \(([\d.]+) s "
+                       r"in all\), (\d+) workers dropped by the barrier timeout, (\d+) connections closed mid-step, "
+                       r"(\d+) rejoins, max lead (\d+) steps")
+
+
+def job_toml(args, model, mode, codec, overlap, seed):
+    return (f'name = "sync-bench-{model}-{mode}-{codec}-{"overlap" if overlap else "plain"}-s{seed}"\n'
+            f'model = "{model}"\ndataset = "fashion-mnist"\nepochs = {args.epochs}\nworkers = {args.workers}\n'
+            f"ps_shards = 1\nbatch_size = {args.batch_size}\ntrain_samples = {args.train_samples}\n"
+            f"test_samples = {args.test_samples}\nseed = {seed}\noverlap = {'true' if overlap else 'false'}\n"
+            + MODES[mode] +
+            f'[optimizer]\nlr = {args.lr}\nmomentum = 0.9\nlr_schedule = "cosine"\nwarmup_epochs = 0.3\n'
+            + CODECS[codec])
+
+
+def run_job(cluster, args, model, mode, codec, overlap, seed):
+    path = os.path.join(cluster.dir, f"{model}-{mode}-{codec}-{overlap}-{seed}.toml")
+    with open(path, "w") as f:
+        f.write(job_toml(args, model, mode, codec, overlap, seed))
+    t0 = time.time()
+    p = subprocess.Popen([f"{BIN}/dltrain", "--leader", cluster.url, "--token", cluster.token, "submit", path,
+                          "--follow", "--json"], stdout=subprocess.PIPE, text=True)
+    curve, summary, job = [], None, None
+    for line in p.stdout:
+        ev = json.loads(line)
+        job = job or ev.get("job")
+        if ev.get("event") == "epoch_end" and "test_accuracy" in ev:
+            curve.append({"epoch": ev["epoch"], "seconds": time.time() - t0, "test_accuracy": ev["test_accuracy"]})
+        if ev.get("event") == "summary":
+            summary = ev
+    p.wait(timeout=args.job_timeout)
+    if summary is None or summary["state"] != "succeeded":
+        raise RuntimeError(f"{model} {mode} {codec} overlap={overlap} seed {seed}: {summary}")
+    record = None
+    if mode != "async" and job:
+        log = cluster.client("logs", job, "--task", "ps-0", check=False).stdout
+        m = SYNC_LINE.search(log)
+        if m:
+            keys = ["steps", "late_pushes", "waits", "wait_seconds", "dropped", "departures", "rejoins", "max_lead"]
+            record = {k: float(v) if k == "wait_seconds" else int(v) for k, v in zip(keys, m.groups())}
+    hit = next((c["seconds"] for c in curve if c["test_accuracy"] >= args.target[model]), None)
+    return {"model": model, "mode": mode, "codec": codec, "overlap": overlap, "seed": seed,
+            "final_accuracy": summary["test_accuracy"], "wall_seconds": summary["wall_seconds"],
+            "seconds_to_target": hit, "curve": curve, "barrier": record}
+
+
+def mean_sd(xs, fmt="{:.4g}"):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "n/a"
+    if len(xs) == 1:
+        return fmt.format(xs[0])
+    return fmt.format(statistics.mean(xs)) + " ± " + "{:.2g}".format(statistics.stdev(xs))
+
+
+def report(data):
+    args, results = data["args"], data["results"]
+    md = [f"{args['workers']} workers + 1 PS shard, each on its own agent with one core, on a "
+          f"{data['machine']}; batch {args['batch_size']} per worker, {args['epochs']} epochs on the first "
+          f"{args['train_samples']} training images, test accuracy on the first {args['test_samples']}; "
+          f"targets {args['target']}. Command: `{data['command']}` ({data['date']}).", "",
+          "| model | link | sync | codec | overlap | seeds | final accuracy | wall s | s to target | "
+          "barrier waits | max lead |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    keys = []
+    for r in results:
+        k = (r["model"], r["link"], r["mode"], r["codec"], r["overlap"])
+        if k not in keys:
+            keys.append(k)
+    for k in keys:
+        rs = [r for r in results if (r["model"], r["link"], r["mode"], r["codec"], r["overlap"]) == k]
+        b = [r["barrier"] for r in rs if r["barrier"]]
+        md.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {'on' if k[4] else 'off'} | {len(rs)} | "
+                  f"{mean_sd([r['final_accuracy'] for r in rs])} | {mean_sd([r['wall_seconds'] for r in rs], '{:.1f}')} | "
+                  f"{mean_sd([r['seconds_to_target'] for r in rs], '{:.1f}')} | "
+                  f"{mean_sd([x['waits'] for x in b], '{:.0f}') if b else '—'} | "
+                  f"{max(x['max_lead'] for x in b) if b else '—'} |")
+    md += ["", "Overlap's effect (same model, link, sync and codec; mean wall time and time to target):", "",
+           "| model | link | sync | codec | wall s off → on | change | s to target off → on | change |",
+           "|---|---|---|---|---|---|---|---|"]
+    for k in keys:
+        if k[4]:
+            continue
+        off = [r for r in results if (r["model"], r["link"], r["mode"], r["codec"], r["overlap"]) == k]
+        on = [r for r in results if (r["model"], r["link"], r["mode"], r["codec"], r["overlap"]) == k[:4] + (True,)]
+        if not on:
+            continue
+
+        def mean(rs, f):
+            xs = [r[f] for r in rs if r[f] is not None]
+            return statistics.mean(xs) if len(xs) == len(rs) else None
+
+        row = [k[0], k[1], k[2], k[3]]
+        for f in ("wall_seconds", "seconds_to_target"):
+            a, b2 = mean(off, f), mean(on, f)
+            if a is None or b2 is None:
+                row += ["n/a (target not reached in every run)" if f == "seconds_to_target" else "n/a", ""]
+            else:
+                row += [f"{a:.1f} → {b2:.1f}", f"{100 * (b2 - a) / a:+.1f} %"]
+        md.append("| " + " | ".join(row) + " |")
+    return "\n".join(md) + "\n"
+
+
+def rewrite_docs(md):
+    path = os.path.join(ROOT, "docs", "benchmarks.md")
+    with open(path) as f:
+        text = f.read()
+    begin, end = "<!-- sync:begin -->", "<!-- sync:end -->"
+    if begin not in text:
+        text += ("\n## Consistency models and overlap\n\nThe consistency models and overlap of docs/training.md on "
+                 "real clusters (`bench/sync/run.py`).\n\n" + begin + "\n" + end + "\n")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    with open(path, "w") as f:
+        f.write(head + begin + "\n" + md + end + tail)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="cnn", help="comma list of cnn,mlp-large (default cnn)")
+    ap.add_argument("--links", default="100mbit", help="comma list of loopback,1gbit,100mbit (default 100mbit)")
+    ap.add_argument("--modes", default="async,ssp2,sync", help="comma list of " + ",".join(MODES))
+    ap.add_argument("--codecs", default="dense", help="comma list of " + ",".join(CODECS).replace("%", "%%"))
+    ap.add_argument("--overlap", default="off,on", help="comma list of off,on")
+    ap.add_argument("--seeds", default="1")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--train-samples", type=int, default=12000)
+    ap.add_argument("--test-samples", type=int, default=2000)
+    ap.add_argument("--lr", type=float, default=0.02)
+    ap.add_argument("--target-cnn", type=float, default=0.80)
+    ap.add_argument("--target-mlp-large", type=float, default=0.78)
+    ap.add_argument("--job-timeout", type=int, default=1800)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--no-docs", action="store_true")
+    args = ap.parse_args()
+    args.target = {"cnn": args.target_cnn, "mlp-large": args.target_mlp_large}
+    if os.geteuid() != 0 and args.links != "loopback":
+        sys.exit("bench/sync/run.py: emulated links need root (ip netns, tc)")
+    results = []
+    hosts = args.workers + 1
+    for link in args.links.split(","):
+        links = Links(hosts, link) if link != "loopback" else None
+        try:
+            if links:
+                links.__enter__()
+            with Cluster(hosts, links) as cluster:
+                for model in args.models.split(","):
+                    for codec in args.codecs.split(","):
+                        for mode in args.modes.split(","):
+                            for ov in args.overlap.split(","):
+                                for seed in [int(s) for s in args.seeds.split(",")]:
+                                    r = run_job(cluster, args, model, mode, codec, ov == "on", seed)
+                                    r["link"] = link
+                                    results.append(r)
+                                    print(f"[{link}] {model} {mode} {codec} overlap {ov} seed {seed}: accuracy "
+                                          f"{r['final_accuracy']:.4f}, {r['wall_seconds']:.1f} s, to target "
+                                          f"{r['seconds_to_target']}, barrier {r['barrier']}", flush=True)
+        finally:
+            if links:
+                links.__exit__(None, None, None)
+    data = {"args": vars(args), "results": results, "date": datetime.date.today().isoformat(),
+            "machine": f"{os.cpu_count()}-core {platform.machine()} machine",
+            "command": "bench/sync/run.py " + " ".join(sys.argv[1:])}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "sync.json"), "w") as f:
+        json.dump(data, f, indent=2)
+    md = report(data)
+    print(md)
+    if not args.no_docs:
+        rewrite_docs(md)
+
+
+if __name__ == "__main__":
+    main()
