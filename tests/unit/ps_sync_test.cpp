@@ -367,7 +367,7 @@ TEST(Ssp, StalenessZeroEndsWithBspsParameters) {
     PsShards shards(2, 0.0, make_layout({4, 4}, 4, 2), opt);
     const std::vector<float> x0(8, 10.0f);
     std::vector<std::thread> threads;
-    std::vector<std::vector<float>> final(3);
+    std::vector<std::vector<float>> final(3, std::vector<float>(8));
     for (std::uint32_t r = 0; r < 3; ++r) {
       threads.emplace_back([&, r] {
         auto w = shards.client(PsShards::client_options(r, 3));
@@ -387,7 +387,6 @@ TEST(Ssp, StalenessZeroEndsWithBspsParameters) {
         w.pull(final[r]);
       });
     }
-    for (auto& f : final) f.resize(8);
     for (auto& t : threads) t.join();
     for (std::uint32_t r = 0; r < 3; ++r) {
       EXPECT_EQ(final[r], std::vector<float>(8, 3.25f)) << to_string(opt.mode) << ", worker " << r;
