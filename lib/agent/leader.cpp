@@ -284,6 +284,7 @@ void Leader::Impl::maybe_finish(JobRec& j) {
   }
   spdlog::info("job {} {}: test accuracy {:.4f}, {} epochs, {:.1f} s{}", j.id, j.state, j.test_accuracy,
                j.epochs_done, j.wall_seconds(), j.error.empty() ? "" : ", error: " + j.error);
+  trim_series();
   try_schedule();
 }
 
