@@ -180,11 +180,18 @@ async function main() {
 
 const timer = setTimeout(() => { say({ phase: "error", message: "the whole run took over 15 minutes" }); finish(1); },
   15 * 60 * 1000);
+// Chromium is killed and reaped before its profile is removed (it writes there until it
+// is gone).
 function finish(code) {
   clearTimeout(timer);
+  const done = () => {
+    rmSync(profile, { recursive: true, force: true, maxRetries: 5 });
+    process.exit(code);
+  };
+  if (chrome.exitCode !== null || chrome.signalCode !== null) return done();
+  chrome.removeAllListeners("exit");
+  chrome.on("exit", done);
   chrome.kill("SIGKILL");
-  rmSync(profile, { recursive: true, force: true });
-  process.exit(code);
 }
 chrome.on("exit", (code, signal) => {
   say({ phase: "error", message: `chromium exited (${code ?? signal}): ${chromeLog}` });
