@@ -5,7 +5,8 @@
 //
 // Usage: node dashboard_browser.mjs CONFIG.json
 //   CONFIG: {"url", "token", "job", "out" (screenshot directory), "chromium",
-//            "straggler" (a task to wait for its straggler flag, or "")}
+//            "straggler" (a task to wait for its straggler flag, or ""),
+//            "tmp" (where Chromium's throw-away profile goes; default: the system's)}
 // Writes one JSON line per phase to stdout ({"phase": ...}); the test reads them, acts
 // (stops and continues a worker) and asserts on the figures. Every wait is bounded; on a
 // timeout it writes {"phase":"error", "message"} and exits 1.
@@ -18,7 +19,7 @@ const cfg = JSON.parse(readFileSync(process.argv[2], "utf8"));
 const say = (o) => process.stdout.write(JSON.stringify(o) + "\n");
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-const profile = mkdtempSync(join(tmpdir(), "dltrain-chromium-"));
+const profile = mkdtempSync(join(cfg.tmp || tmpdir(), "dltrain-chromium-"));
 const chrome = spawn(cfg.chromium, [
   "--headless=new", "--remote-debugging-pipe", "--no-sandbox", "--disable-gpu", "--no-first-run",
   "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
