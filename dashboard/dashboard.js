@@ -332,7 +332,7 @@
         st.state === "succeeded" ? "100 %" : "–"),
       card("ETA", st.state === "running" ? fmtSeconds(st.eta_seconds) : "–"),
       card("wall time", fmtSeconds(st.wall_seconds)),
-      card("images/s", fmtNum(st.images_per_sec)),
+      card("images/s", fmtNum(st.state === "running" ? latestImagesPerSec(series) : st.images_per_sec)),
       card("pushed / pulled", `${fmtBytes(st.bytes_pushed)} / ${fmtBytes(st.bytes_pulled)}`),
       card("compression", st.compression + (typeof st.compression_ratio === "number" ?
         ` (${st.compression_ratio.toFixed(1)}×)` : "")));
@@ -349,6 +349,16 @@
     drawCharts(series);
     renderPlan(st.plan);
     renderEvents(evs);
+  }
+
+  // While a job runs: the sum of each worker's latest progress report (the job's figure,
+  // from its workers' epoch ends, is 0 until the first epoch ended).
+  function latestImagesPerSec(series) {
+    let sum = 0;
+    for (const w of series.workers || []) {
+      if (w.images_per_sec.length) sum += w.images_per_sec[w.images_per_sec.length - 1];
+    }
+    return sum;
   }
 
   function chartBox(id, title) {
@@ -372,10 +382,11 @@
     const e = series.epochs || { t: [], test_accuracy: [] };
     const keep = e.t.map((_, i) => i).filter((i) => typeof e.test_accuracy[i] === "number");
     draw("chart-accuracy", ["worker-0"], [[keep.map((i) => e.t[i]), keep.map((i) => e.test_accuracy[i] * 100)]],
-      "%", true);
+      "%", true, (u, min, max) => [Math.max(0, Math.floor(min - 5)), Math.min(100, Math.ceil(max + 5))]);
   }
 
-  function draw(id, names, tables, unit, points) {
+  // `yRange`: uPlot's range function for the y scale (default: uPlot's own).
+  function draw(id, names, tables, unit, points, yRange) {
     const box = $(id);
     if (!box || typeof uPlot === "undefined") return;
     let n = 0;
@@ -392,13 +403,13 @@
     if (c) c.plot.destroy();
     const opts = {
       width, height: 220,
-      scales: { x: { time: false } },
+      scales: yRange ? { x: { time: false }, y: { range: yRange } } : { x: { time: false } },
       axes: [{ label: "seconds since submission" }, { label: unit }],
       series: [{ label: "t (s)" }, ...names.map((nm, i) => ({
         label: nm, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
         points: { show: points ? true : undefined, size: 6 },
       }))],
-      legend: { live: true },
+      legend: { live: false },
     };
     box.replaceChildren();
     charts[id] = { plot: new uPlot(opts, data, box), key };

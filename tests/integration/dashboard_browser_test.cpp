@@ -188,6 +188,7 @@ TEST(Dashboard, InHeadlessChromiumShowsNothingWithoutTheTokenThenTheClusterAndAJ
     EXPECT_EQ(first.value("job_state", ""), "running");
     EXPECT_EQ(second.value("job_state", ""), "running");
     EXPECT_EQ(first.value("canvases", 0), 4);
+    EXPECT_EQ(second["stragglers"], json::array()) << "flagged before worker-1 was stopped";
     for (const char* c : {"loss", "ips", "bytes"}) {
       EXPECT_GE(first["points"].value(c, 0), 2) << c;
       EXPECT_GT(second["points"].value(c, 0), first["points"].value(c, 0)) << c;

@@ -16,14 +16,21 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "agent/job_record.h"
+#include "agent/leader.h"
+#include "agent/options.h"
+#include "control/client.h"
 #include "agent/job_series.h"
 #include "control/dashboard_assets.h"
 #include "control/server.h"
+#include "support/temp_dir.h"
 #include "wire/control.h"
 
 using namespace dltrain;
@@ -44,8 +51,11 @@ std::string source_file(const std::string& rel) {
 
 // A ControlServer on 127.0.0.1:0 with its io thread; records what reaches its owner.
 struct Served {
-  explicit Served(std::chrono::seconds handshake_timeout = std::chrono::seconds(10)) {
+  explicit Served(std::chrono::seconds handshake_timeout = std::chrono::seconds(10), const std::string& tls_cert = "",
+                  const std::string& tls_key = "") {
     control::ControlServerOptions o;
+    o.tls_cert_file = tls_cert;
+    o.tls_key_file = tls_key;
     o.agent_token = "agent-secret";
     o.client_token = "client-secret";
     o.handshake_timeout = handshake_timeout;
@@ -194,6 +204,66 @@ TEST(DashboardHttp, TheServerSendsEachFileWithItsTypeAndSecurityHeadersAndNothin
   EXPECT_EQ(request(port, http::verb::get, "/v1/dashboard").result_int(), 426);
 }
 
+// With TLS on the control channel the dashboard is served over https:// and wss:// on the
+// same port, and plain HTTP there gets nothing.
+TEST(DashboardHttp, WithTlsThePageAndItsSocketAreServedOverTlsOnly) {
+  dltrain::testing::TempDir dir("dltrain-dashboard-tls");
+  const std::string d = dir.path.string();
+  const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ";
+  const std::string cmd = "cd " + d + " && openssl req -x509" + ec + "-days 2 -subj /CN=test-ca -keyout ca.key -out ca.pem && " +
+                          "openssl req" + ec + "-subj /CN=leader -keyout leader.key -out leader.csr && " +
+                          "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && " +
+                          "openssl x509 -req -in leader.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 " +
+                          "-extfile san.ext -out leader.pem && chmod 600 leader.key ca.key";
+  ASSERT_EQ(std::system((cmd + " 2>/dev/null").c_str()), 0) << cmd;
+  Served s(std::chrono::seconds(10), d + "/leader.pem", d + "/leader.key");
+  const auto port = s.server->port();
+
+  asio::io_context io;
+  asio::ssl::context ctx(asio::ssl::context::tls_client);
+  ctx.load_verify_file(d + "/ca.pem");
+  ctx.set_verify_mode(asio::ssl::verify_peer);
+  ctx.set_verify_callback(asio::ssl::host_name_verification("127.0.0.1"));
+  {
+    beast::ssl_stream<beast::tcp_stream> tls(io, ctx);
+    beast::get_lowest_layer(tls).expires_after(std::chrono::seconds(10));
+    beast::get_lowest_layer(tls).connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    tls.handshake(asio::ssl::stream_base::client);
+    http::request<http::empty_body> req(http::verb::get, "/", 11);
+    req.set(http::field::host, "127.0.0.1");
+    http::write(tls, req);
+    beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    http::read(tls, buf, res);
+    EXPECT_EQ(res.result_int(), 200);
+    EXPECT_EQ(res.body(), source_file("index.html"));
+    EXPECT_FALSE(res["Content-Security-Policy"].empty());
+  }
+  {
+    websocket::stream<beast::ssl_stream<beast::tcp_stream>> wss(io, ctx);
+    beast::get_lowest_layer(wss).expires_after(std::chrono::seconds(10));
+    beast::get_lowest_layer(wss).connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    wss.next_layer().handshake(asio::ssl::stream_base::client);
+    wss.handshake("127.0.0.1", "/v1/dashboard");
+    wss.write(asio::buffer(auth("client-secret")));
+    beast::flat_buffer buf;
+    wss.read(buf);
+    const auto env = wire::parse_envelope(beast::buffers_to_string(buf.data()));
+    EXPECT_TRUE(env.ok) << env.error.dump();
+    beast::error_code ig;
+    wss.close(websocket::close_code::normal, ig);
+  }
+  // Plain HTTP on the TLS port: no page.
+  beast::error_code plain;
+  try {
+    const auto res = request(port, http::verb::get, "/");
+    EXPECT_NE(res.result_int(), 200);
+  } catch (const boost::system::system_error& e) {
+    plain = e.code();
+  }
+  EXPECT_TRUE(plain) << "plain HTTP got an answer on the TLS port";
+}
+
 TEST(DashboardSocket, TheClientTokenInTheFirstMessageOpensAClientSession) {
   Served s;
   DashboardSocket ws(s.server->port());
@@ -255,6 +325,49 @@ TEST(DashboardSocket, ASessionThatSendsNoAuthIsClosedAfterTheHandshakeTimeout) {
   EXPECT_FALSE(ws.next());  // closed by the server (the read is bounded by 10 s)
   EXPECT_EQ(ws.closed_by, websocket::error::closed) << ws.closed_by.message();
   EXPECT_EQ(s.seen().opened, 0);
+}
+
+// The leader's answers to the dashboard's own requests when they are wrong: the field
+// named, and the session carries on.
+TEST(DashboardRequests, SeriesAndEventsRefuseAMissingJobAnUnknownOneAndALimitOutOfRange) {
+  asio::io_context io;
+  agent::AgentOptions o;
+  o.leader = true;
+  o.listen_address = "127.0.0.1";
+  o.listen_port = 0;
+  o.agent_token = "agent-secret";
+  o.client_token = "client-secret";
+  agent::Leader leader(io, o);
+  leader.start();
+  std::thread t([&] { io.run(); });
+  {
+    control::BlockingControlClient c("ws://127.0.0.1:" + std::to_string(leader.port()), "client-secret",
+                                     std::chrono::seconds(5));
+    auto refused = [&](const std::string& type, const json& body) -> std::pair<std::string, std::string> {
+      try {
+        c.request(type, body, std::chrono::seconds(5));
+      } catch (const control::RemoteError& e) {
+        return {e.code(), e.field()};
+      }
+      return {"", ""};
+    };
+    EXPECT_EQ(refused("series", json::object()), std::make_pair(std::string("bad_request"), std::string("job")));
+    EXPECT_EQ(refused("series", {{"job", "job-9"}}), std::make_pair(std::string("not_found"), std::string("job")));
+    EXPECT_EQ(refused("events", json::object()), std::make_pair(std::string("bad_request"), std::string("job")));
+    EXPECT_EQ(refused("events", {{"job", "job-9"}}), std::make_pair(std::string("not_found"), std::string("job")));
+    EXPECT_EQ(refused("events", {{"job", "job-1"}, {"limit", 0}}),
+              std::make_pair(std::string("bad_request"), std::string("limit")));
+    EXPECT_EQ(refused("events", {{"job", "job-1"}, {"limit", 1001}}),
+              std::make_pair(std::string("bad_request"), std::string("limit")));
+    EXPECT_EQ(refused("events", {{"job", 3}}), std::make_pair(std::string("bad_request"), std::string("job")));
+    // The session still serves.
+    EXPECT_TRUE(c.request("list", json::object(), std::chrono::seconds(5))["jobs"].empty());
+  }
+  asio::post(io, [&] {
+    leader.stop();
+    io.stop();
+  });
+  t.join();
 }
 
 TEST(JobSeries, AFullSeriesDropsEverySecondPointAndKeepsTheFirstAndTheNewest) {
