@@ -7,7 +7,8 @@
 //   CONFIG: {"url", "token", "job", "out" (screenshot directory), "chromium",
 //            "straggler" (a task to wait for its straggler flag, or ""),
 //            "tmp" (where Chromium's throw-away profile goes; default: the system's)}
-// Writes one JSON line per phase to stdout ({"phase": ...}); the test reads them, acts
+// Writes one JSON line per phase to stdout ({"phase": ...}; the last one, "done", also has
+// "page_errors": what the page logged as errors); the test reads them, acts
 // (stops and continues a worker) and asserts on the figures. Every wait is bounded; on a
 // timeout it writes {"phase":"error", "message"} and exits 1.
 import { spawn } from "node:child_process";
@@ -32,6 +33,9 @@ chrome.stderr.on("data", (d) => { chromeLog = (chromeLog + d).slice(-4000); });
 // ------------------------------------------------------------ the protocol
 let nextId = 1;
 const waiting = new Map();
+// What the page reported as errors: exceptions, console.error, failed loads and
+// Content-Security-Policy violations (Log domain, level "error").
+const pageErrors = [];
 let inbuf = Buffer.alloc(0);
 chrome.stdio[4].on("data", (chunk) => {
   inbuf = Buffer.concat([inbuf, chunk]);
@@ -39,6 +43,14 @@ chrome.stdio[4].on("data", (chunk) => {
   while ((end = inbuf.indexOf(0)) >= 0) {
     const msg = JSON.parse(inbuf.subarray(0, end).toString("utf8"));
     inbuf = inbuf.subarray(end + 1);
+    if (msg.method === "Log.entryAdded" && msg.params.entry.level === "error") {
+      pageErrors.push(`${msg.params.entry.source}: ${msg.params.entry.text} ${msg.params.entry.url || ""}`);
+    } else if (msg.method === "Runtime.exceptionThrown") {
+      const d = msg.params.exceptionDetails;
+      pageErrors.push(`exception: ${d.exception ? d.exception.description : d.text}`);
+    } else if (msg.method === "Runtime.consoleAPICalled" && msg.params.type === "error") {
+      pageErrors.push(`console.error: ${msg.params.args.map((a) => a.value ?? a.description).join(" ")}`);
+    }
     if (msg.id && waiting.has(msg.id)) {
       const { resolve, reject } = waiting.get(msg.id);
       waiting.delete(msg.id);
@@ -123,6 +135,7 @@ async function main() {
   ({ sessionId: session } = await send("Target.attachToTarget", { targetId: page.targetId, flatten: true }));
   await cmd("Page.enable");
   await cmd("Runtime.enable");
+  await cmd("Log.enable");
   await cmd("Emulation.setDeviceMetricsOverride", { width: 1400, height: 1000, deviceScaleFactor: 1, mobile: false });
 
   // 1. No token: the login form and nothing else; a wrong token changes nothing.
@@ -179,7 +192,7 @@ async function main() {
   await waitFor("the agents table after a reload", `document.querySelectorAll("#agents-table tbody tr").length > 0`,
     15000);
   const reloaded = await snapshot();
-  say({ phase: "done", done, reloaded, screenshots: [shotD] });
+  say({ phase: "done", done, reloaded, screenshots: [shotD], page_errors: pageErrors });
 }
 
 const timer = setTimeout(() => { say({ phase: "error", message: "the whole run took over 15 minutes" }); finish(1); },

@@ -211,6 +211,9 @@ TEST(Dashboard, InHeadlessChromiumShowsNothingWithoutTheTokenThenTheClusterAndAJ
     EXPECT_GT(done.value("events", 0), 0);  // the event log
     EXPECT_EQ(done.value("agent_rows", 0), 3);
 
+    // No script error, failed load or Content-Security-Policy violation on the way.
+    EXPECT_EQ(p["done"]["page_errors"], json::array()) << p["done"]["page_errors"].dump(1);
+
     // 5. A reload stays signed in (sessionStorage).
     EXPECT_FALSE(p["done"]["reloaded"].value("login_visible", true));
     EXPECT_EQ(p["done"]["reloaded"].value("agent_rows", 0), 3);
