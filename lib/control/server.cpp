@@ -52,6 +52,9 @@ namespace {
 template <class Stream>
 constexpr bool kIsTls = std::is_same_v<Stream, TlsStream>;
 
+// The largest first message of a dashboard session (its auth), bytes.
+constexpr std::size_t kMaxAuthMessage = 16 * 1024;
+
 std::string endpoint_string(const tcp::socket& s) {
   boost::system::error_code ec;
   auto ep = s.remote_endpoint(ec);
@@ -81,7 +84,9 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession<
     to.idle_timeout = wire::kControlIdleTimeout;  // pings at half of it
     to.keep_alive_pings = true;
     ws_.set_option(to);
-    ws_.read_message_max(srv_->opt.max_message_bytes);
+    // Before its auth message a dashboard session is nobody's: a small limit (an auth
+    // message is a few hundred bytes), the usual one once it is the client's.
+    ws_.read_message_max(authenticated_ ? srv_->opt.max_message_bytes : kMaxAuthMessage);
     ws_.async_accept(req, [self = this->shared_from_this()](beast::error_code ec) {
       if (ec) {
         spdlog::warn("control: WebSocket handshake with {} failed: {}", self->peer_, ec.message());
@@ -188,6 +193,7 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession<
     }
     authenticated_ = true;
     auth_timer_.cancel();
+    ws_.read_message_max(srv_->opt.max_message_bytes);
     send(wire::make_reply(id, {{"peer", "client"}}));
     opened();
   }

@@ -327,6 +327,23 @@ TEST(DashboardSocket, ASessionThatSendsNoAuthIsClosedAfterTheHandshakeTimeout) {
   EXPECT_EQ(s.seen().opened, 0);
 }
 
+// Before it has authenticated a session may not send the 4 MiB a client may: its first
+// message is limited to 16 KiB, and one larger closes it.
+TEST(DashboardSocket, AnOversizedFirstMessageClosesTheSession) {
+  Served s;
+  DashboardSocket ws(s.server->port());
+  beast::error_code ig;
+  ws.ws.write(asio::buffer(auth(std::string(17 * 1024, 'x'))), ig);
+  EXPECT_FALSE(ws.next());
+  EXPECT_EQ(s.seen().opened, 0);
+  // A token of a few KiB (long, but under the limit) is read and refused as wrong.
+  DashboardSocket ws2(s.server->port());
+  ws2.send(auth(std::string(8 * 1024, 'x')));
+  const auto r = ws2.next();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(wire::parse_envelope(*r).error.value("message", ""), "wrong client token");
+}
+
 // The leader's answers to the dashboard's own requests when they are wrong: the field
 // named, and the session carries on.
 TEST(DashboardRequests, SeriesAndEventsRefuseAMissingJobAnUnknownOneAndALimitOutOfRange) {
