@@ -425,8 +425,8 @@
       el("td", { class: "num" }, fmtSeconds(r.total_seconds)), el("td", { class: "num" }, fmtAccuracy(r.accuracy)),
       el("td", { class: "num" }, fmtNum(r.cost, 2)), el("td", {}, r.feasible ? "yes" : "no"), el("td", {}, r.reason)));
     box.replaceChildren(el("h3", {}, "Planner's decision"),
-      el("p", { id: "plan-explanation" }, plan.choice ? `chose ${plan.choice.workers} workers × batch ` +
-        `${plan.choice.batch_size}. ` : "no feasible configuration. ", plan.explanation || ""),
+      el("p", { id: "plan-explanation" }, plan.explanation ||
+        (plan.choice ? `${plan.choice.workers} workers × batch ${plan.choice.batch_size}` : "no feasible configuration")),
       table("plan-table", ["rank", "workers", "batch", "predicted time", "predicted accuracy", "cost", "feasible",
         "reason"], rows));
   }

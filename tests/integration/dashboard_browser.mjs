@@ -6,7 +6,9 @@
 // Usage: node dashboard_browser.mjs CONFIG.json
 //   CONFIG: {"url", "token", "job", "out" (screenshot directory), "chromium",
 //            "straggler" (a task to wait for its straggler flag, or ""),
-//            "tmp" (where Chromium's throw-away profile goes; default: the system's)}
+//            "tmp" (where Chromium's throw-away profile goes; default: the system's),
+//            "plan_job" (an automatic job whose planner decision to read once it
+//            succeeded, or "")}
 // Writes one JSON line per phase to stdout ({"phase": ...}; the last one, "done", also has
 // "page_errors": what the page logged as errors); the test reads them, acts
 // (stops and continues a worker) and asserts on the figures. Every wait is bounded; on a
@@ -192,7 +194,31 @@ async function main() {
   await waitFor("the agents table after a reload", `document.querySelectorAll("#agents-table tbody tr").length > 0`,
     15000);
   const reloaded = await snapshot();
-  say({ phase: "done", done, reloaded, screenshots: [shotD], page_errors: pageErrors });
+
+  // 6. The planner's decision of an automatic job, as its table shows it.
+  let plan = null;
+  const shots = [shotD];
+  if (cfg.plan_job) {
+    await waitFor("the automatic job's row", `!!document.querySelector('tr.job-row[data-job="${cfg.plan_job}"]')`,
+      300000);
+    await evaluate(`document.querySelector('tr.job-row[data-job="${cfg.plan_job}"]').click(), true`);
+    await waitFor("the automatic job to succeed with its plan", `(() => {
+      const t = document.getElementById("job-title"), s = document.getElementById("job-state");
+      return t && t.textContent.startsWith(${JSON.stringify(cfg.plan_job + ":")}) && s &&
+        s.textContent === "succeeded" && document.querySelectorAll("#plan-table tbody tr").length > 0; })()`,
+    300000);
+    await sleep(1500);
+    plan = await evaluate(`(() => ({
+      explanation: document.getElementById("plan-explanation").textContent,
+      rows: [...document.querySelectorAll("#plan-table tbody tr")].map((r) => {
+        const c = [...r.cells].map((x) => x.textContent);
+        return { rank: Number(c[0]), workers: Number(c[1]), batch_size: Number(c[2]), feasible: c[6],
+                 reason: c[7], chosen: r.classList.contains("chosen") };
+      }),
+    }))()`);
+    shots.push(await screenshot("plan"));
+  }
+  say({ phase: "done", done, reloaded, plan, screenshots: shots, page_errors: pageErrors });
 }
 
 const timer = setTimeout(() => { say({ phase: "error", message: "the whole run took over 15 minutes" }); finish(1); },

@@ -4,7 +4,8 @@
 // job. Without the token the page shows the login form and nothing else, a wrong token
 // changes nothing; with it, the agents table has one row per registered agent, the
 // running job's curves grow between two screenshots, a stopped worker is flagged as a
-// straggler, and the finished job's final accuracy is `dltrain status --json`'s. The
+// straggler, the finished job's final accuracy is `dltrain status --json`'s, and an
+// automatic job's planner table is the one `dltrain status --json` holds. The
 // screenshots stay in the directory the test prints (DLTRAIN_DASHBOARD_SCREENSHOTS, or
 // dashboard-screenshots/ in the build directory).
 #include <signal.h>
@@ -126,11 +127,29 @@ TEST(Dashboard, InHeadlessChromiumShowsNothingWithoutTheTokenThenTheClusterAndAJ
     const std::string job = dltrain::testing::submit_job(cluster.client, dltrain::testing::write_job_file(
                                                                              root, "dashboard", "data_dir = \"/usr/share/datasets/fashion-mnist\"\n" + kJob));
     ASSERT_FALSE(job.empty());
+    // An automatic job (planner/ with no history: it explores, then is planned); it waits
+    // in the queue until the first job has freed the cores. As in planner_cluster_test.
+    const std::string auto_job = dltrain::testing::submit_job(
+        cluster.client, dltrain::testing::write_job_file(root, "dashboard-auto", R"(model = "mlp"
+data_dir = "/usr/share/datasets/fashion-mnist"
+workers = "auto"
+batch_size = "auto"
+ps_shards = 1
+epochs = 1
+train_samples = 3000
+test_samples = 1000
+target_accuracy = 0.5
+deadline = "20m"
+[planner]
+batch_sizes = [32, 64]
+max_workers = 2
+)"));
+    ASSERT_FALSE(auto_job.empty());
 
     const fs::path cfg = root / "browser.json";
     std::ofstream(cfg) << json{{"url", url},         {"token", token},         {"job", job},
                                {"out", shots.string()}, {"chromium", chromium}, {"straggler", "worker-1"},
-                               {"tmp", root.string()}}
+                               {"tmp", root.string()},  {"plan_job", auto_job}}
                               .dump();
     const fs::path log = root / "browser.log";
     Background browser(node + " " + DLTRAIN_SOURCE_DIR + "/tests/integration/dashboard_browser.mjs " + cfg.string(),
@@ -170,9 +189,10 @@ TEST(Dashboard, InHeadlessChromiumShowsNothingWithoutTheTokenThenTheClusterAndAJ
     ASSERT_EQ(browser.wait(600), 0) << dump();
     p = phases(browser);
     const json st = dltrain::testing::job_status(cluster.client, job, true);
+    const json auto_st = dltrain::testing::job_status(cluster.client, auto_job, true);
 
     // 1. Before the token, and with a wrong one: the login form only.
-    const std::vector<std::string> secrets{job, "127.0.0.1", agent_names[0], agent_names[1], agent_names[2], token};
+    const std::vector<std::string> secrets{job, auto_job, "127.0.0.1", agent_names[0], agent_names[1], agent_names[2], token};
     expect_nothing_but_the_login(p["login"]["before"], secrets, "before sign-in");
     expect_nothing_but_the_login(p["login"]["wrong"], secrets, "after a wrong token");
     EXPECT_EQ(p["login"]["wrong"].value("error", ""), "refused: wrong client token");
@@ -211,6 +231,32 @@ TEST(Dashboard, InHeadlessChromiumShowsNothingWithoutTheTokenThenTheClusterAndAJ
     EXPECT_GT(done.value("events", 0), 0);  // the event log
     EXPECT_EQ(done.value("agent_rows", 0), 3);
 
+    // 6. The planner's decision: its ranked table row by row, the chosen row marked.
+    ASSERT_EQ(auto_st.value("state", ""), "succeeded") << auto_st.dump();
+    ASSERT_TRUE(auto_st.contains("plan") && auto_st["plan"]["feasible"].get<bool>()) << auto_st.dump();
+    const json& plan = auto_st["plan"];
+    const json& shown_plan = p["done"]["plan"];
+    ASSERT_TRUE(shown_plan.is_object()) << p["done"].dump();
+    ASSERT_EQ(shown_plan["rows"].size(), plan["table"].size()) << shown_plan.dump() << "\n" << plan.dump();
+    EXPECT_GE(plan["table"].size(), 2u);
+    int chosen = 0;
+    for (std::size_t i = 0; i < plan["table"].size(); ++i) {
+      const json& want = plan["table"][i];
+      const json& row = shown_plan["rows"][i];
+      EXPECT_EQ(row["rank"], i + 1);
+      EXPECT_EQ(row["workers"], want["workers"]) << i;
+      EXPECT_EQ(row["batch_size"], want["batch_size"]) << i;
+      EXPECT_EQ(row["feasible"], want["feasible"].get<bool>() ? "yes" : "no") << i;
+      EXPECT_EQ(row["reason"], want["reason"]) << i;
+      const bool is_choice =
+          want["workers"] == plan["choice"]["workers"] && want["batch_size"] == plan["choice"]["batch_size"];
+      EXPECT_EQ(row["chosen"], is_choice) << i;
+      chosen += is_choice;
+    }
+    EXPECT_EQ(chosen, 1);
+    EXPECT_NE(shown_plan.value("explanation", "").find(plan.value("explanation", "?")), std::string::npos)
+        << shown_plan.dump();
+
     // No script error, failed load or Content-Security-Policy violation on the way.
     EXPECT_EQ(p["done"]["page_errors"], json::array()) << p["done"]["page_errors"].dump(1);
 
@@ -220,7 +266,7 @@ TEST(Dashboard, InHeadlessChromiumShowsNothingWithoutTheTokenThenTheClusterAndAJ
 
     std::size_t pngs = 0;
     for (const auto& e : fs::directory_iterator(shots)) pngs += e.path().extension() == ".png";
-    EXPECT_EQ(pngs, 6u) << "screenshots in " << shots;
+    EXPECT_EQ(pngs, 7u) << "screenshots in " << shots;
 
     EXPECT_EQ(cluster.stop(), 0);
     EXPECT_TRUE(cluster.leftover_processes().empty());
