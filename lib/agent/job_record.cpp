@@ -47,6 +47,25 @@ void JobRec::close_generation_bytes() {
   pulled.clear();
 }
 
+std::optional<double> JobRec::progress() const {
+  double done = 0, total = 0;
+  for (const auto& t : tasks) {
+    if (t.kind != "worker" || t.steps_per_epoch <= 0) continue;
+    const double steps = static_cast<double>(t.steps_per_epoch) * spec.epochs;
+    total += steps;
+    done += std::min(static_cast<double>(t.global_step), steps);
+  }
+  if (total <= 0) return std::nullopt;
+  return done / total;
+}
+
+std::optional<double> JobRec::eta_seconds() const {
+  const auto p = progress();
+  if (state != "running" || !p || !training_since || *p <= progress_at_training_since) return std::nullopt;
+  const double elapsed = std::chrono::duration<double>(Clock::now() - *training_since).count();
+  return elapsed * (1 - *p) / (*p - progress_at_training_since);
+}
+
 TaskRec* JobRec::find_task(const std::string& name) {
   for (auto& t : tasks) {
     if (t.name == name) return &t;
@@ -124,6 +143,8 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
     out["recovering_seconds"] = std::chrono::duration<double>(JobRec::Clock::now() - *j.recovering_since).count();
   }
   out["tasks"] = tasks;
+  if (const auto p = j.progress()) out["progress"] = j.terminal() && j.state == "succeeded" ? 1.0 : *p;
+  if (const auto eta = j.eta_seconds()) out["eta_seconds"] = *eta;
   if (!j.plan.is_null()) out["plan"] = j.plan;
   if (!j.profile_of.empty()) out["profile_of"] = j.profile_of;
   if (!j.pending_profiles.empty()) out["exploring_with"] = j.pending_profiles;

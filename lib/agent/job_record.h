@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/job_spec.h"
+#include "agent/job_series.h"
 #include "common/json_fields.h"
 #include "wire/task_events.h"
 
@@ -45,6 +46,7 @@ struct TaskRec : json_fields::Fields<TaskRec> {
   std::uint32_t replica_generation = 0;  ///< the generation whose task directory holds it
   bool restored = false;   ///< PS shard: loaded a checkpoint when it started (not stored)
   std::int64_t global_step = 0;  ///< worker: its latest progress event's global step (not stored)
+  std::int64_t steps_per_epoch = 0;  ///< worker: its shard's steps per epoch, from progress (not stored)
   bool straggler = false;  ///< worker: behind the others by more than the factor (mark_stragglers)
 
   /// The stored form (a restarted leader adopts the tasks its agents re-report).
@@ -111,6 +113,19 @@ struct JobRec {
   std::string adopt_lost;  ///< tasks its agents no longer had when they came back
   std::optional<Clock::time_point> queued_since;  ///< when it last entered the queue
   std::string last_waiting;  ///< the last "waiting" event its followers got (to send changes only)
+  JobSeries series;          ///< the dashboard's curves (in memory only; agent/job_series.h)
+  /// When this leader got the job's first progress report, and progress() then: the
+  /// base of its ETA (a restarted leader's base is its own first report, not the job's).
+  std::optional<Clock::time_point> training_since;
+  double progress_at_training_since = 0;
+  /// The share of the job's steps its workers have taken, [0, 1]: Σ global_step ÷
+  /// Σ steps_per_epoch × epochs over the workers that reported progress; nullopt before
+  /// any did.
+  std::optional<double> progress() const;
+  /// Seconds left at the rate since training_since: elapsed × (1 − p) ÷ (p − p0) for
+  /// progress p and p0 = progress_at_training_since; nullopt while p <= p0 (no second
+  /// report yet) or when not running.
+  std::optional<double> eta_seconds() const;
 
   bool terminal() const { return state == "succeeded" || state == "failed" || state == "cancelled"; }
   /// Seconds from submission to the end (or now).

@@ -284,6 +284,7 @@ void Leader::Impl::maybe_finish(JobRec& j) {
   }
   spdlog::info("job {} {}: test accuracy {:.4f}, {} epochs, {:.1f} s{}", j.id, j.state, j.test_accuracy,
                j.epochs_done, j.wall_seconds(), j.error.empty() ? "" : ", error: " + j.error);
+  trim_series();
   try_schedule();
 }
 
@@ -407,8 +408,9 @@ void Leader::start() {
   impl_->server = std::make_unique<control::ControlServer>(impl_->io, so, h);
   impl_->server->start();
   impl_->check_heartbeats();
-  spdlog::info("leader listening on {}:{}{}", so.bind_address, impl_->server->port(),
-               so.tls_cert_file.empty() ? "" : " (TLS, wss://)");
+  spdlog::info("leader listening on {}:{}{}; dashboard at {}://{}:{}/", so.bind_address, impl_->server->port(),
+               so.tls_cert_file.empty() ? "" : " (TLS, wss://)", so.tls_cert_file.empty() ? "http" : "https",
+               so.bind_address, impl_->server->port());
   if (!impl_->opt.state_dir.empty()) {
     // Where it listens, for whoever starts it with an ephemeral port (listen_port = 0).
     const auto port = impl_->server->port();

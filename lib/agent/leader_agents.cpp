@@ -297,8 +297,15 @@ void Leader::Impl::on_task_event(JobRec& j, TaskRec& t, const json& ev) {
 // What a worker's events say of the job: bytes, throughput, epochs, the test accuracy.
 void Leader::Impl::on_worker_counters(JobRec& j, TaskRec& t, const std::string& kind, const json& ev) {
   note_bytes(j, t, ev);
+  record_series(j, t, kind, ev);
   if (kind == events::Progress::kKind) {
-    t.global_step = events::Progress::from_json(ev).global_step;
+    const auto p = events::Progress::from_json(ev);
+    t.global_step = p.global_step;
+    t.steps_per_epoch = p.steps_per_epoch;
+    if (!j.training_since) {
+      j.training_since = Clock::now();
+      j.progress_at_training_since = j.progress().value_or(0);
+    }
     std::set<std::string> before;
     for (const auto& w : j.tasks) {
       if (w.straggler) before.insert(w.name);

@@ -54,6 +54,8 @@ void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& 
   }
   if (env.type == "agents") return reply(s, env.id, {{"agents", agents_json()}});
   if (env.type == "logs") return on_logs(s, env);
+  if (env.type == "series") return on_series(s, env);
+  if (env.type == "events") return on_events(s, env);
   if (env.type == "status" || env.type == "cancel" || env.type == "follow") {
     if (!query.job) {
       return reply_error(s, env.id, wire::error_code::kBadRequest, env.type + " needs \"job\" (string)", "job");

@@ -7,6 +7,7 @@
 //   leader_planning.cpp  the adapter to the planner's policy (planner/policy.h)
 //   leader_metrics.cpp   the leader's Prometheus metrics (dltrain_leader_*, dltrain_job_*)
 //   leader_logs.cpp      `dltrain logs`: a client's request relayed to the task's agent
+//   leader_dashboard.cpp what the dashboard asks beyond the client protocol: curves, events
 // Records are in job_record.h, agents and placement in placement.h. Members without a
 // comment here have theirs at their definition, in the file their section names. All of
 // them run on the leader's io thread; none is thread-safe, none needs to be.
@@ -166,6 +167,16 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   bool on_log_reply(const wire::Envelope& env);
   /// Answers the logs requests whose agent did not reply in time.
   void expire_log_requests();
+
+  // ------------------------------------------------------------ leader_dashboard.cpp
+  /// Adds what a worker's progress or epoch_end event `ev` (of kind `kind`) says to
+  /// `j`'s curves.
+  void record_series(JobRec& j, const TaskRec& t, const std::string& kind, const nlohmann::json& ev);
+  /// `series {job}` → the job's curves; `events {job, limit}` → its stored event log.
+  void on_series(const SessionPtr& s, const wire::Envelope& env);
+  void on_events(const SessionPtr& s, const wire::Envelope& env);
+  /// Clears the curves of the finished jobs older than the kKeptSeries most recent ones.
+  void trim_series();
 
   // ------------------------------------------------------------ leader_metrics.cpp
   void collect_metrics(control::MetricsBuilder& out) const;

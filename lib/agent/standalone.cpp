@@ -172,7 +172,10 @@ int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
     std::cout << "dltrain standalone cluster ready: leader " << url << ", " << so.agents << " agent"
               << (so.agents == 1 ? "" : "s") << " with " << so.cores_per_agent << " core"
               << (so.cores_per_agent == 1 ? "" : "s") << " each, state in " << state.string() << "\n"
-              << "client settings written to " << default_file.string() << "; stop with Ctrl-C" << std::endl;
+              << "client settings written to " << default_file.string() << "; stop with Ctrl-C\n"
+              << "dashboard: " << (url.rfind("wss://", 0) == 0 ? "https://" : "http://")
+              << url.substr(url.find("://") + 3) << "/ (sign in with the client_token of "
+              << (state / "client.json").string() << ")" << std::endl;
   };
   ready_timer.async_wait([&](boost::system::error_code ec) {
     if (ec || ready) return;

@@ -28,4 +28,9 @@ bool bearer_matches(std::string_view header, const std::string& token) {
   return CRYPTO_memcmp(header.data() + prefix.size(), token.data(), token.size()) == 0;
 }
 
+bool token_matches(std::string_view given, const std::string& token) {
+  if (token.empty() || given.size() != token.size()) return false;
+  return CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
+}
+
 }  // namespace dltrain::control

@@ -21,4 +21,8 @@ std::uint16_t listen_on(boost::asio::ip::tcp::acceptor& acceptor, const std::str
 /// comparison of the token). Pure, thread-safe.
 bool bearer_matches(std::string_view header, const std::string& token);
 
+/// `given` is exactly `token` (constant-time comparison; an empty `token` matches
+/// nothing). Pure, thread-safe.
+bool token_matches(std::string_view given, const std::string& token);
+
 }  // namespace dltrain::control

@@ -16,8 +16,10 @@
 
 #include "common/errors.h"
 #include "common/secret.h"
+#include "control/dashboard_assets.h"
 #include "control/listen.h"
 #include "wire/control.h"
+#include "wire/control_bodies.h"
 
 namespace dltrain::control {
 
@@ -50,18 +52,31 @@ namespace {
 template <class Stream>
 constexpr bool kIsTls = std::is_same_v<Stream, TlsStream>;
 
+// The largest first message of a dashboard session (its auth), bytes.
+constexpr std::size_t kMaxAuthMessage = 16 * 1024;
+
 std::string endpoint_string(const tcp::socket& s) {
   boost::system::error_code ec;
   auto ep = s.remote_endpoint(ec);
   return ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
 }
 
-// A WebSocket session over a plain TCP stream or a TLS stream (Stream).
+// A WebSocket session over a plain TCP stream or a TLS stream (Stream). With
+// `auth_message` (the dashboard's /v1/dashboard, which a browser opens without an
+// Authorization header) its first message must be `auth` with the client token, within
+// the handshake timeout; only then does the owner learn of the session (on_open).
 template <class Stream>
 class WsSession : public Session, public std::enable_shared_from_this<WsSession<Stream>> {
  public:
-  WsSession(Stream stream, std::shared_ptr<ControlServer::Impl> srv, PeerKind kind, std::string peer)
-      : ws_(std::move(stream)), srv_(std::move(srv)), kind_(kind), peer_(std::move(peer)), id_(srv_->next_id++) {}
+  WsSession(Stream stream, std::shared_ptr<ControlServer::Impl> srv, PeerKind kind, std::string peer,
+            bool auth_message = false)
+      : ws_(std::move(stream)),
+        srv_(std::move(srv)),
+        kind_(kind),
+        peer_(std::move(peer)),
+        id_(srv_->next_id++),
+        authenticated_(!auth_message),
+        auth_timer_(ws_.get_executor()) {}
 
   void run(http::request<http::string_body> req) {
     websocket::stream_base::timeout to{};
@@ -69,7 +84,9 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession<
     to.idle_timeout = wire::kControlIdleTimeout;  // pings at half of it
     to.keep_alive_pings = true;
     ws_.set_option(to);
-    ws_.read_message_max(srv_->opt.max_message_bytes);
+    // Before its auth message a dashboard session is nobody's: a small limit (an auth
+    // message is a few hundred bytes), the usual one once it is the client's.
+    ws_.read_message_max(authenticated_ ? srv_->opt.max_message_bytes : kMaxAuthMessage);
     ws_.async_accept(req, [self = this->shared_from_this()](beast::error_code ec) {
       if (ec) {
         spdlog::warn("control: WebSocket handshake with {} failed: {}", self->peer_, ec.message());
@@ -77,7 +94,17 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession<
       }
       self->open_ = true;
       self->srv_->sessions[self->id_] = self->weak_from_this();
-      if (self->srv_->handler.on_open) self->srv_->handler.on_open(self);
+      if (self->authenticated_) {
+        self->opened();
+      } else {
+        self->auth_timer_.expires_after(self->srv_->opt.handshake_timeout);
+        self->auth_timer_.async_wait([self](beast::error_code tec) {
+          if (tec || self->authenticated_ || !self->open_) return;
+          spdlog::warn("control: closing dashboard session {}: no auth message within {} s", self->peer_,
+                       self->srv_->opt.handshake_timeout.count());
+          self->close();
+        });
+      }
       self->read();
     });
   }
@@ -129,9 +156,46 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession<
       }
       std::string text = beast::buffers_to_string(self->buf_.data());
       self->buf_.consume(self->buf_.size());
-      if (self->srv_->handler.on_message) self->srv_->handler.on_message(self, text);
+      if (!self->authenticated_) {
+        self->authenticate(text);
+      } else if (self->srv_->handler.on_message) {
+        self->srv_->handler.on_message(self, text);
+      }
       if (!self->closing_) self->read();
     });
+  }
+
+  void opened() {
+    handed_ = true;
+    if (srv_->handler.on_open) srv_->handler.on_open(this->shared_from_this());
+  }
+
+  // The first message of a dashboard session: `auth {token}` with the client token, or
+  // the session is refused (an error reply, then closed).
+  void authenticate(const std::string& text) {
+    std::string id;
+    std::string why;
+    try {
+      const auto env = wire::parse_envelope(text);
+      id = env.id;
+      if (env.type != "auth") {
+        why = "the first message must be auth {token}, got \"" + env.type + "\"";
+      } else if (!token_matches(wire::parse_body<wire::AuthBody>(env).token, srv_->opt.client_token)) {
+        why = "wrong client token";
+      }
+    } catch (const ProtocolError& e) {
+      why = std::string("the first message must be auth {token}: ") + e.what();
+    }
+    if (!why.empty()) {
+      spdlog::warn("control: refused dashboard session {}: {}", peer_, why);
+      send(wire::make_error(id, wire::error_code::kUnauthorized, why));
+      return close();
+    }
+    authenticated_ = true;
+    auth_timer_.cancel();
+    ws_.read_message_max(srv_->opt.max_message_bytes);
+    send(wire::make_reply(id, {{"peer", "client"}}));
+    opened();
   }
 
   void write() {
@@ -150,10 +214,11 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession<
   void finish() {
     if (!open_) return;
     open_ = false;
+    auth_timer_.cancel();
     srv_->sessions.erase(id_);
     beast::error_code ig;
     beast::get_lowest_layer(ws_).socket().close(ig);
-    if (srv_->handler.on_close) srv_->handler.on_close(this->shared_from_this());
+    if (handed_ && srv_->handler.on_close) srv_->handler.on_close(this->shared_from_this());
   }
 
   websocket::stream<Stream> ws_;
@@ -166,10 +231,13 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession<
   std::size_t queued_bytes_ = 0;  // of queue_
   bool open_ = false;
   bool closing_ = false;
+  bool authenticated_;     // false until a dashboard session's auth message
+  bool handed_ = false;    // on_open was called (so on_close is due)
+  asio::steady_timer auth_timer_;
 };
 
 // The first request of a connection (after the TLS handshake, when serving wss://):
-// /healthz, or a WebSocket upgrade handed to a WsSession<Stream>.
+// /healthz, a dashboard file, or a WebSocket upgrade handed to a WsSession<Stream>.
 template <class Stream>
 class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
  public:
@@ -218,12 +286,30 @@ class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
 
   void respond(http::status status, std::string body, bool bearer_challenge = false) {
     auto res = std::make_shared<http::response<http::string_body>>(status, 11);
-    res->set(http::field::server, "dltrain");
     res->set(http::field::content_type, "application/json");
     if (bearer_challenge) res->set(http::field::www_authenticate, "Bearer realm=\"dltrain\"");
-    res->keep_alive(false);
     res->body() = std::move(body);
     res->prepare_payload();
+    send_response(std::move(res));
+  }
+
+  // A dashboard file; for HEAD only its headers.
+  void respond_asset(const StaticAsset& a, bool head) {
+    auto res = std::make_shared<http::response<http::string_body>>(http::status::ok, 11);
+    res->set(http::field::content_type, std::string(a.content_type));
+    for (const auto& [name, value] : dashboard_headers()) res->set(name, value);
+    if (head) {
+      res->content_length(a.body.size());
+    } else {
+      res->body().assign(a.body.data(), a.body.size());
+      res->prepare_payload();
+    }
+    send_response(std::move(res));
+  }
+
+  void send_response(std::shared_ptr<http::response<http::string_body>> res) {
+    res->set(http::field::server, "dltrain");
+    res->keep_alive(false);
     http::async_write(stream_, *res, [self = this->shared_from_this(), res](beast::error_code, std::size_t) {
       if constexpr (kIsTls<Stream>) {
         self->stream_.async_shutdown([self](beast::error_code) {
@@ -242,6 +328,22 @@ class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
     if (target == "/healthz") {
       if (req.method() != http::verb::get) return respond(http::status::method_not_allowed, R"({"error":"use GET"})");
       return respond(http::status::ok, R"({"status":"ok"})");
+    }
+    if (target == "/v1/dashboard") {
+      // The token comes in the first message (WsSession::authenticate).
+      if (!websocket::is_upgrade(req)) {
+        return respond(http::status::upgrade_required, R"({"error":"WebSocket upgrade required"})");
+      }
+      beast::get_lowest_layer(stream_).expires_never();
+      std::make_shared<WsSession<Stream>>(std::move(stream_), srv_, PeerKind::kClient, peer_, true)
+          ->run(std::move(req));
+      return;
+    }
+    if (const StaticAsset* a = find_dashboard_asset(target)) {
+      if (req.method() != http::verb::get && req.method() != http::verb::head) {
+        return respond(http::status::method_not_allowed, R"({"error":"use GET"})");
+      }
+      return respond_asset(*a, req.method() == http::verb::head);
     }
     PeerKind kind;
     const std::string* token;

@@ -68,7 +68,11 @@ struct ControlHandler {
 /// Routes: `GET /healthz` → 200 `{"status":"ok"}` without authentication and without any
 /// detail; `/v1/agent` and `/v1/client` → WebSocket upgrade after checking
 /// `Authorization: Bearer <token>` against the agent or client token (constant-time
-/// compare), 401 when missing or wrong; anything else → 404.
+/// compare), 401 when missing or wrong; `/v1/dashboard` → WebSocket upgrade whose first
+/// message must be `auth {token}` with the client token (a browser's WebSocket cannot
+/// send a header), then a client session; `GET`/`HEAD` of `/` and the dashboard's other
+/// embedded files (control/dashboard_assets.h) → the file, with its security headers;
+/// anything else → 404.
 class ControlServer {
  public:
   ControlServer(boost::asio::io_context& io, ControlServerOptions options, ControlHandler handler);

@@ -36,6 +36,8 @@ inline constexpr const char* kNotFound = "not_found";              ///< unknown 
 inline constexpr const char* kConflict = "conflict";               ///< e.g. cancel of a finished job
 inline constexpr const char* kInfeasible = "infeasible";           ///< the planner found no configuration
 inline constexpr const char* kInternal = "internal";
+/// The dashboard's first message was not an `auth` with the client token.
+inline constexpr const char* kUnauthorized = "unauthorized";
 /// The leader cannot accept the request now (its state database refuses writes: a full
 /// disk, a read-only file system); the message names the cause. Reads still work.
 inline constexpr const char* kUnavailable = "unavailable";

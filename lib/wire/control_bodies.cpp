@@ -81,6 +81,14 @@ void LogRequestBody::check(const std::string& type) const {
   }
 }
 
+void EventsBody::check(const std::string& type) const {
+  if (job.empty()) throw BodyError("job", type + " needs \"job\" (a job id such as \"job-1\")");
+  if (limit < 1 || limit > kMaxLimit) {
+    throw BodyError("limit", type + " field \"limit\": expected 1 to " + std::to_string(kMaxLimit) + " events, got " +
+                                 std::to_string(limit));
+  }
+}
+
 void StartTaskBody::check(const std::string& type) const {
   check_path_name(job, "job", type);
   check_path_name(task, "task", type);

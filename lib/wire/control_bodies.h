@@ -189,6 +189,30 @@ struct JobQueryBody : json_fields::Fields<JobQueryBody> {
   }
 };
 
+/// events (client → leader): the latest stored events of a job (its event log).
+struct EventsBody : json_fields::Fields<EventsBody> {
+  static constexpr std::int64_t kMaxLimit = 1000;  ///< events per reply
+  std::string job;          ///< "job-3"; required
+  std::int64_t limit = 200; ///< the latest this many, [1, kMaxLimit]
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job", s.job), v("limit", s.limit);
+  }
+  /// BodyError for an empty job or a limit out of range.
+  void check(const std::string& type) const;
+};
+
+/// auth (dashboard → leader): the first message of a /v1/dashboard session, which a
+/// browser opens without an Authorization header (a page's WebSocket cannot set one).
+/// The session is served like /v1/client once the token matches the client token.
+struct AuthBody : json_fields::Fields<AuthBody> {
+  std::string token;  ///< the client token
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("token", s.token);
+  }
+};
+
 /// history (client → leader): the planner's observations, filtered.
 struct HistoryBody : json_fields::Fields<HistoryBody> {
   std::string model;    ///< only this model; empty = all

@@ -2,7 +2,8 @@
 // (wire::parse_envelope, every WebSocket text message) and every message body they
 // accept (wire::parse_body of wire/control_bodies.h: register, task_event, task_exit, logs,
 // read_log and its reply,
-// submit / plan, status / cancel / follow, history, start_task, stop_task).
+// submit / plan, status / cancel / follow / series, history, events, auth, start_task,
+// stop_task).
 //
 // Input: one control message's text. Every body schema is tried on its body, whatever
 // the envelope's type says, so that each parser sees every input. Checks, beyond "no
@@ -135,6 +136,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                  "logs: a number out of range accepted");
     }
   }
+  wire::EventsBody evs;
+  if (const auto* e = try_body(env, "events", evs)) {
+    FUZZ_CHECK(!e->job.empty() && e->limit >= 1 && e->limit <= wire::EventsBody::kMaxLimit,
+               "events: an empty job or a limit out of range accepted");
+  }
+  wire::AuthBody auth;
+  try_body(env, "auth", auth);
   wire::LogChunkBody chunk;
   try_body(env, "reply", chunk);  // what the leader reads back from an agent's read_log
   wire::StartTaskBody st;
