@@ -48,13 +48,21 @@ class Shard:
         self.p = subprocess.Popen(
             [PS_LOAD, "serve", "--secret-file", secret_file, "--momentum", str(momentum)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-        hello = json.loads(self.p.stdout.readline())
-        self.port = hello["port"]
+        self.port = self._answer()["port"]
+
+    def _answer(self):
+        # The shard's log lines (spdlog) share its stdout; answers are the JSON lines.
+        while True:
+            line = self.p.stdout.readline()
+            if not line:
+                raise RuntimeError("ps_load serve exited")
+            if line.startswith("{"):
+                return json.loads(line)
 
     def stats(self):
         self.p.stdin.write("stats\n")
         self.p.stdin.flush()
-        return json.loads(self.p.stdout.readline())
+        return self._answer()
 
     def close(self):
         try:
