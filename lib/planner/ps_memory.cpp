@@ -108,13 +108,19 @@ PsShardMemory ps_shard_memory(const JobSpec& spec, int classes) {
   const auto layout = ps::make_layout(sizes, spec.partition_size, spec.ps_shards);
   PsShardMemory m;
   m.model_floats = layout.total_floats;
-  for (int s = 0; s < spec.ps_shards; ++s) m.shard_floats = std::max(m.shard_floats, layout.shard_floats(s));
+  int largest = 0;
+  for (int s = 0; s < spec.ps_shards; ++s) {
+    const auto f = layout.shard_floats(s);
+    if (f > m.shard_floats) m.shard_floats = f, largest = s;
+  }
+  for (const auto& p : layout.for_shard(largest)) m.largest_partition = std::max(m.largest_partition, p.length);
   m.momentum_buffer = ps_momentum(spec) > 0;
   const bool sparse = spec.compression.downlink_ratio < 1.0;
   m.sparse_workers = sparse ? spec.workers : 0;
   const auto n = static_cast<std::uint64_t>(m.shard_floats);
   m.state_bytes = 4 * n * (1 + (m.momentum_buffer ? 1 : 0) + static_cast<std::uint64_t>(m.sparse_workers));
-  m.total_bytes = m.state_bytes + (sparse ? 4 * n : 0);
+  m.connection_bytes = static_cast<std::uint64_t>(spec.workers) * 8 * static_cast<std::uint64_t>(m.largest_partition);
+  m.total_bytes = m.state_bytes + m.connection_bytes + (sparse ? 4 * n : 0);
   return m;
 }
 
@@ -137,9 +143,10 @@ std::optional<std::string> ps_memory_refusal(const JobSpec& spec, const PsShardM
                     std::to_string(spec.ps_shards) + " ps_shards: 4 bytes x n x (1 + " +
                     (m.momentum_buffer ? "1 momentum buffer + " : "") + std::to_string(m.sparse_workers) +
                     " x_seen, one per worker with compression.downlink_ratio < 1" + (m.sparse_workers ? " + 1 scratch" : "") +
-                    ")), more than the " + gib(limit_bytes) + " the largest agent offers (its memory_mb)";
+                    "), plus " + std::to_string(spec.workers) + " workers' connection buffers of 8 bytes x " +
+                    std::to_string(m.largest_partition) + " floats (the largest partition)), more than the " + gib(limit_bytes) + " the largest agent offers (its memory_mb)";
   if (m.sparse_workers > 0) {
-    const std::uint64_t per = 4 * n;
+    const std::uint64_t per = 4 * n + 8 * static_cast<std::uint64_t>(m.largest_partition);
     const std::int64_t fit = limit_bytes > fixed ? static_cast<std::int64_t>((limit_bytes - fixed) / per) : 0;
     msg += "; with these ps_shards at most " + std::to_string(fit) +
            " workers fit, or add ps_shards, or set compression.downlink_ratio = 1 (dense pulls keep no x_seen)";

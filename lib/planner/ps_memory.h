@@ -35,8 +35,13 @@ struct PsShardMemory {
   int sparse_workers = 0;          ///< workers that keep an x_seen there (all, with downlink_ratio < 1)
   /// ShardState::state_bytes(): 4·n·(1 + [momentum > 0] + sparse_workers) bytes.
   std::uint64_t state_bytes = 0;
-  /// Plus the shard's pull_diff scratch (4·n bytes, once any sparse pull ran): the least
-  /// the shard process holds (bench/psload measures the rest: per-connection buffers).
+  std::int64_t largest_partition = 0;  ///< floats of the shard's largest partition
+  /// Every worker's connection keeps a receive and a reply buffer as large as the largest
+  /// frame it carried (an init or dense pull of the largest partition):
+  /// workers · 2 · 4 · largest_partition bytes (measured by bench/psload/run.py).
+  std::uint64_t connection_bytes = 0;
+  /// state_bytes + connection_bytes + the shard's pull_diff scratch (4·n bytes, once any
+  /// sparse pull ran): what the shard process holds beyond its code and libraries.
   std::uint64_t total_bytes = 0;
 };
 

@@ -60,7 +60,11 @@ TEST(PsMemory, ShardStateIsParametersMomentumAndOneXSeenPerSparseWorker) {
   EXPECT_FALSE(m.momentum_buffer);
   EXPECT_EQ(m.sparse_workers, 4);
   EXPECT_EQ(m.state_bytes, 14052040u);
-  EXPECT_EQ(m.total_bytes, 14052040u + 4u * 702602u);
+  // l1's 784·768 = 602,112 weights are cut into 3 partitions of 200,704 floats, the
+  // largest; each worker's connection holds two buffers of 4·200,704 bytes.
+  EXPECT_EQ(m.largest_partition, 200704);
+  EXPECT_EQ(m.connection_bytes, 4u * 8u * 200704u);
+  EXPECT_EQ(m.total_bytes, 14052040u + 4u * 702602u + 4u * 8u * 200704u);
   // Dense ASGD with momentum 0.9: parameters and momentum buffer, no x_seen.
   JobSpec dense = sparse_job("mlp-large", 64);
   dense.compression = {};
@@ -69,7 +73,7 @@ TEST(PsMemory, ShardStateIsParametersMomentumAndOneXSeenPerSparseWorker) {
   EXPECT_TRUE(m.momentum_buffer);
   EXPECT_EQ(m.sparse_workers, 0);
   EXPECT_EQ(m.state_bytes, 2u * 4u * 702602u);
-  EXPECT_EQ(m.total_bytes, m.state_bytes);
+  EXPECT_EQ(m.total_bytes, m.state_bytes + 64u * 8u * 200704u);
 }
 
 TEST(PsMemory, ShardsSplitTheModel) {
@@ -85,18 +89,22 @@ TEST(PsMemory, ShardsSplitTheModel) {
 
 TEST(PsMemory, RefusesTheWorkerCountWhoseXSeenOutgrowsTheLimit) {
   // resnet18, 10 classes: n = 11,181,642 floats on one shard, 4n = 44,726,568 bytes per
-  // x_seen; 16 GiB holds 4n·(1 + 1 scratch) + W·4n for W ≤ 382.
-  JobSpec s = sparse_job("resnet18", 382);
+  // x_seen; its 512·512·9 convolutions are cut into partitions of 262,144 floats, so
+  // each worker's connection adds 8·262,144 = 2,097,152 bytes. 16 GiB = 17,179,869,184
+  // holds 4n·(1 + 1 scratch) + W·(4n + 2,097,152) for W ≤ 364 (365: 17,180,110,936).
+  JobSpec s = sparse_job("resnet18", 364);
   s.channels = 3;
   s.image_size = 64;
   auto m = ps_shard_memory(s, 10);
   EXPECT_EQ(m.shard_floats, 11181642);
+  EXPECT_EQ(m.largest_partition, 262144);
+  EXPECT_EQ(m.total_bytes, 8ull * 11181642 + 364ull * (4ull * 11181642 + 2097152));  // 17,133,287,216
   EXPECT_EQ(ps_memory_refusal(s, m, 16 * kGiB), std::nullopt);
-  s.workers = 383;
+  s.workers = 365;
   m = ps_shard_memory(s, 10);
   const auto why = ps_memory_refusal(s, m, 16 * kGiB);
   ASSERT_TRUE(why.has_value());
-  EXPECT_NE(why->find("at most 382 workers fit"), std::string::npos) << *why;
+  EXPECT_NE(why->find("at most 364 workers fit"), std::string::npos) << *why;
   EXPECT_NE(why->find("ps_shards"), std::string::npos) << *why;
   EXPECT_NE(why->find("compression.downlink_ratio"), std::string::npos) << *why;
   EXPECT_NE(why->find("memory_mb"), std::string::npos) << *why;
