@@ -154,10 +154,64 @@ def outgrow_workers(n, momentum, limit):
     return math.floor(limit / per) - fixed + 1
 
 
+def tables(res):
+    """The Markdown tables of docs/benchmarks.md, "The PS under load"."""
+    md = []
+
+    def mib(b):
+        return f"{b / 2**20:.1f}"
+
+    for title, key in (("Closed loop (every worker pushes as fast as the shard answers)", "throughput"),
+                       ("Paced: every worker offers {rate} steps/s", "paced")):
+        rows = res[key]
+        if not rows:
+            continue
+        md += [f"**{title.format(rate=rows[0]['rate_per_worker'])}**", "",
+               "| mode | workers | shard push frames/s | worker steps/s (all) | per worker min-max | apply µs/frame | "
+               "apply busy | shard CPU | p50 ms | p99 ms (median / worst worker) | bytes up/down per step |",
+               "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            md.append(f"| {r['mode']} | {r['workers']} | {r['push_frames_per_s_total']:.0f} | "
+                      f"{r['worker_steps_per_s_total']:.1f} | {r['worker_steps_per_s_min']:.1f}-"
+                      f"{r['worker_steps_per_s_max']:.1f} | {r['apply_us_per_frame'][0]:.1f} | "
+                      f"{r['apply_busy_fraction'][0]:.2f} | {r['shard_cpu_fraction'][0]:.2f} | "
+                      f"{r['latency_ms_p50_median']:.1f} | {r['latency_ms_p99_median']:.1f} / "
+                      f"{r['latency_ms_p99_max']:.1f} | {r['bytes_pushed_per_step']} / {r['bytes_pulled_per_step']} |")
+        md.append("")
+    if res["side_by_side"]:
+        r0 = res["side_by_side"][0]
+        md += [f"**Several shards side by side** (closed loop; the {r0['floats']:,}-float model cut into "
+               f"{r0['partitions']} partitions spread over the shards)", "",
+               "| mode | workers | shards | push frames/s per shard | worker steps/s (all) | apply µs/frame per shard | "
+               "p50 ms | p99 ms |", "|---|---|---|---|---|---|---|---|"]
+        for r in sorted(res["side_by_side"], key=lambda r: (r["mode"], r["workers"], r["shards"])):
+            md.append(f"| {r['mode']} | {r['workers']} | {r['shards']} | "
+                      f"{', '.join(f'{x:.0f}' for x in r['push_frames_per_s_per_shard'])} | "
+                      f"{r['worker_steps_per_s_total']:.1f} | "
+                      f"{', '.join('—' if x is None else f'{x:.1f}' for x in r['apply_us_per_frame'])} | "
+                      f"{r['latency_ms_p50_median']:.1f} | {r['latency_ms_p99_median']:.1f} |")
+        md.append("")
+    if res["memory"]:
+        n = res["memory"][0]["floats"]
+        md += [f"**Downlink memory**: one shard of n = {n:,} floats, momentum 0 (dgc), every worker on sparse pulls",
+               "", "| workers | shard RSS MiB | RSS − idle MiB | ShardState::state_bytes MiB | formula 4·n·(1 + W) MiB | "
+               "(RSS − idle) ÷ formula |", "|---|---|---|---|---|---|"]
+        for r in res["memory"]:
+            md.append(f"| {r['workers']} | {mib(r['rss_bytes'])} | {mib(r.get('rss_minus_idle_bytes', 0))} | "
+                      f"{mib(r['state_bytes'])} | {mib(r['formula_bytes'])} | "
+                      f"{r.get('rss_minus_idle_over_formula', '—')} |")
+        md.append("")
+    return "\n".join(md)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", default="1,2,4,8,16,32,64")
-    ap.add_argument("--shards", default="2,4", help="shard counts of the side-by-side runs")
+    ap.add_argument("--shards", default="1,2,4", help="shard counts of the side-by-side runs")
+    ap.add_argument("--side-partition-floats", type=int, default=87826,
+                    help="partition size of the side-by-side runs (8 partitions of the default model)")
+    ap.add_argument("--phases", default="rtt,throughput,paced,side,memory",
+                    help="what to measure; phases not measured keep their figures from --out")
     ap.add_argument("--shard-workers", default="4,16,64", help="worker counts of the side-by-side runs")
     ap.add_argument("--floats", type=int, default=702602, help="model size of the throughput runs (mlp-large)")
     ap.add_argument("--ratio", type=float, default=0.01, help="sparse uplink and downlink density")
@@ -169,7 +223,12 @@ def main():
     ap.add_argument("--memory-workers", default="0,1,4,16,32,64")
     ap.add_argument("--quick", action="store_true", help="1,4,16 workers, no side-by-side runs")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "psload.json"))
+    ap.add_argument("--report", action="store_true", help="run nothing: print the tables of --out")
     args = ap.parse_args()
+    if args.report:
+        with open(args.out) as f:
+            print(tables(json.load(f)))
+        return
     if not os.access(PS_LOAD, os.X_OK):
         sys.exit(f"run.py: {PS_LOAD} is missing; build it (scripts/setup builds the benchmarks)")
     workers = [int(x) for x in args.workers.split(",")]
@@ -187,37 +246,53 @@ def main():
         "note": "every worker and shard is its own process on this machine's cores, on loopback"},
         "throughput": [], "side_by_side": [], "paced": [], "memory": []}
 
-    def run(**kw):
-        r = run_config(secret_file, partition_floats=262144, **kw)
-        print(json.dumps({k: r[k] for k in ("workers", "shards", "ratio", "rate_per_worker",
+    phases = set(args.phases.split(","))
+    if os.path.exists(args.out) and phases != {"rtt", "throughput", "paced", "side", "memory"}:
+        with open(args.out) as f:
+            old = json.load(f)
+        for k in ("throughput", "paced", "side_by_side", "memory", "rtt_ms", "resnet50_shard"):
+            if k in old:
+                res[k] = old[k]
+        res["meta"]["earlier"] = old["meta"].get("earlier", []) + [old["meta"]]
+    # The data plane's round trip without payload: one worker, a 1-float model.
+    if "rtt" in phases:
+        rtt = run_config(secret_file, workers=1, shards=1, floats=1, ratio=1.0, downlink=1.0, seconds=3.0,
+                         warmup=0.5, rate=0.0, partition_floats=262144, momentum=0.9)
+        res["rtt_ms"] = {"p50": rtt["latency_ms_p50_median"], "p99": rtt["latency_ms_p99_median"],
+                         "mean": rtt["latency_ms_mean"]}
+        print(json.dumps({"rtt_ms": res["rtt_ms"]}), flush=True)
+
+    def run(mode, partition_floats=262144, **kw):
+        r = run_config(secret_file, partition_floats=partition_floats, **kw)
+        r["mode"] = mode
+        print(json.dumps({k: r[k] for k in ("mode", "workers", "shards", "rate_per_worker",
                                             "push_frames_per_s_total", "worker_steps_per_s_total",
                                             "apply_us_per_frame", "latency_ms_p50_median",
                                             "latency_ms_p99_median")}), flush=True)
         return r
 
     modes = {"dense": (1.0, 1.0, 0.9), "sparse": (args.ratio, args.ratio, 0.0)}
+    for key, phase in (("throughput", "throughput"), ("paced", "paced"), ("side_by_side", "side")):
+        if phase in phases:
+            res[key] = []
     for mode, (ratio, down, mom) in modes.items():
-        for w in workers:
-            r = run(workers=w, shards=1, floats=args.floats, ratio=ratio, downlink=down, seconds=args.seconds,
-                    warmup=args.warmup, rate=args.rate, momentum=mom)
-            r["mode"] = mode
-            res["throughput"].append(r)
-        for w in workers:
-            r = run(workers=w, shards=1, floats=args.floats, ratio=ratio, downlink=down, seconds=args.seconds,
-                    warmup=args.warmup, rate=args.paced_rate, momentum=mom)
-            r["mode"] = mode
-            res["paced"].append(r)
-        for s in [int(x) for x in args.shards.split(",") if x]:
+        common = dict(floats=args.floats, ratio=ratio, downlink=down, seconds=args.seconds, warmup=args.warmup,
+                      momentum=mom)
+        for w in workers if "throughput" in phases else []:
+            res["throughput"].append(run(mode, workers=w, shards=1, rate=args.rate, **common))
+        for w in workers if "paced" in phases else []:
+            res["paced"].append(run(mode, workers=w, shards=1, rate=args.paced_rate, **common))
+        for s in [int(x) for x in args.shards.split(",") if x] if "side" in phases else []:
             for w in [int(x) for x in args.shard_workers.split(",")]:
-                r = run(workers=w, shards=s, floats=args.floats, ratio=ratio, downlink=down,
-                        seconds=args.seconds, warmup=args.warmup, rate=args.rate, momentum=mom)
-                r["mode"] = mode
-                res["side_by_side"].append(r)
+                res["side_by_side"].append(run(mode, workers=w, shards=s, rate=args.rate,
+                                               partition_floats=args.side_partition_floats, **common))
 
     # Downlink memory: W workers with sparse pulls on one shard of n floats, momentum 0
     # (dgc); a few slow steps each (rate 2/s) so that every sparse pull has run.
     n = args.memory_floats
-    for w in [int(x) for x in args.memory_workers.split(",")]:
+    if "memory" in phases:
+        res["memory"] = []
+    for w in [int(x) for x in args.memory_workers.split(",")] if "memory" in phases else []:
         if w == 0:
             sh = Shard(secret_file, 0.0)
             idle = sh.stats()
