@@ -195,11 +195,14 @@ def tables(res):
         n = res["memory"][0]["floats"]
         md += [f"**Downlink memory**: one shard of n = {n:,} floats, momentum 0 (dgc), every worker on sparse pulls",
                "", "| workers | shard RSS MiB | RSS − idle MiB | ShardState::state_bytes MiB | formula 4·n·(1 + W) MiB | "
-               "(RSS − idle) ÷ formula |", "|---|---|---|---|---|---|"]
+               "(RSS − idle) ÷ formula | + scratch 4·n + W·2·4·262144 (planner/ps_memory.h) MiB | "
+               "(RSS − idle) ÷ that |", "|---|---|---|---|---|---|---|---|"]
         for r in res["memory"]:
+            full = r["formula_bytes"] + (4 * n + r["workers"] * 8 * min(262144, n) if r["workers"] else 0)
+            ratio = f"{r['rss_minus_idle_bytes'] / full:.3f}" if r["workers"] else "—"
             md.append(f"| {r['workers']} | {mib(r['rss_bytes'])} | {mib(r.get('rss_minus_idle_bytes', 0))} | "
                       f"{mib(r['state_bytes'])} | {mib(r['formula_bytes'])} | "
-                      f"{r.get('rss_minus_idle_over_formula', '—')} |")
+                      f"{r.get('rss_minus_idle_over_formula', '—')} | {mib(full)} | {ratio} |")
         md.append("")
     return "\n".join(md)
 
