@@ -138,13 +138,16 @@ std::optional<std::string> ps_memory_refusal(const JobSpec& spec, const PsShardM
   if (m.total_bytes <= limit_bytes) return std::nullopt;
   const auto n = static_cast<std::uint64_t>(m.shard_floats);
   const std::uint64_t fixed = 4 * n * (1 + (m.momentum_buffer ? 1 : 0)) + (m.sparse_workers > 0 ? 4 * n : 0);
-  std::string msg = "a PS shard of this job needs " + gib(m.total_bytes) + " (" + std::to_string(n) +
-                    " floats of the " + std::to_string(m.model_floats) + "-parameter " + spec.model + " on its largest of " +
-                    std::to_string(spec.ps_shards) + " ps_shards: 4 bytes x n x (1 + " +
-                    (m.momentum_buffer ? "1 momentum buffer + " : "") + std::to_string(m.sparse_workers) +
-                    " x_seen, one per worker with compression.downlink_ratio < 1" + (m.sparse_workers ? " + 1 scratch" : "") +
+  std::string msg = "a PS shard of this job needs " + gib(m.total_bytes) + ": " + std::to_string(n) + " floats (of the " +
+                    std::to_string(m.model_floats) + "-parameter " + spec.model + ", on the largest of " +
+                    std::to_string(spec.ps_shards) + " ps_shards) x 4 bytes x (1 parameters" +
+                    (m.momentum_buffer ? " + 1 momentum buffer" : "") +
+                    (m.sparse_workers ? " + " + std::to_string(m.sparse_workers) +
+                                            " x_seen, one per worker as compression.downlink_ratio < 1, + 1 scratch"
+                                      : std::string()) +
                     "), plus " + std::to_string(spec.workers) + " workers' connection buffers of 8 bytes x " +
-                    std::to_string(m.largest_partition) + " floats (the largest partition)), more than the " + gib(limit_bytes) + " the largest agent offers (its memory_mb)";
+                    std::to_string(m.largest_partition) + " floats (the largest partition); the largest agent offers " +
+                    gib(limit_bytes) + " (its memory_mb)";
   if (m.sparse_workers > 0) {
     const std::uint64_t per = 4 * n + 8 * static_cast<std::uint64_t>(m.largest_partition);
     const std::int64_t fit = limit_bytes > fixed ? static_cast<std::int64_t>((limit_bytes - fixed) / per) : 0;
