@@ -321,6 +321,10 @@ def main():
         "outgrows_at_workers_momentum0": outgrow_workers(big, 0.0, 16 * GIB),
         "outgrows_at_workers_momentum": outgrow_workers(big, 0.9, 16 * GIB),
         "bytes_per_worker": 4 * big,
+        # planner/ps_memory.h's total: + the pull scratch (4·n) + two 262,144-float
+        # connection buffers per worker (the shard RSS measured above has both).
+        "outgrows_at_workers_with_scratch_and_buffers": next(
+            w for w in range(1, 100000) if 4 * big * (2 + w) + w * 8 * 262144 > 16 * GIB),
     }
     res["meta"]["wall_seconds"] = round(time.time() - t0, 1)
     with open(args.out, "w") as f:

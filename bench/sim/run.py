@@ -120,7 +120,7 @@ def predict_run(r, cal_p, runs):
     return res["worker_epoch_seconds"][-1], cfg
 
 
-def scale_predictions(cal_p, runs, workers, gbits):
+def scale_predictions(cal_p, runs, workers, gbits, latency):
     dense1 = runs[("dltrain-dense", "loopback", 1)]
     dgc1 = runs[("dltrain-dgc-1%", "loopback", 1)]
     ddp1 = runs[("ddp", "loopback", 1)]
@@ -155,7 +155,7 @@ def scale_predictions(cal_p, runs, workers, gbits):
             base = None
             for n in [1] + workers:
                 steps = math.ceil(60000 / (64 * n))
-                cfg = dict(make(n), workers=n, steps_per_epoch=steps, bandwidth=bw, latency=cal_p["latency_s"],
+                cfg = dict(make(n), workers=n, steps_per_epoch=steps, bandwidth=bw, latency=latency,
                            compute_cv=0.1, seed=1)
                 t = scalesim.simulate(cfg)["epoch_seconds"][0]
                 if n == 1:
@@ -189,43 +189,61 @@ def plot(scale, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--calibration", default=os.path.join(ROOT, "bench", "results", "sim-calibration.json"))
+    ap.add_argument("--calibration", default=",".join(os.path.join(ROOT, "bench", "results", f) for f in
+                                                      ("sim-calibration-long.json", "sim-calibration.json")),
+                    help="comma-separated calibration files (calibrate.py); the first one's parameters go into "
+                         "the scale predictions")
+    ap.add_argument("--scale-latency-us", type=float, default=25.0,
+                    help="one-way link latency of the scale predictions (an assumption: a switched LAN hop)")
     ap.add_argument("--psload", default=os.path.join(ROOT, "bench", "results", "psload.json"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--plot", default=os.path.join(ROOT, "docs", "images", "sim_scaling.svg"))
     args = ap.parse_args()
-    with open(args.calibration) as f:
-        cal = json.load(f)
     with open(args.psload) as f:
         psl = json.load(f)
-    params = calibrate(cal, psl)
-    runs = {(r["system"], r["link"], r["workers"]): r for r in cal["runs"]}
-    rows = []
-    for r in sorted(cal["runs"], key=lambda r: (["loopback", "1gbit", "100mbit"].index(r["link"]), r["system"],
-                                                 r["workers"])):
-        if r["link"] not in params["links"]:
-            continue
-        meas = last_epoch(r)
-        pred, cfg = predict_run(r, params, runs)
-        fitted = r["system"] == "dltrain-dense" and r["workers"] == 1
-        rows.append({"link": r["link"], "system": r["system"], "workers": r["workers"], "measured_s": round(meas, 3),
-                     "predicted_s": round(pred, 3), "error": round((pred - meas) / meas, 4), "fitted": fitted,
-                     "steps_per_epoch": cfg["steps_per_epoch"]})
-    scale, scale_inputs = scale_predictions(params, runs, [8, 16, 32, 64, 128, 256], [1, 10, 100])
+    md, tables = [], []
+    for path in args.calibration.split(","):
+        with open(path) as f:
+            cal = json.load(f)
+        params = calibrate(cal, psl)
+        runs = {(r["system"], r["link"], r["workers"]): r for r in cal["runs"]}
+        rows = []
+        for r in sorted(cal["runs"], key=lambda r: (["loopback", "1gbit", "100mbit"].index(r["link"]), r["system"],
+                                                     r["workers"])):
+            if r["link"] not in params["links"]:
+                continue
+            meas = last_epoch(r)
+            pred, cfg = predict_run(r, params, runs)
+            # The 1-worker dense run fixes the link's bandwidth; the 1-rank DDP run is DDP's compute.
+            fitted = r["workers"] == 1 and r["system"] in ("dltrain-dense", "ddp")
+            rows.append({"link": r["link"], "system": r["system"], "workers": r["workers"],
+                         "measured_s": round(meas, 3), "predicted_s": round(pred, 3),
+                         "error": round((pred - meas) / meas, 4), "fitted": fitted,
+                         "steps_per_epoch": cfg["steps_per_epoch"]})
+        tables.append({"file": os.path.relpath(path, ROOT), "meta": cal["meta"], "parameters": params, "rows": rows})
+        md += [f"**{os.path.relpath(path, ROOT)}** ({cal['meta']['train_samples']} training images, "
+               f"{cal['meta']['epochs']} epochs; the last epoch compared)", "",
+               "| link | system | N | steps/epoch per worker | measured s | predicted s | error |",
+               "|---|---|---|---|---|---|---|"]
+        for r in rows:
+            md.append(f"| {r['link']} | {r['system']} | {r['workers']} | {r['steps_per_epoch']} | "
+                      f"{r['measured_s']:.3f} | {r['predicted_s']:.3f} | {100 * r['error']:+.1f} %"
+                      f"{' (fitted)' if r['fitted'] else ''} |")
+        within = [abs(r["error"]) <= 0.15 for r in rows if not r["fitted"]]
+        md += ["", f"Predicted (not fitted) runs within 15 %: {sum(within)} of {len(within)}; "
+               f"median |error| {100 * statistics.median(abs(r['error']) for r in rows if not r['fitted']):.1f} %.", ""]
+    # The scale predictions use the first calibration's parameters.
+    params = tables[0]["parameters"]
+    with open(args.calibration.split(",")[0]) as f:
+        runs = {(r["system"], r["link"], r["workers"]): r for r in json.load(f)["runs"]}
+    scale, scale_inputs = scale_predictions(params, runs, [8, 16, 32, 64, 128, 256], [1, 10, 100],
+                                            args.scale_latency_us * 1e-6)
+    scale_inputs["latency_s"] = args.scale_latency_us * 1e-6
     plot(scale, args.plot)
-    out = {"meta": {"calibration": cal["meta"], "psload": psl["meta"]}, "parameters": params,
-           "scale_inputs": scale_inputs, "calibration": rows, "scale": scale}
+    out = {"meta": {"psload": psl["meta"]}, "calibrations": tables, "scale_inputs": scale_inputs, "scale": scale}
     with open(os.path.join(args.out, "sim.json"), "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
-    md = ["| link | system | N | steps/epoch per worker | measured s | predicted s | error |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        md.append(f"| {r['link']} | {r['system']} | {r['workers']} | {r['steps_per_epoch']} | {r['measured_s']:.3f} | "
-                  f"{r['predicted_s']:.3f} | {100 * r['error']:+.1f} %{' (fitted)' if r['fitted'] else ''} |")
-    within = [abs(r["error"]) <= 0.15 for r in rows if not r["fitted"]]
-    md.append("")
-    md.append(f"Predicted runs within 15 %: {sum(within)} of {len(within)}.")
-    md.append("")
     gb = sorted({r["gbit"] for r in scale})
     systems = list(dict.fromkeys(r["system"] for r in scale))
     for g in gb:
@@ -244,7 +262,7 @@ def main():
     with open(os.path.join(args.out, "sim.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print("\n".join(md))
-    print(json.dumps(params, indent=1))
+    print(json.dumps([t["parameters"] for t in tables], indent=1))
 
 
 if __name__ == "__main__":
