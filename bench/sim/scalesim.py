@@ -11,7 +11,8 @@ What it models (docs/benchmarks.md, "Scale model", says where it is right and wr
     `up_bytes / S` to every shard (its uplink serialises them, shard by shard), each shard
     queues arrivals on its ingress link, applies them one at a time on its CPU
     (`ps_apply_s / S` per push, plus `ps_pull_s / S` per pull: the sparse downlink's
-    x − x_seen and its top-k), and answers `down_bytes / S` over its egress link to the
+    x − x_seen and its top-k; the pull request travels right behind the push on the same
+    connection, so outside bsp both are one service), and answers `down_bytes / S` over its egress link to the
     worker's downlink. A transfer is pipelined across its two hops (cut-through): the
     receiving link starts when the first byte arrives (sender start + latency) and ends
     no earlier than the sender's end + latency; each link direction serves messages
