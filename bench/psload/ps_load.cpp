@@ -13,7 +13,7 @@
 //     bytes, from /proc/self/status). Serves until stdin closes or SIGTERM.
 //   ps_load worker --secret-file F --shards H:P[,H:P...] --rank R --workers N
 //                  [--floats N] [--partition-floats P] [--ratio r] [--downlink-ratio d]
-//                  [--rate S] [--seconds T] [--warmup W] [--start-at UNIX_S]
+//                  [--rate S] [--seconds T] [--warmup W] [--start-at UNIX_S] [--lr LR]
 //     One simulated worker: a flat parameter vector of N floats (one tensor, cut into
 //     partitions of at most P floats and spread over the shards as a dltrain worker
 //     does), init, a dense pull, then steps of push+pull. Dense (--ratio 1): the whole
@@ -26,8 +26,11 @@
 //     unmeasured, then --seconds measured, and prints one JSON object: steps, steps/s,
 //     latency of push+pull (mean, p50, p90, p99, max; ms), bytes pushed/pulled per step.
 //
-// The shard's learning rate is 0 in every push (lr · g = 0): the parameters stay finite
-// forever while the shard does all the work of an apply (momentum update included).
+// Every push carries gradient values 1e-3 and learning rate --lr (default 1e-3), so that
+// the parameters move by about 1e-6 per push (1e-5 with momentum 0.9): finite for any run
+// this tool makes, and — what matters for the sparse downlink — x − x_seen is not zero,
+// so a sparse pull selects among real differences as in training. (With lr 0 every
+// difference is 0, a degenerate input for the sampled top-k.)
 #include <time.h>
 #include <unistd.h>
 
@@ -128,6 +131,7 @@ struct WorkerArgs {
   int rank = 0, workers = 1;
   std::int64_t floats = 1 << 20, partition_floats = 262144;
   double ratio = 1.0, downlink_ratio = 1.0, rate = 0, seconds = 5, warmup = 1, start_at = 0;
+  float lr = 1e-3f;
 };
 
 int worker(const WorkerArgs& a, const std::vector<std::uint8_t>& secret) {
@@ -230,7 +234,7 @@ int worker(const WorkerArgs& a, const std::vector<std::uint8_t>& secret) {
     }
     encode(step);
     const auto s0 = Clock::now();
-    client.push_pull(pushes, 0.0f, a.downlink_ratio, params);
+    client.push_pull(pushes, a.lr, a.downlink_ratio, params);
     const auto s1 = Clock::now();
     ++step;
     if (measuring) {
@@ -303,6 +307,7 @@ int main(int argc, char** argv) {
   c->add_option("--seconds", w.seconds, "measured seconds")->check(CLI::Range(0.1, 3600.0));
   c->add_option("--warmup", w.warmup, "unmeasured seconds first")->check(CLI::Range(0.0, 600.0));
   c->add_option("--start-at", w.start_at, "wall-clock (Unix seconds) to start the steps at");
+  c->add_option("--lr", w.lr, "learning rate sent with every push")->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
   try {
     const auto secret = dltrain::read_job_secret_file(secret_file, "--secret-file");

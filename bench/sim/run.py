@@ -10,8 +10,8 @@
        DDP: its 1-rank epoch per step on the same link, scaled by the slow-down the
        dltrain dense workers measured at the same N and link (the shared cores);
      - PS apply per step: psload's apply time per float (dense) or per frame (sparse),
-       one worker; the sparse downlink's pull cost: psload's 1-worker sparse push+pull
-       latency less the apply and two one-way latencies;
+       one worker; the sparse downlink's pull cost: the shard's service time per step
+       at psload's peak sparse rate (1 ÷ steps/s, one I/O thread) less the apply;
      - links: one-way latency from psload's 1-float round trip (loopback; the veth
        links add nothing measurable) and per link the bandwidth that makes the 1-worker
        dense run's exchange time come out (fitted on N = 1 only);
@@ -70,8 +70,11 @@ def calibrate(cal, psl):
     apply_dense = dense1["apply_us_per_frame"][0] * 1e-6 * psl_parts / psl_floats * MODEL_FLOATS
     apply_sparse = sparse1["apply_us_per_frame"][0] * 1e-6 * len(PARTITIONS)
     lat = psl.get("rtt_ms", {}).get("p50", 0.1) / 2 * 1e-3
-    pull_sparse = max(0.0, sparse1["latency_ms_p50_median"] * 1e-3 - sparse1["apply_us_per_frame"][0] * 1e-6 *
-                      sparse1["partitions"] - 2 * lat) * MODEL_FLOATS / sparse1["floats"]
+    # The shard's service time per sparse step at saturation (its peak closed-loop rate
+    # over 1..64 workers; one I/O thread) less the apply: the pull's x − x_seen and top-k.
+    peak = max(r["worker_steps_per_s_total"] for r in psl["throughput"] if r["mode"] == "sparse")
+    pull_sparse = max(0.0, 1.0 / peak - sparse1["apply_us_per_frame"][0] * 1e-6 * sparse1["partitions"]) * \
+        MODEL_FLOATS / sparse1["floats"]
     base = runs[("dltrain-dense", "loopback", 1)]
     steps0 = base["done"]["0"]["steps"]
     c = base["done"]["0"]["counters"]
@@ -195,7 +198,7 @@ def plot(scale, path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calibration", default=",".join(os.path.join(ROOT, "bench", "results", f) for f in
-                                                      ("sim-calibration-long.json", "sim-calibration.json")),
+                                                      ("sim-calibration.json", "sim-calibration-long.json")),
                     help="comma-separated calibration files (calibrate.py); the first one's parameters go into "
                          "the scale predictions")
     ap.add_argument("--scale-latency-us", type=float, default=25.0,
