@@ -19,7 +19,11 @@ All processes share this machine's cores: with W workers on C cores the shard co
 with W clients for CPU; the report says so next to every figure.
 
 Usage: bench/psload/run.py [--quick] [--workers 1,2,4,...] [--seconds S] [--out FILE]
-Writes bench/results/psload.json (every figure).
+       bench/psload/run.py --phases rtt,side    (measure some phases again; keep the rest)
+       bench/psload/run.py --report             (print the Markdown tables of --out)
+Phases: rtt (1-float round trip), throughput (closed loop), paced (--paced-rate steps/s per
+worker), side (several shards), memory (downlink memory). Writes bench/results/psload.json
+(every figure).
 """
 import argparse
 import datetime
