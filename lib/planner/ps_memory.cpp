@@ -1,7 +1,6 @@
 #include "planner/ps_memory.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
