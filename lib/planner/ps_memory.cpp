@@ -117,7 +117,12 @@ PsShardMemory ps_shard_memory(const JobSpec& spec, int classes) {
   const bool sparse = spec.compression.downlink_ratio < 1.0;
   m.sparse_workers = sparse ? spec.workers : 0;
   const auto n = static_cast<std::uint64_t>(m.shard_floats);
-  m.state_bytes = 4 * n * (1 + (m.momentum_buffer ? 1 : 0) + static_cast<std::uint64_t>(m.sparse_workers));
+  // sync = "sync" (BSP through the PS) stages each step's pushes in an accumulator of the
+  // partition's size (ShardState::state_bytes() on the branch that implements it).
+  m.step_accumulator = spec.sync == "sync";
+  m.state_bytes = 4 * n *
+                  (1 + (m.momentum_buffer ? 1 : 0) + (m.step_accumulator ? 1 : 0) +
+                   static_cast<std::uint64_t>(m.sparse_workers));
   m.connection_bytes = static_cast<std::uint64_t>(spec.workers) * 8 * static_cast<std::uint64_t>(m.largest_partition);
   m.total_bytes = m.state_bytes + m.connection_bytes + (sparse ? 4 * n : 0);
   return m;
@@ -136,11 +141,13 @@ std::string gib(std::uint64_t bytes) {
 std::optional<std::string> ps_memory_refusal(const JobSpec& spec, const PsShardMemory& m, std::uint64_t limit_bytes) {
   if (m.total_bytes <= limit_bytes) return std::nullopt;
   const auto n = static_cast<std::uint64_t>(m.shard_floats);
-  const std::uint64_t fixed = 4 * n * (1 + (m.momentum_buffer ? 1 : 0)) + (m.sparse_workers > 0 ? 4 * n : 0);
+  const std::uint64_t fixed =
+      4 * n * (1 + (m.momentum_buffer ? 1 : 0) + (m.step_accumulator ? 1 : 0)) + (m.sparse_workers > 0 ? 4 * n : 0);
   std::string msg = "a PS shard of this job needs " + gib(m.total_bytes) + ": " + std::to_string(n) + " floats (of the " +
                     std::to_string(m.model_floats) + "-parameter " + spec.model + ", on the largest of " +
                     std::to_string(spec.ps_shards) + " ps_shards) x 4 bytes x (1 parameters" +
                     (m.momentum_buffer ? " + 1 momentum buffer" : "") +
+                    (m.step_accumulator ? " + 1 BSP step accumulator" : "") +
                     (m.sparse_workers ? " + " + std::to_string(m.sparse_workers) +
                                             " x_seen, one per worker as compression.downlink_ratio < 1, + 1 scratch"
                                       : std::string()) +

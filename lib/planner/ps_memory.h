@@ -32,8 +32,9 @@ struct PsShardMemory {
   std::int64_t model_floats = 0;   ///< parameters of the model, all shards together
   std::int64_t shard_floats = 0;   ///< n: floats on the largest shard (ps::make_layout, LPT)
   bool momentum_buffer = false;    ///< the shard keeps a momentum buffer (ps_momentum > 0)
+  bool step_accumulator = false;   ///< sync = "sync": BSP stages a step's pushes in one more copy
   int sparse_workers = 0;          ///< workers that keep an x_seen there (all, with downlink_ratio < 1)
-  /// ShardState::state_bytes(): 4·n·(1 + [momentum > 0] + sparse_workers) bytes.
+  /// ShardState::state_bytes(): 4·n·(1 + [momentum > 0] + [sync = "sync"] + sparse_workers) bytes.
   std::uint64_t state_bytes = 0;
   std::int64_t largest_partition = 0;  ///< floats of the shard's largest partition
   /// Every worker's connection keeps a receive and a reply buffer as large as the largest
@@ -47,8 +48,8 @@ struct PsShardMemory {
 
 /// The state of the largest shard of `spec` with `classes` classes: its model, its
 /// partitions (partition_size) spread over ps_shards shards as the workers lay them out,
-/// the PS momentum (0 with dgc) and, when compression.downlink_ratio < 1, one x_seen per
-/// worker. Throws ConfigError as model_tensor_sizes.
+/// the PS momentum (0 with dgc), BSP's step accumulator (sync = "sync") and, when
+/// compression.downlink_ratio < 1, one x_seen per worker. Throws ConfigError as model_tensor_sizes.
 PsShardMemory ps_shard_memory(const JobSpec& spec, int classes);
 
 /// The refusal of a job whose largest PS shard would need more than `limit_bytes`

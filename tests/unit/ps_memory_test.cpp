@@ -74,6 +74,11 @@ TEST(PsMemory, ShardStateIsParametersMomentumAndOneXSeenPerSparseWorker) {
   EXPECT_EQ(m.sparse_workers, 0);
   EXPECT_EQ(m.state_bytes, 2u * 4u * 702602u);
   EXPECT_EQ(m.total_bytes, m.state_bytes + 64u * 8u * 200704u);
+  // BSP through the PS (sync = "sync") stages a step's pushes in one more copy.
+  dense.sync = "sync";
+  m = ps_shard_memory(dense, 10);
+  EXPECT_TRUE(m.step_accumulator);
+  EXPECT_EQ(m.state_bytes, 3u * 4u * 702602u);
 }
 
 TEST(PsMemory, ShardsSplitTheModel) {
