@@ -22,7 +22,13 @@ using SessionPtr = Leader::Impl::SessionPtr;
 std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const wire::Envelope& env,
                                                      const wire::SubmitBody& b) {
   try {
-    return parse_job_toml(*b.job_toml, b.base_dir, true);
+    auto spec = parse_job_toml(*b.job_toml, b.base_dir, true);
+    // A job whose PS shard cannot fit on any agent is refused now, not when it is placed.
+    if (auto why = spec.workers_auto ? std::nullopt : ps_memory_problem(spec)) {
+      reply_error(s, env.id, wire::error_code::kInvalidJob, *why, "workers");
+      return std::nullopt;
+    }
+    return spec;
   } catch (const ConfigError& e) {
     reply_error(s, env.id, wire::error_code::kInvalidJob, e.what(), e.field());
     return std::nullopt;

@@ -156,6 +156,11 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
 
   // ------------------------------------------------------------ leader_planning.cpp
   planner::Plan plan_for(const JobSpec& spec, double exploration_seconds) const;
+  /// Why `spec` cannot run here because its largest PS shard's parameter state
+  /// (planner/ps_memory.h: parameters, momentum, one x_seen per sparse-downlink worker)
+  /// exceeds the memory_mb of every live agent; nullopt when it fits or no agent is live
+  /// (nothing to compare with yet).
+  std::optional<std::string> ps_memory_problem(const JobSpec& spec) const;
   void decide(JobRec& j);
   void explore(JobRec& parent, const std::vector<planner::Config>& configs);
   void record_epoch(JobRec& j, const wire::events::EpochEnd& ev);

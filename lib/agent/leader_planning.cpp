@@ -2,6 +2,8 @@
 // policy (planner/policy.h) its agents, its store and its jobs, and applies the answer —
 // queue an automatic job with the chosen configuration, start its exploration runs, or
 // fail it — and writes the history rows its jobs leave behind.
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -9,6 +11,7 @@
 #include "common/errors.h"
 #include "common/secret.h"
 #include "planner/policy.h"
+#include "planner/ps_memory.h"
 
 namespace dltrain::agent {
 
@@ -43,6 +46,20 @@ planner::Plan Leader::Impl::plan_for(const JobSpec& spec, double exploration_sec
   return planner::make_plan(req, history);
 }
 
+std::optional<std::string> Leader::Impl::ps_memory_problem(const JobSpec& spec) const {
+  std::int64_t largest_mb = 0;
+  for (const auto& [id, a] : agents) {
+    if (agents.live(id)) largest_mb = std::max(largest_mb, a.memory_mb);
+  }
+  if (largest_mb <= 0) return std::nullopt;
+  try {
+    const auto m = planner::ps_shard_memory(spec, planner::dataset_classes(spec));
+    return planner::ps_memory_refusal(spec, m, static_cast<std::uint64_t>(largest_mb) * 1024 * 1024);
+  } catch (const ConfigError& e) {
+    return std::string(e.what());
+  }
+}
+
 // Applies a feasible plan to an auto job and queues it; fails it otherwise.
 void Leader::Impl::decide(JobRec& j) {
   const auto p = plan_for(j.spec, j.exploration_seconds);
@@ -57,6 +74,12 @@ void Leader::Impl::decide(JobRec& j) {
   }
   j.spec.workers = p.choice.workers;
   j.spec.batch_size = p.choice.batch_size;
+  if (auto why = ps_memory_problem(j.spec)) {
+    j.failing_state = "failed";
+    j.error = "planner chose " + std::to_string(p.choice.workers) + " workers, but " + *why;
+    maybe_finish(j);
+    return;
+  }
   persist("saving the plan",
           [&] { db->put_meta(planner::plan_key(j.spec.model, j.spec.dataset), planner::encode_plan(p.choice)); });
   spdlog::info("job {}: planner chose {} workers x batch {}: {}", j.id, p.choice.workers, p.choice.batch_size,

@@ -782,3 +782,37 @@ TEST_F(Cluster, AnSspWorkerIsNeverMoreThanStalenessStepsAheadOfAStoppedOne) {
   EXPECT_EQ(rec.dropped, 0);
   EXPECT_EQ(rec.late, 0) << "SSP applies every push";
 }
+
+TEST_F(Cluster, AJobWhosePsShardOutgrowsEveryAgentIsRefusedAtSubmit) {
+  // resnet18 for 10 classes and one input channel (Fashion-MNIST) has n = 11,181,642 −
+  // 2·64·7·7 = 11,175,370 parameters; on one shard with sparse pulls
+  // every worker adds its x_seen (4·n = 44,701,480 bytes) and its connection's two
+  // buffers of one 262,144-float partition (2,097,152 bytes), on top of the parameters
+  // and the pull scratch (4·n each; dgc keeps no momentum at the PS): planner/ps_memory.h.
+  const double n = 11175370, per_worker = 4 * n + 2097152, fixed = 8 * n;
+  auto agents = run(client_ + " agents --json", 30);
+  ASSERT_EQ(agents.code, 0);
+  std::int64_t largest_mb = 0;
+  for (const auto& a : json::parse(agents.out)) largest_mb = std::max<std::int64_t>(largest_mb, a.value("memory_mb", 0));
+  const double limit = static_cast<double>(largest_mb) * 1024 * 1024;
+  if (limit >= fixed + 1024 * per_worker) GTEST_SKIP() << "agents offer " << largest_mb << " MiB: 1,024 workers fit";
+  auto big = write_job("outgrown", R"(model = "resnet18"
+workers = 1024
+ps_shards = 1
+
+[compression]
+method = "dgc"
+ratio = 0.01
+downlink_ratio = 0.01
+)");
+  auto r = run(client_ + " submit " + big.string() + " 2>&1", 30);
+  EXPECT_EQ(r.code, 2) << r.out;
+  const auto fit = static_cast<long long>((limit - fixed) / per_worker);
+  EXPECT_NE(r.out.find("at most " + std::to_string(fit) + " workers fit"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ps_shards"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("compression.downlink_ratio = 1"), std::string::npos) << r.out;
+  // Nothing of it was kept.
+  auto list = run(client_ + " list --json", 30);
+  ASSERT_EQ(list.code, 0);
+  EXPECT_EQ(list.out.find("outgrown"), std::string::npos) << list.out;
+}

@@ -1,0 +1,61 @@
+// What one PS shard of a job holds in memory, computed from the job alone (no LibTorch),
+// so that the leader can refuse at submit a job whose shard could not fit on any agent
+// (docs/compression.md, "Memory per PS shard").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+
+namespace dltrain::planner {
+
+/// Element counts of the parameter tensors of dltrain's built-in models, in the order of
+/// their `parameters()` (train/models.cpp, which builds them): cnn (SmallCnn), mlp,
+/// mlp-large, resnet20 (CifarResNet, option-A shortcuts) and resnet18 (projection
+/// shortcuts, 7×7 stem). BatchNorm running statistics are buffers, not parameters, and
+/// never reach the PS. `channels` in {1, 3}, `classes` >= 1, `image_size` >= 1 (the cnn
+/// needs >= 8). Throws ConfigError naming "model" for an unknown model and
+/// "image_size" for a cnn input below 8 pixels. Pure; thread-safe.
+std::vector<std::int64_t> model_tensor_sizes(const std::string& model, int channels, int classes, int image_size);
+
+/// Classes of the job's data set: 10 for fashion-mnist, mnist and cifar10; for an
+/// ImageFolder the class folders of data_dir/train (names not starting with '.'), as
+/// data/imagefolder.h counts them. Throws ConfigError("data_dir", …) when an ImageFolder's
+/// train/ cannot be listed or holds no class folder.
+int dataset_classes(const JobSpec& spec);
+
+/// The parameter state of the job's largest PS shard.
+struct PsShardMemory {
+  std::int64_t model_floats = 0;   ///< parameters of the model, all shards together
+  std::int64_t shard_floats = 0;   ///< n: floats on the largest shard (ps::make_layout, LPT)
+  bool momentum_buffer = false;    ///< the shard keeps a momentum buffer (ps_momentum > 0)
+  bool step_accumulator = false;   ///< sync = "sync": BSP stages a step's pushes in one more copy
+  int sparse_workers = 0;          ///< workers that keep an x_seen there (all, with downlink_ratio < 1)
+  /// ShardState::state_bytes(): 4·n·(1 + [momentum > 0] + [sync = "sync"] + sparse_workers) bytes.
+  std::uint64_t state_bytes = 0;
+  std::int64_t largest_partition = 0;  ///< floats of the shard's largest partition
+  /// Every worker's connection keeps a receive and a reply buffer as large as the largest
+  /// frame it carried (an init or dense pull of the largest partition):
+  /// workers · 2 · 4 · largest_partition bytes (measured by bench/psload/run.py).
+  std::uint64_t connection_bytes = 0;
+  /// state_bytes + connection_bytes + the shard's pull_diff scratch (4·n bytes, once any
+  /// sparse pull ran): what the shard process holds beyond its code and libraries.
+  std::uint64_t total_bytes = 0;
+};
+
+/// The state of the largest shard of `spec` with `classes` classes: its model, its
+/// partitions (partition_size) spread over ps_shards shards as the workers lay them out,
+/// the PS momentum (0 with dgc), BSP's step accumulator (sync = "sync") and, when
+/// compression.downlink_ratio < 1, one x_seen per worker. Throws ConfigError as model_tensor_sizes.
+PsShardMemory ps_shard_memory(const JobSpec& spec, int classes);
+
+/// The refusal of a job whose largest PS shard would need more than `limit_bytes`
+/// (the most memory any agent offers), or nullopt when it fits. The message names the
+/// fields that change it (workers, ps_shards, compression.downlink_ratio) and the worker
+/// count that would fit. Pure; thread-safe.
+std::optional<std::string> ps_memory_refusal(const JobSpec& spec, const PsShardMemory& m, std::uint64_t limit_bytes);
+
+}  // namespace dltrain::planner

@@ -1,0 +1,128 @@
+// The PS shard memory the leader computes from a job (planner/ps_memory.h), against
+// hand-computed parameter counts and the documented formula.
+#include <numeric>
+
+#include <gtest/gtest.h>
+
+#include "common/errors.h"
+#include "planner/ps_memory.h"
+
+using namespace dltrain;
+using namespace dltrain::planner;
+
+namespace {
+
+std::int64_t total(const std::vector<std::int64_t>& v) { return std::accumulate(v.begin(), v.end(), std::int64_t{0}); }
+
+JobSpec sparse_job(const std::string& model, int workers) {
+  JobSpec s;
+  s.model = model;
+  s.channels = 1;
+  s.image_size = 28;
+  s.workers = workers;
+  s.ps_shards = 1;
+  s.compression.method = compress::Method::kDgc;
+  s.compression.ratio = 0.01;
+  s.compression.downlink_ratio = 0.01;
+  return s;
+}
+
+constexpr std::uint64_t kGiB = 1ull << 30;
+
+}  // namespace
+
+TEST(PsMemory, ModelSizesMatchTheHandCountsOfTrainModels) {
+  // The same figures tests/unit/train_test.cpp checks on the LibTorch models.
+  EXPECT_EQ(total(model_tensor_sizes("cnn", 1, 10, 28)), 60986);
+  EXPECT_EQ(total(model_tensor_sizes("mlp", 1, 10, 28)), 235146);
+  EXPECT_EQ(total(model_tensor_sizes("mlp-large", 1, 10, 28)), 702602);
+  EXPECT_EQ(total(model_tensor_sizes("resnet20", 3, 10, 32)), 269722);  // He et al. 2016, Table 6: 0.27M
+  EXPECT_EQ(total(model_tensor_sizes("resnet20", 1, 10, 32)), 269722 - 288);
+  EXPECT_EQ(total(model_tensor_sizes("resnet18", 3, 1000, 224)), 11689512);  // torchvision's figure
+  EXPECT_EQ(total(model_tensor_sizes("resnet18", 3, 10, 64)), 11689512 - 507870);
+  EXPECT_EQ(total(model_tensor_sizes("cnn", 3, 10, 32)), 60986 - 144 + 432 - 36928 + 65600);
+  // Order of parameters(): the cnn's first conv (16·1·3·3), then BN γ and β.
+  const auto cnn = model_tensor_sizes("cnn", 1, 10, 28);
+  ASSERT_GE(cnn.size(), 3u);
+  EXPECT_EQ(cnn[0], 144);
+  EXPECT_EQ(cnn[1], 16);
+  EXPECT_EQ(cnn[2], 16);
+  EXPECT_THROW(model_tensor_sizes("vgg", 1, 10, 28), ConfigError);
+  EXPECT_THROW(model_tensor_sizes("cnn", 1, 10, 7), ConfigError);
+}
+
+TEST(PsMemory, ShardStateIsParametersMomentumAndOneXSeenPerSparseWorker) {
+  // mlp-large, one shard, dgc (PS momentum 0), sparse pulls, 4 workers:
+  // 4 · 702602 · (1 + 4) = 14,052,040 bytes of state, plus the 4·n pull_diff scratch.
+  auto m = ps_shard_memory(sparse_job("mlp-large", 4), 10);
+  EXPECT_EQ(m.model_floats, 702602);
+  EXPECT_EQ(m.shard_floats, 702602);
+  EXPECT_FALSE(m.momentum_buffer);
+  EXPECT_EQ(m.sparse_workers, 4);
+  EXPECT_EQ(m.state_bytes, 14052040u);
+  // l1's 784·768 = 602,112 weights are cut into 3 partitions of 200,704 floats, the
+  // largest; each worker's connection holds two buffers of 4·200,704 bytes.
+  EXPECT_EQ(m.largest_partition, 200704);
+  EXPECT_EQ(m.connection_bytes, 4u * 8u * 200704u);
+  EXPECT_EQ(m.total_bytes, 14052040u + 4u * 702602u + 4u * 8u * 200704u);
+  // Dense ASGD with momentum 0.9: parameters and momentum buffer, no x_seen.
+  JobSpec dense = sparse_job("mlp-large", 64);
+  dense.compression = {};
+  dense.optimizer.momentum = 0.9;
+  m = ps_shard_memory(dense, 10);
+  EXPECT_TRUE(m.momentum_buffer);
+  EXPECT_EQ(m.sparse_workers, 0);
+  EXPECT_EQ(m.state_bytes, 2u * 4u * 702602u);
+  EXPECT_EQ(m.total_bytes, m.state_bytes + 64u * 8u * 200704u);
+  // BSP through the PS (sync = "sync") stages a step's pushes in one more copy.
+  dense.sync = "sync";
+  m = ps_shard_memory(dense, 10);
+  EXPECT_TRUE(m.step_accumulator);
+  EXPECT_EQ(m.state_bytes, 3u * 4u * 702602u);
+}
+
+TEST(PsMemory, ShardsSplitTheModel) {
+  JobSpec s = sparse_job("mlp-large", 8);
+  s.ps_shards = 4;
+  const auto m = ps_shard_memory(s, 10);
+  EXPECT_EQ(m.model_floats, 702602);
+  // Four shards hold at least a quarter each and the largest less than the whole.
+  EXPECT_GE(m.shard_floats, (702602 + 3) / 4);
+  EXPECT_LT(m.shard_floats, 702602);
+  EXPECT_EQ(m.state_bytes, 4u * static_cast<std::uint64_t>(m.shard_floats) * 9u);
+}
+
+TEST(PsMemory, RefusesTheWorkerCountWhoseXSeenOutgrowsTheLimit) {
+  // resnet18, 10 classes: n = 11,181,642 floats on one shard, 4n = 44,726,568 bytes per
+  // x_seen; its 512·512·9 convolutions are cut into partitions of 262,144 floats, so
+  // each worker's connection adds 8·262,144 = 2,097,152 bytes. 16 GiB = 17,179,869,184
+  // holds 4n·(1 + 1 scratch) + W·(4n + 2,097,152) for W ≤ 364 (365: 17,180,110,936).
+  JobSpec s = sparse_job("resnet18", 364);
+  s.channels = 3;
+  s.image_size = 64;
+  auto m = ps_shard_memory(s, 10);
+  EXPECT_EQ(m.shard_floats, 11181642);
+  EXPECT_EQ(m.largest_partition, 262144);
+  EXPECT_EQ(m.total_bytes, 8ull * 11181642 + 364ull * (4ull * 11181642 + 2097152));  // 17,133,287,216
+  EXPECT_EQ(ps_memory_refusal(s, m, 16 * kGiB), std::nullopt);
+  s.workers = 365;
+  m = ps_shard_memory(s, 10);
+  const auto why = ps_memory_refusal(s, m, 16 * kGiB);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("at most 364 workers fit"), std::string::npos) << *why;
+  EXPECT_NE(why->find("ps_shards"), std::string::npos) << *why;
+  EXPECT_NE(why->find("compression.downlink_ratio"), std::string::npos) << *why;
+  EXPECT_NE(why->find("memory_mb"), std::string::npos) << *why;
+  // Dense pulls keep no x_seen: the same job fits.
+  s.compression.downlink_ratio = 1.0;
+  EXPECT_EQ(ps_memory_refusal(s, ps_shard_memory(s, 10), 16 * kGiB), std::nullopt);
+}
+
+TEST(PsMemory, ImageFolderClassesAreTheTrainFolders) {
+  JobSpec s;
+  s.dataset = "fashion-mnist";
+  EXPECT_EQ(dataset_classes(s), 10);
+  s.dataset = "imagefolder";
+  s.data_dir = "/nonexistent-dltrain-dir";
+  EXPECT_THROW(dataset_classes(s), ConfigError);
+}
