@@ -75,6 +75,14 @@ void TrafficMeter::add_step(std::uint64_t up, std::uint64_t down, double epoch_p
   }
 }
 
+void TrafficMeter::add_bytes(std::uint64_t up, std::uint64_t down, double epoch_pos, double warmup_epochs) {
+  for (auto* t : {&total_, &after_warmup_}) {
+    if (t == &after_warmup_ && epoch_pos < warmup_epochs) continue;
+    t->up += up;
+    t->down += down;
+  }
+}
+
 PsResyncer::PsResyncer(ps::PsClient& client, std::span<float> params, int rank, std::function<void()> on_params,
                        std::function<void(const nlohmann::json&)> sink, int max_in_a_row)
     : client_(client),

@@ -55,6 +55,9 @@ class TrafficMeter {
   /// One step's exchange: `up` / `down` bytes at the sockets, at training progress
   /// `epoch_pos` (fractional epochs; steps before `warmup_epochs` count only in total()).
   void add_step(std::uint64_t up, std::uint64_t down, double epoch_pos, double warmup_epochs);
+  /// Bytes of the step counted last that arrived after it was (a pipelined pull's
+  /// replies, awaited at the end of an epoch): counted without another step's dense cost.
+  void add_bytes(std::uint64_t up, std::uint64_t down, double epoch_pos, double warmup_epochs);
   /// Bytes over every step so far.
   const wire::events::Traffic& total() const { return total_; }
   /// Bytes over the steps after the compression warm-up.

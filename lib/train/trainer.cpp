@@ -365,6 +365,8 @@ class WorkerLoop {
   void run_epoch(int epoch) {
     const auto t_epoch = Clock::now();
     replica_ = params_;  // after worker 0's dense pull for its evaluation, too
+    meter_up0_ = client_->bytes_pushed();  // that pull is not a step's traffic
+    meter_down0_ = client_->bytes_pulled();
     const double wait0 = feed_->wait_seconds();
     feed_->start_epoch(epoch);
     loss_sum_ = 0;
@@ -470,8 +472,6 @@ class WorkerLoop {
     const double value = loss.item<double>();
     const auto t2 = Clock::now();
     await_pull();  // the hooks push through the client
-    hook_.up0 = client_->bytes_pushed();
-    hook_.down0 = client_->bytes_pulled();
     hook_.remaining = part_floats_;
     hook_.pushed.assign(layout_.partitions.size(), false);
     hook_.got.assign(flat_->sizes().size(), false);
@@ -528,9 +528,10 @@ class WorkerLoop {
   // Push this step's gradient and pull; a lost shard drops the step's gradient and leaves
   // params_ holding the PS's values.
   void exchange(float lr, double density, double downlink, double pos) {
-    // With overlap the step's bytes count from before backward, whose hooks pushed.
-    const auto up0 = spec_.overlap ? hook_.up0 : client_->bytes_pushed();
-    const auto down0 = spec_.overlap ? hook_.down0 : client_->bytes_pulled();
+    // With overlap the step's bytes count from the end of the previous step's exchange:
+    // they include the pushes backward's hooks wrote and the pipelined pull's replies.
+    const auto up0 = spec_.overlap ? meter_up0_ : client_->bytes_pushed();
+    const auto down0 = spec_.overlap ? meter_down0_ : client_->bytes_pulled();
     bool pull_ahead = false;
     try {
       if (spec_.overlap) {
@@ -578,6 +579,9 @@ class WorkerLoop {
     pulled_at_ = unix_now();
     meter_->add_step(client_->bytes_pushed() - up0, client_->bytes_pulled() - down0, pos,
                      spec_.compression.warmup_epochs);
+    last_pos_ = pos;
+    meter_up0_ = client_->bytes_pushed();  // before the pipelined pull: no other thread uses the client
+    meter_down0_ = client_->bytes_pulled();
     if (pull_ahead) start_pull(downlink);
   }
 
@@ -608,6 +612,11 @@ class WorkerLoop {
   void drain_pull() {
     if (!pending_pull_.valid()) return;
     await_pull();
+    // Its replies belong to the epoch's last step, whose traffic was counted before them.
+    meter_->add_bytes(client_->bytes_pushed() - meter_up0_, client_->bytes_pulled() - meter_down0_, last_pos_,
+                      spec_.compression.warmup_epochs);
+    meter_up0_ = client_->bytes_pushed();
+    meter_down0_ = client_->bytes_pulled();
     params_ = replica_;
     flat_->write_params(params_);
   }
@@ -846,8 +855,11 @@ class WorkerLoop {
     std::vector<bool> got;                // per parameter tensor: its gradient came this step
     bool nonfinite = false;  // a NaN/Inf loss or partition: the rest of the step is not pushed
     std::exception_ptr error;  // a push that failed in a hook, rethrown by exchange()
-    std::uint64_t up0 = 0, down0 = 0;  // the client's byte counts before backward
   } hook_;
+  // The client's byte counts when the last step's traffic was counted (overlap) or when
+  // the epoch began: the next step's traffic is what they grew by.
+  std::uint64_t meter_up0_ = 0, meter_down0_ = 0;
+  double last_pos_ = 0;  // the training position of the last step counted
   // Overlap in async and ssp: this step's pull runs during the next step's forward.
   bool pipelined_ = false;
   std::vector<float> replica_;          // the pipelined pull's target (see start_pull)

@@ -248,6 +248,7 @@ TEST(WorkerStep, OverlapPushesTheSameBytesAndEndsWithTheSameParameters) {
   ASSERT_GT(off.partitions.size(), 2u);
   EXPECT_EQ(done_on["bytes_pushed"], done_off["bytes_pushed"]);
   EXPECT_EQ(done_on["bytes_pulled"], done_off["bytes_pulled"]);
+  EXPECT_EQ(done_on["traffic"], done_off["traffic"]) << "the steps' traffic, as the summary's ratios count it";
   EXPECT_EQ(done_off["counters"]["overlapped_pushes"], 0);
   // Every partition of every step but the one holding the first layer (whose gradient
   // backward produces last, so that it completes when backward does) went from a hook.
@@ -306,6 +307,8 @@ TEST(WorkerStep, OverlapInAsyncModeTakesEachGradientOneStepStaler) {
   server.stop();
   ASSERT_EQ(evs.back()["event"], "done");
   EXPECT_EQ(evs.back()["steps"], 4);
+  // The pipelined pulls' replies count in the steps' traffic: dense both ways, ratio 1.
+  EXPECT_NEAR(evs.back()["compression_ratio"].get<double>(), 1.0, 0.05);
 
   Split train = load_split(spec.data_dir, "train", spec.train_samples);
   auto [x, y] = to_tensors(train, spec.dataset);
