@@ -75,8 +75,13 @@ def run_job(cluster, args, model, mode, codec, overlap, seed):
         raise RuntimeError(f"{model} {mode} {codec} overlap={overlap} seed {seed}: {summary}")
     record = None
     if mode != "async" and job:
-        log = cluster.client("logs", job, "--task", "ps-0", check=False).stdout
-        m = SYNC_LINE.search(log)
+        # The shard writes its record when it stops, which may be just after the summary.
+        m = None
+        for _ in range(50):
+            m = SYNC_LINE.search(cluster.client("logs", job, "--task", "ps-0", check=False).stdout)
+            if m:
+                break
+            time.sleep(0.2)
         if m:
             keys = ["steps", "late_pushes", "waits", "wait_seconds", "dropped", "departures", "rejoins", "max_lead"]
             record = {k: float(v) if k == "wait_seconds" else int(v) for k, v in zip(keys, m.groups())}
