@@ -15,6 +15,48 @@
 using namespace dltrain;
 using namespace dltrain::train;
 
+namespace {
+
+// One worker (spec.workers = 1) trained against a real PS shard on loopback: the shard's
+// final state, the worker's events and the shard's barrier record.
+struct OneWorkerRun {
+  ps::ShardSnapshot snap;
+  std::vector<nlohmann::json> events;
+  ps::SyncStats sync;
+  double accuracy = -1;  ///< run_worker's result
+};
+
+OneWorkerRun run_against_one_shard(const JobSpec& spec, double shard_momentum, std::uint64_t job,
+                                   ps::SyncMode mode = ps::SyncMode::kAsync) {
+  const std::vector<std::uint8_t> secret(32, static_cast<std::uint8_t>(0x50 + job));
+  auto state = std::make_shared<ps::ShardState>(shard_momentum);
+  ps::PsServerOptions so;
+  so.bind_address = "127.0.0.1";
+  so.job = job;
+  so.generation = 1;
+  so.secret = secret;
+  so.sync.mode = mode;
+  ps::PsServer server(so, state);
+  server.start();
+  WorkerConfig cfg;
+  cfg.spec = spec;
+  cfg.job = job;
+  cfg.generation = 1;
+  cfg.secret = secret;
+  cfg.shards = {{"127.0.0.1", server.port()}};
+  cfg.ps_timeout = std::chrono::seconds(20);
+  cfg.finish_timeout = std::chrono::seconds(30);
+  cfg.progress_interval_s = 1e9;
+  OneWorkerRun r;
+  r.accuracy = run_worker(cfg, [&](const nlohmann::json& e) { r.events.push_back(e); });
+  server.stop();
+  r.snap = state->snapshot();
+  r.sync = server.sync_stats();
+  return r;
+}
+
+}  // namespace
+
 TEST(Models, ParameterCountsMatchTheArchitecture) {
   // CNN: conv 1→16 (144), BN 16 (32), conv 16→32 (4608), BN (64), conv 32→64 (18432),
   // BN (128), FC 576→64 (36928), FC 64→10 (650) = 60986.
@@ -119,29 +161,9 @@ TEST(WorkerStep, OneWorkerAgainstAPsShardTakesTheSgdStepsComputedWithLibTorch) {
   spec.optimizer.weight_decay = 0;
   spec.optimizer.lr_schedule = "constant";
   spec.optimizer.warmup_epochs = 0;
-  const std::vector<std::uint8_t> secret(32, 0x5a);
-  auto state = std::make_shared<ps::ShardState>(0.0);
-  ps::PsServerOptions so;
-  so.bind_address = "127.0.0.1";
-  so.job = 5;
-  so.generation = 1;
-  so.secret = secret;
-  ps::PsServer server(so, state);
-  server.start();
-
-  WorkerConfig cfg;
-  cfg.spec = spec;
-  cfg.job = 5;
-  cfg.generation = 1;
-  cfg.secret = secret;
-  cfg.shards = {{"127.0.0.1", server.port()}};
-  cfg.ps_timeout = std::chrono::seconds(20);
-  cfg.finish_timeout = std::chrono::seconds(30);
-  cfg.progress_interval_s = 1e9;
-  std::vector<nlohmann::json> evs;
-  const double acc = run_worker(cfg, [&](const nlohmann::json& e) { evs.push_back(e); });
-  server.stop();
-
+  const auto run = run_against_one_shard(spec, 0.0, 5);
+  const auto& evs = run.events;
+  const double acc = run.accuracy;
   ASSERT_GE(evs.size(), 3u);
   EXPECT_EQ(evs.front()["event"], "started");
   EXPECT_EQ(evs.front()["train_examples"], 256);
@@ -179,7 +201,7 @@ TEST(WorkerStep, OneWorkerAgainstAPsShardTakesTheSgdStepsComputedWithLibTorch) {
     sizes.push_back(p.numel());
   }
   const auto layout = ps::make_layout(sizes, spec.partition_size, 1);
-  const auto snap = state->snapshot();
+  const auto& snap = run.snap;
   ASSERT_EQ(snap.partitions.size(), layout.partitions.size());
   EXPECT_EQ(snap.pushes, 3u);
   double worst = 0;
@@ -213,31 +235,10 @@ TEST(WorkerStep, OverlapPushesTheSameBytesAndEndsWithTheSameParameters) {
     spec.partition_size = 8192;  // several partitions, pushed one by one
     spec.optimizer.lr_schedule = "constant";
     spec.optimizer.warmup_epochs = 0;
-    const std::vector<std::uint8_t> secret(32, 0x5b);
-    auto state = std::make_shared<ps::ShardState>(spec.optimizer.momentum);
-    ps::PsServerOptions so;
-    so.bind_address = "127.0.0.1";
-    so.job = 6;
-    so.generation = 1;
-    so.secret = secret;
-    so.sync.mode = ps::SyncMode::kBsp;
-    ps::PsServer server(so, state);
-    server.start();
-    WorkerConfig cfg;
-    cfg.spec = spec;
-    cfg.job = 6;
-    cfg.generation = 1;
-    cfg.secret = secret;
-    cfg.shards = {{"127.0.0.1", server.port()}};
-    cfg.ps_timeout = std::chrono::seconds(20);
-    cfg.finish_timeout = std::chrono::seconds(30);
-    cfg.progress_interval_s = 1e9;
-    std::vector<nlohmann::json> evs;
-    run_worker(cfg, [&](const nlohmann::json& e) { evs.push_back(e); });
-    server.stop();
-    snap = state->snapshot();
-    done = evs.back();
-    EXPECT_EQ(server.sync_stats().steps, 5u * snap.partitions.size());
+    auto r = run_against_one_shard(spec, spec.optimizer.momentum, 6, ps::SyncMode::kBsp);
+    snap = r.snap;
+    done = r.events.back();
+    EXPECT_EQ(r.sync.steps, 5u * snap.partitions.size());
   };
   ps::ShardSnapshot off, on;
   nlohmann::json done_off, done_on;
@@ -284,27 +285,8 @@ TEST(WorkerStep, OverlapInAsyncModeTakesEachGradientOneStepStaler) {
   spec.optimizer.weight_decay = 0;
   spec.optimizer.lr_schedule = "constant";
   spec.optimizer.warmup_epochs = 0;
-  const std::vector<std::uint8_t> secret(32, 0x5c);
-  auto state = std::make_shared<ps::ShardState>(0.0);
-  ps::PsServerOptions so;
-  so.bind_address = "127.0.0.1";
-  so.job = 7;
-  so.generation = 1;
-  so.secret = secret;
-  ps::PsServer server(so, state);
-  server.start();
-  WorkerConfig cfg;
-  cfg.spec = spec;
-  cfg.job = 7;
-  cfg.generation = 1;
-  cfg.secret = secret;
-  cfg.shards = {{"127.0.0.1", server.port()}};
-  cfg.ps_timeout = std::chrono::seconds(20);
-  cfg.finish_timeout = std::chrono::seconds(30);
-  cfg.progress_interval_s = 1e9;
-  std::vector<nlohmann::json> evs;
-  run_worker(cfg, [&](const nlohmann::json& e) { evs.push_back(e); });
-  server.stop();
+  const auto run = run_against_one_shard(spec, 0.0, 7);
+  const auto& evs = run.events;
   ASSERT_EQ(evs.back()["event"], "done");
   EXPECT_EQ(evs.back()["steps"], 4);
   // The pipelined pulls' replies count in the steps' traffic: dense both ways, ratio 1.
@@ -345,7 +327,7 @@ TEST(WorkerStep, OverlapInAsyncModeTakesEachGradientOneStepStaler) {
     sizes.push_back(t.numel());
   }
   const auto layout = ps::make_layout(sizes, spec.partition_size, 1);
-  const auto snap = state->snapshot();
+  const auto& snap = run.snap;
   ASSERT_EQ(snap.partitions.size(), layout.partitions.size());
   double worst = 0;
   for (const auto& part : snap.partitions) {
