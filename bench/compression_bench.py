@@ -43,28 +43,31 @@ def sh(*args, check=True):
 
 
 class Links:
-    """Hosts dlt-h0..dlt-hN-1 on a bridge, each link rate-limited."""
+    """Hosts PREFIX-h0..PREFIX-hN-1 on a bridge, each link rate-limited by tc tbf in both
+    directions. Other benchmarks pass their own prefix, subnet and bridge, so that two of
+    them can run on one machine."""
 
-    def __init__(self, hosts, rate):
+    def __init__(self, hosts, rate, prefix="dlt", subnet=SUBNET, bridge=BRIDGE):
         self.hosts = hosts
         self.rate = rate
+        self.prefix, self.subnet, self.bridge = prefix, subnet, bridge
         self.made = []
 
     def __enter__(self):
         self.teardown(quiet=True)
-        sh("ip", "link", "add", BRIDGE, "type", "bridge")
-        self.made.append(("link", BRIDGE))
-        sh("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
-        sh("ip", "link", "set", BRIDGE, "up")
+        sh("ip", "link", "add", self.bridge, "type", "bridge")
+        self.made.append(("link", self.bridge))
+        sh("ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
+        sh("ip", "link", "set", self.bridge, "up")
         for i in range(self.hosts):
-            ns, outer = f"dlt-h{i}", f"dlt-v{i}"
+            ns, outer = self.netns(i), f"{self.prefix}-v{i}"
             sh("ip", "netns", "add", ns)
             self.made.append(("netns", ns))
             sh("ip", "link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", ns)
             self.made.append(("link", outer))
-            sh("ip", "link", "set", outer, "master", BRIDGE)
+            sh("ip", "link", "set", outer, "master", self.bridge)
             sh("ip", "link", "set", outer, "up")
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{SUBNET}.{10 + i}/24", "dev", "eth0")
+            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
             for cmd in (["tc", "qdisc", "add", "dev", outer],
@@ -73,13 +76,19 @@ class Links:
         return self
 
     def address(self, i):
-        return f"{SUBNET}.{10 + i}"
+        return f"{self.subnet}.{10 + i}"
+
+    def netns(self, i):
+        return f"{self.prefix}-h{i}"
+
+    def leader_address(self):
+        return f"{self.subnet}.1"
 
     def teardown(self, quiet=False):
         for i in range(16):
-            sh("ip", "netns", "del", f"dlt-h{i}", check=False)
-            sh("ip", "link", "del", f"dlt-v{i}", check=False)
-        sh("ip", "link", "del", BRIDGE, check=False)
+            sh("ip", "netns", "del", self.netns(i), check=False)
+            sh("ip", "link", "del", f"{self.prefix}-v{i}", check=False)
+        sh("ip", "link", "del", self.bridge, check=False)
 
     def __exit__(self, *exc):
         self.teardown()
@@ -108,16 +117,16 @@ def write_tokens(d):
 class Cluster:
     """A leader (root namespace) and one agent per host, as real processes."""
 
-    def __init__(self, hosts, links=None):
+    def __init__(self, hosts, links=None, prefix="dltrain-bench-"):
         self.hosts = hosts
         self.links = links
-        self.dir = tempfile.mkdtemp(prefix="dltrain-bench-")
+        self.dir = tempfile.mkdtemp(prefix=prefix)
         self.procs = []
 
     def __enter__(self):
         d = self.dir
         self.token = write_tokens(d)
-        leader_ip = f"{SUBNET}.1" if self.links else "127.0.0.1"
+        leader_ip = self.links.leader_address() if self.links else "127.0.0.1"
         port = free_port(leader_ip)
         self.url = f"ws://{leader_ip}:{port}"
         with open(os.path.join(d, "leader.toml"), "w") as f:
@@ -135,7 +144,7 @@ class Cluster:
                         f'state_dir = "{d}/agent-{i}"\nlog_level = "warn"\n')
             cmd = [f"{BIN}/dltrain-agent", "--config", cfg]
             if self.links:
-                cmd = ["ip", "netns", "exec", f"dlt-h{i}"] + cmd
+                cmd = ["ip", "netns", "exec", self.links.netns(i)] + cmd
             self.spawn(cmd, f"agent-{i}.log")
         deadline = time.time() + 60
         while time.time() < deadline:

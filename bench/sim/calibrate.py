@@ -37,7 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "e2e"))
-from compression_bench import BIN, free_port, write_tokens  # noqa: E402
+from compression_bench import BIN, Cluster as BenchCluster, Links as BenchLinks, free_port  # noqa: E402
 from run import PYTHON, run_local  # noqa: E402  (bench/e2e/run.py)
 
 SUBNET = "10.78.0"
@@ -48,112 +48,15 @@ DGC = {"dltrain-dgc-1%": 0.01}
 SYSTEMS = ["dltrain-dense", *DGC, "ddp"]
 
 
-def sh(*args, check=True):
-    return subprocess.run(list(args), check=check, capture_output=True, text=True)
+def Links(hosts, rate):
+    """bench/compression_bench.py's links under other names (sim-h0.., bridge simbr0), so
+    that both benchmarks can run on one machine."""
+    return BenchLinks(hosts, rate, prefix=PREFIX, subnet=SUBNET, bridge=BRIDGE)
 
 
-class Links:
-    """Hosts sim-h0..sim-h{N-1} on bridge simbr0, each link rate-limited by tc tbf both
-    ways (the same shaping as bench/compression_bench.py's links, other names, so that
-    both can run on one machine)."""
-
-    def __init__(self, hosts, rate):
-        self.hosts, self.rate = hosts, rate
-
-    def __enter__(self):
-        self.teardown()
-        sh("ip", "link", "add", BRIDGE, "type", "bridge")
-        sh("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
-        sh("ip", "link", "set", BRIDGE, "up")
-        for i in range(self.hosts):
-            ns, outer = f"{PREFIX}-h{i}", f"{PREFIX}-v{i}"
-            sh("ip", "netns", "add", ns)
-            sh("ip", "link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            sh("ip", "link", "set", outer, "master", BRIDGE)
-            sh("ip", "link", "set", outer, "up")
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{SUBNET}.{10 + i}/24", "dev", "eth0")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-            for cmd in (["tc", "qdisc", "add", "dev", outer],
-                        ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0"]):
-                sh(*cmd, "root", "tbf", "rate", self.rate, "burst", "256kbit", "latency", "100ms")
-        return self
-
-    def address(self, i):
-        return f"{SUBNET}.{10 + i}"
-
-    def netns(self, i):
-        return f"{PREFIX}-h{i}"
-
-    def teardown(self):
-        for i in range(16):
-            sh("ip", "netns", "del", f"{PREFIX}-h{i}", check=False)
-            sh("ip", "link", "del", f"{PREFIX}-v{i}", check=False)
-        sh("ip", "link", "del", BRIDGE, check=False)
-
-    def __exit__(self, *exc):
-        self.teardown()
-
-
-class Cluster:
-    """A leader (root namespace) and one agent (cores = 1) per host, as real processes."""
-
-    def __init__(self, hosts, links=None):
-        self.hosts, self.links = hosts, links
-        self.dir = tempfile.mkdtemp(prefix="dltrain-sim-")
-        self.procs = []
-
-    def __enter__(self):
-        d = self.dir
-        self.token = write_tokens(d)
-        leader_ip = f"{SUBNET}.1" if self.links else "127.0.0.1"
-        self.url = f"ws://{leader_ip}:{free_port(leader_ip)}"
-        port = self.url.rsplit(":", 1)[1]
-        with open(os.path.join(d, "leader.toml"), "w") as f:
-            f.write(f'leader = true\nhost_tasks = false\nlisten_address = "{leader_ip}"\nlisten_port = {port}\n'
-                    f'agent_token_file = "{d}/agent.token"\nclient_token_file = "{d}/client.token"\n'
-                    f'state_dir = "{d}/leader"\nlog_level = "warn"\n')
-        self.spawn([f"{BIN}/dltrain-agent", "--config", f"{d}/leader.toml"], "leader.log")
-        time.sleep(0.5)
-        for i in range(self.hosts):
-            addr = self.links.address(i) if self.links else "127.0.0.1"
-            cfg = os.path.join(d, f"agent-{i}.toml")
-            with open(cfg, "w") as f:
-                f.write(f'name = "host-{i}"\nleader_url = "{self.url}"\nagent_token_file = "{d}/agent.token"\n'
-                        f'advertise_address = "{addr}"\ntask_bind_address = "{addr}"\ncores = 1\n'
-                        f'state_dir = "{d}/agent-{i}"\nlog_level = "warn"\n')
-            cmd = [f"{BIN}/dltrain-agent", "--config", cfg]
-            if self.links:
-                cmd = ["ip", "netns", "exec", self.links.netns(i)] + cmd
-            self.spawn(cmd, f"agent-{i}.log")
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            r = self.client("agents", "--json", check=False)
-            if r.returncode == 0 and sum(a["state"] == "ready" for a in json.loads(r.stdout)) == self.hosts:
-                return self
-            time.sleep(0.3)
-        raise RuntimeError(f"agents did not register; logs in {d}")
-
-    def spawn(self, cmd, log):
-        f = open(os.path.join(self.dir, log), "w")
-        self.procs.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True))
-
-    def client(self, *args, check=True, timeout=60):
-        return subprocess.run([f"{BIN}/dltrain", "--leader", self.url, "--token", self.token, *args],
-                              capture_output=True, text=True, check=check, timeout=timeout)
-
-    def __exit__(self, *exc):
-        for p in reversed(self.procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in self.procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-        subprocess.run(["rm", "-rf", self.dir])
+def Cluster(hosts, links=None):
+    """bench/compression_bench.py's cluster: a leader and one agent (cores = 1) per host."""
+    return BenchCluster(hosts, links, prefix="dltrain-sim-")
 
 
 def job_toml(path, system, workers, args):
