@@ -55,6 +55,24 @@ OneWorkerRun run_against_one_shard(const JobSpec& spec, double shard_momentum, s
   return r;
 }
 
+// The small job the worker-step tests run: the MLP on 256 training images (8 steps of 32
+// per epoch), `steps` steps, one epoch, one worker and shard, constant learning rate.
+JobSpec small_mlp_job(std::int64_t steps, std::int64_t seed) {
+  JobSpec spec;
+  spec.model = "mlp";
+  spec.epochs = 1;
+  spec.workers = 1;
+  spec.ps_shards = 1;
+  spec.batch_size = 32;
+  spec.train_samples = 256;
+  spec.test_samples = 200;
+  spec.max_steps = steps;
+  spec.seed = seed;
+  spec.optimizer.lr_schedule = "constant";
+  spec.optimizer.warmup_epochs = 0;
+  return spec;
+}
+
 }  // namespace
 
 TEST(Models, ParameterCountsMatchTheArchitecture) {
@@ -146,21 +164,10 @@ TEST(LearningRate, WarmupThenCosineAsHandComputed) {
 // the shard's parameters after three steps must be those of three SGD steps computed here
 // with LibTorch directly — the same seeded initialisation, the same seeded batch order.
 TEST(WorkerStep, OneWorkerAgainstAPsShardTakesTheSgdStepsComputedWithLibTorch) {
-  JobSpec spec;
-  spec.model = "mlp";
-  spec.epochs = 1;
-  spec.workers = 1;
-  spec.ps_shards = 1;
-  spec.batch_size = 32;
-  spec.train_samples = 256;
-  spec.test_samples = 200;
-  spec.max_steps = 3;
-  spec.seed = 7;
+  JobSpec spec = small_mlp_job(3, 7);
   spec.optimizer.lr = 0.1;
   spec.optimizer.momentum = 0;
   spec.optimizer.weight_decay = 0;
-  spec.optimizer.lr_schedule = "constant";
-  spec.optimizer.warmup_epochs = 0;
   const auto run = run_against_one_shard(spec, 0.0, 5);
   const auto& evs = run.events;
   const double acc = run.accuracy;
@@ -220,21 +227,10 @@ TEST(WorkerStep, OneWorkerAgainstAPsShardTakesTheSgdStepsComputedWithLibTorch) {
 // pushes really were written from within backward.
 TEST(WorkerStep, OverlapPushesTheSameBytesAndEndsWithTheSameParameters) {
   auto run_once = [](bool overlap, ps::ShardSnapshot& snap, nlohmann::json& done) {
-    JobSpec spec;
-    spec.model = "mlp";
-    spec.epochs = 1;
-    spec.workers = 1;
-    spec.ps_shards = 1;
-    spec.batch_size = 32;
-    spec.train_samples = 256;
-    spec.test_samples = 200;
-    spec.max_steps = 5;
-    spec.seed = 3;
+    JobSpec spec = small_mlp_job(5, 3);
     spec.sync = "sync";
     spec.overlap = overlap;
     spec.partition_size = 8192;  // several partitions, pushed one by one
-    spec.optimizer.lr_schedule = "constant";
-    spec.optimizer.warmup_epochs = 0;
     auto r = run_against_one_shard(spec, spec.optimizer.momentum, 6, ps::SyncMode::kBsp);
     snap = r.snap;
     done = r.events.back();
@@ -269,22 +265,11 @@ TEST(WorkerStep, OverlapPushesTheSameBytesAndEndsWithTheSameParameters) {
 //   x1 = x0 − lr·g1(x0),  x2 = x1 − lr·g2(x0),  x3 = x2 − lr·g3(x1),  x4 = x3 − lr·g4(x2)
 // computed here with LibTorch.
 TEST(WorkerStep, OverlapInAsyncModeTakesEachGradientOneStepStaler) {
-  JobSpec spec;
-  spec.model = "mlp";
-  spec.epochs = 1;
-  spec.workers = 1;
-  spec.ps_shards = 1;
-  spec.batch_size = 32;
-  spec.train_samples = 256;
-  spec.test_samples = 200;
-  spec.max_steps = 4;
-  spec.seed = 11;
+  JobSpec spec = small_mlp_job(4, 11);
   spec.overlap = true;
   spec.optimizer.lr = 0.1;
   spec.optimizer.momentum = 0;
   spec.optimizer.weight_decay = 0;
-  spec.optimizer.lr_schedule = "constant";
-  spec.optimizer.warmup_epochs = 0;
   const auto run = run_against_one_shard(spec, 0.0, 7);
   const auto& evs = run.events;
   ASSERT_EQ(evs.back()["event"], "done");
