@@ -28,7 +28,7 @@ const chrome = spawn(cfg.chromium, [
   "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
   "--disable-component-update", "--disable-sync", "--metrics-recording-only", "--mute-audio",
   `--user-data-dir=${profile}`, "--window-size=1400,1000", "about:blank",
-], { stdio: ["ignore", "ignore", "pipe", "pipe", "pipe"] });
+], { stdio: ["ignore", "ignore", "pipe", "pipe", "pipe"], detached: true });  // its own process group
 let chromeLog = "";
 chrome.stderr.on("data", (d) => { chromeLog = (chromeLog + d).slice(-4000); });
 
@@ -223,18 +223,33 @@ async function main() {
 
 const timer = setTimeout(() => { say({ phase: "error", message: "the whole run took over 15 minutes" }); finish(1); },
   15 * 60 * 1000);
-// Chromium is killed and reaped before its profile is removed (it writes there until it
-// is gone).
+// Chromium and its helper processes (renderer, GPU, crash handler: its process group)
+// are killed, and the browser reaped, before its profile is removed; a helper that still
+// writes there for a moment makes the removal retry, and a profile left behind is the
+// test's temporary directory's to remove: the run's result stands either way.
 function finish(code) {
   clearTimeout(timer);
   const done = () => {
-    rmSync(profile, { recursive: true, force: true, maxRetries: 5 });
+    try {
+      process.kill(-chrome.pid, "SIGKILL");
+    } catch {
+      // the group is gone already
+    }
+    try {
+      rmSync(profile, { recursive: true, force: true, maxRetries: 20, retryDelay: 100 });
+    } catch (e) {
+      process.stderr.write(`dashboard_browser: the profile ${profile} stays: ${e.message}\n`);
+    }
     process.exit(code);
   };
   if (chrome.exitCode !== null || chrome.signalCode !== null) return done();
   chrome.removeAllListeners("exit");
   chrome.on("exit", done);
-  chrome.kill("SIGKILL");
+  try {
+    process.kill(-chrome.pid, "SIGKILL");
+  } catch {
+    chrome.kill("SIGKILL");
+  }
 }
 chrome.on("exit", (code, signal) => {
   say({ phase: "error", message: `chromium exited (${code ?? signal}): ${chromeLog}` });

@@ -348,12 +348,14 @@ TEST(DashboardSocket, AnOversizedFirstMessageClosesTheSession) {
 // named, and the session carries on.
 TEST(DashboardRequests, SeriesAndEventsRefuseAMissingJobAnUnknownOneAndALimitOutOfRange) {
   asio::io_context io;
+  dltrain::testing::TempDir dir("dltrain-dashboard-requests");
   agent::AgentOptions o;
   o.leader = true;
   o.listen_address = "127.0.0.1";
   o.listen_port = 0;
   o.agent_token = "agent-secret";
   o.client_token = "client-secret";
+  o.state_dir = dir.path.string();  // never the system's /var/lib/dltrain
   agent::Leader leader(io, o);
   leader.start();
   std::thread t([&] { io.run(); });
