@@ -166,7 +166,7 @@ test_samples = 1000
   EXPECT_EQ(summary["event"], "summary");
   EXPECT_EQ(summary["state"], "succeeded");
   // Well above chance (0.1), as the other short jobs here: two asynchronous epochs on
-  // 8,000 images end between ~0.68 and ~0.8 depending on how the workers' pushes interleave.
+  // 8,000 images depend on how the workers' pushes interleave (one run ended at 0.685).
   EXPECT_GE(summary["test_accuracy"].get<double>(), 0.60) << summary.dump();
   EXPECT_EQ(summary["epochs"], 2);
   EXPECT_GT(summary["bytes_pushed"].get<double>(), 0);
