@@ -297,7 +297,15 @@ void print_agents(std::ostream& out, const json& agents) {
   for (const auto& a : agents) {
     out << std::left << std::setw(14) << a.value("agent", "") << std::setw(9) << a.value("state", "") << std::setw(16)
         << a.value("address", "") << a.value("free_cores", 0) << "/" << a.value("cores", 0) << " cores free  "
-        << a.value("memory_mb", 0) << " MiB  " << a.value("hardware_class", "") << std::endl;
+        << a.value("memory_mb", 0) << " MiB  " << a.value("hardware_class", "");
+    const auto gpus = a.value("gpus", json::array());
+    if (!gpus.empty()) {
+      out << "  " << a.value("gpus_free", 0) << "/" << gpus.size() << " GPUs free:";
+      for (const auto& g : gpus) {
+        out << " " << g.value("index", 0) << " " << g.value("name", "") << " (" << g.value("memory_mb", 0) << " MiB)";
+      }
+    }
+    out << std::endl;
   }
 }
 

@@ -9,12 +9,14 @@
 
 #include <boost/asio.hpp>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
 #include "agent/leader.h"
 #include "agent/notify.h"
 #include "agent/options.h"
+#include "agent/gpus.h"
 #include "agent/standalone.h"
 #include "control/metrics_server.h"
 #include "common/errors.h"
@@ -73,6 +75,11 @@ int run_daemon(const dltrain::agent::AgentOptions& opt, const std::string& confi
                  opt.metrics_token.empty() ? "" : " (bearer token required)");
   }
   if (!opt.leader || opt.host_tasks) {
+    // The GPUs it offers: NVML, loaded now; a listed GPU that is missing stops the start
+    // (ConfigError), "auto" on a machine without a driver offers none.
+    const auto found = dltrain::agent::discover_gpus(opt.nvml_library);
+    agent_opt.gpu_devices = dltrain::agent::select_gpus(found, opt.gpus);
+    spdlog::info("{}", dltrain::agent::describe_gpus(found, agent_opt.gpu_devices));
     agent.emplace(io, agent_opt);
     if (!opt.leader) {
       // READY once registered with the leader.
@@ -150,9 +157,32 @@ int main(int argc, char** argv) {
   app.add_option("--progress-interval", so.progress_interval_s,
                  "standalone: seconds between a worker's progress events (default: the agents' 5 s)")
       ->check(CLI::Range(0.1, 86400.0));
+  bool list_gpus = false;
+  app.add_flag("--list-gpus", list_gpus,
+               "print the GPUs this agent would offer (NVML, honouring the configuration's gpus and nvml_library "
+               "when the file exists) as JSON, and exit");
   app.set_version_flag("--version", DLTRAIN_VERSION);
   CLI11_PARSE(app, argc, argv);
   try {
+    if (list_gpus) {
+      // Only the GPU keys matter here: a missing file or token is not an error.
+      std::optional<std::vector<int>> wanted;
+      std::string library = "libnvidia-ml.so.1";
+      if (std::filesystem::exists(config)) {
+        const auto o = dltrain::agent::load_agent_options(config);
+        wanted = o.gpus;
+        library = o.nvml_library;
+      }
+      const auto found = dltrain::agent::discover_gpus(library);
+      nlohmann::json out = {{"library", library}, {"driver_version", found.driver_version},
+                            {"problem", found.problem}, {"found", nlohmann::json::array()},
+                            {"offered", nlohmann::json::array()}};
+      for (const auto& g : found.gpus) out["found"].push_back(g.to_json());
+      for (const auto& g : dltrain::agent::select_gpus(found, wanted)) out["offered"].push_back(g.to_json());
+      std::cout << out.dump(1) << "\n";
+      std::cerr << dltrain::agent::describe_gpus(found, dltrain::agent::select_gpus(found, wanted)) << "\n";
+      return 0;
+    }
     if (standalone) {
       so.log_level = log_level.empty() ? "info" : log_level;
       dltrain::init_logging("standalone", so.log_level);

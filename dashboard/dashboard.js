@@ -232,11 +232,14 @@
       el("td", {}, el("span", { class: "state " + a.state }, a.state)),
       el("td", { class: "num" }, `${a.free_cores} / ${a.cores}`),
       el("td", { class: "num" }, a.memory_mb ? (a.memory_mb / 1024).toFixed(1) + " GiB" : "–"),
+      el("td", {}, (a.gpus || []).length
+        ? `${a.gpus_free} / ${a.gpus.length}: ` + a.gpus.map((g) => `${g.index} ${g.name}`).join(", ")
+        : "–"),
       el("td", {}, a.hardware_class || "–"),
       el("td", { class: "num" }, fmtNum(a.seconds_since_heartbeat) + " s"),
       el("td", {}, ...(tasksOf.get(a.agent) || ["–"]))));
     box.replaceChildren(table("agents-table",
-      ["agent", "address", "state", "free / cores", "memory", "hardware", "heartbeat", "tasks"], rows));
+      ["agent", "address", "state", "free / cores", "memory", "GPUs (free / all)", "hardware", "heartbeat", "tasks"], rows));
   }
 
   function renderJobs() {

@@ -24,8 +24,10 @@ Usage (after scripts/setup and a build; DLTRAIN_BUILD_DIR picks the build direct
   bench/faults/run.py                      every fault, 3 seeds
   bench/faults/run.py --faults none,leader --seeds 1
   bench/faults/run.py --report             rebuild the tables from the JSON
+  bench/faults/run.py --faults none,ps --seeds 15 --sync sync --out bench/results/faults-ps-15-bsp.json
 Writes bench/results/faults.json (every run) and bench/results/faults.md (the table), and
-replaces the fault section of docs/benchmarks.md (between its faults markers).
+replaces the fault section of docs/benchmarks.md (between its faults markers); with
+another --out, OUT.json and OUT.md only.
 """
 import argparse
 import datetime
@@ -47,6 +49,7 @@ from compression_bench import BIN, free_port, write_tokens  # noqa: E402
 
 FAULTS = ["none", "worker", "ps", "agent-ps", "agent-worker", "leader"]
 RESULTS = os.path.join(ROOT, "bench", "results")
+DEFAULT_OUT = os.path.join(RESULTS, "faults.json")
 BEGIN, END = "<!-- faults:begin -->", "<!-- faults:end -->"
 
 
@@ -148,7 +151,8 @@ def job_toml(args, seed):
     return "\n".join([
         f'name = "faults-s{seed}"', 'model = "cnn"', 'data_dir = "/usr/share/datasets/fashion-mnist"',
         f"epochs = {args.epochs}", "workers = 2", "ps_shards = 1", "batch_size = 32",
-        f"train_samples = {args.train_samples}", f"test_samples = {args.test_samples}", f"seed = {seed}", "",
+        f"train_samples = {args.train_samples}", f"test_samples = {args.test_samples}", f"seed = {seed}",
+        f'sync = "{args.sync}"', "",
         "[optimizer]", "lr = 0.05", "momentum = 0.9", 'lr_schedule = "cosine"', "warmup_epochs = 0.2", ""])
 
 
@@ -254,6 +258,7 @@ def table(doc):
     a = doc["settings"]
     lines = [f"Measured {doc['date']} on {doc['machine']}: `{doc['command']}`. "
              f"CNN, 2 workers + 1 PS shard (1 core each) on {a['agents']} agents of 1 core, "
+             f"{a.get('sync', 'async')} training, "
              f"{a['train_samples']} training images, {a['epochs']} epochs, batch 32; fault injected "
              f"{a['delay']} s after worker 0's first epoch; {len(doc['seeds'])} seeds ({', '.join(map(str, doc['seeds']))}).",
              "",
@@ -270,11 +275,14 @@ def table(doc):
     return "\n".join(lines) + "\n"
 
 
-def write_reports(doc):
+def write_reports(doc, out):
+    """Writes the table beside `out` (OUT.md); only the default run (faults.json) also
+    replaces the fault section of docs/benchmarks.md."""
     md = table(doc)
-    with open(os.path.join(RESULTS, "faults.md"), "w") as f:
+    with open(os.path.splitext(out)[0] + ".md", "w") as f:
         f.write("# Fault benchmark\n\n" + md)
-    replace_section(md, BEGIN, END)
+    if os.path.abspath(out) == os.path.abspath(DEFAULT_OUT):
+        replace_section(md, BEGIN, END)
     print(md)
 
 
@@ -308,13 +316,16 @@ def main():
     ap.add_argument("--delay", type=float, default=1.0, help="seconds after worker 0's first epoch")
     ap.add_argument("--leader-down", type=float, default=5.0, help="seconds the leader stays dead")
     ap.add_argument("--timeout", type=float, default=900, help="bound on one run, seconds")
-    ap.add_argument("--out", default=os.path.join(RESULTS, "faults.json"))
+    ap.add_argument("--sync", choices=["async", "ssp", "sync"], default="async",
+                    help="the job's consistency model (sync: BSP, whose runs of one seed repeat exactly with 2 workers)")
+    ap.add_argument("--out", default=DEFAULT_OUT,
+                    help="the JSON of every run; its table goes to OUT.md, and into docs/benchmarks.md for the default")
     ap.add_argument("--report", action="store_true", help="only rebuild the tables from --out")
     ap.add_argument("--keep-logs", metavar="DIR",
                     help="keep each run's daemon and task logs in DIR/FAULT-sSEED (e.g. bench/results/faults-logs)")
     args = ap.parse_args()
     if args.report:
-        write_reports(json.load(open(args.out)))
+        write_reports(json.load(open(args.out)), args.out)
         return
     faults = args.faults.split(",")
     unknown = [f for f in faults if f not in FAULTS]
@@ -325,18 +336,27 @@ def main():
     seeds = list(range(1, args.seeds + 1))
     runs = []
     t0 = time.time()
+
+    def document(complete):
+        return {"date": datetime.date.today().isoformat(),
+                "machine": machine(),
+                "command": " ".join(["bench/faults/run.py", *sys.argv[1:]]),
+                "settings": {k: getattr(args, k) for k in ("epochs", "train_samples", "test_samples", "agents",
+                                                            "delay", "leader_down", "sync")},
+                "seeds": seeds, "complete": complete, "total_seconds": time.time() - t0, "runs": runs,
+                "summary": summarise(runs)}
+
     for seed in seeds:
         for fault in faults:
             runs.append(run_one(args, fault, seed))
-    doc = {"date": datetime.date.today().isoformat(),
-           "machine": machine(),
-           "command": " ".join(["bench/faults/run.py", *sys.argv[1:]]),
-           "settings": {k: getattr(args, k) for k in ("epochs", "train_samples", "test_samples", "agents", "delay",
-                                                       "leader_down")},
-           "seeds": seeds, "total_seconds": time.time() - t0, "runs": runs, "summary": summarise(runs)}
+            # Written after every run, so that an interrupted benchmark keeps what it measured.
+            with open(args.out + ".partial", "w") as f:
+                json.dump(document(False), f, indent=1)
+    doc = document(True)
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
-    write_reports(doc)
+    os.remove(args.out + ".partial")
+    write_reports(doc, args.out)
 
 
 if __name__ == "__main__":

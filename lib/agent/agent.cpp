@@ -174,6 +174,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     r.cores = opt.cores;
     r.memory_mb = opt.memory_mb;
     r.hardware_class = opt.hardware_class;
+    r.gpus = opt.gpu_devices;
     if (!opt.metrics_endpoint.empty()) r.metrics_endpoint = opt.metrics_endpoint;
     for (auto& [k, t] : tasks) r.tasks.push_back({{}, t.job, t.name, t.generation, false});
     for (auto& [k, g] : exits_pending) {
@@ -509,6 +510,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     a.agent = opt.name;
     a.cores = opt.cores;
     a.memory_mb = opt.memory_mb;
+    a.gpus = opt.gpu_devices;
     a.task_restarts = task_restarts;
     a.leader_connected = link && link->is_open() && registered;
     for (const auto& [k, t] : tasks) {

@@ -92,6 +92,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   a.memory_mb = b.memory_mb;
   a.hardware_class = b.hardware_class;
   a.metrics_endpoint = b.metrics_endpoint.value_or("");
+  a.gpus = b.gpus;
   a.session = s;
   a.last_seen = Clock::now();
   // Reconcile with the tasks the agent says it still runs (after a reconnect, or after
@@ -145,8 +146,8 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   }
   agents[name] = a;
   agent_by_session[s->id()] = name;
-  spdlog::info("agent {} registered from {} ({} cores, {} MiB, advertises {})", name, s->peer(), cores, a.memory_mb,
-               a.address);
+  spdlog::info("agent {} registered from {} ({} cores, {} MiB, {} GPUs, advertises {})", name, s->peer(), cores,
+               a.memory_mb, a.gpus.size(), a.address);
   reply(s, env.id, {{"agent_id", name}, {"heartbeat_interval_ms", opt.heartbeat_interval.count()}});
   if (on_registered && *on_registered) (*on_registered)();
   for (auto& [jid, why] : gone) {

@@ -205,6 +205,12 @@ json Leader::Impl::agents_json() const {
                    {"free_cores", a.lost ? 0 : a.free_cores},  // a lost agent offers nothing
                    {"memory_mb", a.memory_mb},
                    {"hardware_class", a.hardware_class},
+                   {"gpus", [&] {
+                      json g = json::array();
+                      for (const auto& x : a.gpus) g.push_back(x.to_json());
+                      return g;
+                    }()},
+                   {"gpus_free", a.lost ? 0 : static_cast<int>(a.gpus.size())},  // no task holds a GPU yet
                    {"metrics_endpoint", a.metrics_endpoint.empty() ? json(nullptr) : json(a.metrics_endpoint)},
                    {"state", a.lost ? "lost" : a.stopping ? "stopping" : "ready"},
                    {"seconds_since_heartbeat",

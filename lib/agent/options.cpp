@@ -97,6 +97,30 @@ std::map<std::string, Handler> key_handlers(const std::function<std::string(cons
          o.memory_mb = get_int(n, k, 0, std::numeric_limits<std::int64_t>::max());
        }},
       {"hardware_class", str(&AgentOptions::hardware_class)},
+      {"gpus",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         if (n.is_string()) {
+           const std::string v = toml_fields::get_choice(n, k, {"auto", "none"});
+           o.gpus = v == "auto" ? std::nullopt : std::optional<std::vector<int>>(std::vector<int>{});
+           return;
+         }
+         const auto* arr = n.as_array();
+         if (!arr) {
+           throw ConfigError(k, "expected \"auto\", \"none\" or a list of GPU indices such as [0, 2], got " +
+                                    toml_fields::type_name(n));
+         }
+         if (arr->size() > wire::kMaxGpus) {
+           throw ConfigError(k, "at most " + std::to_string(wire::kMaxGpus) + " GPUs, got " + std::to_string(arr->size()));
+         }
+         std::vector<int> v;
+         for (std::size_t i = 0; i < arr->size(); ++i) {
+           v.push_back(static_cast<int>(get_int((*arr)[i], k + "[" + std::to_string(i) + "]", 0,
+                                                static_cast<std::int64_t>(wire::kMaxGpus) - 1)));
+         }
+         o.gpus = std::move(v);
+       }},
+      {"nvml_library",
+       [](AgentOptions& o, const Node& n, const std::string& k) { o.nvml_library = get_string(n, k); }},
       {"state_dir", path(&AgentOptions::state_dir)},
       {"agent_token", str(&AgentOptions::agent_token)},
       {"client_token", str(&AgentOptions::client_token)},

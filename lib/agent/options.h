@@ -4,7 +4,11 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
+
+#include "wire/control_bodies.h"
 
 namespace dltrain::agent {
 
@@ -33,6 +37,15 @@ struct AgentOptions {
   int cores = 0;                           ///< cores offered to tasks; 0 = all online cores
   std::int64_t memory_mb = 0;              ///< memory offered; 0 = physical memory
   std::string hardware_class = "cpu";      ///< label used by the planner's price table
+  /// GPUs offered to tasks, by NVML index: nullopt = "auto" (every GPU NVML finds), an
+  /// empty list = "none", else exactly these (each must exist, or the agent does not start).
+  std::optional<std::vector<int>> gpus;
+  /// Where NVML is loaded from (dlopen): a file name looked up on the loader's path, or a
+  /// path for a driver installed outside it.
+  std::string nvml_library = "libnvidia-ml.so.1";
+  /// Not a configuration key: the GPUs found and selected at start (agent/gpus.h), which
+  /// the agent reports when it registers and in its metrics.
+  std::vector<wire::GpuInfo> gpu_devices;
   std::string state_dir = "/var/lib/dltrain";  ///< task directories, logs, (leader) store
   std::string agent_token;                 ///< bearer token agents present to the leader
   std::string client_token;                ///< leader: bearer token clients present

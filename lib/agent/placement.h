@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "wire/control_bodies.h"
+
 namespace dltrain::control {
 class Session;
 }
@@ -35,6 +37,7 @@ struct AgentRec {
   /// see orphan_key) → the cores they hold until their exit is reported.
   std::map<std::string, int> orphans;
   std::string metrics_endpoint;        ///< HOST:PORT of its /metrics; "" = none
+  std::vector<wire::GpuInfo> gpus;     ///< GPUs it offers (none held by tasks yet)
 };
 
 /// An agent's free cores as placement sees them.

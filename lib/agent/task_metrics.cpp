@@ -152,6 +152,15 @@ void add_agent_metrics(control::MetricsBuilder& out, const AgentFigures& a) {
   out.gauge("dltrain_agent_cores_free", "Cores not held by a running task", l, a.cores - a.cores_used);
   out.gauge("dltrain_agent_memory_bytes", "Memory the agent offers to tasks", l,
             static_cast<double>(a.memory_mb) * 1024.0 * 1024.0);
+  out.gauge("dltrain_agent_gpus", "GPUs the agent offers to tasks (NVML, docs/operations.md \"GPUs\")", l,
+            static_cast<double>(a.gpus.size()));
+  // No task holds a GPU yet (every task trains on the CPU), so all offered GPUs are free.
+  out.gauge("dltrain_agent_gpus_free", "GPUs not held by a running task", l, static_cast<double>(a.gpus.size()));
+  for (const auto& g : a.gpus) {
+    out.gauge("dltrain_agent_gpu_memory_bytes", "Total memory of one offered GPU",
+              {{"agent", a.agent}, {"gpu", std::to_string(g.index)}, {"model", g.name}},
+              static_cast<double>(g.memory_mb) * 1024.0 * 1024.0);
+  }
   out.gauge("dltrain_agent_tasks_running", "Task processes running (or waiting to be restarted), by role",
             {{"agent", a.agent}, {"role", "worker"}}, a.workers_running);
   out.gauge("dltrain_agent_tasks_running", "", {{"agent", a.agent}, {"role", "ps"}}, a.ps_running);

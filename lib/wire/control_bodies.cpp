@@ -36,6 +36,23 @@ void RegisterBody::check(const std::string& type) const {
   }
   if (cores < 1) throw BodyError("cores", "cores must be >= 1, got " + std::to_string(cores));
   if (memory_mb < 0) throw BodyError("memory_mb", "memory_mb must be >= 0, got " + std::to_string(memory_mb));
+  if (gpus.size() > kMaxGpus) {
+    throw BodyError("gpus", type + " field \"gpus\": at most " + std::to_string(kMaxGpus) + " GPUs, got " +
+                                std::to_string(gpus.size()));
+  }
+  std::uint64_t seen = 0;
+  for (const auto& g : gpus) {
+    const std::string what = type + " field \"gpus\": GPU " + std::to_string(g.index);
+    if (g.index < 0 || g.index >= static_cast<int>(kMaxGpus)) {
+      throw BodyError("gpus", type + " field \"gpus\": index must be in [0, 63], got " + std::to_string(g.index));
+    }
+    if (seen & (std::uint64_t{1} << g.index)) throw BodyError("gpus", what + " is listed twice");
+    seen |= std::uint64_t{1} << g.index;
+    if (g.name.size() > kMaxNameLength || g.uuid.size() > kMaxNameLength) {
+      throw BodyError("gpus", what + ": name and uuid may have at most " + std::to_string(kMaxNameLength) + " bytes");
+    }
+    if (g.memory_mb < 0) throw BodyError("gpus", what + ": memory_mb must be >= 0, got " + std::to_string(g.memory_mb));
+  }
 }
 
 TaskRefBody TaskRefBody::lenient(const nlohmann::json& body) noexcept {

@@ -61,6 +61,21 @@ struct ReportedTask : json_fields::Fields<ReportedTask> {
   }
 };
 
+/// One GPU an agent offers (agent/gpus.h discovers them through NVML).
+struct GpuInfo : json_fields::Fields<GpuInfo> {
+  int index = 0;               ///< NVML index, the CUDA_VISIBLE_DEVICES number, [0, 63]
+  std::string name;            ///< model, e.g. "NVIDIA H200"; at most kMaxNameLength bytes
+  std::string uuid;            ///< "GPU-…"; at most kMaxNameLength bytes
+  std::int64_t memory_mb = 0;  ///< total device memory, MiB, >= 0
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("index", s.index), v("name", s.name), v("uuid", s.uuid), v("memory_mb", s.memory_mb);
+  }
+};
+
+/// Most GPUs one agent may report.
+inline constexpr std::size_t kMaxGpus = 64;
+
 /// register (agent → leader): who the agent is, what it offers, what it still runs.
 struct RegisterBody : json_fields::Fields<RegisterBody> {
   std::string name;                                 ///< unique per cluster; non-empty
@@ -70,13 +85,16 @@ struct RegisterBody : json_fields::Fields<RegisterBody> {
   std::string hardware_class = "cpu";               ///< the planner's price-table label
   std::vector<ReportedTask> tasks;                  ///< running (or exited, unreported)
   std::optional<std::string> metrics_endpoint;      ///< HOST:PORT of its /metrics; absent = none
+  std::vector<GpuInfo> gpus;                        ///< GPUs offered; absent = none (older agents)
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("name", s.name), v("advertise_address", s.advertise_address), v("cores", s.cores),
         v("memory_mb", s.memory_mb), v("hardware_class", s.hardware_class), v("tasks", s.tasks),
-        v("metrics_endpoint", s.metrics_endpoint);
+        v("metrics_endpoint", s.metrics_endpoint), v("gpus", s.gpus);
   }
-  /// BodyError for an empty or over-long name, cores < 1, memory_mb < 0.
+  /// BodyError for an empty or over-long name, cores < 1, memory_mb < 0, more than
+  /// kMaxGpus GPUs, a GPU index outside [0, 63] or listed twice, a GPU's name or uuid
+  /// over kMaxNameLength bytes, or its memory_mb < 0.
   void check(const std::string& type) const;
 };
 

@@ -196,6 +196,11 @@ void control_messages() {
   reg.cores = 4;
   reg.memory_mb = 8192;
   reg.tasks = {{{}, "job-1", "ps-0", 1, false}, {{}, "job-1", "worker-1", 1, true}};
+  wire::GpuInfo gpu;
+  gpu.name = "NVIDIA H200";
+  gpu.uuid = "GPU-00000000-0000-0000-0000-000000000000";
+  gpu.memory_mb = 143771;
+  reg.gpus = {gpu};
   write_text("control", "register", wire::make_request("register", "register", reg.to_json()));
   write_text("control", "heartbeat", wire::make_request("a2", "heartbeat", {{"running_tasks", 2}}));
   events::Progress progress;

@@ -320,14 +320,23 @@ class LeaderAndAgents {
               kClientToken + (tls_ ? " --ca-file " + (root_ / "ca.pem").string() : "");
   }
 
-  void start_agent(const std::string& name) {
+  /// Starts agent `name` (1 core); `extra` are more configuration lines, `env` is
+  /// "VAR=value ..." set in its environment.
+  void start_agent(const std::string& name, const std::string& extra = "", const std::string& env = "") {
     const std::filesystem::path cfg = root_ / (name + ".toml");
     write_private(cfg, common(name) + tls_agent_keys() + "leader_url = \"" + scheme() + "://127.0.0.1:" +
                            std::to_string(port_) +
                            "\"\nadvertise_address = \"127.0.0.1\"\ntask_bind_address = \"127.0.0.1\"\ncores = 1\n" +
-                           "task_bin_dir = \"" + kBinDir + "\"\n");
-    daemons_[name] = std::make_unique<Background>(kBinDir + "/dltrain-agent -c " + cfg.string(),
-                                                  (root_ / (name + ".log")).string());
+                           "task_bin_dir = \"" + kBinDir + "\"\n" + extra);
+    daemons_[name] = std::make_unique<Background>(
+        (env.empty() ? "" : "env " + env + " ") + kBinDir + "/dltrain-agent -c " + cfg.string(),
+        (root_ / (name + ".log")).string());
+  }
+
+  /// The daemon `name` started (nullptr when none is).
+  Background* daemon(const std::string& name) {
+    const auto it = daemons_.find(name);
+    return it == daemons_.end() ? nullptr : it->second.get();
   }
 
   /// Waits until `n` agents are registered and ready (at most 60 s).

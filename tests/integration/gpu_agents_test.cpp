@@ -1,0 +1,126 @@
+// Agents report their GPUs: real dltrain-agent daemons and a real leader, each agent
+// loading an NVML library at run time. The CI machine has no NVIDIA driver, so the
+// library is tests/support/nvml_double.cpp (NVML's C ABI; the devices it reports come
+// from the agent's environment); on a GPU machine scripts/gpu-check runs the same
+// discovery against the driver's libnvidia-ml.so.1.
+#include <dlfcn.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "support/cluster.h"
+#include "support/prometheus.h"
+
+using namespace dltrain::testing;
+using nlohmann::json;
+
+namespace {
+
+class GpuAgents : public ::testing::Test, protected LeaderAndAgents {
+ protected:
+  void SetUp() override { create_root("dltrain-gpu-agents"); }
+  void TearDown() override { tear_down(); }
+
+  static std::string nvml(const std::string& extra) {
+    return "nvml_library = \"" DLTRAIN_NVML_DOUBLE "\"\nmetrics_address = \"127.0.0.1\"\nmetrics_port = 0\n" + extra;
+  }
+
+  json agent(const std::string& name) {
+    const auto r = run(client_ + " agents --json", 30);
+    EXPECT_EQ(r.code, 0) << r.out;
+    for (const auto& a : json::parse(r.out, nullptr, false)) {
+      if (a.is_object() && a.value("agent", "") == name) return a;
+    }
+    return json::object();
+  }
+};
+
+}  // namespace
+
+TEST_F(GpuAgents, RegistrationAgentsListingAndMetricsShowTheSelectedGpus) {
+  start_leader();
+  ASSERT_FALSE(HasFatalFailure());
+  const std::string three = "NVML_DOUBLE_DEVICES='NVIDIA H200:143771;NVIDIA H200:143771;NVIDIA A100-SXM4-80GB:81920'";
+  start_agent("agent-auto", nvml(""), three);
+  start_agent("agent-some", nvml("gpus = [2, 0]\n"), three);
+  start_agent("agent-none", nvml("gpus = \"none\"\n"), three);
+  start_agent("agent-nodriver",
+              "nvml_library = \"libdltrain-no-such-nvml.so.1\"\nmetrics_address = \"127.0.0.1\"\nmetrics_port = 0\n");
+  wait_agents(4);
+  ASSERT_FALSE(HasFatalFailure());
+
+  const auto a = agent("agent-auto");
+  ASSERT_EQ(a["gpus"].size(), 3u) << a.dump();
+  EXPECT_EQ(a["gpus"][0]["name"], "NVIDIA H200");
+  EXPECT_EQ(a["gpus"][2]["name"], "NVIDIA A100-SXM4-80GB");
+  EXPECT_EQ(a["gpus"][2]["memory_mb"], 81920);
+  EXPECT_EQ(a["gpus_free"], 3);
+  const auto s = agent("agent-some");
+  ASSERT_EQ(s["gpus"].size(), 2u) << s.dump();
+  EXPECT_EQ(s["gpus"][0]["index"], 2);
+  EXPECT_EQ(s["gpus"][1]["index"], 0);
+  EXPECT_TRUE(agent("agent-none")["gpus"].empty());
+  EXPECT_TRUE(agent("agent-nodriver")["gpus"].empty());
+
+  // The text listing names them; the agents' logs say what was found and why not.
+  const auto text = run(client_ + " agents", 30);
+  EXPECT_NE(text.out.find("2/2 GPUs free: 2 NVIDIA A100-SXM4-80GB (81920 MiB) 0 NVIDIA H200 (143771 MiB)"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(slurp(root_ / "agent-auto.log").find("3 GPUs: 0 NVIDIA H200 (143771 MiB)"), std::string::npos);
+  EXPECT_NE(slurp(root_ / "agent-nodriver.log").find("no GPUs (NVML could not be loaded"), std::string::npos);
+  EXPECT_NE(slurp(root_ / "leader-1.log").find("agent agent-some registered"), std::string::npos);
+
+  // Prometheus families on the agent's own endpoint.
+  const auto m = http_get(s.value("metrics_endpoint", ""), "/metrics");
+  ASSERT_EQ(m.status, 200) << s.dump();
+  EXPECT_NE(m.body.find("dltrain_agent_gpus{agent=\"agent-some\"} 2"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("dltrain_agent_gpus_free{agent=\"agent-some\"} 2"), std::string::npos);
+  EXPECT_NE(m.body.find("dltrain_agent_gpu_memory_bytes{agent=\"agent-some\",gpu=\"2\",model=\"NVIDIA A100-SXM4-80GB\"} "
+                        "85899345920"),
+            std::string::npos)
+      << m.body;
+  const auto none = http_get(agent("agent-nodriver").value("metrics_endpoint", ""), "/metrics");
+  EXPECT_NE(none.body.find("dltrain_agent_gpus{agent=\"agent-nodriver\"} 0"), std::string::npos) << none.body;
+}
+
+TEST_F(GpuAgents, AnAgentConfiguredForAGpuItDoesNotHaveRefusesToStartAndSaysWhich) {
+  start_leader();
+  ASSERT_FALSE(HasFatalFailure());
+  start_agent("agent-x", nvml("gpus = [0, 4]\n"), "NVML_DOUBLE_DEVICES='NVIDIA H200:143771;NVIDIA H200:143771'");
+  auto* d = daemon("agent-x");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->wait(30), 2);  // a configuration error
+  EXPECT_NE(slurp(root_ / "agent-x.log").find("gpus: GPU 4 is not on this machine (NVML found 2: 0, 1)"),
+            std::string::npos)
+      << slurp(root_ / "agent-x.log");
+}
+
+TEST(GpuAgentCli, ListGpusPrintsWhatNvmlFoundAndWhatTheConfigurationOffers) {
+  const auto dir = make_temp_root("dltrain-list-gpus");
+  const auto cfg = dir / "agent.toml";
+  write_private(cfg, "agent_token = \"list-gpus-agent-token-0123456789abcdef\"\ngpus = [1]\nnvml_library = \"" +
+                         std::string(DLTRAIN_NVML_DOUBLE) + "\"\n");
+  const auto r = run("env NVML_DOUBLE_DEVICES='NVIDIA H200:143771;NVIDIA L4:23034' " + kBinDir +
+                         "/dltrain-agent --list-gpus -c " + cfg.string() + " 2>/dev/null",
+                     30);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["found"].size(), 2u);
+  ASSERT_EQ(j["offered"].size(), 1u);
+  EXPECT_EQ(j["offered"][0]["name"], "NVIDIA L4");
+  EXPECT_EQ(j["offered"][0]["memory_mb"], 23034);
+  EXPECT_EQ(j["driver_version"], "580.65.06");
+  EXPECT_EQ(j["problem"], "");
+  // Without a configuration: the driver's library; on a machine without one, nothing
+  // found, and why.
+  const auto none = run(kBinDir + "/dltrain-agent --list-gpus -c " + (dir / "absent.toml").string() + " 2>&1", 30);
+  EXPECT_EQ(none.code, 0);
+  if (void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    dlclose(h);  // a GPU machine: what it found is scripts/gpu-check's to judge
+  } else {
+    EXPECT_NE(none.out.find("no GPUs (NVML could not be loaded: libnvidia-ml.so.1"), std::string::npos) << none.out;
+  }
+  std::filesystem::remove_all(dir);
+}
