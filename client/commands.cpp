@@ -106,11 +106,17 @@ int status(control::BlockingControlClient& c, const CommandOptions& opt, bool as
 }
 
 int list(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json) {
-  auto r = c.request("list", json::object(), opt.timeout);
+  auto r = c.request("list", {{"limit", opt.list_limit}}, opt.timeout);
   if (as_json) {
     std::cout << r["jobs"].dump() << std::endl;
   } else {
     print_job_list(std::cout, r["jobs"]);
+  }
+  // On stderr, so that --json output stays one JSON document.
+  const auto omitted = r.value("omitted", std::int64_t{0});
+  if (omitted > 0) {
+    std::cerr << "(the latest " << r["jobs"].size() << " of " << r.value("total", std::int64_t{0})
+              << " jobs the leader keeps; --limit N shows more)" << std::endl;
   }
   return kExitOk;
 }

@@ -26,6 +26,7 @@ struct CommandOptions {
   std::string model_filter;    ///< history --model ("" = every model)
   std::string dataset_filter;  ///< history --dataset ("" = every dataset)
   std::chrono::seconds timeout{30};  ///< how long to wait for each reply
+  std::int64_t list_limit = 100;     ///< list, status without a job: the latest this many jobs
 };
 
 /// `dltrain logs` options.

@@ -17,6 +17,7 @@
 #include "leader_target.h"
 #include "output.h"
 #include "wire/control.h"
+#include "wire/control_bodies.h"
 
 namespace client = dltrain::client;
 
@@ -52,8 +53,15 @@ int main(int argc, char** argv) {
   auto* status = app.add_subcommand("status", "show one job, or every job");
   status->add_option("JOB", job_id, "job id, e.g. job-1");
   status->add_flag("--json", as_json, "JSON output");
-  auto* list = app.add_subcommand("list", "list jobs");
+  std::int64_t list_limit = 100;
+  status->add_option("--limit", list_limit, "without JOB: the latest this many jobs")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, dltrain::wire::ListBody::kMaxLimit));
+  auto* list = app.add_subcommand("list", "list the latest jobs (the leader keeps job_retention finished ones)");
   list->add_flag("--json", as_json, "JSON output");
+  list->add_option("--limit", list_limit, "the latest this many jobs")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, dltrain::wire::ListBody::kMaxLimit));
   auto* cancel = app.add_subcommand("cancel", "cancel a queued or running job");
   cancel->add_option("JOB", job_id, "job id")->required();
   cancel->add_flag("--json", as_json, "JSON output");
@@ -152,7 +160,8 @@ int main(int argc, char** argv) {
     std::cerr << "dltrain: " << e.what() << "\n";
     return client::kExitBadInput;
   }
-  const client::CommandOptions opt{target.leader, job_id, follow_flag, model_filter, dataset_filter, timeout};
+  client::CommandOptions opt{target.leader, job_id, follow_flag, model_filter, dataset_filter, timeout};
+  opt.list_limit = list_limit;
   try {
     nlohmann::json request;  // submit and plan: read before connecting, so a bad path is named as such
     if (submit->parsed() || plan_cmd->parsed()) request = client::job_request(job_file, follow_flag);

@@ -285,6 +285,16 @@ void Leader::Impl::maybe_finish(JobRec& j) {
   spdlog::info("job {} {}: test accuracy {:.4f}, {} epochs, {:.1f} s{}", j.id, j.state, j.test_accuracy,
                j.epochs_done, j.wall_seconds(), j.error.empty() ? "" : ", error: " + j.error);
   trim_series();
+  // Later, from the event loop: a caller may be iterating over the jobs right now.
+  if (!retire_posted) {
+    retire_posted = true;
+    boost::asio::post(io, [w = weak_from_this()] {
+      if (auto self = w.lock()) {
+        self->retire_posted = false;
+        self->retire_jobs();
+      }
+    });
+  }
   try_schedule();
 }
 
@@ -404,6 +414,7 @@ void Leader::start() {
                    impl_->db->path());
     }
     impl_->restore();
+    impl_->retire_jobs();  // a store kept by a leader with a larger job_retention
   }
   impl_->server = std::make_unique<control::ControlServer>(impl_->io, so, h);
   impl_->server->start();

@@ -71,4 +71,27 @@ void Leader::Impl::trim_series() {
   }
 }
 
+void Leader::Impl::retire_jobs() {
+  std::size_t finished = 0;
+  std::vector<std::string> gone;
+  for (auto it = job_order.rbegin(); it != job_order.rend(); ++it) {
+    const JobRec& j = jobs.at(*it);
+    if (!j.terminal() || ++finished <= static_cast<std::size_t>(opt.job_retention)) continue;
+    if (!j.profile_of.empty()) {
+      const auto parent = jobs.find(j.profile_of);
+      if (parent != jobs.end() && !parent->second.terminal()) continue;
+    }
+    gone.push_back(*it);
+  }
+  if (gone.empty()) return;
+  for (const auto& id : gone) {
+    persist("removing a retired job", [&] { db->delete_job(jobs.at(id).num); });
+    jobs.erase(id);
+  }
+  job_order.erase(std::remove_if(job_order.begin(), job_order.end(), [&](const std::string& id) { return !jobs.count(id); }),
+                  job_order.end());
+  spdlog::info("job retention ({} finished jobs kept): removed {} older finished job{} ({} … {})", opt.job_retention,
+               gone.size(), gone.size() == 1 ? "" : "s", gone.back(), gone.front());
+}
+
 }  // namespace dltrain::agent

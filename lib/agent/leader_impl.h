@@ -182,6 +182,11 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   void on_events(const SessionPtr& s, const wire::Envelope& env);
   /// Clears the curves of the finished jobs older than the kKeptSeries most recent ones.
   void trim_series();
+  /// Removes the finished jobs beyond the opt.job_retention most recent finished ones,
+  /// from memory and from the store (record and events). A finished exploration run whose
+  /// job still explores is kept. Called when a job ends and after restore().
+  void retire_jobs();
+  bool retire_posted = false;  ///< a retire_jobs() is posted to the event loop
 
   // ------------------------------------------------------------ leader_metrics.cpp
   void collect_metrics(control::MetricsBuilder& out) const;

@@ -80,6 +80,10 @@ struct AgentOptions {
   /// Leader: how long a job may wait in the queue before it fails with the reason, for
   /// jobs without their own queue_timeout; 0 = for ever.
   std::chrono::milliseconds queue_timeout{0};
+  /// Leader: finished jobs (succeeded, failed, cancelled) kept, in memory and in the store,
+  /// [1, 10000]; the oldest beyond it are removed with their event logs (their history
+  /// rows stay, for the planner). Queued and running jobs are never removed.
+  int job_retention = 1000;
   std::string log_level = "info";
   /// Leader: price of one task-hour per hardware class ([prices] table), for the planner.
   std::map<std::string, double> prices{{"cpu", 1.0}};

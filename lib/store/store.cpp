@@ -8,6 +8,7 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
 #include <sys/statvfs.h>
 
 #include <cstdio>
@@ -286,6 +287,19 @@ std::vector<nlohmann::json> Store::events(std::uint64_t job) const {
   }
   check(it->status(), im.path, "reading events");
   return out;
+}
+
+void Store::delete_job(std::uint64_t number) {
+  auto& im = *impl_;
+  std::string key, upper;
+  put_be(key, number, 8);
+  put_be(upper, number + 1, 8);
+  rocksdb::WriteBatch batch;
+  check(batch.Delete(im.jobs, key), im.path, "deleting a job");
+  check(batch.DeleteRange(im.events, key, upper), im.path, "deleting a job's events");
+  write(im, "deleting a job", [&] { return im.db->Write(rocksdb::WriteOptions(), &batch); });
+  std::lock_guard lock(im.mu);
+  im.event_seq.erase(number);
 }
 
 void Store::put_meta(const std::string& name, const std::string& value) {

@@ -89,6 +89,10 @@ class Store {
   std::vector<std::pair<std::uint64_t, nlohmann::json>> jobs() const;
   void append_event(std::uint64_t job, const nlohmann::json& event);
   std::vector<nlohmann::json> events(std::uint64_t job) const;
+  /// Removes job `number`'s record and every event of it, in one atomic write batch (the
+  /// leader's job retention); its observations in the history stay. Removing a job that
+  /// is not stored does nothing. Throws StoreError as the other writes do.
+  void delete_job(std::uint64_t number);
 
   void put_meta(const std::string& name, const std::string& value);
   std::optional<std::string> get_meta(const std::string& name) const;

@@ -55,6 +55,13 @@ void RegisterBody::check(const std::string& type) const {
   }
 }
 
+void ListBody::check(const std::string& type) const {
+  if (limit < 1 || limit > kMaxLimit) {
+    throw BodyError("limit", type + " field \"limit\": expected 1 to " + std::to_string(kMaxLimit) + ", got " +
+                                 std::to_string(limit));
+  }
+}
+
 TaskRefBody TaskRefBody::lenient(const nlohmann::json& body) noexcept {
   TaskRefBody r;
   if (!body.is_object()) return r;

@@ -207,6 +207,20 @@ struct JobQueryBody : json_fields::Fields<JobQueryBody> {
   }
 };
 
+/// list (client → leader): the latest jobs, in submission order. The reply is
+/// {"jobs": [...], "total": every job the leader keeps, "omitted": those left out, by the
+/// limit or because the reply would outgrow kMaxControlMessage / 2}.
+struct ListBody : json_fields::Fields<ListBody> {
+  static constexpr std::int64_t kMaxLimit = 10000;  ///< jobs per reply
+  std::int64_t limit = kMaxLimit;  ///< the latest this many, [1, kMaxLimit]; absent = as many as fit
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("limit", s.limit);
+  }
+  /// BodyError for a limit outside [1, kMaxLimit].
+  void check(const std::string& type) const;
+};
+
 /// events (client → leader): the latest stored events of a job (its event log).
 struct EventsBody : json_fields::Fields<EventsBody> {
   static constexpr std::int64_t kMaxLimit = 1000;  ///< events per reply

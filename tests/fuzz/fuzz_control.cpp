@@ -2,7 +2,7 @@
 // (wire::parse_envelope, every WebSocket text message) and every message body they
 // accept (wire::parse_body of wire/control_bodies.h: register, task_event, task_exit, logs,
 // read_log and its reply,
-// submit / plan, status / cancel / follow / series, history, events, auth, start_task,
+// submit / plan, status / cancel / follow / series, list, history, events, auth, start_task,
 // stop_task).
 //
 // Input: one control message's text. Every body schema is tried on its body, whatever
@@ -113,6 +113,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (const auto* r = try_body(env, "register", reg)) {
     FUZZ_CHECK(!r->name.empty() && r->name.size() <= wire::kMaxNameLength && r->cores >= 1 && r->memory_mb >= 0,
                "register: a parsed body breaks its checks");
+    FUZZ_CHECK(r->gpus.size() <= wire::kMaxGpus, "register: too many GPUs accepted");
+    for (const auto& g : r->gpus) {
+      FUZZ_CHECK(g.index >= 0 && g.index < static_cast<int>(wire::kMaxGpus) && g.memory_mb >= 0,
+                 "register: a GPU out of range accepted");
+    }
+  }
+  wire::ListBody list;
+  if (const auto* l = try_body(env, "list", list)) {
+    FUZZ_CHECK(l->limit >= 1 && l->limit <= wire::ListBody::kMaxLimit, "list: a limit out of range accepted");
   }
   wire::TaskRefBody ref;
   try_body(env, "stop_task", ref);

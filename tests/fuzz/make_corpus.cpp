@@ -225,7 +225,7 @@ void control_messages() {
   write_text("control", "plan", wire::make_request("c2", "plan", sub.to_json()));
   write_text("control", "status", wire::make_request("c3", "status", wire::JobQueryBody{{}, "job-1"}.to_json()));
   write_text("control", "cancel", wire::make_request("c4", "cancel", wire::JobQueryBody{{}, "job-1"}.to_json()));
-  write_text("control", "list", wire::make_request("c5", "list", json::object()));
+  write_text("control", "list", wire::make_request("c5", "list", {{"limit", 100}}));
   write_text("control", "history", wire::make_request("c6", "history", wire::HistoryBody{{}, "cnn", "fashion-mnist"}.to_json()));
   write_text("control", "series", wire::make_request("d1", "series", wire::JobQueryBody{{}, "job-1"}.to_json()));
   write_text("control", "events", wire::make_request("d2", "events", wire::EventsBody{{}, "job-1", 100}.to_json()));

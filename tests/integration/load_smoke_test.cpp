@@ -21,7 +21,72 @@ class LoadSmoke : public ::testing::Test, protected LeaderAndAgents {
   void TearDown() override { tear_down(); }
 };
 
+// The leader keeps job_retention finished jobs: the simulated agents run short jobs, and
+// the older ones are removed from memory and from the store.
+class JobRetention : public ::testing::Test, protected LeaderAndAgents {
+ protected:
+  void SetUp() override { create_root("dltrain-retention"); }
+  void TearDown() override { tear_down(); }
+  std::vector<std::string> listed(const std::string& flags = "") {
+    const auto r = run(client_ + " list --json " + flags + " 2>/dev/null", 30);
+    EXPECT_EQ(r.code, 0) << r.out;
+    std::vector<std::string> ids;
+    const auto j = json::parse(r.out, nullptr, false);
+    if (j.is_array()) {
+      for (const auto& job : j) ids.push_back(job.value("job", ""));
+    }
+    return ids;
+  }
+};
+
 }  // namespace
+
+TEST_F(JobRetention, OnlyTheLatestFinishedJobsAreKeptAcrossALeaderRestartAndListHonoursItsLimit) {
+  start_leader("job_retention = 3\n");
+  ASSERT_FALSE(HasFatalFailure());
+  // Two jobs a second for 4 s, each 1 epoch of 0.3 s; the clients only list (a status
+  // of a job that was retired meanwhile would be an error the tool counts).
+  const std::string cmd = kBinDir + "/control_load --leader ws://127.0.0.1:" + std::to_string(port_) +
+                          " --agent-token-file " + (root_ / "agent.token").string() + " --client-token-file " +
+                          (root_ / "client.token").string() +
+                          " --agents 4 --clients 1 --duration 4 --submit-rate 2 --job-epochs 1 --epoch-seconds 0.3"
+                          " --progress-interval 0.2 --task-start 0.1 --client-interval 0.5 --drain-timeout 15"
+                          " --weight-status 0 --weight-follow 0 --weight-list 1 --out " +
+                          (root_ / "load.json").string();
+  run(cmd, 60);
+  const json rep = json::parse(slurp(root_ / "load.json"), nullptr, false);
+  ASSERT_TRUE(rep.is_object()) << cmd;
+  const int submitted = rep["jobs"]["submitted"].get<int>();
+  ASSERT_GE(submitted, 5) << rep["jobs"].dump();
+  EXPECT_EQ(rep["jobs"]["succeeded"], submitted) << rep["jobs"].dump();
+
+  // The last three, newest last; the first is gone from status too.
+  const auto latest = [&] {
+    std::vector<std::string> ids;
+    for (int n = submitted - 2; n <= submitted; ++n) ids.push_back("job-" + std::to_string(n));
+    return ids;
+  }();
+  EXPECT_EQ(listed(), latest);
+  EXPECT_NE(run(client_ + " status job-1 2>&1", 30).code, 0);
+  EXPECT_NE(slurp(root_ / "leader-1.log").find("job retention (3 finished jobs kept): removed"), std::string::npos);
+  // list --limit 2: the newest two, and a note of what was left out.
+  EXPECT_EQ(listed("--limit 2"), (std::vector<std::string>{latest[1], latest[2]}));
+  const auto text = run(client_ + " list --limit 2 2>&1", 30);
+  EXPECT_NE(text.out.find("(the latest 2 of 3 jobs the leader keeps; --limit N shows more)"), std::string::npos)
+      << text.out;
+
+  // Restarted, the leader has the same three: the removed ones are gone from its store.
+  ASSERT_EQ(::kill(daemons_["leader"]->pid(), SIGTERM), 0);
+  EXPECT_EQ(daemons_["leader"]->wait(30), 0);
+  start_leader();
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(listed(), latest);
+  // A new job continues the numbering.
+  const auto path = write_job_file(root_, "after-restart",
+                                    "data_dir = \"/usr/share/datasets/fashion-mnist\"\nmodel = \"cnn\"\n"
+                                    "workers = 1\nps_shards = 1\nepochs = 1\n");
+  EXPECT_EQ(submit_job(client_, path), "job-" + std::to_string(submitted + 1));
+}
 
 TEST_F(LoadSmoke, FiveAgentsAndThreeClientsRunEveryJobWithoutAnErrorOrALostAgent) {
   start_leader();  // loopback, port 0; heartbeat every 500 ms, an agent lost after 3 s

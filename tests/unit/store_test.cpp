@@ -81,6 +81,35 @@ TEST(Store, WrittenClosedReopenedByAnotherProcessAndReadBack) {
   EXPECT_EQ(s->events(1).size(), 3u);
 }
 
+TEST(Store, DeletingAJobRemovesItsRecordAndEventsAndNothingElse) {
+  TempDir d;
+  const std::string db = (d.path / "db").string();
+  {
+    auto s = Store::open(db);
+    s->add_observation(obs("cnn", 1000.0, 2));
+    for (std::uint64_t n : {1, 2, 3, 256}) {
+      s->put_job(n, {{"id", "job-" + std::to_string(n)}});
+      for (int e = 0; e < 3; ++e) s->append_event(n, {{"event", "state"}, {"n", e}});
+    }
+    s->delete_job(2);
+    s->delete_job(255);  // job-256's key differs from 255's in the last byte only
+    s->delete_job(77);   // not stored: nothing happens
+    s->put_meta("next_job", "257");
+    s->flush();
+  }
+  auto s = Store::open(db);  // reopened: the deletion is on disk
+  std::vector<std::uint64_t> left;
+  for (const auto& [n, j] : s->jobs()) left.push_back(n);
+  EXPECT_EQ(left, (std::vector<std::uint64_t>{1, 3, 256}));
+  EXPECT_TRUE(s->events(2).empty());
+  for (std::uint64_t n : {1, 3, 256}) {
+    ASSERT_EQ(s->events(n).size(), 3u) << n;
+    EXPECT_EQ(s->events(n)[2]["n"], 2);
+  }
+  EXPECT_EQ(s->history().size(), 1u);
+  EXPECT_EQ(s->get_meta("next_job"), "257");
+}
+
 TEST(Store, ASecondProcessGetsAClearError) {
   TempDir d;
   const std::string db = (d.path / "db").string();
