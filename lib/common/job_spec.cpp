@@ -179,6 +179,8 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
       s.loader_threads = static_cast<int>(get_int(node, k, 0, 64));
     } else if (k == "loader_queue") {
       s.loader_queue = static_cast<int>(get_int(node, k, 0, 1024));
+    } else if (k == "loader_cache_mb") {
+      s.loader_cache_mb = get_int(node, k, 0, std::int64_t{1} << 20);
     } else if (k == "augment") {
       parse_augment(get_table(node, k), s.augment);
     } else if (k == "data_dir") {
@@ -296,7 +298,7 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
       }
     } else {
       throw ConfigError(k, "unknown key (expected name, model, dataset, data_dir, image_size, channels, mean, std, "
-                           "loader_threads, loader_queue, [augment], epochs, "
+                           "loader_threads, loader_queue, loader_cache_mb, [augment], epochs, "
                            "workers, ps_shards, batch_size, threads_per_task, sync, staleness, backup_workers, overlap, seed, "
                            "train_samples, test_samples, target_accuracy, deadline, queue_timeout, [optimizer], [compression], "
                            "[planner], "
@@ -435,7 +437,8 @@ void job_fields(S& s, V&& v) {
   // Data fields added with the CIFAR-10 and ImageFolder data sets: a job stored before
   // them keeps the IDX defaults (job_from_json fills image_size and channels).
   v("image_size", s.image_size, opt), v("channels", s.channels, opt), v("mean", s.mean, opt), v("std", s.std, opt),
-      v("loader_threads", s.loader_threads, opt), v("loader_queue", s.loader_queue, opt);
+      v("loader_threads", s.loader_threads, opt), v("loader_queue", s.loader_queue, opt),
+      v("loader_cache_mb", s.loader_cache_mb, opt);
   v.nested("augment", s.augment, [](auto& a, auto&& w) { augment_fields(a, w); }, opt);
 }
 

@@ -53,6 +53,10 @@ struct JobSpec {
   int loader_threads = 0;
   /// Batches the loader may hold ready or in progress, [0, 1024]; 0 = 2 × loader_threads.
   int loader_queue = 0;
+  /// ImageFolder: MiB of decoded pixels each worker keeps after an image's first decode,
+  /// per split (train, and test on the evaluating worker), [0, 1048576]; 0 = decode every
+  /// time. Later epochs copy a kept image instead of reading and decoding its file.
+  std::int64_t loader_cache_mb = 256;
   data::AugmentSpec augment;       ///< [augment]: training-time augmentation, all off by default
   int epochs = 6;                  ///< passes over the training set, [1, 1000]
   int workers = 2;                 ///< worker tasks, [1, 1024]

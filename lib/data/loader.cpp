@@ -19,10 +19,41 @@ Image InMemorySource::load(std::int64_t i, int channels) const {
   return convert_channels(std::move(img), channels);
 }
 
+ImageFileSource::ImageFileSource(std::vector<ImageFile> files, std::int64_t cache_bytes)
+    : files_(std::move(files)), cache_bytes_(std::max<std::int64_t>(0, cache_bytes)),
+      slots_(cache_bytes_ > 0 ? files_.size() : 0) {}
+
+ImageFileSource::~ImageFileSource() {
+  for (auto& s : slots_) delete s.load(std::memory_order_acquire);
+}
+
 Image ImageFileSource::load(std::int64_t i, int channels) const {
-  const auto& path = files_[static_cast<std::size_t>(i)].path;
+  const auto k = static_cast<std::size_t>(i);
+  if (!slots_.empty()) {
+    if (const Image* kept = slots_[k].load(std::memory_order_acquire); kept && kept->channels == channels) {
+      return *kept;
+    }
+  }
+  const auto& path = files_[k].path;
   const auto bytes = read_file_bytes(path, std::int64_t{256} << 20);
-  return decode_image(bytes, channels, path);
+  Image img = decode_image(bytes, channels, path);
+  if (!slots_.empty() && !slots_[k].load(std::memory_order_relaxed)) {
+    // Reserve the bytes first, so that concurrent loads never overspend the budget.
+    const auto n = static_cast<std::int64_t>(img.pixels.size());
+    if (cache_used_.fetch_add(n, std::memory_order_relaxed) + n <= cache_bytes_) {
+      auto* kept = new Image(img);
+      const Image* expected = nullptr;
+      if (slots_[k].compare_exchange_strong(expected, kept, std::memory_order_release, std::memory_order_relaxed)) {
+        cached_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        delete kept;  // another thread kept this image first
+        cache_used_.fetch_sub(n, std::memory_order_relaxed);
+      }
+    } else {
+      cache_used_.fetch_sub(n, std::memory_order_relaxed);
+    }
+  }
+  return img;
 }
 
 StreamingLoader::StreamingLoader(std::shared_ptr<const ExampleSource> source, std::vector<std::int64_t> order,

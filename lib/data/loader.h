@@ -54,17 +54,35 @@ class InMemorySource final : public ExampleSource {
   InMemoryImages images_;
 };
 
-/// Image files (an ImageFolder split), read and decoded on each load().
+/// Image files (an ImageFolder split), read and decoded on load(). With a cache budget,
+/// the decoded pixels of each image are kept after its first load, until the budget
+/// (bytes of pixels) is spent; later loads of a kept image copy it instead of reading and
+/// decoding the file again. Memory: at most cache_bytes plus one Image header per kept
+/// image, whatever the number of files. Unreadable files are never kept (each load
+/// fails again, and is counted again). Thread-safe: load() from any number of threads.
 class ImageFileSource final : public ExampleSource {
  public:
-  explicit ImageFileSource(std::vector<ImageFile> files) : files_(std::move(files)) {}
+  /// `cache_bytes` >= 0; 0 = decode on every load.
+  explicit ImageFileSource(std::vector<ImageFile> files, std::int64_t cache_bytes = 0);
+  ~ImageFileSource() override;
+  ImageFileSource(const ImageFileSource&) = delete;
+  ImageFileSource& operator=(const ImageFileSource&) = delete;
   std::int64_t size() const override { return static_cast<std::int64_t>(files_.size()); }
   int label(std::int64_t i) const override { return files_[static_cast<std::size_t>(i)].label; }
   Image load(std::int64_t i, int channels) const override;
   std::string name(std::int64_t i) const override { return files_[static_cast<std::size_t>(i)].path; }
+  /// Images kept decoded so far, and the bytes of pixels they hold (<= cache_bytes).
+  std::int64_t cached_images() const { return cached_.load(std::memory_order_relaxed); }
+  std::int64_t cached_bytes() const { return cache_used_.load(std::memory_order_relaxed); }
 
  private:
   std::vector<ImageFile> files_;
+  const std::int64_t cache_bytes_;
+  // One slot per file: null, or the decoded image (published once with release order,
+  // read with acquire; never replaced or freed before the destructor).
+  mutable std::vector<std::atomic<const Image*>> slots_;
+  mutable std::atomic<std::int64_t> cache_used_{0};
+  mutable std::atomic<std::int64_t> cached_{0};
 };
 
 /// How each example becomes a network input.

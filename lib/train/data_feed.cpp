@@ -206,9 +206,12 @@ class StreamFeed final : public DataFeed {
     if (spec_.dataset == "imagefolder") {
       auto idx = data::scan_image_folder(spec_.data_dir);
       classes_ = static_cast<std::int64_t>(idx.classes.size());
-      train_ = std::make_shared<data::ImageFileSource>(limit_files(std::move(idx.train), spec_.train_samples, seed));
+      const std::int64_t cache = spec_.loader_cache_mb << 20;
+      train_ = std::make_shared<data::ImageFileSource>(limit_files(std::move(idx.train), spec_.train_samples, seed),
+                                                       cache);
       if (rank_ == 0) {
-        test_ = std::make_shared<data::ImageFileSource>(limit_files(std::move(idx.test), spec_.test_samples, seed));
+        test_ = std::make_shared<data::ImageFileSource>(limit_files(std::move(idx.test), spec_.test_samples, seed),
+                                                        cache);
       }
     } else if (spec_.dataset == "cifar10") {
       train_ = std::make_shared<data::InMemorySource>(data::load_cifar10(spec_.data_dir, "train", spec_.train_samples));

@@ -225,6 +225,58 @@ TEST(ImageFolder, CorruptAndZeroByteFilesAreSkippedAndCounted) {
                                             "\"" + (cls / "zero.png").string()}));
 }
 
+TEST(ImageFolder, TheDecodedCacheKeepsImagesWithinItsBudgetAndServesThemWithoutTheirFiles) {
+  FashionFolder f;
+  auto files = scan_image_folder(f.dir.path.string()).train;
+  files.resize(10);
+  // 28×28 gray: 784 bytes each; a budget of 6.5 images keeps the first 6 loaded.
+  ImageFileSource cached(files, 6 * 784 + 392);
+  ImageFileSource uncached(files, 0);
+  std::vector<Image> first;
+  for (std::int64_t i = 0; i < 10; ++i) first.push_back(cached.load(i, 1));
+  EXPECT_EQ(cached.cached_images(), 6);
+  EXPECT_EQ(cached.cached_bytes(), 6 * 784);
+  EXPECT_EQ(uncached.cached_images(), 0);
+  // The files are gone: the kept images still load, with the same pixels; the others,
+  // and every image of the uncached source, fail as unreadable files do.
+  for (const auto& file : files) std::filesystem::remove(file.path);
+  for (std::int64_t i = 0; i < 6; ++i) {
+    const Image again = cached.load(i, 1);
+    EXPECT_EQ(again.pixels, first[static_cast<std::size_t>(i)].pixels) << i;
+    EXPECT_EQ(again.height, 28);
+  }
+  for (std::int64_t i = 6; i < 10; ++i) EXPECT_ANY_THROW(cached.load(i, 1)) << i;
+  EXPECT_ANY_THROW(uncached.load(0, 1));
+  // An image kept with one channel count is decoded again for another (here: fails).
+  EXPECT_ANY_THROW(cached.load(0, 3));
+}
+
+TEST(ImageFolder, TheDecodedCacheIsFilledOnceUnderConcurrentLoadsAndNeverKeepsACorruptFile) {
+  FashionFolder f;
+  tst::write_bytes(f.dir.path / "train" / "Bag" / "zero.png", {});
+  const auto files = scan_image_folder(f.dir.path.string()).train;  // 241, one unreadable
+  ImageFileSource src(files, std::int64_t{1} << 20);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int pass = 0; pass < 2; ++pass) {
+        for (std::int64_t i = 0; i < src.size(); ++i) {
+          try {
+            EXPECT_EQ(src.load(i, 1).pixels.size(), 784u);
+          } catch (const CorruptImage&) {
+            ++failures;
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(src.cached_images(), 240);
+  EXPECT_EQ(src.cached_bytes(), 240 * 784);
+  EXPECT_EQ(failures.load(), 4 * 2);  // the zero-byte file fails on every load
+}
+
 TEST(ImageFolder, InspectCountsClassesSizesAndUnreadableFiles) {
   FashionFolder f;
   tst::write_bytes(f.dir.path / "train" / "Bag" / "zero.png", {});
