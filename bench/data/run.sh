@@ -2,10 +2,11 @@
 # Data-path benchmark (docs/benchmarks.md, "Data loading"): the streaming loader's
 # throughput on PNG and JPEG ImageFolder copies of Fashion-MNIST at 1 and 2 threads,
 # then the main job on the IDX files and on the PNG copy (same model, optimiser and
-# seed) on a local standalone cluster. Writes bench/results/data.json (one JSON object
-# per line) and prints it.
+# seed) on a local standalone cluster, with and without the ImageFolder decoded cache.
+# Writes bench/results/data.json (data-jobs.json with --jobs-only; one JSON object per
+# line) and prints it.
 #
-# Usage: bench/data/run.sh [--loader-only]
+# Usage: bench/data/run.sh [--loader-only | --jobs-only]
 # Environment: DLTRAIN_BUILD_DIR (default: build), DATA_ROOT (default: /var/tmp/dltrain)
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
@@ -16,6 +17,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 bin="${DLTRAIN_BUILD_DIR:-$root/build}/bin"
 data="${DATA_ROOT:-/var/tmp/dltrain}"
 out="$root/bench/results/data.json"
+[[ "${1:-}" == "--jobs-only" ]] && out="$root/bench/results/data-jobs.json"
 idx=/usr/share/datasets/fashion-mnist
 : > "$out"
 
@@ -26,6 +28,7 @@ for fmt in png jpeg; do
   done
 done
 for fmt in png jpeg; do
+  [[ "${1:-}" == "--jobs-only" ]] && break
   for threads in 1 2; do
     "$bin/loader_bench" "$data/fashion-mnist-${fmt}32" --threads "$threads" --images 20000 --size 32 --augment \
       | tee -a "$out"
@@ -51,11 +54,22 @@ summary = lines[-1]
 epochs = [l for l in lines if l.get("event") == "epoch_end"]
 waits = [l.get("data_wait_seconds") for l in epochs if l.get("data_wait_seconds") is not None]
 secs = [l["epoch_seconds"] for l in epochs if l.get("data_wait_seconds") is not None]
+# The job's throughput per epoch: the workers' images/s of that epoch, added up.
+per_epoch = {}
+for l in epochs:
+    per_epoch[l["epoch"]] = per_epoch.get(l["epoch"], 0.0) + l.get("images_per_sec", 0.0)
+series = [round(per_epoch[e], 1) for e in sorted(per_epoch)]
+later = sorted(series[1:])
 print(json.dumps({"run": sys.argv[2], "test_accuracy": summary.get("test_accuracy"),
                   "wall_seconds": summary.get("wall_seconds"), "images_per_sec": summary.get("images_per_sec"),
+                  "epoch_images_per_sec": series,
+                  "median_images_per_sec_after_epoch_1": later[len(later) // 2] if later else None,
                   "per_epoch_accuracy": [l["test_accuracy"] for l in epochs if "test_accuracy" in l],
                   "data_wait_fraction": (sum(waits) / sum(secs)) if secs else None}))
 PY
 }
 run_job "$root/configs/jobs/fashion-mnist.toml" "cnn-idx"
 run_job "$root/bench/data/cnn-imagefolder.toml" "cnn-imagefolder-png28"
+# The same without the decoded cache: every epoch reads and decodes every file.
+sed 's/^seed = 1$/seed = 1\nloader_cache_mb = 0/' "$root/bench/data/cnn-imagefolder.toml" >"$home/nocache.toml"
+run_job "$home/nocache.toml" "cnn-imagefolder-png28-nocache"
