@@ -116,7 +116,10 @@ int list(control::BlockingControlClient& c, const CommandOptions& opt, bool as_j
   const auto omitted = r.value("omitted", std::int64_t{0});
   if (omitted > 0) {
     std::cerr << "(the latest " << r["jobs"].size() << " of " << r.value("total", std::int64_t{0})
-              << " jobs the leader keeps; --limit N shows more)" << std::endl;
+              << " jobs the leader keeps; "
+              << (r.value("size_bound", false) ? "the others do not fit in one reply; dltrain status JOB shows any one"
+                                               : "--limit N shows more")
+              << ")" << std::endl;
   }
   return kExitOk;
 }

@@ -53,8 +53,8 @@ int main(int argc, char** argv) {
   auto* status = app.add_subcommand("status", "show one job, or every job");
   status->add_option("JOB", job_id, "job id, e.g. job-1");
   status->add_flag("--json", as_json, "JSON output");
-  std::int64_t list_limit = 100;
-  status->add_option("--limit", list_limit, "without JOB: the latest this many jobs")
+  std::int64_t list_limit = client::CommandOptions{}.list_limit;
+  status->add_option("--limit", list_limit, "without JOB: the latest this many jobs (ignored with a JOB)")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, dltrain::wire::ListBody::kMaxLimit));
   auto* list = app.add_subcommand("list", "list the latest jobs (the leader keeps job_retention finished ones)");

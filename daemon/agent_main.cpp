@@ -38,6 +38,18 @@ int run_daemon(const dltrain::agent::AgentOptions& opt, const std::string& confi
   std::optional<dltrain::agent::Leader> leader;
   std::optional<dltrain::agent::Agent> agent;
   auto agent_opt = opt;
+  if (!opt.leader || opt.host_tasks) {
+    // The GPUs it offers, found before anything starts: a listed GPU that is missing is a
+    // configuration error (exit 2, systemd never told READY); "auto" on a machine without
+    // a driver offers none; "none" does not load NVML at all.
+    if (opt.gpus && opt.gpus->empty()) {
+      spdlog::info("no GPUs (gpus = \"none\")");
+    } else {
+      const auto found = dltrain::agent::discover_gpus(opt.nvml_library);
+      agent_opt.gpu_devices = dltrain::agent::select_gpus(found, opt.gpus);
+      spdlog::info("{}", dltrain::agent::describe_gpus(found, agent_opt.gpu_devices));
+    }
+  }
   if (opt.leader) {
     leader.emplace(io, opt);
     leader->start();
@@ -75,11 +87,6 @@ int run_daemon(const dltrain::agent::AgentOptions& opt, const std::string& confi
                  opt.metrics_token.empty() ? "" : " (bearer token required)");
   }
   if (!opt.leader || opt.host_tasks) {
-    // The GPUs it offers: NVML, loaded now; a listed GPU that is missing stops the start
-    // (ConfigError), "auto" on a machine without a driver offers none.
-    const auto found = dltrain::agent::discover_gpus(opt.nvml_library);
-    agent_opt.gpu_devices = dltrain::agent::select_gpus(found, opt.gpus);
-    spdlog::info("{}", dltrain::agent::describe_gpus(found, agent_opt.gpu_devices));
     agent.emplace(io, agent_opt);
     if (!opt.leader) {
       // READY once registered with the leader.
@@ -165,23 +172,40 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (list_gpus) {
-      // Only the GPU keys matter here: a missing file or token is not an error.
+      // Only the GPU keys matter here: a missing file, or one this user cannot read all of
+      // (its token files), falls back to the defaults with a note.
       std::optional<std::vector<int>> wanted;
-      std::string library = "libnvidia-ml.so.1";
+      std::string library = "libnvidia-ml.so.1", note;
       if (std::filesystem::exists(config)) {
-        const auto o = dltrain::agent::load_agent_options(config);
-        wanted = o.gpus;
-        library = o.nvml_library;
+        try {
+          const auto o = dltrain::agent::load_agent_options(config);
+          wanted = o.gpus;
+          library = o.nvml_library;
+        } catch (const dltrain::ConfigError& e) {
+          if (e.field() == "gpus" || e.field().rfind("gpus[", 0) == 0 || e.field() == "nvml_library") throw;
+          note = config + " not read (" + e.what() + "): the defaults gpus = \"auto\" and nvml_library = \"" +
+                 library + "\" are shown";
+        }
       }
       const auto found = dltrain::agent::discover_gpus(library);
       nlohmann::json out = {{"library", library}, {"driver_version", found.driver_version},
                             {"problem", found.problem}, {"found", nlohmann::json::array()},
                             {"offered", nlohmann::json::array()}};
+      if (!note.empty()) out["note"] = note;
       for (const auto& g : found.gpus) out["found"].push_back(g.to_json());
-      for (const auto& g : dltrain::agent::select_gpus(found, wanted)) out["offered"].push_back(g.to_json());
+      int rc = 0;
+      try {
+        const auto offered = dltrain::agent::select_gpus(found, wanted);
+        for (const auto& g : offered) out["offered"].push_back(g.to_json());
+        std::cerr << dltrain::agent::describe_gpus(found, offered) << "\n";
+      } catch (const dltrain::ConfigError& e) {
+        out["error"] = e.what();  // the agent would not start with this configuration
+        std::cerr << "dltrain-agent: configuration error: " << e.what() << "\n";
+        rc = 2;
+      }
+      if (!note.empty()) std::cerr << note << "\n";
       std::cout << out.dump(1) << "\n";
-      std::cerr << dltrain::agent::describe_gpus(found, dltrain::agent::select_gpus(found, wanted)) << "\n";
-      return 0;
+      return rc;
     }
     if (standalone) {
       so.log_level = log_level.empty() ? "info" : log_level;

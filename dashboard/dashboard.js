@@ -192,7 +192,7 @@
 
   async function poll() {
     try {
-      const [a, l] = await Promise.all([request("agents"), request("list")]);
+      const [a, l] = await Promise.all([request("agents"), request("list", { limit: 200 })]);
       agents = a.agents || [];
       jobs = l.jobs || [];
       renderAgents();

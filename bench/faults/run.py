@@ -355,7 +355,8 @@ def main():
     doc = document(True)
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
-    os.remove(args.out + ".partial")
+    if os.path.exists(args.out + ".partial"):
+        os.remove(args.out + ".partial")
     write_reports(doc, args.out)
 
 

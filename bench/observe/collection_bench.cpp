@@ -50,6 +50,10 @@ int main(int argc, char** argv) {
   app.add_option("--interval", interval_s, "trace and progress interval, s")->capture_default_str();
   app.add_option("--tasks", tasks, "tasks on the agent being scraped")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (steps < 1 || writes < 1 || ring < 1 || tasks < 1 || step_ms <= 0 || interval_s <= 0) {
+    std::cerr << "collection_bench: --steps, --writes, --ring, --tasks, --step-ms and --interval must be positive\n";
+    return 2;
+  }
 
   // Per step: the seven phase marks (six phases and the end) and the ring push.
   dltrain::train::StepTraceRing trace(ring);

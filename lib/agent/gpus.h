@@ -15,9 +15,10 @@ namespace dltrain::agent {
 struct GpuDiscovery {
   std::vector<wire::GpuInfo> gpus;  ///< in NVML's index order (the CUDA_VISIBLE_DEVICES numbering)
   std::string driver_version;       ///< e.g. "580.65.06"; "" when NVML did not answer
-  /// Why no GPU list could be read ("" when NVML answered, even with zero GPUs): the
-  /// library could not be loaded (no NVIDIA driver), lacks a function, or nvmlInit failed
-  /// (its nvmlErrorString, e.g. "Driver Not Loaded").
+  /// What went wrong ("" when nothing did, even with zero GPUs): the library could not be
+  /// loaded (no NVIDIA driver), lacks a function, or nvmlInit failed (its nvmlErrorString,
+  /// e.g. "Driver Not Loaded"), in which case `gpus` is empty; or, with the GPUs that
+  /// answered listed, the devices whose queries failed and a count past 64.
   std::string problem;
 };
 

@@ -59,17 +59,22 @@ void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& 
     const auto b = env.type == "list" ? wire::parse_body<wire::ListBody>(env) : wire::ListBody{};
     std::vector<json> latest;
     std::size_t bytes = 0;
+    bool size_bound = false;
     for (auto it = job_order.rbegin(); it != job_order.rend() && static_cast<std::int64_t>(latest.size()) < b.limit;
          ++it) {
       json st = status_json(jobs.at(*it));
       bytes += st.dump().size() + 1;
-      if (bytes > wire::kMaxControlMessage / 2) break;
+      if (bytes > wire::kMaxControlMessage / 2) {
+        size_bound = true;
+        break;
+      }
       latest.push_back(std::move(st));
     }
     json arr = json::array();
     for (auto it = latest.rbegin(); it != latest.rend(); ++it) arr.push_back(std::move(*it));
     const std::size_t total = job_order.size();
-    return reply(s, env.id, {{"jobs", std::move(arr)}, {"total", total}, {"omitted", total - latest.size()}});
+    return reply(s, env.id,
+                 {{"jobs", std::move(arr)}, {"total", total}, {"omitted", total - latest.size()}, {"size_bound", size_bound}});
   }
   if (env.type == "agents") return reply(s, env.id, {{"agents", agents_json()}});
   if (env.type == "logs") return on_logs(s, env);

@@ -72,16 +72,33 @@ void Leader::Impl::trim_series() {
 }
 
 void Leader::Impl::retire_jobs() {
-  std::size_t finished = 0;
+  // A read-only store could not forget them: they would come back with the next restart.
+  if (db && db->read_only()) return;
+  // The finished jobs, the most recently ended first (restored ones, whose end time this
+  // process did not see, rank as older, in submission order).
+  struct Finished {
+    Clock::time_point ended;
+    std::size_t position;
+    const JobRec* job;
+  };
+  std::vector<Finished> finished;
+  for (std::size_t i = 0; i < job_order.size(); ++i) {
+    const JobRec& j = jobs.at(job_order[i]);
+    if (j.terminal()) finished.push_back({j.ended.value_or(Clock::time_point{}), i, &j});
+  }
+  const auto keep = static_cast<std::size_t>(opt.job_retention);
+  if (finished.size() <= keep) return;
+  std::sort(finished.begin(), finished.end(), [](const Finished& a, const Finished& b) {
+    return a.ended != b.ended ? a.ended > b.ended : a.position > b.position;
+  });
   std::vector<std::string> gone;
-  for (auto it = job_order.rbegin(); it != job_order.rend(); ++it) {
-    const JobRec& j = jobs.at(*it);
-    if (!j.terminal() || ++finished <= static_cast<std::size_t>(opt.job_retention)) continue;
+  for (std::size_t k = keep; k < finished.size(); ++k) {
+    const JobRec& j = *finished[k].job;
     if (!j.profile_of.empty()) {
       const auto parent = jobs.find(j.profile_of);
       if (parent != jobs.end() && !parent->second.terminal()) continue;
     }
-    gone.push_back(*it);
+    gone.push_back(j.id);
   }
   if (gone.empty()) return;
   for (const auto& id : gone) {
@@ -90,8 +107,8 @@ void Leader::Impl::retire_jobs() {
   }
   job_order.erase(std::remove_if(job_order.begin(), job_order.end(), [&](const std::string& id) { return !jobs.count(id); }),
                   job_order.end());
-  spdlog::info("job retention ({} finished jobs kept): removed {} older finished job{} ({} … {})", opt.job_retention,
-               gone.size(), gone.size() == 1 ? "" : "s", gone.back(), gone.front());
+  spdlog::info("job retention ({} finished jobs kept): removed {} older finished job{} ({}{})", opt.job_retention,
+               gone.size(), gone.size() == 1 ? "" : "s", gone.front(), gone.size() > 1 ? ", …" : "");
 }
 
 }  // namespace dltrain::agent

@@ -182,9 +182,11 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   void on_events(const SessionPtr& s, const wire::Envelope& env);
   /// Clears the curves of the finished jobs older than the kKeptSeries most recent ones.
   void trim_series();
-  /// Removes the finished jobs beyond the opt.job_retention most recent finished ones,
-  /// from memory and from the store (record and events). A finished exploration run whose
-  /// job still explores is kept. Called when a job ends and after restore().
+  /// Removes the finished jobs beyond the opt.job_retention most recently ended ones
+  /// (ranked by their end, so a long job submitted early is not the first to go), from
+  /// memory and from the store (record and events). A finished exploration run whose job
+  /// has not ended is kept; nothing is removed while the store is read-only. Called from
+  /// the event loop after a job ends, and after restore().
   void retire_jobs();
   bool retire_posted = false;  ///< a retire_jobs() is posted to the event loop
 

@@ -120,7 +120,11 @@ std::map<std::string, Handler> key_handlers(const std::function<std::string(cons
          o.gpus = std::move(v);
        }},
       {"nvml_library",
-       [](AgentOptions& o, const Node& n, const std::string& k) { o.nvml_library = get_string(n, k); }},
+       [resolve](AgentOptions& o, const Node& n, const std::string& k) {
+         // A bare file name is for the loader's search path; a path is the configuration's.
+         const std::string v = get_string(n, k);
+         o.nvml_library = v.find('/') == std::string::npos ? v : resolve(v);
+       }},
       {"state_dir", path(&AgentOptions::state_dir)},
       {"agent_token", str(&AgentOptions::agent_token)},
       {"client_token", str(&AgentOptions::client_token)},

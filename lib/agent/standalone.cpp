@@ -141,6 +141,7 @@ int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
         << "metrics_address = \"127.0.0.1\"\n"
         << "metrics_port = 0\n"
         << "cores = " << so.cores_per_agent << "\n"
+        << "gpus = \"none\"\n"  // local agents share one machine: none claims its GPUs
         << "state_dir = " << toml_quote(dir.string()) << "\n"
         << "log_level = " << toml_quote(so.log_level) << "\n";
     if (so.progress_interval_s > 0) {

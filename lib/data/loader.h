@@ -57,8 +57,8 @@ class InMemorySource final : public ExampleSource {
 /// Image files (an ImageFolder split), read and decoded on load(). With a cache budget,
 /// the decoded pixels of each image are kept after its first load, until the budget
 /// (bytes of pixels) is spent; later loads of a kept image copy it instead of reading and
-/// decoding the file again. Memory: at most cache_bytes plus one Image header per kept
-/// image, whatever the number of files. Unreadable files are never kept (each load
+/// decoding the file again. Memory: at most cache_bytes of pixels, plus one pointer per
+/// file and one Image header and allocation per kept image. Unreadable files are never kept (each load
 /// fails again, and is counted again). Thread-safe: load() from any number of threads.
 class ImageFileSource final : public ExampleSource {
  public:

@@ -44,7 +44,8 @@ void RegisterBody::check(const std::string& type) const {
   for (const auto& g : gpus) {
     const std::string what = type + " field \"gpus\": GPU " + std::to_string(g.index);
     if (g.index < 0 || g.index >= static_cast<int>(kMaxGpus)) {
-      throw BodyError("gpus", type + " field \"gpus\": index must be in [0, 63], got " + std::to_string(g.index));
+      throw BodyError("gpus", type + " field \"gpus\": index must be in [0, " + std::to_string(kMaxGpus - 1) +
+                                  "], got " + std::to_string(g.index));
     }
     if (seen & (std::uint64_t{1} << g.index)) throw BodyError("gpus", what + " is listed twice");
     seen |= std::uint64_t{1} << g.index;

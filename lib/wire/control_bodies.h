@@ -208,11 +208,12 @@ struct JobQueryBody : json_fields::Fields<JobQueryBody> {
 };
 
 /// list (client → leader): the latest jobs, in submission order. The reply is
-/// {"jobs": [...], "total": every job the leader keeps, "omitted": those left out, by the
-/// limit or because the reply would outgrow kMaxControlMessage / 2}.
+/// {"jobs": [...], "total": every job the leader keeps, "omitted": those left out,
+/// "size_bound": true when the reply stopped short of the limit because it would have
+/// outgrown kMaxControlMessage / 2}.
 struct ListBody : json_fields::Fields<ListBody> {
   static constexpr std::int64_t kMaxLimit = 10000;  ///< jobs per reply
-  std::int64_t limit = kMaxLimit;  ///< the latest this many, [1, kMaxLimit]; absent = as many as fit
+  std::int64_t limit = kMaxLimit;  ///< the latest this many, [1, kMaxLimit]; absent = kMaxLimit (within 2 MiB)
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("limit", s.limit);

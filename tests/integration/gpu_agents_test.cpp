@@ -59,8 +59,13 @@ TEST_F(GpuAgents, RegistrationAgentsListingAndMetricsShowTheSelectedGpus) {
   ASSERT_EQ(s["gpus"].size(), 2u) << s.dump();
   EXPECT_EQ(s["gpus"][0]["index"], 2);
   EXPECT_EQ(s["gpus"][1]["index"], 0);
-  EXPECT_TRUE(agent("agent-none")["gpus"].empty());
-  EXPECT_TRUE(agent("agent-nodriver")["gpus"].empty());
+  for (const char* name : {"agent-none", "agent-nodriver"}) {
+    const auto n = agent(name);
+    ASSERT_TRUE(n.contains("gpus") && n["gpus"].is_array()) << n.dump();
+    EXPECT_TRUE(n["gpus"].empty()) << n.dump();
+    EXPECT_EQ(n["gpus_free"], 0);
+  }
+  EXPECT_NE(slurp(root_ / "agent-none.log").find("no GPUs (gpus = \"none\")"), std::string::npos);
 
   // The text listing names them; the agents' logs say what was found and why not.
   const auto text = run(client_ + " agents", 30);

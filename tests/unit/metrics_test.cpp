@@ -307,6 +307,43 @@ TEST(Failure, OomKillsFromACgroupsMemoryEvents) {
   EXPECT_FALSE(dltrain::agent::parse_oom_kills("low 0\nhigh 0\n").has_value());
 }
 
+TEST(Failure, OomKillsFromACgroupV1MemoryOomControl) {
+  EXPECT_EQ(dltrain::agent::parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"), 3u);
+}
+
+TEST(Failure, TheOomCounterIsV2sMemoryEventsWhereItsControllerIsOnElseV1sOomControl) {
+  const auto root = std::filesystem::temp_directory_path() / ("dltrain-cgroup-" + std::to_string(::getpid()));
+  const auto v2 = root / "unified", v1 = root / "memory";
+  std::filesystem::create_directories(v2 / "svc");
+  std::filesystem::create_directories(v1 / "process_api" / "x");
+  std::ofstream(v1 / "process_api" / "x" / "memory.oom_control") << "oom_kill 0\n";
+  // A hybrid host (this project's CI machine): cgroup2 without the memory controller.
+  const std::string mountinfo =
+      "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+      "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+      "35 31 0:32 / " + v1.string() + " rw,relatime shared:9 - cgroup cgroup rw,memory\n"
+      "41 31 0:38 / " + v2.string() + " rw,relatime - cgroup2 cgroup2 rw\n";
+  const std::string self = "8:pids:/\n4:memory:/process_api/x\n1:cpu:/\n0::/svc\n";
+  using dltrain::agent::memory_cgroup_counter_file;
+  EXPECT_EQ(memory_cgroup_counter_file(self, mountinfo), (v1 / "process_api" / "x" / "memory.oom_control").string());
+  // With the memory controller on in v2, v2's count.
+  std::ofstream(v2 / "svc" / "memory.events") << "oom_kill 0\n";
+  EXPECT_EQ(memory_cgroup_counter_file(self, mountinfo), (v2 / "svc" / "memory.events").string());
+  // A combined v1 hierarchy ("cpu,memory"), and none at all.
+  std::filesystem::remove(v2 / "svc" / "memory.events");
+  EXPECT_EQ(memory_cgroup_counter_file("4:cpu,memory:/process_api/x\n", mountinfo),
+            (v1 / "process_api" / "x" / "memory.oom_control").string());
+  EXPECT_FALSE(memory_cgroup_counter_file("0::/svc\n", mountinfo).has_value());
+  // A container without a cgroup namespace: its hierarchy's subtree /process_api is
+  // mounted, and its cgroup path is given from the hierarchy's root.
+  const std::string sub = "35 31 0:32 /process_api " + v1.string() + " rw - cgroup cgroup rw,memory\n";
+  std::filesystem::create_directories(v1 / "x");
+  std::ofstream(v1 / "x" / "memory.oom_control") << "oom_kill 0\n";
+  EXPECT_EQ(memory_cgroup_counter_file("4:memory:/process_api/x\n", sub), (v1 / "x" / "memory.oom_control").string());
+  EXPECT_FALSE(memory_cgroup_counter_file(self, "").has_value());
+  std::filesystem::remove_all(root);
+}
+
 TEST(Failure, TheLastLinesOfALog) {
   const auto dir = std::filesystem::temp_directory_path() / ("dltrain-lastlines-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
