@@ -6,7 +6,9 @@
 # Writes bench/results/data.json (data-jobs.json with --jobs-only; one JSON object per
 # line) and prints it.
 #
-# Usage: bench/data/run.sh [--loader-only | --jobs-only]
+# Usage: bench/data/run.sh [--loader-only | --jobs-only | --resnet]
+#   --resnet: only resnet20 on the 32×32 PNG copy, dense against DGC 0.1 %
+#             (bench/data/resnet20-{dense,dgc}.toml; writes bench/results/data-resnet.json)
 # Environment: DLTRAIN_BUILD_DIR (default: build), DATA_ROOT (default: /var/tmp/dltrain)
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
@@ -18,6 +20,7 @@ bin="${DLTRAIN_BUILD_DIR:-$root/build}/bin"
 data="${DATA_ROOT:-/var/tmp/dltrain}"
 out="$root/bench/results/data.json"
 [[ "${1:-}" == "--jobs-only" ]] && out="$root/bench/results/data-jobs.json"
+[[ "${1:-}" == "--resnet" ]] && out="$root/bench/results/data-resnet.json"
 idx=/usr/share/datasets/fashion-mnist
 : > "$out"
 
@@ -28,7 +31,7 @@ for fmt in png jpeg; do
   done
 done
 for fmt in png jpeg; do
-  [[ "${1:-}" == "--jobs-only" ]] && break
+  [[ "${1:-}" == "--jobs-only" || "${1:-}" == "--resnet" ]] && break
   for threads in 1 2; do
     "$bin/loader_bench" "$data/fashion-mnist-${fmt}32" --threads "$threads" --images 20000 --size 32 --augment \
       | tee -a "$out"
@@ -61,6 +64,7 @@ for l in epochs:
 series = [round(per_epoch[e], 1) for e in sorted(per_epoch)]
 later = sorted(series[1:])
 print(json.dumps({"run": sys.argv[2], "test_accuracy": summary.get("test_accuracy"),
+                  "bytes_pushed": summary.get("bytes_pushed"), "bytes_pulled": summary.get("bytes_pulled"),
                   "wall_seconds": summary.get("wall_seconds"), "images_per_sec": summary.get("images_per_sec"),
                   "epoch_images_per_sec": series,
                   "median_images_per_sec_after_epoch_1": later[len(later) // 2] if later else None,
@@ -68,6 +72,11 @@ print(json.dumps({"run": sys.argv[2], "test_accuracy": summary.get("test_accurac
                   "data_wait_fraction": (sum(waits) / sum(secs)) if secs else None}))
 PY
 }
+if [[ "${1:-}" == "--resnet" ]]; then
+  run_job "$root/bench/data/resnet20-dense.toml" "resnet20-png32-dense"
+  run_job "$root/bench/data/resnet20-dgc.toml" "resnet20-png32-dgc"
+  exit 0
+fi
 run_job "$root/configs/jobs/fashion-mnist.toml" "cnn-idx"
 run_job "$root/bench/data/cnn-imagefolder.toml" "cnn-imagefolder-png28"
 # The same without the decoded cache: every epoch reads and decodes every file.
