@@ -17,6 +17,7 @@
 #include "train/data_feed.h"
 #include "train/idx.h"
 #include "train/models.h"
+#include "train/overlap.h"
 #include "train/step_trace.h"
 #include "train/exchange.h"
 #include "train/tensors.h"
@@ -209,19 +210,7 @@ class WorkerLoop {
   // pushed from the hook, while backward goes on with the layers before it. The write
   // returns once the kernel holds the frame, which it sends meanwhile.
   void install_push_hooks() {
-    const auto& sizes = flat_->sizes();
-    tensor_parts_.assign(sizes.size(), {});
-    part_floats_.assign(layout_.partitions.size(), 0);
-    std::int64_t off = 0;
-    for (std::size_t i = 0; i < sizes.size(); ++i) {
-      for (const auto& p : layout_.partitions) {
-        const std::int64_t lo = std::max(off, p.offset), hi = std::min(off + sizes[i], p.offset + p.length);
-        if (hi > lo) tensor_parts_[i].emplace_back(p.key, hi - lo);
-      }
-      tensor_offset_.push_back(off);
-      off += sizes[i];
-    }
-    for (const auto& p : layout_.partitions) part_floats_[p.key] = p.length;
+    tracker_ = std::make_unique<PartitionTracker>(flat_->sizes(), layout_);
     auto& tensors = flat_->tensors();
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       tensors[i].register_hook([this, i](torch::Tensor grad) { on_gradient(i, grad); });
@@ -231,20 +220,15 @@ class WorkerLoop {
   void on_gradient(std::size_t i, const torch::Tensor& grad) {
     if (!hook_.active) return;
     const auto c = grad.contiguous();
-    std::memcpy(grads_.data() + tensor_offset_[i], c.data_ptr<float>(), sizeof(float) * c.numel());
-    hook_.got[i] = true;
-    for (const auto& [key, floats] : tensor_parts_[i]) {
-      hook_.remaining[key] -= floats;
-      if (hook_.remaining[key] == 0) push_partition(key, true);
-    }
+    std::memcpy(grads_.data() + tracker_->offset(i), c.data_ptr<float>(), sizeof(float) * c.numel());
+    for (const auto key : tracker_->arrived(i)) push_partition(key, true);
   }
 
   // Weight decay, the finiteness check and the encoding of partition `key` of grads_,
   // then its push. A non-finite partition is not pushed and marks the step skipped
   // (the partitions already pushed stay applied); a failed push is kept for exchange().
   void push_partition(std::uint32_t key, bool in_backward) {
-    if (hook_.pushed[key] || hook_.error || hook_.nonfinite) return;
-    hook_.pushed[key] = true;
+    if (hook_.error || hook_.nonfinite || !tracker_->claim(key)) return;
     const auto& p = layout_.partitions[key];
     auto g = std::span<float>(grads_).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length));
     const auto x = std::span<const float>(params_).subspan(static_cast<std::size_t>(p.offset), g.size());
@@ -472,9 +456,7 @@ class WorkerLoop {
     const double value = loss.item<double>();
     const auto t2 = Clock::now();
     await_pull();  // the hooks push through the client
-    hook_.remaining = part_floats_;
-    hook_.pushed.assign(layout_.partitions.size(), false);
-    hook_.got.assign(flat_->sizes().size(), false);
+    tracker_->begin_step();
     hook_.nonfinite = false;
     hook_.error = nullptr;
     if (plain_pushes_.size() != layout_.partitions.size()) plain_pushes_.resize(layout_.partitions.size());
@@ -540,8 +522,8 @@ class WorkerLoop {
         const auto t0 = Clock::now();
         mark(StepPhase::kPushPull, t0);
         for (const auto& p : layout_.partitions) {
-          if (hook_.pushed[p.key]) continue;
-          fill_missing_gradients(p);
+          if (tracker_->claimed(p.key)) continue;
+          tracker_->zero_missing(p, grads_);
           push_partition(p.key, false);
         }
         if (hook_.error) std::rethrow_exception(hook_.error);
@@ -807,18 +789,6 @@ class WorkerLoop {
     }
   }
 
-  // Zero gradient for the floats of partition `p` whose parameters got none from this
-  // step's backward (their hook did not fire).
-  void fill_missing_gradients(const ps::Partition& p) {
-    const auto& sizes = flat_->sizes();
-    for (std::size_t i = 0; i < sizes.size(); ++i) {
-      if (hook_.got[i]) continue;
-      const std::int64_t lo = std::max(tensor_offset_[i], p.offset);
-      const std::int64_t hi = std::min(tensor_offset_[i] + sizes[i], p.offset + p.length);
-      if (hi > lo) std::fill(grads_.begin() + lo, grads_.begin() + hi, 0.0f);
-    }
-  }
-
   wire::events::StepCounters counters() const {
     auto c = counters_;
     c.resyncs = resyncer_ ? resyncer_->resyncs() : 0;
@@ -841,18 +811,14 @@ class WorkerLoop {
   std::unique_ptr<PsResyncer> resyncer_;
   compress::CompressionSpec downlink_spec_;
   bool plain_ = true;
-  // Overlap: per parameter tensor its flat offset and the (partition, floats) it covers;
-  // per partition its length; the step in progress.
-  std::vector<std::vector<std::pair<std::uint32_t, std::int64_t>>> tensor_parts_;
-  std::vector<std::int64_t> tensor_offset_, part_floats_;
+  // Overlap: which partitions backward has completed (train/overlap.h), and the step in
+  // progress.
+  std::unique_ptr<PartitionTracker> tracker_;
   std::vector<ps::PartitionPush> plain_pushes_;
   struct {
     bool active = false;     // backward of a training step is running
     float lr = 0;
     double density = 1;
-    std::vector<std::int64_t> remaining;  // per partition: floats whose gradient is still to come
-    std::vector<bool> pushed;             // per partition: pushed this step (or given up)
-    std::vector<bool> got;                // per parameter tensor: its gradient came this step
     bool nonfinite = false;  // a NaN/Inf loss or partition: the rest of the step is not pushed
     std::exception_ptr error;  // a push that failed in a hook, rethrown by exchange()
   } hook_;
