@@ -224,7 +224,11 @@ AgentOptions load_agent_options(const std::string& path) {
   try {
     return parse_agent_options(ss.str(), std::filesystem::path(path).parent_path().string());
   } catch (const ConfigError& e) {
-    throw ConfigError("", std::string(e.what()) + " (in " + path + ")");
+    // The same message with the file named, and the key kept for callers that ask.
+    std::string msg = e.what();
+    const std::string prefix = e.field() + ": ";
+    if (!e.field().empty() && msg.compare(0, prefix.size(), prefix) == 0) msg.erase(0, prefix.size());
+    throw ConfigError(e.field(), msg + " (in " + path + ")");
   }
 }
 

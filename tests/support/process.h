@@ -127,8 +127,13 @@ inline std::vector<int> processes_mentioning(const std::string& needle) {
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     const int pid = std::stoi(name);
     if (pid == getpid()) continue;
-    std::ifstream in(e.path() / "cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(in)), {});
+    std::string cmd;
+    try {
+      std::ifstream in(e.path() / "cmdline");
+      cmd.assign(std::istreambuf_iterator<char>(in), {});
+    } catch (const std::ios_base::failure&) {
+      continue;  // it exited while being read (ESRCH from the read): it mentions nothing now
+    }
     std::replace(cmd.begin(), cmd.end(), '\0', ' ');
     std::error_code ec;
     const auto cwd = std::filesystem::read_symlink(e.path() / "cwd", ec).string();

@@ -4,7 +4,11 @@
 // environment) beside a missing library and a real one that is not NVML (zlib).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "agent/gpus.h"
 #include "agent/options.h"
@@ -152,6 +156,19 @@ TEST(GpuOptions, GpusIsAutoNoneOrAListOfIndices) {
       EXPECT_EQ(e.field().substr(0, 4), std::string(bad).substr(0, 4)) << bad << ": " << e.what();
     }
   }
+}
+
+TEST(GpuOptions, AFileWithABadGpusNamesTheKeyAndTheFile) {
+  const auto path = std::filesystem::temp_directory_path() / ("dltrain-gpus-" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(path) << "agent_token = \"gpu-test-agent-token-0123456789abcdef\"\ngpus = \"most\"\n";
+  try {
+    dltrain::agent::load_agent_options(path.string());
+    ADD_FAILURE() << "gpus = \"most\" was accepted";
+  } catch (const dltrain::ConfigError& e) {
+    EXPECT_EQ(e.field(), "gpus");
+    EXPECT_EQ(std::string(e.what()), "gpus: expected one of auto | none, got \"most\" (in " + path.string() + ")");
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(GpuRegistration, GpusTravelInTheRegisterBodyAndBadOnesAreRefused) {
