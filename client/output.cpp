@@ -186,6 +186,10 @@ void print_event(std::ostream& out, const json& e) {
     const auto w = events::Waiting::from_json(e);
     out << job << ": waiting: position " << w.position << " in the queue, needs " << w.cores_needed << " cores, "
         << w.cores_free << " free, " << w.cores_total << " in the cluster";
+    if (w.gpus_needed) {
+      out << "; needs " << *w.gpus_needed << " GPUs, " << w.gpus_free.value_or(0) << " free, "
+          << w.gpus_total.value_or(0) << " in the cluster";
+    }
     if (!w.fits_cluster) out << "; more than the whole cluster has, it waits for agents to join";
     if (w.queue_timeout_seconds) out << "; fails after " << fmt(*w.queue_timeout_seconds, 0) << " s (queue_timeout)";
     out << std::endl;
@@ -252,6 +256,10 @@ void print_job_status(std::ostream& out, json r) {
     out << "  waiting: position " << r.value("queue_position", 0) << " in the queue, needs "
         << r.value("cores_needed", 0) << " cores, " << r.value("cores_free", 0) << " free";
     if (r.contains("cores_total")) out << ", " << r.value("cores_total", 0) << " in the cluster";
+    if (r.contains("gpus_needed")) {
+      out << "; needs " << r.value("gpus_needed", 0) << " GPUs, " << r.value("gpus_free", 0) << " free, "
+          << r.value("gpus_total", 0) << " in the cluster";
+    }
     if (!r.value("fits_cluster", true)) out << "; more than the whole cluster has, it waits for agents to join";
     out << std::endl;
   }

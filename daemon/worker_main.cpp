@@ -9,6 +9,7 @@
 #include <csignal>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -64,6 +65,23 @@ int main(int argc, char** argv) {
     if (!in) throw dltrain::IoError("cannot open job specification \"" + args.job_json + "\"");
     cfg.spec = dltrain::job_from_json(nlohmann::json::parse(in));
     for (const auto& e : args.endpoints()) cfg.shards.push_back({e.host, e.port});
+    if (!args.local_group_socket.empty()) {
+      dltrain::train::LocalGroupOptions g;
+      g.socket_path = args.local_group_socket;
+      g.rank = args.local_group_rank;
+      std::stringstream names(args.local_group_members);
+      for (std::string m; std::getline(names, m, ',');) g.members.push_back(m);
+      if (g.rank >= static_cast<int>(g.members.size())) {
+        throw dltrain::ConfigError("--local-group-rank", "rank " + std::to_string(g.rank) + " of a group of " +
+                                                             std::to_string(g.members.size()) + " members");
+      }
+      g.job = cfg.job;
+      g.generation = cfg.generation;
+      // A member waits for the others while member 0 evaluates after an epoch: bounded,
+      // generously, by ten times the PS timeout (docs/gpu.md, "Local groups").
+      g.timeout = 10 * std::chrono::milliseconds(std::llround(cfg.spec.ps_timeout_seconds * 1000.0));
+      cfg.local_group = std::move(g);
+    }
     const double timeout_s = args.ps_timeout_s > 0 ? args.ps_timeout_s : cfg.spec.ps_timeout_seconds;
     cfg.ps_timeout = std::chrono::milliseconds(std::llround(timeout_s * 1000.0));
     if (static_cast<int>(cfg.shards.size()) != cfg.spec.ps_shards) {

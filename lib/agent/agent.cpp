@@ -176,10 +176,12 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     r.hardware_class = opt.hardware_class;
     r.gpus = opt.gpu_devices;
     if (!opt.metrics_endpoint.empty()) r.metrics_endpoint = opt.metrics_endpoint;
-    for (auto& [k, t] : tasks) r.tasks.push_back({{}, t.job, t.name, t.generation, false});
+    for (auto& [k, t] : tasks) {
+      r.tasks.push_back({{}, t.job, t.name, t.generation, false, t.launch.threads, t.launch.gpus});
+    }
     for (auto& [k, g] : exits_pending) {
       const auto slash = k.find('/');
-      r.tasks.push_back({{}, k.substr(0, slash), k.substr(slash + 1), g, true});
+      r.tasks.push_back({{}, k.substr(0, slash), k.substr(slash + 1), g, true, 0, {}});
     }
     link->send(wire::make_request("register", "register", r.to_json()));
   }
@@ -515,6 +517,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     a.leader_connected = link && link->is_open() && registered;
     for (const auto& [k, t] : tasks) {
       a.cores_used += t.launch.threads;
+      a.gpus_used += static_cast<int>(t.launch.gpus.size());
       (t.kind == "worker" ? a.workers_running : a.ps_running) += 1;
     }
     add_agent_metrics(out, a);

@@ -154,6 +154,11 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
     out["cores_free"] = queue->cores_free;
     out["fits_cluster"] = queue->fits_cluster;
     out["cores_total"] = queue->cores_total;
+    if (queue->gpus_needed > 0) {
+      out["gpus_needed"] = queue->gpus_needed;
+      out["gpus_free"] = queue->gpus_free;
+      out["gpus_total"] = queue->gpus_total;
+    }
   }
   return out;
 }

@@ -34,6 +34,7 @@ struct TaskRec : json_fields::Fields<TaskRec> {
   std::string state = "pending";  ///< pending | starting | running | exited
   int port = 0;
   std::string address;
+  std::vector<int> gpus;   ///< worker of a cuda job: the GPU indices it holds on its agent
   std::string last_error;
   std::string exit;        ///< ExitStatus::describe()
   bool ok_exit = false;
@@ -56,7 +57,7 @@ struct TaskRec : json_fields::Fields<TaskRec> {
         v("port", s.port), v("address", s.address), v("exit", s.exit), v("ok_exit", s.ok_exit),
         v("restarts", s.restarts), v("epochs_done", s.epochs_done), v("recovery", s.recovery),
         v("resyncs", s.resyncs), v("last_error", s.last_error), v("replica", s.replica),
-        v("replica_generation", s.replica_generation);
+        v("replica_generation", s.replica_generation), v("gpus", s.gpus);
   }
 };
 
@@ -157,6 +158,9 @@ struct QueueStatus {
   int cores_free = 0;        ///< on the live agents
   bool fits_cluster = false; ///< it fits the live agents when idle
   int cores_total = 0;       ///< of the live agents, busy or not
+  int gpus_needed = 0;       ///< workers × gpus_per_worker (0: a CPU job)
+  int gpus_free = 0;         ///< on the live agents
+  int gpus_total = 0;        ///< of the live agents, busy or not
 };
 
 /// The summary event of `j` (its last event for followers).

@@ -68,9 +68,11 @@ QueueStatus Leader::Impl::queue_status(const JobRec& j) const {
   q.position = static_cast<std::size_t>(std::find(queue.begin(), queue.end(), j.id) - queue.begin()) + 1;
   q.cores_needed = (j.spec.workers + j.spec.ps_shards) * j.spec.threads_per_task;
   q.cores_free = agents.free_cores();
-  const auto sizes = agents.sizes();
-  q.fits_cluster = fits(sizes, j.spec.ps_shards + j.spec.workers, j.spec.threads_per_task);
-  for (const int c : sizes) q.cores_total += c;
+  q.fits_cluster = fits(agents.capacities(), needs(j));
+  for (const int c : agents.sizes()) q.cores_total += c;
+  q.gpus_needed = j.spec.workers * j.spec.gpus_per_worker;
+  q.gpus_free = agents.free_gpus();
+  q.gpus_total = agents.total_gpus();
   return q;
 }
 
@@ -99,6 +101,11 @@ json Leader::Impl::waiting_event(const JobRec& j) const {
   w.cores_free = q.cores_free;
   w.cores_total = q.cores_total;
   w.fits_cluster = q.fits_cluster;
+  if (q.gpus_needed > 0) {
+    w.gpus_needed = q.gpus_needed;
+    w.gpus_free = q.gpus_free;
+    w.gpus_total = q.gpus_total;
+  }
   if (const auto t = queue_timeout(j); t.count() > 0) w.queue_timeout_seconds = static_cast<double>(t.count()) / 1000.0;
   json e = w.to_json();
   e["job"] = j.id;
@@ -137,10 +144,15 @@ void Leader::Impl::expire_queued() {
     const auto timeout = queue_timeout(j);
     const auto q = queue_status(j);
     queue.erase(pos);
+    std::string gpus;
+    if (q.gpus_needed > 0) {
+      gpus = "; and " + std::to_string(q.gpus_needed) + " GPUs, " + std::to_string(q.gpus_free) +
+             " are free and the cluster has " + std::to_string(q.gpus_total);
+    }
     fail_job(j, "waited " + fmt::format("{:g}", static_cast<double>(timeout.count()) / 1000.0) +
                     " s in the queue (queue_timeout): it needs " + std::to_string(q.cores_needed) + " cores, " +
                     std::to_string(q.cores_free) + " are free and the cluster has " + std::to_string(q.cores_total) +
-                    (q.fits_cluster ? "" : " in all"));
+                    (q.fits_cluster ? "" : " in all") + gpus);
   }
 }
 
@@ -169,19 +181,27 @@ void Leader::Impl::schedule_pass() {
   }
   for (auto it = queue.begin(); it != queue.end();) {
     auto& j = jobs.at(*it);
-    const int tasks = j.spec.ps_shards + j.spec.workers;
-    if (!fits(agents.sizes(), tasks, j.spec.threads_per_task)) {
+    const auto need = needs(j);
+    if (!fits(agents.capacities(), need)) {
       ++it;
       continue;
     }
-    auto placement = place(agents.slots(), tasks, j.spec.threads_per_task);
+    auto placement = place(agents.slots(), need);
     if (!placement) return;
     it = queue.erase(it);
     launch(j, *placement);
   }
 }
 
-void Leader::Impl::launch(JobRec& j, const std::vector<std::string>& placement) {
+std::vector<TaskNeed> Leader::Impl::needs(const JobRec& j) const {
+  return job_needs(j.spec.ps_shards, j.spec.workers, j.spec.threads_per_task, j.spec.gpus_per_worker);
+}
+
+TaskHold Leader::Impl::hold_of(const JobRec& j, const TaskRec& t) const {
+  return TaskHold{j.spec.threads_per_task, t.gpus};
+}
+
+void Leader::Impl::launch(JobRec& j, const std::vector<Placed>& placement) {
   j.tasks.clear();
   std::size_t k = 0;
   auto add = [&](const std::string& kind, int index) {
@@ -189,12 +209,14 @@ void Leader::Impl::launch(JobRec& j, const std::vector<std::string>& placement) 
     t.name = kind + "-" + std::to_string(index);
     t.kind = kind;
     t.index = index;
-    t.agent = placement[k++];
+    t.agent = placement[k].agent;
+    t.gpus = placement[k].gpus;
+    ++k;
     j.tasks.push_back(t);
   };
   for (int s = 0; s < j.spec.ps_shards; ++s) add("ps", s);
   for (int r = 0; r < j.spec.workers; ++r) add("worker", r);
-  for (auto& t : j.tasks) agents.at(t.agent).free_cores -= j.spec.threads_per_task;
+  for (auto& t : j.tasks) agents.take(t.agent, hold_of(j, t));
   set_state(j, "starting");
   for (auto& t : j.tasks) {
     if (t.kind == "ps") start_task(j, t, {});
@@ -215,9 +237,23 @@ void Leader::Impl::start_task(JobRec& j, TaskRec& t, wire::StartTaskBody body) {
   body.secret = j.secret;
   body.threads = j.spec.threads_per_task;
   body.spec = j.spec;
+  body.gpus = t.gpus;
+  if (t.kind == "worker" && j.spec.local_group) body.local_group = local_group_of(j, t);
   spdlog::info("job {}: starting {} on agent {} (generation {})", j.id, t.name, t.agent, j.generation);
   send_agent(t.agent, "start_task", body.to_json());
   save(j);
+}
+
+// The workers of `j` on t's agent, by rank: t's local group (train/local_group.h). Its
+// lowest rank is member 0, the one that pushes; with rank 0 in it, the one that evaluates.
+wire::LocalGroupInfo Leader::Impl::local_group_of(const JobRec& j, const TaskRec& t) const {
+  wire::LocalGroupInfo g;
+  for (const auto& o : j.tasks) {
+    if (o.kind != "worker" || o.agent != t.agent || (o.ok_exit && o.name != t.name)) continue;
+    if (o.name == t.name) g.rank = static_cast<int>(g.members.size());
+    g.members.push_back(o.name);
+  }
+  return g;
 }
 
 std::vector<std::string> Leader::Impl::ps_endpoints(const JobRec& j) const {

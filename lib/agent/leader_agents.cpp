@@ -38,8 +38,9 @@ void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& e
     // An orphan's exit (any job, known or not) gives its cores back.
     const std::string okey = orphan_key(job_id, ref.task, ref.generation);
     if (env.type == "task_exit" && agent.orphans.count(okey)) {
-      agent.free_cores += agent.orphans[okey];
+      const TaskHold hold = agent.orphans[okey];
       agent.orphans.erase(okey);
+      agents.release(agent.id, hold);
       spdlog::info("agent {}: orphaned task {} ended", agent.id, okey);
       reply(s, env.id, json::object());
       return try_schedule();
@@ -65,6 +66,17 @@ void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& e
   }
   reply_error(s, env.id, wire::error_code::kBadRequest, "unknown message type \"" + env.type + "\"", "type");
 }
+
+namespace {
+// An agent being registered (not yet in the registry) gives up what `hold` takes.
+void take_hold(AgentRec& a, const TaskHold& hold) {
+  a.free_cores -= hold.cores;
+  for (const int g : hold.gpus) {
+    const auto pos = std::find(a.free_gpus.begin(), a.free_gpus.end(), g);
+    if (pos != a.free_gpus.end()) a.free_gpus.erase(pos);
+  }
+}
+}  // namespace
 
 void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   const auto b = wire::parse_body<wire::RegisterBody>(env);
@@ -93,6 +105,8 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   a.hardware_class = b.hardware_class;
   a.metrics_endpoint = b.metrics_endpoint.value_or("");
   a.gpus = b.gpus;
+  for (const auto& g : a.gpus) a.free_gpus.push_back(g.index);
+  std::sort(a.free_gpus.begin(), a.free_gpus.end());
   a.session = s;
   a.last_seen = Clock::now();
   // Reconcile with the tasks the agent says it still runs (after a reconnect, or after
@@ -108,12 +122,15 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
     TaskRec* t = jit == jobs.end() ? nullptr : jit->second.find_task(tname);
     const bool live =
         t != nullptr && t->agent == name && t->state != "exited" && rt.generation == jit->second.generation;
-    const int threads = jit == jobs.end() ? 1 : jit->second.spec.threads_per_task;
-    a.free_cores -= threads;
+    // What it holds: what the agent says it was started with (an agent too old to say:
+    // its job's cores per task, or 1 for a job the leader no longer knows).
+    TaskHold hold{rt.threads > 0 ? rt.threads : jit == jobs.end() ? 1 : jit->second.spec.threads_per_task, rt.gpus};
+    if (live && hold.gpus.empty()) hold.gpus = t->gpus;
+    take_hold(a, hold);
     if (!live && rt.exited) {
-      a.orphans[orphan_key(jid, tname, rt.generation)] = threads;  // its exit report frees the cores
+      a.orphans[orphan_key(jid, tname, rt.generation)] = hold;  // its exit report frees them
     } else if (!live) {
-      a.orphans[orphan_key(jid, tname, rt.generation)] = threads;
+      a.orphans[orphan_key(jid, tname, rt.generation)] = hold;
       s->send(wire::make_request("l" + std::to_string(next_req++), "stop_task",
                                  wire::TaskRefBody{{}, jid, tname, rt.generation}.to_json()));
       spdlog::warn("agent {} still runs {}/{}, which the leader no longer counts on: stopping it", name, jid, tname);
@@ -124,7 +141,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
     auto& j = jobs.at(jid);
     if (j.terminal()) continue;
     for (auto& t : j.tasks) {
-      if (t.agent == name && t.state == "pending") a.free_cores -= j.spec.threads_per_task;
+      if (t.agent == name && t.state == "pending") take_hold(a, hold_of(j, t));
     }
   }
   // Tasks the leader counts on that the agent no longer has: only when a new session
@@ -350,7 +367,7 @@ void Leader::Impl::on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody&
   t.exit = b.describe;
   t.ok_exit = b.exit_code == 0 && b.signal == 0;
   if (t.last_error.empty()) t.last_error = b.last_error;
-  agents.release_cores(t.agent, j.spec.threads_per_task);
+  agents.release(t.agent, hold_of(j, t));
   spdlog::info("job {}: {} on {} {}", j.id, t.name, t.agent, t.exit);
   save(j);
   if (!j.failing_state.empty()) return maybe_finish(j);

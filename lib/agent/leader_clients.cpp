@@ -104,11 +104,43 @@ void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& 
   reply_error(s, env.id, wire::error_code::kBadRequest, "unknown message type \"" + env.type + "\"", "type");
 }
 
+// A cuda job whose workers could not all have their GPUs even on an idle cluster is
+// refused at once, with the numbers (unlike cores, which agents joining later may bring,
+// a GPU job is sized to the GPUs registered now: docs/gpu.md).
+std::optional<std::string> Leader::Impl::gpu_refusal(const JobSpec& spec) const {
+  if (spec.device != "cuda") return std::nullopt;
+  const auto caps = agents.capacities();
+  int largest = 0;
+  std::string per_agent;
+  for (const auto& a : caps) {
+    largest = std::max(largest, static_cast<int>(a.free_gpus.size()));
+    per_agent += (per_agent.empty() ? "" : ", ") + a.id + ": " + std::to_string(a.free_gpus.size());
+  }
+  const std::string where = caps.empty() ? "no agent is registered"
+                                         : std::to_string(caps.size()) + " agent" + (caps.size() == 1 ? "" : "s") +
+                                               " (" + per_agent + " GPUs)";
+  if (spec.gpus_per_worker > largest) {
+    return "device = \"cuda\" with gpus_per_worker = " + std::to_string(spec.gpus_per_worker) +
+           ": no agent offers that many GPUs (the most on one agent is " + std::to_string(largest) + "; " + where +
+           ")";
+  }
+  const int workers = spec.workers_auto ? 1 : spec.workers;
+  if (!fits(caps, std::vector<TaskNeed>(static_cast<std::size_t>(workers), TaskNeed{0, spec.gpus_per_worker}))) {
+    return "device = \"cuda\": " + std::to_string(workers) + " workers x " + std::to_string(spec.gpus_per_worker) +
+           " GPUs = " + std::to_string(workers * spec.gpus_per_worker) + " GPUs, more than the cluster can give (" +
+           std::to_string(agents.total_gpus()) + " GPUs on " + where + ")";
+  }
+  return std::nullopt;
+}
+
 void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
   const auto b = wire::parse_body<wire::SubmitBody>(env);
   const auto parsed = parse_submitted(s, env, b);
   if (!parsed) return;
   const JobSpec& spec = *parsed;
+  if (const auto why = gpu_refusal(spec)) {
+    return reply_error(s, env.id, wire::error_code::kInfeasible, *why, "gpus_per_worker");
+  }
   JobRec j;
   j.spec = spec;
   const bool automatic = spec.workers_auto || spec.batch_auto;
@@ -228,7 +260,7 @@ json Leader::Impl::agents_json() const {
                       for (const auto& x : a.gpus) g.push_back(x.to_json());
                       return g;
                     }()},
-                   {"gpus_free", a.lost ? 0 : static_cast<int>(a.gpus.size())},  // no task holds a GPU yet
+                   {"gpus_free", a.lost ? 0 : static_cast<int>(a.free_gpus.size())},
                    {"metrics_endpoint", a.metrics_endpoint.empty() ? json(nullptr) : json(a.metrics_endpoint)},
                    {"state", a.lost ? "lost" : a.stopping ? "stopping" : "ready"},
                    {"seconds_since_heartbeat",

@@ -116,7 +116,16 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   void expire_queued();
   void try_schedule();
   void schedule_pass();
-  void launch(JobRec& j, const std::vector<std::string>& placement);
+  /// Why a cuda job cannot run on this cluster even when idle (too few GPUs on any agent,
+  /// or in all), with the numbers; nullopt for a CPU job or one that fits.
+  std::optional<std::string> gpu_refusal(const JobSpec& spec) const;
+  /// What `j`'s tasks need, in JobRec::tasks order (PS shards, then workers).
+  std::vector<TaskNeed> needs(const JobRec& j) const;
+  /// What task `t` of `j` holds on its agent: the job's cores per task and t's GPUs.
+  TaskHold hold_of(const JobRec& j, const TaskRec& t) const;
+  /// Worker `t`'s local group: the workers of `j` on its agent that have not finished.
+  wire::LocalGroupInfo local_group_of(const JobRec& j, const TaskRec& t) const;
+  void launch(JobRec& j, const std::vector<Placed>& placement);
   void start_task(JobRec& j, TaskRec& t, wire::StartTaskBody body);
   std::vector<std::string> ps_endpoints(const JobRec& j) const;
   void start_worker(JobRec& j, TaskRec& t);
@@ -150,7 +159,8 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   void tasks_lost(JobRec& j, const std::string& why);
   void send_stops(JobRec& j);
   void try_resume(JobRec& j);
-  void resume(JobRec& j, const std::vector<std::string>& placement);
+  /// `gpus[i]`: the GPU indices task i is given on placement[i].
+  void resume(JobRec& j, const std::vector<std::string>& placement, const std::vector<std::vector<int>>& gpus);
   void after_adoption(JobRec& j);
   void agent_lost(const std::string& id, const std::string& why);
 

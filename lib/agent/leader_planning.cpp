@@ -28,7 +28,17 @@ planner::PolicyOptions policy_options(const AgentOptions& o) {
 }  // namespace
 
 planner::Plan Leader::Impl::plan_for(const JobSpec& spec, double exploration_seconds) const {
-  const planner::ClusterView cluster{agents.hardware_class(), agents.task_slots(spec.threads_per_task)};
+  const bool gpu = spec.device == "cuda";
+  int slots = agents.task_slots(spec.threads_per_task);
+  if (gpu) {
+    // Workers of a cuda job are bounded by the GPUs too (a slot: one worker, or a PS shard).
+    int gpu_slots = 0;
+    for (const auto& a : agents.capacities()) {
+      gpu_slots += static_cast<int>(a.free_gpus.size()) / std::max(1, spec.gpus_per_worker);
+    }
+    slots = std::min(slots, gpu_slots + spec.ps_shards);
+  }
+  const planner::ClusterView cluster{agents.hardware_class(gpu), slots};
   auto req = planner::plan_request(spec, cluster, policy_options(opt), exploration_seconds);
   std::vector<store::Observation> history;
   if (db) {
@@ -118,7 +128,7 @@ void Leader::Impl::record_epoch(JobRec& j, const events::EpochEnd& ev) {
   std::vector<double> seconds;
   for (const auto& [r, v] : j.epoch_seconds) seconds.push_back(v);
   const double bytes = static_cast<double>(j.bytes_pushed() + j.bytes_pulled());
-  const auto o = planner::epoch_observation(planner::base_observation(j.spec, j.id, agents.hardware_class()),
+  const auto o = planner::epoch_observation(planner::base_observation(j.spec, j.id, agents.hardware_class(j.spec.device == "cuda")),
                                             ev.epoch, seconds, bytes - j.last_bytes, j.spec);
   j.last_bytes = bytes;
   persist("recording an observation", [&] { db->add_observation(o); });
@@ -126,7 +136,7 @@ void Leader::Impl::record_epoch(JobRec& j, const events::EpochEnd& ev) {
 
 void Leader::Impl::record_final(JobRec& j) {
   if (!db) return;
-  auto base = planner::base_observation(j.spec, j.id, agents.hardware_class());
+  auto base = planner::base_observation(j.spec, j.id, agents.hardware_class(j.spec.device == "cuda"));
   std::optional<store::Observation> o;
   if (j.spec.profile) {
     double ips = 0;

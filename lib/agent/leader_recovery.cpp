@@ -130,7 +130,7 @@ void Leader::Impl::send_stops(JobRec& j) {
     } else if (t.state == "pending") {
       t.state = "exited";
       t.exit = "never started";
-      agents.release_cores(t.agent, j.spec.threads_per_task);
+      agents.release(t.agent, hold_of(j, t));
     }
   }
 }
@@ -147,7 +147,7 @@ void Leader::Impl::try_resume(JobRec& j) {
     if (live && now - *j.recovering_since < stop_bound) return;  // its exit is on the way
     t.state = "exited";
     t.exit = live ? "did not report that it stopped" : "lost with its agent";
-    agents.release_cores(t.agent, j.spec.threads_per_task);
+    agents.release(t.agent, hold_of(j, t));
   }
   // Tasks stay on their agent where it is alive; the others go to the live agent with
   // the most free cores. Workers that finished are not run again.
@@ -155,7 +155,7 @@ void Leader::Impl::try_resume(JobRec& j) {
   const auto slots = agents.slots();
   std::vector<Replacing> want;
   for (const auto& t : j.tasks) {
-    Replacing r{t.agent, t.kind == "worker" && t.ok_exit, {}};
+    Replacing r{t.agent, t.kind == "worker" && t.ok_exit, {}, t.kind == "worker" ? j.spec.gpus_per_worker : 0};
     for (const auto& a : slots) {
       if (agents.holds_orphan(a.id, j.id, t.name)) r.excluded.push_back(a.id);
     }
@@ -170,26 +170,33 @@ void Leader::Impl::try_resume(JobRec& j) {
     for (auto& n : unplaced) names += (names.empty() ? "" : ", ") + n;
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - *j.recovering_since);
     if (waited >= opt.reassign_timeout) {
-      return fail_job(j, j.recovery_reason + "; no agent had free cores for " + names + " within " +
+      const std::string room = j.spec.gpus_per_worker > 0
+                                   ? std::to_string(need) + " free cores (and " +
+                                         std::to_string(j.spec.gpus_per_worker) + " free GPUs for a worker)"
+                                   : "free cores";
+      return fail_job(j, j.recovery_reason + "; no agent had " + room + " for " + names + " within " +
                              fmt::format("{:g}", opt.reassign_timeout.count() / 1000.0) +
                              " s (reassign_timeout)");
     }
     if (!j.waiting_logged) {
       j.waiting_logged = true;
-      spdlog::warn("job {}: no agent has {} free cores for {}; waiting up to {} ms for one", j.id, need, names,
-                   opt.reassign_timeout.count());
+      spdlog::warn("job {}: no agent has {} free cores{} for {}; waiting up to {} ms for one", j.id, need,
+                   j.spec.gpus_per_worker > 0 ? " (and " + std::to_string(j.spec.gpus_per_worker) + " GPUs per worker)"
+                                              : std::string(),
+                   names, opt.reassign_timeout.count());
       const json e = events::WaitingForAgent{{}, unplaced, opt.reassign_timeout.count()}.to_json();
       event(j, e);
       notify(j, e);
     }
     return;
   }
-  resume(j, placement);
+  resume(j, placement, where.gpus);
 }
 
 // Starts generation g+1 of a recovering job on `placement` (an agent per task; empty
 // for finished workers).
-void Leader::Impl::resume(JobRec& j, const std::vector<std::string>& placement) {
+void Leader::Impl::resume(JobRec& j, const std::vector<std::string>& placement,
+                          const std::vector<std::vector<int>>& gpus) {
   const std::uint32_t old_gen = j.generation;
   // A shard restores the checkpoint it wrote when it was stopped where it stays; one that
   // moves, or that did not stop cleanly, starts empty and must be rebuilt.
@@ -230,6 +237,7 @@ void Leader::Impl::resume(JobRec& j, const std::vector<std::string>& placement) 
     t.kind = old.kind;
     t.index = old.index;
     t.agent = placement[i];
+    t.gpus = gpus[i];
     t.epochs_done = old.epochs_done;
     if (t.agent == old.agent) {
       // Still there: should this generation be re-assigned before the worker saves a
@@ -240,7 +248,7 @@ void Leader::Impl::resume(JobRec& j, const std::vector<std::string>& placement) 
     // A shard restores the checkpoint it wrote when it was stopped, where it stays.
     if (old.kind == "ps" && old.ok_exit && old.agent == t.agent) t.recovery = "checkpoint";
     if (t.agent != old.agent) moved.push_back(events::Move{{}, t.name, old.agent, t.agent});
-    agents.at(t.agent).free_cores -= j.spec.threads_per_task;
+    agents.take(t.agent, hold_of(j, t));
     next.push_back(std::move(t));
   }
   j.close_generation_bytes();
@@ -319,7 +327,7 @@ void Leader::Impl::agent_lost(const std::string& id, const std::string& why) {
       if (t.agent == id && t.state != "exited") {
         t.state = "exited";
         t.exit = "lost with its agent";
-        a.free_cores += j.spec.threads_per_task;
+        agents.release(id, hold_of(j, t));
         hit = true;
       }
     }

@@ -6,8 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
@@ -140,6 +142,19 @@ pid_t Supervisor::spawn(const ProcessSpec& spec, LineFn on_line, ExitFn on_exit)
   std::vector<char*> argv;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // The child's environment, built before fork (only async-signal-safe calls after it):
+  // the agent's, with spec.env's variables replaced or added.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view var(*e);
+    const auto name = var.substr(0, var.find('='));
+    const bool replaced = std::any_of(spec.env.begin(), spec.env.end(), [&](const auto& kv) { return kv.first == name; });
+    if (!replaced) env_strings.emplace_back(var);
+  }
+  for (const auto& [name, value] : spec.env) env_strings.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw IoError(std::string("pipe2 failed: ") + std::strerror(errno));
   int log_fd = -1;
@@ -172,7 +187,7 @@ pid_t Supervisor::spawn(const ProcessSpec& spec, LineFn on_line, ExitFn on_exit)
     dup2(fds[1], 1);
     if (log_fd >= 0) dup2(log_fd, 2);
     if (!spec.work_dir.empty() && chdir(spec.work_dir.c_str()) != 0) _exit(126);
-    execv(argv[0], argv.data());
+    execve(argv[0], argv.data(), envp.data());
     const char msg[] = "dltrain: exec of the task executable failed\n";
     (void)!write(2, msg, sizeof msg - 1);
     (void)!write(2, argv[0], strlen(argv[0]));

@@ -19,6 +19,9 @@ struct ProcessSpec {
   std::vector<std::string> argv;  ///< argv[0] is the executable's path
   std::string log_path;           ///< the child's stderr is appended here ("" = inherit)
   std::string work_dir;           ///< "" = inherit
+  /// Environment variables set (or replaced) in the child, NAME → value; the rest of the
+  /// agent's environment is inherited.
+  std::vector<std::pair<std::string, std::string>> env;
 };
 
 /// How a child ended: exactly one of exit_code >= 0 or signal > 0.

@@ -106,6 +106,17 @@ wire::WorkerTaskArgs worker_args(const AgentOptions& opt, const wire::StartTaskB
     a.init_replica = from.string();
   }
   a.resume_epoch = b.resume_epoch;
+  if (b.local_group) {
+    // One socket per job and generation on this agent, in the job's directory: every
+    // member names the same file; member 0 listens there (never a TCP port). Relative to
+    // the task's working directory (its task directory), as a Unix socket's path may hold
+    // only 107 bytes and a state_dir can be long.
+    a.local_group_socket = "../local-group-g" + std::to_string(b.generation) + ".sock";
+    a.local_group_rank = b.local_group->rank;
+    for (const auto& m : b.local_group->members) {
+      a.local_group_members += (a.local_group_members.empty() ? "" : ",") + m;
+    }
+  }
   return a;
 }
 
@@ -134,6 +145,12 @@ TaskLaunch prepare_task(const AgentOptions& opt, const wire::StartTaskBody& b) {
   t.kind = b.kind;
   t.generation = b.generation;
   t.threads = b.threads;
+  t.gpus = b.gpus;
+  // Every task sees only the GPUs it was given: none for a PS shard or a CPU worker (so
+  // that a CUDA-enabled LibTorch in it cannot take a GPU another task holds).
+  std::string visible;
+  for (const int g : t.gpus) visible += (visible.empty() ? "" : ",") + std::to_string(g);
+  t.process.env.emplace_back("CUDA_VISIBLE_DEVICES", visible);
   // The job secret reaches the task as a 0600 file in its directory, never on its command
   // line (which every local user can read in /proc).
   const fs::path dir = task_dir(opt, t.job, t.name, t.generation);

@@ -21,6 +21,7 @@ struct TaskLaunch {
   std::string kind;                  ///< "ps" | "worker"
   std::uint32_t generation = 0;
   int threads = 1;
+  std::vector<int> gpus;             ///< GPU indices it was given (its CUDA_VISIBLE_DEVICES)
   std::string secret_path;           ///< the job secret's file (mode 0600), removed when the task ends
   std::optional<wire::PsTaskArgs> ps;          ///< kind "ps"
   std::optional<wire::WorkerTaskArgs> worker;  ///< kind "worker"

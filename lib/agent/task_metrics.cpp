@@ -154,8 +154,8 @@ void add_agent_metrics(control::MetricsBuilder& out, const AgentFigures& a) {
             static_cast<double>(a.memory_mb) * 1024.0 * 1024.0);
   out.gauge("dltrain_agent_gpus", "GPUs the agent offers to tasks (NVML, docs/operations.md \"GPUs\")", l,
             static_cast<double>(a.gpus.size()));
-  // No task holds a GPU yet (every task trains on the CPU), so all offered GPUs are free.
-  out.gauge("dltrain_agent_gpus_free", "GPUs not held by a running task", l, static_cast<double>(a.gpus.size()));
+  out.gauge("dltrain_agent_gpus_free", "GPUs not held by a running task", l,
+            static_cast<double>(a.gpus.size()) - a.gpus_used);
   for (const auto& g : a.gpus) {
     out.gauge("dltrain_agent_gpu_memory_bytes", "Total memory of one offered GPU",
               {{"agent", a.agent}, {"gpu", std::to_string(g.index)}, {"model", g.name}},

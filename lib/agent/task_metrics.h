@@ -56,7 +56,8 @@ struct AgentFigures {
   int cores = 0;                 ///< cores it offers to tasks
   int cores_used = 0;            ///< cores held by its running tasks (their assigned threads)
   std::int64_t memory_mb = 0;    ///< memory it offers, MiB
-  std::vector<wire::GpuInfo> gpus;  ///< GPUs it offers (none are held by tasks yet: GPU jobs are to come)
+  std::vector<wire::GpuInfo> gpus;  ///< GPUs it offers
+  int gpus_used = 0;             ///< GPUs held by its running tasks (their CUDA_VISIBLE_DEVICES)
   int workers_running = 0, ps_running = 0;  ///< running task processes by role
   std::uint64_t task_restarts = 0;  ///< restarts of dead tasks since the agent started
   bool leader_connected = false; ///< registered with the leader now

@@ -143,6 +143,26 @@ void check_sync_fields(const JobSpec& s, bool staleness_given) {
   }
 }
 
+// device, gpus_per_worker and local_group (docs/gpu.md).
+void check_device_fields(JobSpec& s, bool gpus_given) {
+  if (s.device == "cpu") {
+    if (gpus_given) throw ConfigError("gpus_per_worker", "applies only to device = \"cuda\" (this job has device = \"cpu\")");
+    s.gpus_per_worker = 0;
+  } else if (!gpus_given) {
+    s.gpus_per_worker = 1;
+  }
+  if (s.local_group) {
+    if (s.sync != "async") {
+      throw ConfigError("local_group", "needs sync = \"async\" (this job has sync = \"" + s.sync +
+                                           "\"): a group pushes as one worker, so the PS's barrier could not count "
+                                           "its members");
+    }
+    if (s.overlap) {
+      throw ConfigError("local_group", "not with overlap = true: the group sums whole gradients before its push");
+    }
+  }
+}
+
 }  // namespace
 
 double effective_barrier_timeout(const JobSpec& spec) {
@@ -154,6 +174,7 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
   if (root.empty()) throw ConfigError("", "the job file is empty: it needs at least a model and its data");
   JobSpec s;
   bool staleness_given = false;
+  bool gpus_given = false;
   for (auto&& [key, node] : root) {
     const std::string k(key.str());
     if (k == "name") {
@@ -243,6 +264,13 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
       staleness_given = true;
     } else if (k == "overlap") {
       s.overlap = toml_fields::get_bool(node, k);
+    } else if (k == "device") {
+      s.device = get_choice(node, k, {"cpu", "cuda"});
+    } else if (k == "gpus_per_worker") {
+      s.gpus_per_worker = static_cast<int>(get_int(node, k, 1, 64));
+      gpus_given = true;
+    } else if (k == "local_group") {
+      s.local_group = toml_fields::get_bool(node, k);
     } else if (k == "backup_workers") {
       s.backup_workers = static_cast<int>(get_int(node, k, 0, 1023));
     } else if (k == "seed") {
@@ -299,13 +327,15 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
     } else {
       throw ConfigError(k, "unknown key (expected name, model, dataset, data_dir, image_size, channels, mean, std, "
                            "loader_threads, loader_queue, loader_cache_mb, [augment], epochs, "
-                           "workers, ps_shards, batch_size, threads_per_task, sync, staleness, backup_workers, overlap, seed, "
+                           "workers, ps_shards, batch_size, threads_per_task, sync, staleness, backup_workers, overlap, device, "
+                           "gpus_per_worker, local_group, seed, "
                            "train_samples, test_samples, target_accuracy, deadline, queue_timeout, [optimizer], [compression], "
                            "[planner], "
                            "[ps])");
     }
   }
   check_sync_fields(s, staleness_given);
+  check_device_fields(s, gpus_given);
   if (s.optimizer.warmup_epochs >= s.epochs) {
     std::ostringstream os;
     os << "must be less than epochs (" << s.epochs << "), got " << s.optimizer.warmup_epochs;
@@ -425,7 +455,8 @@ void job_fields(S& s, V&& v) {
       v("train_samples", s.train_samples), v("test_samples", s.test_samples), v("partition_size", s.partition_size),
       v("ps_timeout_seconds", s.ps_timeout_seconds, opt), v("staleness", s.staleness, opt),
       v("backup_workers", s.backup_workers, opt), v("barrier_timeout_seconds", s.barrier_timeout_seconds, opt),
-      v("overlap", s.overlap, opt);
+      v("overlap", s.overlap, opt), v("device", s.device, opt), v("gpus_per_worker", s.gpus_per_worker, opt),
+      v("local_group", s.local_group, opt);
   v.nested("optimizer", s.optimizer, [](auto& o, auto&& w) { optimizer_fields(o, w); });
   v.nested("compression", s.compression, [](auto& c, auto&& w) { compression_fields(c, w); }, opt);
   v("workers_auto", s.workers_auto, opt), v("batch_auto", s.batch_auto, opt),
@@ -454,6 +485,13 @@ JobSpec job_from_json(const nlohmann::json& j) {
     JobSpec s;
     job_fields(s, JsonIn{j});
     if (s.image_size == 0 || s.channels == 0) apply_data_defaults(s);
+    if (s.device != "cpu" && s.device != "cuda") {
+      throw ConfigError("device", "expected \"cpu\" or \"cuda\", got \"" + s.device + "\"");
+    }
+    if (s.gpus_per_worker < 0 || s.gpus_per_worker > 64 || (s.device == "cuda") != (s.gpus_per_worker > 0)) {
+      throw ConfigError("gpus_per_worker", "expected 1 to 64 with device = \"cuda\" and 0 with \"cpu\", got " +
+                                               std::to_string(s.gpus_per_worker));
+    }
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError("job", std::string("malformed job JSON: ") + e.what());

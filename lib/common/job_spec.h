@@ -73,6 +73,18 @@ struct JobSpec {
   /// Push each partition from the backward pass as soon as its gradient is complete
   /// (docs/training.md, "Overlap"); not with compression.clip_norm > 0.
   bool overlap = false;
+  /// Where workers train (docs/gpu.md): "cpu" or "cuda" (LibTorch's CUDA device; needs a
+  /// CUDA-enabled LibTorch and agents that offer GPUs). PS shards always run on the CPU.
+  std::string device = "cpu";
+  /// device = "cuda": GPUs given to each worker, [1, 64]; the leader places a worker only
+  /// on an agent with this many free GPUs and starts it with CUDA_VISIBLE_DEVICES naming
+  /// them. 0 after parsing a CPU job.
+  int gpus_per_worker = 0;
+  /// The workers of this job placed on one agent form a local group (train/local_group.h):
+  /// they sum their gradients inside the machine (NCCL with cuda, loopback sockets with
+  /// cpu) and one of them pushes the sum and shares the pulled parameters (BytePS's split).
+  /// Only with sync = "async" and overlap = false.
+  bool local_group = false;
   std::int64_t seed = 1;           ///< seeds model initialisation and data shuffling
   std::int64_t train_samples = 0;  ///< use the first N training images; 0 = all
   std::int64_t test_samples = 0;   ///< evaluate on the first N test images; 0 = all

@@ -1,5 +1,9 @@
 #include "train/models.h"
 
+#include <dlfcn.h>
+
+#include <cstdlib>
+
 #include "common/errors.h"
 
 namespace dltrain::train {
@@ -146,6 +150,37 @@ Model make_model(const std::string& name, std::int64_t channels, std::int64_t cl
   if (name == "resnet20") return wrap(CifarResNet(3, channels, classes));
   if (name == "resnet18") return wrap(ResNet18(channels, classes));
   throw ConfigError("model", "expected cnn, mlp, mlp-large, resnet20 or resnet18, got \"" + name + "\"");
+}
+
+Model to_device(Model model, const torch::Device& device) {
+  if (device.is_cpu()) return model;
+  model.module->to(device);
+  auto forward = std::move(model.forward);
+  model.forward = [forward, device](torch::Tensor x) {
+    return forward(x.to(device, /*non_blocking=*/x.is_pinned())).to(torch::kCPU);
+  };
+  return model;
+}
+
+torch::Device training_device(const std::string& device) {
+  if (device == "cpu") return torch::Device(torch::kCPU);
+  if (device != "cuda") throw ConfigError("device", "expected \"cpu\" or \"cuda\", got \"" + device + "\"");
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string seen = visible == nullptr ? "unset" : "\"" + std::string(visible) + "\"";
+  if (torch::cuda::is_available()) return torch::Device(torch::kCUDA, 0);
+  // LibTorch's CUDA half is its own library: loaded when this worker was linked with a
+  // CUDA-enabled LibTorch, absent from a CPU-only one (Debian's libtorch-dev).
+  void* cuda_lib = dlopen("libtorch_cuda.so", RTLD_LAZY | RTLD_NOLOAD);
+  if (cuda_lib == nullptr) {
+    throw ConfigError("device", "device = \"cuda\", but this worker's LibTorch was built without CUDA (a CPU-only "
+                                "LibTorch such as Debian's libtorch-dev; CUDA_VISIBLE_DEVICES=" + seen +
+                                "): build dltrain against a CUDA-enabled LibTorch (docs/gpu.md), or set device = "
+                                "\"cpu\"");
+  }
+  dlclose(cuda_lib);
+  throw ConfigError("device", "device = \"cuda\", but no CUDA device is visible to this worker "
+                              "(CUDA_VISIBLE_DEVICES=" + seen + "; the agent names the GPUs the leader gave it): is "
+                              "the driver loaded and the GPU healthy (nvidia-smi)?");
 }
 
 std::int64_t parameter_count(const torch::nn::Module& m) {

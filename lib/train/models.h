@@ -93,6 +93,19 @@ struct Model {
 Model make_model(const std::string& name, std::int64_t channels = 1, std::int64_t classes = 10,
                  std::int64_t image_size = 28);
 
+/// `model` moved to `device` (its parameters and buffers), its forward wrapped so that it
+/// still takes and returns CPU tensors: the input [N, C, S, S] is copied to the device
+/// (asynchronously when it is in pinned memory), the output [N, classes] copied back
+/// (a few hundred bytes per batch; autograd runs through both copies). For the CPU device
+/// it returns `model` unchanged.
+Model to_device(Model model, const torch::Device& device);
+
+/// The device a worker of `device` ("cpu" | "cuda") trains on: the CPU, or the first GPU
+/// it sees (the agent gives it only its own through CUDA_VISIBLE_DEVICES). Throws
+/// ConfigError("device", …) saying which is missing: a LibTorch built without CUDA, or no
+/// CUDA device visible (with CUDA_VISIBLE_DEVICES' value). Never falls back to the CPU.
+torch::Device training_device(const std::string& device);
+
 /// Trainable parameters of `m` (sum of numel over parameters()).
 std::int64_t parameter_count(const torch::nn::Module& m);
 

@@ -16,6 +16,7 @@
 #include "ps/checkpoint.h"
 #include "train/data_feed.h"
 #include "train/idx.h"
+#include "train/local_group.h"
 #include "train/models.h"
 #include "train/overlap.h"
 #include "train/step_trace.h"
@@ -46,7 +47,12 @@ class FlatParams {
     torch::NoGradGuard ng;
     std::int64_t off = 0;
     for (auto& p : params_) {
-      std::memcpy(p.data_ptr<float>(), in.data() + off, sizeof(float) * p.numel());
+      if (p.is_cuda()) {
+        // The host floats to the parameter's device (one copy per tensor).
+        p.copy_(torch::from_blob(const_cast<float*>(in.data() + off), p.sizes(), torch::kFloat32));
+      } else {
+        std::memcpy(p.data_ptr<float>(), in.data() + off, sizeof(float) * p.numel());
+      }
       off += p.numel();
     }
   }
@@ -59,7 +65,7 @@ class FlatParams {
       if (grad && !t.defined()) {
         std::fill(out.begin() + off, out.begin() + off + p.numel(), 0.0f);
       } else {
-        auto c = t.contiguous();
+        auto c = t.to(torch::kCPU).contiguous();  // a device tensor is copied to the host
         std::memcpy(out.data() + off, c.data_ptr<float>(), sizeof(float) * p.numel());
       }
       off += p.numel();
@@ -188,12 +194,13 @@ class WorkerLoop {
   // identical initial replicas on every worker (same seed); the PS keeps the first.
   void load() {
     torch::set_num_threads(std::max(1, cfg_.threads));
+    device_ = training_device(spec_.device);  // before the data: a missing GPU fails at once
     gen_ = at::detail::createCPUGenerator(static_cast<std::uint64_t>(spec_.seed) * 1000003ULL +
                                           static_cast<std::uint64_t>(cfg_.rank));
     feed_ = make_data_feed(spec_, cfg_.rank, cfg_.threads, gen_);
     const auto info = feed_->info();
     torch::manual_seed(static_cast<std::uint64_t>(spec_.seed));
-    model_ = make_model(spec_.model, info.channels, feed_->classes(), info.image_size);
+    model_ = to_device(make_model(spec_.model, info.channels, feed_->classes(), info.image_size), device_);
     model_.module->train(true);
     flat_ = std::make_unique<FlatParams>(*model_.module);
     layout_ = ps::make_layout(flat_->sizes(), spec_.partition_size, spec_.ps_shards);
@@ -203,6 +210,28 @@ class WorkerLoop {
     n_ = feed_->shard_examples();
     steps_per_epoch_ = std::max<std::int64_t>(1, (n_ + spec_.batch_size - 1) / spec_.batch_size);
     if (spec_.overlap) install_push_hooks();
+    resume_epoch_ = cfg_.resume_epoch;
+    if (cfg_.local_group) join_local_group();
+  }
+
+  // The workers of this job on this machine (docs/gpu.md, "Local groups"): they agree on
+  // the steps of an epoch (the fewest of any member's shard, so that every member calls
+  // the group's operations as often) and on where a restarted group resumes (the
+  // earliest epoch any member had not finished).
+  void join_local_group() {
+    auto o = *cfg_.local_group;
+    o.stop_requested = cfg_.stop_requested;
+    group_ = LocalGroup::join(o);
+    std::vector<float> agree(2 * static_cast<std::size_t>(group_->size()), 0.0f);
+    agree[2 * static_cast<std::size_t>(group_->rank())] = static_cast<float>(steps_per_epoch_);
+    agree[2 * static_cast<std::size_t>(group_->rank()) + 1] = static_cast<float>(cfg_.resume_epoch);
+    group_->allreduce_sum(agree);
+    for (int r = 0; r < group_->size(); ++r) {
+      steps_per_epoch_ = std::min(steps_per_epoch_, static_cast<std::int64_t>(agree[2 * static_cast<std::size_t>(r)]));
+      resume_epoch_ = std::min(resume_epoch_, static_cast<int>(agree[2 * static_cast<std::size_t>(r) + 1]));
+    }
+    spdlog::info("local group: {} of {} members, {} steps per epoch, resuming at epoch {}", group_->describe(group_->rank()),
+                 group_->size(), steps_per_epoch_, resume_epoch_ + 1);
   }
 
   // Overlap (docs/training.md, "Overlap"): a hook on every parameter copies its gradient
@@ -219,7 +248,7 @@ class WorkerLoop {
 
   void on_gradient(std::size_t i, const torch::Tensor& grad) {
     if (!hook_.active) return;
-    const auto c = grad.contiguous();
+    const auto c = grad.to(torch::kCPU).contiguous();
     std::memcpy(grads_.data() + tracker_->offset(i), c.data_ptr<float>(), sizeof(float) * c.numel());
     for (const auto key : tracker_->arrived(i)) push_partition(key, true);
   }
@@ -310,7 +339,7 @@ class WorkerLoop {
     replica_ = params_;
     // After a restart the worker continues after the last epoch it finished, from the
     // PS's current parameters (pulled above), with the learning-rate schedule where it was.
-    first_epoch_ = std::clamp(cfg_.resume_epoch, 0, spec_.epochs - 1);
+    first_epoch_ = std::clamp(resume_epoch_, 0, spec_.epochs - 1);
     global_step_ = first_epoch_ * steps_per_epoch_;
     epochs_finished_ = first_epoch_;
   }
@@ -366,7 +395,8 @@ class WorkerLoop {
       mark(StepPhase::kData, t_data);
       if (!more) break;
       report_skipped_images();
-      if (xb.size(0) == 0) continue;  // every image of the batch was unreadable
+      if (xb.size(0) == 0 && !group_) continue;  // every image of the batch was unreadable
+      if (device_.is_cuda()) xb = xb.pin_memory();  // copied to the GPU asynchronously by forward
       this->step(epoch, step, xb, yb);
       if (stop_) break;
     }
@@ -390,6 +420,7 @@ class WorkerLoop {
     const auto lr = static_cast<float>(learning_rate(spec_.optimizer, pos, spec_.epochs));
     const double density =
         spec_.compression.method == compress::Method::kNone ? 1.0 : compress::density_at(spec_.compression, pos);
+    if (group_) return group_step(epoch, step, xb, yb, lr, density, compress::density_at(downlink_spec_, pos), pos);
     if (spec_.overlap) {
       hook_.lr = lr;
       hook_.density = density;
@@ -406,6 +437,36 @@ class WorkerLoop {
       for (std::size_t i = 0; i < grads_.size(); ++i) grads_[i] += wd * params_[i];
     }
     exchange(lr, density, compress::density_at(downlink_spec_, pos), pos);
+    finish_step(images, loss, epoch, step, lr, density);
+  }
+
+  // A step in a local group: every member's gradient (zeros for a skipped step or an
+  // empty batch) summed in the group, member 0's push of the sum and its pull, the pulled
+  // parameters from member 0 to every member.
+  void group_step(int epoch, std::int64_t step, const torch::Tensor& xb, const torch::Tensor& yb, float lr,
+                  double density, double downlink, double pos) {
+    const std::int64_t images = xb.size(0);
+    const double loss = images > 0 ? compute_gradient(xb, yb) : std::nan("");
+    const bool ok = images > 0 && finite_step(loss, epoch, step);
+    if (ok) {
+      const auto wd = static_cast<float>(spec_.optimizer.weight_decay);
+      if (wd > 0) {
+        for (std::size_t i = 0; i < grads_.size(); ++i) grads_[i] += wd * params_[i];
+      }
+    } else {
+      std::fill(grads_.begin(), grads_.end(), 0.0f);
+    }
+    const auto t0 = Clock::now();
+    group_->allreduce_sum(grads_);
+    counters_.exchange_seconds += seconds_since(t0);
+    if (group_->pushes()) exchange(lr, density, downlink, pos);
+    const auto t1 = Clock::now();
+    group_->broadcast(params_);
+    counters_.exchange_seconds += seconds_since(t1);
+    if (!ok) {
+      flat_->write_params(params_);
+      return;
+    }
     finish_step(images, loss, epoch, step, lr, density);
   }
 
@@ -844,6 +905,9 @@ class WorkerLoop {
   std::int64_t profile_images_ = 0;
   wire::events::StepCounters counters_;  // cumulative, this process (resyncs from resyncer_)
   bool stop_ = false;
+  torch::Device device_{torch::kCPU};  // where the model trains (spec.device)
+  std::unique_ptr<LocalGroup> group_;  // this worker's local group, if it is in one
+  int resume_epoch_ = 0;               // cfg.resume_epoch, or the group's agreed one
   // The step timeline: steady-clock reads placed on the Unix time line (so that the
   // timelines of several workers line up) through one pair of reads taken together.
   const Clock::time_point steady_origin_ = Clock::now();

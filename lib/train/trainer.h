@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 
 #include "common/job_spec.h"
 #include "ps/client.h"
+#include "train/local_group.h"
 
 namespace dltrain::train {
 
@@ -47,6 +49,9 @@ struct WorkerConfig {
   std::string trace_path;
   std::size_t trace_steps = 1000;  ///< steps the timeline keeps, [1, 4096] (~130 bytes each on disk)
   double trace_interval_s = 5.0;   ///< seconds between two writes of the timeline
+  /// This worker's local group (train/local_group.h; spec.local_group): the workers of
+  /// the job on this machine. Absent = none: the worker pushes and pulls for itself.
+  std::optional<LocalGroupOptions> local_group;
 };
 
 /// run_worker gave up because WorkerConfig::stop_requested became true. The "stopped"

@@ -1,5 +1,7 @@
 #include "wire/control_bodies.h"
 
+#include <algorithm>
+
 #include "common/host_port.h"
 #include "common/job_spec.h"
 #include "common/secret.h"
@@ -131,10 +133,44 @@ void StartTaskBody::check(const std::string& type) const {
   } catch (const ConfigError& e) {
     throw BodyError("secret", type + " for " + job + "/" + task + ": " + e.what());
   }
+  JobSpec s;
   try {
-    job_from_json(spec);
+    s = job_from_json(spec);
   } catch (const ConfigError& e) {
     throw BodyError("spec", type + " field \"spec\": " + e.what());
+  }
+  std::vector<int> seen;
+  for (const int g : gpus) {
+    if (g < 0 || g > 63 || std::find(seen.begin(), seen.end(), g) != seen.end()) {
+      throw BodyError("gpus", type + " field \"gpus\": expected distinct GPU indices in [0, 63], got " +
+                                  std::to_string(g) + (g >= 0 && g <= 63 ? " twice" : ""));
+    }
+    seen.push_back(g);
+  }
+  if (kind == "worker") {
+    if (s.device == "cuda" && static_cast<int>(gpus.size()) != s.gpus_per_worker) {
+      throw BodyError("gpus", type + " field \"gpus\": a worker of a cuda job with gpus_per_worker = " +
+                                  std::to_string(s.gpus_per_worker) + " needs as many GPUs, got " +
+                                  std::to_string(gpus.size()));
+    }
+  }
+  if (local_group) {
+    const auto& g = *local_group;
+    const int size = static_cast<int>(g.members.size());
+    if (size < 1 || size > kMaxLocalGroup) {
+      throw BodyError("local_group", type + " field \"local_group.members\": expected 1 to " +
+                                         std::to_string(kMaxLocalGroup) + " members, got " + std::to_string(size));
+    }
+    if (g.rank < 0 || g.rank >= size) {
+      throw BodyError("local_group", type + " field \"local_group.rank\": expected [0, " + std::to_string(size) +
+                                         "), got " + std::to_string(g.rank));
+    }
+    for (const auto& m : g.members) check_path_name(m, "local_group", type);
+    if (g.members[static_cast<std::size_t>(g.rank)] != task) {
+      throw BodyError("local_group", type + " field \"local_group\": member " + std::to_string(g.rank) + " is " +
+                                         quoted(g.members[static_cast<std::size_t>(g.rank)]) + ", not this task " +
+                                         quoted(task));
+    }
   }
   if (kind == "worker") {
     for (const auto& e : ps) {

@@ -55,9 +55,12 @@ struct ReportedTask : json_fields::Fields<ReportedTask> {
   std::string task;              ///< "ps-0", "worker-1"
   std::uint32_t generation = 0;  ///< the generation it was started for
   bool exited = false;           ///< it ended while the agent had no leader; its task_exit follows
+  int threads = 0;               ///< cores it was started with; 0 = not said (older agents: 1)
+  std::vector<int> gpus;         ///< GPU indices it was started with (CUDA_VISIBLE_DEVICES)
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
-    v("job", s.job), v("task", s.task), v("generation", s.generation), v("exited", s.exited);
+    v("job", s.job), v("task", s.task), v("generation", s.generation), v("exited", s.exited),
+        v("threads", s.threads), v("gpus", s.gpus);
   }
 };
 
@@ -256,6 +259,21 @@ struct HistoryBody : json_fields::Fields<HistoryBody> {
   }
 };
 
+/// Most members of one local group (the workers of a job on one agent).
+inline constexpr int kMaxLocalGroup = 256;
+
+/// A worker's local group (train/local_group.h): the workers of its job that the leader
+/// placed on the same agent, in rank order. Member 0 pushes the group's summed gradient
+/// and shares what it pulls.
+struct LocalGroupInfo : json_fields::Fields<LocalGroupInfo> {
+  int rank = 0;                      ///< this worker's place in the group, [0, size)
+  std::vector<std::string> members;  ///< the members' task names, [1, kMaxLocalGroup] of them
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("rank", s.rank), v("members", s.members);
+  }
+};
+
 /// start_task (leader → agent): start one PS shard or worker of a job.
 struct StartTaskBody : json_fields::Fields<StartTaskBody> {
   std::string job;               ///< "job-3"; a path component (check_path_name)
@@ -274,17 +292,25 @@ struct StartTaskBody : json_fields::Fields<StartTaskBody> {
   /// PS shard: first copy the checkpoint of this generation's task directory.
   std::optional<std::uint32_t> restore_generation;
   std::vector<std::uint32_t> workers_done;  ///< PS shard: ranks that already finished
+  /// GPU indices the task may use, [0, 63], unique; the agent starts it with
+  /// CUDA_VISIBLE_DEVICES set to them ("" for none). A worker of a cuda job needs
+  /// spec.gpus_per_worker of them.
+  std::vector<int> gpus;
+  /// Worker of a local_group job: its group (train/local_group.h). Absent = no group.
+  std::optional<LocalGroupInfo> local_group;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("job", s.job), v("job_num", s.job_num), v("task", s.task), v("kind", s.kind), v("index", s.index),
         v("generation", s.generation), v("secret", s.secret), v("threads", s.threads), v("spec", s.spec),
         v("ps", s.ps), v("resume_epoch", s.resume_epoch), v("init_replica_generation", s.init_replica_generation),
-        v("restore_generation", s.restore_generation), v("workers_done", s.workers_done);
+        v("restore_generation", s.restore_generation), v("workers_done", s.workers_done), v("gpus", s.gpus),
+        v("local_group", s.local_group);
   }
   /// BodyError naming the field: job or task not a path component, job_num 0, kind not
   /// ps or worker, index, threads or resume_epoch out of range, a secret that is not 64
   /// hex characters, a spec job_from_json refuses, a worker's ps entry that is not
-  /// HOST:PORT.
+  /// HOST:PORT, GPU indices out of [0, 63] or repeated, a cuda worker without
+  /// spec.gpus_per_worker of them, a local group whose rank or size is out of range.
   void check(const std::string& type) const;
 };
 

@@ -91,6 +91,10 @@ std::vector<std::string> WorkerTaskArgs::to_argv(const std::string& program) con
   if (resume_epoch > 0) a.insert(a.end(), {"--resume-epoch", std::to_string(resume_epoch)});
   if (ps_timeout_s > 0) a.insert(a.end(), {"--ps-timeout", num(ps_timeout_s)});
   if (progress_interval_s > 0) a.insert(a.end(), {"--progress-interval", num(progress_interval_s)});
+  if (!local_group_socket.empty()) {
+    a.insert(a.end(), {"--local-group-socket", local_group_socket, "--local-group-rank",
+                       std::to_string(local_group_rank), "--local-group-members", local_group_members});
+  }
   return a;
 }
 
@@ -116,6 +120,12 @@ void WorkerTaskArgs::add_to(CLI::App& app) {
   app.add_option("--progress-interval", progress_interval_s, "seconds between progress events (default 5)")
       ->check(CLI::Range(0.1, 86400.0));
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
+  app.add_option("--local-group-socket", local_group_socket,
+                 "Unix socket of this worker's local group (its member 0 listens there)");
+  app.add_option("--local-group-rank", local_group_rank, "this worker's place in its local group")
+      ->check(CLI::Range(0, 255));
+  app.add_option("--local-group-members", local_group_members,
+                 "the local group's task names, comma-separated, in rank order");
 }
 
 std::vector<HostPort> WorkerTaskArgs::endpoints() const {

@@ -512,11 +512,15 @@ struct Waiting : Fields<Waiting> {
   int cores_total = 0;               ///< of the live agents, busy or not
   bool fits_cluster = false;         ///< it fits the live agents when they are idle
   std::optional<double> queue_timeout_seconds;  ///< it fails after waiting this long
+  std::optional<int> gpus_needed;    ///< a cuda job: workers × gpus_per_worker
+  std::optional<int> gpus_free;      ///< a cuda job: free GPUs on the live agents now
+  std::optional<int> gpus_total;     ///< a cuda job: GPUs of the live agents
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("position", s.position), v("cores_needed", s.cores_needed), v("cores_free", s.cores_free),
         v("cores_total", s.cores_total), v("fits_cluster", s.fits_cluster),
-        v("queue_timeout_seconds", s.queue_timeout_seconds);
+        v("queue_timeout_seconds", s.queue_timeout_seconds), v("gpus_needed", s.gpus_needed),
+        v("gpus_free", s.gpus_free), v("gpus_total", s.gpus_total);
   }
 };
 

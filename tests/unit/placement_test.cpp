@@ -2,6 +2,8 @@
 // (agent/placement.h). Expected placements are worked out by hand in the comments.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "agent/placement.h"
 
 using namespace dltrain::agent;
@@ -68,9 +70,97 @@ TEST(Placement, TheRegistryOffersOnlyConnectedLiveAgents) {
   reg.release_cores("a", 1);
   EXPECT_EQ(reg.at("a").free_cores, 4);
   reg.release_cores("nobody", 1);  // ignored
-  reg.at("a").orphans[orphan_key("job-1", "worker-0", 2)] = 1;
+  reg.at("a").orphans[orphan_key("job-1", "worker-0", 2)] = TaskHold{1, {}};
   EXPECT_TRUE(reg.holds_orphan("a", "job-1", "worker-0"));
   EXPECT_FALSE(reg.holds_orphan("a", "job-1", "worker-1"));
   EXPECT_FALSE(reg.holds_orphan("a", "job-10", "worker-0"));
   EXPECT_EQ(orphan_key("job-1", "worker-0", 2), "job-1/worker-0/2");
+}
+
+// ---------------------------------------------------------------- GPUs (docs/gpu.md)
+
+namespace {
+dltrain::wire::GpuInfo gpu(int index, const std::string& model = "NVIDIA H200") { return {{}, index, model, "GPU-" + std::to_string(index), 143771}; }
+}  // namespace
+
+TEST(GpuPlacement, GpuWorkersFillOneAgentFirstAndTakeItsLowestFreeGpus) {
+  // Two PS shards (CPU) and three workers of 1 GPU. "a" has GPUs 0-3 with 1 and 3 free,
+  // "b" GPUs 0-1 free, "c" none. The first worker goes to the agent with the most free
+  // GPUs (a and b tie at 2: the first, a), the second stays with it (this job's workers
+  // together, and a is then full), the third goes to b, the only one left with room.
+  // The shards go to the most free cores: c (8), then c again (6, against b's 2 and a's 0).
+  const std::vector<AgentSlots> agents{{"a", 4, {3, 1}}, {"b", 4, {0, 1}}, {"c", 8, {}}};
+  const auto p = place(agents, job_needs(2, 3, 2, 1));
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ(p->size(), 5u);
+  EXPECT_EQ((*p)[0].agent, "c");
+  EXPECT_EQ((*p)[1].agent, "c");
+  EXPECT_TRUE((*p)[0].gpus.empty());
+  EXPECT_EQ((*p)[2].agent, "a");
+  EXPECT_EQ((*p)[2].gpus, std::vector<int>({1}));
+  EXPECT_EQ((*p)[3].agent, "a");
+  EXPECT_EQ((*p)[3].gpus, std::vector<int>({3}));
+  EXPECT_EQ((*p)[4].agent, "b");
+  EXPECT_EQ((*p)[4].gpus, std::vector<int>({0}));
+}
+
+TEST(GpuPlacement, NeverTwoTasksOnOneGpuAndAWorkerGetsAllItsGpusOnOneAgent) {
+  // Three workers of 2 GPUs on agents of 3 and 3 GPUs: one fits on each (3 = 2 + 1
+  // left over), the third finds no agent with 2 free although 2 GPUs are free in all.
+  const std::vector<AgentSlots> agents{{"a", 16, {0, 1, 2}}, {"b", 16, {0, 1, 2}}};
+  EXPECT_FALSE(place(agents, job_needs(0, 3, 1, 2)).has_value());
+  EXPECT_FALSE(fits(agents, job_needs(0, 3, 1, 2)));
+  const auto two = place(agents, job_needs(0, 2, 1, 2));
+  ASSERT_TRUE(two.has_value());
+  std::set<std::pair<std::string, int>> used;
+  for (const auto& t : *two) {
+    ASSERT_EQ(t.gpus.size(), 2u);
+    for (const int g : t.gpus) EXPECT_TRUE(used.insert({t.agent, g}).second) << t.agent << " GPU " << g << " twice";
+  }
+  EXPECT_EQ((*two)[0].gpus, std::vector<int>({0, 1}));
+}
+
+TEST(GpuPlacement, AGpuTaskAlsoNeedsItsCores) {
+  // "a" has a free GPU but no free core; "b" has both.
+  const auto p = place({{"a", 0, {0}}, {"b", 1, {5}}}, job_needs(0, 1, 1, 1));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ((*p)[0].agent, "b");
+  EXPECT_EQ((*p)[0].gpus, std::vector<int>({5}));
+  EXPECT_FALSE(place({{"a", 0, {0}}}, job_needs(0, 1, 1, 1)).has_value());
+}
+
+TEST(GpuPlacement, APlacementAgainKeepsATaskOnItsAgentOnlyWithItsGpusFree) {
+  // worker-0 ran on "a", which has no free GPU now, so it cannot stay; worker-1 stays
+  // on "b" and takes b's only free GPU, so worker-0 finds no place.
+  const std::vector<AgentSlots> agents{{"a", 4, {}}, {"b", 4, {2}}};
+  const auto r = place_again(agents, {{"a", false, {}, 1}, {"b", false, {}, 1}}, 1);
+  EXPECT_EQ(r.placement[1], "b");
+  EXPECT_EQ(r.gpus[1], std::vector<int>({2}));
+  ASSERT_EQ(r.unplaced, std::vector<std::size_t>({0}));
+  // With a second free GPU on b, worker-0 goes there too, with the other index.
+  const auto r2 = place_again({{"a", 4, {}}, {"b", 4, {2, 7}}}, {{"a", false, {}, 1}, {"b", false, {}, 1}}, 1);
+  EXPECT_TRUE(r2.unplaced.empty());
+  EXPECT_EQ(r2.placement[0], "b");
+  EXPECT_EQ(r2.gpus[1], std::vector<int>({2}));
+  EXPECT_EQ(r2.gpus[0], std::vector<int>({7}));
+}
+
+TEST(GpuPlacement, TheRegistryTakesAndGivesBackGpusAndNamesTheGpuModelInTheHardwareClass) {
+  AgentRegistry reg;
+  auto& a = reg["a"];
+  a.id = "a";
+  a.cores = 8;
+  a.free_cores = 8;
+  a.hardware_class = "cpu";
+  a.gpus = {gpu(0), gpu(1), gpu(2)};
+  a.free_gpus = {0, 1, 2};
+  reg.take("a", TaskHold{2, {1}});
+  EXPECT_EQ(reg.at("a").free_cores, 6);
+  EXPECT_EQ(reg.at("a").free_gpus, std::vector<int>({0, 2}));
+  reg.release("a", TaskHold{2, {1}});
+  reg.release("a", TaskHold{0, {1, 9}});  // already free, and not offered: both ignored
+  EXPECT_EQ(reg.at("a").free_cores, 8);
+  EXPECT_EQ(reg.at("a").free_gpus, std::vector<int>({0, 1, 2}));
+  EXPECT_EQ(reg.hardware_class(), "cpu");
+  EXPECT_EQ(reg.hardware_class(true), "cpu/NVIDIA H200");
 }
