@@ -234,6 +234,10 @@ void print_job_status(std::ostream& out, json r) {
     if (t.value("restarts", 0) > 0) out << "  restarts " << t.value("restarts", 0);
     if (t.value("resyncs", 0) > 0) out << "  resynced " << t.value("resyncs", 0) << "x with restarted PS shards";
     if (t.value("straggler", false)) out << "  straggler";
+    if (t.contains("gpus") && t["gpus"].is_array()) {
+      out << "  GPU";
+      for (const auto& g : t["gpus"]) out << " " << g.dump();
+    }
     if (t.contains("recovery")) out << "  " << t.value("recovery", "");
     out << std::endl;
   }

@@ -29,6 +29,12 @@
 
 namespace dltrain::agent {
 
+namespace {
+/// The exit code of a task that found its configuration wrong (daemon/worker_main.cpp,
+/// daemon/ps_main.cpp): it is not restarted.
+constexpr int kConfigErrorExit = 2;
+}  // namespace
+
 namespace asio = boost::asio;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -325,6 +331,12 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   bool maybe_restart(const std::string& key, Task& t, const ExitStatus& st) {
     if (shutting_down || t.stop_requested || (t.kind != "worker" && t.kind != "ps") ||
         (st.exit_code == 0 && st.signal == 0) || t.restarts >= opt.task_max_restarts) {
+      return false;
+    }
+    if (st.exit_code == kConfigErrorExit && st.signal == 0) {
+      // A configuration error (a worker whose LibTorch has no CUDA, a data set that does
+      // not parse) fails the same way every time: its message goes to the leader at once.
+      spdlog::warn("{} {}: a configuration error, not restarted", key, st.describe());
       return false;
     }
     ++t.restarts;

@@ -121,6 +121,7 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
     if (!t.recovery.empty()) tj["recovery"] = t.recovery;
     if (t.resyncs > 0) tj["resyncs"] = t.resyncs;
     if (t.straggler) tj["straggler"] = true;
+    if (!t.gpus.empty()) tj["gpus"] = t.gpus;
     tasks.push_back(tj);
   }
   json out = summary(j).to_json();

@@ -4,6 +4,7 @@
 // from the agent's environment); on a GPU machine scripts/gpu-check runs the same
 // discovery against the driver's libnvidia-ml.so.1.
 #include <dlfcn.h>
+#include <signal.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -128,4 +129,79 @@ TEST(GpuAgentCli, ListGpusPrintsWhatNvmlFoundAndWhatTheConfigurationOffers) {
     EXPECT_NE(none.out.find("no GPUs (NVML could not be loaded: libnvidia-ml.so.1"), std::string::npos) << none.out;
   }
   std::filesystem::remove_all(dir);
+}
+
+// GPU jobs (docs/gpu.md): a cuda job that can never fit is refused at submit with the
+// numbers; one that fits waits for free GPUs with them in its status; a worker is placed
+// on a free GPU, started with CUDA_VISIBLE_DEVICES naming it, and — with this build's
+// CPU-only LibTorch — fails at start saying so, not restarted, its GPU given back.
+TEST_F(GpuAgents, GpuJobsAreRefusedQueuedAndPlacedByTheirFreeGpus) {
+  start_leader();
+  ASSERT_FALSE(HasFatalFailure());
+  start_agent("agent-g2", nvml(""), "NVML_DOUBLE_DEVICES='NVIDIA H200:143771;NVIDIA H200:143771'", 3);
+  start_agent("agent-cpu", nvml("gpus = \"none\"\n"), "", 2);
+  wait_agents(2);
+  ASSERT_FALSE(HasFatalFailure());
+  const std::string base = "model = \"mlp\"\nepochs = 1\nbatch_size = 64\ntrain_samples = 512\ntest_samples = 256\n"
+                           "device = \"cuda\"\nps_shards = 1\n";
+
+  // Never fits: refused at once, naming the numbers.
+  auto big = run(client_ + " submit " + write_job_file(root_, "big", base + "workers = 1\ngpus_per_worker = 3\n").string() + " 2>&1", 30);
+  EXPECT_NE(big.code, 0);
+  EXPECT_NE(big.out.find("gpus_per_worker = 3: no agent offers that many GPUs (the most on one agent is 2; 2 agents "
+                         "(agent-cpu: 0, agent-g2: 2 GPUs))"),
+            std::string::npos)
+      << big.out;
+  auto many = run(client_ + " submit " + write_job_file(root_, "many", base + "workers = 3\n").string() + " 2>&1", 30);
+  EXPECT_NE(many.code, 0);
+  EXPECT_NE(many.out.find("3 workers x 1 GPUs = 3 GPUs, more than the cluster can give (2 GPUs on 2 agents"),
+            std::string::npos)
+      << many.out;
+
+  // Job a takes both GPUs. Its PS shard goes to agent-cpu (the most free cores once the
+  // workers are placed), which is stopped (SIGSTOP) for a few seconds: a stays
+  // "starting", its workers placed and pending, holding their GPUs.
+  auto* cpu_agent = daemon("agent-cpu");
+  ASSERT_NE(cpu_agent, nullptr);
+  ASSERT_EQ(::kill(cpu_agent->pid(), SIGSTOP), 0);
+  const std::string a = submit("a", base + "workers = 2\n");
+  ASSERT_FALSE(a.empty());
+  auto sa = status(a);
+  for (int w = 0; w < 2; ++w) {
+    const auto t = task(sa, "worker-" + std::to_string(w));
+    EXPECT_EQ(t.value("agent", ""), "agent-g2") << sa.dump();
+    EXPECT_EQ(t["gpus"], json::array({w})) << sa.dump();
+  }
+  EXPECT_EQ(task(sa, "ps-0").value("agent", ""), "agent-cpu") << sa.dump();
+  EXPECT_EQ(agent("agent-g2")["gpus_free"], 0);
+
+  // Job b needs one GPU: none is free, so it waits, and says what for.
+  const std::string b = submit("b", base + "workers = 1\n");
+  ASSERT_FALSE(b.empty());
+  const auto sb = status(b);
+  EXPECT_EQ(sb.value("state", ""), "queued") << sb.dump();
+  EXPECT_EQ(sb.value("gpus_needed", -1), 1) << sb.dump();
+  EXPECT_EQ(sb.value("gpus_free", -1), 0) << sb.dump();
+  EXPECT_EQ(sb.value("gpus_total", -1), 2) << sb.dump();
+  const auto text = run(client_ + " status " + b, 30);
+  EXPECT_NE(text.out.find("needs 1 GPUs, 0 free, 2 in the cluster"), std::string::npos) << text.out;
+
+  // a is cancelled: its GPUs come back, b gets GPU 0 and its worker fails at start.
+  EXPECT_EQ(run(client_ + " cancel " + a, 30).code, 0);
+  ASSERT_EQ(::kill(cpu_agent->pid(), SIGCONT), 0);
+  EXPECT_EQ(wait_state(a, {"cancelled"}, 60).value("state", ""), "cancelled");
+  const auto fb = wait_state(b, {"failed", "succeeded"}, 120);
+  ASSERT_EQ(fb.value("state", ""), "failed") << fb.dump();
+  const auto w = task(fb, "worker-0");
+  EXPECT_EQ(w["gpus"], json::array({0})) << fb.dump();
+  const std::string error = w.value("error", "");
+  if (error.find("built without CUDA") != std::string::npos) {
+    EXPECT_NE(error.find("CUDA_VISIBLE_DEVICES=\"0\""), std::string::npos) << error;
+  } else {
+    // A CUDA-enabled LibTorch: the stand-in's GPU 0 is not a CUDA device here.
+    EXPECT_NE(error.find("no CUDA device is visible to this worker"), std::string::npos) << error;
+  }
+  EXPECT_EQ(w.value("restarts", 0), 0) << "a configuration error is not restarted: " << fb.dump();
+  EXPECT_TRUE(wait_until([&] { return agent("agent-g2").value("gpus_free", -1) == 2; }, std::chrono::seconds(30),
+                         std::chrono::milliseconds(200)));
 }

@@ -320,13 +320,15 @@ class LeaderAndAgents {
               kClientToken + (tls_ ? " --ca-file " + (root_ / "ca.pem").string() : "");
   }
 
-  /// Starts agent `name` (1 core); `extra` are more configuration lines, `env` is
+  /// Starts agent `name` (`cores` cores); `extra` are more configuration lines, `env` is
   /// "VAR=value ..." set in its environment.
-  void start_agent(const std::string& name, const std::string& extra = "", const std::string& env = "") {
+  void start_agent(const std::string& name, const std::string& extra = "", const std::string& env = "",
+                   int cores = 1) {
     const std::filesystem::path cfg = root_ / (name + ".toml");
     write_private(cfg, common(name) + tls_agent_keys() + "leader_url = \"" + scheme() + "://127.0.0.1:" +
                            std::to_string(port_) +
-                           "\"\nadvertise_address = \"127.0.0.1\"\ntask_bind_address = \"127.0.0.1\"\ncores = 1\n" +
+                           "\"\nadvertise_address = \"127.0.0.1\"\ntask_bind_address = \"127.0.0.1\"\ncores = " +
+                           std::to_string(cores) + "\n" +
                            "task_bin_dir = \"" + kBinDir + "\"\n" + extra);
     daemons_[name] = std::make_unique<Background>(
         (env.empty() ? "" : "env " + env + " ") + kBinDir + "/dltrain-agent -c " + cfg.string(),
