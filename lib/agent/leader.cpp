@@ -194,7 +194,8 @@ void Leader::Impl::schedule_pass() {
 }
 
 std::vector<TaskNeed> Leader::Impl::needs(const JobRec& j) const {
-  return job_needs(j.spec.ps_shards, j.spec.workers, j.spec.threads_per_task, j.spec.gpus_per_worker);
+  return job_needs(j.spec.ps_shards, j.spec.workers, j.spec.threads_per_task, j.spec.gpus_per_worker,
+                   j.spec.local_group);
 }
 
 TaskHold Leader::Impl::hold_of(const JobRec& j, const TaskRec& t) const {

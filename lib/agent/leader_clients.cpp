@@ -125,7 +125,7 @@ std::optional<std::string> Leader::Impl::gpu_refusal(const JobSpec& spec) const 
            ")";
   }
   const int workers = spec.workers_auto ? 1 : spec.workers;
-  if (!fits(caps, std::vector<TaskNeed>(static_cast<std::size_t>(workers), TaskNeed{0, spec.gpus_per_worker}))) {
+  if (!fits(caps, std::vector<TaskNeed>(static_cast<std::size_t>(workers), TaskNeed{0, spec.gpus_per_worker, true}))) {
     return "device = \"cuda\": " + std::to_string(workers) + " workers x " + std::to_string(spec.gpus_per_worker) +
            " GPUs = " + std::to_string(workers * spec.gpus_per_worker) + " GPUs, more than the cluster can give (" +
            std::to_string(agents.total_gpus()) + " GPUs on " + where + ")";

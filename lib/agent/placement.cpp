@@ -27,7 +27,7 @@ AgentSlots* best_for(std::vector<AgentSlots>& agents, const TaskNeed& need, cons
     }
     if (best == nullptr) {
       best = &a;
-    } else if (need.gpus > 0) {
+    } else if (need.gpus > 0 || need.pack) {
       const auto key = [&](const AgentSlots& x) {
         return std::tuple(held_by(x), x.free_gpus.size(), x.free_cores);
       };
@@ -57,7 +57,7 @@ std::optional<std::vector<Placed>> place(std::vector<AgentSlots> agents, const s
   std::map<std::string, int> held;
   for (const bool gpu_pass : {true, false}) {
     for (std::size_t i = 0; i < tasks.size(); ++i) {
-      if ((tasks[i].gpus > 0) != gpu_pass) continue;
+      if ((tasks[i].gpus > 0 || tasks[i].pack) != gpu_pass) continue;
       AgentSlots* a = best_for(agents, tasks[i], {}, held);
       if (a == nullptr) return std::nullopt;
       out[i].agent = a->id;
@@ -70,7 +70,7 @@ std::optional<std::vector<Placed>> place(std::vector<AgentSlots> agents, const s
 
 std::optional<std::vector<std::string>> place(std::vector<AgentSlots> agents, int tasks, int threads_per_task) {
   const auto placed = place(std::move(agents), std::vector<TaskNeed>(static_cast<std::size_t>(std::max(0, tasks)),
-                                                                      TaskNeed{threads_per_task, 0}));
+                                                                      TaskNeed{threads_per_task, 0, false}));
   if (!placed) return std::nullopt;
   std::vector<std::string> out;
   for (const auto& p : *placed) out.push_back(p.agent);
@@ -87,9 +87,11 @@ bool fits(const std::vector<int>& agent_cores, int tasks, int threads_per_task) 
   return slots >= tasks;
 }
 
-std::vector<TaskNeed> job_needs(int ps_shards, int workers, int threads_per_task, int gpus_per_worker) {
-  std::vector<TaskNeed> out(static_cast<std::size_t>(std::max(0, ps_shards)), TaskNeed{threads_per_task, 0});
-  out.insert(out.end(), static_cast<std::size_t>(std::max(0, workers)), TaskNeed{threads_per_task, gpus_per_worker});
+std::vector<TaskNeed> job_needs(int ps_shards, int workers, int threads_per_task, int gpus_per_worker,
+                                bool pack_workers) {
+  std::vector<TaskNeed> out(static_cast<std::size_t>(std::max(0, ps_shards)), TaskNeed{threads_per_task, 0, false});
+  out.insert(out.end(), static_cast<std::size_t>(std::max(0, workers)),
+             TaskNeed{threads_per_task, gpus_per_worker, pack_workers || gpus_per_worker > 0});
   return out;
 }
 
@@ -101,7 +103,7 @@ Replacement place_again(std::vector<AgentSlots> agents, const std::vector<Replac
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     const auto& t = tasks[i];
     if (t.skip || t.current.empty()) continue;
-    const TaskNeed need{threads_per_task, t.gpus};
+    const TaskNeed need{threads_per_task, t.gpus, t.gpus > 0};
     auto a = std::find_if(agents.begin(), agents.end(), [&](const AgentSlots& s) { return s.id == t.current; });
     if (a != agents.end() && a->free_cores >= need.cores && static_cast<int>(a->free_gpus.size()) >= need.gpus &&
         !is_excluded(t.excluded, t.current)) {
@@ -111,7 +113,7 @@ Replacement place_again(std::vector<AgentSlots> agents, const std::vector<Replac
   }
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     if (tasks[i].skip || !r.placement[i].empty()) continue;
-    const TaskNeed need{threads_per_task, tasks[i].gpus};
+    const TaskNeed need{threads_per_task, tasks[i].gpus, tasks[i].gpus > 0};
     AgentSlots* a = best_for(agents, need, tasks[i].excluded);
     if (a == nullptr) {
       r.unplaced.push_back(i);

@@ -62,6 +62,9 @@ struct AgentSlots {
 struct TaskNeed {
   int cores = 1;
   int gpus = 0;
+  /// Placed with the job's other packed tasks where it can (GPU workers, and the workers
+  /// of a local_group job): fewer machines, larger local groups. Implied by gpus > 0.
+  bool pack = false;
 };
 
 /// Where one task goes: its agent and the GPU indices it is given ({} for a CPU task).
@@ -71,11 +74,12 @@ struct Placed {
 };
 
 /// Greedy placement of tasks with needs `tasks` (a job's PS shards and workers), in two
-/// passes: first the tasks that need GPUs, each on the agent with room (cores and GPUs)
-/// that already holds the most of this job's GPU tasks, then the most free GPUs, then the
-/// most free cores (so a job's GPU workers fill one machine before the next: a large
-/// local group); each is given the agent's lowest free GPU indices. Then the CPU tasks,
-/// each on the agent with the most free cores (spreading them over machines). Ties: the
+/// passes: first the packed tasks (those that need GPUs, or pack), each on the agent with
+/// room (cores and GPUs) that already holds the most of this job's packed tasks, then the
+/// most free GPUs, then the most free cores (so a job's GPU workers fill one machine
+/// before the next: a large local group); each is given the agent's lowest free GPU
+/// indices. Then the other tasks, each on the agent with the most free cores (spreading
+/// them over machines). Ties: the
 /// first in `agents`. Returns one Placed per task, in `tasks` order, or nullopt when some
 /// task finds no agent with room. O(tasks × agents).
 std::optional<std::vector<Placed>> place(std::vector<AgentSlots> agents, const std::vector<TaskNeed>& tasks);
@@ -85,8 +89,10 @@ std::optional<std::vector<Placed>> place(std::vector<AgentSlots> agents, const s
 bool fits(const std::vector<AgentSlots>& agents, const std::vector<TaskNeed>& tasks);
 
 /// A job's needs: `ps_shards` CPU tasks of `threads_per_task` cores, then `workers` of
-/// `threads_per_task` cores and `gpus_per_worker` GPUs each (the order of JobRec::tasks).
-std::vector<TaskNeed> job_needs(int ps_shards, int workers, int threads_per_task, int gpus_per_worker);
+/// `threads_per_task` cores and `gpus_per_worker` GPUs each (the order of JobRec::tasks),
+/// packed with `pack_workers` (a local_group job).
+std::vector<TaskNeed> job_needs(int ps_shards, int workers, int threads_per_task, int gpus_per_worker,
+                                bool pack_workers = false);
 
 /// Greedy placement of `tasks` tasks of `threads_per_task` cores each (≥ 1): each in turn
 /// on the agent with the most free cores (ties: the first in `agents`), spreading a job

@@ -164,3 +164,20 @@ TEST(GpuPlacement, TheRegistryTakesAndGivesBackGpusAndNamesTheGpuModelInTheHardw
   EXPECT_EQ(reg.hardware_class(), "cpu");
   EXPECT_EQ(reg.hardware_class(true), "cpu/NVIDIA H200");
 }
+
+TEST(GpuPlacement, TheWorkersOfALocalGroupJobArePackedOnOneAgent) {
+  // Three CPU workers with pack (local_group = true) on two idle agents of 4 cores: all
+  // three on "a" (the first of the tie, then the one holding the job's workers); the PS
+  // shard then goes to the most free cores, "b". Without pack they spread: a, b, a.
+  const std::vector<AgentSlots> agents{{"a", 4, {}}, {"b", 4, {}}};
+  const auto packed = place(agents, job_needs(1, 3, 1, 0, true));
+  ASSERT_TRUE(packed.has_value());
+  EXPECT_EQ((*packed)[0].agent, "b");
+  for (int w = 1; w <= 3; ++w) EXPECT_EQ((*packed)[static_cast<std::size_t>(w)].agent, "a") << w;
+  const auto spread = place(agents, job_needs(1, 3, 1, 0, false));
+  ASSERT_TRUE(spread.has_value());
+  EXPECT_EQ((*spread)[0].agent, "a");
+  EXPECT_EQ((*spread)[1].agent, "b");
+  EXPECT_EQ((*spread)[2].agent, "a");
+  EXPECT_EQ((*spread)[3].agent, "b");
+}
