@@ -1,0 +1,99 @@
+#include "gpu/nccl_group.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <thread>
+
+#include "gpu/device.h"
+
+namespace dltrain::gpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw CudaError(std::string(what) + " failed: " + cudaGetErrorString(e));
+}
+
+}  // namespace
+
+struct NcclGroup::Impl {
+  train::LocalGroup& group;
+  std::chrono::milliseconds timeout;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  bool aborted = false;
+
+  Impl(train::LocalGroup& g, std::chrono::milliseconds t) : group(g), timeout(t) {}
+
+  [[noreturn]] void fail(const std::string& why) {
+    if (comm != nullptr && !aborted) {
+      (void)ncclCommAbort(comm);
+      aborted = true;
+    }
+    throw train::LocalGroupError("NCCL local group of " + group.describe(group.rank()) + ": " + why);
+  }
+
+  // Waits until the communicator's pending work (or its initialisation) is done: polls
+  // NCCL's asynchronous error, the stream, the group's sockets and the clock.
+  void wait(const char* op, bool on_stream) {
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm, &async) != ncclSuccess) fail(std::string(op) + ": ncclCommGetAsyncError failed");
+      if (async != ncclSuccess && async != ncclInProgress) fail(std::string(op) + ": " + ncclGetErrorString(async));
+      bool done = async == ncclSuccess;
+      if (done && on_stream) {
+        const cudaError_t q = cudaStreamQuery(stream);
+        if (q != cudaSuccess && q != cudaErrorNotReady) fail(std::string(op) + ": " + cudaGetErrorString(q));
+        done = q == cudaSuccess;
+      }
+      if (done) return;
+      if (const auto why = group.peer_failure(); !why.empty()) fail(std::string(op) + ": " + why);
+      if (Clock::now() >= deadline) {
+        fail(std::string(op) + " did not complete within " + std::to_string(timeout.count() / 1000) +
+             " s (a member stalled)");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  void call(ncclResult_t r, const char* op) {
+    if (r != ncclSuccess && r != ncclInProgress) fail(std::string(op) + ": " + ncclGetErrorString(r));
+  }
+};
+
+NcclGroup::NcclGroup(train::LocalGroup& group, int device, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>(group, timeout)) {
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  check_cuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  ncclUniqueId id{};
+  if (group.rank() == 0) impl_->call(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  group.broadcast_bytes(std::as_writable_bytes(std::span(&id, 1)));  // over the group's socket
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // so that a member's end is seen while the others wait
+  impl_->call(ncclCommInitRankConfig(&impl_->comm, group.size(), id, group.rank(), &config), "ncclCommInitRankConfig");
+  impl_->wait("ncclCommInitRankConfig", false);
+}
+
+NcclGroup::~NcclGroup() {
+  if (impl_->comm != nullptr && !impl_->aborted) {
+    (void)ncclCommFinalize(impl_->comm);
+    (void)ncclCommDestroy(impl_->comm);
+  }
+  if (impl_->stream != nullptr) (void)cudaStreamDestroy(impl_->stream);
+}
+
+void NcclGroup::allreduce_sum(float* data, std::size_t n) {
+  impl_->call(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, impl_->comm, impl_->stream), "ncclAllReduce");
+  impl_->wait("ncclAllReduce", true);
+}
+
+void NcclGroup::broadcast(float* data, std::size_t n) {
+  impl_->call(ncclBroadcast(data, data, n, ncclFloat32, 0, impl_->comm, impl_->stream), "ncclBroadcast");
+  impl_->wait("ncclBroadcast", true);
+}
+
+}  // namespace dltrain::gpu

@@ -1,0 +1,42 @@
+// The NCCL backend of a local group (train/local_group.h; -DDLTRAIN_WITH_CUDA=ON): the
+// group's members, one GPU each, sum device buffers with ncclAllReduce and receive member
+// 0's with ncclBroadcast. The communicator is formed through the LocalGroup — member 0's
+// ncclGetUniqueId travels over the group's Unix socket, never a fixed port — and every
+// operation waits in slices that also watch the group's sockets: a member that ends or
+// stalls aborts the communicator (ncclCommAbort) and the operation throws instead of
+// hanging in NCCL.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+
+#include "train/local_group.h"
+
+namespace dltrain::gpu {
+
+/// Thread-safety: one thread per instance; the LocalGroup must outlive it and must not
+/// be used for its own operations while an NCCL operation runs.
+class NcclGroup {
+ public:
+  /// Forms the communicator of `group`'s members on CUDA device `device` (of this
+  /// process's visible ones). Throws train::LocalGroupError (a member ended, or forming
+  /// took longer than `timeout`), CudaError, Error (an NCCL error, with its text).
+  NcclGroup(train::LocalGroup& group, int device, std::chrono::milliseconds timeout);
+  ~NcclGroup();
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+
+  /// In place, on every member: the sum of the members' `n` floats at device pointer
+  /// `data`. Returns when the result is in `data`. Throws as the constructor.
+  void allreduce_sum(float* data, std::size_t n);
+  /// Member 0's `n` floats at `data` to every member. Throws as the constructor.
+  void broadcast(float* data, std::size_t n);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dltrain::gpu
