@@ -87,11 +87,15 @@ NcclGroup::~NcclGroup() {
 }
 
 void NcclGroup::allreduce_sum(float* data, std::size_t n) {
+  // What the default stream (LibTorch's) still does to `data` first: NCCL's stream does
+  // not wait for it.
+  check_cuda(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
   impl_->call(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, impl_->comm, impl_->stream), "ncclAllReduce");
   impl_->wait("ncclAllReduce", true);
 }
 
 void NcclGroup::broadcast(float* data, std::size_t n) {
+  check_cuda(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
   impl_->call(ncclBroadcast(data, data, n, ncclFloat32, 0, impl_->comm, impl_->stream), "ncclBroadcast");
   impl_->wait("ncclBroadcast", true);
 }

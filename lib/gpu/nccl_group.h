@@ -28,7 +28,8 @@ class NcclGroup {
   NcclGroup& operator=(const NcclGroup&) = delete;
 
   /// In place, on every member: the sum of the members' `n` floats at device pointer
-  /// `data`. Returns when the result is in `data`. Throws as the constructor.
+  /// `data`, once the default stream's work is done (LibTorch's kernels that wrote it).
+  /// Returns when the result is in `data`. Throws as the constructor.
   void allreduce_sum(float* data, std::size_t n);
   /// Member 0's `n` floats at `data` to every member. Throws as the constructor.
   void broadcast(float* data, std::size_t n);

@@ -17,6 +17,9 @@
 #include "train/data_feed.h"
 #include "train/idx.h"
 #include "train/local_group.h"
+#if DLTRAIN_HAVE_NCCL
+#include "gpu/nccl_group.h"
+#endif
 #include "train/models.h"
 #include "train/overlap.h"
 #include "train/step_trace.h"
@@ -222,6 +225,10 @@ class WorkerLoop {
     auto o = *cfg_.local_group;
     o.stop_requested = cfg_.stop_requested;
     group_ = LocalGroup::join(o);
+#if DLTRAIN_HAVE_NCCL
+    // GPU workers reduce on their GPUs with NCCL, formed through the group's socket.
+    if (device_.is_cuda() && group_->size() > 1) nccl_ = std::make_unique<gpu::NcclGroup>(*group_, 0, o.timeout);
+#endif
     std::vector<float> agree(2 * static_cast<std::size_t>(group_->size()), 0.0f);
     agree[2 * static_cast<std::size_t>(group_->rank())] = static_cast<float>(steps_per_epoch_);
     agree[2 * static_cast<std::size_t>(group_->rank()) + 1] = static_cast<float>(cfg_.resume_epoch);
@@ -457,6 +464,9 @@ class WorkerLoop {
       std::fill(grads_.begin(), grads_.end(), 0.0f);
     }
     const auto t0 = Clock::now();
+#if DLTRAIN_HAVE_NCCL
+    if (nccl_) return nccl_group_step(epoch, step, images, loss, ok, lr, density, downlink, pos);
+#endif
     group_->allreduce_sum(grads_);
     counters_.exchange_seconds += seconds_since(t0);
     if (group_->pushes()) exchange(lr, density, downlink, pos);
@@ -469,6 +479,53 @@ class WorkerLoop {
     }
     finish_step(images, loss, epoch, step, lr, density);
   }
+
+#if DLTRAIN_HAVE_NCCL
+  // group_step with NCCL (GPU workers): the gradients (weight decay added) are summed on
+  // the GPUs, so only member 0 copies the sum to the host for its push; the parameters it
+  // pulled go to the others by ncclBroadcast from its GPU.
+  void nccl_group_step(int epoch, std::int64_t step, std::int64_t images, double loss, bool ok, float lr,
+                       double density, double downlink, double pos) {
+    const auto t0 = Clock::now();
+    torch::Tensor flat;
+    {
+      torch::NoGradGuard ng;
+      const auto wd = static_cast<float>(spec_.optimizer.weight_decay);
+      std::vector<torch::Tensor> parts;
+      for (auto& p : flat_->tensors()) {
+        torch::Tensor g = ok && p.grad().defined() ? p.grad() : torch::zeros_like(p);
+        if (ok && wd > 0) g = g + wd * p;
+        parts.push_back(g.reshape({-1}));
+      }
+      flat = torch::cat(parts).contiguous();
+    }
+    nccl_->allreduce_sum(flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel()));
+    if (group_->pushes()) {
+      const auto host = flat.to(torch::kCPU);
+      std::memcpy(grads_.data(), host.data_ptr<float>(), sizeof(float) * grads_.size());
+    }
+    counters_.exchange_seconds += seconds_since(t0);
+    if (group_->pushes()) exchange(lr, density, downlink, pos);
+    const auto t1 = Clock::now();
+    torch::Tensor shared = group_->pushes()
+                               ? torch::from_blob(params_.data(), {static_cast<std::int64_t>(params_.size())},
+                                                  torch::kFloat32)
+                                     .to(device_)
+                               : torch::empty({static_cast<std::int64_t>(params_.size())},
+                                              torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+    nccl_->broadcast(shared.data_ptr<float>(), params_.size());
+    if (!group_->pushes()) {
+      const auto host = shared.to(torch::kCPU);
+      std::memcpy(params_.data(), host.data_ptr<float>(), sizeof(float) * params_.size());
+    }
+    counters_.exchange_seconds += seconds_since(t1);
+    if (!ok) {
+      flat_->write_params(params_);
+      return;
+    }
+    finish_step(images, loss, epoch, step, lr, density);
+  }
+#endif
 
   // After the exchange: the pulled parameters into the model, counters, reports.
   void finish_step(std::int64_t images, double loss, int epoch, std::int64_t step, float lr, double density) {
@@ -907,6 +964,9 @@ class WorkerLoop {
   bool stop_ = false;
   torch::Device device_{torch::kCPU};  // where the model trains (spec.device)
   std::unique_ptr<LocalGroup> group_;  // this worker's local group, if it is in one
+#if DLTRAIN_HAVE_NCCL
+  std::unique_ptr<gpu::NcclGroup> nccl_;  // its NCCL backend (GPU workers); destroyed before group_
+#endif
   int resume_epoch_ = 0;               // cfg.resume_epoch, or the group's agreed one
   // The step timeline: steady-clock reads placed on the Unix time line (so that the
   // timelines of several workers line up) through one pair of reads taken together.

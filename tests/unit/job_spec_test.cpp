@@ -236,3 +236,39 @@ TEST(JobSpec, QueueTimeoutIsADurationFromOneSecondToThirtyDays) {
   nlohmann::json j = parse_job_toml(kData + "queue_timeout = \"2s\"\n");
   EXPECT_DOUBLE_EQ(job_from_json(j).queue_timeout_seconds, 2.0);
 }
+
+// device, gpus_per_worker and local_group (docs/gpu.md).
+TEST(JobSpec, DeviceGpusPerWorkerAndLocalGroup) {
+  const auto cpu = parse_job_toml(kData);
+  EXPECT_EQ(cpu.device, "cpu");
+  EXPECT_EQ(cpu.gpus_per_worker, 0);
+  EXPECT_FALSE(cpu.local_group);
+  const auto cuda = parse_job_toml(kData + "device = \"cuda\"\n");
+  EXPECT_EQ(cuda.gpus_per_worker, 1);  // the default with cuda
+  EXPECT_EQ(parse_job_toml(kData + "device = \"cuda\"\ngpus_per_worker = 4\n").gpus_per_worker, 4);
+  EXPECT_TRUE(parse_job_toml(kData + "local_group = true\n").local_group);
+  EXPECT_EQ(reject(kData + "device = \"tpu\"\n").first, "device");
+  EXPECT_EQ(reject(kData + "gpus_per_worker = 1\n").second,
+            "gpus_per_worker: applies only to device = \"cuda\" (this job has device = \"cpu\")");
+  EXPECT_EQ(reject(kData + "device = \"cuda\"\ngpus_per_worker = 0\n").first, "gpus_per_worker");
+  EXPECT_EQ(reject(kData + "device = \"cuda\"\ngpus_per_worker = 65\n").first, "gpus_per_worker");
+  EXPECT_EQ(reject(kData + "local_group = true\nsync = \"sync\"\n").first, "local_group");
+  EXPECT_NE(reject(kData + "local_group = true\nsync = \"ssp\"\n").second.find("needs sync = \"async\""),
+            std::string::npos);
+  EXPECT_EQ(reject(kData + "local_group = true\noverlap = true\n").second,
+            "local_group: not with overlap = true: the group sums whole gradients before its push");
+  // The JSON form carries them; a job stored before they existed is a CPU job.
+  const auto back = job_from_json(nlohmann::json(parse_job_toml(kData + "device = \"cuda\"\ngpus_per_worker = 2\n"
+                                                                 "local_group = true\n")));
+  EXPECT_EQ(back.device, "cuda");
+  EXPECT_EQ(back.gpus_per_worker, 2);
+  EXPECT_TRUE(back.local_group);
+  nlohmann::json old = parse_job_toml(kData);
+  old.erase("device");
+  old.erase("gpus_per_worker");
+  old.erase("local_group");
+  EXPECT_EQ(job_from_json(old).device, "cpu");
+  nlohmann::json bad = parse_job_toml(kData);
+  bad["gpus_per_worker"] = 1;  // with device = cpu
+  EXPECT_THROW(job_from_json(bad), ConfigError);
+}

@@ -281,6 +281,47 @@ nlohmann::json start_task_body() {
 
 }  // namespace
 
+TEST(ControlBodies, StartTaskChecksItsGpusAndLocalGroup) {
+  auto with = [](const char* key, const nlohmann::json& v) {
+    auto b = start_task_body();
+    b[key] = v;
+    return b;
+  };
+  std::string field;
+  EXPECT_EQ(body_error("start_task", with("gpus", {0, 64}), &field),
+            "start_task field \"gpus\": expected distinct GPU indices in [0, 63], got 64");
+  EXPECT_EQ(field, "gpus");
+  EXPECT_EQ(body_error("start_task", with("gpus", {3, 3})),
+            "start_task field \"gpus\": expected distinct GPU indices in [0, 63], got 3 twice");
+  // A worker of a cuda job needs as many GPUs as gpus_per_worker.
+  auto cuda = start_task_body();
+  JobSpec spec;
+  spec.device = "cuda";
+  spec.gpus_per_worker = 2;
+  cuda["spec"] = spec;
+  cuda["gpus"] = {1};
+  EXPECT_EQ(body_error("start_task", cuda),
+            "start_task field \"gpus\": a worker of a cuda job with gpus_per_worker = 2 needs as many GPUs, got 1");
+  cuda["gpus"] = {1, 5};
+  EXPECT_EQ(body_error("start_task", cuda), "(no error)");
+  // A local group names this task at its rank.
+  EXPECT_EQ(body_error("start_task", with("local_group", {{"rank", 1}, {"members", {"worker-0", "worker-1"}}})),
+            "(no error)");
+  EXPECT_NE(body_error("start_task", with("local_group", {{"rank", 0}, {"members", {"worker-0", "worker-1"}}}), &field)
+                .find("member 0 is \"worker-0\", not this task \"worker-1\""),
+            std::string::npos);
+  EXPECT_EQ(field, "local_group");
+  EXPECT_NE(body_error("start_task", with("local_group", {{"rank", 2}, {"members", {"worker-0", "worker-1"}}}))
+                .find("local_group.rank\": expected [0, 2), got 2"),
+            std::string::npos);
+  EXPECT_NE(body_error("start_task", with("local_group", {{"rank", 0}, {"members", nlohmann::json::array()}}))
+                .find("expected 1 to 256 members, got 0"),
+            std::string::npos);
+  EXPECT_NE(body_error("start_task", with("local_group", {{"rank", 1}, {"members", {"w/0", "worker-1"}}}))
+                .find("not a valid name"),
+            std::string::npos);
+}
+
 TEST(ControlBodies, EveryFieldRoundTripsThroughItsOneSchema) {
   Envelope env;
   env.type = "start_task";
