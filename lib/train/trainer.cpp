@@ -17,7 +17,8 @@
 #include "train/data_feed.h"
 #include "train/idx.h"
 #include "train/local_group.h"
-#if DLTRAIN_HAVE_NCCL
+#if DLTRAIN_HAVE_GPU
+#include "gpu/device_push_encoder.h"
 #include "gpu/nccl_group.h"
 #endif
 #include "train/models.h"
@@ -225,7 +226,7 @@ class WorkerLoop {
     auto o = *cfg_.local_group;
     o.stop_requested = cfg_.stop_requested;
     group_ = LocalGroup::join(o);
-#if DLTRAIN_HAVE_NCCL
+#if DLTRAIN_HAVE_GPU
     // GPU workers reduce on their GPUs with NCCL, formed through the group's socket.
     if (device_.is_cuda() && group_->size() > 1) nccl_ = std::make_unique<gpu::NcclGroup>(*group_, 0, o.timeout);
 #endif
@@ -336,6 +337,16 @@ class WorkerLoop {
     encoder_ = std::make_unique<PushEncoder>(
         spec_.compression, layout_,
         static_cast<std::uint64_t>(spec_.seed) * 7919ULL + static_cast<std::uint64_t>(cfg_.rank));
+#if DLTRAIN_HAVE_GPU
+    // A GPU worker selects its pushes on the GPU (top-k, DGC: gpu/device_push_encoder.h):
+    // only the selected pairs come to the host. Not with overlap (partition pushes from
+    // the backward hooks) nor in a local group (member 0 pushes the group's sum).
+    if (device_.is_cuda() && !spec_.overlap && !group_ && gpu::DevicePushEncoder::handles(spec_.compression)) {
+      device_encoder_ = std::make_unique<gpu::DevicePushEncoder>(
+          spec_.compression, layout_,
+          static_cast<std::uint64_t>(spec_.seed) * 7919ULL + static_cast<std::uint64_t>(cfg_.rank));
+    }
+#endif
     meter_ = std::make_unique<TrafficMeter>(layout_, wire::kHeaderSize);
     resyncer_ = std::make_unique<PsResyncer>(
         *client_, std::span<float>(params_), cfg_.rank, [this] { flat_->write_params(params_); }, sink_);
@@ -440,7 +451,7 @@ class WorkerLoop {
     const double loss = compute_gradient(xb, yb);
     if (!finite_step(loss, epoch, step)) return;
     const auto wd = static_cast<float>(spec_.optimizer.weight_decay);
-    if (wd > 0) {
+    if (wd > 0 && !device_encoder_active()) {  // on the device, device_gradient() added it
       for (std::size_t i = 0; i < grads_.size(); ++i) grads_[i] += wd * params_[i];
     }
     exchange(lr, density, compress::density_at(downlink_spec_, pos), pos);
@@ -464,7 +475,7 @@ class WorkerLoop {
       std::fill(grads_.begin(), grads_.end(), 0.0f);
     }
     const auto t0 = Clock::now();
-#if DLTRAIN_HAVE_NCCL
+#if DLTRAIN_HAVE_GPU
     if (nccl_) return nccl_group_step(epoch, step, images, loss, ok, lr, density, downlink, pos);
 #endif
     group_->allreduce_sum(grads_);
@@ -480,7 +491,7 @@ class WorkerLoop {
     finish_step(images, loss, epoch, step, lr, density);
   }
 
-#if DLTRAIN_HAVE_NCCL
+#if DLTRAIN_HAVE_GPU
   // group_step with NCCL (GPU workers): the gradients (weight decay added) are summed on
   // the GPUs, so only member 0 copies the sum to the host for its push; the parameters it
   // pulled go to the others by ncclBroadcast from its GPU.
@@ -554,7 +565,11 @@ class WorkerLoop {
     auto loss = torch::nn::functional::cross_entropy(model_.forward(xb), yb);
     const auto t2 = Clock::now();
     loss.backward();
-    flat_->read_grads(grads_);
+    if (device_encoder_active()) {
+      device_gradient();
+    } else {
+      flat_->read_grads(grads_);
+    }
     const double value = loss.item<double>();
     const auto t3 = Clock::now();
     counters_.compute_seconds += std::chrono::duration<double>(t3 - t1).count();
@@ -602,8 +617,10 @@ class WorkerLoop {
   // in a row end the worker (the model diverged). With overlap the gradient was checked
   // partition by partition as it was pushed (`nonfinite`).
   bool finite_step(double loss, int epoch, std::int64_t step, bool nonfinite = false) {
-    bool finite = std::isfinite(loss) && !nonfinite;
-    for (std::size_t i = 0; finite && !spec_.overlap && i < grads_.size(); ++i) finite = std::isfinite(grads_[i]);
+    bool finite = std::isfinite(loss) && !nonfinite && !(device_encoder_active() && device_nonfinite_);
+    for (std::size_t i = 0; finite && !spec_.overlap && !device_encoder_active() && i < grads_.size(); ++i) {
+      finite = std::isfinite(grads_[i]);
+    }
     if (finite) {
       consecutive_skips_ = 0;
       return true;
@@ -662,7 +679,7 @@ class WorkerLoop {
         counters_.exchange_seconds += seconds_since(t0);
       } else {
         const auto t0 = Clock::now();
-        const auto pushes = encoder_->encode(grads_, spec_.workers, density, static_cast<std::uint64_t>(global_step_));
+        const auto pushes = encode_pushes(density);
         const auto t1 = Clock::now();
         mark(StepPhase::kPushPull, t1);
         client_->push_pull(pushes, lr, downlink, params_);
@@ -683,6 +700,48 @@ class WorkerLoop {
     meter_up0_ = client_->bytes_pushed();  // before the pipelined pull: no other thread uses the client
     meter_down0_ = client_->bytes_pulled();
     if (pull_ahead) start_pull(downlink);
+  }
+
+  // The step's pushes: the compressor's on the host, or on the GPU for a GPU worker.
+  std::span<const ps::PartitionPush> encode_pushes(double density) {
+#if DLTRAIN_HAVE_GPU
+    if (device_encoder_) {
+      // Local gradient clipping (DGC §3.4) of the device gradient, as
+      // GradientCompressor::clip does it on the host.
+      if (spec_.compression.clip_norm > 0) {
+        const double norm = device_grad_.norm().item<double>();
+        const double limit = spec_.compression.clip_norm / std::sqrt(static_cast<double>(std::max(1, spec_.workers)));
+        if (norm > limit) device_grad_.mul_(limit / norm);
+      }
+      return device_encoder_->encode(device_grad_.data_ptr<float>(), density, static_cast<std::uint64_t>(global_step_));
+    }
+#endif
+    return encoder_->encode(grads_, spec_.workers, density, static_cast<std::uint64_t>(global_step_));
+  }
+
+  bool device_encoder_active() const {
+#if DLTRAIN_HAVE_GPU
+    return device_encoder_ != nullptr;
+#else
+    return false;
+#endif
+  }
+
+  // The flat gradient on the GPU (weight decay added there), and whether it is finite:
+  // what the device encoder selects from. Nothing dense comes to the host.
+  void device_gradient() {
+#if DLTRAIN_HAVE_GPU
+    torch::NoGradGuard ng;
+    const auto wd = static_cast<float>(spec_.optimizer.weight_decay);
+    std::vector<torch::Tensor> parts;
+    for (auto& p : flat_->tensors()) {
+      torch::Tensor g = p.grad().defined() ? p.grad() : torch::zeros_like(p);
+      if (wd > 0) g = g + wd * p;
+      parts.push_back(g.reshape({-1}));
+    }
+    device_grad_ = torch::cat(parts).contiguous();
+    device_nonfinite_ = !torch::isfinite(device_grad_).all().item<bool>();
+#endif
   }
 
   // Pipelined pulls (overlap in async and ssp): the pull runs on a thread of its own into
@@ -964,9 +1023,12 @@ class WorkerLoop {
   bool stop_ = false;
   torch::Device device_{torch::kCPU};  // where the model trains (spec.device)
   std::unique_ptr<LocalGroup> group_;  // this worker's local group, if it is in one
-#if DLTRAIN_HAVE_NCCL
+#if DLTRAIN_HAVE_GPU
   std::unique_ptr<gpu::NcclGroup> nccl_;  // its NCCL backend (GPU workers); destroyed before group_
+  std::unique_ptr<gpu::DevicePushEncoder> device_encoder_;  // a GPU worker's pushes selected on its GPU
 #endif
+  torch::Tensor device_grad_;      // the device encoder's input: the flat gradient on the GPU
+  bool device_nonfinite_ = false;  // device_grad_ holds a NaN/Inf
   int resume_epoch_ = 0;               // cfg.resume_epoch, or the group's agreed one
   // The step timeline: steady-clock reads placed on the Unix time line (so that the
   // timelines of several workers line up) through one pair of reads taken together.

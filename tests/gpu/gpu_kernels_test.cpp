@@ -16,6 +16,9 @@
 #include "compress/topk.h"
 #include "gpu/device.h"
 #include "gpu/device_compressor.h"
+#include "gpu/device_push_encoder.h"
+#include "ps/partition.h"
+#include "train/exchange.h"
 #include "gpu/device_topk.h"
 
 using namespace dltrain;
@@ -140,5 +143,33 @@ TEST(DeviceCompressor, DgcAndTopkMatchTheCpuCompressorOverSteps) {
         }
       }
     }
+  }
+}
+
+TEST(DevicePushEncoder, GivesThePushFramesOfTheCpuEncoderFromADeviceGradient) {
+  SKIP_WITHOUT_CUDA();
+  compress::CompressionSpec spec;
+  spec.method = compress::Method::kDgc;
+  // A 700,000-float model in two tensors, cut into partitions of at most 262,144 floats.
+  const auto layout = ps::make_layout({300000, 400000}, 262144, 1);
+  train::PushEncoder cpu(spec, layout, 5);
+  gpu::DevicePushEncoder dev(spec, layout, 5);
+  gpu::DeviceArray<float> dg;
+  for (std::uint64_t step = 0; step < 3; ++step) {
+    auto g = input(static_cast<std::size_t>(layout.total_floats), Kind::kNormal, static_cast<std::uint32_t>(step));
+    dg.upload(g);
+    const auto want = cpu.encode(g, 1, 0.001, step);
+    const auto got = dev.encode(dg.data(), 0.001, step);
+    ASSERT_EQ(got.size(), want.size());
+    std::size_t k = 0;
+    for (std::size_t p = 0; p < want.size(); ++p) {
+      EXPECT_EQ(got[p].codec, want[p].codec) << p;
+      ASSERT_EQ(got[p].count, want[p].count) << p;
+      EXPECT_TRUE(std::equal(got[p].first.begin(), got[p].first.end(), want[p].first.begin(), want[p].first.end()))
+          << "indices of partition " << p << ", step " << step;
+      ASSERT_EQ(got[p].second.size(), want[p].second.size());
+      k += got[p].count;
+    }
+    EXPECT_EQ(dev.bytes_to_host(), 8 * k);  // the selected pairs, nothing dense
   }
 }
