@@ -156,6 +156,11 @@ int main(int argc, char** argv) {
   app.add_option("--cores-per-agent", so.cores_per_agent, "standalone: cores each agent offers")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  app.add_option("--gpus", so.gpus,
+                 "standalone: the GPUs the first agent offers: none (default), auto, or indices such as 0,1 "
+                 "(the others offer none: docs/gpu.md)")
+      ->capture_default_str();
+  app.add_option("--nvml-library", so.nvml_library, "standalone: the first agent's NVML library (name or path)");
   app.add_option("--state-dir", so.state_dir, "standalone: keep state here instead of a temporary directory");
   app.add_option("--port", so.port, "standalone: leader port on 127.0.0.1 (default: ephemeral)");
   app.add_option("--ps-checkpoint-interval", so.ps_checkpoint_interval_s,

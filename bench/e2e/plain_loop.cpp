@@ -3,7 +3,7 @@
 // schedule and momentum SGD as a dltrain worker, with no PS, no sockets and no framework.
 // It is the upper bound on one process's images/s (docs/benchmarks.md, "End to end").
 //
-// Usage: plain_loop JOB.toml [--max-seconds S]
+// Usage: plain_loop JOB.toml [--max-seconds S]   (the job's device: cpu, or cuda)
 // Prints one JSON object per line: {"event":"started",...}, one {"event":"epoch_end",...}
 // per epoch (seconds since the start, training images/s excluding evaluation, test
 // accuracy) and {"event":"done",...}. Exit status 0, or 1 with a message on stderr.
@@ -50,7 +50,10 @@ int main(int argc, char** argv) {
     auto [test_x, test_y] = train::to_tensors(train::load_split(spec.data_dir, "test", spec.test_samples),
                                               spec.dataset);
     torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
-    train::Model model = train::make_model(spec.model);
+    // device = "cuda": the model on the GPU, batches copied there from pinned memory, as a
+    // dltrain worker does (train/models.h, to_device): the GPU benchmark's reference.
+    const torch::Device device = train::training_device(spec.device);
+    train::Model model = train::to_device(train::make_model(spec.model), device);
     auto& module = *model.module;
     module.train(true);
     // torch::optim::SGD: v = momentum·v + (g + wd·x); x -= lr·v — the update a dltrain PS
@@ -80,8 +83,9 @@ int main(int argc, char** argv) {
           static_cast<torch::optim::SGDOptions&>(g.options()).lr(train::learning_rate(spec.optimizer, pos, spec.epochs));
         }
         opt.zero_grad();
-        auto loss = torch::nn::functional::cross_entropy(model.forward(train_x.index_select(0, idx)),
-                                                         train_y.index_select(0, idx));
+        auto xb = train_x.index_select(0, idx);
+        if (device.is_cuda()) xb = xb.pin_memory();
+        auto loss = torch::nn::functional::cross_entropy(model.forward(xb), train_y.index_select(0, idx));
         loss.backward();
         opt.step();
         loss_sum += loss.item<double>();

@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <boost/asio.hpp>
 #include <nlohmann/json.hpp>
@@ -44,9 +46,30 @@ std::string toml_quote(const std::string& s) {
 
 }  // namespace
 
+std::string standalone_gpus_value(const std::string& gpus) {
+  if (gpus == "none" || gpus == "auto") return "\"" + gpus + "\"";
+  // A comma-separated list of indices: the TOML array the agent's gpus key takes.
+  std::string out = "[";
+  std::string item;
+  std::stringstream in(gpus);
+  int count = 0;
+  while (std::getline(in, item, ',')) {
+    const bool digits = !item.empty() && item.size() <= 2 &&
+                        std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || std::stoi(item) > 63) {
+      throw ConfigError("--gpus", "expected none, auto or GPU indices 0-63 separated by commas (0,1), got \"" + gpus +
+                                      "\"");
+    }
+    out += (count++ ? ", " : "") + item;
+  }
+  if (count == 0) throw ConfigError("--gpus", "expected none, auto or GPU indices such as 0,1, got \"\"");
+  return out + "]";
+}
+
 int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
   if (so.agents < 1 || so.agents > 64) throw ConfigError("--agents", "expected 1..64, got " + std::to_string(so.agents));
   if (so.cores_per_agent < 1) throw ConfigError("--cores-per-agent", "expected >= 1");
+  (void)standalone_gpus_value(so.gpus);  // a bad --gpus stops it before anything starts
   if (so.progress_interval_s != 0 && (so.progress_interval_s < 0.1 || so.progress_interval_s > 86400)) {
     throw ConfigError("--progress-interval", "expected seconds in [0.1, 86400], got " +
                                                  std::to_string(so.progress_interval_s));
@@ -141,7 +164,9 @@ int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
         << "metrics_address = \"127.0.0.1\"\n"
         << "metrics_port = 0\n"
         << "cores = " << so.cores_per_agent << "\n"
-        << "gpus = \"none\"\n"  // local agents share one machine: none claims its GPUs
+        // Local agents share one machine: only the first may claim its GPUs.
+        << "gpus = " << (i == 0 && so.gpus != "none" ? standalone_gpus_value(so.gpus) : std::string("\"none\"")) << "\n"
+        << (i == 0 && !so.nvml_library.empty() ? "nvml_library = " + toml_quote(so.nvml_library) + "\n" : "")
         << "state_dir = " << toml_quote(dir.string()) << "\n"
         << "log_level = " << toml_quote(so.log_level) << "\n";
     if (so.progress_interval_s > 0) {

@@ -6,6 +6,9 @@
 #include <dlfcn.h>
 #include <signal.h>
 
+#include <cstdlib>
+#include <map>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -204,4 +207,33 @@ TEST_F(GpuAgents, GpuJobsAreRefusedQueuedAndPlacedByTheirFreeGpus) {
   EXPECT_EQ(w.value("restarts", 0), 0) << "a configuration error is not restarted: " << fb.dump();
   EXPECT_TRUE(wait_until([&] { return agent("agent-g2").value("gpus_free", -1) == 2; }, std::chrono::seconds(30),
                          std::chrono::milliseconds(200)));
+}
+
+// A standalone cluster on a GPU machine: --gpus gives its first agent the GPUs (the
+// others share the machine and offer none); a bad --gpus stops it before it starts.
+TEST(GpuStandalone, TheFirstAgentOffersTheGpusOfGpusAndTheOthersNone) {
+  const auto dir = make_temp_root("dltrain-gpu-standalone");
+  ::setenv("NVML_DOUBLE_DEVICES", "NVIDIA H200:143771;NVIDIA H200:143771", 1);
+  {
+    Standalone cluster(dir / "state", dir / "xdg", 2, {"--gpus", "1", "--nvml-library", DLTRAIN_NVML_DOUBLE});
+    ASSERT_FALSE(cluster.client.empty()) << slurp(dir / "standalone.log");
+    const auto r = run(cluster.client + " agents --json", 30);
+    const auto agents = json::parse(r.out, nullptr, false);
+    ASSERT_TRUE(agents.is_array()) << r.out;
+    std::map<std::string, json> by_name;
+    for (const auto& a : agents) by_name[a.value("agent", "")] = a;
+    ASSERT_EQ(by_name["local-0"]["gpus"].size(), 1u) << r.out;
+    EXPECT_EQ(by_name["local-0"]["gpus"][0]["index"], 1);
+    EXPECT_TRUE(by_name["local-1"]["gpus"].empty()) << r.out;
+    EXPECT_EQ(cluster.stop(), 0);
+  }
+  ::unsetenv("NVML_DOUBLE_DEVICES");
+  const auto bad = run(kBinDir + "/dltrain-agent --standalone --gpus most --state-dir " + (dir / "bad").string() +
+                           " 2>&1",
+                       30);
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--gpus: expected none, auto or GPU indices 0-63 separated by commas (0,1), got \"most\""),
+            std::string::npos)
+      << bad.out;
+  std::filesystem::remove_all(dir);
 }
