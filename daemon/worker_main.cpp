@@ -79,11 +79,13 @@ int main(int argc, char** argv) {
       g.generation = cfg.generation;
       // A member waits for the others while member 0 evaluates after an epoch: bounded,
       // generously, by ten times the PS timeout (docs/gpu.md, "Local groups").
-      g.timeout = 10 * std::chrono::milliseconds(std::llround(cfg.spec.ps_timeout_seconds * 1000.0));
       cfg.local_group = std::move(g);
     }
     const double timeout_s = args.ps_timeout_s > 0 ? args.ps_timeout_s : cfg.spec.ps_timeout_seconds;
     cfg.ps_timeout = std::chrono::milliseconds(std::llround(timeout_s * 1000.0));
+    // A member waits for the others while member 0 evaluates after an epoch: bounded,
+    // generously, by ten times the PS timeout (docs/gpu.md, "Local groups").
+    if (cfg.local_group) cfg.local_group->timeout = 10 * cfg.ps_timeout;
     if (static_cast<int>(cfg.shards.size()) != cfg.spec.ps_shards) {
       throw dltrain::ConfigError("--ps", std::to_string(cfg.shards.size()) + " endpoints for " +
                                              std::to_string(cfg.spec.ps_shards) + " PS shards");

@@ -147,7 +147,12 @@ void Leader::Impl::try_resume(JobRec& j) {
     if (live && now - *j.recovering_since < stop_bound) return;  // its exit is on the way
     t.state = "exited";
     t.exit = live ? "did not report that it stopped" : "lost with its agent";
-    agents.release(t.agent, hold_of(j, t));
+    if (live) {
+      // Its process may still run (and hold its GPUs): an orphan until its exit comes.
+      agents.at(t.agent).orphans[orphan_key(j.id, t.name, j.generation)] = hold_of(j, t);
+    } else {
+      agents.release(t.agent, hold_of(j, t));
+    }
   }
   // Tasks stay on their agent where it is alive; the others go to the live agent with
   // the most free cores. Workers that finished are not run again.

@@ -27,9 +27,16 @@ AgentSlots* best_for(std::vector<AgentSlots>& agents, const TaskNeed& need, cons
     }
     if (best == nullptr) {
       best = &a;
-    } else if (need.gpus > 0 || need.pack) {
+    } else if (need.gpus > 0) {
       const auto key = [&](const AgentSlots& x) {
         return std::tuple(held_by(x), x.free_gpus.size(), x.free_cores);
+      };
+      if (key(a) > key(*best)) best = &a;
+    } else if (need.pack) {
+      // Packed CPU tasks (a local_group CPU job) keep off GPU machines where they can:
+      // their cores are what the GPU workers there need.
+      const auto key = [&](const AgentSlots& x) {
+        return std::tuple(held_by(x), -static_cast<std::ptrdiff_t>(x.free_gpus.size()), x.free_cores);
       };
       if (key(a) > key(*best)) best = &a;
     } else if (a.free_cores > best->free_cores) {

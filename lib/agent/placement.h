@@ -75,10 +75,10 @@ struct Placed {
 
 /// Greedy placement of tasks with needs `tasks` (a job's PS shards and workers), in two
 /// passes: first the packed tasks (those that need GPUs, or pack), each on the agent with
-/// room (cores and GPUs) that already holds the most of this job's packed tasks, then the
-/// most free GPUs, then the most free cores (so a job's GPU workers fill one machine
-/// before the next: a large local group); each is given the agent's lowest free GPU
-/// indices. Then the other tasks, each on the agent with the most free cores (spreading
+/// room (cores and GPUs) that already holds the most of this job's packed tasks, then —
+/// for a GPU task — the most free GPUs (for a packed CPU task the fewest), then the most
+/// free cores (so a job's GPU workers fill one machine before the next: a large local
+/// group); each is given the agent's lowest free GPU indices. Then the other tasks, each on the agent with the most free cores (spreading
 /// them over machines). Ties: the
 /// first in `agents`. Returns one Placed per task, in `tasks` order, or nullopt when some
 /// task finds no agent with room. O(tasks × agents).

@@ -167,7 +167,15 @@ pid_t Supervisor::spawn(const ProcessSpec& spec, LineFn on_line, ExitFn on_exit)
     }
   }
   const pid_t parent = getpid();
+  // Every signal blocked across fork: until the child has reset the agent's handlers, a
+  // signal for the child (a stop_task's SIGTERM to its group, right after the start) would
+  // run the agent's handler in the child, which writes to the agent's own signal pipe
+  // (inherited): the agent would take the child's SIGTERM for its own and shut down.
+  sigset_t all, old_mask;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old_mask);
   const pid_t pid = fork();
+  if (pid != 0) pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   if (pid < 0) {
     ::close(fds[0]);
     ::close(fds[1]);
@@ -175,7 +183,19 @@ pid_t Supervisor::spawn(const ProcessSpec& spec, LineFn on_line, ExitFn on_exit)
     throw IoError(std::string("fork failed: ") + std::strerror(errno));
   }
   if (pid == 0) {
-    // Child: only async-signal-safe calls from here to exec.
+    // Child: only async-signal-safe calls from here to exec. The agent's signal handlers
+    // go back to the default (ignored signals stay ignored, as exec would keep them),
+    // then the signals are unblocked.
+    for (int sig = 1; sig < NSIG; ++sig) {
+      struct sigaction cur {};
+      if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, nullptr, &cur) != 0) continue;
+      if ((cur.sa_flags & SA_SIGINFO) != 0 || (cur.sa_handler != SIG_IGN && cur.sa_handler != SIG_DFL)) {
+        struct sigaction dfl {};
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        sigaction(sig, &dfl, nullptr);
+      }
+    }
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(125);

@@ -151,6 +151,9 @@ TaskLaunch prepare_task(const AgentOptions& opt, const wire::StartTaskBody& b) {
   std::string visible;
   for (const int g : t.gpus) visible += (visible.empty() ? "" : ",") + std::to_string(g);
   t.process.env.emplace_back("CUDA_VISIBLE_DEVICES", visible);
+  // The indices are NVML's, which number GPUs by PCI bus; CUDA numbers them so only with
+  // this (its default puts the fastest first), and a worker must open the GPU it was given.
+  t.process.env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
   // The job secret reaches the task as a 0600 file in its directory, never on its command
   // line (which every local user can read in /proc).
   const fs::path dir = task_dir(opt, t.job, t.name, t.generation);

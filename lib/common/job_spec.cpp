@@ -160,6 +160,10 @@ void check_device_fields(JobSpec& s, bool gpus_given) {
     if (s.overlap) {
       throw ConfigError("local_group", "not with overlap = true: the group sums whole gradients before its push");
     }
+    if (s.compression.clip_norm > 0) {
+      throw ConfigError("local_group", "not with compression.clip_norm > 0: member 0 pushes the sum of the group's "
+                                       "gradients, which one worker's clipping bound would cut");
+    }
   }
 }
 

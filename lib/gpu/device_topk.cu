@@ -245,15 +245,17 @@ compress::SampledStats DeviceTopk::sampled(const float* x, std::size_t n, std::s
     std::uint64_t ties = 0, equal = 0;
     const std::uint32_t thr =
         s.kth_key(s.sample.data(), thrust::counting_iterator<std::uint32_t>(0), sampled, r, ties, equal);
-    // Every element at or above it.
+    // Every element at or above it. A NaN threshold (key 0) collects every number but not
+    // the NaNs, as topk.cpp's |x| >= -1 does.
+    const std::uint32_t at_least = std::max<std::uint32_t>(thr, 1u);
     s.cand.resize(n);
     s.count.resize(1);
     std::size_t bytes = 0;
     const auto items = thrust::counting_iterator<std::uint32_t>(0);
-    check(cub::DeviceSelect::If(nullptr, bytes, items, s.cand.data(), s.count.data(), n, AtLeast{x, thr}),
+    check(cub::DeviceSelect::If(nullptr, bytes, items, s.cand.data(), s.count.data(), n, AtLeast{x, at_least}),
           "DeviceSelect::If");
     s.temp.reserve(bytes);
-    check(cub::DeviceSelect::If(s.temp.get(), bytes, items, s.cand.data(), s.count.data(), n, AtLeast{x, thr}),
+    check(cub::DeviceSelect::If(s.temp.get(), bytes, items, s.cand.data(), s.count.data(), n, AtLeast{x, at_least}),
           "DeviceSelect::If");
     const std::size_t c = s.read_count();
     st.candidates = c;

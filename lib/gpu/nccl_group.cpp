@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "gpu/device.h"
+#include "ps/client.h"
 
 namespace dltrain::gpu {
 namespace {
@@ -22,11 +23,12 @@ void check_cuda(cudaError_t e, const char* what) {
 struct NcclGroup::Impl {
   train::LocalGroup& group;
   std::chrono::milliseconds timeout;
+  const std::atomic<bool>* stop = nullptr;
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   bool aborted = false;
 
-  Impl(train::LocalGroup& g, std::chrono::milliseconds t) : group(g), timeout(t) {}
+  Impl(train::LocalGroup& g, std::chrono::milliseconds t, const std::atomic<bool>* s) : group(g), timeout(t), stop(s) {}
 
   [[noreturn]] void fail(const std::string& why) {
     if (comm != nullptr && !aborted) {
@@ -51,6 +53,11 @@ struct NcclGroup::Impl {
         done = q == cudaSuccess;
       }
       if (done) return;
+      if (stop != nullptr && stop->load(std::memory_order_relaxed)) {
+        (void)ncclCommAbort(comm);  // the others see this member end
+        aborted = true;
+        throw ps::StopRequested("the worker was asked to stop");
+      }
       if (const auto why = group.peer_failure(); !why.empty()) fail(std::string(op) + ": " + why);
       if (Clock::now() >= deadline) {
         fail(std::string(op) + " did not complete within " + std::to_string(timeout.count() / 1000) +
@@ -65,8 +72,9 @@ struct NcclGroup::Impl {
   }
 };
 
-NcclGroup::NcclGroup(train::LocalGroup& group, int device, std::chrono::milliseconds timeout)
-    : impl_(std::make_unique<Impl>(group, timeout)) {
+NcclGroup::NcclGroup(train::LocalGroup& group, int device, std::chrono::milliseconds timeout,
+                     const std::atomic<bool>* stop_requested)
+    : impl_(std::make_unique<Impl>(group, timeout, stop_requested)) {
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   check_cuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
   ncclUniqueId id{};
@@ -80,8 +88,24 @@ NcclGroup::NcclGroup(train::LocalGroup& group, int device, std::chrono::millisec
 
 NcclGroup::~NcclGroup() {
   if (impl_->comm != nullptr && !impl_->aborted) {
-    (void)ncclCommFinalize(impl_->comm);
-    (void)ncclCommDestroy(impl_->comm);
+    // A non-blocking communicator finalizes asynchronously: wait (bounded) for it to
+    // finish before destroying it; abort it if it does not.
+    bool finalized = false;
+    {
+      (void)ncclCommFinalize(impl_->comm);
+      const auto deadline = Clock::now() + std::chrono::seconds(10);
+      ncclResult_t state = ncclInProgress;
+      while (Clock::now() < deadline && ncclCommGetAsyncError(impl_->comm, &state) == ncclSuccess &&
+             state == ncclInProgress) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      finalized = state == ncclSuccess;
+    }
+    if (finalized) {
+      (void)ncclCommDestroy(impl_->comm);
+    } else {
+      (void)ncclCommAbort(impl_->comm);
+    }
   }
   if (impl_->stream != nullptr) (void)cudaStreamDestroy(impl_->stream);
 }

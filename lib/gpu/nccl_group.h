@@ -7,6 +7,7 @@
 // hanging in NCCL.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -21,8 +22,10 @@ class NcclGroup {
  public:
   /// Forms the communicator of `group`'s members on CUDA device `device` (of this
   /// process's visible ones). Throws train::LocalGroupError (a member ended, or forming
-  /// took longer than `timeout`), CudaError, Error (an NCCL error, with its text).
-  NcclGroup(train::LocalGroup& group, int device, std::chrono::milliseconds timeout);
+  /// took longer than `timeout`), CudaError, Error (an NCCL error, with its text), and
+  /// ps::StopRequested once `*stop_requested` (may be null) is true while it waits.
+  NcclGroup(train::LocalGroup& group, int device, std::chrono::milliseconds timeout,
+            const std::atomic<bool>* stop_requested = nullptr);
   ~NcclGroup();
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;

@@ -175,6 +175,13 @@ class WorkerLoop {
     load();
     connect();
     started();
+    // The local group forms once this worker holds the PS's parameters and has said so:
+    // after a re-assignment that rebuilds a shard, the leader starts the other workers
+    // (this worker's group-mates among them) only once the seed has initialised it.
+    if (cfg_.local_group) {
+      join_local_group();
+      set_resume_point();
+    }
     try {
       try {
         for (int epoch = first_epoch_; epoch < spec_.epochs && !stop_; ++epoch) run_epoch(epoch);
@@ -215,7 +222,6 @@ class WorkerLoop {
     steps_per_epoch_ = std::max<std::int64_t>(1, (n_ + spec_.batch_size - 1) / spec_.batch_size);
     if (spec_.overlap) install_push_hooks();
     resume_epoch_ = cfg_.resume_epoch;
-    if (cfg_.local_group) join_local_group();
   }
 
   // The workers of this job on this machine (docs/gpu.md, "Local groups"): they agree on
@@ -228,7 +234,9 @@ class WorkerLoop {
     group_ = LocalGroup::join(o);
 #if DLTRAIN_HAVE_GPU
     // GPU workers reduce on their GPUs with NCCL, formed through the group's socket.
-    if (device_.is_cuda() && group_->size() > 1) nccl_ = std::make_unique<gpu::NcclGroup>(*group_, 0, o.timeout);
+    if (device_.is_cuda() && group_->size() > 1) {
+      nccl_ = std::make_unique<gpu::NcclGroup>(*group_, 0, o.timeout, cfg_.stop_requested);
+    }
 #endif
     std::vector<float> agree(2 * static_cast<std::size_t>(group_->size()), 0.0f);
     agree[2 * static_cast<std::size_t>(group_->rank())] = static_cast<float>(steps_per_epoch_);
@@ -341,7 +349,8 @@ class WorkerLoop {
     // A GPU worker selects its pushes on the GPU (top-k, DGC: gpu/device_push_encoder.h):
     // only the selected pairs come to the host. Not with overlap (partition pushes from
     // the backward hooks) nor in a local group (member 0 pushes the group's sum).
-    if (device_.is_cuda() && !spec_.overlap && !group_ && gpu::DevicePushEncoder::handles(spec_.compression)) {
+    if (device_.is_cuda() && !spec_.overlap && !cfg_.local_group &&
+        gpu::DevicePushEncoder::handles(spec_.compression)) {
       device_encoder_ = std::make_unique<gpu::DevicePushEncoder>(
           spec_.compression, layout_,
           static_cast<std::uint64_t>(spec_.seed) * 7919ULL + static_cast<std::uint64_t>(cfg_.rank));
@@ -355,8 +364,13 @@ class WorkerLoop {
     plain_ = spec_.compression.method == compress::Method::kNone && spec_.compression.downlink_ratio >= 1.0;
     pipelined_ = spec_.overlap && spec_.sync != "sync";
     replica_ = params_;
-    // After a restart the worker continues after the last epoch it finished, from the
-    // PS's current parameters (pulled above), with the learning-rate schedule where it was.
+    set_resume_point();
+  }
+
+  // After a restart the worker continues after the last epoch it finished (in a local
+  // group: the earliest any member had not), from the PS's current parameters (pulled in
+  // connect), with the learning-rate schedule where it was.
+  void set_resume_point() {
     first_epoch_ = std::clamp(resume_epoch_, 0, spec_.epochs - 1);
     global_step_ = first_epoch_ * steps_per_epoch_;
     epochs_finished_ = first_epoch_;
@@ -484,17 +498,25 @@ class WorkerLoop {
     const auto t1 = Clock::now();
     group_->broadcast(params_);
     counters_.exchange_seconds += seconds_since(t1);
-    if (!ok) {
-      flat_->write_params(params_);
-      return;
-    }
+    if (!ok) return skipped_group_step();
     finish_step(images, loss, epoch, step, lr, density);
+  }
+
+  // A member's skipped step still was a step of its group (member 0 pushed the sum): the
+  // parameters it received go into the model and the step counts, so that every member
+  // stops at the same step (max_steps).
+  void skipped_group_step() {
+    flat_->write_params(params_);
+    ++global_step_;
+    if (spec_.max_steps > 0 && global_step_ >= spec_.max_steps) stop_ = true;
   }
 
 #if DLTRAIN_HAVE_GPU
   // group_step with NCCL (GPU workers): the gradients (weight decay added) are summed on
-  // the GPUs, so only member 0 copies the sum to the host for its push; the parameters it
-  // pulled go to the others by ncclBroadcast from its GPU.
+  // the GPUs and member 0 copies the sum to the host for its push; the parameters it
+  // pulled go to the others by ncclBroadcast from its GPU (and to their hosts, for the
+  // replica they save when stopped). Every member has also copied its own gradient to the
+  // host in compute_gradient, for the NaN/Inf check.
   void nccl_group_step(int epoch, std::int64_t step, std::int64_t images, double loss, bool ok, float lr,
                        double density, double downlink, double pos) {
     const auto t0 = Clock::now();
@@ -530,10 +552,7 @@ class WorkerLoop {
       std::memcpy(params_.data(), host.data_ptr<float>(), sizeof(float) * params_.size());
     }
     counters_.exchange_seconds += seconds_since(t1);
-    if (!ok) {
-      flat_->write_params(params_);
-      return;
-    }
+    if (!ok) return skipped_group_step();
     finish_step(images, loss, epoch, step, lr, density);
   }
 #endif
@@ -706,8 +725,8 @@ class WorkerLoop {
   std::span<const ps::PartitionPush> encode_pushes(double density) {
 #if DLTRAIN_HAVE_GPU
     if (device_encoder_) {
-      // Local gradient clipping (DGC §3.4) of the device gradient, as
-      // GradientCompressor::clip does it on the host.
+      // Local gradient clipping (DGC §3.4) of the device gradient: GradientCompressor::clip's
+      // rule, with the norm summed in float on the device (in double on the host).
       if (spec_.compression.clip_norm > 0) {
         const double norm = device_grad_.norm().item<double>();
         const double limit = spec_.compression.clip_norm / std::sqrt(static_cast<double>(std::max(1, spec_.workers)));

@@ -93,7 +93,7 @@ TEST(DeviceTopk, SampledGivesTheCpuIndexSet) {
   gpu::DeviceArray<float> dx;
   gpu::DeviceArray<std::uint32_t> out;
   for (const auto n : kSizes) {
-    for (const auto kind : {Kind::kNormal, Kind::kTies, Kind::kAllEqual}) {
+    for (const auto kind : {Kind::kNormal, Kind::kTies, Kind::kAllEqual, Kind::kWithNan}) {
       const auto x = input(n, kind, static_cast<std::uint32_t>(n) + 1);
       dx.upload(x);
       for (const double ratio : {0.001, 0.01}) {
@@ -168,6 +168,11 @@ TEST(DevicePushEncoder, GivesThePushFramesOfTheCpuEncoderFromADeviceGradient) {
       EXPECT_TRUE(std::equal(got[p].first.begin(), got[p].first.end(), want[p].first.begin(), want[p].first.end()))
           << "indices of partition " << p << ", step " << step;
       ASSERT_EQ(got[p].second.size(), want[p].second.size());
+      const auto* gv = reinterpret_cast<const float*>(got[p].codec == wire::Codec::kSparseF32 ? got[p].second.data()
+                                                                                           : got[p].first.data());
+      const auto* wv = reinterpret_cast<const float*>(want[p].codec == wire::Codec::kSparseF32 ? want[p].second.data()
+                                                                                            : want[p].first.data());
+      for (std::uint32_t j = 0; j < got[p].count; ++j) ASSERT_NEAR(gv[j], wv[j], 1e-6) << "value " << j;
       k += got[p].count;
     }
     EXPECT_EQ(dev.bytes_to_host(), 8 * k);  // the selected pairs, nothing dense

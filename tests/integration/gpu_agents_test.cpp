@@ -139,6 +139,9 @@ TEST(GpuAgentCli, ListGpusPrintsWhatNvmlFoundAndWhatTheConfigurationOffers) {
 // on a free GPU, started with CUDA_VISIBLE_DEVICES naming it, and — with this build's
 // CPU-only LibTorch — fails at start saying so, not restarted, its GPU given back.
 TEST_F(GpuAgents, GpuJobsAreRefusedQueuedAndPlacedByTheirFreeGpus) {
+  // agent-cpu is stopped (SIGSTOP) below while several commands run: not long enough for
+  // the leader to call it lost.
+  heartbeat_timeout_ = "60s";
   start_leader();
   ASSERT_FALSE(HasFatalFailure());
   start_agent("agent-g2", nvml(""), "NVML_DOUBLE_DEVICES='NVIDIA H200:143771;NVIDIA H200:143771'", 3);

@@ -278,12 +278,16 @@ class LeaderAndAgents {
     if (!::testing::Test::HasFailure()) std::filesystem::remove_all(root_);
   }
 
+  /// Every daemon's heartbeat_timeout (set before starting them).
+  std::string heartbeat_timeout_ = "3s";
+
   // The settings every daemon shares: quick heartbeats so that a lost agent is noticed in
   // seconds.
   std::string common(const std::string& name) const {
     return "name = \"" + name + "\"\nagent_token_file = \"" + (root_ / "agent.token").string() +
            "\"\nstate_dir = \"" + (root_ / name).string() +
-           "\"\nheartbeat_interval = \"500ms\"\nheartbeat_timeout = \"3s\"\ntask_stop_grace = \"5s\"\n"
+           "\"\nheartbeat_interval = \"500ms\"\nheartbeat_timeout = \"" + heartbeat_timeout_ +
+           "\"\ntask_stop_grace = \"5s\"\n"
            "ps_checkpoint_interval = \"2s\"\nlog_level = \"info\"\n";
   }
 
