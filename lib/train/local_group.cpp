@@ -266,6 +266,7 @@ void LocalGroup::send_to(int member, std::span<const std::byte> bytes, const cha
   const int fd = fds_[opt_.rank == 0 ? static_cast<std::size_t>(member) : 0];
   const auto why = io_all(fd, const_cast<std::byte*>(bytes.data()), bytes.size(), true, opt_.timeout, opt_);
   if (why.empty()) return;
+  check_stop(opt_);  // stopped with the others (a re-assignment): a stop, not a failure
   if (why == "closed") {
     throw LocalGroupError("local group: " + describe(member) + " left the group during " + op +
                           " (its connection closed: the worker ended)");
@@ -281,6 +282,7 @@ void LocalGroup::recv_from(int member, std::span<std::byte> bytes, const char* o
   const int fd = fds_[opt_.rank == 0 ? static_cast<std::size_t>(member) : 0];
   const auto why = io_all(fd, bytes.data(), bytes.size(), false, opt_.timeout, opt_);
   if (why.empty()) return;
+  check_stop(opt_);
   if (why == "closed") {
     throw LocalGroupError("local group: " + describe(member) + " left the group during " + op +
                           " (its connection closed: the worker ended)");

@@ -146,3 +146,33 @@ TEST_F(LocalGroupCluster, AKilledMemberFailsItsGroupAtOnceAndTheRestartedGroupFi
   EXPECT_NE(log.find("local group: worker-1 (member 1 of 2) left the group"), std::string::npos) << log;
   EXPECT_GE(st.value("test_accuracy", 0.0), 0.6) << st.dump();
 }
+
+// The PS shard's agent dies (SIGKILL: its shard with it) while a local group trains: the
+// leader re-assigns the job, the shard is rebuilt elsewhere from one member's replica
+// (that member starts first and initialises it; its group-mate follows), the group forms
+// again and the job succeeds.
+TEST_F(LocalGroupCluster, AShardLostWithItsAgentIsRebuiltAndTheGroupFormsAgain) {
+  start_leader();
+  ASSERT_FALSE(HasFatalFailure());
+  start_agent("agent-a", "progress_interval = \"1s\"\n", "", 2);  // the two workers
+  start_agent("agent-p", "progress_interval = \"1s\"\n", "", 1);  // the PS shard
+  start_agent("agent-s", "progress_interval = \"1s\"\n", "", 1);  // spare: where it moves
+  wait_agents(3);
+  ASSERT_FALSE(HasFatalFailure());
+  const std::string job = submit("group-shard-lost", "epochs = 6\nworkers = 2\n" + kJob);
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(wait_until([&] { return status(job).value("epochs", 0) >= 1; }, 180s, 100ms)) << status(job).dump();
+  const auto before = status(job);
+  EXPECT_EQ(task(before, "ps-0").value("agent", ""), "agent-p") << before.dump();
+  EXPECT_EQ(task(before, "worker-0").value("agent", ""), "agent-a") << before.dump();
+  EXPECT_EQ(task(before, "worker-1").value("agent", ""), "agent-a") << before.dump();
+  kill_daemon("agent-p");
+  const auto st = wait_state(job, {"succeeded", "failed"}, 300);
+  ASSERT_EQ(st.value("state", ""), "succeeded") << st.dump();
+  EXPECT_GE(st.value("generation", 0), 2) << st.dump();
+  EXPECT_EQ(task(st, "ps-0").value("agent", ""), "agent-s") << st.dump();
+  EXPECT_GE(st.value("test_accuracy", 0.0), 0.6) << st.dump();
+  // The path this is about: one member (the seed) started alone and rebuilt the shard.
+  EXPECT_NE(slurp(root_ / "leader-1.log").find("initialised the shards from its replica; starting the other workers"),
+            std::string::npos);
+}
