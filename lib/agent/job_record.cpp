@@ -132,6 +132,9 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
   out["ps_shards"] = j.spec.ps_shards;
   out["batch_size"] = j.spec.batch_size;
   out["epochs_total"] = j.spec.epochs;
+  out["device"] = j.spec.device;
+  if (j.spec.gpus_per_worker > 0) out["gpus_per_worker"] = j.spec.gpus_per_worker;
+  out["local_group"] = j.spec.local_group;
   out["compression_settings"] = {{"method", compress::to_string(j.spec.compression.method)},
                                  {"ratio", j.spec.compression.ratio},
                                  {"downlink_ratio", j.spec.compression.downlink_ratio},

@@ -39,7 +39,11 @@ void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& 
   if (env.type == "submit") return on_submit(s, env);
   if (env.type == "plan") {
     const auto parsed = parse_submitted(s, env, wire::parse_body<wire::SubmitBody>(env));
-    if (parsed) reply(s, env.id, planner::to_json(plan_for(*parsed, 0)));
+    if (!parsed) return;
+    if (const auto why = gpu_refusal(*parsed)) {
+      return reply_error(s, env.id, wire::error_code::kInfeasible, *why, "gpus_per_worker");
+    }
+    reply(s, env.id, planner::to_json(plan_for(*parsed, 0)));
     return;
   }
   if (env.type == "history") {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -184,7 +185,22 @@ int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
     sup.spawn(
         ps, [](const std::string&) {},
         [&, i](const ExitStatus& st) {
-          if (!stopping) spdlog::error("agent local-{} {}; see {}", i, st.describe(), (state / ("agent-" + std::to_string(i)) / "agent.log").string());
+          const auto log = state / ("agent-" + std::to_string(i)) / "agent.log";
+          if (!stopping) spdlog::error("agent local-{} {}; see {}", i, st.describe(), log.string());
+          if (!stopping && !ready) {
+            // It will not register: say why (its last log lines) and stop now, not after
+            // the 60 s the others are given. A configuration error (exit code 2) is
+            // reported as one.
+            std::ifstream in(log);
+            std::deque<std::string> tail;
+            for (std::string line; std::getline(in, line);) {
+              tail.push_back(line);
+              if (tail.size() > 3) tail.pop_front();
+            }
+            for (const auto& line : tail) spdlog::error("agent local-{}: {}", i, line);
+            stop_all(st.exit_code == 2 ? 2 : 1);
+            return;
+          }
           if (stopping && sup.running() == 0) cleanup_and_stop();
         });
   }

@@ -154,8 +154,8 @@ void check_device_fields(JobSpec& s, bool gpus_given) {
   if (s.local_group) {
     if (s.sync != "async") {
       throw ConfigError("local_group", "needs sync = \"async\" (this job has sync = \"" + s.sync +
-                                           "\"): a group pushes as one worker, so the PS's barrier could not count "
-                                           "its members");
+                                           "\"): a group pushes as one worker, which the PS's step accounting of "
+                                           "ssp and sync (a barrier, a staleness bound) would not know of");
     }
     if (s.overlap) {
       throw ConfigError("local_group", "not with overlap = true: the group sums whole gradients before its push");

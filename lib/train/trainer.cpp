@@ -246,8 +246,8 @@ class WorkerLoop {
       steps_per_epoch_ = std::min(steps_per_epoch_, static_cast<std::int64_t>(agree[2 * static_cast<std::size_t>(r)]));
       resume_epoch_ = std::min(resume_epoch_, static_cast<int>(agree[2 * static_cast<std::size_t>(r) + 1]));
     }
-    spdlog::info("local group: {} of {} members, {} steps per epoch, resuming at epoch {}", group_->describe(group_->rank()),
-                 group_->size(), steps_per_epoch_, resume_epoch_ + 1);
+    spdlog::info("local group: {} joined; {} steps per epoch, training from epoch {}", group_->describe(group_->rank()),
+                 steps_per_epoch_, resume_epoch_ + 1);
   }
 
   // Overlap (docs/training.md, "Overlap"): a hook on every parameter copies its gradient

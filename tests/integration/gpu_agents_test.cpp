@@ -230,6 +230,17 @@ TEST(GpuStandalone, TheFirstAgentOffersTheGpusOfGpusAndTheOthersNone) {
     EXPECT_TRUE(by_name["local-1"]["gpus"].empty()) << r.out;
     EXPECT_EQ(cluster.stop(), 0);
   }
+  // A GPU the machine does not have: the first agent refuses to start, and the cluster
+  // stops at once with its reason (not after waiting 60 s for it to register).
+  const auto missing = run("env NVML_DOUBLE_DEVICES='NVIDIA H200:143771;NVIDIA H200:143771' " + kBinDir +
+                               "/dltrain-agent --standalone --agents 2 --gpus 5 --nvml-library " + DLTRAIN_NVML_DOUBLE +
+                               " --state-dir " + (dir / "missing").string() + " 2>&1",
+                           30);
+  EXPECT_EQ(missing.code, 2) << missing.out;
+  EXPECT_NE(missing.out.find("agent local-0: dltrain-agent: configuration error: gpus: GPU 5 is not on this machine "
+                             "(NVML found 2: 0, 1)"),
+            std::string::npos)
+      << missing.out;
   ::unsetenv("NVML_DOUBLE_DEVICES");
   const auto bad = run(kBinDir + "/dltrain-agent --standalone --gpus most --state-dir " + (dir / "bad").string() +
                            " 2>&1",

@@ -82,7 +82,7 @@ TEST_F(LocalGroupCluster, ThreeWorkersOnOneAgentPushOnlyThroughMemberZero) {
   for (int r = 0; r < 3; ++r) {
     const auto log = task_log(job, "worker-" + std::to_string(r));
     EXPECT_NE(log.find("local group: worker-" + std::to_string(r) + " (member " + std::to_string(r) +
-                       " of 3) of 3 members, 32 steps per epoch"),
+                       " of 3) joined; 32 steps per epoch"),
               std::string::npos)
         << log;
   }
