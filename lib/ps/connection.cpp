@@ -58,15 +58,23 @@ std::exception_ptr ShardConnections::lost(std::size_t s, const boost::system::er
 // (no read or write completed) for the timeout. Handlers that are ready run before the
 // clock is looked at: a worker that was suspended (SIGSTOP, a paused VM, a swapped-out
 // process) wakes past its deadline with the replies waiting in its socket, and that is not
-// a PS that stopped answering.
+// a PS that stopped answering. Nor is the time this process itself did not run: a gap
+// between two turns of the loop far longer than a slice (the process was stopped or
+// descheduled; an epoll_wait that a SIGSTOP interrupted returns without the events that
+// came meanwhile) moves the deadline by the gap, so that the shards are given their whole
+// timeout of time this process could have heard them in.
 void ShardConnections::run(const int& pending, const char* what) {
   io_.restart();
   auto deadline = Clock::now() + opt_.timeout;
+  auto last_turn = Clock::now();
   while (pending > 0) {
     check_stop();
     std::size_t ran = io_.poll();
+    const auto now = Clock::now();
+    if (now - last_turn > 5 * kStopCheck) deadline += now - last_turn;
+    last_turn = now;
     if (ran == 0 && pending > 0) {
-      if (Clock::now() >= deadline) break;
+      if (now >= deadline) break;
       ran = io_.run_one_until(std::min(deadline, Clock::now() + kStopCheck));
       if (ran == 0) continue;  // a slice passed: look at the stop flag and the clock again
     }
