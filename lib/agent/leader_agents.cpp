@@ -67,17 +67,6 @@ void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& e
   reply_error(s, env.id, wire::error_code::kBadRequest, "unknown message type \"" + env.type + "\"", "type");
 }
 
-namespace {
-// An agent being registered (not yet in the registry) gives up what `hold` takes.
-void take_hold(AgentRec& a, const TaskHold& hold) {
-  a.free_cores -= hold.cores;
-  for (const int g : hold.gpus) {
-    const auto pos = std::find(a.free_gpus.begin(), a.free_gpus.end(), g);
-    if (pos != a.free_gpus.end()) a.free_gpus.erase(pos);
-  }
-}
-}  // namespace
-
 void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   const auto b = wire::parse_body<wire::RegisterBody>(env);
   const std::string& name = b.name;
@@ -126,7 +115,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
     // its job's cores per task, or 1 for a job the leader no longer knows).
     TaskHold hold{rt.threads > 0 ? rt.threads : jit == jobs.end() ? 1 : jit->second.spec.threads_per_task, rt.gpus};
     if (live && hold.gpus.empty()) hold.gpus = t->gpus;
-    take_hold(a, hold);
+    a.take(hold);
     if (!live && rt.exited) {
       a.orphans[orphan_key(jid, tname, rt.generation)] = hold;  // its exit report frees them
     } else if (!live) {
@@ -141,7 +130,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
     auto& j = jobs.at(jid);
     if (j.terminal()) continue;
     for (auto& t : j.tasks) {
-      if (t.agent == name && t.state == "pending") take_hold(a, hold_of(j, t));
+      if (t.agent == name && t.state == "pending") a.take(hold_of(j, t));
     }
   }
   // Tasks the leader counts on that the agent no longer has: only when a new session

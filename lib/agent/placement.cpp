@@ -58,6 +58,14 @@ std::vector<int> take_from(AgentSlots& a, const TaskNeed& need) {
 
 std::string AgentRec::gpu_model() const { return gpus.empty() ? std::string() : gpus.front().name; }
 
+void AgentRec::take(const TaskHold& hold) {
+  free_cores -= hold.cores;
+  for (const int g : hold.gpus) {
+    const auto pos = std::find(free_gpus.begin(), free_gpus.end(), g);
+    if (pos != free_gpus.end()) free_gpus.erase(pos);
+  }
+}
+
 std::optional<std::vector<Placed>> place(std::vector<AgentSlots> agents, const std::vector<TaskNeed>& tasks) {
   for (auto& a : agents) std::sort(a.free_gpus.begin(), a.free_gpus.end());
   std::vector<Placed> out(tasks.size());
@@ -205,13 +213,7 @@ std::string AgentRegistry::hardware_class(bool gpu) const {
 
 void AgentRegistry::take(const std::string& id, const TaskHold& hold) {
   auto it = agents_.find(id);
-  if (it == agents_.end()) return;
-  auto& a = it->second;
-  a.free_cores -= hold.cores;
-  for (const int g : hold.gpus) {
-    const auto pos = std::find(a.free_gpus.begin(), a.free_gpus.end(), g);
-    if (pos != a.free_gpus.end()) a.free_gpus.erase(pos);
-  }
+  if (it != agents_.end()) it->second.take(hold);
 }
 
 void AgentRegistry::release(const std::string& id, const TaskHold& hold) {

@@ -49,6 +49,9 @@ struct AgentRec {
 
   /// The model of its GPUs ("NVIDIA H200"; the first one's), "" without GPUs.
   std::string gpu_model() const;
+  /// Takes `hold` from its free cores and GPUs (a task placed or running there); GPU
+  /// indices not free are ignored.
+  void take(const TaskHold& hold);
 };
 
 /// An agent's free cores and GPUs as placement sees them.

@@ -90,18 +90,14 @@ NcclGroup::~NcclGroup() {
   if (impl_->comm != nullptr && !impl_->aborted) {
     // A non-blocking communicator finalizes asynchronously: wait (bounded) for it to
     // finish before destroying it; abort it if it does not.
-    bool finalized = false;
-    {
-      (void)ncclCommFinalize(impl_->comm);
-      const auto deadline = Clock::now() + std::chrono::seconds(10);
-      ncclResult_t state = ncclInProgress;
-      while (Clock::now() < deadline && ncclCommGetAsyncError(impl_->comm, &state) == ncclSuccess &&
-             state == ncclInProgress) {
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
-      finalized = state == ncclSuccess;
+    (void)ncclCommFinalize(impl_->comm);
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    ncclResult_t state = ncclInProgress;
+    while (Clock::now() < deadline && ncclCommGetAsyncError(impl_->comm, &state) == ncclSuccess &&
+           state == ncclInProgress) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
-    if (finalized) {
+    if (state == ncclSuccess) {
       (void)ncclCommDestroy(impl_->comm);
     } else {
       (void)ncclCommAbort(impl_->comm);

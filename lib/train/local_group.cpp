@@ -263,8 +263,16 @@ void LocalGroup::form() {
 }
 
 void LocalGroup::send_to(int member, std::span<const std::byte> bytes, const char* op) {
+  transfer(member, const_cast<std::byte*>(bytes.data()), bytes.size(), true, op);
+}
+
+void LocalGroup::recv_from(int member, std::span<std::byte> bytes, const char* op) {
+  transfer(member, bytes.data(), bytes.size(), false, op);
+}
+
+void LocalGroup::transfer(int member, std::byte* data, std::size_t n, bool write, const char* op) {
   const int fd = fds_[opt_.rank == 0 ? static_cast<std::size_t>(member) : 0];
-  const auto why = io_all(fd, const_cast<std::byte*>(bytes.data()), bytes.size(), true, opt_.timeout, opt_);
+  const auto why = io_all(fd, data, n, write, opt_.timeout, opt_);
   if (why.empty()) return;
   check_stop(opt_);  // stopped with the others (a re-assignment): a stop, not a failure
   if (why == "closed") {
@@ -272,26 +280,12 @@ void LocalGroup::send_to(int member, std::span<const std::byte> bytes, const cha
                           " (its connection closed: the worker ended)");
   }
   if (why == "timeout") {
-    throw LocalGroupError("local group: " + describe(member) + " took nothing for " +
-                          fmt::format("{:g}", static_cast<double>(opt_.timeout.count()) / 1000.0) + " s during " + op + " (stalled)");
+    throw LocalGroupError("local group: " + describe(member) + (write ? " took nothing for " : " sent nothing for ") +
+                          fmt::format("{:g}", static_cast<double>(opt_.timeout.count()) / 1000.0) + " s during " +
+                          op + " (stalled)");
   }
-  throw LocalGroupError("local group: sending to " + describe(member) + " during " + op + " failed: " + why);
-}
-
-void LocalGroup::recv_from(int member, std::span<std::byte> bytes, const char* op) {
-  const int fd = fds_[opt_.rank == 0 ? static_cast<std::size_t>(member) : 0];
-  const auto why = io_all(fd, bytes.data(), bytes.size(), false, opt_.timeout, opt_);
-  if (why.empty()) return;
-  check_stop(opt_);
-  if (why == "closed") {
-    throw LocalGroupError("local group: " + describe(member) + " left the group during " + op +
-                          " (its connection closed: the worker ended)");
-  }
-  if (why == "timeout") {
-    throw LocalGroupError("local group: " + describe(member) + " sent nothing for " +
-                          fmt::format("{:g}", static_cast<double>(opt_.timeout.count()) / 1000.0) + " s during " + op + " (stalled)");
-  }
-  throw LocalGroupError("local group: receiving from " + describe(member) + " during " + op + " failed: " + why);
+  throw LocalGroupError("local group: " + std::string(write ? "sending to " : "receiving from ") + describe(member) +
+                        " during " + op + " failed: " + why);
 }
 
 void LocalGroup::check_header(int member, std::uint32_t op, std::uint64_t count, const char* name) {

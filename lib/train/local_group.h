@@ -97,6 +97,9 @@ class LocalGroup {
   void form();
   void send_to(int member, std::span<const std::byte> bytes, const char* op);
   void recv_from(int member, std::span<std::byte> bytes, const char* op);
+  /// send_to / recv_from: all `n` bytes to or from `member`, or LocalGroupError saying
+  /// how it failed (closed, stalled, an errno), ps::StopRequested when asked to stop.
+  void transfer(int member, std::byte* data, std::size_t n, bool write, const char* op);
   void check_header(int member, std::uint32_t op, std::uint64_t count, const char* name);
   void exchange_header(std::uint32_t op, std::uint64_t count, const char* name);
 
