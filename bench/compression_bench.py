@@ -117,8 +117,11 @@ def write_tokens(d):
 class Cluster:
     """A leader (root namespace) and one agent per host, as real processes."""
 
-    def __init__(self, hosts, links=None, prefix="dltrain-bench-"):
+    def __init__(self, hosts, links=None, prefix="dltrain-bench-", agent_log_level="warn"):
+        """`agent_log_level`: the agents' log_level, which their tasks take too (a PS
+        shard logs its step barrier's record at info)."""
         self.hosts = hosts
+        self.agent_log_level = agent_log_level
         self.links = links
         self.dir = tempfile.mkdtemp(prefix=prefix)
         self.procs = []
@@ -141,7 +144,7 @@ class Cluster:
             with open(cfg, "w") as f:
                 f.write(f'name = "host-{i}"\nleader_url = "{self.url}"\nagent_token_file = "{d}/agent.token"\n'
                         f'advertise_address = "{addr}"\ntask_bind_address = "{addr}"\ncores = 1\n'
-                        f'state_dir = "{d}/agent-{i}"\nlog_level = "warn"\n')
+                        f'state_dir = "{d}/agent-{i}"\nlog_level = "{self.agent_log_level}"\n')
             cmd = [f"{BIN}/dltrain-agent", "--config", cfg]
             if self.links:
                 cmd = ["ip", "netns", "exec", self.links.netns(i)] + cmd

@@ -40,8 +40,13 @@ sys.path.insert(0, os.path.dirname(HERE))
 from compression_bench import BIN, Cluster, Links, free_port  # noqa: E402  (same cluster and links)
 
 PYTHON = "/usr/bin/python3"  # Debian's interpreter, which has python3-torch
-DGC = {"dltrain-dgc-10%": 0.1, "dltrain-dgc-1%": 0.01, "dltrain-dgc-0.1%": 0.001}
+DGC = {"dltrain-dgc-10%": 0.1, "dltrain-dgc-1%": 0.01, "dltrain-dgc-0.1%": 0.001,
+       "dltrain-dgc-1%-bsp": 0.01, "dltrain-dgc-0.1%-bsp": 0.001}
+# Run only when named in --systems: DGC under `sync = "sync"` (BSP through the PS,
+# docs/training.md), the consistency model that trains best with a sparse uplink.
+BSP = {"dltrain-dgc-1%-bsp", "dltrain-dgc-0.1%-bsp"}
 SYSTEMS = ["plain", "torch", "ddp", "dltrain-1w", "dltrain-dense", *DGC]
+DEFAULT_SYSTEMS = [s for s in SYSTEMS if s not in BSP]
 SINGLE = {"plain", "torch"}  # one process, no network: run once per model and seed
 RATES = {"1gbit": "1gbit", "100mbit": "100mbit"}
 
@@ -57,7 +62,9 @@ def in_default(model, link, system):
     goals are judged by: the CNN on loopback in every system but dense ASGD and the
     10 %/1 % DGC ratios (with the 1-worker run: the framework overhead); the MLP in the
     plain loop (the accuracy reference) and, on the emulated 100 Mbit/s links, DDP, dense
-    ASGD and DGC at 1 % and 0.1 %."""
+    ASGD and DGC at 1 % and 0.1 %. The BSP systems run wherever --systems names them."""
+    if system in BSP:
+        return True
     if model == "cnn":
         return link in ("none", "loopback") and system not in ("dltrain-dense", "dltrain-dgc-10%", "dltrain-dgc-1%")
     if link in ("none", "loopback"):
@@ -67,10 +74,10 @@ def in_default(model, link, system):
 
 def default_cap(results, model, link, system, peer_cap, cap):
     """In the default size, DDP and dense ASGD on an emulated link stop after `peer_cap`
-    seconds, or earlier once they are 1.5× / 3.2× slower than the fastest DGC run was to
-    the target (at least 60 s); their time to the target is then a lower bound. Every
-    other run stops at `cap`."""
-    factor = {"ddp": 1.5, "dltrain-dense": 3.2}.get(system)
+    seconds, or earlier once they are 3.2× slower than the fastest DGC run was to the
+    target (at least 60 s): a lower bound past 3 decides the issue's "≥ 3× sooner" goal
+    either way. Every other run stops at `cap`."""
+    factor = {"ddp": 3.2, "dltrain-dense": 3.2}.get(system)
     if factor is None:
         return cap
     t = [r["seconds_to_target"] for r in results if r["model"] == model and r["link"] == link
@@ -83,7 +90,8 @@ def job_toml(path, model, system, seed, size, workers):
     lines = [f'name = "e2e-{model}-{system}-s{seed}"', f'model = "{model}"', 'dataset = "fashion-mnist"',
              f"epochs = {size['epochs'][model]}", f"workers = {workers}", "ps_shards = 1", "batch_size = 64",
              "threads_per_task = 1", f"train_samples = {size['train_samples'][model]}",
-             f"test_samples = {size['test_samples']}", f"seed = {seed}", "",
+             f"test_samples = {size['test_samples']}", f"seed = {seed}",
+             *(['sync = "sync"'] if system in BSP else []), "",
              "[optimizer]", f"lr = {m['lr']}", "momentum = 0.9", "weight_decay = 5e-4", 'lr_schedule = "cosine"',
              "warmup_epochs = 0.3", ""]
     if system in DGC:
@@ -428,7 +436,8 @@ def ratios(results, goodputs, size, targets_by_model):
         for link in size["links"]:
             for dgc in DGC:
                 t_dgc = m(dgc, model, link, "seconds_to_target")
-                for peer, need in (("ddp", 1.0), ("dltrain-dense", 2.95)):
+                # Against DDP two goals: sooner at all (≥ 1), and ≥ 3× sooner (docs/benchmarks.md).
+                for peer, need in (("ddp", 1.0), ("ddp", 3.0), ("dltrain-dense", 2.95)):
                     t_peer = m(peer, model, link, "seconds_to_target")
                     peer_runs = [r for r in results if r["system"] == peer and r["model"] == model and r["link"] == link]
                     goal = f"{dgc} time to {targets_by_model[model]} vs {peer} (speed-up ≥ {need})"
@@ -499,7 +508,8 @@ def main():
     ap.add_argument("--links", help="comma list of loopback,1gbit,100mbit (default: loopback,100mbit; --full: all)")
     ap.add_argument("--models", help="comma list of cnn,mlp-large (default: both)")
     # argparse %-formats help strings, so the systems' own '%' signs are doubled.
-    ap.add_argument("--systems", help="comma list (default: all): " + ",".join(SYSTEMS).replace("%", "%%"))
+    ap.add_argument("--systems", help="comma list (default: all but the -bsp ones): " +
+                    ",".join(SYSTEMS).replace("%", "%%"))
     ap.add_argument("--seeds", help="comma list (default 1; --full 1,2,3)")
     ap.add_argument("--workers", type=int, default=2, help="N: dltrain workers and DDP ranks (default 2)")
     ap.add_argument("--cap-seconds", type=int, default=900, help="stop any run after this long (default 900)")
@@ -553,7 +563,10 @@ def main():
     if args.epochs:
         size["epochs"] = {m: args.epochs for m in size["epochs"]}
     size["cap"] = args.cap_seconds
-    systems = (args.systems or ",".join(SYSTEMS)).split(",")
+    systems = (args.systems or ",".join(DEFAULT_SYSTEMS)).split(",")
+    for system in systems:
+        if system not in SYSTEMS:
+            sys.exit(f"e2e: --systems: unknown system \"{system}\" (expected {', '.join(SYSTEMS)})")
     targets_by_model = {m: MODELS[m]["target"] for m in MODELS}
     os.makedirs(args.out, exist_ok=True)
     workdir = os.path.join(args.out, "e2e-logs")

@@ -7,6 +7,8 @@ both directions, as bench/e2e/run.py does), each worker count N (default 1, 2, 4
 each system:
   dltrain-dense   dltrain, dense ASGD, N workers + 1 PS shard
   dltrain-dgc-1%  dltrain, DGC at 1 % up and 1 % down (sparse bidirectional)
+  dltrain-dense-bsp, dltrain-dense-ssp2   dense, sync = "sync" (BSP) and sync = "ssp" with
+                  staleness 2 (only when --systems names them)
   ddp             PyTorch DistributedDataParallel (gloo ring all-reduce), N ranks
 a short job (the mlp-large model on Fashion-MNIST, batch 64 per worker, one thread per
 process, 2 epochs of a training subset) and records every worker's epoch times (the
@@ -45,7 +47,11 @@ BRIDGE = "simbr0"
 PREFIX = "sim"
 RATES = {"1gbit": "1gbit", "100mbit": "100mbit"}
 DGC = {"dltrain-dgc-1%": 0.01}
+# The consistency models other than ASGD (docs/training.md), dense: run when --systems
+# names them.
+SYNC = {"dltrain-dense-bsp": 'sync = "sync"', "dltrain-dense-ssp2": 'sync = "ssp"\nstaleness = 2'}
 SYSTEMS = ["dltrain-dense", *DGC, "ddp"]
+ALL_SYSTEMS = SYSTEMS + list(SYNC)
 
 
 def Links(hosts, rate):
@@ -63,7 +69,8 @@ def job_toml(path, system, workers, args):
     lines = [f'name = "sim-{system}-{workers}"', f'model = "{args.model}"', 'dataset = "fashion-mnist"',
              f"epochs = {args.epochs}", f"workers = {workers}", "ps_shards = 1", f"batch_size = {args.batch}",
              "threads_per_task = 1", f"train_samples = {args.train_samples}", f"test_samples = {args.test_samples}",
-             "seed = 1", "", "[optimizer]", "lr = 0.05", "momentum = 0.9", "weight_decay = 5e-4",
+             "seed = 1", *([SYNC[system]] if system in SYNC else []), "",
+             "[optimizer]", "lr = 0.05", "momentum = 0.9", "weight_decay = 5e-4",
              'lr_schedule = "cosine"', "warmup_epochs = 0.3", ""]
     if system in DGC:
         # The density warm-up ends with the first epoch: the last epoch runs at the ratio.
@@ -129,7 +136,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--links", default="loopback,1gbit,100mbit")
     ap.add_argument("--workers", default="1,2,4")
-    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--systems", default=",".join(SYSTEMS),
+                    help="comma list of " + ",".join(ALL_SYSTEMS) + " (default: " + ",".join(SYSTEMS) + ")")
     ap.add_argument("--model", default="mlp-large")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--train-samples", type=int, default=3840)
@@ -146,6 +154,9 @@ def main():
         if not os.access(os.path.join(BIN, exe), os.X_OK):
             sys.exit(f"calibrate: {BIN}/{exe} is missing; run scripts/setup first")
     systems = args.systems.split(",")
+    for system in systems:
+        if system not in ALL_SYSTEMS:
+            sys.exit(f"calibrate: --systems: unknown system \"{system}\" (expected {', '.join(ALL_SYSTEMS)})")
     if "ddp" in systems and subprocess.run([PYTHON, "-c", "import torch.distributed as d; assert d.is_gloo_available()"],
                                            capture_output=True).returncode != 0:
         sys.exit("calibrate: PyTorch with gloo is missing; scripts/setup --bench installs python3-torch")

@@ -114,8 +114,11 @@ def predict_run(r, cal_p, runs):
             cs = r["done"][k]["counters"]
             comp.append((cs["compute_seconds"] + cs["compress_seconds"] + cs["data_seconds"]) / cs["steps"] +
                         cal_p["other_s"])
-        cfg.update(mode="async", compute_s=comp)
-        if r["system"] == "dltrain-dense":
+        mode = {"dltrain-dense-bsp": "bsp", "dltrain-dense-ssp2": "ssp"}.get(r["system"], "async")
+        cfg.update(mode=mode, compute_s=comp)
+        if mode == "ssp":
+            cfg.update(ssp_bound=2)
+        if r["system"].startswith("dltrain-dense"):
             b = lk["bytes_per_step"] / 2
             cfg.update(up_bytes=b, down_bytes=b, ps_apply_s=cal_p["apply_dense_s"])
         else:

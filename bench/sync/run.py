@@ -36,10 +36,7 @@ MODES = {
     "ssp2": 'sync = "ssp"\nstaleness = 2\n',
     "sync": 'sync = "sync"\n',
 }
-CODECS = {
-    "dense": "",
-    "dgc-0.1%": '[compression]\nmethod = "dgc"\nratio = 0.001\ndownlink_ratio = 0.01\nwarmup_epochs = 1\n',
-}
+CODECS = {"dense": 1.0, "dgc-1%": 0.01, "dgc-0.1%": 0.001}  # uplink density
 SYNC_LINE = re.compile(r"sync \w+: (\d+) steps applied, (\d+) late pushes dropped, (\d+) pulls waited \(([\d.]+) s "
                        r"in all\), (\d+) workers dropped by the barrier timeout, (\d+) connections closed mid-step, "
                        r"(\d+) rejoins, max lead (\d+) steps")
@@ -51,8 +48,13 @@ def job_toml(args, model, mode, codec, overlap, seed):
             f"ps_shards = 1\nbatch_size = {args.batch_size}\ntrain_samples = {args.train_samples}\n"
             f"test_samples = {args.test_samples}\nseed = {seed}\noverlap = {'true' if overlap else 'false'}\n"
             + MODES[mode] +
-            f'[optimizer]\nlr = {args.lr}\nmomentum = 0.9\nlr_schedule = "cosine"\nwarmup_epochs = 0.3\n'
-            + CODECS[codec])
+            f'[optimizer]\nlr = {args.lr}\nmomentum = 0.9\nlr_schedule = "cosine"\nwarmup_epochs = {args.lr_warmup}\n'
+            f"weight_decay = {args.weight_decay}\n"
+            + ("" if codec == "dense" else
+               f'[compression]\nmethod = "dgc"\nratio = {CODECS[codec]}\ndownlink_ratio = {args.downlink_ratio}\n'
+               f"warmup_epochs = {args.dgc_warmup}\n"
+               + (f"min_compress_bytes = {args.min_compress_bytes}\n" if args.min_compress_bytes else ""))
+            + (f"[ps]\npartition_size = {args.partition_size}\n" if args.partition_size else ""))
 
 
 def run_job(cluster, args, model, mode, codec, overlap, seed):
@@ -100,43 +102,61 @@ def mean_sd(xs, fmt="{:.4g}"):
     return fmt.format(statistics.mean(xs)) + " ± " + "{:.2g}".format(statistics.stdev(xs))
 
 
-def report(data):
-    args, results = data["args"], data["results"]
-    md = [f"{args['workers']} workers + 1 PS shard, each on its own agent with one core, on a "
-          f"{data['machine']}; batch {args['batch_size']} per worker, {args['epochs']} epochs on the first "
-          f"{args['train_samples']} training images, test accuracy on the first {args['test_samples']}; "
-          f"targets {args['target']}. Command: `{data['command']}` ({data['date']}).", "",
-          "| model | link | sync | codec | overlap | seeds | final accuracy | wall s | s to target | "
-          "barrier waits | max lead |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    keys = []
-    for r in results:
-        k = (r["model"], r["link"], r["mode"], r["codec"], r["overlap"])
-        if k not in keys:
-            keys.append(k)
+def first(n):
+    return f"the first {n}" if n else "all"
+
+
+def report(datas):
+    """The tables for one or more runs of this script (their JSON), one row per
+    configuration (model, link, workers, partition size, sync, codec, overlap)."""
+    md = []
+    results = []
+    for data in datas:
+        args = data["args"]
+        part = args.get("partition_size") or "default (262,144)"
+        md.append(f"- `{data['command']}` ({data['date']}{', stopped early' if data.get('partial') else ''}): "
+                  f"{args['workers']} workers + 1 PS shard, each on its own agent with one core, on a "
+                  f"{data['machine']}; batch {args['batch_size']} per worker, {args['epochs']} epochs on "
+                  f"{first(args['train_samples'])} training images, test accuracy on {first(args['test_samples'])}; "
+                  f"lr {args['lr']}, partition size {part}; targets "
+                  f"{args['target']}.")
+        for r in data["results"]:
+            codec = r["codec"] if r["codec"] == "dense" else \
+                f"{r['codec']}, down {args.get('downlink_ratio', 0.01):g}, warm-up {args.get('dgc_warmup', 1.0):g}" + \
+                (f", dense < {args['min_compress_bytes']} B" if args.get("min_compress_bytes") else "")
+            results.append(dict(r, codec=codec, workers=args["workers"],
+                                partition=args.get("partition_size") or 262144))
+
+    def key(r):
+        return (r["model"], r["link"], r["workers"], r["partition"], r["mode"], r["codec"], r["overlap"])
+
+    md += ["", "| model | link | workers | partition | sync | codec | overlap | seeds | final accuracy | wall s | "
+           "s to target | barrier waits | max lead |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    keys = list(dict.fromkeys(key(r) for r in results))
     for k in keys:
-        rs = [r for r in results if (r["model"], r["link"], r["mode"], r["codec"], r["overlap"]) == k]
+        rs = [r for r in results if key(r) == k]
         b = [r["barrier"] for r in rs if r["barrier"]]
-        md.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {'on' if k[4] else 'off'} | {len(rs)} | "
+        md.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {k[5]} | {'on' if k[6] else 'off'} | {len(rs)} | "
                   f"{mean_sd([r['final_accuracy'] for r in rs])} | {mean_sd([r['wall_seconds'] for r in rs], '{:.1f}')} | "
                   f"{mean_sd([r['seconds_to_target'] for r in rs], '{:.1f}')} | "
                   f"{mean_sd([x['waits'] for x in b], '{:.0f}') if b else '—'} | "
                   f"{max(x['max_lead'] for x in b) if b else '—'} |")
-    md += ["", "Overlap's effect (same model, link, sync and codec; mean wall time and time to target):", "",
-           "| model | link | sync | codec | wall s off → on | change | s to target off → on | change |",
-           "|---|---|---|---|---|---|---|---|"]
+    md += ["", "Overlap's effect (same configuration otherwise; mean wall time and time to target):", "",
+           "| model | link | workers | partition | sync | codec | wall s off → on | change | s to target off → on | "
+           "change |", "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def mean(rs, f):
+        xs = [r[f] for r in rs if r[f] is not None]
+        return statistics.mean(xs) if len(xs) == len(rs) else None
+
     for k in keys:
-        if k[4]:
+        if k[6]:
             continue
-        off = [r for r in results if (r["model"], r["link"], r["mode"], r["codec"], r["overlap"]) == k]
-        on = [r for r in results if (r["model"], r["link"], r["mode"], r["codec"], r["overlap"]) == k[:4] + (True,)]
+        off = [r for r in results if key(r) == k]
+        on = [r for r in results if key(r) == k[:6] + (True,)]
         if not on:
             continue
-
-        def mean(rs, f):
-            xs = [r[f] for r in rs if r[f] is not None]
-            return statistics.mean(xs) if len(xs) == len(rs) else None
-
-        row = [k[0], k[1], k[2], k[3]]
+        row = [str(x) for x in k[:6]]
         for f in ("wall_seconds", "seconds_to_target"):
             a, b2 = mean(off, f), mean(on, f)
             if a is None or b2 is None:
@@ -161,6 +181,17 @@ def rewrite_docs(md):
         f.write(head + begin + "\n" + md + end + tail)
 
 
+def save(args, results, partial):
+    """Writes what has been measured so far (after every run, so a stopped matrix keeps its runs)."""
+    data = {"args": vars(args), "results": results, "date": datetime.date.today().isoformat(),
+            "machine": f"{os.cpu_count()}-core {platform.machine()} machine",
+            "command": "bench/sync/run.py " + " ".join(sys.argv[1:]), "partial": partial}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"sync-{args.tag}.json" if args.tag else "sync.json"), "w") as f:
+        json.dump(data, f, indent=2)
+    return data
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="cnn", help="comma list of cnn,mlp-large (default cnn)")
@@ -175,12 +206,36 @@ def main():
     ap.add_argument("--train-samples", type=int, default=12000)
     ap.add_argument("--test-samples", type=int, default=2000)
     ap.add_argument("--lr", type=float, default=0.02)
+    ap.add_argument("--lr-warmup", type=float, default=0.3, help="optimizer.warmup_epochs (default 0.3)")
+    ap.add_argument("--weight-decay", type=float, default=0.0, help="optimizer.weight_decay (default 0)")
+    ap.add_argument("--downlink-ratio", type=float, default=0.01,
+                    help="DGC codecs: compression.downlink_ratio (default 0.01; 1 = dense pulls)")
+    ap.add_argument("--dgc-warmup", type=float, default=1.0,
+                    help="DGC codecs: compression.warmup_epochs, the sparsity warm-up (default 1)")
+    ap.add_argument("--min-compress-bytes", type=int, default=0,
+                    help="DGC codecs: compression.min_compress_bytes (default 0: every tensor sparsified)")
+    ap.add_argument("--partition-size", type=int,
+                    help="[ps] partition_size in floats (default: the job default, 262144: the CNN is one "
+                         "partition, so overlap has nothing to push before backward ends)")
+    ap.add_argument("--tag", help="write sync-TAG.json instead of sync.json (and, unless --no-docs, still the docs)")
     ap.add_argument("--target-cnn", type=float, default=0.80)
     ap.add_argument("--target-mlp-large", type=float, default=0.78)
     ap.add_argument("--job-timeout", type=int, default=1800)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--no-docs", action="store_true")
+    ap.add_argument("--report", metavar="JSON[,JSON...]",
+                    help="run nothing: write the tables of these runs' JSON files (and, unless --no-docs, the docs)")
     args = ap.parse_args()
+    if args.report:
+        datas = []
+        for path in args.report.split(","):
+            with open(path) as f:
+                datas.append(json.load(f))
+        md = report(datas)
+        print(md)
+        if not args.no_docs:
+            rewrite_docs(md)
+        return
     args.target = {"cnn": args.target_cnn, "mlp-large": args.target_mlp_large}
     if os.geteuid() != 0 and args.links != "loopback":
         sys.exit("bench/sync/run.py: emulated links need root (ip netns, tc)")
@@ -191,7 +246,7 @@ def main():
         try:
             if links:
                 links.__enter__()
-            with Cluster(hosts, links) as cluster:
+            with Cluster(hosts, links, agent_log_level="info") as cluster:
                 for model in args.models.split(","):
                     for codec in args.codecs.split(","):
                         for mode in args.modes.split(","):
@@ -200,19 +255,15 @@ def main():
                                     r = run_job(cluster, args, model, mode, codec, ov == "on", seed)
                                     r["link"] = link
                                     results.append(r)
+                                    save(args, results, partial=True)
                                     print(f"[{link}] {model} {mode} {codec} overlap {ov} seed {seed}: accuracy "
                                           f"{r['final_accuracy']:.4f}, {r['wall_seconds']:.1f} s, to target "
                                           f"{r['seconds_to_target']}, barrier {r['barrier']}", flush=True)
         finally:
             if links:
                 links.__exit__(None, None, None)
-    data = {"args": vars(args), "results": results, "date": datetime.date.today().isoformat(),
-            "machine": f"{os.cpu_count()}-core {platform.machine()} machine",
-            "command": "bench/sync/run.py " + " ".join(sys.argv[1:])}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "sync.json"), "w") as f:
-        json.dump(data, f, indent=2)
-    md = report(data)
+    data = save(args, results, partial=False)
+    md = report([data])
     print(md)
     if not args.no_docs:
         rewrite_docs(md)

@@ -4,6 +4,7 @@
 // them (compress/, the worker, the leader) looks for them.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace dltrain::compress {
@@ -31,6 +32,12 @@ struct CompressionSpec {
   double momentum = 0.9;         ///< DGC's worker-side momentum m, [0, 1)
   double clip_norm = 0.0;        ///< local clipping threshold before scaling; 0 = off
   double sample_ratio = 0.01;    ///< DGC's sampled fraction, (0, 1]
+  /// topk and dgc: a parameter tensor of fewer bytes (4 per float) is sent in full every
+  /// step, besides the partition's top-k: biases and BatchNorm scales and shifts, a
+  /// fraction of the floats that sparsification would starve (BytePS's
+  /// min_compress_bytes; DGC's reference implementation compresses only tensors of more
+  /// than one dimension). [0, 2^31]; 0 = every tensor is sparsified.
+  std::int64_t min_compress_bytes = 0;
 };
 
 /// Density in effect at training progress `epoch_pos` (fractional epochs): during

@@ -99,6 +99,11 @@ void apply_data_defaults(JobSpec& s) {
                                                            std::to_string(v->size()));
     }
   }
+  if (s.compression.min_compress_bytes > 0 && s.compression.method != compress::Method::kTopk &&
+      s.compression.method != compress::Method::kDgc) {
+    throw ConfigError("compression.min_compress_bytes", "applies only to method = \"topk\" or \"dgc\" (this job has "
+                                                        "method = \"" + compress::to_string(s.compression.method) + "\")");
+  }
   if (s.mean.empty() != s.std.empty()) {
     throw ConfigError(s.mean.empty() ? "mean" : "std", "give mean and std together (or neither: computed on a sample)");
   }
@@ -304,9 +309,11 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
           c.clip_norm = get_double(cn, f, 0.0, 1e9, false, false);
         } else if (name == "sample_ratio") {
           c.sample_ratio = get_double(cn, f, 0.0, 1.0, true, false);
+        } else if (name == "min_compress_bytes") {
+          c.min_compress_bytes = get_int(cn, f, 0, std::int64_t{1} << 31);
         } else {
           throw ConfigError(f, "unknown key (expected method, ratio, downlink_ratio, warmup_epochs, momentum, "
-                               "clip_norm, sample_ratio)");
+                               "clip_norm, sample_ratio, min_compress_bytes)");
         }
       }
     } else if (k == "ps") {
@@ -440,7 +447,7 @@ template <typename S, typename V>
 void compression_fields(S& c, V&& v) {
   v("method", c.method), v("ratio", c.ratio), v("downlink_ratio", c.downlink_ratio),
       v("warmup_epochs", c.warmup_epochs), v("momentum", c.momentum), v("clip_norm", c.clip_norm),
-      v("sample_ratio", c.sample_ratio);
+      v("sample_ratio", c.sample_ratio), v("min_compress_bytes", c.min_compress_bytes, Need::kOptional);
 }
 
 template <typename S, typename V>

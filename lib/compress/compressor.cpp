@@ -1,6 +1,8 @@
 #include "compress/compressor.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "common/errors.h"
 #include "compress/fp16.h"
@@ -13,11 +15,26 @@ GradientCompressor::GradientCompressor(CompressionSpec spec, std::vector<std::in
   v_.resize(lengths_.size());
   u_.resize(lengths_.size());
   out_.resize(lengths_.size());
+  always_.resize(lengths_.size());
   for (std::size_t p = 0; p < lengths_.size(); ++p) {
     const auto n = static_cast<std::size_t>(lengths_[p]);
     if (accumulates) v_[p].assign(n, 0.0f);
     if (spec_.method == Method::kDgc) u_[p].assign(n, 0.0f);
   }
+}
+
+void GradientCompressor::send_always(std::size_t p, std::vector<std::uint32_t> indices) {
+  if (p >= lengths_.size()) {
+    throw InvalidArgument("compressor: partition " + std::to_string(p) + " of " + std::to_string(lengths_.size()));
+  }
+  for (std::size_t j = 0; j < indices.size(); ++j) {
+    if (indices[j] >= static_cast<std::uint64_t>(lengths_[p]) || (j > 0 && indices[j] <= indices[j - 1])) {
+      throw InvalidArgument("compressor: the always-sent indices of partition " + std::to_string(p) +
+                            " must ascend strictly below " + std::to_string(lengths_[p]) + " (index " +
+                            std::to_string(j) + " is " + std::to_string(indices[j]) + ")");
+    }
+  }
+  always_[p] = std::move(indices);
 }
 
 double GradientCompressor::clip(std::span<float> grad, int num_workers) const {
@@ -32,6 +49,13 @@ double GradientCompressor::clip(std::span<float> grad, int num_workers) const {
     }
   }
   return norm;
+}
+
+void GradientCompressor::add_always_sent(std::size_t p) {
+  if (always_[p].empty()) return;
+  merged_.clear();
+  std::set_union(idx_.begin(), idx_.end(), always_[p].begin(), always_[p].end(), std::back_inserter(merged_));
+  idx_.swap(merged_);
 }
 
 const Encoded& GradientCompressor::encode(std::size_t p, std::span<const float> g, double density, std::uint64_t step) {
@@ -73,7 +97,8 @@ const Encoded& GradientCompressor::encode(std::size_t p, std::span<const float> 
       v[i] += u[i];
     }
     topk_sampled(v, k, spec_.sample_ratio, step_seed, idx_, scratch_);
-    e.encoding = k == n ? Encoding::kDense : Encoding::kSparse;
+    add_always_sent(p);
+    e.encoding = idx_.size() == n ? Encoding::kDense : Encoding::kSparse;
     e.values.resize(idx_.size());
     for (std::size_t j = 0; j < idx_.size(); ++j) {
       const std::uint32_t i = idx_[j];
@@ -85,7 +110,8 @@ const Encoded& GradientCompressor::encode(std::size_t p, std::span<const float> 
     for (std::size_t i = 0; i < n; ++i) v[i] += g[i];
     if (spec_.method == Method::kTopk) {
       topk_exact(v, k, idx_, scratch_);
-      e.encoding = k == n ? Encoding::kDense : Encoding::kSparse;
+      add_always_sent(p);
+      e.encoding = idx_.size() == n ? Encoding::kDense : Encoding::kSparse;
     } else {
       randomk_indices(n, k, step_seed, idx_);
       e.encoding = k == n ? Encoding::kDense : Encoding::kSeeded;

@@ -65,6 +65,13 @@ class GradientCompressor {
   /// below the number of partitions; throws InvalidArgument when `grad` does not have
   /// `lengths[p]` floats.
   const Encoded& encode(std::size_t p, std::span<const float> grad, double density, std::uint64_t step);
+  /// topk and dgc: the floats of partition p (indices into it, strictly ascending, each
+  /// below lengths[p]) that every encode of p sends besides its top-k — the tensors below
+  /// spec.min_compress_bytes. They take the method's accumulation as the others do and
+  /// are zeroed once sent, so with dgc they follow momentum SGD exactly (their v equals
+  /// their u when sent, so factor masking leaves their momentum). Replaces an earlier
+  /// list; ignored by the other methods. Throws InvalidArgument for a bad p or list.
+  void send_always(std::size_t p, std::vector<std::uint32_t> indices);
 
   /// The error-feedback accumulator v and DGC momentum u of partition p (empty when the
   /// method keeps none).
@@ -79,7 +86,10 @@ class GradientCompressor {
   std::vector<std::vector<float>> v_, u_;
   std::vector<Encoded> out_;
   TopkScratch scratch_;
-  std::vector<std::uint32_t> idx_;
+  void add_always_sent(std::size_t p);  // idx_ (ascending) ∪ always_[p]
+
+  std::vector<std::uint32_t> idx_, merged_;
+  std::vector<std::vector<std::uint32_t>> always_;  // per partition: send_always's indices
 };
 
 }  // namespace dltrain::compress

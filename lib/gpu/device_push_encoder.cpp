@@ -3,7 +3,9 @@
 namespace dltrain::gpu {
 
 bool DevicePushEncoder::handles(const compress::CompressionSpec& spec) {
-  return spec.method == compress::Method::kTopk || spec.method == compress::Method::kDgc;
+  // min_compress_bytes (tensors sent in full) is the host encoder's only.
+  return (spec.method == compress::Method::kTopk || spec.method == compress::Method::kDgc) &&
+         spec.min_compress_bytes == 0;
 }
 
 DevicePushEncoder::DevicePushEncoder(const compress::CompressionSpec& spec, const ps::PartitionLayout& layout,

@@ -33,7 +33,7 @@ class DevicePushEncoder {
   /// Bytes the last encode copied from the device to the host.
   std::size_t bytes_to_host() const { return bytes_to_host_; }
 
-  /// Whether `spec` is one this encoder handles (topk, dgc).
+  /// Whether `spec` is one this encoder handles (topk, dgc, without min_compress_bytes).
   static bool handles(const compress::CompressionSpec& spec);
 
  private:

@@ -6,7 +6,8 @@
 
 namespace dltrain::train {
 
-PushEncoder::PushEncoder(const compress::CompressionSpec& spec, const ps::PartitionLayout& layout, std::uint64_t seed)
+PushEncoder::PushEncoder(const compress::CompressionSpec& spec, const ps::PartitionLayout& layout, std::uint64_t seed,
+                         std::span<const std::int64_t> tensor_sizes)
     : layout_(layout),
       compressor_(spec,
                   [&] {
@@ -15,7 +16,34 @@ PushEncoder::PushEncoder(const compress::CompressionSpec& spec, const ps::Partit
                     return lengths;
                   }(),
                   seed),
-      pushes_(layout.partitions.size()) {}
+      pushes_(layout.partitions.size()) {
+  const bool sparsifies = spec.method == compress::Method::kTopk || spec.method == compress::Method::kDgc;
+  if (spec.min_compress_bytes <= 0 || !sparsifies || tensor_sizes.empty()) return;
+  std::int64_t total = 0;
+  for (const auto n : tensor_sizes) total += n;
+  if (total != layout.total_floats) {
+    throw InvalidArgument("push encoder: the tensors hold " + std::to_string(total) + " floats, the layout " +
+                          std::to_string(layout.total_floats));
+  }
+  // The floats of the small tensors, as indices into the partitions that hold them
+  // (partitions are contiguous and in offset order; a small tensor may straddle two).
+  std::vector<std::vector<std::uint32_t>> always(layout.partitions.size());
+  std::int64_t offset = 0;
+  std::size_t p = 0;
+  for (const auto n : tensor_sizes) {
+    if (n * static_cast<std::int64_t>(sizeof(float)) < spec.min_compress_bytes) {
+      for (std::int64_t i = offset; i < offset + n; ++i) {
+        while (i >= layout.partitions[p].offset + layout.partitions[p].length) ++p;
+        always[p].push_back(static_cast<std::uint32_t>(i - layout.partitions[p].offset));
+      }
+      always_sent_ += n;
+    }
+    offset += n;
+  }
+  for (std::size_t q = 0; q < always.size(); ++q) {
+    if (!always[q].empty()) compressor_.send_always(q, std::move(always[q]));
+  }
+}
 
 std::span<const ps::PartitionPush> PushEncoder::encode(std::span<float> grad, int num_workers, double density,
                                                        std::uint64_t step) {

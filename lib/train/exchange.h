@@ -1,7 +1,7 @@
 // The worker's side of one exchange with the PS shards, without LibTorch: how the
 // compressor's output becomes push frames, what the exchange cost on the wire beside what
 // it would have cost dense, and how a worker carries on when a shard goes away. The step
-// loop (train/trainer.cpp) uses them so that it reads as the paper's algorithm.
+// loop (train/worker_loop.h) uses them so that it reads as the paper's algorithm.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +24,15 @@ namespace dltrain::train {
 /// random-k (values only). Thread-safety: none; one per worker.
 class PushEncoder {
  public:
-  /// `seed` makes sampling and random-k deterministic per worker.
-  PushEncoder(const compress::CompressionSpec& spec, const ps::PartitionLayout& layout, std::uint64_t seed);
+  /// `seed` makes sampling and random-k deterministic per worker. `tensor_sizes`: floats
+  /// per parameter tensor in flat order (adding up to layout.total_floats), for
+  /// spec.min_compress_bytes: the tensors below it are sent in full every step
+  /// (compress::GradientCompressor::send_always). Throws InvalidArgument when they do
+  /// not add up.
+  PushEncoder(const compress::CompressionSpec& spec, const ps::PartitionLayout& layout, std::uint64_t seed,
+              std::span<const std::int64_t> tensor_sizes = {});
+  /// The floats sent in full every step (the tensors below min_compress_bytes).
+  std::int64_t always_sent_floats() const { return always_sent_; }
 
   /// Local gradient clipping of the whole flat gradient (DGC §3.4), then one push per
   /// partition of `grad` (layout.total_floats floats) at `density` for global step `step`.
@@ -42,6 +49,7 @@ class PushEncoder {
   const ps::PartitionLayout& layout_;
   compress::GradientCompressor compressor_;
   std::vector<ps::PartitionPush> pushes_;
+  std::int64_t always_sent_ = 0;
 };
 
 /// Bytes a worker's exchanges cost at its sockets, beside what a dense fp32 exchange of

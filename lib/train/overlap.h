@@ -1,7 +1,7 @@
 // Overlap's bookkeeping (docs/training.md, "Overlap"): during backward, which partitions
 // of the flat gradient are complete, so that each is pushed as soon as the last of its
-// parameter tensors has its gradient. No LibTorch here: the worker (trainer.cpp) calls it
-// from its autograd hooks.
+// parameter tensors has its gradient. No LibTorch here: the worker (worker_exchange.cpp)
+// calls it from its autograd hooks.
 #pragma once
 
 #include <cstdint>

@@ -17,7 +17,7 @@
 
 namespace dltrain::train {
 
-/// The phases of one worker step, in the order they happen (lib/train/trainer.cpp,
+/// The phases of one worker step, in the order they happen (lib/train/worker_loop.h,
 /// WorkerLoop::step):
 ///   data      — the batch's images and labels gathered from the worker's shard
 ///   forward   — the model's forward pass and the loss

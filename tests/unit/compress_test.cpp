@@ -11,7 +11,9 @@
 #include "compress/compressor.h"
 #include "compress/fp16.h"
 #include "compress/topk.h"
+#include "ps/partition.h"
 #include "ps/shard_state.h"
+#include "train/exchange.h"
 
 using namespace dltrain;
 using namespace dltrain::compress;
@@ -281,6 +283,93 @@ TEST(Dgc, MomentumFactorMaskingAsHandWorked) {
   EXPECT_FLOAT_EQ(e2.values[0], 0.75f);
   EXPECT_EQ(std::vector<float>(c.velocity(0).begin(), c.velocity(0).end()), (std::vector<float>{0.5f, 0, 0, 0}));
   EXPECT_EQ(std::vector<float>(c.residual(0).begin(), c.residual(0).end()), (std::vector<float>{0.5f, 0, 0, 0}));
+}
+
+TEST(MinCompressBytes, AlwaysSentFloatsGoBesidesTheTopkAndTheRestKeepsErrorFeedback) {
+  CompressionSpec s;
+  s.method = Method::kTopk;
+  GradientCompressor c(s, {6}, 1);
+  c.send_always(0, {4, 5});
+  // Step 1: v = g; the top-1 is index 1 (3.0); indices 4 and 5 go too.
+  const std::vector<float> g1{0.1f, 3.0f, 0.2f, -0.5f, 0.05f, -0.02f};
+  const auto& e1 = c.encode(0, g1, 1.0 / 6, 0);
+  ASSERT_EQ(e1.encoding, Encoding::kSparse);
+  EXPECT_EQ(e1.indices, (std::vector<std::uint32_t>{1, 4, 5}));
+  EXPECT_EQ(e1.values, (std::vector<float>{3.0f, 0.05f, -0.02f}));
+  EXPECT_EQ(std::vector<float>(c.residual(0).begin(), c.residual(0).end()),
+            (std::vector<float>{0.1f, 0, 0.2f, -0.5f, 0, 0}));
+  // Step 2: v = [.1, 0, .2, -.5, 0, 0] + g2 = [.1, 0, .2, -2, 1, 1]: the top-1 is index 3;
+  // 4 and 5 again.
+  const std::vector<float> g2{0.0f, 0.0f, 0.0f, -1.5f, 1.0f, 1.0f};
+  const auto& e2 = c.encode(0, g2, 1.0 / 6, 1);
+  EXPECT_EQ(e2.indices, (std::vector<std::uint32_t>{3, 4, 5}));
+  EXPECT_EQ(e2.values, (std::vector<float>{-2.0f, 1.0f, 1.0f}));
+  // When the top-k already holds an always-sent index it is sent once.
+  const std::vector<float> g3{0.0f, 0.0f, 0.0f, 0.0f, 9.0f, 0.0f};
+  const auto& e3 = c.encode(0, g3, 1.0 / 6, 2);
+  EXPECT_EQ(e3.indices, (std::vector<std::uint32_t>{4, 5}));
+  EXPECT_EQ(e3.values, (std::vector<float>{9.0f, 0.0f}));
+}
+
+TEST(MinCompressBytes, WithDgcTheAlwaysSentFloatsFollowMomentumSgd) {
+  CompressionSpec s;
+  s.method = Method::kDgc;
+  s.momentum = 0.5;
+  GradientCompressor c(s, {5}, 1);
+  c.send_always(0, {0});
+  // Index 0 gets g = 1, 2, 4: momentum SGD's buffer is 1, 0.5·1 + 2 = 2.5, 0.5·2.5 + 4 = 5.25,
+  // and it is what DGC sends, every step, whatever the top-1 of the others.
+  const std::vector<std::vector<float>> gs{{1, 8, 0, 0, 0}, {2, 0, 7, 0, 0}, {4, 0, 0, 0, 6}};
+  const std::vector<float> want{1.0f, 2.5f, 5.25f};
+  for (std::size_t t = 0; t < gs.size(); ++t) {
+    const auto& e = c.encode(0, gs[t], 0.2, t);
+    ASSERT_GE(e.indices.size(), 1u);
+    ASSERT_EQ(e.indices[0], 0u) << t;
+    EXPECT_FLOAT_EQ(e.values[0], want[t]) << t;
+    EXPECT_FLOAT_EQ(c.velocity(0)[0], want[t]) << t;  // never masked: sent the step it accumulated
+    EXPECT_EQ(c.residual(0)[0], 0.0f) << t;
+  }
+}
+
+TEST(MinCompressBytes, BadListsAreRefusedAndOtherMethodsIgnoreTheList) {
+  CompressionSpec s;
+  s.method = Method::kTopk;
+  GradientCompressor c(s, {4}, 1);
+  EXPECT_THROW(c.send_always(1, {0}), InvalidArgument);
+  EXPECT_THROW(c.send_always(0, {2, 1}), InvalidArgument);
+  EXPECT_THROW(c.send_always(0, {1, 1}), InvalidArgument);
+  EXPECT_THROW(c.send_always(0, {4}), InvalidArgument);
+  s.method = Method::kRandomk;
+  GradientCompressor r(s, {4}, 1);
+  r.send_always(0, {3});
+  EXPECT_EQ(r.encode(0, std::vector<float>{1, 2, 3, 4}, 0.25, 0).values.size(), 1u);
+}
+
+TEST(MinCompressBytes, PushEncoderFindsTheSmallTensorsInThePartitionsThatHoldThem) {
+  // Tensors of 10, 3, 20 and 2 floats, partitions of at most 12 floats (ps::make_layout):
+  // [0, 10), [10, 13), [13, 23), [23, 33), [33, 35). min_compress_bytes = 16: the tensors of
+  // 3 and 2 floats (12 and 8 bytes) are sent in full; the others keep their top-1.
+  const std::vector<std::int64_t> sizes{10, 3, 20, 2};
+  const auto layout = ps::make_layout(sizes, 12, 1);
+  ASSERT_EQ(layout.partitions.size(), 5u);
+  CompressionSpec s;
+  s.method = Method::kTopk;
+  s.min_compress_bytes = 16;
+  train::PushEncoder enc(s, layout, 1, sizes);
+  EXPECT_EQ(enc.always_sent_floats(), 5);
+  std::vector<float> g(35);
+  std::iota(g.begin(), g.end(), 1.0f);
+  const auto pushes = enc.encode(g, 1, 0.01, 0);
+  std::vector<std::uint32_t> counts;
+  for (const auto& p : pushes) counts.push_back(p.count);
+  EXPECT_EQ(counts, (std::vector<std::uint32_t>{1, 3, 1, 1, 2}));
+  EXPECT_EQ(pushes[1].codec, wire::Codec::kDenseF32);  // every float of the partition: dense
+  EXPECT_EQ(pushes[4].codec, wire::Codec::kDenseF32);
+  EXPECT_EQ(pushes[0].codec, wire::Codec::kSparseF32);
+  // Sizes that do not add up to the layout are refused.
+  EXPECT_THROW(train::PushEncoder(s, layout, 1, std::vector<std::int64_t>{10, 3}), InvalidArgument);
+  // Without tensor sizes, or at 0, nothing is always sent.
+  EXPECT_EQ(train::PushEncoder(s, layout, 1).always_sent_floats(), 0);
 }
 
 TEST(Downlink, ReplicaPlusUnsentDifferenceEqualsPsParameters) {

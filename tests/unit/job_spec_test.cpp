@@ -272,3 +272,23 @@ TEST(JobSpec, DeviceGpusPerWorkerAndLocalGroup) {
   bad["gpus_per_worker"] = 1;  // with device = cpu
   EXPECT_THROW(job_from_json(bad), ConfigError);
 }
+
+TEST(JobSpec, MinCompressBytesAppliesToTopkAndDgcAndIsStored) {
+  EXPECT_EQ(parse_job_toml(kData).compression.min_compress_bytes, 0);
+  const auto dgc = parse_job_toml(kData + "[compression]\nmethod = \"dgc\"\nmin_compress_bytes = 4096\n");
+  EXPECT_EQ(dgc.compression.min_compress_bytes, 4096);
+  EXPECT_EQ(parse_job_toml(kData + "[compression]\nmethod = \"topk\"\nmin_compress_bytes = 1\n")
+                .compression.min_compress_bytes,
+            1);
+  EXPECT_EQ(reject(kData + "[compression]\nmethod = \"randomk\"\nmin_compress_bytes = 4096\n").second,
+            "compression.min_compress_bytes: applies only to method = \"topk\" or \"dgc\" (this job has method = "
+            "\"randomk\")");
+  EXPECT_EQ(reject(kData + "[compression]\nmin_compress_bytes = 4096\n").first, "compression.min_compress_bytes");
+  EXPECT_EQ(reject(kData + "[compression]\nmethod = \"dgc\"\nmin_compress_bytes = -1\n").first,
+            "compression.min_compress_bytes");
+  // The JSON form carries it; a job stored before it existed sparsifies every tensor.
+  EXPECT_EQ(job_from_json(nlohmann::json(dgc)).compression.min_compress_bytes, 4096);
+  nlohmann::json old = dgc;
+  old["compression"].erase("min_compress_bytes");
+  EXPECT_EQ(job_from_json(old).compression.min_compress_bytes, 0);
+}

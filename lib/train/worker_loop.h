@@ -1,0 +1,250 @@
+// The worker's step loop (internal to lib/train: run_worker in trainer.h is its API).
+// One class, WorkerLoop, whose members are defined in four files along its seams:
+//   trainer.cpp          the run: data and model, connection, epochs, the step and its gradient
+//   worker_exchange.cpp  the exchange with the PS shards, overlap's hooks and pipelined pulls
+//   worker_group.cpp     local groups (docs/gpu.md): the group's sum, member 0's exchange
+//   worker_reports.cpp   events, evaluation, stopping, the step timeline
+// Not thread-safe: one training thread owns a WorkerLoop (overlap's pipelined pull runs
+// on a thread of its own but touches only the client and replica_, worker_exchange.cpp).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <future>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "compress/compressor.h"
+#include "train/data_feed.h"
+#include "train/exchange.h"
+#include "train/local_group.h"
+#include "train/models.h"
+#include "train/overlap.h"
+#include "train/step_trace.h"
+#include "train/trainer.h"
+#include "wire/task_events.h"
+#if DLTRAIN_HAVE_GPU
+#include "gpu/device_push_encoder.h"
+#include "gpu/nccl_group.h"
+#endif
+
+namespace dltrain::train::detail {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+inline double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+/// Copies the model's parameters into / out of one flat float vector, in parameters() order.
+class FlatParams {
+ public:
+  explicit FlatParams(torch::nn::Module& m) : params_(m.parameters()) {
+    for (const auto& p : params_) sizes_.push_back(p.numel());
+  }
+  const std::vector<std::int64_t>& sizes() const { return sizes_; }
+  std::vector<torch::Tensor>& tensors() { return params_; }
+  void read_params(std::vector<float>& out) const { gather(out, false); }
+  void read_grads(std::vector<float>& out) const { gather(out, true); }
+  void write_params(const std::vector<float>& in) {
+    torch::NoGradGuard ng;
+    std::int64_t off = 0;
+    for (auto& p : params_) {
+      if (p.is_cuda()) {
+        // The host floats to the parameter's device (one copy per tensor).
+        p.copy_(torch::from_blob(const_cast<float*>(in.data() + off), p.sizes(), torch::kFloat32));
+      } else {
+        std::memcpy(p.data_ptr<float>(), in.data() + off, sizeof(float) * p.numel());
+      }
+      off += p.numel();
+    }
+  }
+
+ private:
+  void gather(std::vector<float>& out, bool grad) const {
+    std::int64_t off = 0;
+    for (const auto& p : params_) {
+      const auto t = grad ? p.grad() : p;
+      if (grad && !t.defined()) {
+        std::fill(out.begin() + off, out.begin() + off + p.numel(), 0.0f);
+      } else {
+        auto c = t.to(torch::kCPU).contiguous();  // a device tensor is copied to the host
+        std::memcpy(out.data() + off, c.data_ptr<float>(), sizeof(float) * p.numel());
+      }
+      off += p.numel();
+    }
+  }
+  std::vector<torch::Tensor> params_;
+  std::vector<std::int64_t> sizes_;
+};
+
+/// One worker's run: its data, model, PS client and counters, and the step loop of the
+/// sparse bidirectional method (docs/compression.md): per step, forward and backward on
+/// the local batch, then either a dense push_pull, or the compressor's top-k push
+/// (momentum correction, error feedback) and the PS's sparse downlink of what changed
+/// since this worker's last pull.
+class WorkerLoop {
+ public:
+  WorkerLoop(const WorkerConfig& cfg, const ProgressSink& sink)
+      : cfg_(cfg), spec_(cfg.spec), sink_(sink), trace_(std::clamp<std::size_t>(cfg.trace_steps, 1, 4096)) {}
+
+  /// Trains until the job's epochs (or max_steps) are done; returns rank 0's final test
+  /// accuracy (-1 on the other ranks). Throws Stopped, DivergedError, TimeoutError and
+  /// the PS client's errors (trainer.h, run_worker).
+  double run();
+
+ private:
+  static constexpr std::int64_t kMaxConsecutiveSkips = 20;
+  static constexpr std::int64_t kProfileWarmupSteps = 5;  // exploration runs measure after these
+
+  // The run and its steps (trainer.cpp).
+  void load();
+  void connect();
+  void set_resume_point();
+  void started();
+  void run_epoch(int epoch);
+  void step(int epoch, std::int64_t step, const torch::Tensor& xb, const torch::Tensor& yb);
+  void finish_step(std::int64_t images, double loss, int epoch, std::int64_t step, float lr, double density);
+  double compute_gradient(const torch::Tensor& xb, const torch::Tensor& yb);
+  bool finite_step(double loss, int epoch, std::int64_t step, bool nonfinite = false);
+  void check_stop() const {
+    if (cfg_.stop_requested != nullptr && cfg_.stop_requested->load(std::memory_order_relaxed)) {
+      throw ps::StopRequested("the worker was asked to stop");
+    }
+  }
+
+  // The exchange with the PS shards: pushes, pulls, overlap's hooks and pipelined pulls,
+  // the GPU encoder's input (worker_exchange.cpp).
+  void exchange(float lr, double density, double downlink, double pos);
+  std::span<const ps::PartitionPush> encode_pushes(double density);
+  void device_gradient();
+  bool device_encoder_active() const {
+#if DLTRAIN_HAVE_GPU
+    return device_encoder_ != nullptr;
+#else
+    return false;
+#endif
+  }
+  void install_push_hooks();
+  void on_gradient(std::size_t i, const torch::Tensor& grad);
+  void push_partition(std::uint32_t key, bool in_backward);
+  double compute_gradient_overlapped(const torch::Tensor& xb, const torch::Tensor& yb);
+  void start_pull(double downlink);
+  void await_pull();
+  void drain_pull();
+
+  // Local groups (worker_group.cpp).
+  void join_local_group();
+  void group_step(int epoch, std::int64_t step, const torch::Tensor& xb, const torch::Tensor& yb, float lr,
+                  double density, double downlink, double pos);
+  void skipped_group_step();
+#if DLTRAIN_HAVE_GPU
+  void nccl_group_step(int epoch, std::int64_t step, std::int64_t images, double loss, bool ok, float lr,
+                       double density, double downlink, double pos);
+#endif
+
+  // Events, evaluation, the end of the run and the step timeline (worker_reports.cpp).
+  void report_skipped_images();
+  void maybe_report(int epoch, std::int64_t step, float lr);
+  void profiled();
+  void end_epoch(int epoch, double epoch_seconds);
+  void finish();
+  void evaluate_on_test(wire::events::EpochEnd& ev);
+  [[noreturn]] void stopped();
+  void done();
+  // The step timeline (train/step_trace.h): phase i of the step in progress begins at
+  // step_.t[i]; a finished step goes into the ring, which is written to cfg_.trace_path
+  // every cfg_.trace_interval_s.
+  void mark(StepPhase p, Clock::time_point t) { step_.t[static_cast<std::size_t>(p)] = unix_us(t); }
+  std::int64_t unix_us(Clock::time_point t) const {
+    return unix_origin_us_ + std::chrono::duration_cast<std::chrono::microseconds>(t - steady_origin_).count();
+  }
+  void end_step_trace();
+  void write_trace() noexcept;
+  wire::events::StepCounters counters() const {
+    auto c = counters_;
+    c.resyncs = resyncer_ ? resyncer_->resyncs() : 0;
+    return c;
+  }
+
+  const WorkerConfig& cfg_;
+  const JobSpec& spec_;
+  const ProgressSink& sink_;
+  const Clock::time_point t_start_ = Clock::now();
+  std::unique_ptr<DataFeed> feed_;
+  double epoch_wait_ = 0, wait_at_report_ = 0;  // seconds the steps waited for the loader
+  Model model_;
+  std::unique_ptr<FlatParams> flat_;
+  ps::PartitionLayout layout_;
+  std::vector<float> params_, grads_;
+  std::unique_ptr<ps::PsClient> client_;
+  std::unique_ptr<PushEncoder> encoder_;
+  std::unique_ptr<TrafficMeter> meter_;
+  std::unique_ptr<PsResyncer> resyncer_;
+  compress::CompressionSpec downlink_spec_;
+  bool plain_ = true;
+  // Overlap: which partitions backward has completed (train/overlap.h), and the step in
+  // progress.
+  std::unique_ptr<PartitionTracker> tracker_;
+  std::vector<ps::PartitionPush> plain_pushes_;
+  struct {
+    bool active = false;     // backward of a training step is running
+    float lr = 0;
+    double density = 1;
+    bool nonfinite = false;  // a NaN/Inf loss or partition: the rest of the step is not pushed
+    std::exception_ptr error;  // a push that failed in a hook, rethrown by exchange()
+  } hook_;
+  // The client's byte counts when the last step's traffic was counted (overlap) or when
+  // the epoch began: the next step's traffic is what they grew by.
+  std::uint64_t meter_up0_ = 0, meter_down0_ = 0;
+  double last_pos_ = 0;  // the training position of the last step counted
+  // Overlap in async and ssp: this step's pull runs during the next step's forward.
+  bool pipelined_ = false;
+  std::vector<float> replica_;          // the pipelined pull's target (see start_pull)
+  std::future<void> pending_pull_;
+  torch::Generator gen_;
+  std::int64_t n_ = 0, steps_per_epoch_ = 1;
+  int first_epoch_ = 0, epochs_finished_ = 0;
+  std::int64_t global_step_ = 0;
+  double pulled_at_ = 0;  // when params_ last took the PS's values (Unix time, s)
+  double final_accuracy_ = -1.0;
+  double last_density_ = 1.0;
+  double loss_sum_ = 0, recent_loss_ = 0;
+  std::int64_t loss_count_ = 0, recent_count_ = 0, images_since_report_ = 0;
+  std::int64_t skipped_steps_ = 0, consecutive_skips_ = 0;
+  Clock::time_point last_report_{}, t_profile_{};
+  std::int64_t profile_images_ = 0;
+  wire::events::StepCounters counters_;  // cumulative, this process (resyncs from resyncer_)
+  bool stop_ = false;
+  torch::Device device_{torch::kCPU};  // where the model trains (spec.device)
+  std::unique_ptr<LocalGroup> group_;  // this worker's local group, if it is in one
+#if DLTRAIN_HAVE_GPU
+  std::unique_ptr<gpu::NcclGroup> nccl_;  // its NCCL backend (GPU workers); destroyed before group_
+  std::unique_ptr<gpu::DevicePushEncoder> device_encoder_;  // a GPU worker's pushes selected on its GPU
+#endif
+  torch::Tensor device_grad_;      // the device encoder's input: the flat gradient on the GPU
+  bool device_nonfinite_ = false;  // device_grad_ holds a NaN/Inf
+  int resume_epoch_ = 0;               // cfg.resume_epoch, or the group's agreed one
+  // The step timeline: steady-clock reads placed on the Unix time line (so that the
+  // timelines of several workers line up) through one pair of reads taken together.
+  const Clock::time_point steady_origin_ = Clock::now();
+  const std::int64_t unix_origin_us_ = std::chrono::duration_cast<std::chrono::microseconds>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count();
+  StepTraceRing trace_;
+  StepRecord step_;
+  Clock::time_point last_trace_write_ = Clock::now();
+  bool trace_warned_ = false;
+};
+
+}  // namespace dltrain::train::detail

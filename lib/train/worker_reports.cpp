@@ -1,0 +1,237 @@
+// WorkerLoop's events and the end of its run (train/worker_loop.h): progress, epoch and
+// profile events, rank 0's evaluation, finishing, stopping with a replica, the step
+// timeline.
+#include <algorithm>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "common/errors.h"
+#include "ps/checkpoint.h"
+#include "train/worker_loop.h"
+
+namespace dltrain::train::detail {
+namespace {
+
+/// BatchNorm running statistics are not trained parameters and are not held by the PS.
+/// Before every evaluation they are re-estimated for the evaluated parameters: reset,
+/// then a cumulative average (momentum = None) over `batches` training batches in train
+/// mode (the procedure of Izmailov et al. 2018, "Averaging Weights Leads to Wider Optima",
+/// §3.2, bn_update).
+void recalibrate_batchnorm(torch::nn::Module& m, const Model& model, const torch::Tensor& x,
+                           int batches, int batch) {
+  std::vector<torch::nn::BatchNorm2dImpl*> bns;
+  for (auto& mod : m.modules(false)) {
+    if (auto* bn = dynamic_cast<torch::nn::BatchNorm2dImpl*>(mod.get())) bns.push_back(bn);
+  }
+  if (bns.empty()) return;
+  for (auto* bn : bns) {
+    bn->reset_running_stats();
+    bn->options.momentum(c10::nullopt);
+  }
+  torch::NoGradGuard ng;
+  m.train(true);
+  const std::int64_t n = x.size(0);
+  for (int b = 0; b < batches; ++b) {
+    const std::int64_t lo = (static_cast<std::int64_t>(b) * batch) % n;
+    const std::int64_t hi = std::min(n, lo + batch);
+    model.forward(x.slice(0, lo, hi));
+  }
+  for (auto* bn : bns) bn->options.momentum(0.1);
+}
+
+}  // namespace
+
+// One skipped_image event for each of the first unreadable files (DataFeed keeps the count).
+void WorkerLoop::report_skipped_images() {
+  for (auto& m : feed_->take_skip_messages()) {
+    wire::events::SkippedImage ev;
+    ev.rank = cfg_.rank;
+    ev.message = std::move(m);
+    ev.skipped_images = feed_->skipped_images();
+    sink_(ev.to_json());
+  }
+}
+
+void WorkerLoop::maybe_report(int epoch, std::int64_t step, float lr) {
+  const double since = seconds_since(last_report_);
+  if (since < cfg_.progress_interval_s) return;
+  wire::events::Progress ev;
+  ev.rank = cfg_.rank;
+  ev.epoch = epoch + 1;
+  ev.step = step + 1;
+  ev.steps_per_epoch = steps_per_epoch_;
+  ev.global_step = global_step_;
+  ev.loss = recent_loss_ / static_cast<double>(recent_count_);
+  ev.lr = lr;
+  ev.images_per_sec = static_cast<double>(images_since_report_) / since;
+  ev.bytes_pushed = client_->bytes_pushed();
+  ev.bytes_pulled = client_->bytes_pulled();
+  ev.density = last_density_;
+  ev.compression_ratio = meter_->total().ratio();
+  ev.skipped_steps = skipped_steps_;
+  ev.counters = counters();
+  if (feed_->streaming()) {
+    const double wait = feed_->wait_seconds();
+    ev.data_wait_seconds = wait - wait_at_report_;
+    ev.data_wait_fraction = std::clamp((wait - wait_at_report_) / since, 0.0, 1.0);
+    ev.skipped_images = feed_->skipped_images();
+    wait_at_report_ = wait;
+  }
+  sink_(ev.to_json());
+  last_report_ = Clock::now();
+  images_since_report_ = 0;
+  recent_loss_ = 0;
+  recent_count_ = 0;
+}
+
+void WorkerLoop::profiled() {
+  const double secs = t_profile_ == Clock::time_point{} ? 0.0 : seconds_since(t_profile_);
+  wire::events::Profile ev;
+  ev.rank = cfg_.rank;
+  ev.steps = global_step_;
+  ev.measured_images = profile_images_;
+  ev.measured_seconds = secs;
+  ev.images_per_sec = secs > 0 ? static_cast<double>(profile_images_) / secs : 0.0;
+  ev.bytes_pushed = client_->bytes_pushed();
+  ev.bytes_pulled = client_->bytes_pulled();
+  sink_(ev.to_json());
+  stop_ = true;
+}
+
+void WorkerLoop::end_epoch(int epoch, double epoch_seconds) {
+  wire::events::EpochEnd ev;
+  ev.rank = cfg_.rank;
+  ev.epoch = epoch + 1;
+  ev.epochs = spec_.epochs;
+  ev.train_loss = loss_sum_ / static_cast<double>(std::max<std::int64_t>(1, loss_count_));
+  ev.epoch_seconds = epoch_seconds;
+  ev.images_per_sec = static_cast<double>(n_) / epoch_seconds;
+  if (feed_->streaming()) ev.data_wait_seconds = epoch_wait_;
+  if (epoch + 1 == spec_.epochs || stop_) finish();
+  if (cfg_.rank == 0) evaluate_on_test(ev);
+  if (feed_->streaming()) ev.skipped_images = feed_->skipped_images();
+  report_skipped_images();
+  ev.bytes_pushed = client_->bytes_pushed();
+  ev.bytes_pulled = client_->bytes_pulled();
+  sink_(ev.to_json());
+  epochs_finished_ = epoch + 1;
+}
+
+// Tells the PS this worker is done; rank 0 then waits for the others so that the final
+// accuracy is that of the finished model.
+void WorkerLoop::finish() {
+  resyncer_->run([&] { client_->done(); });
+  resyncer_->set_done_sent();
+  if (cfg_.rank != 0) return;
+  const auto deadline = Clock::now() + cfg_.finish_timeout;
+  for (;;) {
+    std::uint32_t finished = 0;
+    resyncer_->run([&] { finished = client_->workers_done(); });
+    if (finished >= static_cast<std::uint32_t>(spec_.workers)) return;
+    if (Clock::now() >= deadline) {
+      throw TimeoutError("worker 0: the other workers did not finish within " +
+                         std::to_string(cfg_.finish_timeout.count()) + " s");
+    }
+    check_stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// Rank 0: the test accuracy of the PS's current parameters (a dense pull), with the
+// BatchNorm statistics re-estimated for them.
+void WorkerLoop::evaluate_on_test(wire::events::EpochEnd& ev) {
+  const auto t_eval = Clock::now();
+  try {
+    client_->pull(params_);
+  } catch (const ps::PsConnectionLost& lost) {
+    resyncer_->recover(lost);  // ends with a dense pull too
+  }
+  flat_->write_params(params_);
+  // Up to 20 batches of 250, at most one pass over a smaller sample (a ResNet's forward
+  // passes cost as much as the evaluation itself).
+  const auto& recal = feed_->recalibration_inputs();
+  const int batches = static_cast<int>(std::min<std::int64_t>(20, (recal.size(0) + 249) / 250));
+  recalibrate_batchnorm(*model_.module, model_, recal, batches, 250);
+  const double acc = feed_->evaluate(*model_.module, model_);
+  ev.test_accuracy = acc;
+  ev.eval_seconds = seconds_since(t_eval);
+  final_accuracy_ = acc;
+}
+
+// Asked to stop (its job is being re-assigned, or its agent stops): the replica is the
+// PS's parameters as of this worker's last pull, the freshest copy the job may have of a
+// shard that was lost. `pulled_at` ranks the replicas of several workers.
+void WorkerLoop::stopped() {
+  if (pending_pull_.valid()) {
+    try {
+      pending_pull_.get();
+      params_ = replica_;  // the newest values this worker got
+    } catch (...) {
+      // the stop ended the pull in flight too: params_ keeps the last complete one
+    }
+  }
+  wire::events::WorkerStopped ev;
+  ev.rank = cfg_.rank;
+  ev.epochs_done = epochs_finished_;
+  if (!cfg_.replica_path.empty()) {
+    wire::events::Replica r;
+    try {
+      ps::write_replica_file(cfg_.replica_path, params_, layout_, cfg_.job, static_cast<std::uint64_t>(global_step_));
+      r.path = cfg_.replica_path;
+      r.steps = global_step_;
+      r.epochs_done = epochs_finished_;
+      r.pulled_at = pulled_at_;
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    ev.replica = r;
+  }
+  sink_(ev.to_json());
+  throw Stopped("worker " + std::to_string(cfg_.rank) + ": stopped at step " + std::to_string(global_step_));
+}
+
+void WorkerLoop::done() {
+  wire::events::Done ev;
+  ev.rank = cfg_.rank;
+  if (final_accuracy_ >= 0) ev.test_accuracy = final_accuracy_;
+  ev.steps = global_step_;
+  ev.skipped_steps = skipped_steps_;
+  ev.wall_seconds = seconds_since(t_start_);
+  ev.bytes_pushed = client_->bytes_pushed();
+  ev.bytes_pulled = client_->bytes_pulled();
+  ev.traffic = meter_->total();
+  ev.traffic_after_warmup = meter_->after_warmup();
+  ev.compression_ratio = ev.traffic->ratio();
+  ev.compression_ratio_after_warmup = ev.traffic_after_warmup->ratio();
+  ev.counters = counters();
+  if (feed_->streaming()) {
+    ev.skipped_images = feed_->skipped_images();
+    ev.data_wait_seconds = feed_->wait_seconds();
+  }
+  sink_(ev.to_json());
+}
+
+void WorkerLoop::end_step_trace() {
+  const auto now = Clock::now();
+  step_.t[kStepPhases] = unix_us(now);
+  trace_.push(step_);
+  if (!cfg_.trace_path.empty() && std::chrono::duration<double>(now - last_trace_write_).count() >= cfg_.trace_interval_s) {
+    write_trace();
+    last_trace_write_ = now;
+  }
+}
+
+// A timeline that cannot be written costs the timeline, not the training: one warning.
+void WorkerLoop::write_trace() noexcept {
+  if (cfg_.trace_path.empty() || trace_.size() == 0) return;
+  try {
+    write_step_trace(cfg_.trace_path, step_trace_json("worker-" + std::to_string(cfg_.rank), trace_.last(trace_.size())));
+  } catch (const std::exception& e) {
+    if (!trace_warned_) spdlog::warn("the step timeline is not kept: {}", e.what());
+    trace_warned_ = true;
+  }
+}
+
+}  // namespace dltrain::train::detail
