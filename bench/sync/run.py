@@ -90,6 +90,8 @@ def run_job(cluster, args, model, mode, codec, overlap, seed):
     hit = next((c["seconds"] for c in curve if c["test_accuracy"] >= args.target[model]), None)
     return {"model": model, "mode": mode, "codec": codec, "overlap": overlap, "seed": seed,
             "final_accuracy": summary["test_accuracy"], "wall_seconds": summary["wall_seconds"],
+            "bytes_pushed": summary.get("bytes_pushed"), "bytes_pulled": summary.get("bytes_pulled"),
+            "compression_ratio_up_after_warmup": summary.get("compression_ratio_up_after_warmup"),
             "seconds_to_target": hit, "curve": curve, "barrier": record}
 
 
@@ -100,6 +102,13 @@ def mean_sd(xs, fmt="{:.4g}"):
     if len(xs) == 1:
         return fmt.format(xs[0])
     return fmt.format(statistics.mean(xs)) + " ± " + "{:.2g}".format(statistics.stdev(xs))
+
+
+def to_target(rs):
+    """Mean time to the target over the runs that reached it, and how many did."""
+    hit = [r["seconds_to_target"] for r in rs if r["seconds_to_target"] is not None]
+    text = mean_sd(hit, "{:.1f}")
+    return text if len(hit) == len(rs) or not hit else f"{text} ({len(hit)} of {len(rs)})"
 
 
 def first(n):
@@ -131,14 +140,15 @@ def report(datas):
         return (r["model"], r["link"], r["workers"], r["partition"], r["mode"], r["codec"], r["overlap"])
 
     md += ["", "| model | link | workers | partition | sync | codec | overlap | seeds | final accuracy | wall s | "
-           "s to target | barrier waits | max lead |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "s to target | MB pushed | barrier waits | max lead |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     keys = list(dict.fromkeys(key(r) for r in results))
     for k in keys:
         rs = [r for r in results if key(r) == k]
         b = [r["barrier"] for r in rs if r["barrier"]]
         md.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {k[5]} | {'on' if k[6] else 'off'} | {len(rs)} | "
                   f"{mean_sd([r['final_accuracy'] for r in rs])} | {mean_sd([r['wall_seconds'] for r in rs], '{:.1f}')} | "
-                  f"{mean_sd([r['seconds_to_target'] for r in rs], '{:.1f}')} | "
+                  f"{to_target(rs)} | "
+                  f"{mean_sd([r['bytes_pushed'] / 1e6 for r in rs if r.get('bytes_pushed')], '{:.1f}')} | "
                   f"{mean_sd([x['waits'] for x in b], '{:.0f}') if b else '—'} | "
                   f"{max(x['max_lead'] for x in b) if b else '—'} |")
     md += ["", "Overlap's effect (same configuration otherwise; mean wall time and time to target):", "",
@@ -224,13 +234,15 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--no-docs", action="store_true")
     ap.add_argument("--report", metavar="JSON[,JSON...]",
-                    help="run nothing: write the tables of these runs' JSON files (and, unless --no-docs, the docs)")
+                    help="run nothing: write the tables of these runs' JSON files (each one run of this script, or "
+                         "{\"runs\": [...]} of several) and, unless --no-docs, the docs")
     args = ap.parse_args()
     if args.report:
         datas = []
         for path in args.report.split(","):
             with open(path) as f:
-                datas.append(json.load(f))
+                d = json.load(f)
+            datas += d["runs"] if "runs" in d else [d]  # a collection of runs, or one run
         md = report(datas)
         print(md)
         if not args.no_docs:
