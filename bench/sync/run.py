@@ -30,6 +30,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 from compression_bench import BIN, Cluster, Links  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "sim"))
+import svgplot  # noqa: E402  (bench/sim/svgplot.py)
 
 MODES = {
     "async": 'sync = "async"\n',
@@ -48,7 +50,8 @@ def job_toml(args, model, mode, codec, overlap, seed):
             f"ps_shards = 1\nbatch_size = {args.batch_size}\ntrain_samples = {args.train_samples}\n"
             f"test_samples = {args.test_samples}\nseed = {seed}\noverlap = {'true' if overlap else 'false'}\n"
             + MODES[mode] +
-            f'[optimizer]\nlr = {args.lr}\nmomentum = 0.9\nlr_schedule = "cosine"\nwarmup_epochs = {args.lr_warmup}\n'
+            f'[optimizer]\nlr = {args.lr}\nmomentum = {args.momentum}\nlr_schedule = "cosine"\n'
+            f"warmup_epochs = {args.lr_warmup}\n"
             f"weight_decay = {args.weight_decay}\n"
             + ("" if codec == "dense" else
                f'[compression]\nmethod = "dgc"\nratio = {CODECS[codec]}\ndownlink_ratio = {args.downlink_ratio}\n'
@@ -127,7 +130,7 @@ def report(datas):
                   f"{args['workers']} workers + 1 PS shard, each on its own agent with one core, on a "
                   f"{data['machine']}; batch {args['batch_size']} per worker, {args['epochs']} epochs on "
                   f"{first(args['train_samples'])} training images, test accuracy on {first(args['test_samples'])}; "
-                  f"lr {args['lr']}, partition size {part}; targets "
+                  f"lr {args['lr']}, momentum {args.get('momentum', 0.9)}, partition size {part}; targets "
                   f"{args['target']}.")
         for r in data["results"]:
             codec = r["codec"] if r["codec"] == "dense" else \
@@ -177,6 +180,30 @@ def report(datas):
     return "\n".join(md) + "\n"
 
 
+def plot(datas, path):
+    """Test accuracy at each epoch's end, the mean over seeds, one line per configuration
+    (the report's rows), as an SVG chart."""
+    groups = {}
+    for data in datas:
+        args = data["args"]
+        for r in data["results"]:
+            codec = r["codec"] if r["codec"] == "dense" else \
+                f"{r['codec']}, warm-up {args.get('dgc_warmup', 1.0):g}" + \
+                (f", dense < {args['min_compress_bytes']} B" if args.get("min_compress_bytes") else "") + \
+                (", dense pulls" if args.get("downlink_ratio", 0.01) >= 1 else "")
+            label = f"{r['model']} {r['mode']} {args['workers']}w {codec}{' overlap' if r['overlap'] else ''}"
+            for c in r["curve"]:
+                groups.setdefault(label, {}).setdefault(c["epoch"], []).append(c["test_accuracy"])
+    series = [(label, j, j // 9, sorted((e, statistics.mean(v)) for e, v in pts.items()))
+              for j, (label, pts) in enumerate(groups.items())]
+    w, h = 560, 360
+    el = svgplot.panel(0, 0, w, h, "Test accuracy at the end of each epoch (mean over seeds)", series, "epoch",
+                       "test accuracy", xlog2=False)
+    el += svgplot.legend(w + 10, 40, [(label, j, di) for label, j, di, _ in series])
+    with open(path, "w") as f:
+        f.write(svgplot.document(w + 420, max(h, 60 + 16 * len(series)), el, "bench/sync/run.py"))
+
+
 def rewrite_docs(md):
     path = os.path.join(ROOT, "docs", "benchmarks.md")
     with open(path) as f:
@@ -216,6 +243,7 @@ def main():
     ap.add_argument("--train-samples", type=int, default=12000)
     ap.add_argument("--test-samples", type=int, default=2000)
     ap.add_argument("--lr", type=float, default=0.02)
+    ap.add_argument("--momentum", type=float, default=0.9, help="optimizer.momentum, the shard's (default 0.9)")
     ap.add_argument("--lr-warmup", type=float, default=0.3, help="optimizer.warmup_epochs (default 0.3)")
     ap.add_argument("--weight-decay", type=float, default=0.0, help="optimizer.weight_decay (default 0)")
     ap.add_argument("--downlink-ratio", type=float, default=0.01,
@@ -233,6 +261,7 @@ def main():
     ap.add_argument("--job-timeout", type=int, default=1800)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--no-docs", action="store_true")
+    ap.add_argument("--plot", metavar="SVG", help="with --report: also draw the accuracy curves into this file")
     ap.add_argument("--report", metavar="JSON[,JSON...]",
                     help="run nothing: write the tables of these runs' JSON files (each one run of this script, or "
                          "{\"runs\": [...]} of several) and, unless --no-docs, the docs")
@@ -245,6 +274,8 @@ def main():
             datas += d["runs"] if "runs" in d else [d]  # a collection of runs, or one run
         md = report(datas)
         print(md)
+        if args.plot:
+            plot(datas, args.plot)
         if not args.no_docs:
             rewrite_docs(md)
         return
