@@ -137,7 +137,7 @@ def main():
     ap.add_argument("--links", default="loopback,1gbit,100mbit")
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--systems", default=",".join(SYSTEMS),
-                    help="comma list of " + ",".join(ALL_SYSTEMS) + " (default: " + ",".join(SYSTEMS) + ")")
+                    help=("comma list of " + ",".join(ALL_SYSTEMS) + " (default: " + ",".join(SYSTEMS) + ")").replace("%", "%%"))
     ap.add_argument("--model", default="mlp-large")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--train-samples", type=int, default=3840)

@@ -308,12 +308,18 @@ double WorkerLoop::compute_gradient(const torch::Tensor& xb, const torch::Tensor
     flat_->read_grads(grads_);
   }
   const double value = loss.item<double>();
+  end_compute(t1, t2);
+  return value;
+}
+
+// Forward began at t1 and backward at t2; backward has just ended: the step's compute
+// time and its timeline marks.
+void WorkerLoop::end_compute(Clock::time_point t1, Clock::time_point t2) {
   const auto t3 = Clock::now();
   counters_.compute_seconds += std::chrono::duration<double>(t3 - t1).count();
   mark(StepPhase::kForward, t1);
   mark(StepPhase::kBackward, t2);
   mark(StepPhase::kCompress, t3);
-  return value;
 }
 
 // A NaN/Inf loss or gradient is never pushed: the step is skipped and counted; too many

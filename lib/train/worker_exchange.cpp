@@ -93,11 +93,7 @@ double WorkerLoop::compute_gradient_overlapped(const torch::Tensor& xb, const to
   } else {
     hook_.nonfinite = true;
   }
-  const auto t3 = Clock::now();
-  counters_.compute_seconds += std::chrono::duration<double>(t3 - t1).count();
-  mark(StepPhase::kForward, t1);
-  mark(StepPhase::kBackward, t2);
-  mark(StepPhase::kCompress, t3);
+  end_compute(t1, t2);
   return value;
 }
 

@@ -116,6 +116,7 @@ class WorkerLoop {
   void step(int epoch, std::int64_t step, const torch::Tensor& xb, const torch::Tensor& yb);
   void finish_step(std::int64_t images, double loss, int epoch, std::int64_t step, float lr, double density);
   double compute_gradient(const torch::Tensor& xb, const torch::Tensor& yb);
+  void end_compute(Clock::time_point t1, Clock::time_point t2);
   bool finite_step(double loss, int epoch, std::int64_t step, bool nonfinite = false);
   void check_stop() const {
     if (cfg_.stop_requested != nullptr && cfg_.stop_requested->load(std::memory_order_relaxed)) {
