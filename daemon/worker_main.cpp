@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/native_libs.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/secret.h"
@@ -60,6 +61,16 @@ int main(int argc, char** argv) {
   cfg.trace_path = args.trace_file;
   try {
     dltrain::init_logging("worker-" + std::to_string(cfg.rank), args.log_level);
+    // docs/training.md, "CPU speed: malloc and BLAS".
+    if (!dltrain::allocator_is_tcmalloc()) {
+      spdlog::warn("this worker runs on {} (built with DLTRAIN_ALLOCATOR=system): evaluation and large batches run "
+                   "several times slower on it (docs/training.md, \"CPU speed: malloc and BLAS\")",
+                   dltrain::allocator_name());
+    }
+    if (dltrain::blas_is_reference()) {
+      spdlog::warn("LibTorch's libblas.so.3 is the reference BLAS: matrix products run ~20x slower than on "
+                   "OpenBLAS; install libopenblas0-openmp (docs/training.md, \"CPU speed: malloc and BLAS\")");
+    }
     cfg.secret = dltrain::read_job_secret_file(args.secret_file, "--secret-file");
     std::ifstream in(args.job_json);
     if (!in) throw dltrain::IoError("cannot open job specification \"" + args.job_json + "\"");

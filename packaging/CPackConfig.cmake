@@ -12,7 +12,7 @@ set(CPACK_RPM_COMPONENT_INSTALL OFF)
 set(CPACK_DEBIAN_PACKAGE_SECTION "science")
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, dataset-fashion-mnist")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, dataset-fashion-mnist, libopenblas0-openmp")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     "${CMAKE_SOURCE_DIR}/packaging/postinst;${CMAKE_SOURCE_DIR}/packaging/prerm;${CMAKE_SOURCE_DIR}/packaging/postrm;${CMAKE_SOURCE_DIR}/packaging/conffiles")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
@@ -23,7 +23,7 @@ set(CPACK_RPM_PACKAGE_GROUP "Applications/Engineering")
 set(CPACK_RPM_PACKAGE_AUTOREQ OFF)
 set(CPACK_RPM_PACKAGE_RELOCATABLE OFF)
 # Runtime dependencies by their Fedora names.
-set(CPACK_RPM_PACKAGE_REQUIRES "pytorch >= 1.13, rocksdb, spdlog, fmt, tomlplusplus, prometheus-cpp, openssl-libs, zlib, systemd-libs, turbojpeg, libpng, shadow-utils")
+set(CPACK_RPM_PACKAGE_REQUIRES "pytorch >= 1.13, rocksdb, spdlog, fmt, tomlplusplus, prometheus-cpp, openssl-libs, zlib, systemd-libs, turbojpeg, libpng, gperftools-libs, openblas-openmp, shadow-utils")
 # The .deb's maintainer scripts serve as %post, %preun and %postun: they tell dpkg's
 # arguments from rpm's (a package count) and pick whichever user tools the system has.
 set(CPACK_RPM_PACKAGE_REQUIRES_POST "shadow-utils, coreutils")

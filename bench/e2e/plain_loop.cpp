@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
       }
       const double epoch_seconds = since(te);
       train_seconds += epoch_seconds;
-      accuracy = train::evaluate(module, model, test_x, test_y);
+      accuracy = train::evaluate(module, model, test_x, test_y, spec.eval_batch_size);
       std::cout << nlohmann::json{{"event", "epoch_end"},
                                   {"epoch", epoch + 1},
                                   {"seconds", since(t0)},

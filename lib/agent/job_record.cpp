@@ -122,6 +122,13 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
     if (t.resyncs > 0) tj["resyncs"] = t.resyncs;
     if (t.straggler) tj["straggler"] = true;
     if (!t.gpus.empty()) tj["gpus"] = t.gpus;
+    // A worker's own progress: its latest report's global step of its shard's steps in
+    // all epochs, and the epochs it finished (worker 0's are the job's "epochs").
+    if (t.kind == "worker" && t.steps_per_epoch > 0) {
+      tj["step"] = t.global_step;
+      tj["steps_total"] = t.steps_per_epoch * j.spec.epochs;
+    }
+    if (t.kind == "worker" && t.epochs_done > 0) tj["epochs"] = t.epochs_done;
     tasks.push_back(tj);
   }
   json out = summary(j).to_json();

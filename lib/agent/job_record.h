@@ -86,6 +86,7 @@ struct JobRec {
   std::map<int, std::int64_t> skipped_images;  ///< unreadable images each worker skipped
   std::map<int, wire::events::Traffic> traffic, traffic_after_warmup;  ///< from each worker's "done"
   std::map<int, double> profile_ips;    ///< exploration runs: per worker
+  double profile_eval_seconds = 0;      ///< exploration runs: worker 0's one evaluation, s (0: none)
   double fixed_wall = -1;               ///< restored jobs: wall time when they ended
   double last_bytes = 0;                ///< bytes at the previous epoch observation
   nlohmann::json plan;                  ///< the planner's decision, when auto

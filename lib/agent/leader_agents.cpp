@@ -325,7 +325,11 @@ void Leader::Impl::on_worker_counters(JobRec& j, TaskRec& t, const std::string& 
       }
     }
   }
-  if (kind == events::Profile::kKind) j.profile_ips[t.index] = events::Profile::from_json(ev).images_per_sec;
+  if (kind == events::Profile::kKind) {
+    const auto p = events::Profile::from_json(ev);
+    j.profile_ips[t.index] = p.images_per_sec;
+    if (p.eval_seconds) j.profile_eval_seconds = *p.eval_seconds;
+  }
   if (kind == events::Done::kKind) {
     const auto d = events::Done::from_json(ev);
     if (d.traffic) j.traffic[t.index] = *d.traffic;
@@ -335,6 +339,7 @@ void Leader::Impl::on_worker_counters(JobRec& j, TaskRec& t, const std::string& 
   if (kind == events::EpochEnd::kKind) {
     const auto e = events::EpochEnd::from_json(ev);
     t.epochs_done = std::max(t.epochs_done, e.epoch);
+    t.global_step = std::max(t.global_step, static_cast<std::int64_t>(e.epoch) * t.steps_per_epoch);
     j.images_per_sec[t.index] = e.images_per_sec;
     j.epoch_seconds[t.index] = e.epoch_seconds;
     if (e.skipped_images) j.skipped_images[t.index] = *e.skipped_images;

@@ -129,7 +129,8 @@ void Leader::Impl::record_epoch(JobRec& j, const events::EpochEnd& ev) {
   for (const auto& [r, v] : j.epoch_seconds) seconds.push_back(v);
   const double bytes = static_cast<double>(j.bytes_pushed() + j.bytes_pulled());
   const auto o = planner::epoch_observation(planner::base_observation(j.spec, j.id, agents.hardware_class(j.spec.device == "cuda")),
-                                            ev.epoch, seconds, bytes - j.last_bytes, j.spec);
+                                            ev.epoch, seconds, bytes - j.last_bytes, j.spec,
+                                            ev.eval_seconds.value_or(0.0));
   j.last_bytes = bytes;
   persist("recording an observation", [&] { db->add_observation(o); });
 }
@@ -142,6 +143,7 @@ void Leader::Impl::record_final(JobRec& j) {
     double ips = 0;
     for (const auto& [r, v] : j.profile_ips) ips += v;
     o = planner::profile_observation(base, ips, j.spec);
+    if (o) o->eval_seconds = j.profile_eval_seconds;
   } else {
     double ips = 0;
     for (const auto& [r, v] : j.images_per_sec) ips += v;

@@ -288,6 +288,8 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
       s.train_samples = get_int(node, k, 0, 100000000);
     } else if (k == "test_samples") {
       s.test_samples = get_int(node, k, 0, 100000000);
+    } else if (k == "eval_batch_size") {
+      s.eval_batch_size = static_cast<int>(get_int(node, k, 1, 65536));
     } else if (k == "optimizer") {
       parse_optimizer(get_table(node, k), s.optimizer);
     } else if (k == "compression") {
@@ -340,7 +342,7 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
                            "loader_threads, loader_queue, loader_cache_mb, [augment], epochs, "
                            "workers, ps_shards, batch_size, threads_per_task, sync, staleness, backup_workers, overlap, device, "
                            "gpus_per_worker, local_group, seed, "
-                           "train_samples, test_samples, target_accuracy, deadline, queue_timeout, [optimizer], [compression], "
+                           "train_samples, test_samples, eval_batch_size, target_accuracy, deadline, queue_timeout, [optimizer], [compression], "
                            "[planner], "
                            "[ps])");
     }
@@ -467,7 +469,7 @@ void job_fields(S& s, V&& v) {
       v("ps_timeout_seconds", s.ps_timeout_seconds, opt), v("staleness", s.staleness, opt),
       v("backup_workers", s.backup_workers, opt), v("barrier_timeout_seconds", s.barrier_timeout_seconds, opt),
       v("overlap", s.overlap, opt), v("device", s.device, opt), v("gpus_per_worker", s.gpus_per_worker, opt),
-      v("local_group", s.local_group, opt);
+      v("local_group", s.local_group, opt), v("eval_batch_size", s.eval_batch_size, opt);
   v.nested("optimizer", s.optimizer, [](auto& o, auto&& w) { optimizer_fields(o, w); });
   v.nested("compression", s.compression, [](auto& c, auto&& w) { compression_fields(c, w); }, opt);
   v("workers_auto", s.workers_auto, opt), v("batch_auto", s.batch_auto, opt),

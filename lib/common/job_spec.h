@@ -88,6 +88,11 @@ struct JobSpec {
   std::int64_t seed = 1;           ///< seeds model initialisation and data shuffling
   std::int64_t train_samples = 0;  ///< use the first N training images; 0 = all
   std::int64_t test_samples = 0;   ///< evaluate on the first N test images; 0 = all
+  /// Images per forward pass when worker 0 evaluates the test set (and when the planner
+  /// profiles evaluation), [1, 65536]. Evaluation's speed barely depends on it once the
+  /// allocator keeps large blocks (docs/training.md, "Evaluation"); large values cost
+  /// memory (activations of the whole batch at once).
+  int eval_batch_size = 128;
   std::int64_t partition_size = 262144;  ///< max floats per PS partition, [1, 2^26]
   /// [ps] timeout: seconds the PS shards may stay silent within one worker call before
   /// the worker gives up (ps::PsClientOptions::timeout), [1, 86400]

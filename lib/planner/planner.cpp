@@ -33,16 +33,23 @@ Predictors::Predictors(const std::vector<store::Observation>& history, const std
   // Epoch time, as seconds per image of all workers together.
   std::map<std::pair<int, int>, std::pair<double, int>> cells;  // (w, b) → (Σ spi, n)
   std::vector<store::Observation> finals;
+  double eval_sum = 0;
+  int eval_n = 0;
   for (const auto& o : history) {
     if (o.final_accuracy >= 0) {
       finals.push_back(o);
       continue;
+    }
+    if (o.hardware_class == hardware_class && o.eval_seconds > 0) {
+      eval_sum += o.eval_seconds;
+      ++eval_n;
     }
     if (o.hardware_class != hardware_class || o.images_per_sec <= 0) continue;
     auto& c = cells[{o.workers, o.batch_size}];
     c.first += 1.0 / o.images_per_sec;
     c.second += 1;
   }
+  eval_seconds_ = eval_n > 0 ? eval_sum / eval_n : 0.0;
   std::set<double> wset, bset;
   for (const auto& [k, v] : cells) {
     wset.insert(k.first);
@@ -183,7 +190,8 @@ Plan make_plan(const PlanRequest& req, const std::vector<store::Observation>& hi
       plan.table.push_back(row);
       continue;
     }
-    row.seconds_per_epoch = t->first * static_cast<double>(req.train_examples);
+    row.eval_seconds = pred.eval_seconds();
+    row.seconds_per_epoch = t->first * static_cast<double>(req.train_examples) + row.eval_seconds;
     row.time_observations = t->second;
     row.total_seconds = req.epochs * row.seconds_per_epoch + req.exploration_seconds;
     const auto a = pred.accuracy(c);
@@ -303,6 +311,7 @@ nlohmann::json to_json(const Plan& p) {
                        {"reason", r.reason}};
     if (r.total_seconds > 0) {
       row["seconds_per_epoch"] = r.seconds_per_epoch;
+      row["eval_seconds"] = r.eval_seconds;
       row["time_observations"] = r.time_observations;
       row["total_seconds"] = r.total_seconds;
       row["accuracy"] = r.accuracy;

@@ -46,7 +46,8 @@ struct PlanRequest {
 /// One candidate as the planner saw it.
 struct CandidateRow {
   Config config;
-  double seconds_per_epoch = 0;   ///< predicted T(workers, batch)
+  double seconds_per_epoch = 0;   ///< predicted T(workers, batch) + eval_seconds
+  double eval_seconds = 0;        ///< predicted evaluation after each epoch, s (in seconds_per_epoch)
   int time_observations = 0;      ///< epoch measurements at exactly this configuration
   double total_seconds = 0;       ///< epochs × T + exploration
   double accuracy = 0;            ///< predicted final accuracy after `epochs`
@@ -70,6 +71,7 @@ struct Plan {
 };
 
 /// Epoch-time predictor: seconds per image, non-increasing in workers and in batch size,
+/// plus worker 0's evaluation after each epoch (eval_seconds);
 /// fitted by isotonic_grid over the grid of measured (workers, batch) values with
 /// weights = observation counts; predictions interpolate bilinearly between grid points
 /// and clip outside. Accuracy predictor: final test accuracy non-increasing in the
@@ -87,6 +89,11 @@ class Predictors {
   /// epoch-time fit; 0 without data.
   double accuracy_sigma() const { return acc_sigma_; }
   double time_sigma() const { return t_sigma_; }
+  /// Worker 0's evaluation after each epoch, s: the mean of the measured rows (epoch and
+  /// profile rows of this hardware class); 0 without any. It does not depend on the
+  /// workers or the batch size (worker 0 evaluates the whole test set in batches of the
+  /// job's eval_batch_size), so it is one number added to every configuration's epoch.
+  double eval_seconds() const { return eval_seconds_; }
   /// True when c's global batch is larger than any with a measured accuracy: accuracy
   /// is non-increasing in the global batch, so the history only bounds it from above
   /// there, and the planner does not count on it.
@@ -101,6 +108,7 @@ class Predictors {
   std::vector<std::pair<double, int>> acc_counts_;
   bool same_epochs_ = false;
   double acc_sigma_ = 0, t_sigma_ = 0;
+  double eval_seconds_ = 0;
 };
 
 /// Plans a job. Pure function of the request and the history; thread-safe.

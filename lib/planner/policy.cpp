@@ -97,8 +97,9 @@ store::Observation base_observation(const JobSpec& spec, const std::string& job_
 }
 
 store::Observation epoch_observation(store::Observation o, int epoch, const std::vector<double>& worker_epoch_seconds,
-                                     double bytes_this_epoch, const JobSpec& spec) {
+                                     double bytes_this_epoch, const JobSpec& spec, double eval_seconds) {
   o.epoch = epoch;
+  o.eval_seconds = eval_seconds;
   for (const double v : worker_epoch_seconds) o.epoch_seconds = std::max(o.epoch_seconds, v);
   o.images_per_sec = o.epoch_seconds > 0 ? train_examples(spec) / o.epoch_seconds : 0.0;
   o.bytes_per_epoch = bytes_this_epoch;

@@ -62,9 +62,10 @@ store::Observation base_observation(const JobSpec& spec, const std::string& job_
 
 /// The row of one finished epoch: the job's epoch time is its slowest worker's latest
 /// epoch (`worker_epoch_seconds`, s), its throughput the training set over that;
-/// `bytes_this_epoch`: pushed + pulled since the previous row.
+/// `bytes_this_epoch`: pushed + pulled since the previous row; `eval_seconds`: worker 0's
+/// evaluation after the epoch (s; 0 when it did not report one).
 store::Observation epoch_observation(store::Observation base, int epoch, const std::vector<double>& worker_epoch_seconds,
-                                     double bytes_this_epoch, const JobSpec& spec);
+                                     double bytes_this_epoch, const JobSpec& spec, double eval_seconds = 0);
 
 /// The row of a finished job: final accuracy, epochs, mean epoch time (wall ÷ epochs),
 /// the sum of the workers' latest images/s, bytes per epoch.

@@ -75,6 +75,7 @@ void to_json(nlohmann::json& j, const Observation& o) {
        {"images_per_sec", o.images_per_sec},
        {"bytes_per_epoch", o.bytes_per_epoch},
        {"final_accuracy", o.final_accuracy},
+       {"eval_seconds", o.eval_seconds},
        {"timestamp", o.timestamp},
        {"source", o.source},
        {"compression", o.compression}};
@@ -93,6 +94,7 @@ void from_json(const nlohmann::json& j, Observation& o) {
   o.images_per_sec = j.value("images_per_sec", 0.0);
   o.bytes_per_epoch = j.value("bytes_per_epoch", 0.0);
   o.final_accuracy = j.value("final_accuracy", -1.0);
+  o.eval_seconds = j.value("eval_seconds", 0.0);
   o.timestamp = j.value("timestamp", 0.0);
   o.source = j.value("source", "job");
   o.compression = j.value("compression", "none");

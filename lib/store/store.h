@@ -42,6 +42,9 @@ struct Observation {
   double images_per_sec = 0;    ///< all workers together
   double bytes_per_epoch = 0;   ///< pushed + pulled, headers included, all workers
   double final_accuracy = -1;   ///< final test accuracy, final rows only
+  /// Worker 0's evaluation after an epoch (BatchNorm re-estimation and the test set), s;
+  /// epoch and profile rows; 0 = not measured (rows stored before it was).
+  double eval_seconds = 0;
   double timestamp = 0;         ///< unix time, s
   std::string source = "job";   ///< "job" or "profile" (exploration)
   std::string compression = "none";  ///< the job's compression method

@@ -18,7 +18,6 @@ namespace {
 constexpr std::int64_t kMeanStdSample = 512;        // images mean/std are estimated on
 constexpr std::int64_t kRecalibrationBytes = 64 << 20;  // bound on the BatchNorm sample
 constexpr std::size_t kSkipMessages = 20;           // skipped_image events per worker
-constexpr int kEvalBatch = 500;
 
 // Published per-pixel mean and standard deviation of the IDX training sets.
 double idx_mean(const std::string& dataset) { return dataset == "mnist" ? 0.1307 : 0.2860; }
@@ -72,7 +71,7 @@ class TensorFeed final : public DataFeed {
   }
   const torch::Tensor& recalibration_inputs() override { return x_; }
   double evaluate(torch::nn::Module& m, const Model& model) override {
-    return train::evaluate(m, model, test_x_, test_y_);
+    return train::evaluate(m, model, test_x_, test_y_, spec_.eval_batch_size);
   }
 
  private:
@@ -265,7 +264,7 @@ class StreamFeed final : public DataFeed {
   void run_loader(std::shared_ptr<const data::ExampleSource> source, std::vector<std::int64_t> order,
                   std::int64_t& skipped, F&& f) {
     data::LoaderOptions o;
-    o.batch_size = kEvalBatch;
+    o.batch_size = spec_.eval_batch_size;
     o.threads = threads_;
     data::StreamingLoader loader(std::move(source), std::move(order), transform_, o);
     data::Batch b;

@@ -17,8 +17,12 @@ namespace dltrain::train {
 /// as int64 [N]. Copies; `s` may be released afterwards. Thread-safe.
 std::pair<torch::Tensor, torch::Tensor> to_tensors(const Split& s, const std::string& dataset);
 
-/// Top-1 accuracy in [0, 1] of `model` on (x [N, 1, 28, 28], y [N]), in eval mode, in
-/// batches of 1000 without gradients; leaves the module in train mode.
-double evaluate(torch::nn::Module& m, const Model& model, const torch::Tensor& x, const torch::Tensor& y);
+/// Top-1 accuracy in [0, 1] of `model` on (x [N, C, S, S], y [N]), in eval mode, in
+/// forward passes of `batch` images (the job's eval_batch_size; the last one smaller)
+/// without gradients; leaves the module in train mode. Throws ConfigError for batch < 1.
+/// The batch barely changes the speed when the allocator keeps large blocks
+/// (docs/training.md, "Evaluation"); its memory is the activations of `batch` images.
+double evaluate(torch::nn::Module& m, const Model& model, const torch::Tensor& x, const torch::Tensor& y,
+                int batch);
 
 }  // namespace dltrain::train

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "common/native_libs.h"
 #include "common/errors.h"
 #include "ps/checkpoint.h"
 #include "train/idx.h"
@@ -30,14 +31,15 @@ std::pair<torch::Tensor, torch::Tensor> to_tensors(const Split& s, const std::st
   return {x, y};
 }
 
-double evaluate(torch::nn::Module& m, const Model& model, const torch::Tensor& x,
-                const torch::Tensor& y) {
+double evaluate(torch::nn::Module& m, const Model& model, const torch::Tensor& x, const torch::Tensor& y,
+                int batch) {
+  if (batch < 1) throw ConfigError("eval_batch_size", "expected at least 1, got " + std::to_string(batch));
   torch::NoGradGuard ng;
   m.eval();
   std::int64_t correct = 0;
   const std::int64_t n = x.size(0);
-  for (std::int64_t lo = 0; lo < n; lo += 1000) {
-    const std::int64_t hi = std::min(n, lo + 1000);
+  for (std::int64_t lo = 0; lo < n; lo += batch) {
+    const std::int64_t hi = std::min(n, lo + batch);
     auto pred = model.forward(x.slice(0, lo, hi)).argmax(1);
     correct += pred.eq(y.slice(0, lo, hi)).sum().item<std::int64_t>();
   }
@@ -205,6 +207,8 @@ void WorkerLoop::started() {
   ev.partitions = static_cast<std::int64_t>(layout_.partitions.size());
   ev.load_seconds = seconds_since(t_start_);
   ev.resume_epoch = cfg_.resume_epoch;
+  ev.allocator = allocator_name();
+  ev.blas = blas_name();
   sink_(ev.to_json());
   sink_(feed_->info().to_json());  // the data set as this worker reads it
   last_report_ = Clock::now();

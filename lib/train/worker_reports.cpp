@@ -94,6 +94,12 @@ void WorkerLoop::profiled() {
   ev.measured_images = profile_images_;
   ev.measured_seconds = secs;
   ev.images_per_sec = secs > 0 ? static_cast<double>(profile_images_) / secs : 0.0;
+  if (cfg_.rank == 0) {
+    // One evaluation, timed as after an epoch: the planner adds it to every epoch.
+    wire::events::EpochEnd probe;
+    evaluate_on_test(probe);
+    ev.eval_seconds = probe.eval_seconds;
+  }
   ev.bytes_pushed = client_->bytes_pushed();
   ev.bytes_pulled = client_->bytes_pulled();
   sink_(ev.to_json());

@@ -112,11 +112,14 @@ struct Started : Fields<Started> {
   std::int64_t partitions = 0;       ///< PS partitions the parameters are cut into
   double load_seconds = 0;           ///< from process start to here (data, model, PS init)
   int resume_epoch = 0;              ///< epochs finished before a restart; 0 on a first start
+  /// The process's malloc and BLAS, common/native_libs.h ("tcmalloc (gperftools 2.10)",
+  /// "glibc malloc"; "OpenBLAS 0.3.21 ...", "reference BLAS")
+  std::optional<std::string> allocator, blas;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("rank", s.rank), v("train_examples", s.train_examples), v("steps_per_epoch", s.steps_per_epoch),
         v("parameters", s.parameters), v("partitions", s.partitions), v("load_seconds", s.load_seconds),
-        v("resume_epoch", s.resume_epoch);
+        v("resume_epoch", s.resume_epoch), v("allocator", s.allocator), v("blas", s.blas);
   }
 };
 
@@ -303,11 +306,14 @@ struct Profile : Fields<Profile> {
   double images_per_sec = 0;         ///< measured_images ÷ measured_seconds; 0 if none
   std::uint64_t bytes_pushed = 0;    ///< bytes sent to the PS shards, cumulative, this process
   std::uint64_t bytes_pulled = 0;    ///< bytes received from them, cumulative, this process
+  /// Rank 0: one evaluation as after an epoch (BatchNorm re-estimation and the test set), s,
+  /// so that the planner counts evaluation in the epoch time it predicts
+  std::optional<double> eval_seconds;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("rank", s.rank), v("steps", s.steps), v("measured_images", s.measured_images),
         v("measured_seconds", s.measured_seconds), v("images_per_sec", s.images_per_sec),
-        v("bytes_pushed", s.bytes_pushed), v("bytes_pulled", s.bytes_pulled);
+        v("bytes_pushed", s.bytes_pushed), v("bytes_pulled", s.bytes_pulled), v("eval_seconds", s.eval_seconds);
   }
 };
 

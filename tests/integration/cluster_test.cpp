@@ -180,6 +180,19 @@ test_samples = 1000
   auto sum_b = json::parse(last_line(fb.out));
   EXPECT_EQ(sum_b["state"], "succeeded");
   EXPECT_GE(sum_b["test_accuracy"].get<double>(), 0.5) << sum_b.dump();
+  // Job b was followed from before its start: each worker said which malloc and BLAS
+  // LibTorch runs on, and the shipped build's are tcmalloc and an optimised BLAS
+  // (docs/training.md, "CPU speed: malloc and BLAS").
+  int started = 0;
+  std::istringstream lines(fb.out);
+  for (std::string line; std::getline(lines, line);) {
+    const auto e = json::parse(line, nullptr, false);
+    if (!e.is_object() || e.value("event", "") != "started") continue;
+    ++started;
+    EXPECT_EQ(e.value("allocator", "").rfind("tcmalloc", 0), 0u) << e.dump();
+    EXPECT_NE(e.value("blas", "reference BLAS"), "reference BLAS") << e.dump();
+  }
+  EXPECT_EQ(started, 2) << fb.out;
 }
 
 TEST_F(Cluster, DgcJobTrainsAndCompressesBothDirections) {
@@ -320,6 +333,8 @@ TEST_F(Cluster, AKilledWorkerIsRestartedAndTheJobSucceeds) {
       [&] { return dltrain::testing::progress_steps(dltrain::testing::follower_events(follower), "worker-1") > 0; },
       120s, 50ms))
       << "worker-1 reported no progress within 120 s; " << status(job).dump();
+  // The premise, right before the act: worker 1 runs and has most of its work left.
+  ASSERT_TRUE(dltrain::testing::has_work_left(status(job), "worker-1", 0.4));
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   // Its agent restarts it; it resumes from the PS's parameters and the job ends well.
   auto f = run(client_ + " follow " + job + " --json", 240);
@@ -414,6 +429,13 @@ timeout = "5s"
   ASSERT_EQ(pids.size(), 1u) << "worker-1's process";
   const int victim = pids.front();
 
+  // The premise, right before the act: both workers run with most of their work left
+  // (worker 0 must go on for two PS timeouts while worker 1 is stopped).
+  {
+    const auto st = status(job);
+    ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-0", 0.6));
+    ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-1", 0.6));
+  }
   ASSERT_EQ(kill(victim, SIGSTOP), 0);
   struct ContinueOnExit {  // a failed assertion must not leave the cluster a stopped task
     int pid;
@@ -480,7 +502,7 @@ timeout = "5s"
 
 TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {
   // Long enough that both workers still train when the first checkpoint is written.
-  auto k = write_job("kill-ps", kShortCnn + "epochs = 6\n" + kShortOptimizer);
+  auto k = write_job("kill-ps", kShortCnn + "epochs = 10\n" + kShortOptimizer);
   auto rk = run(client_ + " submit " + k.string() + " --json", 30);
   ASSERT_EQ(rk.code, 0) << rk.out;
   const std::string job = json::parse(last_line(rk.out))["job"];
@@ -501,6 +523,12 @@ TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {
   ASSERT_EQ(pids.size(), 1u);
   ASSERT_EQ(status(job)["state"], "running");
   ASSERT_EQ(task_pids(job).size(), 3u) << "a worker finished before the shard was killed; " << status(job).dump();
+  // The premise, right before the act: both workers still have work for the shard.
+  {
+    const auto st = status(job);
+    ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-0", 0.25));
+    ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-1", 0.25));
+  }
   ASSERT_EQ(kill(pids.front(), SIGKILL), 0);
 
   // Its agent restarts it on the same port from the checkpoint; the workers reconnect,
@@ -574,6 +602,12 @@ TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers)
   const auto pids = task_pids(job, "ps-0-g1");
   ASSERT_EQ(pids.size(), 1u);
   ASSERT_EQ(task_pids(job).size(), 3u) << "a worker finished before the shard was killed; " << status(job).dump();
+  // The premise, right before the act: both workers still have work for the shard.
+  {
+    const auto st = status(job);
+    ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-0", 0.25));
+    ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-1", 0.25));
+  }
   ASSERT_EQ(kill(pids.front(), SIGKILL), 0);
 
   // The restarted shard refuses the file, starts empty and takes the first worker's
@@ -710,7 +744,7 @@ TEST_F(Cluster, BadJobFilesAreRejectedAndTheLeaderCarriesOn) {
 // is set to 20 s here); its agent restarts it, the replacement rejoins at the current
 // step, and the job succeeds.
 TEST_F(Cluster, ABspJobGoesOnPastAKilledWorkerAndSucceeds) {
-  auto k = write_job("bsp-kill", kShortCnn + "epochs = 2\nsync = \"sync\"\n" + kShortOptimizer +
+  auto k = write_job("bsp-kill", kShortCnn + "epochs = 4\nsync = \"sync\"\n" + kShortOptimizer +
                                      "[ps]\nbarrier_timeout = \"20s\"\n");
   auto rk = run(client_ + " submit " + k.string() + " --json", 30);
   ASSERT_EQ(rk.code, 0) << rk.out;
@@ -722,6 +756,8 @@ TEST_F(Cluster, ABspJobGoesOnPastAKilledWorkerAndSucceeds) {
       << "worker-1 reported no progress within 180 s; " << status(job).dump();
   const auto pids = task_pids(job, "worker-1-g1");
   ASSERT_EQ(pids.size(), 1u) << "worker-1's process";
+  // The premise, right before the act: worker 1 runs and has most of its work left.
+  ASSERT_TRUE(dltrain::testing::has_work_left(status(job), "worker-1", 0.4));
   ASSERT_EQ(kill(pids.front(), SIGKILL), 0);
   auto f = run(client_ + " follow " + job + " --json", 300);
   EXPECT_EQ(f.code, 0) << f.out;
@@ -746,7 +782,7 @@ TEST_F(Cluster, ABspJobGoesOnPastAKilledWorkerAndSucceeds) {
 // answered — so it waits, and reaches the bound; nobody is dropped (the barrier timeout is
 // 30 s), and the job succeeds.
 TEST_F(Cluster, AnSspWorkerIsNeverMoreThanStalenessStepsAheadOfAStoppedOne) {
-  auto k = write_job("ssp-stop", kShortCnn + "epochs = 2\nsync = \"ssp\"\nstaleness = 2\n" + kShortOptimizer);
+  auto k = write_job("ssp-stop", kShortCnn + "epochs = 6\nsync = \"ssp\"\nstaleness = 2\n" + kShortOptimizer);
   auto rk = run(client_ + " submit " + k.string() + " --json", 30);
   ASSERT_EQ(rk.code, 0) << rk.out;
   const std::string job = json::parse(last_line(rk.out))["job"];
@@ -763,6 +799,8 @@ TEST_F(Cluster, AnSspWorkerIsNeverMoreThanStalenessStepsAheadOfAStoppedOne) {
     ~ContinueOnExit() { kill(pid, SIGCONT); }
   } continue_on_exit{victim};
   for (int round = 0; round < 2; ++round) {
+    // The premise, right before each stop: worker 1 runs and has work left after it.
+    ASSERT_TRUE(dltrain::testing::has_work_left(status(job), "worker-1", 0.2)) << "round " << round;
     ASSERT_EQ(kill(victim, SIGSTOP), 0);
     // The suspension itself, not a synchronisation: long enough for worker 0 to reach
     // the bound (its steps take milliseconds), well below the barrier timeout.

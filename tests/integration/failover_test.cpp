@@ -68,8 +68,13 @@ TEST_F(Failover, AnAgentHoldingAPsShardIsLostAndTheShardIsRebuiltOnAFreeAgent) {
   const std::string victim = task(st, "ps-0")["agent"];
   Background follow(client_ + " follow " + job + " --json", (root_ / "follow.jsonl").string());
   // The follower is subscribed once it relays an event (the workers report progress
-  // every few seconds), so that it sees the re-assignment.
+  // every second), so that it sees the re-assignment.
   ASSERT_TRUE(wait_until([&] { return !follow.lines().empty(); }, 60s, 50ms)) << "the follower relayed nothing";
+  // The premise, right before the act: both workers still train, so the shard's loss
+  // interrupts a job that has work left.
+  st = status(job);
+  ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-0", 0.3));
+  ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-1", 0.3));
   const auto t_kill = Clock::now();
   kill_daemon(victim);
 
@@ -109,10 +114,14 @@ TEST_F(Failover, TheLeaderIsKilledAndStartedAgainAndTheRunningJobSucceeds) {
   start_cluster(3);
   const std::string queued_before = submit("history-row", job_toml(1, 2000));
   ASSERT_EQ(wait_state(queued_before, {"succeeded"}, 180).value("state", ""), "succeeded");
-  const std::string job = submit("survive-leader", job_toml(4));
+  const std::string job = submit("survive-leader", job_toml(6));
   auto st = wait_epochs(job, 1, 180);
   ASSERT_EQ(st.value("state", ""), "running") << st.dump();
   const auto generation = st["generation"];
+  // The premise, right before the act: both workers have work left to do without a leader.
+  st = status(job);
+  ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-0", 0.3));
+  ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-1", 0.3));
 
   // The shard's checkpoint (rewritten every 2 s, ps_checkpoint_interval) holds the
   // parameters; once it changes after the kill, the workers have pushed without a leader.
@@ -132,7 +141,7 @@ TEST_F(Failover, TheLeaderIsKilledAndStartedAgainAndTheRunningJobSucceeds) {
   EXPECT_GE(end["test_accuracy"].get<double>(), 0.6) << end.dump();
   EXPECT_EQ(end["generation"], generation) << end.dump();
   EXPECT_EQ(end["reassignments"], 0) << end.dump();
-  EXPECT_EQ(end["epochs"], 4) << end.dump();
+  EXPECT_EQ(end["epochs"], 6) << end.dump();
   EXPECT_GT(end["bytes_pushed"].get<double>(), 0) << end.dump();
   // A job submitted to the restarted leader runs as usual, with the next job number.
   const std::string after = submit("after-restart", job_toml(1, 2000));
@@ -144,10 +153,15 @@ TEST_F(Failover, TheLeaderIsKilledAndStartedAgainAndTheRunningJobSucceeds) {
 
 TEST_F(Failover, AnAgentLostWithNoFreeAgentFailsTheJobWithinTheBound) {
   start_cluster(3, "reassign_timeout = \"4s\"\n");  // the job takes every core
-  const std::string job = submit("no-spare", job_toml(5));
-  auto st = wait_epochs(job, 1, 180);
+  // The job fails here, so its length costs nothing: long enough that worker 1 is far
+  // from done when its agent is lost, whatever the relative speed of the processes.
+  const std::string job = submit("no-spare", job_toml(20));
+  auto st = dltrain::testing::wait_task_trains(client_, job, "worker-1", 180);
   ASSERT_EQ(st.value("state", ""), "running") << st.dump();
   const std::string victim = task(st, "worker-1")["agent"];
+  // The premise, right before the act: worker 1 runs and has most of its work left.
+  st = status(job);
+  ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-1", 0.5));
   const auto t_kill = Clock::now();
   kill_daemon(victim);
   auto mid = wait_state(job, {"recovering"}, 20);
@@ -201,9 +215,13 @@ TEST_F(Failover, ATlsLeaderServesAgentsAndClientsThatTrustItsCa) {
 TEST_F(Failover, AnAgentThatShutsDownHasItsTasksReassigned) {
   start_cluster(4);
   const std::string job = submit("agent-stops", job_toml(4));
-  auto st = wait_epochs(job, 1, 180);
+  auto st = dltrain::testing::wait_task_trains(client_, job, "worker-1", 180);
   ASSERT_EQ(st.value("state", ""), "running") << st.dump();
   const std::string victim = task(st, "worker-1")["agent"];
+  // The premise, right before the act: worker 1 runs and has most of its work left (it
+  // is stopped at its first report, within a second or two of its start).
+  st = status(job);
+  ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-1", 0.5));
   ASSERT_EQ(::kill(daemons_[victim]->pid(), SIGTERM), 0);
   EXPECT_EQ(daemons_[victim]->wait(30), 0) << victim << " did not exit 0 on SIGTERM";
   daemons_.erase(victim);

@@ -131,6 +131,8 @@ TEST_F(LocalGroupCluster, AKilledMemberFailsItsGroupAtOnceAndTheRestartedGroupFi
       180s, 100ms))
       << status(job).dump();
   ASSERT_GT(victim, 0);
+  // The premise, right before the act: member 1 runs and has work left.
+  ASSERT_TRUE(dltrain::testing::has_work_left(status(job), "worker-1", 0.3));
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   const auto st = wait_state(job, {"succeeded", "failed"}, 300);
   ASSERT_EQ(st.value("state", ""), "succeeded") << st.dump();
@@ -166,6 +168,9 @@ TEST_F(LocalGroupCluster, AShardLostWithItsAgentIsRebuiltAndTheGroupFormsAgain) 
   EXPECT_EQ(task(before, "ps-0").value("agent", ""), "agent-p") << before.dump();
   EXPECT_EQ(task(before, "worker-0").value("agent", ""), "agent-a") << before.dump();
   EXPECT_EQ(task(before, "worker-1").value("agent", ""), "agent-a") << before.dump();
+  // The premise, right before the act: the group has work left for the shard.
+  ASSERT_TRUE(dltrain::testing::has_work_left(before, "worker-0", 0.3));
+  ASSERT_TRUE(dltrain::testing::has_work_left(before, "worker-1", 0.3));
   kill_daemon("agent-p");
   const auto st = wait_state(job, {"succeeded", "failed"}, 300);
   ASSERT_EQ(st.value("state", ""), "succeeded") << st.dump();

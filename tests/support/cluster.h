@@ -124,6 +124,42 @@ inline nlohmann::json task_of(const nlohmann::json& st, const std::string& name)
   return nlohmann::json::object();
 }
 
+/// The premise of a test about to kill, stop or disconnect something of a job: in status
+/// `st` (taken right before the act), worker `name` runs and has at least `min_left` (a
+/// fraction in [0, 1]) of its steps left by its latest report, so that the act meets a
+/// job with work to recover (a worker that already finished has nothing to lose).
+inline ::testing::AssertionResult has_work_left(const nlohmann::json& st, const std::string& name, double min_left) {
+  const auto t = task_of(st, name);
+  if (t.empty()) return ::testing::AssertionFailure() << "no task " << name << " in " << st.dump();
+  if (t.value("state", "") != "running") {
+    return ::testing::AssertionFailure() << name << " is " << t.value("state", "?") << ", not running: " << st.dump();
+  }
+  const auto total = t.value("steps_total", std::int64_t{0});
+  if (total <= 0) return ::testing::AssertionFailure() << name << " has not reported its steps yet: " << st.dump();
+  const double left = 1.0 - static_cast<double>(t.value("step", std::int64_t{0})) / static_cast<double>(total);
+  if (left < min_left) {
+    return ::testing::AssertionFailure() << name << " has only " << left * 100 << " % of its steps left (at least "
+                                         << min_left * 100 << " % wanted): the job is too short for this test on "
+                                         << "this machine; " << st.dump();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+/// Polls until worker `name` of `job` runs and has reported progress (a step > 0), or
+/// `timeout_s` passed; returns the last status.
+inline nlohmann::json wait_task_trains(const std::string& client, const std::string& job, const std::string& name,
+                                       int timeout_s) {
+  nlohmann::json st;
+  wait_until(
+      [&] {
+        st = job_status(client, job);
+        const auto t = task_of(st, name);
+        return t.value("state", "") == "running" && t.value("step", std::int64_t{0}) > 0;
+      },
+      std::chrono::seconds(timeout_s), std::chrono::milliseconds(100));
+  return st;
+}
+
 /// The JSON events a follower (`dltrain follow JOB --json` in a Background) has written
 /// so far; lines that are not JSON objects are left out.
 inline std::vector<nlohmann::json> follower_events(const Background& follower) {
@@ -288,7 +324,7 @@ class LeaderAndAgents {
            "\"\nstate_dir = \"" + (root_ / name).string() +
            "\"\nheartbeat_interval = \"500ms\"\nheartbeat_timeout = \"" + heartbeat_timeout_ +
            "\"\ntask_stop_grace = \"5s\"\n"
-           "ps_checkpoint_interval = \"2s\"\nlog_level = \"info\"\n";
+           "ps_checkpoint_interval = \"2s\"\nprogress_interval = \"1s\"\nlog_level = \"info\"\n";
   }
 
   /// Starts (or starts again) the leader; returns once it wrote the port it listens on

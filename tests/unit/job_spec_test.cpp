@@ -292,3 +292,19 @@ TEST(JobSpec, MinCompressBytesAppliesToTopkAndDgcAndIsStored) {
   old["compression"].erase("min_compress_bytes");
   EXPECT_EQ(job_from_json(old).compression.min_compress_bytes, 0);
 }
+
+TEST(JobSpec, EvalBatchSizeIsASettingFromOneTo65536AndIsStored) {
+  EXPECT_EQ(parse_job_toml(kData).eval_batch_size, 128);  // the documented default
+  const auto s = parse_job_toml(kData + "eval_batch_size = 500\n");
+  EXPECT_EQ(s.eval_batch_size, 500);
+  EXPECT_EQ(parse_job_toml(kData + "eval_batch_size = 1\n").eval_batch_size, 1);
+  EXPECT_EQ(parse_job_toml(kData + "eval_batch_size = 65536\n").eval_batch_size, 65536);
+  EXPECT_EQ(reject(kData + "eval_batch_size = 0\n").first, "eval_batch_size");
+  EXPECT_EQ(reject(kData + "eval_batch_size = 65537\n").first, "eval_batch_size");
+  EXPECT_EQ(reject(kData + "eval_batch_size = \"big\"\n").first, "eval_batch_size");
+  // The JSON form carries it; a job stored before it existed evaluates with the default.
+  EXPECT_EQ(job_from_json(nlohmann::json(s)).eval_batch_size, 500);
+  nlohmann::json old = s;
+  old.erase("eval_batch_size");
+  EXPECT_EQ(job_from_json(old).eval_batch_size, 128);
+}

@@ -269,3 +269,26 @@ TEST(Planner, NonMonotoneMeasurementsArePooled) {
   EXPECT_NEAR(four->seconds_per_epoch, two->seconds_per_epoch, 1e-9);
   EXPECT_NEAR(two->seconds_per_epoch, 60000 * (1.0 / 1800 + 1.0 / 1500) / 2, 1e-6);
 }
+
+TEST(Planner, EvaluationAfterEachEpochCountsInThePredictedTime) {
+  // Worker 0 evaluates after every epoch: the rows that measured it (here 2 s and 4 s,
+  // mean 3 s; a row from before the field, 0, is not a measurement) add 3 s to every
+  // configuration's epoch, whatever its workers and batch size.
+  auto h = hand_history();
+  h[0].eval_seconds = 2.0;
+  h[4].eval_seconds = 4.0;
+  auto req = request();
+  req.target_accuracy = 0.91;
+  const auto plan = make_plan(req, h);
+  ASSERT_TRUE(plan.feasible) << plan.explanation;
+  // (4, 32): training 60000 / (4000 · 1.25) = 12 s per epoch, + 3 s, × 5 epochs = 75 s.
+  const auto row = std::find_if(plan.table.begin(), plan.table.end(),
+                                [](const auto& r) { return r.config == Config{4, 32}; });
+  ASSERT_NE(row, plan.table.end());
+  EXPECT_NEAR(row->eval_seconds, 3.0, 1e-12);
+  EXPECT_NEAR(row->seconds_per_epoch, 15.0, 1e-9);
+  EXPECT_NEAR(row->total_seconds, 75.0, 1e-9);
+  for (const auto& r : to_json(plan)["table"]) {
+    if (r["workers"] == 4 && r["batch_size"] == 32) EXPECT_NEAR(r["eval_seconds"].get<double>(), 3.0, 1e-12);
+  }
+}
