@@ -31,8 +31,8 @@ bool allocator_is_tcmalloc() { return lookup<TcVersion>("tc_version") != nullptr
 
 std::string blas_name() {
   if (const auto c = lookup<OpenblasConfig>("openblas_get_config")) {
-    const char* text = c();
-    return std::string("OpenBLAS") + (text ? std::string(" ") + text : "");
+    const std::string text = c() ? c() : "";  // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ..."
+    return text.rfind("OpenBLAS", 0) == 0 ? text : "OpenBLAS " + text;
   }
   if (const auto v = lookup<BliVersion>("bli_info_get_version_str")) {
     const char* text = v();

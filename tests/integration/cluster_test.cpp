@@ -180,7 +180,7 @@ test_samples = 1000
   auto sum_b = json::parse(last_line(fb.out));
   EXPECT_EQ(sum_b["state"], "succeeded");
   EXPECT_GE(sum_b["test_accuracy"].get<double>(), 0.5) << sum_b.dump();
-  // Job b was followed from before its start: each worker said which malloc and BLAS
+  // Job b (one worker) was followed from before its start: its worker said which malloc and BLAS
   // LibTorch runs on, and the shipped build's are tcmalloc and an optimised BLAS
   // (docs/training.md, "CPU speed: malloc and BLAS").
   int started = 0;
@@ -192,7 +192,7 @@ test_samples = 1000
     EXPECT_EQ(e.value("allocator", "").rfind("tcmalloc", 0), 0u) << e.dump();
     EXPECT_NE(e.value("blas", "reference BLAS"), "reference BLAS") << e.dump();
   }
-  EXPECT_EQ(started, 2) << fb.out;
+  EXPECT_EQ(started, 1) << fb.out;
 }
 
 TEST_F(Cluster, DgcJobTrainsAndCompressesBothDirections) {
@@ -356,10 +356,11 @@ TEST_F(Cluster, AKilledWorkerIsRestartedAndTheJobSucceeds) {
 // straggler is continued it picks up where it was (no restart: the PS timeout bounds the
 // PS's silence, not the time a worker was not running) and the job succeeds.
 TEST_F(Cluster, AStoppedWorkerDoesNotHoldUpTheOtherAndTheJobSucceeds) {
-  // configs/jobs/fashion-mnist-mlp-short.toml with twice the data and four times the
-  // epochs, so that worker 0 has plenty of steps left while worker 1 is stopped (at least
-  // two PS timeouts and two progress events after the stop), and a 5 s PS timeout.
-  auto f = write_job("straggler", R"(model = "mlp"
+  // The CNN on 24,000 images for 8 epochs, so that worker 0 has plenty of steps left
+  // while worker 1 is stopped (at least two PS timeouts and two progress events after the
+  // stop: checked below from its own throughput before the stop), and a 5 s PS timeout.
+  // (The MLP this test used once trains ~20x faster on OpenBLAS and finished first.)
+  auto f = write_job("straggler", R"(model = "cnn"
 epochs = 8
 workers = 2
 ps_shards = 1
@@ -429,12 +430,24 @@ timeout = "5s"
   ASSERT_EQ(pids.size(), 1u) << "worker-1's process";
   const int victim = pids.front();
 
-  // The premise, right before the act: both workers run with most of their work left
-  // (worker 0 must go on for two PS timeouts while worker 1 is stopped).
+  // The premise, right before the act: both workers run with most of their work left,
+  // and worker 0's steps left take longer, at its own latest throughput, than the 3 PS
+  // timeouts it must go on for while worker 1 is stopped (the stop, two timeouts).
   {
     const auto st = status(job);
     ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-0", 0.6));
     ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-1", 0.6));
+    read_events();
+    double ips = 0;
+    for (const auto& e : events) {
+      if (e.value("task", "") == "worker-0" && e.value("event", "") == "progress") ips = e.value("images_per_sec", 0.0);
+    }
+    ASSERT_GT(ips, 0.0) << "worker-0 reported no throughput yet\n" << dump();
+    const auto w0 = dltrain::testing::task_of(st, "worker-0");
+    const double left_s = 32.0 * static_cast<double>(w0.value("steps_total", 0) - w0.value("step", 0)) / ips;
+    ASSERT_GT(left_s, 3.0 * std::chrono::duration<double>(kPsTimeout).count())
+        << "worker 0 would finish before the test is done with it (" << ips << " images/s): the job is too short "
+        << "for this machine\n" << dump();
   }
   ASSERT_EQ(kill(victim, SIGSTOP), 0);
   struct ContinueOnExit {  // a failed assertion must not leave the cluster a stopped task

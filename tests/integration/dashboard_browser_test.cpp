@@ -73,8 +73,11 @@ void expect_nothing_but_the_login(const json& snap, const std::vector<std::strin
   for (const auto& s : secrets) EXPECT_EQ(text.find(s), std::string::npos) << what << " shows \"" << s << "\":\n" << text;
 }
 
-const std::string kJob = R"(model = "mlp"
-epochs = 4
+// The CNN, long enough that worker 0 gets twice as far as a stopped worker 1 before it
+// finishes (checked before the stop). (An MLP trains ~20x faster on OpenBLAS and ended
+// before its straggler could be flagged.)
+const std::string kJob = R"(model = "cnn"
+epochs = 6
 workers = 2
 ps_shards = 1
 batch_size = 32
@@ -174,6 +177,13 @@ max_workers = 2
     ASSERT_TRUE(p.count("grown")) << dump();
     const auto pids = cluster.task_pids(job, "worker-1-g1");
     ASSERT_EQ(pids.size(), 1u) << "worker-1's process";
+    // The premise, right before the act: worker 0 has enough left to get twice as far as
+    // worker 1 (the straggler rule's factor), and worker 1 has work left.
+    {
+      const json st = dltrain::testing::job_status(cluster.client, job, true);
+      ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-0", 0.55));
+      ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-1", 0.55));
+    }
     ASSERT_EQ(::kill(pids[0], SIGSTOP), 0);
     struct ContinueOnExit {  // a failed assertion must not leave the cluster a stopped task
       int pid;

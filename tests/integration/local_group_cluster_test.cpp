@@ -105,7 +105,7 @@ TEST_F(LocalGroupCluster, ThreeWorkersOnOneAgentPushOnlyThroughMemberZero) {
 TEST_F(LocalGroupCluster, AKilledMemberFailsItsGroupAtOnceAndTheRestartedGroupFinishesTheJob) {
   start_leader();
   ASSERT_FALSE(HasFatalFailure());
-  start_agent("agent-a", "progress_interval = \"1s\"\n", "", 3);
+  start_agent("agent-a", "", "", 3);
   wait_agents(1);
   ASSERT_FALSE(HasFatalFailure());
   const std::string job = submit("group-of-two", "epochs = 4\nworkers = 2\n" + kJob);
@@ -156,9 +156,9 @@ TEST_F(LocalGroupCluster, AKilledMemberFailsItsGroupAtOnceAndTheRestartedGroupFi
 TEST_F(LocalGroupCluster, AShardLostWithItsAgentIsRebuiltAndTheGroupFormsAgain) {
   start_leader();
   ASSERT_FALSE(HasFatalFailure());
-  start_agent("agent-a", "progress_interval = \"1s\"\n", "", 2);  // the two workers
-  start_agent("agent-p", "progress_interval = \"1s\"\n", "", 1);  // the PS shard
-  start_agent("agent-s", "progress_interval = \"1s\"\n", "", 1);  // spare: where it moves
+  start_agent("agent-a", "", "", 2);  // the two workers
+  start_agent("agent-p", "", "", 1);  // the PS shard
+  start_agent("agent-s", "", "", 1);  // spare: where it moves
   wait_agents(3);
   ASSERT_FALSE(HasFatalFailure());
   const std::string job = submit("group-shard-lost", "epochs = 6\nworkers = 2\n" + kJob);

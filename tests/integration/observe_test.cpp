@@ -239,7 +239,10 @@ TEST_F(Observe, APrometheusServerScrapingTheClusterAnswersForImagesPerSecondAndA
                          std::chrono::milliseconds(200)))
       << "Prometheus did not become ready; see " << (dir / "prometheus.log");
 
-  const auto path = write_job("metrics-scraped", kCnn8000);
+  // Six epochs, not two: Prometheus must scrape a worker's images/s while the job runs.
+  std::string longer = kCnn8000;
+  longer.replace(longer.find("epochs = 2"), 10, "epochs = 6");
+  const auto path = write_job("metrics-scraped", longer);
   const std::string job = dltrain::testing::submit_job(client_, path);
   ASSERT_FALSE(job.empty());
   const std::string ips_query = "sum(dltrain_worker_images_per_second{job=\"" + job + "\"})";
@@ -270,18 +273,18 @@ TEST_F(Observe, APrometheusServerScrapingTheClusterAnswersForImagesPerSecondAndA
       },
       std::chrono::seconds(30), std::chrono::milliseconds(500));
   EXPECT_DOUBLE_EQ(got, acc) << acc_query;
-  // The images counter agrees that the job trained on its images. The agents keep an
+  // The images counter agrees that the job trained on its images (6 epochs of 8,000). The agents keep an
   // ended worker's final values, but the last scrape before the job ended may predate the
-  // worker's final figures (under load, 15,296 of 16,000 once): wait for the next scrapes.
+  // worker's final figures (under load, 15,296 of 16,000 once, for two epochs): wait for the next scrapes.
   const std::string images_query = "sum(max_over_time(dltrain_worker_images_total{job=\"" + job + "\"}[10m]))";
   double images = std::nan("");
   wait_until(
       [&] {
         images = prom_query(server, images_query);
-        return images == 2 * 8000;
+        return images == 6 * 8000;
       },
       std::chrono::seconds(30), std::chrono::milliseconds(500));
-  EXPECT_EQ(images, 2 * 8000) << "images counted by Prometheus";
+  EXPECT_EQ(images, 6 * 8000) << "images counted by Prometheus";
   ::kill(prom.pid(), SIGTERM);
   EXPECT_EQ(prom.wait(30), 0) << "Prometheus did not stop cleanly";
 }

@@ -318,7 +318,8 @@ class LeaderAndAgents {
   std::string heartbeat_timeout_ = "3s";
 
   // The settings every daemon shares: quick heartbeats so that a lost agent is noticed in
-  // seconds.
+  // seconds, and progress every second so that a test's premise (has_work_left) reads a
+  // fresh step count.
   std::string common(const std::string& name) const {
     return "name = \"" + name + "\"\nagent_token_file = \"" + (root_ / "agent.token").string() +
            "\"\nstate_dir = \"" + (root_ / name).string() +
