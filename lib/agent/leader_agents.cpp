@@ -305,6 +305,10 @@ void Leader::Impl::on_task_event(JobRec& j, TaskRec& t, const json& ev) {
 void Leader::Impl::on_worker_counters(JobRec& j, TaskRec& t, const std::string& kind, const json& ev) {
   note_bytes(j, t, ev);
   record_series(j, t, kind, ev);
+  if (kind == events::Started::kKind) {
+    // Its steps are known from its start, before its first progress report.
+    t.steps_per_epoch = events::Started::from_json(ev).steps_per_epoch;
+  }
   if (kind == events::Progress::kKind) {
     const auto p = events::Progress::from_json(ev);
     t.global_step = p.global_step;

@@ -422,7 +422,7 @@ timeout = "5s"
   auto deadline = std::chrono::steady_clock::now() + 180s;
   while (std::chrono::steady_clock::now() < deadline) {
     read_events();
-    if (steps("worker-1") > 0) break;
+    if (steps("worker-1") > 0 && steps("worker-0") > 0) break;  // both train (worker 0's pace is read below)
     std::this_thread::sleep_for(200ms);
   }
   ASSERT_GT(steps("worker-1"), 0) << "worker-1 reported no progress within 180 s\n" << dump();

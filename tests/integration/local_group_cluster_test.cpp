@@ -32,6 +32,14 @@ lr = 0.05
 warmup_epochs = 0.2
 )";
 
+// The same with ten times the data, for the tests that kill something mid-training: an
+// epoch of the MLP takes ~0.2 s on 3,000 images, too short for a test to act within.
+std::string longer_job() {
+  std::string j = kJob;
+  j.replace(j.find("train_samples = 3000"), 20, "train_samples = 30000");
+  return j;
+}
+
 class LocalGroupCluster : public ::testing::Test, protected LeaderAndAgents {
  protected:
   void SetUp() override { create_root("dltrain-local-group"); }
@@ -108,7 +116,7 @@ TEST_F(LocalGroupCluster, AKilledMemberFailsItsGroupAtOnceAndTheRestartedGroupFi
   start_agent("agent-a", "", "", 3);
   wait_agents(1);
   ASSERT_FALSE(HasFatalFailure());
-  const std::string job = submit("group-of-two", "epochs = 4\nworkers = 2\n" + kJob);
+  const std::string job = submit("group-of-two", "epochs = 4\nworkers = 2\n" + longer_job());
   ASSERT_FALSE(job.empty());
   // Once member 1 trains (its progress reaches the leader), it is killed.
   int victim = -1;
@@ -161,7 +169,7 @@ TEST_F(LocalGroupCluster, AShardLostWithItsAgentIsRebuiltAndTheGroupFormsAgain) 
   start_agent("agent-s", "", "", 1);  // spare: where it moves
   wait_agents(3);
   ASSERT_FALSE(HasFatalFailure());
-  const std::string job = submit("group-shard-lost", "epochs = 6\nworkers = 2\n" + kJob);
+  const std::string job = submit("group-shard-lost", "epochs = 6\nworkers = 2\n" + longer_job());
   ASSERT_FALSE(job.empty());
   ASSERT_TRUE(wait_until([&] { return status(job).value("epochs", 0) >= 1; }, 180s, 100ms)) << status(job).dump();
   const auto before = status(job);
