@@ -510,7 +510,8 @@ timeout = "5s"
   EXPECT_EQ(s["event"], "summary");
   EXPECT_EQ(s["state"], "succeeded") << s.dump();
   EXPECT_GE(s["test_accuracy"].get<double>(), 0.6) << s.dump();  // chance is 0.10
-  for (const auto& t : status(job)["tasks"]) EXPECT_EQ(t.value("restarts", 0), 0) << t.dump();
+  const auto final_status = status(job);
+  for (const auto& t : final_status["tasks"]) EXPECT_EQ(t.value("restarts", 0), 0) << t.dump();
 }
 
 TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {

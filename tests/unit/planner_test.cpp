@@ -288,7 +288,8 @@ TEST(Planner, EvaluationAfterEachEpochCountsInThePredictedTime) {
   EXPECT_NEAR(row->eval_seconds, 3.0, 1e-12);
   EXPECT_NEAR(row->seconds_per_epoch, 15.0, 1e-9);
   EXPECT_NEAR(row->total_seconds, 75.0, 1e-9);
-  for (const auto& r : to_json(plan)["table"]) {
+  const auto json = to_json(plan);  // the range below must not outlive a temporary
+  for (const auto& r : json["table"]) {
     if (r["workers"] == 4 && r["batch_size"] == 32) EXPECT_NEAR(r["eval_seconds"].get<double>(), 3.0, 1e-12);
   }
 }
