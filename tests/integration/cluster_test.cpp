@@ -72,6 +72,13 @@ class Cluster : public ::testing::Test {
   static std::string wait_state(const std::string& job, const std::vector<std::string>& states, int timeout_s) {
     return dltrain::testing::wait_state(client_, job, states, timeout_s).value("state", "");
   }
+  /// `dltrain follow JOB --json` once the job has ended, waiting for as long as it moves
+  /// (dltrain::testing::follow_to_end).
+  static dltrain::testing::Result follow_to_end(const std::string& job) {
+    return dltrain::testing::follow_to_end(client_, job);
+  }
+  /// Submits a job file; its id ("" and a failed expectation when the submit failed).
+  static std::string submit(const fs::path& path) { return dltrain::testing::submit_job(client_, path); }
   static bool wait_all_tasks_running(const std::string& job, std::size_t tasks, int timeout_s) {
     return dltrain::testing::wait_all_tasks_running(client_, job, tasks, timeout_s);
   }
@@ -150,17 +157,15 @@ batch_size = 32
 train_samples = 3000
 test_samples = 1000
 )");
-  auto ra = run(client_ + " submit " + a.string() + " --json", 30);
-  ASSERT_EQ(ra.code, 0) << ra.out;
-  const std::string job_a = json::parse(last_line(ra.out))["job"];
-  auto rb = run(client_ + " submit " + b.string() + " --json", 30);
-  ASSERT_EQ(rb.code, 0) << rb.out;
-  const std::string job_b = json::parse(last_line(rb.out))["job"];
+  const std::string job_a = submit(a);
+  ASSERT_FALSE(job_a.empty());
+  const std::string job_b = submit(b);
+  ASSERT_FALSE(job_b.empty());
   auto sb = status(job_b);
   EXPECT_EQ(sb["state"], "queued");
   EXPECT_EQ(sb["queue_position"], 1);
 
-  auto fa = run(client_ + " follow " + job_a + " --json", 180);
+  auto fa = follow_to_end(job_a);
   ASSERT_EQ(fa.code, 0) << fa.out;
   auto summary = json::parse(last_line(fa.out));
   EXPECT_EQ(summary["event"], "summary");
@@ -175,7 +180,7 @@ test_samples = 1000
   // Per-epoch progress reached the client.
   EXPECT_NE(fa.out.find("\"event\":\"epoch_end\""), std::string::npos);
 
-  auto fb = run(client_ + " follow " + job_b + " --json", 120);
+  auto fb = follow_to_end(job_b);
   ASSERT_EQ(fb.code, 0) << fb.out;
   auto sum_b = json::parse(last_line(fb.out));
   EXPECT_EQ(sum_b["state"], "succeeded");
@@ -204,7 +209,9 @@ downlink_ratio = 0.01
 warmup_epochs = 1
 momentum = 0.9
 )");
-  auto r = run(client_ + " submit " + d.string() + " --follow --json", 240);
+  const auto job = submit(d);
+  ASSERT_FALSE(job.empty());
+  auto r = follow_to_end(job);
   ASSERT_EQ(r.code, 0) << r.out;
   auto s = json::parse(last_line(r.out));
   EXPECT_EQ(s["state"], "succeeded");
@@ -223,9 +230,8 @@ epochs = 20
 workers = 2
 ps_shards = 1
 )");
-  auto rc = run(client_ + " submit " + c.string() + " --json", 30);
-  ASSERT_EQ(rc.code, 0) << rc.out;
-  const std::string job = json::parse(last_line(rc.out))["job"];
+  const std::string job = submit(c);
+  ASSERT_FALSE(job.empty());
   ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
   // Wait until every task reported it runs, and its process is there.
   ASSERT_TRUE(wait_all_tasks_running(job, 3, 60)) << status(job).dump();
@@ -248,9 +254,8 @@ epochs = 20
 workers = 2
 ps_shards = 1
 )");
-  auto rc = run(client_ + " submit " + c.string() + " --json", 30);
-  ASSERT_EQ(rc.code, 0) << rc.out;
-  const std::string job = json::parse(last_line(rc.out))["job"];
+  const std::string job = submit(c);
+  ASSERT_FALSE(job.empty());
   ASSERT_TRUE(wait_all_tasks_running(job, 3, 90)) << status(job).dump();
 
   // Every task directory of the job holds the same secret, in a file of mode 0600.
@@ -308,9 +313,8 @@ ps_shards = 1
 
 TEST_F(Cluster, AKilledWorkerIsRestartedAndTheJobSucceeds) {
   auto k = write_job("to-kill", kShortCnn + "epochs = 3\n" + kShortOptimizer);
-  auto rk = run(client_ + " submit " + k.string() + " --json", 30);
-  ASSERT_EQ(rk.code, 0) << rk.out;
-  const std::string job = json::parse(last_line(rk.out))["job"];
+  const std::string job = submit(k);
+  ASSERT_FALSE(job.empty());
   ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
   // Find worker 1's process through its task directory, once it trains.
   int victim = -1;
@@ -337,7 +341,7 @@ TEST_F(Cluster, AKilledWorkerIsRestartedAndTheJobSucceeds) {
   ASSERT_TRUE(dltrain::testing::has_work_left(status(job), "worker-1", 0.4));
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   // Its agent restarts it; it resumes from the PS's parameters and the job ends well.
-  auto f = run(client_ + " follow " + job + " --json", 240);
+  auto f = follow_to_end(job);
   EXPECT_EQ(f.code, 0) << f.out;
   auto s = json::parse(last_line(f.out));
   EXPECT_EQ(s["state"], "succeeded") << s.dump();
@@ -378,9 +382,8 @@ partition_size = 65536
 timeout = "5s"
 )");
   constexpr auto kPsTimeout = 5s;
-  auto r = run(client_ + " submit " + f.string() + " --json", 30);
-  ASSERT_EQ(r.code, 0) << r.out;
-  const std::string job = json::parse(last_line(r.out))["job"];
+  const std::string job = submit(f);
+  ASSERT_FALSE(job.empty());
   Background follower(client_ + " follow " + job + " --json", (root_ / (job + "-events.jsonl")).string());
 
   // The job's events so far (the follower's complete lines); per worker, the highest step
@@ -500,7 +503,9 @@ timeout = "5s"
 
   ASSERT_EQ(kill(victim, SIGCONT), 0);
   continue_on_exit.pid = 0;
-  ASSERT_EQ(follower.wait(300), 0) << "the job did not succeed within 300 s of worker-1's SIGCONT\n" << dump();
+  const auto end = dltrain::testing::wait_job_end(client_, job);
+  ASSERT_EQ(end.value("state", ""), "succeeded") << "after worker-1's SIGCONT: " << end.dump() << "\n" << dump();
+  ASSERT_EQ(follower.wait(60), 0) << "the follower did not end with the job\n" << dump();
   read_events();
   // Worker 1 went on from where it stopped, in the same process.
   EXPECT_GT(steps("worker-1", frozen_from), w1_frozen) << dump();
@@ -517,9 +522,8 @@ timeout = "5s"
 TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {
   // Long enough that both workers still train when the first checkpoint is written.
   auto k = write_job("kill-ps", kShortCnn + "epochs = 10\n" + kShortOptimizer);
-  auto rk = run(client_ + " submit " + k.string() + " --json", 30);
-  ASSERT_EQ(rk.code, 0) << rk.out;
-  const std::string job = json::parse(last_line(rk.out))["job"];
+  const std::string job = submit(k);
+  ASSERT_FALSE(job.empty());
   ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
   // Training is under way once the shard has written a checkpoint (every 3 s; it writes
   // none while it holds no parameters).
@@ -547,7 +551,7 @@ TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {
 
   // Its agent restarts it on the same port from the checkpoint; the workers reconnect,
   // resync and the job ends well.
-  auto f = run(client_ + " follow " + job + " --json", 300);
+  auto f = follow_to_end(job);
   EXPECT_EQ(f.code, 0) << f.out;
   auto s = json::parse(last_line(f.out));
   EXPECT_EQ(s["state"], "succeeded") << s.dump();
@@ -581,9 +585,8 @@ TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers)
   // an idle machine (a shard restarted without its state cannot learn that a worker that
   // already exited had finished).
   auto k = write_job("corrupt-ckpt", kShortCnn + "epochs = 16\n" + kShortOptimizer);
-  auto rk = run(client_ + " submit " + k.string() + " --json", 30);
-  ASSERT_EQ(rk.code, 0) << rk.out;
-  const std::string job = json::parse(last_line(rk.out))["job"];
+  const std::string job = submit(k);
+  ASSERT_FALSE(job.empty());
   ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
   // Wait for a checkpoint to be replaced by a newer one (a new inode: written to the
   // temporary file and renamed), so that the next one is ~3 s away: corrupting this one
@@ -626,7 +629,7 @@ TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers)
 
   // The restarted shard refuses the file, starts empty and takes the first worker's
   // replica; the job still ends well.
-  auto f = run(client_ + " follow " + job + " --json", 300);
+  auto f = follow_to_end(job);
   EXPECT_EQ(f.code, 0) << f.out;
   auto s = json::parse(last_line(f.out));
   EXPECT_EQ(s["state"], "succeeded") << s.dump();
@@ -646,9 +649,8 @@ TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers)
 
 TEST_F(Cluster, APsShardThatKeepsDyingFailsTheJobWithTheReason) {
   auto k = write_job("kill-ps-often", kShortCnn + "epochs = 20\n" + kShortOptimizer);
-  auto rk = run(client_ + " submit " + k.string() + " --json", 30);
-  ASSERT_EQ(rk.code, 0) << rk.out;
-  const std::string job = json::parse(last_line(rk.out))["job"];
+  const std::string job = submit(k);
+  ASSERT_FALSE(job.empty());
   ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
   // The agent restarts it 3 times (task_max_restarts); the 4th death ends the job.
   kill_until_restarts_run_out(job, "ps-0-g1");
@@ -760,9 +762,8 @@ TEST_F(Cluster, BadJobFilesAreRejectedAndTheLeaderCarriesOn) {
 TEST_F(Cluster, ABspJobGoesOnPastAKilledWorkerAndSucceeds) {
   auto k = write_job("bsp-kill", kShortCnn + "epochs = 4\nsync = \"sync\"\n" + kShortOptimizer +
                                      "[ps]\nbarrier_timeout = \"20s\"\n");
-  auto rk = run(client_ + " submit " + k.string() + " --json", 30);
-  ASSERT_EQ(rk.code, 0) << rk.out;
-  const std::string job = json::parse(last_line(rk.out))["job"];
+  const std::string job = submit(k);
+  ASSERT_FALSE(job.empty());
   Background follower(client_ + " follow " + job + " --json", (root_ / (job + "-events.jsonl")).string());
   ASSERT_TRUE(wait_until(
       [&] { return dltrain::testing::progress_steps(dltrain::testing::follower_events(follower), "worker-1") > 0; },
@@ -773,7 +774,7 @@ TEST_F(Cluster, ABspJobGoesOnPastAKilledWorkerAndSucceeds) {
   // The premise, right before the act: worker 1 runs and has most of its work left.
   ASSERT_TRUE(dltrain::testing::has_work_left(status(job), "worker-1", 0.4));
   ASSERT_EQ(kill(pids.front(), SIGKILL), 0);
-  auto f = run(client_ + " follow " + job + " --json", 300);
+  auto f = follow_to_end(job);
   EXPECT_EQ(f.code, 0) << f.out;
   const auto summary = json::parse(last_line(f.out));
   EXPECT_EQ(summary["state"], "succeeded") << summary.dump();
@@ -797,9 +798,8 @@ TEST_F(Cluster, ABspJobGoesOnPastAKilledWorkerAndSucceeds) {
 // 30 s), and the job succeeds.
 TEST_F(Cluster, AnSspWorkerIsNeverMoreThanStalenessStepsAheadOfAStoppedOne) {
   auto k = write_job("ssp-stop", kShortCnn + "epochs = 6\nsync = \"ssp\"\nstaleness = 2\n" + kShortOptimizer);
-  auto rk = run(client_ + " submit " + k.string() + " --json", 30);
-  ASSERT_EQ(rk.code, 0) << rk.out;
-  const std::string job = json::parse(last_line(rk.out))["job"];
+  const std::string job = submit(k);
+  ASSERT_FALSE(job.empty());
   Background follower(client_ + " follow " + job + " --json", (root_ / (job + "-events.jsonl")).string());
   ASSERT_TRUE(wait_until(
       [&] { return dltrain::testing::progress_steps(dltrain::testing::follower_events(follower), "worker-1") > 0; },
@@ -822,7 +822,7 @@ TEST_F(Cluster, AnSspWorkerIsNeverMoreThanStalenessStepsAheadOfAStoppedOne) {
     ASSERT_EQ(kill(victim, SIGCONT), 0);
     std::this_thread::sleep_for(2s);
   }
-  auto f = run(client_ + " follow " + job + " --json", 300);
+  auto f = follow_to_end(job);
   EXPECT_EQ(f.code, 0) << f.out;
   const auto summary = json::parse(last_line(f.out));
   EXPECT_EQ(summary["state"], "succeeded") << summary.dump();

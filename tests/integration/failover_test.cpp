@@ -78,7 +78,7 @@ TEST_F(Failover, AnAgentHoldingAPsShardIsLostAndTheShardIsRebuiltOnAFreeAgent) {
   const auto t_kill = Clock::now();
   kill_daemon(victim);
 
-  auto end = wait_state(job, {"succeeded", "failed", "cancelled"}, 300);
+  auto end = wait_end(job);
   const double recovery_wall = std::chrono::duration<double>(Clock::now() - t_kill).count();
   ASSERT_EQ(end.value("state", ""), "succeeded") << end.dump();
   EXPECT_GE(end["test_accuracy"].get<double>(), 0.6) << end.dump();  // chance is 0.10
@@ -113,7 +113,7 @@ TEST_F(Failover, AnAgentHoldingAPsShardIsLostAndTheShardIsRebuiltOnAFreeAgent) {
 TEST_F(Failover, TheLeaderIsKilledAndStartedAgainAndTheRunningJobSucceeds) {
   start_cluster(3);
   const std::string queued_before = submit("history-row", job_toml(1, 2000));
-  ASSERT_EQ(wait_state(queued_before, {"succeeded"}, 180).value("state", ""), "succeeded");
+  ASSERT_EQ(wait_end(queued_before).value("state", ""), "succeeded");
   const std::string job = submit("survive-leader", job_toml(6));
   auto st = wait_epochs(job, 1, 180);
   ASSERT_EQ(st.value("state", ""), "running") << st.dump();
@@ -136,7 +136,7 @@ TEST_F(Failover, TheLeaderIsKilledAndStartedAgainAndTheRunningJobSucceeds) {
   // Jobs and their records came back from the store; the running job's tasks were
   // adopted (not re-assigned) and it ends well.
   EXPECT_EQ(status(queued_before).value("state", ""), "succeeded");
-  auto end = wait_state(job, {"succeeded", "failed", "cancelled"}, 300);
+  auto end = wait_end(job);
   ASSERT_EQ(end.value("state", ""), "succeeded") << end.dump();
   EXPECT_GE(end["test_accuracy"].get<double>(), 0.6) << end.dump();
   EXPECT_EQ(end["generation"], generation) << end.dump();
@@ -146,7 +146,7 @@ TEST_F(Failover, TheLeaderIsKilledAndStartedAgainAndTheRunningJobSucceeds) {
   // A job submitted to the restarted leader runs as usual, with the next job number.
   const std::string after = submit("after-restart", job_toml(1, 2000));
   EXPECT_GT(std::stoi(after.substr(4)), std::stoi(job.substr(4)));
-  EXPECT_EQ(wait_state(after, {"succeeded", "failed"}, 180).value("state", ""), "succeeded");
+  EXPECT_EQ(wait_end(after).value("state", ""), "succeeded");
   std::cout << "[ figures  ] leader killed and restarted: job " << end["state"] << ", test accuracy "
             << end["test_accuracy"] << ", wall " << end["wall_seconds"] << " s" << std::endl;
 }
@@ -194,7 +194,7 @@ TEST_F(Failover, ATlsLeaderServesAgentsAndClientsThatTrustItsCa) {
   use_tls();
   start_cluster(3);
   const std::string job = submit("over-tls", job_toml(1, 2000));
-  EXPECT_EQ(wait_state(job, {"succeeded", "failed"}, 180).value("state", ""), "succeeded");
+  EXPECT_EQ(wait_end(job).value("state", ""), "succeeded");
   const std::string untrusting =
       kBin + "/dltrain --leader wss://127.0.0.1:" + std::to_string(port_) + " --token " + kClientToken + " agents 2>&1";
   auto r = run(untrusting, 30);
@@ -225,7 +225,7 @@ TEST_F(Failover, AnAgentThatShutsDownHasItsTasksReassigned) {
   ASSERT_EQ(::kill(daemons_[victim]->pid(), SIGTERM), 0);
   EXPECT_EQ(daemons_[victim]->wait(30), 0) << victim << " did not exit 0 on SIGTERM";
   daemons_.erase(victim);
-  auto end = wait_state(job, {"succeeded", "failed", "cancelled"}, 300);
+  auto end = wait_end(job);
   ASSERT_EQ(end.value("state", ""), "succeeded") << end.dump();
   EXPECT_GE(end["test_accuracy"].get<double>(), 0.6) << end.dump();
   EXPECT_EQ(end["generation"], 2) << end.dump();

@@ -61,7 +61,8 @@ seed = 3
 lr = 0.05
 warmup_epochs = 0.2
 )" + extra);
-    auto r = run(client_ + " submit " + job.string() + " --follow --json", 300);
+    const auto id = dltrain::testing::submit_job(client_, job);
+    auto r = dltrain::testing::follow_to_end(client_, id);
     EXPECT_EQ(r.code, 0) << r.out;
     std::istringstream lines(r.out);
     for (std::string line; std::getline(lines, line);) {

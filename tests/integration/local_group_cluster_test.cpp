@@ -83,7 +83,7 @@ TEST_F(LocalGroupCluster, ThreeWorkersOnOneAgentPushOnlyThroughMemberZero) {
   ASSERT_FALSE(HasFatalFailure());
   const std::string job = submit("group-of-three", "epochs = 2\nworkers = 3\n" + kJob);
   ASSERT_FALSE(job.empty());
-  const auto st = wait_state(job, {"succeeded", "failed"}, 300);
+  const auto st = wait_end(job);
   ASSERT_EQ(st.value("state", ""), "succeeded") << st.dump();
   EXPECT_GE(st.value("test_accuracy", 0.0), 0.6) << st.dump();
   // Each member said where it stands; all three agreed on the steps of an epoch.
@@ -142,7 +142,7 @@ TEST_F(LocalGroupCluster, AKilledMemberFailsItsGroupAtOnceAndTheRestartedGroupFi
   // The premise, right before the act: member 1 runs and has work left.
   ASSERT_TRUE(dltrain::testing::has_work_left(status(job), "worker-1", 0.3));
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
-  const auto st = wait_state(job, {"succeeded", "failed"}, 300);
+  const auto st = wait_end(job);
   ASSERT_EQ(st.value("state", ""), "succeeded") << st.dump();
   int restarts0 = 0, restarts1 = 0;
   for (const auto& t : st["tasks"]) {
@@ -180,7 +180,7 @@ TEST_F(LocalGroupCluster, AShardLostWithItsAgentIsRebuiltAndTheGroupFormsAgain) 
   ASSERT_TRUE(dltrain::testing::has_work_left(before, "worker-0", 0.3));
   ASSERT_TRUE(dltrain::testing::has_work_left(before, "worker-1", 0.3));
   kill_daemon("agent-p");
-  const auto st = wait_state(job, {"succeeded", "failed"}, 300);
+  const auto st = wait_end(job);
   ASSERT_EQ(st.value("state", ""), "succeeded") << st.dump();
   EXPECT_GE(st.value("generation", 0), 2) << st.dump();
   EXPECT_EQ(task(st, "ps-0").value("agent", ""), "agent-s") << st.dump();

@@ -115,7 +115,9 @@ lr = 0.05
 TEST_F(Observe, EveryRolesExpositionPassesPromtoolAndCountsWhatTheJobDid) {
   ASSERT_EQ(run("promtool --version >/dev/null 2>&1").code, 0) << "promtool missing: scripts/setup installs prometheus";
   const auto path = write_job("metrics-small", kSmallDgc);
-  auto f = run(client_ + " submit " + path + " --follow --json", 180);
+  const auto id = dltrain::testing::submit_job(client_, path);
+  ASSERT_FALSE(id.empty());
+  auto f = dltrain::testing::follow_to_end(client_, id);
   ASSERT_EQ(f.code, 0) << f.out;
   const auto summary = json::parse(dltrain::testing::last_line(f.out));
   ASSERT_EQ(summary["state"], "succeeded") << summary.dump();
@@ -261,7 +263,7 @@ TEST_F(Observe, APrometheusServerScrapingTheClusterAnswersForImagesPerSecondAndA
 
   // The test accuracy: after the job, Prometheus's latest sample is the final figure of
   // `dltrain status` (the leader's metric is scraped again within a second or two).
-  const auto final_status = dltrain::testing::wait_state(client_, job, {"succeeded", "failed", "cancelled"}, 240);
+  const auto final_status = dltrain::testing::wait_job_end(client_, job);
   ASSERT_EQ(final_status.value("state", ""), "succeeded") << final_status.dump();
   const double acc = final_status["test_accuracy"];
   const std::string acc_query = "dltrain_job_test_accuracy{job=\"" + job + "\"}";
@@ -329,7 +331,7 @@ TEST_F(Observe, LogsPrintATasksRealLogAndFollowStreamsItUntilTheTaskEnds) {
       },
       std::chrono::seconds(180), std::chrono::milliseconds(200));
   EXPECT_TRUE(streamed) << "no progress line reached the follower while the job ran";
-  const auto st = dltrain::testing::wait_state(client_, job, {"succeeded", "failed", "cancelled"}, 240);
+  const auto st = dltrain::testing::wait_job_end(client_, job);
   ASSERT_EQ(st.value("state", ""), "succeeded") << st.dump();
   // The task ended: the follower drains the log and exits by itself.
   EXPECT_EQ(follower.wait(30), 0) << "dltrain logs --follow did not end with its task";
@@ -375,7 +377,7 @@ test_samples = 500
 )");
   const std::string job = dltrain::testing::submit_job(client_, path);
   ASSERT_FALSE(job.empty());
-  const auto st = dltrain::testing::wait_state(client_, job, {"succeeded", "failed", "cancelled"}, 240);
+  const auto st = dltrain::testing::wait_job_end(client_, job);
   ASSERT_EQ(st.value("state", ""), "succeeded") << st.dump();
   constexpr int kStepsRun = 40;
 

@@ -160,6 +160,59 @@ inline nlohmann::json wait_task_trains(const std::string& client, const std::str
   return st;
 }
 
+/// What of a status shows that a job moves: its state and generation, and each task's
+/// state, restarts, step and epochs (not the clocks, which change on every call).
+inline std::string progress_signature(const nlohmann::json& st) {
+  std::string sig = st.value("state", "") + "/" + std::to_string(st.value("generation", 0));
+  if (st.contains("tasks")) {
+    for (const auto& t : st["tasks"]) {
+      sig += "|" + t.value("task", "") + ":" + t.value("state", "") + ":" + std::to_string(t.value("restarts", 0)) +
+             ":" + std::to_string(t.value("step", std::int64_t{0})) + ":" + std::to_string(t.value("epochs", 0));
+    }
+  }
+  return sig;
+}
+
+/// Waits for `job` to end (succeeded, failed or cancelled) for as long as it moves: the
+/// wait fails only when its status showed no change (progress_signature) for `stall_s`
+/// seconds, or after `cap_s` in all (below CTest's 900 s, so that the test fails with its
+/// own message). A job's length is then no bet on this machine's speed: a slow machine
+/// takes longer, a stuck job still fails within `stall_s`. Returns the last status; the
+/// caller asserts on its state.
+inline nlohmann::json wait_job_end(const std::string& client, const std::string& job, int stall_s = 120,
+                                   int cap_s = 780) {
+  const auto start = std::chrono::steady_clock::now();
+  auto last_change = start;
+  std::string last_sig;
+  nlohmann::json st;
+  for (;;) {
+    st = job_status(client, job);
+    const auto state = st.value("state", "");
+    if (state == "succeeded" || state == "failed" || state == "cancelled") return st;
+    const auto now = std::chrono::steady_clock::now();
+    if (auto sig = progress_signature(st); sig != last_sig) {
+      last_sig = std::move(sig);
+      last_change = now;
+    }
+    if (now - last_change > std::chrono::seconds(stall_s) || now - start > std::chrono::seconds(cap_s)) return st;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
+/// `dltrain follow JOB --json` once `job` has ended (wait_job_end's bounds); its exit
+/// code and output, or code 124 and the last status when the job stalled or ran past the
+/// cap.
+inline Result follow_to_end(const std::string& client, const std::string& job, int stall_s = 120,
+                            int cap_s = 780) {
+  const auto st = wait_job_end(client, job, stall_s, cap_s);
+  const auto state = st.value("state", "");
+  if (state != "succeeded" && state != "failed" && state != "cancelled") {
+    return Result{124, "job " + job + " did not end: no change in its status for " + std::to_string(stall_s) +
+                           " s or past " + std::to_string(cap_s) + " s in all; last status " + st.dump()};
+  }
+  return run(client + " follow " + job + " --json", 60);
+}
+
 /// The JSON events a follower (`dltrain follow JOB --json` in a Background) has written
 /// so far; lines that are not JSON objects are left out.
 inline std::vector<nlohmann::json> follower_events(const Background& follower) {
@@ -422,6 +475,8 @@ class LeaderAndAgents {
   nlohmann::json wait_epochs(const std::string& job, int epochs, int timeout_s) {
     return testing::wait_epochs(client_, job, epochs, timeout_s);
   }
+  /// The job's status once it ended, waiting for as long as it moves (wait_job_end).
+  nlohmann::json wait_end(const std::string& job) { return wait_job_end(client_, job); }
   static nlohmann::json task(const nlohmann::json& st, const std::string& name) { return task_of(st, name); }
 
   // TLS on the control channel: a CA and a leader certificate for 127.0.0.1 made with
