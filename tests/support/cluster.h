@@ -199,18 +199,31 @@ inline nlohmann::json wait_job_end(const std::string& client, const std::string&
   }
 }
 
-/// `dltrain follow JOB --json` once `job` has ended (wait_job_end's bounds); its exit
-/// code and output, or code 124 and the last status when the job stalled or ran past the
-/// cap.
+/// `dltrain follow JOB --json`, started now and read once `job` has ended (wait_job_end's
+/// bounds), so that it prints every event from now on as it did with a fixed timeout: its
+/// exit code and output (stdout), or code 124 and the last status when the job stalled or
+/// ran past the cap.
 inline Result follow_to_end(const std::string& client, const std::string& job, int stall_s = 120,
                             int cap_s = 780) {
-  const auto st = wait_job_end(client, job, stall_s, cap_s);
-  const auto state = st.value("state", "");
-  if (state != "succeeded" && state != "failed" && state != "cancelled") {
-    return Result{124, "job " + job + " did not end: no change in its status for " + std::to_string(stall_s) +
-                           " s or past " + std::to_string(cap_s) + " s in all; last status " + st.dump()};
+  const auto out = std::filesystem::temp_directory_path() /
+                   ("dltrain-follow-" + std::to_string(::getpid()) + "-" + job + ".jsonl");
+  Result r;
+  {
+    Background follower(client + " follow " + job + " --json 2>/dev/null", out.string());
+    const auto st = wait_job_end(client, job, stall_s, cap_s);
+    const auto state = st.value("state", "");
+    if (state != "succeeded" && state != "failed" && state != "cancelled") {
+      r = Result{124, "job " + job + " did not end: no change in its status for " + std::to_string(stall_s) +
+                          " s or past " + std::to_string(cap_s) + " s in all; last status " + st.dump()};
+    } else {
+      r.code = follower.wait(60);
+    }
   }
-  return run(client + " follow " + job + " --json", 60);
+  const auto text = slurp(out);
+  std::filesystem::remove(out);
+  if (r.code != 124) r.out = text;
+  else r.out += "\n" + text;
+  return r;
 }
 
 /// The JSON events a follower (`dltrain follow JOB --json` in a Background) has written
