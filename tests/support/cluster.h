@@ -181,22 +181,23 @@ inline std::string progress_signature(const nlohmann::json& st) {
 /// caller asserts on its state.
 inline nlohmann::json wait_job_end(const std::string& client, const std::string& job, int stall_s = 120,
                                    int cap_s = 780) {
-  const auto start = std::chrono::steady_clock::now();
-  auto last_change = start;
+  auto last_change = std::chrono::steady_clock::now();
   std::string last_sig;
   nlohmann::json st;
-  for (;;) {
-    st = job_status(client, job);
-    const auto state = st.value("state", "");
-    if (state == "succeeded" || state == "failed" || state == "cancelled") return st;
-    const auto now = std::chrono::steady_clock::now();
-    if (auto sig = progress_signature(st); sig != last_sig) {
-      last_sig = std::move(sig);
-      last_change = now;
-    }
-    if (now - last_change > std::chrono::seconds(stall_s) || now - start > std::chrono::seconds(cap_s)) return st;
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
+  wait_until(
+      [&] {
+        st = job_status(client, job);
+        const auto state = st.value("state", "");
+        if (state == "succeeded" || state == "failed" || state == "cancelled") return true;
+        const auto now = std::chrono::steady_clock::now();
+        if (auto sig = progress_signature(st); sig != last_sig) {
+          last_sig = std::move(sig);
+          last_change = now;
+        }
+        return now - last_change > std::chrono::seconds(stall_s);  // stalled: the caller sees the state
+      },
+      std::chrono::seconds(cap_s), std::chrono::milliseconds(500));
+  return st;
 }
 
 /// `dltrain follow JOB --json`, started now and read once `job` has ended (wait_job_end's
