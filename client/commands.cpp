@@ -8,7 +8,7 @@
 
 #include "common/errors.h"
 #include "output.h"
-#include "train/step_trace.h"
+#include "wire/step_trace.h"
 #include "wire/control_bodies.h"
 #include "wire/task_events.h"
 
@@ -176,7 +176,7 @@ int trace(control::BlockingControlClient& c, const CommandOptions& opt, const Tr
       if (name.rfind("worker-", 0) == 0) names.push_back(name);
     }
   }
-  std::vector<train::TaskTrace> traces;
+  std::vector<wire::TaskTrace> traces;
   for (const auto& name : names) {
     // The whole file in one reply: the worker bounds it well below kMaxBytes (4096 steps
     // at most, ~130 bytes each), and it is replaced atomically, never appended to.
@@ -192,7 +192,7 @@ int trace(control::BlockingControlClient& c, const CommandOptions& opt, const Tr
       throw ProtocolError("the step timeline of " + name + " is " + std::to_string(chunk.size) +
                           " bytes, more than one reply holds");
     }
-    auto t = train::parse_step_trace(chunk.text, "the step timeline of " + name + " on agent " + chunk.agent);
+    auto t = wire::parse_step_trace(chunk.text, "the step timeline of " + name + " on agent " + chunk.agent);
     t.task = name;
     traces.push_back(std::move(t));
   }
@@ -201,7 +201,7 @@ int trace(control::BlockingControlClient& c, const CommandOptions& opt, const Tr
               << opt.job_id << std::endl;
     return kExitBadInput;
   }
-  std::cout << train::chrome_trace(traces, to.steps).dump() << std::endl;
+  std::cout << wire::chrome_trace(traces, to.steps).dump() << std::endl;
   return kExitOk;
 }
 

@@ -54,7 +54,7 @@ struct TraceOptions {
 /// `dltrain trace`: the step timeline of the last `to.steps` steps of `opt.job_id`'s
 /// workers (or of worker `to.task`), each read from the file its worker keeps on its
 /// agent, printed to stdout as one Chrome trace-event JSON document
-/// (train/step_trace.h, chrome_trace). A worker that has no timeline yet is skipped
+/// (wire/step_trace.h, chrome_trace). A worker that has no timeline yet is skipped
 /// with a note on stderr. Returns kExitOk, or kExitBadInput when no asked worker has a
 /// timeline (nothing is printed). Throws RemoteError (no such job or task, its agent
 /// is not connected or did not answer), ProtocolError (a timeline file that does not

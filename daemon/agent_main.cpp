@@ -13,11 +13,11 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
-#include "agent/leader.h"
+#include "leader/leader.h"
 #include "agent/notify.h"
-#include "agent/options.h"
+#include "config/options.h"
 #include "agent/gpus.h"
-#include "agent/standalone.h"
+#include "standalone.h"
 #include "control/metrics_server.h"
 #include "common/errors.h"
 #include "common/log.h"
@@ -31,11 +31,11 @@ std::string self_exe(const char* argv0) {
   return ec ? std::string(argv0) : p.string();
 }
 
-int run_daemon(const dltrain::agent::AgentOptions& opt, const std::string& config_path) {
+int run_daemon(const dltrain::config::AgentOptions& opt, const std::string& config_path) {
   namespace asio = boost::asio;
   asio::io_context io;
   dltrain::agent::SystemdNotifier notifier(io);
-  std::optional<dltrain::agent::Leader> leader;
+  std::optional<dltrain::leader::Leader> leader;
   std::optional<dltrain::agent::Agent> agent;
   auto agent_opt = opt;
   if (!opt.leader || opt.host_tasks) {
@@ -106,7 +106,7 @@ int run_daemon(const dltrain::agent::AgentOptions& opt, const std::string& confi
     hup.async_wait([&](boost::system::error_code ec, int) {
       if (ec) return;
       try {
-        const auto fresh = dltrain::agent::load_agent_options(config_path);
+        const auto fresh = dltrain::config::load_agent_options(config_path);
         spdlog::set_level(spdlog::level::from_str(fresh.log_level));
         spdlog::info("SIGHUP: reloaded {}: log_level = {}; other settings, tokens included, take effect at the next "
                      "restart", config_path, fresh.log_level);
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
   std::string config = "/etc/dltrain/agent.toml";
   std::string log_level;
   bool standalone = false;
-  dltrain::agent::StandaloneOptions so;
+  dltrain::daemon::StandaloneOptions so;
   app.add_option("-c,--config", config, "agent configuration file (TOML)")->capture_default_str();
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error (overrides the configuration)");
   app.add_flag("--standalone", standalone, "run a leader plus --agents local agents on loopback");
@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
       std::string library = "libnvidia-ml.so.1", note;
       if (std::filesystem::exists(config)) {
         try {
-          const auto o = dltrain::agent::load_agent_options(config);
+          const auto o = dltrain::config::load_agent_options(config);
           wanted = o.gpus;
           library = o.nvml_library;
         } catch (const dltrain::ConfigError& e) {
@@ -215,9 +215,9 @@ int main(int argc, char** argv) {
     if (standalone) {
       so.log_level = log_level.empty() ? "info" : log_level;
       dltrain::init_logging("standalone", so.log_level);
-      return dltrain::agent::run_standalone(so, self_exe(argv[0]));
+      return dltrain::daemon::run_standalone(so, self_exe(argv[0]));
     }
-    auto opt = dltrain::agent::load_agent_options(config);
+    auto opt = dltrain::config::load_agent_options(config);
     if (!log_level.empty()) opt.log_level = log_level;
     dltrain::init_logging(opt.leader ? "leader" : opt.name, opt.log_level);
     return run_daemon(opt, config);

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
     cfg.spec = dltrain::job_from_json(nlohmann::json::parse(in));
     for (const auto& e : args.endpoints()) cfg.shards.push_back({e.host, e.port});
     if (!args.local_group_socket.empty()) {
-      dltrain::train::LocalGroupOptions g;
+      dltrain::group::LocalGroupOptions g;
       g.socket_path = args.local_group_socket;
       g.rank = args.local_group_rank;
       std::stringstream names(args.local_group_members);

@@ -18,7 +18,7 @@
 
 #include "common/errors.h"
 #include "common/job_spec.h"
-#include "train/idx.h"
+#include "data/idx.h"
 #include "train/models.h"
 #include "train/tensors.h"
 #include "train/trainer.h"
@@ -45,9 +45,9 @@ int main(int argc, char** argv) {
     torch::set_num_threads(spec.threads_per_task);
     const auto t0 = Clock::now();
 
-    auto [train_x, train_y] = train::to_tensors(train::load_split(spec.data_dir, "train", spec.train_samples),
+    auto [train_x, train_y] = train::to_tensors(data::load_split(spec.data_dir, "train", spec.train_samples),
                                                 spec.dataset);
-    auto [test_x, test_y] = train::to_tensors(train::load_split(spec.data_dir, "test", spec.test_samples),
+    auto [test_x, test_y] = train::to_tensors(data::load_split(spec.data_dir, "test", spec.test_samples),
                                               spec.dataset);
     torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
     // device = "cuda": the model on the GPU, batches copied there from pinned memory, as a

@@ -1,7 +1,7 @@
 // What collecting a worker's observations costs, piece by piece, measured on this machine
 // (docs/benchmarks.md, "Metrics overhead"). A worker's step does, for its timeline and
 // progress: seven steady_clock reads turned into Unix microseconds and one push into the
-// StepTraceRing (train/step_trace.h); every trace interval (5 s) it writes the ring to
+// StepTraceRing (wire/step_trace.h); every trace interval (5 s) it writes the ring to
 // its trace file; every progress interval (5 s) it builds and prints one progress event.
 // Its agent turns each progress event into TaskMetrics and serializes /metrics for every
 // scrape. Each is timed here over many repetitions, with the code the worker and agent
@@ -17,7 +17,7 @@
 
 #include "agent/task_metrics.h"
 #include "control/metrics_server.h"
-#include "train/step_trace.h"
+#include "wire/step_trace.h"
 #include "wire/task_events.h"
 
 namespace {
@@ -56,11 +56,11 @@ int main(int argc, char** argv) {
   }
 
   // Per step: the seven phase marks (six phases and the end) and the ring push.
-  dltrain::train::StepTraceRing trace(ring);
+  dltrain::wire::StepTraceRing trace(ring);
   const auto steady0 = Clock::now();
   const std::int64_t unix0 = 1'700'000'000'000'000;
   const double per_step_ns = ns_per(steps, [&](std::int64_t i) {
-    dltrain::train::StepRecord r;
+    dltrain::wire::StepRecord r;
     r.step = i + 1;
     for (auto& t : r.t) t = unix0 + std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - steady0).count();
     trace.push(r);
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   // Per trace interval: the full ring written to its file (atomic replace).
   const auto path = (std::filesystem::temp_directory_path() / "dltrain-collection-bench-trace.json").string();
   const double write_ns = ns_per(writes, [&](std::int64_t) {
-    dltrain::train::write_step_trace(path, dltrain::train::step_trace_json("worker-0", trace.last(trace.size())));
+    dltrain::wire::write_step_trace(path, dltrain::wire::step_trace_json("worker-0", trace.last(trace.size())));
   });
   const auto trace_bytes = std::filesystem::file_size(path);
   std::filesystem::remove(path);
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   std::vector<dltrain::agent::TaskMetrics> ms(static_cast<std::size_t>(tasks));
   for (int i = 0; i < tasks; ++i) {
     auto& m = ms[static_cast<std::size_t>(i)];
-    m.job = "job-1", m.task = "worker-" + std::to_string(i), m.role = "worker";
+    m.job = "job-1", m.task = "worker-" + std::to_string(i), m.role = dltrain::wire::TaskKind::kWorker;
     m.on_event("progress", nlohmann::json::parse(line));
   }
   dltrain::agent::AgentFigures fig;

@@ -63,7 +63,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     std::string last_error;
     std::string last_cause;       // the cause its last error event named, if any
     std::optional<std::uint64_t> oom_kills_at_start;  // the cgroup's count when it (re)started
-    std::string kind;
+    wire::TaskKind kind = wire::TaskKind::kWorker;
     TaskLaunch launch;            // its files and command line, to start it again
     int restarts = 0;
     int epochs_done = 0;          // worker: from its epoch_end events, where a restart resumes
@@ -79,7 +79,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   static constexpr std::size_t kEndedRetainMax = 64;
 
   asio::io_context& io;
-  AgentOptions opt;
+  config::AgentOptions opt;
   Supervisor supervisor;
   std::shared_ptr<control::ControlClient> link;
   asio::steady_timer hb_timer, retry_timer, log_timer;
@@ -97,7 +97,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   std::function<void()>* on_registered = nullptr;
   std::function<void()> on_all_stopped;
 
-  Impl(asio::io_context& i, AgentOptions o) : io(i), opt(std::move(o)), supervisor(i), hb_timer(i), retry_timer(i), log_timer(i) {
+  Impl(asio::io_context& i, config::AgentOptions o) : io(i), opt(std::move(o)), supervisor(i), hb_timer(i), retry_timer(i), log_timer(i) {
     if (opt.cores <= 0) opt.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (opt.memory_mb <= 0) opt.memory_mb = physical_memory_mb();
     if (opt.task_bin_dir.empty()) opt.task_bin_dir = self_dir();
@@ -278,7 +278,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     t.name = t.launch.name;
     t.generation = t.launch.generation;
     t.kind = t.launch.kind;
-    if (t.kind == "worker") t.epochs_done = t.launch.worker->resume_epoch;
+    if (t.kind == wire::TaskKind::kWorker) t.epochs_done = t.launch.worker->resume_epoch;
     t.metrics.job = t.job;
     t.metrics.task = t.name;
     t.metrics.role = t.kind;
@@ -329,7 +329,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   // shard listens on the port it had (so the workers' endpoint lists stay valid), loads
   // its latest checkpoint, and the workers reconnect and resync with a dense pull.
   bool maybe_restart(const std::string& key, Task& t, const ExitStatus& st) {
-    if (shutting_down || t.stop_requested || (t.kind != "worker" && t.kind != "ps") ||
+    if (shutting_down || t.stop_requested ||
         (st.exit_code == 0 && st.signal == 0) || t.restarts >= opt.task_max_restarts) {
       return false;
     }
@@ -343,12 +343,12 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     ++task_restarts;
     const auto delay = std::chrono::milliseconds(500) * (1 << std::min(t.restarts - 1, 6));
     events::Restarting ev;
-    ev.kind = t.kind;
+    ev.kind = std::string(wire::to_string(t.kind));
     ev.attempt = t.restarts;
     ev.max_restarts = opt.task_max_restarts;
     ev.reason = st.describe();
     ev.last_error = t.last_error;
-    if (t.kind == "worker") {
+    if (t.kind == wire::TaskKind::kWorker) {
       spdlog::warn("{} {}: restart {} of {} in {} ms, resuming after epoch {}", key, st.describe(), t.restarts,
                    opt.task_max_restarts, delay.count(), t.epochs_done);
       ev.resume_epoch = t.epochs_done;
@@ -453,7 +453,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     if (failed && !t.stop_requested && !shutting_down) {
       const auto oom_now = cgroup_oom_kills();
       const bool oom = oom_now && t.oom_kills_at_start && *oom_now > *t.oom_kills_at_start;
-      x.cause = classify_exit(st.exit_code, st.signal, t.last_cause, oom);
+      x.cause = events::classify_exit(st.exit_code, st.signal, t.last_cause, oom);
       x.last_lines = std::move(tail);
     }
     send("task_exit", x.to_json());
@@ -530,7 +530,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     for (const auto& [k, t] : tasks) {
       a.cores_used += t.launch.threads;
       a.gpus_used += static_cast<int>(t.launch.gpus.size());
-      (t.kind == "worker" ? a.workers_running : a.ps_running) += 1;
+      (t.kind == wire::TaskKind::kWorker ? a.workers_running : a.ps_running) += 1;
     }
     add_agent_metrics(out, a);
     for (const auto& [k, t] : tasks) t.metrics.add_to(out, opt.name, now);
@@ -538,7 +538,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   }
 };
 
-Agent::Agent(asio::io_context& io, AgentOptions opt) : impl_(std::make_shared<Impl>(io, std::move(opt))) {
+Agent::Agent(asio::io_context& io, config::AgentOptions opt) : impl_(std::make_shared<Impl>(io, std::move(opt))) {
   impl_->on_registered = &on_registered;
 }
 

@@ -7,7 +7,7 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "agent/options.h"
+#include "config/options.h"
 #include "control/metrics_server.h"
 
 namespace dltrain::agent {
@@ -21,7 +21,7 @@ namespace dltrain::agent {
 /// first).
 class Agent {
  public:
-  Agent(boost::asio::io_context& io, AgentOptions opt);
+  Agent(boost::asio::io_context& io, config::AgentOptions opt);
   ~Agent();  ///< kills any task still running
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;

@@ -6,14 +6,6 @@
 
 namespace dltrain::agent {
 
-std::string classify_exit(int exit_code, int signal, const std::string& reported, bool oom_killed) {
-  if (!reported.empty()) return reported;
-  if (signal == SIGKILL && oom_killed) return "oom";
-  if (signal != 0) return "signal";
-  if (exit_code == 126) return "start";
-  return "exit_code";
-}
-
 std::optional<std::uint64_t> parse_oom_kills(const std::string& memory_events) {
   std::istringstream in(memory_events);
   std::string key;

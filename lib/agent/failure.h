@@ -1,5 +1,6 @@
 // How a task ended, in the terms `dltrain status` and a failed job's summary use
-// (wire::events::Failure): its cause, and the last lines of its log.
+// (wire::events::Failure): how the kernel's OOM killer is told from any other SIGKILL.
+// The cause itself is wire::events::classify_exit.
 #pragma once
 
 #include <cstddef>
@@ -9,13 +10,6 @@
 #include <vector>
 
 namespace dltrain::agent {
-
-/// The cause of a failed exit (exit code != 0 or a signal), one of
-/// wire::events::Failure::cause: the task's own word first ("divergence", "timeout",
-/// "config": `reported`, from its last error event), then "oom" for a SIGKILL while its
-/// cgroup counted a new OOM kill (`oom_killed`), "signal" for any other signal, "start"
-/// for exit code 126 (the agent could not start it), "exit_code" otherwise. Pure.
-std::string classify_exit(int exit_code, int signal, const std::string& reported, bool oom_killed);
 
 /// The `oom_kill` count of a cgroup v2 `memory.events` or cgroup v1
 /// `memory.oom_control` file's text ("key value" lines); nullopt when absent.

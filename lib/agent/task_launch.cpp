@@ -17,18 +17,18 @@ using json = nlohmann::json;
 namespace {
 
 // The directory of `name` in `generation` of `job`.
-fs::path task_dir(const AgentOptions& opt, const std::string& job, const std::string& name, std::uint32_t generation) {
+fs::path task_dir(const config::AgentOptions& opt, const std::string& job, const std::string& name, std::uint32_t generation) {
   return fs::path(opt.state_dir) / "tasks" / job / (name + "-g" + std::to_string(generation));
 }
 
 }  // namespace
 
-std::string task_log_path(const AgentOptions& opt, const std::string& job, const std::string& name,
+std::string task_log_path(const config::AgentOptions& opt, const std::string& job, const std::string& name,
                           std::uint32_t generation) {
   return (task_dir(opt, job, name, generation) / "task.log").string();
 }
 
-std::string step_trace_path(const AgentOptions& opt, const std::string& job, const std::string& name,
+std::string step_trace_path(const config::AgentOptions& opt, const std::string& job, const std::string& name,
                             std::uint32_t generation) {
   return (task_dir(opt, job, name, generation) / kStepTraceFile).string();
 }
@@ -37,7 +37,7 @@ namespace {
 
 // A re-assigned job (generation > 1): the directory this task had in an earlier
 // generation (`generation`, a field of the request) holds the state it saved when stopped.
-std::optional<fs::path> earlier_dir(const AgentOptions& opt, const wire::StartTaskBody& b,
+std::optional<fs::path> earlier_dir(const config::AgentOptions& opt, const wire::StartTaskBody& b,
                                     const std::optional<std::uint32_t>& generation) {
   if (!generation) return std::nullopt;
   return task_dir(opt, b.job, b.task, *generation);
@@ -50,7 +50,7 @@ void write_job_json(const fs::path& path, const json& spec) {
   if (!out) throw IoError("cannot write the job specification " + path.string());
 }
 
-wire::PsTaskArgs ps_args(const AgentOptions& opt, const wire::StartTaskBody& b, const fs::path& dir,
+wire::PsTaskArgs ps_args(const config::AgentOptions& opt, const wire::StartTaskBody& b, const fs::path& dir,
                          const std::string& secret) {
   wire::PsTaskArgs a;
   a.job_id = b.job_num;
@@ -84,7 +84,7 @@ wire::PsTaskArgs ps_args(const AgentOptions& opt, const wire::StartTaskBody& b, 
   return a;
 }
 
-wire::WorkerTaskArgs worker_args(const AgentOptions& opt, const wire::StartTaskBody& b, const fs::path& dir,
+wire::WorkerTaskArgs worker_args(const config::AgentOptions& opt, const wire::StartTaskBody& b, const fs::path& dir,
                                  const std::string& secret) {
   wire::WorkerTaskArgs a;
   a.job_json = (dir / "job.json").string();
@@ -138,11 +138,11 @@ ProcessSpec TaskLaunch::restart(int epochs_done, int port) const {
   return p;
 }
 
-TaskLaunch prepare_task(const AgentOptions& opt, const wire::StartTaskBody& b) {
+TaskLaunch prepare_task(const config::AgentOptions& opt, const wire::StartTaskBody& b) {
   TaskLaunch t;
   t.job = b.job;
   t.name = b.task;
-  t.kind = b.kind;
+  t.kind = wire::parse_task_kind(b.kind).value();  // StartTaskBody::validate checked it
   t.generation = b.generation;
   t.threads = b.threads;
   t.gpus = b.gpus;
@@ -165,7 +165,7 @@ TaskLaunch prepare_task(const AgentOptions& opt, const wire::StartTaskBody& b) {
   t.process.log_path = task_log_path(opt, t.job, t.name, t.generation);
   t.process.work_dir = dir.string();
   try {
-    if (t.kind == "ps") {
+    if (t.kind == wire::TaskKind::kPs) {
       t.ps = ps_args(opt, b, dir, t.secret_path);
       t.process.argv = t.ps->to_argv((fs::path(opt.task_bin_dir) / "dltrain-ps").string());
     } else {

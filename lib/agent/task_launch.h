@@ -7,7 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "agent/options.h"
+#include "config/options.h"
+#include "wire/task_kind.h"
 #include "agent/supervisor.h"
 #include "wire/control_bodies.h"
 #include "wire/task_args.h"
@@ -18,13 +19,13 @@ namespace dltrain::agent {
 struct TaskLaunch {
   std::string job;                   ///< "job-3"
   std::string name;                  ///< "ps-0", "worker-1"
-  std::string kind;                  ///< "ps" | "worker"
+  wire::TaskKind kind = wire::TaskKind::kWorker;
   std::uint32_t generation = 0;
   int threads = 1;
   std::vector<int> gpus;             ///< GPU indices it was given (its CUDA_VISIBLE_DEVICES)
   std::string secret_path;           ///< the job secret's file (mode 0600), removed when the task ends
-  std::optional<wire::PsTaskArgs> ps;          ///< kind "ps"
-  std::optional<wire::WorkerTaskArgs> worker;  ///< kind "worker"
+  std::optional<wire::PsTaskArgs> ps;          ///< a PS shard
+  std::optional<wire::WorkerTaskArgs> worker;  ///< a worker
   ProcessSpec process;               ///< argv of the first start, log file, working directory
 
   /// The process of a restart: a worker resumes after `epochs_done` epochs; a PS shard
@@ -38,19 +39,19 @@ struct TaskLaunch {
 /// file (0600) and a worker's job.json, copies a shard's stop checkpoint from its earlier
 /// generation's directory. Throws IoError naming the path when a file cannot be written
 /// or a worker's replica to start from is missing.
-TaskLaunch prepare_task(const AgentOptions& opt, const wire::StartTaskBody& start_task);
+TaskLaunch prepare_task(const config::AgentOptions& opt, const wire::StartTaskBody& start_task);
 
 /// Where task `name` of `generation` of `job` keeps its log (its stderr):
 /// <state_dir>/tasks/<job>/<name>-g<generation>/task.log, rotated to task.log.1.
-std::string task_log_path(const AgentOptions& opt, const std::string& job, const std::string& name,
+std::string task_log_path(const config::AgentOptions& opt, const std::string& job, const std::string& name,
                           std::uint32_t generation);
 
-/// The step timeline a worker keeps in its task directory (train/step_trace.h).
+/// The step timeline a worker keeps in its task directory (wire/step_trace.h).
 inline constexpr const char* kStepTraceFile = "step_trace.json";
 
 /// Where worker `name` of `generation` of `job` keeps its step timeline:
 /// <state_dir>/tasks/<job>/<name>-g<generation>/step_trace.json (read by `dltrain trace`).
-std::string step_trace_path(const AgentOptions& opt, const std::string& job, const std::string& name,
+std::string step_trace_path(const config::AgentOptions& opt, const std::string& job, const std::string& name,
                             std::uint32_t generation);
 
 }  // namespace dltrain::agent

@@ -42,7 +42,7 @@ void TaskMetrics::on_event(const std::string& kind, const nlohmann::json& ev) {
     skipped_steps = events::SkippedStep::from_json(ev).skipped_steps;
   } else if (kind == events::PsStats::kKind) {
     ps = events::PsStats::from_json(ev);
-  } else if (kind == events::PsStopped::kKind && role == "ps") {
+  } else if (kind == events::PsStopped::kKind && role == wire::TaskKind::kPs) {
     const auto s = events::PsStopped::from_json(ev);
     if (!ps) ps.emplace();
     ps->pushes = s.pushes;
@@ -66,7 +66,7 @@ void TaskMetrics::restarted(double now_unix) {
 }
 
 void TaskMetrics::add_to(control::MetricsBuilder& out, const std::string& agent, double now_unix) const {
-  const MetricLabels l{{"agent", agent}, {"job", job}, {"task", task}, {"role", role}};
+  const MetricLabels l{{"agent", agent}, {"job", job}, {"task", task}, {"role", std::string(wire::to_string(role))}};
   auto with = [&](const char* k, const std::string& v) {
     auto x = l;
     x.emplace_back(k, v);
@@ -77,7 +77,7 @@ void TaskMetrics::add_to(control::MetricsBuilder& out, const std::string& agent,
   out.gauge("dltrain_task_running", "1 while the task's process runs (or waits to be restarted), 0 after it ended", l,
             running ? 1 : 0);
   out.counter("dltrain_task_restarts_total", "Restarts of the task by its agent after it died", l, restarts);
-  if (role == "worker") {
+  if (role == wire::TaskKind::kWorker) {
     out.counter("dltrain_worker_images_total", "Images trained on (skipped steps excluded)", l,
                 static_cast<double>(counters.images));
     out.counter("dltrain_worker_steps_total", "Steps taken (gradients pushed)", l, static_cast<double>(counters.steps));
@@ -112,7 +112,7 @@ void TaskMetrics::add_to(control::MetricsBuilder& out, const std::string& agent,
       out.gauge("dltrain_worker_test_accuracy", "Test accuracy after the last finished epoch (rank 0), [0, 1]", l,
                 *test_accuracy);
     }
-  } else if (role == "ps" && ps) {
+  } else if (role == wire::TaskKind::kPs && ps) {
     out.counter("dltrain_ps_pushes_total", "Push frames applied", l, static_cast<double>(ps->pushes));
     out.counter("dltrain_ps_pulls_total", "Pull frames answered", l, static_cast<double>(ps->pulls));
     out.counter("dltrain_ps_apply_seconds_total", "Wall time applying pushes", l, ps->apply_seconds);

@@ -12,6 +12,7 @@
 #include "control/metrics_server.h"
 #include "wire/control_bodies.h"
 #include "wire/task_events.h"
+#include "wire/task_kind.h"
 
 namespace dltrain::agent {
 
@@ -22,7 +23,7 @@ namespace dltrain::agent {
 struct TaskMetrics {
   std::string job;            ///< "job-3"
   std::string task;           ///< "worker-1", "ps-0"
-  std::string role;           ///< "worker" | "ps"
+  wire::TaskKind role = wire::TaskKind::kWorker;  ///< the label "role": "worker" | "ps"
   int threads = 1;            ///< cores the leader assigned to it
   double start_unix = 0;      ///< Unix time (s) this incarnation started
   int restarts = 0;           ///< restarts by its agent so far

@@ -80,7 +80,7 @@ struct JobSpec {
   /// on an agent with this many free GPUs and starts it with CUDA_VISIBLE_DEVICES naming
   /// them. 0 after parsing a CPU job.
   int gpus_per_worker = 0;
-  /// The workers of this job placed on one agent form a local group (train/local_group.h):
+  /// The workers of this job placed on one agent form a local group (group/local_group.h):
   /// they sum their gradients inside the machine (NCCL with cuda, loopback sockets with
   /// cpu) and one of them pushes the sum and shares the pulled parameters (BytePS's split).
   /// Only with sync = "async" and overlap = false.

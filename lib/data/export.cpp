@@ -6,13 +6,13 @@
 
 #include "common/errors.h"
 #include "data/image.h"
-#include "train/idx.h"
+#include "data/idx.h"
 
 namespace dltrain::data {
 namespace fs = std::filesystem;
 namespace {
 
-Image padded(const train::Split& s, std::int64_t i, int size) {
+Image padded(const data::Split& s, std::int64_t i, int size) {
   Image img;
   img.height = img.width = size;
   img.channels = 1;
@@ -27,7 +27,7 @@ Image padded(const train::Split& s, std::int64_t i, int size) {
   return img;
 }
 
-std::int64_t write_split(const train::Split& s, const fs::path& dir, const IdxExportOptions& o,
+std::int64_t write_split(const data::Split& s, const fs::path& dir, const IdxExportOptions& o,
                          const std::vector<std::string>& classes) {
   for (const auto& c : classes) fs::create_directories(dir / c);
   for (std::int64_t i = 0; i < s.images.count; ++i) {
@@ -61,8 +61,8 @@ std::int64_t export_idx_as_image_folder(const std::string& idx_dir, const std::s
   const auto& classes = o.classes.empty() ? fashion_mnist_classes() : o.classes;
   if (classes.size() != 10) throw ConfigError("classes", "expected 10 names, got " + std::to_string(classes.size()));
   std::int64_t n = 0;
-  n += write_split(train::load_split(idx_dir, "train", o.train), fs::path(out_dir) / "train", o, classes);
-  n += write_split(train::load_split(idx_dir, "test", o.test), fs::path(out_dir) / "test", o, classes);
+  n += write_split(data::load_split(idx_dir, "train", o.train), fs::path(out_dir) / "train", o, classes);
+  n += write_split(data::load_split(idx_dir, "test", o.test), fs::path(out_dir) / "test", o, classes);
   return n;
 }
 

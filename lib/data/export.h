@@ -25,7 +25,7 @@ struct IdxExportOptions {
 const std::vector<std::string>& fashion_mnist_classes();
 
 /// Writes out_dir/train/<class>/<index>.png|jpg and out_dir/test/<class>/… from the IDX
-/// files in idx_dir (train/labels through train::load_split). Returns the number of
+/// files in idx_dir (train/labels through data::load_split). Returns the number of
 /// files written. Throws ConfigError for a bad option or data_dir, IoError when a file
 /// cannot be written, and what load_split throws.
 std::int64_t export_idx_as_image_folder(const std::string& idx_dir, const std::string& out_dir,

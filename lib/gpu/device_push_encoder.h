@@ -1,5 +1,5 @@
 // The push frames of a GPU worker whose gradient stays on its device (-DDLTRAIN_WITH_CUDA=ON):
-// train::PushEncoder's mapping (train/exchange.h) over one gpu::DeviceCompressor per
+// ps::PushEncoder's mapping (ps/exchange.h) over one gpu::DeviceCompressor per
 // partition, so that a step copies only each partition's k selected (index, value) pairs
 // to the host — 8 bytes per selected coordinate, against 4 per parameter for the dense
 // gradient.

@@ -21,21 +21,21 @@ void check_cuda(cudaError_t e, const char* what) {
 }  // namespace
 
 struct NcclGroup::Impl {
-  train::LocalGroup& group;
+  group::LocalGroup& group;
   std::chrono::milliseconds timeout;
   const std::atomic<bool>* stop = nullptr;
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   bool aborted = false;
 
-  Impl(train::LocalGroup& g, std::chrono::milliseconds t, const std::atomic<bool>* s) : group(g), timeout(t), stop(s) {}
+  Impl(group::LocalGroup& g, std::chrono::milliseconds t, const std::atomic<bool>* s) : group(g), timeout(t), stop(s) {}
 
   [[noreturn]] void fail(const std::string& why) {
     if (comm != nullptr && !aborted) {
       (void)ncclCommAbort(comm);
       aborted = true;
     }
-    throw train::LocalGroupError("NCCL local group of " + group.describe(group.rank()) + ": " + why);
+    throw group::LocalGroupError("NCCL local group of " + group.describe(group.rank()) + ": " + why);
   }
 
   // Waits until the communicator's pending work (or its initialisation) is done: polls
@@ -72,7 +72,7 @@ struct NcclGroup::Impl {
   }
 };
 
-NcclGroup::NcclGroup(train::LocalGroup& group, int device, std::chrono::milliseconds timeout,
+NcclGroup::NcclGroup(group::LocalGroup& group, int device, std::chrono::milliseconds timeout,
                      const std::atomic<bool>* stop_requested)
     : impl_(std::make_unique<Impl>(group, timeout, stop_requested)) {
   check_cuda(cudaSetDevice(device), "cudaSetDevice");

@@ -1,4 +1,4 @@
-// The NCCL backend of a local group (train/local_group.h; -DDLTRAIN_WITH_CUDA=ON): the
+// The NCCL backend of a local group (group/local_group.h; -DDLTRAIN_WITH_CUDA=ON): the
 // group's members, one GPU each, sum device buffers with ncclAllReduce and receive member
 // 0's with ncclBroadcast. The communicator is formed through the LocalGroup — member 0's
 // ncclGetUniqueId travels over the group's Unix socket, never a fixed port — and every
@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "train/local_group.h"
+#include "group/local_group.h"
 
 namespace dltrain::gpu {
 
@@ -21,10 +21,10 @@ namespace dltrain::gpu {
 class NcclGroup {
  public:
   /// Forms the communicator of `group`'s members on CUDA device `device` (of this
-  /// process's visible ones). Throws train::LocalGroupError (a member ended, or forming
+  /// process's visible ones). Throws group::LocalGroupError (a member ended, or forming
   /// took longer than `timeout`), CudaError, Error (an NCCL error, with its text), and
   /// ps::StopRequested once `*stop_requested` (may be null) is true while it waits.
-  NcclGroup(train::LocalGroup& group, int device, std::chrono::milliseconds timeout,
+  NcclGroup(group::LocalGroup& group, int device, std::chrono::milliseconds timeout,
             const std::atomic<bool>* stop_requested = nullptr);
   ~NcclGroup();
   NcclGroup(const NcclGroup&) = delete;

@@ -9,7 +9,7 @@
 #include "data/imagefolder.h"
 #include "data/loader.h"
 #include "data/sharding.h"
-#include "train/idx.h"
+#include "data/idx.h"
 #include "train/tensors.h"
 
 namespace dltrain::train {
@@ -28,14 +28,14 @@ double idx_std(const std::string& dataset) { return dataset == "mnist" ? 0.3081 
 class TensorFeed final : public DataFeed {
  public:
   TensorFeed(JobSpec spec, int rank, torch::Generator gen) : spec_(std::move(spec)), rank_(rank), gen_(std::move(gen)) {
-    Split train = load_split(spec_.data_dir, "train", spec_.train_samples);
+    data::Split train = data::load_split(spec_.data_dir, "train", spec_.train_samples);
     train_total_ = train.images.count;
     std::tie(x_, y_) = to_tensors(train, spec_.dataset);
-    auto idx = torch::tensor(shard_indices(x_.size(0), rank, spec_.workers), torch::kInt64);
+    auto idx = torch::tensor(data::shard_indices(x_.size(0), rank, spec_.workers), torch::kInt64);
     x_ = x_.index_select(0, idx).contiguous();
     y_ = y_.index_select(0, idx).contiguous();
     if (rank == 0) {
-      Split test = load_split(spec_.data_dir, "test", spec_.test_samples);
+      data::Split test = data::load_split(spec_.data_dir, "test", spec_.test_samples);
       std::tie(test_x_, test_y_) = to_tensors(test, spec_.dataset);
     }
   }
@@ -83,7 +83,7 @@ class TensorFeed final : public DataFeed {
   std::int64_t pos_ = 0;
 };
 
-data::InMemoryImages idx_images(const Split& s) {
+data::InMemoryImages idx_images(const data::Split& s) {
   data::InMemoryImages m;
   m.count = s.images.count;
   m.height = static_cast<int>(s.images.rows);
@@ -218,9 +218,9 @@ class StreamFeed final : public DataFeed {
         test_ = std::make_shared<data::InMemorySource>(data::load_cifar10(spec_.data_dir, "test", spec_.test_samples));
       }
     } else {
-      train_ = std::make_shared<data::InMemorySource>(idx_images(load_split(spec_.data_dir, "train", spec_.train_samples)));
+      train_ = std::make_shared<data::InMemorySource>(idx_images(data::load_split(spec_.data_dir, "train", spec_.train_samples)));
       if (rank_ == 0) {
-        test_ = std::make_shared<data::InMemorySource>(idx_images(load_split(spec_.data_dir, "test", spec_.test_samples)));
+        test_ = std::make_shared<data::InMemorySource>(idx_images(data::load_split(spec_.data_dir, "test", spec_.test_samples)));
       }
     }
     if (train_->size() < spec_.workers) {

@@ -7,7 +7,7 @@
 
 #include <torch/torch.h>
 
-#include "train/idx.h"
+#include "data/idx.h"
 #include "train/models.h"
 
 namespace dltrain::train {
@@ -15,7 +15,7 @@ namespace dltrain::train {
 /// Images of `s` as a float tensor [N, 1, 28, 28], scaled to [0, 1] and standardised with
 /// the dataset's training-set mean and standard deviation (docs/training.md), and labels
 /// as int64 [N]. Copies; `s` may be released afterwards. Thread-safe.
-std::pair<torch::Tensor, torch::Tensor> to_tensors(const Split& s, const std::string& dataset);
+std::pair<torch::Tensor, torch::Tensor> to_tensors(const data::Split& s, const std::string& dataset);
 
 /// Top-1 accuracy in [0, 1] of `model` on (x [N, C, S, S], y [N]), in eval mode, in
 /// forward passes of `batch` images (the job's eval_batch_size; the last one smaller)

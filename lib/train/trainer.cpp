@@ -10,12 +10,12 @@
 #include "common/native_libs.h"
 #include "common/errors.h"
 #include "ps/checkpoint.h"
-#include "train/idx.h"
+#include "data/idx.h"
 #include "train/worker_loop.h"
 
 namespace dltrain::train {
 
-std::pair<torch::Tensor, torch::Tensor> to_tensors(const Split& s, const std::string& dataset) {
+std::pair<torch::Tensor, torch::Tensor> to_tensors(const data::Split& s, const std::string& dataset) {
   // Per-dataset pixel mean and standard deviation over the training set.
   const double mean = dataset == "mnist" ? 0.1307 : 0.2860;
   const double stdv = dataset == "mnist" ? 0.3081 : 0.3530;
@@ -160,26 +160,19 @@ void WorkerLoop::connect() {
   }
   pulled_at_ = unix_now();
   flat_->write_params(params_);
-  encoder_ = std::make_unique<PushEncoder>(
+  encoder_ = std::make_unique<ps::PushEncoder>(
       spec_.compression, layout_,
       static_cast<std::uint64_t>(spec_.seed) * 7919ULL + static_cast<std::uint64_t>(cfg_.rank), flat_->sizes());
   if (encoder_->always_sent_floats() > 0 && cfg_.rank == 0) {
     spdlog::info("compression: {} of {} floats (the tensors below min_compress_bytes = {}) are sent in full every step",
                  encoder_->always_sent_floats(), layout_.total_floats, spec_.compression.min_compress_bytes);
   }
-#if DLTRAIN_HAVE_GPU
-  // A GPU worker selects its pushes on the GPU (top-k, DGC: gpu/device_push_encoder.h):
-  // only the selected pairs come to the host. Not with overlap (partition pushes from
-  // the backward hooks) nor in a local group (member 0 pushes the group's sum).
-  if (device_.is_cuda() && !spec_.overlap && !cfg_.local_group &&
-      gpu::DevicePushEncoder::handles(spec_.compression)) {
-    device_encoder_ = std::make_unique<gpu::DevicePushEncoder>(
-        spec_.compression, layout_,
-        static_cast<std::uint64_t>(spec_.seed) * 7919ULL + static_cast<std::uint64_t>(cfg_.rank));
-  }
-#endif
-  meter_ = std::make_unique<TrafficMeter>(layout_, wire::kHeaderSize);
-  resyncer_ = std::make_unique<PsResyncer>(
+  // A GPU worker selects its pushes on the GPU where it can (train/backends.h).
+  device_encoder_ = make_device_encoder(
+      spec_.compression, layout_, static_cast<std::uint64_t>(spec_.seed) * 7919ULL + static_cast<std::uint64_t>(cfg_.rank),
+      device_, spec_.overlap, cfg_.local_group.has_value());
+  meter_ = std::make_unique<ps::TrafficMeter>(layout_, wire::kHeaderSize);
+  resyncer_ = std::make_unique<ps::PsResyncer>(
       *client_, std::span<float>(params_), cfg_.rank, [this] { flat_->write_params(params_); }, sink_);
   downlink_spec_ = spec_.compression;
   downlink_spec_.ratio = spec_.compression.downlink_ratio;
@@ -231,7 +224,7 @@ void WorkerLoop::run_epoch(int epoch) {
     const auto t_data = Clock::now();
     const bool more = feed_->next(xb, yb);
     counters_.data_seconds += seconds_since(t_data);  // the batch's gather, or the wait for the loader
-    mark(StepPhase::kData, t_data);
+    mark(wire::StepPhase::kData, t_data);
     if (!more) break;
     report_skipped_images();
     if (xb.size(0) == 0 && !group_) continue;  // every image of the batch was unreadable
@@ -272,7 +265,7 @@ void WorkerLoop::step(int epoch, std::int64_t step, const torch::Tensor& xb, con
   const double loss = compute_gradient(xb, yb);
   if (!finite_step(loss, epoch, step)) return;
   const auto wd = static_cast<float>(spec_.optimizer.weight_decay);
-  if (wd > 0 && !device_encoder_active()) {  // on the device, device_gradient() added it
+  if (wd > 0 && !device_encoder_active()) {  // on the device, gather() added it
     for (std::size_t i = 0; i < grads_.size(); ++i) grads_[i] += wd * params_[i];
   }
   exchange(lr, density, compress::density_at(downlink_spec_, pos), pos);
@@ -282,7 +275,7 @@ void WorkerLoop::step(int epoch, std::int64_t step, const torch::Tensor& xb, con
 // After the exchange: the pulled parameters into the model, counters, reports.
 void WorkerLoop::finish_step(std::int64_t images, double loss, int epoch, std::int64_t step, float lr, double density) {
   last_density_ = density;
-  mark(StepPhase::kApply, Clock::now());
+  mark(wire::StepPhase::kApply, Clock::now());
   flat_->write_params(params_);
   end_step_trace();
   ++global_step_;
@@ -307,7 +300,7 @@ double WorkerLoop::compute_gradient(const torch::Tensor& xb, const torch::Tensor
   const auto t2 = Clock::now();
   loss.backward();
   if (device_encoder_active()) {
-    device_gradient();
+    device_nonfinite_ = !device_encoder_->gather(flat_->tensors(), static_cast<float>(spec_.optimizer.weight_decay));
   } else {
     flat_->read_grads(grads_);
   }
@@ -321,9 +314,9 @@ double WorkerLoop::compute_gradient(const torch::Tensor& xb, const torch::Tensor
 void WorkerLoop::end_compute(Clock::time_point t1, Clock::time_point t2) {
   const auto t3 = Clock::now();
   counters_.compute_seconds += std::chrono::duration<double>(t3 - t1).count();
-  mark(StepPhase::kForward, t1);
-  mark(StepPhase::kBackward, t2);
-  mark(StepPhase::kCompress, t3);
+  mark(wire::StepPhase::kForward, t1);
+  mark(wire::StepPhase::kBackward, t2);
+  mark(wire::StepPhase::kCompress, t3);
 }
 
 // A NaN/Inf loss or gradient is never pushed: the step is skipped and counted; too many

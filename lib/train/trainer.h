@@ -1,6 +1,6 @@
 // The worker task's training loop: LibTorch forward/backward, the exchange with the PS
 // shards (dense ASGD, or top-k sparsified, momentum-corrected pushes and the PS's sparse
-// downlink; train/exchange.h), per-epoch evaluation of the PS's parameters.
+// downlink; ps/exchange.h), per-epoch evaluation of the PS's parameters.
 #pragma once
 
 #include <atomic>
@@ -16,7 +16,7 @@
 
 #include "common/job_spec.h"
 #include "ps/client.h"
-#include "train/local_group.h"
+#include "group/local_group.h"
 
 namespace dltrain::train {
 
@@ -44,14 +44,14 @@ struct WorkerConfig {
   /// the PS shards as the initial parameters instead of the seeded ones (a shard that
   /// restored its own checkpoint keeps its values). "" = the seeded initialisation.
   std::string init_replica_path;
-  /// Where the worker keeps its step timeline (train/step_trace.h, write_step_trace),
+  /// Where the worker keeps its step timeline (wire/step_trace.h, write_step_trace),
   /// rewritten every `trace_interval_s` and when it ends; "" = no timeline is kept.
   std::string trace_path;
   std::size_t trace_steps = 1000;  ///< steps the timeline keeps, [1, 4096] (~130 bytes each on disk)
   double trace_interval_s = 5.0;   ///< seconds between two writes of the timeline
-  /// This worker's local group (train/local_group.h; spec.local_group): the workers of
+  /// This worker's local group (group/local_group.h; spec.local_group): the workers of
   /// the job on this machine. Absent = none: the worker pushes and pulls for itself.
-  std::optional<LocalGroupOptions> local_group;
+  std::optional<group::LocalGroupOptions> local_group;
 };
 
 /// run_worker gave up because WorkerConfig::stop_requested became true. The "stopped"

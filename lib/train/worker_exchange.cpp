@@ -16,7 +16,7 @@ namespace dltrain::train::detail {
 // pushed from the hook, while backward goes on with the layers before it. The write
 // returns once the kernel holds the frame, which it sends meanwhile.
 void WorkerLoop::install_push_hooks() {
-  tracker_ = std::make_unique<PartitionTracker>(flat_->sizes(), layout_);
+  tracker_ = std::make_unique<ps::PartitionTracker>(flat_->sizes(), layout_);
   auto& tensors = flat_->tensors();
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     tensors[i].register_hook([this, i](torch::Tensor grad) { on_gradient(i, grad); });
@@ -110,7 +110,7 @@ void WorkerLoop::exchange(float lr, double density, double downlink, double pos)
       // The partitions backward did not complete (parameters without a gradient: zero),
       // then the pull. A push that failed in a hook fails the step here.
       const auto t0 = Clock::now();
-      mark(StepPhase::kPushPull, t0);
+      mark(wire::StepPhase::kPushPull, t0);
       for (const auto& p : layout_.partitions) {
         if (tracker_->claimed(p.key)) continue;
         tracker_->zero_missing(p, grads_);
@@ -129,14 +129,14 @@ void WorkerLoop::exchange(float lr, double density, double downlink, double pos)
       counters_.exchange_seconds += seconds_since(t0);
     } else if (plain_) {
       const auto t0 = Clock::now();
-      mark(StepPhase::kPushPull, t0);
+      mark(wire::StepPhase::kPushPull, t0);
       client_->push_pull(grads_, lr, params_);
       counters_.exchange_seconds += seconds_since(t0);
     } else {
       const auto t0 = Clock::now();
       const auto pushes = encode_pushes(density);
       const auto t1 = Clock::now();
-      mark(StepPhase::kPushPull, t1);
+      mark(wire::StepPhase::kPushPull, t1);
       client_->push_pull(pushes, lr, downlink, params_);
       counters_.compress_seconds += std::chrono::duration<double>(t1 - t0).count();
       counters_.exchange_seconds += seconds_since(t1);
@@ -159,36 +159,13 @@ void WorkerLoop::exchange(float lr, double density, double downlink, double pos)
 
 // The step's pushes: the compressor's on the host, or on the GPU for a GPU worker.
 std::span<const ps::PartitionPush> WorkerLoop::encode_pushes(double density) {
-#if DLTRAIN_HAVE_GPU
   if (device_encoder_) {
-    // Local gradient clipping (DGC §3.4) of the device gradient: GradientCompressor::clip's
-    // rule, with the norm summed in float on the device (in double on the host).
-    if (spec_.compression.clip_norm > 0) {
-      const double norm = device_grad_.norm().item<double>();
-      const double limit = spec_.compression.clip_norm / std::sqrt(static_cast<double>(std::max(1, spec_.workers)));
-      if (norm > limit) device_grad_.mul_(limit / norm);
-    }
-    return device_encoder_->encode(device_grad_.data_ptr<float>(), density, static_cast<std::uint64_t>(global_step_));
+    const double clip = spec_.compression.clip_norm > 0
+                            ? spec_.compression.clip_norm / std::sqrt(static_cast<double>(std::max(1, spec_.workers)))
+                            : 0.0;
+    return device_encoder_->encode(density, static_cast<std::uint64_t>(global_step_), clip);
   }
-#endif
   return encoder_->encode(grads_, spec_.workers, density, static_cast<std::uint64_t>(global_step_));
-}
-
-// The flat gradient on the GPU (weight decay added there), and whether it is finite:
-// what the device encoder selects from. Nothing dense comes to the host.
-void WorkerLoop::device_gradient() {
-#if DLTRAIN_HAVE_GPU
-  torch::NoGradGuard ng;
-  const auto wd = static_cast<float>(spec_.optimizer.weight_decay);
-  std::vector<torch::Tensor> parts;
-  for (auto& p : flat_->tensors()) {
-    torch::Tensor g = p.grad().defined() ? p.grad() : torch::zeros_like(p);
-    if (wd > 0) g = g + wd * p;
-    parts.push_back(g.reshape({-1}));
-  }
-  device_grad_ = torch::cat(parts).contiguous();
-  device_nonfinite_ = !torch::isfinite(device_grad_).all().item<bool>();
-#endif
 }
 
 // Pipelined pulls (overlap in async and ssp): the pull runs on a thread of its own into

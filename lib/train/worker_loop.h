@@ -4,6 +4,8 @@
 //   worker_exchange.cpp  the exchange with the PS shards, overlap's hooks and pipelined pulls
 //   worker_group.cpp     local groups (docs/gpu.md): the group's sum, member 0's exchange
 //   worker_reports.cpp   events, evaluation, stopping, the step timeline
+// Its CPU/GPU differences are behind two interfaces (train/backends.h: the local group's
+// reduction and the device push encoder), chosen once in backends.cpp.
 // Not thread-safe: one training thread owns a WorkerLoop (overlap's pipelined pull runs
 // on a thread of its own but touches only the client and replica_, worker_exchange.cpp).
 #pragma once
@@ -22,17 +24,14 @@
 
 #include "compress/compressor.h"
 #include "train/data_feed.h"
-#include "train/exchange.h"
-#include "train/local_group.h"
+#include "ps/exchange.h"
+#include "group/local_group.h"
 #include "train/models.h"
-#include "train/overlap.h"
-#include "train/step_trace.h"
+#include "ps/overlap.h"
+#include "wire/step_trace.h"
+#include "train/backends.h"
 #include "train/trainer.h"
 #include "wire/task_events.h"
-#if DLTRAIN_HAVE_GPU
-#include "gpu/device_push_encoder.h"
-#include "gpu/nccl_group.h"
-#endif
 
 namespace dltrain::train::detail {
 
@@ -128,14 +127,7 @@ class WorkerLoop {
   // the GPU encoder's input (worker_exchange.cpp).
   void exchange(float lr, double density, double downlink, double pos);
   std::span<const ps::PartitionPush> encode_pushes(double density);
-  void device_gradient();
-  bool device_encoder_active() const {
-#if DLTRAIN_HAVE_GPU
-    return device_encoder_ != nullptr;
-#else
-    return false;
-#endif
-  }
+  bool device_encoder_active() const { return device_encoder_ != nullptr; }
   void install_push_hooks();
   void on_gradient(std::size_t i, const torch::Tensor& grad);
   void push_partition(std::uint32_t key, bool in_backward);
@@ -149,10 +141,6 @@ class WorkerLoop {
   void group_step(int epoch, std::int64_t step, const torch::Tensor& xb, const torch::Tensor& yb, float lr,
                   double density, double downlink, double pos);
   void skipped_group_step();
-#if DLTRAIN_HAVE_GPU
-  void nccl_group_step(int epoch, std::int64_t step, std::int64_t images, double loss, bool ok, float lr,
-                       double density, double downlink, double pos);
-#endif
 
   // Events, evaluation, the end of the run and the step timeline (worker_reports.cpp).
   void report_skipped_images();
@@ -163,10 +151,10 @@ class WorkerLoop {
   void evaluate_on_test(wire::events::EpochEnd& ev);
   [[noreturn]] void stopped();
   void done();
-  // The step timeline (train/step_trace.h): phase i of the step in progress begins at
+  // The step timeline (wire/step_trace.h): phase i of the step in progress begins at
   // step_.t[i]; a finished step goes into the ring, which is written to cfg_.trace_path
   // every cfg_.trace_interval_s.
-  void mark(StepPhase p, Clock::time_point t) { step_.t[static_cast<std::size_t>(p)] = unix_us(t); }
+  void mark(wire::StepPhase p, Clock::time_point t) { step_.t[static_cast<std::size_t>(p)] = unix_us(t); }
   std::int64_t unix_us(Clock::time_point t) const {
     return unix_origin_us_ + std::chrono::duration_cast<std::chrono::microseconds>(t - steady_origin_).count();
   }
@@ -189,14 +177,14 @@ class WorkerLoop {
   ps::PartitionLayout layout_;
   std::vector<float> params_, grads_;
   std::unique_ptr<ps::PsClient> client_;
-  std::unique_ptr<PushEncoder> encoder_;
-  std::unique_ptr<TrafficMeter> meter_;
-  std::unique_ptr<PsResyncer> resyncer_;
+  std::unique_ptr<ps::PushEncoder> encoder_;
+  std::unique_ptr<ps::TrafficMeter> meter_;
+  std::unique_ptr<ps::PsResyncer> resyncer_;
   compress::CompressionSpec downlink_spec_;
   bool plain_ = true;
-  // Overlap: which partitions backward has completed (train/overlap.h), and the step in
+  // Overlap: which partitions backward has completed (ps/overlap.h), and the step in
   // progress.
-  std::unique_ptr<PartitionTracker> tracker_;
+  std::unique_ptr<ps::PartitionTracker> tracker_;
   std::vector<ps::PartitionPush> plain_pushes_;
   struct {
     bool active = false;     // backward of a training step is running
@@ -228,13 +216,10 @@ class WorkerLoop {
   wire::events::StepCounters counters_;  // cumulative, this process (resyncs from resyncer_)
   bool stop_ = false;
   torch::Device device_{torch::kCPU};  // where the model trains (spec.device)
-  std::unique_ptr<LocalGroup> group_;  // this worker's local group, if it is in one
-#if DLTRAIN_HAVE_GPU
-  std::unique_ptr<gpu::NcclGroup> nccl_;  // its NCCL backend (GPU workers); destroyed before group_
-  std::unique_ptr<gpu::DevicePushEncoder> device_encoder_;  // a GPU worker's pushes selected on its GPU
-#endif
-  torch::Tensor device_grad_;      // the device encoder's input: the flat gradient on the GPU
-  bool device_nonfinite_ = false;  // device_grad_ holds a NaN/Inf
+  std::unique_ptr<group::LocalGroup> group_;  // this worker's local group, if it is in one
+  std::unique_ptr<GroupReduction> reduction_;  // its sum (sockets or NCCL); destroyed before group_
+  std::unique_ptr<DeviceEncoder> device_encoder_;  // a GPU worker's pushes selected on its GPU
+  bool device_nonfinite_ = false;  // the device encoder's gathered gradient holds a NaN/Inf
   int resume_epoch_ = 0;               // cfg.resume_epoch, or the group's agreed one
   // The step timeline: steady-clock reads placed on the Unix time line (so that the
   // timelines of several workers line up) through one pair of reads taken together.
@@ -242,8 +227,8 @@ class WorkerLoop {
   const std::int64_t unix_origin_us_ = std::chrono::duration_cast<std::chrono::microseconds>(
                                            std::chrono::system_clock::now().time_since_epoch())
                                            .count();
-  StepTraceRing trace_;
-  StepRecord step_;
+  wire::StepTraceRing trace_;
+  wire::StepRecord step_;
   Clock::time_point last_trace_write_ = Clock::now();
   bool trace_warned_ = false;
 };

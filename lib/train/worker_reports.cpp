@@ -221,7 +221,7 @@ void WorkerLoop::done() {
 
 void WorkerLoop::end_step_trace() {
   const auto now = Clock::now();
-  step_.t[kStepPhases] = unix_us(now);
+  step_.t[wire::kStepPhases] = unix_us(now);
   trace_.push(step_);
   if (!cfg_.trace_path.empty() && std::chrono::duration<double>(now - last_trace_write_).count() >= cfg_.trace_interval_s) {
     write_trace();
@@ -233,7 +233,7 @@ void WorkerLoop::end_step_trace() {
 void WorkerLoop::write_trace() noexcept {
   if (cfg_.trace_path.empty() || trace_.size() == 0) return;
   try {
-    write_step_trace(cfg_.trace_path, step_trace_json("worker-" + std::to_string(cfg_.rank), trace_.last(trace_.size())));
+    wire::write_step_trace(cfg_.trace_path, wire::step_trace_json("worker-" + std::to_string(cfg_.rank), trace_.last(trace_.size())));
   } catch (const std::exception& e) {
     if (!trace_warned_) spdlog::warn("the step timeline is not kept: {}", e.what());
     trace_warned_ = true;

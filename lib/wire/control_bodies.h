@@ -262,7 +262,7 @@ struct HistoryBody : json_fields::Fields<HistoryBody> {
 /// Most members of one local group (the workers of a job on one agent).
 inline constexpr int kMaxLocalGroup = 256;
 
-/// A worker's local group (train/local_group.h): the workers of its job that the leader
+/// A worker's local group (group/local_group.h): the workers of its job that the leader
 /// placed on the same agent, in rank order. Member 0 pushes the group's summed gradient
 /// and shares what it pulls.
 struct LocalGroupInfo : json_fields::Fields<LocalGroupInfo> {
@@ -296,7 +296,7 @@ struct StartTaskBody : json_fields::Fields<StartTaskBody> {
   /// CUDA_VISIBLE_DEVICES set to them ("" for none). A worker of a cuda job needs
   /// spec.gpus_per_worker of them.
   std::vector<int> gpus;
-  /// Worker of a local_group job: its group (train/local_group.h). Absent = no group.
+  /// Worker of a local_group job: its group (group/local_group.h). Absent = no group.
   std::optional<LocalGroupInfo> local_group;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {

@@ -61,7 +61,7 @@ struct WorkerTaskArgs {
   std::string log_level = "info";    ///< --log-level
   /// --local-group-socket: the rendezvous of this worker's local group (a Unix socket
   /// path its member 0 listens on, at most 107 bytes, relative to the working directory or
-  /// absolute; train/local_group.h); "" = not in a group.
+  /// absolute; group/local_group.h); "" = not in a group.
   std::string local_group_socket;
   int local_group_rank = 0;          ///< --local-group-rank: [0, members)
   std::string local_group_members;   ///< --local-group-members: task names, comma-separated, by rank

@@ -3,6 +3,8 @@
 #include "common/errors.h"
 #include "wire/control.h"
 
+#include <csignal>
+
 namespace dltrain::wire::events {
 
 TaskError TaskError::of(const std::exception& e) {
@@ -47,6 +49,14 @@ void Summary::set_ratios(const Traffic& t, bool after_warmup) {
   total = t.ratio();
   up = ratio_or_null(static_cast<double>(t.dense_up), static_cast<double>(t.up));
   down = ratio_or_null(static_cast<double>(t.dense_down), static_cast<double>(t.down));
+}
+
+std::string classify_exit(int exit_code, int signal, const std::string& reported, bool oom_killed) {
+  if (!reported.empty()) return reported;
+  if (signal == SIGKILL && oom_killed) return "oom";
+  if (signal != 0) return "signal";
+  if (exit_code == 126) return "start";
+  return "exit_code";
 }
 
 }  // namespace dltrain::wire::events

@@ -594,7 +594,7 @@ struct Failure : Fields<Failure> {
   std::string agent;                 ///< the agent it ran on
   /// "divergence" | "timeout" | "config" (what the task said), "oom" (SIGKILL while the
   /// agent's cgroup counted an OOM kill), "signal", "exit_code", "start" (could not be
-  /// started). agent/failure.h, classify_exit().
+  /// started). classify_exit() below.
   std::string cause;
   std::optional<int> exit_code;      ///< when it exited
   std::optional<int> signal;         ///< when a signal ended it
@@ -606,6 +606,14 @@ struct Failure : Fields<Failure> {
         v("message", s.message), v("last_lines", s.last_lines);
   }
 };
+
+/// The cause of a failed exit (exit code != 0 or a signal), one of Failure::cause: the
+/// task's own word first ("divergence", "timeout", "config": `reported`, from its last
+/// error event), then "oom" for a SIGKILL while its cgroup counted a new OOM kill
+/// (`oom_killed`, agent/failure.h), "signal" for any other signal, "start" for exit code
+/// 126 (the agent could not start it), "exit_code" otherwise. Pure; the agent says it, and
+/// the leader for an exit report that carries no cause.
+std::string classify_exit(int exit_code, int signal, const std::string& reported, bool oom_killed);
 
 /// The job's summary: the last event a follower receives, and the core of a job in
 /// `dltrain status`. Compression ratios are dense bytes ÷ bytes sent, counted at the

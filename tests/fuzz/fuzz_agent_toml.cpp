@@ -1,4 +1,4 @@
-// Fuzzes the agent configuration (agent/options.h): parse_agent_options, what every
+// Fuzzes the agent configuration (config/options.h): parse_agent_options, what every
 // dltrain-agent runs on its TOML file at start and on SIGHUP.
 //
 // Input: the file's text; relative token files resolve against an empty directory.
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "agent/options.h"
+#include "config/options.h"
 #include "common/errors.h"
 #include "fuzz_check.h"
 
@@ -30,7 +30,7 @@ const std::string& base_dir() {
   return dir;
 }
 
-bool same(const agent::AgentOptions& a, const agent::AgentOptions& b) {
+bool same(const config::AgentOptions& a, const config::AgentOptions& b) {
   return a.name == b.name && a.leader == b.leader && a.leader_url == b.leader_url && a.listen_port == b.listen_port &&
          a.cores == b.cores && a.memory_mb == b.memory_mb && a.state_dir == b.state_dir &&
          a.agent_token == b.agent_token && a.client_token == b.client_token &&
@@ -42,9 +42,9 @@ bool same(const agent::AgentOptions& a, const agent::AgentOptions& b) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  agent::AgentOptions o;
+  config::AgentOptions o;
   try {
-    o = agent::parse_agent_options(text, base_dir());
+    o = config::parse_agent_options(text, base_dir());
   } catch (const ConfigError&) {
     return 0;
   }
@@ -65,6 +65,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FUZZ_CHECK(o.margin_sigmas >= 0 && o.margin_sigmas <= 5 && o.switch_threshold >= 0 && o.switch_threshold < 1,
              "planner settings out of range");
   for (const auto& [cls, price] : o.prices) FUZZ_CHECK(std::isfinite(price) && price > 0, "a price that is not positive");
-  FUZZ_CHECK(same(o, agent::parse_agent_options(text, base_dir())), "the same text parsed twice differs");
+  FUZZ_CHECK(same(o, config::parse_agent_options(text, base_dir())), "the same text parsed twice differs");
   return 0;
 }

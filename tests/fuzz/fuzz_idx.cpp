@@ -1,4 +1,4 @@
-// Fuzzes the IDX reader (train/idx.h): read_idx_images and read_idx_labels, what every
+// Fuzzes the IDX reader (data/idx.h): read_idx_images and read_idx_labels, what every
 // worker runs on its data set's files (plain or gzip).
 //
 // Input: a whole file, read both as an image file and as a label file (from a memfd, so
@@ -18,7 +18,7 @@
 
 #include "common/errors.h"
 #include "fuzz_check.h"
-#include "train/idx.h"
+#include "data/idx.h"
 
 using namespace dltrain;
 
@@ -52,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   {
     const std::int64_t limit = size % 2 == 0 ? 3 : 0;
     try {
-      const auto img = train::read_idx_images(file.path, limit);
+      const auto img = data::read_idx_images(file.path, limit);
       FUZZ_CHECK(img.count >= 1 && img.rows >= 1 && img.cols >= 1 && (limit == 0 || img.count <= limit),
                  "an image file with a zero dimension or past the limit");
       FUZZ_CHECK(img.pixels.size() == static_cast<std::size_t>(img.count * img.rows * img.cols),
@@ -68,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } catch (const ProtocolError&) {
     }
     try {
-      const auto labels = train::read_idx_labels(file.path, limit);
+      const auto labels = data::read_idx_labels(file.path, limit);
       FUZZ_CHECK(!labels.empty() && (limit == 0 || static_cast<std::int64_t>(labels.size()) <= limit),
                  "a label file without labels or past the limit");
       if (plain) {

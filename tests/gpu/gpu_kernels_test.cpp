@@ -18,7 +18,7 @@
 #include "gpu/device_compressor.h"
 #include "gpu/device_push_encoder.h"
 #include "ps/partition.h"
-#include "train/exchange.h"
+#include "ps/exchange.h"
 #include "gpu/device_topk.h"
 
 using namespace dltrain;
@@ -152,7 +152,7 @@ TEST(DevicePushEncoder, GivesThePushFramesOfTheCpuEncoderFromADeviceGradient) {
   spec.method = compress::Method::kDgc;
   // A 700,000-float model in two tensors, cut into partitions of at most 262,144 floats.
   const auto layout = ps::make_layout({300000, 400000}, 262144, 1);
-  train::PushEncoder cpu(spec, layout, 5);
+  ps::PushEncoder cpu(spec, layout, 5);
   gpu::DevicePushEncoder dev(spec, layout, 5);
   gpu::DeviceArray<float> dg;
   for (std::uint64_t step = 0; step < 3; ++step) {

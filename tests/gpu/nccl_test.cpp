@@ -7,16 +7,16 @@
 
 #include "gpu/device.h"
 #include "gpu/nccl_group.h"
-#include "train/local_group.h"
+#include "group/local_group.h"
 
 using namespace dltrain;
 
 TEST(NcclGroup, OneRankSumsAndBroadcastsItsOwnValues) {
   std::string why;
   if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device (" << why << ")";
-  train::LocalGroupOptions o;
+  group::LocalGroupOptions o;
   o.members = {"worker-0"};
-  auto group = train::LocalGroup::join(o);
+  auto group = group::LocalGroup::join(o);
   gpu::NcclGroup nccl(*group, 0, std::chrono::milliseconds(60000));
   const std::vector<float> x{1.5f, -2.0f, 3.25f, 0.0f};
   gpu::DeviceArray<float> d;

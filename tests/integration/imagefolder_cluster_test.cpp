@@ -9,6 +9,7 @@
 
 #include "data/image.h"
 #include "support/cluster.h"
+#include "support/standalone_suite.h"
 #include "support/image_folder.h"
 #include "support/process.h"
 
@@ -20,29 +21,19 @@ using dltrain::testing::run;
 namespace {
 
 // 2,500 training and 500 test images, two of the training files unreadable.
-class ImageFolderCluster : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    root_ = dltrain::testing::make_temp_root("dltrain-imagefolder-cluster");
-    data_ = root_ / "fashion-mnist-png";
+class ImageFolderCluster : public dltrain::testing::StandaloneSuite<ImageFolderCluster> {
+ public:
+  static constexpr const char* kRootPrefix = "dltrain-imagefolder-cluster";
+  static constexpr int kAgents = 3;
+  static std::vector<std::string> agent_args() { return {"--progress-interval", "2"}; }
+  static void prepare(const fs::path& root) {
+    data_ = root / "fashion-mnist-png";
     dltrain::testing::write_fashion_mnist_folder(data_, 2500, 500, "png", 32);
     dltrain::testing::write_bytes(data_ / "train" / "Bag" / "empty.png", {});
     dltrain::testing::write_bytes(data_ / "train" / "Coat" / "broken.jpg", {0xFF, 0xD8, 0xFF, 0xE0, 0x00});
-    cluster_ = std::make_unique<dltrain::testing::Standalone>(root_ / "state", root_ / "xdg", 3,
-                                                              std::vector<std::string>{"--progress-interval", "2"});
-    client_ = cluster_->client;
-    ASSERT_FALSE(client_.empty()) << "standalone cluster did not become ready";
   }
 
-  static void TearDownTestSuite() {
-    if (cluster_ && !cluster_->client.empty()) {
-      EXPECT_EQ(cluster_->stop(), 0) << "standalone did not stop cleanly";
-      EXPECT_TRUE(cluster_->leftover_processes().empty());
-    }
-    cluster_.reset();
-    fs::remove_all(root_);
-  }
-
+ protected:
   // Submits `name` with resnet20 on the folder and follows it; returns the summary and
   // (in `events`) every line the client printed.
   static json train(const std::string& name, int epochs, const std::string& extra, std::vector<json>& events) {
@@ -77,9 +68,7 @@ warmup_epochs = 0.2
     return summary;
   }
 
-  static inline fs::path root_, data_;
-  static inline std::unique_ptr<dltrain::testing::Standalone> cluster_;
-  static inline std::string client_;
+  static inline fs::path data_;
 };
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/cluster.h"
+#include "support/standalone_suite.h"
 #include "support/process.h"
 #include "support/prometheus.h"
 #include "support/wait.h"
@@ -35,24 +36,13 @@ using dltrain::testing::wait_until;
 
 namespace {
 
-class Observe : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    root_ = dltrain::testing::make_temp_root("dltrain-metrics");
-    cluster_ = std::make_unique<dltrain::testing::Standalone>(root_ / "state", root_ / "xdg", 3,
-                                                              std::vector<std::string>{"--progress-interval", "1"});
-    client_ = cluster_->client;
-    ASSERT_FALSE(client_.empty()) << "standalone cluster did not become ready";
-  }
-  static void TearDownTestSuite() {
-    if (cluster_ && !cluster_->client.empty()) {
-      EXPECT_EQ(cluster_->stop(), 0) << "standalone did not stop cleanly";
-      EXPECT_TRUE(cluster_->leftover_processes().empty());
-    }
-    cluster_.reset();
-    if (!::testing::Test::HasFailure()) fs::remove_all(root_);
-  }
+class Observe : public dltrain::testing::StandaloneSuite<Observe> {
+ public:
+  static constexpr const char* kRootPrefix = "dltrain-metrics";
+  static constexpr int kAgents = 3;
+  static std::vector<std::string> agent_args() { return {"--progress-interval", "1"}; }
 
+ protected:
   // The leader's metrics endpoint (client.json) and every agent's (`dltrain agents`).
   static std::string leader_endpoint() {
     std::ifstream in(root_ / "state" / "client.json");
@@ -67,14 +57,6 @@ class Observe : public ::testing::Test {
     }
     return out;
   }
-  static std::string write_job(const std::string& name, const std::string& body) {
-    return dltrain::testing::write_job_file(root_, name, "data_dir = \"/usr/share/datasets/fashion-mnist\"\n" + body)
-        .string();
-  }
-
-  static inline fs::path root_;
-  static inline std::unique_ptr<dltrain::testing::Standalone> cluster_;
-  static inline std::string client_;
 };
 
 // `promtool check metrics` on `text`: its exit code and what it said.

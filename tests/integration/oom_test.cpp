@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "agent/failure.h"
+#include "wire/task_events.h"
 
 namespace {
 
@@ -101,7 +102,7 @@ TEST(OomKill, AKernelOomKillOfATaskIsCountedByItsCgroupAndClassifiedAsOom) {
     if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) _exit(kNotKilled);
     const auto after = dltrain::agent::cgroup_oom_kills();
     if (!after || *after != *before + 1) _exit(kNotCounted);
-    const std::string cause = dltrain::agent::classify_exit(0, SIGKILL, "", *after > *before);
+    const std::string cause = dltrain::wire::events::classify_exit(0, SIGKILL, "", *after > *before);
     _exit(cause == "oom" ? kOk : kWrongCause);
   }
   int st = 0;
@@ -116,5 +117,5 @@ TEST(OomKill, AKernelOomKillOfATaskIsCountedByItsCgroupAndClassifiedAsOom) {
   EXPECT_NE(code, kWrongCause) << "classify_exit did not say oom";
   EXPECT_EQ(code, kOk);
   // The same SIGKILL without a new count in the cgroup is an ordinary signal.
-  EXPECT_EQ(dltrain::agent::classify_exit(0, SIGKILL, "", false), "signal");
+  EXPECT_EQ(dltrain::wire::events::classify_exit(0, SIGKILL, "", false), "signal");
 }

@@ -12,7 +12,7 @@
 
 #include "data/export.h"
 #include "data/image.h"
-#include "train/idx.h"
+#include "data/idx.h"
 
 namespace dltrain::testing {
 
@@ -24,7 +24,7 @@ inline void write_bytes(const std::filesystem::path& p, const std::vector<std::u
 }
 
 /// Image i of an IDX split as a 1-channel 28×28 data::Image (the pixels the files hold).
-inline data::Image idx_image(const train::Split& s, std::int64_t i) {
+inline data::Image idx_image(const data::Split& s, std::int64_t i) {
   data::Image img;
   img.height = img.width = 28;
   img.channels = 1;

@@ -1,10 +1,10 @@
 // The shared readers: HOST:PORT (common/host_port.h), TOML values (common/toml_fields.h)
-// and the agent configuration read with them (agent/options.h), JSON field lists
+// and the agent configuration read with them (config/options.h), JSON field lists
 // (common/json_fields.h), with the exact messages users see.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "agent/options.h"
+#include "config/options.h"
 #include "common/errors.h"
 #include "common/host_port.h"
 #include "common/json_fields.h"
@@ -78,22 +78,22 @@ TEST(JsonFields, WrongTypesThrowAndAbsentFieldsKeepDefaults) {
 TEST(AgentOptions, KeysWrittenBelowThePricesTableAreNamedAsMisplaced) {
   // configs/leader.toml ends with [prices]: a key appended to it lands in that table.
   EXPECT_EQ(message([] {
-              agent::parse_agent_options("agent_token = \"t\"\n[prices]\ncpu = 1.0\ntls_cert_file = \"c.pem\"\n", "/");
+              config::parse_agent_options("agent_token = \"t\"\n[prices]\ncpu = 1.0\ntls_cert_file = \"c.pem\"\n", "/");
             }),
             "prices.tls_cert_file: \"tls_cert_file\" is a top-level key written below the [prices] table, so TOML "
             "reads it as a price; move it above [prices]");
-  const auto o = agent::parse_agent_options("agent_token = \"t\"\n[prices]\ncpu = 1.5\ngpu-a100 = 4\n", "/");
+  const auto o = config::parse_agent_options("agent_token = \"t\"\n[prices]\ncpu = 1.5\ngpu-a100 = 4\n", "/");
   EXPECT_DOUBLE_EQ(o.prices.at("cpu"), 1.5);
   EXPECT_DOUBLE_EQ(o.prices.at("gpu-a100"), 4.0);
-  EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\nname = \"\"\n", "/"); }),
+  EXPECT_EQ(message([] { config::parse_agent_options("agent_token = \"t\"\nname = \"\"\n", "/"); }),
             "name: must not be empty");
-  EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\nfrobnicate = 1\n", "/"); }),
+  EXPECT_EQ(message([] { config::parse_agent_options("agent_token = \"t\"\nfrobnicate = 1\n", "/"); }),
             "frobnicate: unknown key");
-  EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\nprogress_interval = \"50ms\"\n", "/"); }),
+  EXPECT_EQ(message([] { config::parse_agent_options("agent_token = \"t\"\nprogress_interval = \"50ms\"\n", "/"); }),
             "progress_interval: expected at least 100ms, got 50ms");
-  EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\ncores = 5000\n", "/"); }),
+  EXPECT_EQ(message([] { config::parse_agent_options("agent_token = \"t\"\ncores = 5000\n", "/"); }),
             "cores: expected an integer in [0, 4096], got 5000");
-  const auto p = agent::parse_agent_options(
+  const auto p = config::parse_agent_options(
       "agent_token = \"t\"\nname = \"gpu-07\"\nstate_dir = \"state\"\nqueue_timeout = \"1h\"\n", "/etc/dltrain");
   EXPECT_EQ(p.name, "gpu-07");
   EXPECT_EQ(p.state_dir, "/etc/dltrain/state");
@@ -182,15 +182,15 @@ TEST(TomlFields, NonAsciiTextIsGivenToTomlPlusPlusAsEscapesWithTheSameValues) {
 // integer milliseconds (undefined behaviour); "1.2.3s" and ".s" threw std::invalid_argument
 // out of parse_duration_seconds instead of a ConfigError.
 TEST(AgentOptions, DurationsThatDoNotParseOrFitAreNamed) {
-  EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\nheartbeat_timeout = \"99999999999d\"\n", "/"); }),
+  EXPECT_EQ(message([] { config::parse_agent_options("agent_token = \"t\"\nheartbeat_timeout = \"99999999999d\"\n", "/"); }),
             "heartbeat_timeout: expected at most 1000000000s, got \"99999999999d\"");
-  EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\ntask_stop_grace = \".s\"\n", "/"); }),
+  EXPECT_EQ(message([] { config::parse_agent_options("agent_token = \"t\"\ntask_stop_grace = \".s\"\n", "/"); }),
             "task_stop_grace: expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \".s\"");
-  EXPECT_EQ(message([] { agent::parse_agent_options("agent_token = \"t\"\ntask_stop_grace = \"1.2.3s\"\n", "/"); }),
+  EXPECT_EQ(message([] { config::parse_agent_options("agent_token = \"t\"\ntask_stop_grace = \"1.2.3s\"\n", "/"); }),
             "task_stop_grace: expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \"1.2.3s\"");
   const std::string huge(400, '9');
-  EXPECT_EQ(message([&] { agent::parse_agent_options("agent_token = \"t\"\nqueue_timeout = \"" + huge + "s\"\n", "/"); }),
+  EXPECT_EQ(message([&] { config::parse_agent_options("agent_token = \"t\"\nqueue_timeout = \"" + huge + "s\"\n", "/"); }),
             "queue_timeout: expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \"" + huge + "s\"");
-  EXPECT_EQ(agent::parse_agent_options("agent_token = \"t\"\ntask_stop_grace = \"1.5s\"\n", "/").task_stop_grace,
+  EXPECT_EQ(config::parse_agent_options("agent_token = \"t\"\ntask_stop_grace = \"1.5s\"\n", "/").task_stop_grace,
             std::chrono::milliseconds(1500));
 }

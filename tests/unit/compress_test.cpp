@@ -13,7 +13,7 @@
 #include "compress/topk.h"
 #include "ps/partition.h"
 #include "ps/shard_state.h"
-#include "train/exchange.h"
+#include "ps/exchange.h"
 
 using namespace dltrain;
 using namespace dltrain::compress;
@@ -355,7 +355,7 @@ TEST(MinCompressBytes, PushEncoderFindsTheSmallTensorsInThePartitionsThatHoldThe
   CompressionSpec s;
   s.method = Method::kTopk;
   s.min_compress_bytes = 16;
-  train::PushEncoder enc(s, layout, 1, sizes);
+  ps::PushEncoder enc(s, layout, 1, sizes);
   EXPECT_EQ(enc.always_sent_floats(), 5);
   std::vector<float> g(35);
   std::iota(g.begin(), g.end(), 1.0f);
@@ -367,9 +367,9 @@ TEST(MinCompressBytes, PushEncoderFindsTheSmallTensorsInThePartitionsThatHoldThe
   EXPECT_EQ(pushes[4].codec, wire::Codec::kDenseF32);
   EXPECT_EQ(pushes[0].codec, wire::Codec::kSparseF32);
   // Sizes that do not add up to the layout are refused.
-  EXPECT_THROW(train::PushEncoder(s, layout, 1, std::vector<std::int64_t>{10, 3}), InvalidArgument);
+  EXPECT_THROW(ps::PushEncoder(s, layout, 1, std::vector<std::int64_t>{10, 3}), InvalidArgument);
   // Without tensor sizes, or at 0, nothing is always sent.
-  EXPECT_EQ(train::PushEncoder(s, layout, 1).always_sent_floats(), 0);
+  EXPECT_EQ(ps::PushEncoder(s, layout, 1).always_sent_floats(), 0);
 }
 
 TEST(Downlink, ReplicaPlusUnsentDifferenceEqualsPsParameters) {

@@ -2,7 +2,7 @@
 // serves them (compared byte for byte with dashboard/ in the source tree, with their
 // headers; unknown and traversing paths 404), the /v1/dashboard WebSocket's first-message
 // authentication over real loopback sockets, the bounded curves the leader keeps
-// (agent/job_series.h) and a job's progress and ETA. The page itself is tested in
+// (leader/job_series.h) and a job's progress and ETA. The page itself is tested in
 // headless Chromium by tests/integration/dashboard_test.cpp.
 #include <algorithm>
 #include <chrono>
@@ -23,11 +23,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "agent/job_record.h"
-#include "agent/leader.h"
-#include "agent/options.h"
+#include "leader/job_record.h"
+#include "leader/leader.h"
+#include "config/options.h"
 #include "control/client.h"
-#include "agent/job_series.h"
+#include "leader/job_series.h"
 #include "control/dashboard_assets.h"
 #include "control/server.h"
 #include "support/temp_dir.h"
@@ -349,14 +349,14 @@ TEST(DashboardSocket, AnOversizedFirstMessageClosesTheSession) {
 TEST(DashboardRequests, SeriesAndEventsRefuseAMissingJobAnUnknownOneAndALimitOutOfRange) {
   asio::io_context io;
   dltrain::testing::TempDir dir("dltrain-dashboard-requests");
-  agent::AgentOptions o;
+  config::AgentOptions o;
   o.leader = true;
   o.listen_address = "127.0.0.1";
   o.listen_port = 0;
   o.agent_token = "agent-secret";
   o.client_token = "client-secret";
   o.state_dir = dir.path.string();  // never the system's /var/lib/dltrain
-  agent::Leader leader(io, o);
+  leader::Leader leader(io, o);
   leader.start();
   std::thread t([&] { io.run(); });
   {
@@ -390,7 +390,7 @@ TEST(DashboardRequests, SeriesAndEventsRefuseAMissingJobAnUnknownOneAndALimitOut
 }
 
 TEST(JobSeries, AFullSeriesDropsEverySecondPointAndKeepsTheFirstAndTheNewest) {
-  agent::BoundedSeries<int> b(4);
+  leader::BoundedSeries<int> b(4);
   for (int i = 1; i <= 4; ++i) b.add(i);
   EXPECT_EQ(b.points(), (std::vector<int>{1, 2, 3, 4}));
   b.add(5);  // full: 1 2 3 4 -> 1 3, then 5
@@ -407,7 +407,7 @@ TEST(JobSeries, AFullSeriesDropsEverySecondPointAndKeepsTheFirstAndTheNewest) {
 }
 
 TEST(JobSeries, ColumnsPerWorkerAndPerEpochInUPlotsLayout) {
-  agent::JobSeries s(8);
+  leader::JobSeries s(8);
   s.add_progress("worker-1", {2.0, 10, 1, 1.5, 400, 1000, 2000});
   s.add_progress("worker-0", {1.0, 5, 1, 2.0, 300, 500, 700});
   s.add_progress("worker-0", {3.0, 15, 2, 1.0, 350, 900, 1300});
@@ -435,13 +435,13 @@ TEST(JobSeries, ColumnsPerWorkerAndPerEpochInUPlotsLayout) {
 }
 
 TEST(JobProgress, StepsTakenOverStepsInTheJobAndAnEtaAtTheRateSinceTheFirstReport) {
-  agent::JobRec j;
+  leader::JobRec j;
   j.spec.epochs = 2;
-  j.state = "running";
+  j.state = leader::JobState::kRunning;
   EXPECT_FALSE(j.progress());
-  agent::TaskRec w0, w1, ps;
-  w0.kind = w1.kind = "worker";
-  ps.kind = "ps";
+  leader::TaskRec w0, w1, ps;
+  w0.kind = w1.kind = leader::TaskKind::kWorker;
+  ps.kind = leader::TaskKind::kPs;
   w0.steps_per_epoch = 100;  // 200 steps in the job
   w1.steps_per_epoch = 100;
   w0.global_step = 50;
@@ -450,16 +450,16 @@ TEST(JobProgress, StepsTakenOverStepsInTheJobAndAnEtaAtTheRateSinceTheFirstRepor
   ASSERT_TRUE(j.progress());
   EXPECT_DOUBLE_EQ(*j.progress(), (50.0 + 200.0) / 400.0);
   // 0.125 done at the first report, 0.625 now, after 10 s: 0.5 in 10 s, 0.375 to go.
-  j.training_since = agent::JobRec::Clock::now() - std::chrono::seconds(10);
+  j.training_since = leader::JobRec::Clock::now() - std::chrono::seconds(10);
   j.progress_at_training_since = 0.125;
   ASSERT_TRUE(j.eta_seconds());
   EXPECT_NEAR(*j.eta_seconds(), 10.0 * 0.375 / 0.5, 0.1);  // the clock moved on a little
   j.progress_at_training_since = 0.625;  // no step since the first report
   EXPECT_FALSE(j.eta_seconds());
   j.progress_at_training_since = 0.125;
-  j.state = "succeeded";
+  j.state = leader::JobState::kSucceeded;
   EXPECT_FALSE(j.eta_seconds());
-  const json st = agent::job_json(j, std::nullopt);
+  const json st = leader::job_json(j, std::nullopt);
   EXPECT_EQ(st["progress"], 1.0);  // a succeeded job is done, whatever its counters say
   EXPECT_FALSE(st.contains("eta_seconds"));
 }

@@ -24,7 +24,7 @@
 #include "support/image_folder.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
-#include "train/idx.h"
+#include "data/idx.h"
 
 using namespace dltrain;
 using namespace dltrain::data;
@@ -61,8 +61,8 @@ Image gray(int h, int w, std::vector<std::uint8_t> px) {
 // train/: IDX training images 0..239, test/: IDX test images 0..99 (even PNG, odd JPEG).
 struct FashionFolder {
   TempDir dir{"dltrain-imagefolder"};
-  train::Split train_src = train::load_split(kFashion, "train", 240);
-  train::Split test_src = train::load_split(kFashion, "test", 100);
+  data::Split train_src = data::load_split(kFashion, "train", 240);
+  data::Split test_src = data::load_split(kFashion, "test", 100);
   FashionFolder() {
     tst::write_fashion_mnist_folder(dir.path, 240, 100, "mixed");
   }
@@ -71,7 +71,7 @@ struct FashionFolder {
 }  // namespace
 
 TEST(ImageDecode, PngOfFashionMnistIsExactAndJpegWithinTolerance) {
-  const auto src = train::load_split(kFashion, "test", 200);
+  const auto src = data::load_split(kFashion, "test", 200);
   // JPEG at quality 95 (4:4:4, accurate DCT) of 28×28 gray images: every pixel within 16
   // grey levels of the source and a mean absolute error under 1.5 (measured on these 200:
   // at most 9 levels, mean 0.92).
@@ -118,7 +118,7 @@ TEST(ImageDecode, ChannelsAreConvertedWithBt601Luma) {
 }
 
 TEST(ImageDecode, CorruptTruncatedAndEmptyFilesThrowCorruptImageNamingTheFile) {
-  const auto src = train::load_split(kFashion, "test", 1);
+  const auto src = data::load_split(kFashion, "test", 1);
   const auto png = encode_png(tst::idx_image(src, 0));
   const auto jpg = encode_jpeg(tst::idx_image(src, 0));
   const std::vector<std::uint8_t> half_png(png.begin(), png.begin() + static_cast<long>(png.size() / 2));

@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "agent/gpus.h"
-#include "agent/options.h"
+#include "config/options.h"
 #include "common/errors.h"
 #include "wire/control_bodies.h"
 
@@ -139,7 +139,7 @@ TEST(GpuSelection, AMissingOrRepeatedGpuIsAConfigErrorNamingWhatWasFound) {
 
 TEST(GpuOptions, GpusIsAutoNoneOrAListOfIndices) {
   const auto parse_agent_options = [](const std::string& text, const std::string& dir) {
-    return dltrain::agent::parse_agent_options("agent_token = \"gpu-test-agent-token-0123456789abcdef\"\n" + text, dir);
+    return dltrain::config::parse_agent_options("agent_token = \"gpu-test-agent-token-0123456789abcdef\"\n" + text, dir);
   };
   EXPECT_FALSE(parse_agent_options("", ".").gpus.has_value());
   EXPECT_FALSE(parse_agent_options("gpus = \"auto\"", ".").gpus.has_value());
@@ -162,7 +162,7 @@ TEST(GpuOptions, AFileWithABadGpusNamesTheKeyAndTheFile) {
   const auto path = std::filesystem::temp_directory_path() / ("dltrain-gpus-" + std::to_string(::getpid()) + ".toml");
   std::ofstream(path) << "agent_token = \"gpu-test-agent-token-0123456789abcdef\"\ngpus = \"most\"\n";
   try {
-    dltrain::agent::load_agent_options(path.string());
+    dltrain::config::load_agent_options(path.string());
     ADD_FAILURE() << "gpus = \"most\" was accepted";
   } catch (const dltrain::ConfigError& e) {
     EXPECT_EQ(e.field(), "gpus");

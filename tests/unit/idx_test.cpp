@@ -12,10 +12,10 @@
 #include <zlib.h>
 
 #include "common/errors.h"
-#include "train/idx.h"
+#include "data/idx.h"
 
 using namespace dltrain;
-using namespace dltrain::train;
+using namespace dltrain::data;
 namespace fs = std::filesystem;
 using dltrain::testing::TempDir;
 using dltrain::testing::error_of;

@@ -1,4 +1,4 @@
-// The local group (train/local_group.h) with real processes: each member is a child
+// The local group (group/local_group.h) with real processes: each member is a child
 // process of the test (fork) that joins over a real Unix socket and reports what it
 // holds afterwards, or the error it got, through a pipe.
 #include <signal.h>
@@ -18,9 +18,9 @@
 #include <gtest/gtest.h>
 
 #include "ps/client.h"
-#include "train/local_group.h"
+#include "group/local_group.h"
 
-using namespace dltrain::train;
+using namespace dltrain::group;
 namespace fs = std::filesystem;
 
 namespace {

@@ -15,8 +15,8 @@
 #include <gtest/gtest.h>
 
 #include "agent/failure.h"
-#include "agent/job_record.h"
-#include "agent/options.h"
+#include "leader/job_record.h"
+#include "config/options.h"
 #include "agent/task_logs.h"
 #include "agent/task_metrics.h"
 #include "common/errors.h"
@@ -110,17 +110,17 @@ TEST(MetricsServer, RefusesANonLoopbackAddressWithoutAToken) {
 TEST(MetricsOptions, AgentConfigRefusesAPublicMetricsAddressWithoutAToken) {
   const std::string base = "agent_token = \"agent-token-0123456789\"\n";
   try {
-    dltrain::agent::parse_agent_options(base + "metrics_address = \"0.0.0.0\"\n", ".");
+    dltrain::config::parse_agent_options(base + "metrics_address = \"0.0.0.0\"\n", ".");
     FAIL() << "accepted";
   } catch (const dltrain::ConfigError& e) {
     EXPECT_EQ(e.field(), "metrics_token");
   }
-  const auto o = dltrain::agent::parse_agent_options(
+  const auto o = dltrain::config::parse_agent_options(
       base + "metrics_address = \"0.0.0.0\"\nmetrics_port = 9500\nmetrics_token = \"m-token\"\n", ".");
   EXPECT_EQ(o.metrics_address, "0.0.0.0");
   EXPECT_EQ(o.metrics_port, 9500);
   EXPECT_EQ(o.metrics_token, "m-token");
-  const auto local = dltrain::agent::parse_agent_options(base + "metrics_address = \"::1\"\n", ".");
+  const auto local = dltrain::config::parse_agent_options(base + "metrics_address = \"::1\"\n", ".");
   EXPECT_EQ(local.metrics_port, 9464);  // the default
   EXPECT_TRUE(local.metrics_token.empty());
 }
@@ -129,7 +129,7 @@ dltrain::agent::TaskMetrics worker_task() {
   dltrain::agent::TaskMetrics t;
   t.job = "job-7";
   t.task = "worker-1";
-  t.role = "worker";
+  t.role = dltrain::wire::TaskKind::kWorker;
   t.start_unix = 1000;
   return t;
 }
@@ -216,7 +216,7 @@ TEST(TaskMetrics, APsShardsStatsAndCheckpointAge) {
   dltrain::agent::TaskMetrics t;
   t.job = "job-7";
   t.task = "ps-0";
-  t.role = "ps";
+  t.role = dltrain::wire::TaskKind::kPs;
   events::PsStats st;
   st.pushes = 300;
   st.pulls = 310;
@@ -250,7 +250,7 @@ TEST(TaskMetrics, AnSspShardsBarrierRecord) {
   dltrain::agent::TaskMetrics t;
   t.job = "job-8";
   t.task = "ps-0";
-  t.role = "ps";
+  t.role = dltrain::wire::TaskKind::kPs;
   events::PsStats st;
   st.sync = "ssp";
   st.sync_waits = 12;
@@ -292,7 +292,7 @@ TEST(AgentMetrics, CoresFreeAreTheOfferedLessTheHeld) {
 namespace {
 
 TEST(Failure, TheCauseOfAnExit) {
-  using dltrain::agent::classify_exit;
+  using dltrain::wire::events::classify_exit;
   EXPECT_EQ(classify_exit(1, 0, "divergence", false), "divergence");
   EXPECT_EQ(classify_exit(1, 0, "timeout", false), "timeout");
   EXPECT_EQ(classify_exit(-1, SIGKILL, "", true), "oom");
@@ -455,10 +455,11 @@ TEST(TaskLogs, ALogRequestOutOfRangeNamesTheField) {
 
 namespace {
 
-dltrain::agent::TaskRec worker_at(int rank, std::int64_t step, const std::string& state = "running") {
-  dltrain::agent::TaskRec t;
+dltrain::leader::TaskRec worker_at(int rank, std::int64_t step,
+                                   dltrain::leader::TaskState state = dltrain::leader::TaskState::kRunning) {
+  dltrain::leader::TaskRec t;
   t.name = "worker-" + std::to_string(rank);
-  t.kind = "worker";
+  t.kind = dltrain::leader::TaskKind::kWorker;
   t.index = rank;
   t.state = state;
   t.global_step = step;
@@ -466,36 +467,36 @@ dltrain::agent::TaskRec worker_at(int rank, std::int64_t step, const std::string
 }
 
 TEST(Stragglers, AWorkerMoreThanTheFactorBehindTheLeadIsFlagged) {
-  dltrain::agent::JobRec j;
-  dltrain::agent::TaskRec ps;
+  dltrain::leader::JobRec j;
+  dltrain::leader::TaskRec ps;
   ps.name = "ps-0";
-  ps.kind = "ps";
-  ps.state = "running";
-  j.tasks = {ps, worker_at(0, 100), worker_at(1, 49), worker_at(2, 50), worker_at(3, 10, "exited")};
-  dltrain::agent::mark_stragglers(j, 2.0);
+  ps.kind = dltrain::leader::TaskKind::kPs;
+  ps.state = dltrain::leader::TaskState::kRunning;
+  j.tasks = {ps, worker_at(0, 100), worker_at(1, 49), worker_at(2, 50), worker_at(3, 10, dltrain::leader::TaskState::kExited)};
+  dltrain::leader::mark_stragglers(j, 2.0);
   EXPECT_FALSE(j.tasks[1].straggler);  // the lead
   EXPECT_TRUE(j.tasks[2].straggler);   // 49 x 2 < 100
   EXPECT_FALSE(j.tasks[3].straggler);  // 50 x 2 = 100: not more than twice behind
   EXPECT_FALSE(j.tasks[4].straggler);  // finished or dead: not running
   EXPECT_FALSE(j.tasks[0].straggler);
   // Off, and too early to tell.
-  dltrain::agent::mark_stragglers(j, 0);
+  dltrain::leader::mark_stragglers(j, 0);
   EXPECT_FALSE(j.tasks[2].straggler);
-  j.tasks = {worker_at(0, dltrain::agent::kMinStepsForStragglers - 1), worker_at(1, 0)};
-  dltrain::agent::mark_stragglers(j, 2.0);
+  j.tasks = {worker_at(0, dltrain::leader::kMinStepsForStragglers - 1), worker_at(1, 0)};
+  dltrain::leader::mark_stragglers(j, 2.0);
   EXPECT_FALSE(j.tasks[1].straggler);
-  j.tasks[0].global_step = dltrain::agent::kMinStepsForStragglers;
-  dltrain::agent::mark_stragglers(j, 2.0);
+  j.tasks[0].global_step = dltrain::leader::kMinStepsForStragglers;
+  dltrain::leader::mark_stragglers(j, 2.0);
   EXPECT_TRUE(j.tasks[1].straggler);
 }
 
 TEST(Stragglers, TheFactorIsZeroOrMoreThanOne) {
   const std::string base = "agent_token = \"agent-token-0123456789\"\n";
-  EXPECT_EQ(dltrain::agent::parse_agent_options(base, ".").straggler_factor, 2.0);
-  EXPECT_EQ(dltrain::agent::parse_agent_options(base + "straggler_factor = 0\n", ".").straggler_factor, 0.0);
-  EXPECT_EQ(dltrain::agent::parse_agent_options(base + "straggler_factor = 3.5\n", ".").straggler_factor, 3.5);
+  EXPECT_EQ(dltrain::config::parse_agent_options(base, ".").straggler_factor, 2.0);
+  EXPECT_EQ(dltrain::config::parse_agent_options(base + "straggler_factor = 0\n", ".").straggler_factor, 0.0);
+  EXPECT_EQ(dltrain::config::parse_agent_options(base + "straggler_factor = 3.5\n", ".").straggler_factor, 3.5);
   try {
-    dltrain::agent::parse_agent_options(base + "straggler_factor = 0.5\n", ".");
+    dltrain::config::parse_agent_options(base + "straggler_factor = 0.5\n", ".");
     FAIL() << "accepted 0.5";
   } catch (const dltrain::ConfigError& e) {
     EXPECT_EQ(e.field(), "straggler_factor");

@@ -1,8 +1,8 @@
-// PartitionTracker (train/overlap.h): which partitions backward has completed, on a
+// PartitionTracker (ps/overlap.h): which partitions backward has completed, on a
 // hand-made layout whose answers follow from the offsets by hand.
 #include <gtest/gtest.h>
 
-#include "train/overlap.h"
+#include "ps/overlap.h"
 
 namespace {
 
@@ -15,7 +15,7 @@ dltrain::ps::PartitionLayout layout() {
 }
 
 TEST(PartitionTracker, APartitionIsCompleteWhenTheLastTensorItCoversArrives) {
-  dltrain::train::PartitionTracker t({3, 5, 2}, layout());
+  dltrain::ps::PartitionTracker t({3, 5, 2}, layout());
   EXPECT_EQ(t.offset(0), 0);
   EXPECT_EQ(t.offset(1), 3);
   EXPECT_EQ(t.offset(2), 8);
@@ -33,7 +33,7 @@ TEST(PartitionTracker, APartitionIsCompleteWhenTheLastTensorItCoversArrives) {
 }
 
 TEST(PartitionTracker, FloatsOfTensorsWithoutAGradientAreZeroedInTheirPartitionOnly) {
-  dltrain::train::PartitionTracker t({3, 5, 2}, layout());
+  dltrain::ps::PartitionTracker t({3, 5, 2}, layout());
   t.arrived(0);  // tensor 1 (floats 3..7) and tensor 2 got none
   std::vector<float> g(10, 1.0f);
   t.zero_missing(layout().partitions[0], g);

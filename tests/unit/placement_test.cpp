@@ -1,12 +1,12 @@
 // Placement without sockets: hand-built tables of free cores in, agent ids out
-// (agent/placement.h). Expected placements are worked out by hand in the comments.
+// (leader/placement.h). Expected placements are worked out by hand in the comments.
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "agent/placement.h"
+#include "leader/placement.h"
 
-using namespace dltrain::agent;
+using namespace dltrain::leader;
 
 TEST(Placement, EachTaskGoesToTheAgentWithTheMostFreeCores) {
   // a:4 b:2 c:3, one core per task: a (4 → 3); a and c tie at 3, the first in table

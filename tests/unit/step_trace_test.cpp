@@ -1,4 +1,4 @@
-// The step timeline (train/step_trace.h): the bounded ring, the file a worker writes
+// The step timeline (wire/step_trace.h): the bounded ring, the file a worker writes
 // and reads back, and the Chrome trace-event document, checked against values worked
 // out by hand.
 #include <unistd.h>
@@ -11,11 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
-#include "train/step_trace.h"
+#include "wire/step_trace.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using namespace dltrain::train;
+using namespace dltrain::wire;
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include "common/errors.h"
 #include "ps/server.h"
 #include "ps/shard_state.h"
-#include "train/idx.h"
+#include "data/idx.h"
 #include "train/models.h"
 #include "train/tensors.h"
 #include "train/trainer.h"
@@ -186,7 +186,7 @@ TEST(WorkerStep, OneWorkerAgainstAPsShardTakesTheSgdStepsComputedWithLibTorch) {
   EXPECT_NEAR(evs.back()["compression_ratio"].get<double>(), 1.0, 0.05);
 
   // The same three steps by hand.
-  Split train = load_split(spec.data_dir, "train", spec.train_samples);
+  data::Split train = data::load_split(spec.data_dir, "train", spec.train_samples);
   auto [x, y] = to_tensors(train, spec.dataset);
   torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
   Model ref = make_model(spec.model);
@@ -277,7 +277,7 @@ TEST(WorkerStep, OverlapInAsyncModeTakesEachGradientOneStepStaler) {
   // The pipelined pulls' replies count in the steps' traffic: dense both ways, ratio 1.
   EXPECT_NEAR(evs.back()["compression_ratio"].get<double>(), 1.0, 0.05);
 
-  Split train = load_split(spec.data_dir, "train", spec.train_samples);
+  data::Split train = data::load_split(spec.data_dir, "train", spec.train_samples);
   auto [x, y] = to_tensors(train, spec.dataset);
   torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
   Model ref = make_model(spec.model);

@@ -1,0 +1,235 @@
+#include "config/options.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <map>
+#include <fstream>
+#include <sstream>
+
+#include "common/errors.h"
+#include "common/job_spec.h"
+#include "common/secret.h"
+#include "common/toml_fields.h"
+#include "common/host_port.h"
+
+namespace dltrain::config {
+
+using toml_fields::get_bool;
+using toml_fields::get_double;
+using toml_fields::get_int;
+using toml_fields::get_string;
+
+namespace {
+
+using Node = toml::node;
+using Handler = std::function<void(AgentOptions&, const Node&, const std::string&)>;
+
+// Longest duration accepted for a setting, in seconds (about 31 years): bounds the
+// conversion to integer milliseconds.
+constexpr double kMaxDurationSeconds = 1e9;
+
+// `v` as milliseconds: a positive duration string, at least `min_ms`.
+std::chrono::milliseconds duration_ms(const Node& n, const std::string& k, std::int64_t min_ms = 1) {
+  const double sec = toml_fields::get_duration(n, k, "1s");
+  if (sec <= 0) throw ConfigError(k, "must be positive");
+  if (sec > kMaxDurationSeconds) {
+    throw ConfigError(k, "expected at most " + std::to_string(static_cast<std::int64_t>(kMaxDurationSeconds)) +
+                             "s, got \"" + *n.value<std::string>() + "\"");
+  }
+  const std::chrono::milliseconds v(static_cast<std::int64_t>(sec * 1000));
+  if (v.count() < min_ms) {
+    throw ConfigError(k, "expected at least " + std::to_string(min_ms) + "ms, got " + std::to_string(v.count()) + "ms");
+  }
+  return v;
+}
+
+// Every key of an agent configuration, with how it is read: the one list of its keys.
+// `resolve` makes a path relative to the configuration's directory absolute.
+std::map<std::string, Handler> key_handlers(const std::function<std::string(const std::string&)>& resolve) {
+  auto str = [](std::string AgentOptions::*f) {
+    return Handler([f](AgentOptions& o, const Node& n, const std::string& k) { o.*f = get_string(n, k, true); });
+  };
+  auto path = [resolve](std::string AgentOptions::*f) {
+    return Handler(
+        [f, resolve](AgentOptions& o, const Node& n, const std::string& k) { o.*f = resolve(get_string(n, k, true)); });
+  };
+  auto flag = [](bool AgentOptions::*f) {
+    return Handler([f](AgentOptions& o, const Node& n, const std::string& k) { o.*f = get_bool(n, k); });
+  };
+  auto dur = [](std::chrono::milliseconds AgentOptions::*f, std::int64_t min_ms = 1) {
+    return Handler([f, min_ms](AgentOptions& o, const Node& n, const std::string& k) { o.*f = duration_ms(n, k, min_ms); });
+  };
+  auto integer = [](int AgentOptions::*f, std::int64_t lo, std::int64_t hi) {
+    return Handler(
+        [f, lo, hi](AgentOptions& o, const Node& n, const std::string& k) { o.*f = static_cast<int>(get_int(n, k, lo, hi)); });
+  };
+  auto token_file = [resolve](std::string AgentOptions::*f) {
+    return Handler([f, resolve](AgentOptions& o, const Node& n, const std::string& k) {
+      o.*f = read_private_file(resolve(get_string(n, k, true)), k);
+    });
+  };
+  return {
+      // An agent without a name cannot register (nor name its log): refused here.
+      {"name", [](AgentOptions& o, const Node& n, const std::string& k) { o.name = get_string(n, k); }},
+      {"leader", flag(&AgentOptions::leader)},
+      {"leader_url", str(&AgentOptions::leader_url)},
+      {"listen_address", str(&AgentOptions::listen_address)},
+      {"listen_port",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.listen_port = static_cast<std::uint16_t>(get_int(n, k, 0, 65535));
+       }},
+      {"advertise_address", str(&AgentOptions::advertise_address)},
+      {"metrics_address", str(&AgentOptions::metrics_address)},
+      {"metrics_port",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.metrics_port = static_cast<std::uint16_t>(get_int(n, k, 0, 65535));
+       }},
+      {"metrics_token", str(&AgentOptions::metrics_token)},
+      {"metrics_token_file", token_file(&AgentOptions::metrics_token)},
+      {"task_bind_address", str(&AgentOptions::task_bind_address)},
+      {"host_tasks", flag(&AgentOptions::host_tasks)},
+      {"cores", integer(&AgentOptions::cores, 0, 4096)},
+      {"memory_mb",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.memory_mb = get_int(n, k, 0, std::numeric_limits<std::int64_t>::max());
+       }},
+      {"hardware_class", str(&AgentOptions::hardware_class)},
+      {"gpus",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         if (n.is_string()) {
+           const std::string v = toml_fields::get_choice(n, k, {"auto", "none"});
+           o.gpus = v == "auto" ? std::nullopt : std::optional<std::vector<int>>(std::vector<int>{});
+           return;
+         }
+         const auto* arr = n.as_array();
+         if (!arr) {
+           throw ConfigError(k, "expected \"auto\", \"none\" or a list of GPU indices such as [0, 2], got " +
+                                    toml_fields::type_name(n));
+         }
+         if (arr->size() > wire::kMaxGpus) {
+           throw ConfigError(k, "at most " + std::to_string(wire::kMaxGpus) + " GPUs, got " + std::to_string(arr->size()));
+         }
+         std::vector<int> v;
+         for (std::size_t i = 0; i < arr->size(); ++i) {
+           v.push_back(static_cast<int>(get_int((*arr)[i], k + "[" + std::to_string(i) + "]", 0,
+                                                static_cast<std::int64_t>(wire::kMaxGpus) - 1)));
+         }
+         o.gpus = std::move(v);
+       }},
+      {"nvml_library",
+       [resolve](AgentOptions& o, const Node& n, const std::string& k) {
+         // A bare file name is for the loader's search path; a path is the configuration's.
+         const std::string v = get_string(n, k);
+         o.nvml_library = v.find('/') == std::string::npos ? v : resolve(v);
+       }},
+      {"state_dir", path(&AgentOptions::state_dir)},
+      {"agent_token", str(&AgentOptions::agent_token)},
+      {"client_token", str(&AgentOptions::client_token)},
+      {"agent_token_file", token_file(&AgentOptions::agent_token)},
+      {"client_token_file", token_file(&AgentOptions::client_token)},
+      {"task_bin_dir", path(&AgentOptions::task_bin_dir)},
+      {"task_log_max_bytes",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.task_log_max_bytes = static_cast<std::uintmax_t>(get_int(n, k, 4096, std::int64_t{1} << 40));
+       }},
+      {"tls_cert_file", path(&AgentOptions::tls_cert_file)},
+      {"tls_key_file", path(&AgentOptions::tls_key_file)},
+      {"tls_ca_file", path(&AgentOptions::tls_ca_file)},
+      {"heartbeat_interval", dur(&AgentOptions::heartbeat_interval)},
+      {"heartbeat_timeout", dur(&AgentOptions::heartbeat_timeout)},
+      {"task_stop_grace", dur(&AgentOptions::task_stop_grace)},
+      {"reassign_timeout", dur(&AgentOptions::reassign_timeout)},
+      {"ps_checkpoint_interval", dur(&AgentOptions::ps_checkpoint_interval, 100)},
+      {"queue_timeout", dur(&AgentOptions::queue_timeout)},
+      {"progress_interval", dur(&AgentOptions::progress_interval, 100)},
+      {"log_level", str(&AgentOptions::log_level)},
+      {"explore_steps", integer(&AgentOptions::explore_steps, 10, 100000)},
+      {"task_max_restarts", integer(&AgentOptions::task_max_restarts, 0, 100)},
+      {"job_retention", integer(&AgentOptions::job_retention, 1, 10000)},
+      {"margin_sigmas",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.margin_sigmas = get_double(n, k, 0.0, 5.0, false, false);
+       }},
+      {"straggler_factor",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.straggler_factor = get_double(n, k, 0.0, 1000.0, false, false);
+         if (o.straggler_factor != 0 && o.straggler_factor <= 1) {
+           throw ConfigError(k, "expected 0 (off) or a factor > 1, got " + std::to_string(o.straggler_factor));
+         }
+       }},
+      {"switch_threshold",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         o.switch_threshold = get_double(n, k, 0.0, 1.0, false, true);
+       }},
+  };
+}
+
+}  // namespace
+
+AgentOptions parse_agent_options(const std::string& text, const std::string& base_dir) {
+  const toml::table root = toml_fields::parse(text);
+  AgentOptions o;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  o.name = host;
+  const auto handlers = key_handlers([&](const std::string& p) {
+    std::filesystem::path path(p);
+    return (path.is_relative() ? std::filesystem::path(base_dir) / path : path).string();
+  });
+  for (auto&& [key, node] : root) {
+    const std::string k(key.str());
+    if (k == "prices") {
+      o.prices.clear();
+      for (auto&& [ck, cv] : toml_fields::get_table(node, k)) {
+        const std::string c(ck.str());
+        const std::string f = "prices." + c;
+        if (handlers.count(c)) {
+          // TOML puts every key written after a [table] header into that table.
+          throw ConfigError(f, "\"" + c + "\" is a top-level key written below the [prices] table, so TOML reads "
+                               "it as a price; move it above [prices]");
+        }
+        o.prices[c] = get_double(cv, f, 0.0, std::numeric_limits<double>::max(), true, false);
+      }
+      continue;
+    }
+    const auto h = handlers.find(k);
+    if (h == handlers.end()) throw ConfigError(k, "unknown key");
+    h->second(o, node, k);
+  }
+  if (o.agent_token.empty()) throw ConfigError("agent_token", "required (or agent_token_file)");
+  if (o.leader && o.client_token.empty()) throw ConfigError("client_token", "required on the leader (or client_token_file)");
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    throw ConfigError(o.tls_cert_file.empty() ? "tls_cert_file" : "tls_key_file",
+                      "TLS needs both tls_cert_file and tls_key_file");
+  }
+  if (!o.metrics_address.empty() && !is_loopback_address(o.metrics_address) && o.metrics_token.empty()) {
+    throw ConfigError("metrics_token", "required when metrics_address (\"" + o.metrics_address +
+                                           "\") is not a loopback address (or metrics_token_file): anyone who "
+                                           "reaches it could read the metrics");
+  }
+  if (o.heartbeat_timeout <= o.heartbeat_interval) {
+    throw ConfigError("heartbeat_timeout", "must be longer than heartbeat_interval");
+  }
+  return o;
+}
+
+AgentOptions load_agent_options(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("", "cannot read agent configuration \"" + path + "\"");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return parse_agent_options(ss.str(), std::filesystem::path(path).parent_path().string());
+  } catch (const ConfigError& e) {
+    // The same message with the file named, and the key kept for callers that ask.
+    std::string msg = e.what();
+    const std::string prefix = e.field() + ": ";
+    if (!e.field().empty() && msg.compare(0, prefix.size(), prefix) == 0) msg.erase(0, prefix.size());
+    throw ConfigError(e.field(), msg + " (in " + path + ")");
+  }
+}
+
+}  // namespace dltrain::config

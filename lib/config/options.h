@@ -1,0 +1,106 @@
+// Agent configuration (the daemon's TOML file), parsed once into AgentOptions.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "wire/control_bodies.h"
+
+namespace dltrain::config {
+
+/// Options of one dltrain-agent. See configs/agent.toml and configs/leader.toml.
+struct AgentOptions {
+  std::string name;                        ///< defaults to the host name
+  bool leader = false;                     ///< this agent is the leader
+  std::string leader_url = "ws://127.0.0.1:7070";  ///< agents: where the leader listens
+  std::string listen_address = "127.0.0.1";  ///< leader: control endpoint address
+  std::uint16_t listen_port = 7070;        ///< leader: control endpoint port (0 = ephemeral)
+  std::string advertise_address = "127.0.0.1";  ///< address workers use to reach this agent's PS tasks
+  std::string task_bind_address = "0.0.0.0";    ///< address PS tasks listen on
+  /// Prometheus metrics endpoint (`GET /metrics`, docs/operations.md "Metrics"): the IP
+  /// literal it listens on; empty = no endpoint. An address that is not loopback needs
+  /// metrics_token.
+  std::string metrics_address;
+  std::uint16_t metrics_port = 9464;       ///< its port; 0 = ephemeral (see `dltrain agents`)
+  /// Bearer token scrapers present (`Authorization: Bearer ...`); empty = none asked for,
+  /// allowed only on a loopback metrics_address. Unrelated to the agent and client tokens,
+  /// so a scraper's credentials can neither run jobs nor join the cluster.
+  std::string metrics_token;
+  /// Not a configuration key: "HOST:PORT" of the running metrics endpoint, which the
+  /// agent reports when it registers ("" = none).
+  std::string metrics_endpoint;
+  bool host_tasks = true;                  ///< leader: also run tasks like any agent
+  int cores = 0;                           ///< cores offered to tasks; 0 = all online cores
+  std::int64_t memory_mb = 0;              ///< memory offered; 0 = physical memory
+  std::string hardware_class = "cpu";      ///< label used by the planner's price table
+  /// GPUs offered to tasks, by NVML index: nullopt = "auto" (every GPU NVML finds), an
+  /// empty list = "none", else exactly these (each must exist, or the agent does not start).
+  std::optional<std::vector<int>> gpus;
+  /// Where NVML is loaded from (dlopen): a file name looked up on the loader's path, or a
+  /// path for a driver installed outside it.
+  std::string nvml_library = "libnvidia-ml.so.1";
+  /// Not a configuration key: the GPUs found and selected at start (agent/gpus.h), which
+  /// the agent reports when it registers and in its metrics.
+  std::vector<wire::GpuInfo> gpu_devices;
+  std::string state_dir = "/var/lib/dltrain";  ///< task directories, logs, (leader) store
+  std::string agent_token;                 ///< bearer token agents present to the leader
+  std::string client_token;                ///< leader: bearer token clients present
+  std::string task_bin_dir;                ///< where dltrain-ps/dltrain-worker live; empty = next to the agent
+  /// Leader: serve the control port over TLS (wss://) with this certificate chain and
+  /// private key (PEM; the key file 0600 or stricter). Both or neither.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  /// Agents with a wss:// leader_url: CA certificates (PEM) to verify the leader with;
+  /// empty = the system's trust store.
+  std::string tls_ca_file;
+  /// Not a configuration key: set for the agent inside the leader's process, which trusts
+  /// exactly its leader's certificate (it reaches it on 127.0.0.1).
+  std::string tls_pinned_cert_file;
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds heartbeat_timeout{10000};
+  std::chrono::milliseconds task_stop_grace{10000};  ///< SIGTERM → SIGKILL delay
+  /// A task's log (its stderr, task.log in its directory) is rotated to task.log.1 when
+  /// it grows past this many bytes, checked every 5 s: at most about twice this on disk.
+  std::uintmax_t task_log_max_bytes = 8u << 20;
+  int task_max_restarts = 3;       ///< restarts of a worker or PS shard that died, per task (0 = none);
+                                   ///< leader: also re-assignments of a job, per job
+  /// Leader: how long a job whose agent was lost waits for free cores on other agents to
+  /// re-assign its tasks to, before it ends failed.
+  std::chrono::milliseconds reassign_timeout{300000};
+  /// Time between two checkpoints of a PS shard's state (its task directory, file
+  /// `shard.ckpt`); a shard also checkpoints when a worker finishes and when it stops.
+  std::chrono::milliseconds ps_checkpoint_interval{10000};
+  /// Time between two progress events of a worker task (its loss, images/s, bytes), what
+  /// `dltrain submit --follow` prints while a job trains.
+  std::chrono::milliseconds progress_interval{5000};
+  /// Leader: how long a job may wait in the queue before it fails with the reason, for
+  /// jobs without their own queue_timeout; 0 = for ever.
+  std::chrono::milliseconds queue_timeout{0};
+  /// Leader: finished jobs (succeeded, failed, cancelled) kept, in memory and in the store,
+  /// [1, 10000]; the oldest beyond it are removed with their event logs (their history
+  /// rows stay, for the planner). Queued and running jobs are never removed.
+  int job_retention = 1000;
+  std::string log_level = "info";
+  /// Leader: price of one task-hour per hardware class ([prices] table), for the planner.
+  std::map<std::string, double> prices{{"cpu", 1.0}};
+  int explore_steps = 40;          ///< leader: steps per worker of an exploration run
+  double switch_threshold = 0.10;  ///< leader: relative predicted gain needed to change a plan
+  double margin_sigmas = 0.0;      ///< leader: planner safety margin (docs/planner.md)
+  /// Leader: a running worker whose step count times this factor is below its job's
+  /// most advanced worker's is flagged as a straggler (`dltrain status`, metrics); 0 = off.
+  double straggler_factor = 2.0;
+};
+
+/// Parses an agent TOML file. `agent_token_file` / `client_token_file` keys read the
+/// token from a file (first line). Throws ConfigError naming the key for a syntax error,
+/// an unknown key, a wrong type or an out-of-range value.
+AgentOptions load_agent_options(const std::string& path);
+
+/// Same, from text (for tests); `base_dir` resolves relative token files.
+AgentOptions parse_agent_options(const std::string& text, const std::string& base_dir);
+
+}  // namespace dltrain::config

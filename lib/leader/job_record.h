@@ -1,0 +1,191 @@
+// The leader's records of jobs and their tasks, and their JSON forms: the stored form a
+// restarted leader reads back (RocksDB, store/store.h), the job as `dltrain status`
+// shows it, and its summary (wire/task_events.h, events::Summary). No behaviour: the job
+// state machine that changes these records is leader/leader.cpp.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/job_spec.h"
+#include "leader/job_series.h"
+#include "leader/states.h"
+#include "common/json_fields.h"
+#include "wire/task_events.h"
+
+namespace dltrain::control {
+class Session;
+}
+
+namespace dltrain::leader {
+
+/// One task (PS shard or worker) of a job, in its current generation.
+struct TaskRec : json_fields::Fields<TaskRec> {
+  std::string name;        ///< "ps-0", "worker-1"
+  TaskKind kind = TaskKind::kWorker;
+  int index = 0;           ///< shard or rank
+  std::string agent;
+  TaskState state = TaskState::kPending;  ///< leader/states.h
+  int port = 0;
+  std::string address;
+  std::vector<int> gpus;   ///< worker of a cuda job: the GPU indices it holds on its agent
+  std::string last_error;
+  std::string exit;        ///< ExitStatus::describe()
+  bool ok_exit = false;
+  int restarts = 0;
+  std::string recovery;    ///< PS shard: how its last restart recovered its state
+  int resyncs = 0;         ///< worker: times it reconnected to restarted PS shards
+  int epochs_done = 0;     ///< worker: epochs it finished (from its epoch_end events)
+  /// Worker: what its "stopped" event said of its saved replica (empty: none).
+  json_fields::Nullable<wire::events::Replica> replica;
+  std::uint32_t replica_generation = 0;  ///< the generation whose task directory holds it
+  bool restored = false;   ///< PS shard: loaded a checkpoint when it started (not stored)
+  std::int64_t global_step = 0;  ///< worker: its latest progress event's global step (not stored)
+  std::int64_t steps_per_epoch = 0;  ///< worker: its shard's steps per epoch, from progress (not stored)
+  bool straggler = false;  ///< worker: behind the others by more than the factor (mark_stragglers)
+
+  /// The stored form (a restarted leader adopts the tasks its agents re-report).
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("name", s.name), v("kind", s.kind), v("index", s.index), v("agent", s.agent), v("state", s.state),
+        v("port", s.port), v("address", s.address), v("exit", s.exit), v("ok_exit", s.ok_exit),
+        v("restarts", s.restarts), v("epochs_done", s.epochs_done), v("recovery", s.recovery),
+        v("resyncs", s.resyncs), v("last_error", s.last_error), v("replica", s.replica),
+        v("replica_generation", s.replica_generation), v("gpus", s.gpus);
+  }
+};
+
+/// One job: its specification, state, tasks and counters.
+struct JobRec {
+  using Clock = std::chrono::steady_clock;
+  std::string id;                  ///< "job-<num>"
+  std::uint64_t num = 0;
+  JobSpec spec;
+  JobState state = JobState::kQueued;  ///< leader/states.h (changed by Leader::Impl::set_state)
+  std::uint32_t generation = 1;
+  /// Hex of the job's random secret (common/secret.h): its tasks prove it to each other on
+  /// the data plane. Sent to agents in start_task and kept in the store while the job
+  /// lives; never in a reply, an event or a log line.
+  std::string secret;
+  Clock::time_point submitted;
+  double submitted_unix = 0;
+  std::optional<Clock::time_point> ended;
+  std::vector<TaskRec> tasks;
+  double test_accuracy = -1;
+  int epochs_done = 0;
+  std::map<int, std::uint64_t> pushed, pulled;  ///< each worker's count in this generation
+  std::uint64_t pushed_before = 0, pulled_before = 0;  ///< earlier generations' and leaders' counts
+  std::map<int, double> images_per_sec;
+  std::map<int, double> epoch_seconds;  ///< each worker's latest epoch time
+  std::map<int, std::int64_t> skipped_images;  ///< unreadable images each worker skipped
+  std::map<int, wire::events::Traffic> traffic, traffic_after_warmup;  ///< from each worker's "done"
+  std::map<int, double> profile_ips;    ///< exploration runs: per worker
+  double profile_eval_seconds = 0;      ///< exploration runs: worker 0's one evaluation, s (0: none)
+  double fixed_wall = -1;               ///< restored jobs: wall time when they ended
+  double last_bytes = 0;                ///< bytes at the previous epoch observation
+  nlohmann::json plan;                  ///< the planner's decision, when auto
+  std::string profile_of;               ///< exploration run of this job
+  std::vector<std::string> pending_profiles;  ///< this job waits for these runs
+  double exploration_seconds = 0;
+  std::string error;
+  /// The first task whose failure failed the job (absent when none did: a planner or
+  /// queue failure, a cancellation).
+  std::optional<wire::events::Failure> failure;
+  std::optional<JobState> failing_state;  ///< the terminal state to enter once every task exited
+  std::vector<std::weak_ptr<control::Session>> followers;
+  // Re-assignment (state recovering): why, since when, how often so far.
+  int reassignments = 0;
+  std::string recovery_reason;
+  std::optional<Clock::time_point> recovering_since;
+  bool waiting_logged = false;
+  bool workers_started = false;  ///< some generation of this job trained (its PS state matters)
+  /// After a re-assignment: the worker whose saved replica (of generation seed_generation)
+  /// initialises the new shards; the other workers start once it has.
+  std::string seed;
+  std::uint32_t seed_generation = 0;
+  /// A job a restarted leader restored while running: until this time (or until every
+  /// agent its tasks are on has registered again) the leader waits for its agents.
+  std::optional<Clock::time_point> adopt_until;
+  std::string adopt_lost;  ///< tasks its agents no longer had when they came back
+  std::optional<Clock::time_point> queued_since;  ///< when it last entered the queue
+  std::string last_waiting;  ///< the last "waiting" event its followers got (to send changes only)
+  JobSeries series;          ///< the dashboard's curves (in memory only; leader/job_series.h)
+  /// When this leader got the job's first progress report, and progress() then: the
+  /// base of its ETA (a restarted leader's base is its own first report, not the job's).
+  std::optional<Clock::time_point> training_since;
+  double progress_at_training_since = 0;
+  /// The share of the job's steps its workers have taken, [0, 1]: Σ global_step ÷
+  /// Σ steps_per_epoch × epochs over the workers that reported progress; nullopt before
+  /// any did.
+  std::optional<double> progress() const;
+  /// Seconds left at the rate since training_since: elapsed × (1 − p) ÷ (p − p0) for
+  /// progress p and p0 = progress_at_training_since; nullopt while p <= p0 (no second
+  /// report yet) or when not running.
+  std::optional<double> eta_seconds() const;
+
+  bool terminal() const { return leader::terminal(state); }
+  /// Seconds from submission to the end (or now).
+  double wall_seconds() const;
+  std::uint64_t bytes_pushed() const;  ///< all workers, all generations
+  std::uint64_t bytes_pulled() const;
+  /// Adds this generation's byte counts to the earlier ones' and clears them (a new
+  /// generation's workers count from 0).
+  void close_generation_bytes();
+  /// The task named `name` ("worker-1"), or nullptr. Valid until `tasks` changes.
+  TaskRec* find_task(const std::string& name);
+};
+
+/// Workers at most this many steps into a job are never stragglers: at the start every
+/// worker's first progress report comes at a different time.
+inline constexpr std::int64_t kMinStepsForStragglers = 20;
+
+/// Marks the stragglers among `j`'s workers (TaskRec::straggler): a running worker whose
+/// latest reported global step times `factor` is below the highest step any worker of
+/// the job reported, once that is at least kMinStepsForStragglers. A worker that stopped
+/// reporting (paused, swapped out, stuck) falls behind as the others advance. factor <= 0
+/// marks none. Pure (on `j`).
+void mark_stragglers(JobRec& j, double factor);
+
+/// Where a queued job stands, for job_json.
+struct QueueStatus {
+  std::size_t position = 0;  ///< 1-based
+  int cores_needed = 0;      ///< (workers + PS shards) × threads_per_task
+  int cores_free = 0;        ///< on the live agents
+  bool fits_cluster = false; ///< it fits the live agents when idle
+  int cores_total = 0;       ///< of the live agents, busy or not
+  int gpus_needed = 0;       ///< workers × gpus_per_worker (0: a CPU job)
+  int gpus_free = 0;         ///< on the live agents
+  int gpus_total = 0;        ///< of the live agents, busy or not
+};
+
+/// The summary event of `j` (its last event for followers).
+wire::events::Summary summary(const JobRec& j);
+
+/// `j` as `dltrain status` shows it: the summary plus the specification's main fields,
+/// the tasks, the plan and, for a queued job, `queue`.
+nlohmann::json job_json(const JobRec& j, const std::optional<QueueStatus>& queue);
+
+/// The stored form of `j`: job_json plus what a restarted leader needs (the
+/// specification, the generation, and while it lives its secret, tasks and counters).
+nlohmann::json stored_record(const JobRec& j);
+
+/// A job read back from its stored form (a leader restart). An unfinished job gets its
+/// tasks and counters back (resume_stored_counters). Throws ConfigError when the
+/// specification cannot be read.
+JobRec job_from_record(std::uint64_t num, const nlohmann::json& r);
+
+/// The tasks and counters of an unfinished job from its stored form. Throws
+/// nlohmann::json::exception for a malformed record.
+void resume_stored_counters(JobRec& j, const nlohmann::json& r);
+
+/// Seconds since the Unix epoch, now.
+double unix_now();
+
+}  // namespace dltrain::leader

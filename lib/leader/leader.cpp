@@ -1,0 +1,504 @@
+// The leader's job state machine: the FIFO queue, launching a job's tasks, finishing and
+// failing it, and the plumbing of its control sessions. The agent and client protocols,
+// recovery and planning are in the files listed in leader_impl.h.
+#include "leader/leader.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "leader/leader_impl.h"
+#include "common/errors.h"
+#include "common/secret.h"
+
+namespace dltrain::leader {
+
+namespace asio = boost::asio;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using control::PeerKind;
+using control::Session;
+namespace events = wire::events;
+using SessionPtr = Leader::Impl::SessionPtr;
+
+void Leader::Impl::save(const JobRec& j) {
+  persist("saving a job", [&] { db->put_job(j.num, stored_record(j)); });
+}
+
+void Leader::Impl::event(const JobRec& j, const json& ev) {
+  persist("appending an event", [&] {
+    json e = ev;
+    e["time"] = unix_now();
+    db->append_event(j.num, e);
+  });
+}
+
+void Leader::Impl::notify(JobRec& job, json body) {
+  body["job"] = job.id;
+  const std::string text = wire::make_event(body);
+  auto& f = job.followers;
+  f.erase(std::remove_if(f.begin(), f.end(), [](auto& w) { return w.expired(); }), f.end());
+  for (auto& w : f) {
+    if (auto s = w.lock()) s->send(text);
+  }
+}
+
+void Leader::Impl::send_agent(const std::string& agent_id, const std::string& type, const json& body) {
+  auto it = agents.find(agent_id);
+  if (it == agents.end()) return;
+  if (auto s = it->second.session.lock()) s->send(wire::make_request("l" + std::to_string(next_req++), type, body));
+}
+
+// ---------------------------------------------------------------- helpers
+void Leader::Impl::reply(const SessionPtr& s, const std::string& id, const json& body) {
+  s->send(wire::make_reply(id, body));
+}
+
+void Leader::Impl::reply_error(const SessionPtr& s, const std::string& id, const std::string& code,
+                        const std::string& msg, const std::string& field) {
+  ++counters.errors[{s->kind() == PeerKind::kAgent ? "agent" : "client", code}];
+  s->send(wire::make_error(id, code, msg, field));
+}
+
+QueueStatus Leader::Impl::queue_status(const JobRec& j) const {
+  QueueStatus q;
+  q.position = static_cast<std::size_t>(std::find(queue.begin(), queue.end(), j.id) - queue.begin()) + 1;
+  q.cores_needed = (j.spec.workers + j.spec.ps_shards) * j.spec.threads_per_task;
+  q.cores_free = agents.free_cores();
+  q.fits_cluster = fits(agents.capacities(), needs(j));
+  for (const int c : agents.sizes()) q.cores_total += c;
+  q.gpus_needed = j.spec.workers * j.spec.gpus_per_worker;
+  q.gpus_free = agents.free_gpus();
+  q.gpus_total = agents.total_gpus();
+  return q;
+}
+
+json Leader::Impl::status_json(const JobRec& j) const {
+  std::optional<QueueStatus> q;
+  if (j.state == JobState::kQueued) q = queue_status(j);
+  return job_json(j, q);
+}
+
+void Leader::Impl::enqueue(JobRec& j) {
+  queue.push_back(j.id);
+  j.queued_since = Clock::now();
+  j.last_waiting.clear();
+}
+
+std::chrono::milliseconds Leader::Impl::queue_timeout(const JobRec& j) const {
+  if (j.spec.queue_timeout_seconds <= 0) return opt.queue_timeout;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(j.spec.queue_timeout_seconds));
+}
+
+json Leader::Impl::waiting_event(const JobRec& j) const {
+  const auto q = queue_status(j);
+  events::Waiting w;
+  w.position = static_cast<std::int64_t>(q.position);
+  w.cores_needed = q.cores_needed;
+  w.cores_free = q.cores_free;
+  w.cores_total = q.cores_total;
+  w.fits_cluster = q.fits_cluster;
+  if (q.gpus_needed > 0) {
+    w.gpus_needed = q.gpus_needed;
+    w.gpus_free = q.gpus_free;
+    w.gpus_total = q.gpus_total;
+  }
+  if (const auto t = queue_timeout(j); t.count() > 0) w.queue_timeout_seconds = static_cast<double>(t.count()) / 1000.0;
+  json e = w.to_json();
+  e["job"] = j.id;
+  return e;
+}
+
+// A follower of a queued job learns at once why it waits, and again whenever that changes
+// (its place, the free cores, the cluster's size): never a silent wait.
+void Leader::Impl::notify_waiting() {
+  for (const auto& id : queue) {
+    auto& j = jobs.at(id);
+    if (j.state != JobState::kQueued) continue;
+    const json e = waiting_event(j);
+    const std::string text = e.dump();
+    if (text == j.last_waiting) continue;
+    j.last_waiting = text;
+    notify(j, e);
+  }
+}
+
+void Leader::Impl::expire_queued() {
+  const auto now = Clock::now();
+  // Collected first: failing a job schedules the others, which changes the queue.
+  std::vector<std::string> expired;
+  for (const auto& id : queue) {
+    const auto& j = jobs.at(id);
+    const auto timeout = queue_timeout(j);
+    if (j.state == JobState::kQueued && timeout.count() > 0 && j.queued_since && now - *j.queued_since >= timeout) {
+      expired.push_back(id);
+    }
+  }
+  for (const auto& id : expired) {
+    auto& j = jobs.at(id);
+    const auto pos = std::find(queue.begin(), queue.end(), id);
+    if (pos == queue.end() || j.state != JobState::kQueued) continue;
+    const auto timeout = queue_timeout(j);
+    const auto q = queue_status(j);
+    queue.erase(pos);
+    std::string gpus;
+    if (q.gpus_needed > 0) {
+      gpus = "; and " + std::to_string(q.gpus_needed) + " GPUs, " + std::to_string(q.gpus_free) +
+             " are free and the cluster has " + std::to_string(q.gpus_total);
+    }
+    fail_job(j, "waited " + fmt::format("{:g}", static_cast<double>(timeout.count()) / 1000.0) +
+                    " s in the queue (queue_timeout): it needs " + std::to_string(q.cores_needed) + " cores, " +
+                    std::to_string(q.cores_free) + " are free and the cluster has " + std::to_string(q.cores_total) +
+                    (q.fits_cluster ? "" : " in all") + gpus);
+  }
+}
+
+void Leader::Impl::set_state(JobRec& j, JobState state) {
+  if (j.state == state) return;
+  if (!legal_transition(j.state, state)) {
+    // leader/states.h says which transitions exist; a refused one is a leader bug, not
+    // the user's: say so loudly and leave the job as it was.
+    spdlog::error("job {} ({}): illegal state transition {} -> {} refused", j.id, j.spec.name, to_string(j.state),
+                  to_string(state));
+    return;
+  }
+  spdlog::info("job {} ({}): {} -> {}", j.id, j.spec.name, to_string(j.state), to_string(state));
+  j.state = state;
+  const json ev = events::StateChanged{{}, std::string(to_string(state))}.to_json();
+  notify(j, ev);
+  event(j, ev);
+  save(j);
+}
+
+// FIFO: the first job that fits the free cores starts; a job that fits the cluster
+// but not its free cores blocks everyone behind it (no overtaking). A job that cannot
+// fit even an idle cluster waits without blocking others (agents may still join).
+void Leader::Impl::try_schedule() {
+  schedule_pass();
+  notify_waiting();
+}
+
+void Leader::Impl::schedule_pass() {
+  // A job being re-assigned goes first: the cores its stopped tasks freed are its own.
+  for (auto& [id, j] : jobs) {
+    if (j.state == JobState::kRecovering) return;
+  }
+  for (auto it = queue.begin(); it != queue.end();) {
+    auto& j = jobs.at(*it);
+    const auto need = needs(j);
+    if (!fits(agents.capacities(), need)) {
+      ++it;
+      continue;
+    }
+    auto placement = place(agents.slots(), need);
+    if (!placement) return;
+    it = queue.erase(it);
+    launch(j, *placement);
+  }
+}
+
+std::vector<TaskNeed> Leader::Impl::needs(const JobRec& j) const {
+  return job_needs(j.spec.ps_shards, j.spec.workers, j.spec.threads_per_task, j.spec.gpus_per_worker,
+                   j.spec.local_group);
+}
+
+TaskHold Leader::Impl::hold_of(const JobRec& j, const TaskRec& t) const {
+  return TaskHold{j.spec.threads_per_task, t.gpus};
+}
+
+void Leader::Impl::launch(JobRec& j, const std::vector<Placed>& placement) {
+  j.tasks.clear();
+  std::size_t k = 0;
+  auto add = [&](TaskKind kind, int index) {
+    TaskRec t;
+    t.name = std::string(to_string(kind)) + "-" + std::to_string(index);
+    t.kind = kind;
+    t.index = index;
+    t.agent = placement[k].agent;
+    t.gpus = placement[k].gpus;
+    ++k;
+    j.tasks.push_back(t);
+  };
+  for (int s = 0; s < j.spec.ps_shards; ++s) add(TaskKind::kPs, s);
+  for (int r = 0; r < j.spec.workers; ++r) add(TaskKind::kWorker, r);
+  for (auto& t : j.tasks) agents.take(t.agent, hold_of(j, t));
+  set_state(j, JobState::kStarting);
+  for (auto& t : j.tasks) {
+    if (t.kind == TaskKind::kPs) start_task(j, t, {});
+  }
+}
+
+// `body`: what only the caller knows (a worker's ps endpoints; what a re-assigned job's
+// tasks need: restore_generation, workers_done, init_replica_generation, resume_epoch);
+// the rest is the job's and the task's.
+void Leader::Impl::start_task(JobRec& j, TaskRec& t, wire::StartTaskBody body) {
+  t.state = TaskState::kStarting;
+  body.job = j.id;
+  body.job_num = j.num;
+  body.task = t.name;
+  body.kind = std::string(to_string(t.kind));
+  body.index = t.index;
+  body.generation = j.generation;
+  body.secret = j.secret;
+  body.threads = j.spec.threads_per_task;
+  body.spec = j.spec;
+  body.gpus = t.gpus;
+  if (t.kind == TaskKind::kWorker && j.spec.local_group) body.local_group = local_group_of(j, t);
+  spdlog::info("job {}: starting {} on agent {} (generation {})", j.id, t.name, t.agent, j.generation);
+  send_agent(t.agent, "start_task", body.to_json());
+  save(j);
+}
+
+// The workers of `j` on t's agent, by rank: t's local group (group/local_group.h). Its
+// lowest rank is member 0, the one that pushes; with rank 0 in it, the one that evaluates.
+wire::LocalGroupInfo Leader::Impl::local_group_of(const JobRec& j, const TaskRec& t) const {
+  wire::LocalGroupInfo g;
+  for (const auto& o : j.tasks) {
+    if (o.kind != TaskKind::kWorker || o.agent != t.agent || (o.ok_exit && o.name != t.name)) continue;
+    if (o.name == t.name) g.rank = static_cast<int>(g.members.size());
+    g.members.push_back(o.name);
+  }
+  return g;
+}
+
+std::vector<std::string> Leader::Impl::ps_endpoints(const JobRec& j) const {
+  std::vector<std::string> eps;
+  for (auto& t : j.tasks) {
+    if (t.kind == TaskKind::kPs) eps.push_back(t.address + ":" + std::to_string(t.port));
+  }
+  return eps;
+}
+
+void Leader::Impl::start_worker(JobRec& j, TaskRec& t) {
+  wire::StartTaskBody body;
+  body.ps = ps_endpoints(j);
+  body.resume_epoch = t.epochs_done;
+  if (t.name == j.seed) body.init_replica_generation = j.seed_generation;
+  start_task(j, t, std::move(body));
+}
+
+// Every PS shard listens: start the workers. After a re-assignment, a shard that did
+// not restore its own checkpoint is rebuilt from the freshest replica: its worker (the
+// seed) starts first and initialises it; the others start once it has (a shard keeps
+// the first initial values it gets).
+void Leader::Impl::start_workers(JobRec& j) {
+  if (j.workers_started && j.seed.empty()) {
+    for (const auto& t : j.tasks) {
+      if (t.kind == TaskKind::kPs && !t.restored) {
+        return fail_job(j, t.name + " lost its state (" + j.recovery_reason +
+                               ") and no worker saved a replica to rebuild it from");
+      }
+    }
+  }
+  set_state(j, JobState::kRunning);
+  for (auto& t : j.tasks) {
+    if (t.kind == TaskKind::kWorker && t.state == TaskState::kPending && (j.seed.empty() || t.name == j.seed)) start_worker(j, t);
+  }
+}
+
+// Stops every task of a job that is ending; it ends once they all have.
+void Leader::Impl::stop_tasks(JobRec& j) {
+  send_stops(j);
+  maybe_finish(j);
+}
+
+// Moves a job whose tasks have all exited into its terminal state.
+void Leader::Impl::maybe_finish(JobRec& j) {
+  if (j.terminal() || !j.failing_state) return;
+  for (auto& t : j.tasks) {
+    if (t.state != TaskState::kExited) return;
+  }
+  j.ended = Clock::now();
+  if (j.failing_state == JobState::kSucceeded) record_final(j);
+  set_state(j, *j.failing_state);
+  notify(j, summary(j).to_json());
+  event(j, summary(j).to_json());
+  if (!j.profile_of.empty()) {
+    auto pit = jobs.find(j.profile_of);
+    if (pit != jobs.end()) {
+      auto& parent = pit->second;
+      auto& pend = parent.pending_profiles;
+      pend.erase(std::remove(pend.begin(), pend.end(), j.id), pend.end());
+      parent.exploration_seconds += j.wall_seconds();
+      if (pend.empty() && parent.state == JobState::kExploring && !parent.failing_state) decide(parent);
+    }
+  }
+  spdlog::info("job {} {}: test accuracy {:.4f}, {} epochs, {:.1f} s{}", j.id, to_string(j.state), j.test_accuracy,
+               j.epochs_done, j.wall_seconds(), j.error.empty() ? "" : ", error: " + j.error);
+  trim_series();
+  // Later, from the event loop: a caller may be iterating over the jobs right now.
+  if (!retire_posted) {
+    retire_posted = true;
+    boost::asio::post(io, [w = weak_from_this()] {
+      if (auto self = w.lock()) {
+        self->retire_posted = false;
+        self->retire_jobs();
+      }
+    });
+  }
+  try_schedule();
+}
+
+void Leader::Impl::fail_job(JobRec& j, const std::string& why) {
+  if (j.terminal() || j.failing_state.has_value()) return;
+  spdlog::warn("job {} failed: {}", j.id, why);
+  j.error = why;
+  j.failing_state = JobState::kFailed;
+  set_state(j, JobState::kFailing);
+  stop_tasks(j);
+}
+
+// ---------------------------------------------------------------- plumbing
+void Leader::Impl::on_message(const SessionPtr& s, const std::string& text) {
+  wire::Envelope env;
+  try {
+    env = wire::parse_envelope(text);
+  } catch (const ProtocolError& e) {
+    spdlog::warn("control: bad message from {}: {}", s->peer(), e.what());
+    std::string id;
+    try {
+      const auto j = wire::parse_peer_json(text);
+      if (j.is_object() && j.contains("id") && j["id"].is_string()) id = j["id"].get<std::string>();
+    } catch (...) {
+    }
+    const bool version = std::string(e.what()).find("not supported") != std::string::npos;
+    ++counters.requests[s->kind() == PeerKind::kAgent ? "agent" : "client"];
+    reply_error(s, id, version ? wire::error_code::kUnsupportedVersion : wire::error_code::kBadRequest, e.what());
+    return;
+  }
+  ++counters.requests[s->kind() == PeerKind::kAgent ? "agent" : "client"];
+  try {
+    if (s->kind() == PeerKind::kAgent) {
+      on_agent_message(s, env);
+    } else {
+      on_client_message(s, env);
+    }
+  } catch (const wire::BodyError& e) {
+    // A body that does not fit its schema (wire/control_bodies.h): refused before it
+    // changed anything.
+    spdlog::warn("control: bad {} from {}: {}", env.type, s->peer(), e.what());
+    reply_error(s, env.id, wire::error_code::kBadRequest, e.what(), e.field());
+  } catch (const std::exception& e) {
+    spdlog::error("control: handling {} from {}: {}", env.type, s->peer(), e.what());
+    reply_error(s, env.id, wire::error_code::kInternal, e.what());
+  }
+}
+
+void Leader::Impl::on_close(const SessionPtr& s) {
+  auto it = agent_by_session.find(s->id());
+  if (it == agent_by_session.end()) return;
+  const std::string id = it->second;
+  agent_by_session.erase(it);
+  // Not lost yet: an agent whose link broke reconnects with back-off and re-reports its
+  // tasks. The heartbeat checker declares it lost once it has been silent for
+  // heartbeat_timeout (check_heartbeats), which is the tolerance operators configure.
+  auto a = agents.find(id);
+  if (a == agents.end() || a->second.lost) return;
+  const auto current = a->second.session.lock();
+  if (current == nullptr || current->id() == s->id()) {
+    spdlog::warn("agent {}: control connection closed; lost unless it registers again within {} ms", id,
+                 opt.heartbeat_timeout.count());
+  }
+}
+
+void Leader::Impl::check_heartbeats() {
+  hb_timer.expires_after(opt.heartbeat_interval);
+  hb_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
+    auto self = w.lock();
+    if (!self || ec) return;
+    const auto now = Clock::now();
+    self->expire_log_requests();
+    for (auto& [id, a] : self->agents) {
+      if (!a.lost && now - a.last_seen > self->opt.heartbeat_timeout) {
+        if (auto s = a.session.lock()) s->close();
+        self->agent_lost(id, "no heartbeat for " + std::to_string(self->opt.heartbeat_timeout.count()) + " ms");
+      }
+    }
+    for (auto& jid : self->job_order) {
+      auto& j = self->jobs.at(jid);
+      if (j.adopt_until && now >= *j.adopt_until) self->after_adoption(j);
+      self->try_resume(j);
+    }
+    self->expire_queued();
+    self->notify_waiting();  // e.g. an agent was lost: the cluster is smaller
+    self->check_heartbeats();
+  });
+}
+
+Leader::Leader(asio::io_context& io, const config::AgentOptions& opt) : impl_(std::make_shared<Impl>(io, opt)) {
+  impl_->on_registered = &on_agent_registered;
+}
+
+Leader::~Leader() { stop(); }
+
+void Leader::start() {
+  control::ControlServerOptions so;
+  so.bind_address = impl_->opt.listen_address;
+  so.port = impl_->opt.listen_port;
+  so.agent_token = impl_->opt.agent_token;
+  so.client_token = impl_->opt.client_token;
+  so.tls_cert_file = impl_->opt.tls_cert_file;
+  so.tls_key_file = impl_->opt.tls_key_file;
+  std::weak_ptr<Impl> w = impl_;
+  control::ControlHandler h;
+  h.on_message = [w](const std::shared_ptr<Session>& s, const std::string& text) {
+    if (auto self = w.lock()) self->on_message(s, text);
+  };
+  h.on_close = [w](const std::shared_ptr<Session>& s) {
+    if (auto self = w.lock()) self->on_close(s);
+  };
+  if (!impl_->opt.state_dir.empty()) {
+    impl_->db = store::Store::open((std::filesystem::path(impl_->opt.state_dir) / "db").string());
+    if (impl_->db->read_only()) {
+      spdlog::warn("the state database {} is on a read-only file system: the leader serves what it holds, and "
+                   "refuses new jobs until it is remounted read-write and the agent restarted",
+                   impl_->db->path());
+    }
+    impl_->restore();
+    impl_->retire_jobs();  // a store kept by a leader with a larger job_retention
+  }
+  impl_->server = std::make_unique<control::ControlServer>(impl_->io, so, h);
+  impl_->server->start();
+  impl_->check_heartbeats();
+  spdlog::info("leader listening on {}:{}{}; dashboard at {}://{}:{}/", so.bind_address, impl_->server->port(),
+               so.tls_cert_file.empty() ? "" : " (TLS, wss://)", so.tls_cert_file.empty() ? "http" : "https",
+               so.bind_address, impl_->server->port());
+  if (!impl_->opt.state_dir.empty()) {
+    // Where it listens, for whoever starts it with an ephemeral port (listen_port = 0).
+    const auto port = impl_->server->port();
+    const std::string url =
+        (so.tls_cert_file.empty() ? "ws://" : "wss://") + so.bind_address + ":" + std::to_string(port);
+    const auto path = (std::filesystem::path(impl_->opt.state_dir) / "leader.json").string();
+    try {
+      write_private_file(path, json{{"url", url}, {"port", port}}.dump() + "\n");
+    } catch (const std::exception& e) {
+      spdlog::warn("cannot write {}: {}; carrying on", path, e.what());
+    }
+  }
+}
+
+void Leader::stop() {
+  if (!impl_) return;
+  impl_->hb_timer.cancel();
+  if (impl_->server) impl_->server->stop();
+  if (impl_->db) {
+    try {
+      impl_->db->flush();
+    } catch (const std::exception& e) {
+      spdlog::error("store: flush on shutdown failed: {}", e.what());
+    }
+  }
+}
+
+std::uint16_t Leader::port() const { return impl_->server ? impl_->server->port() : 0; }
+
+std::size_t Leader::live_agents() const {
+  std::size_t n = 0;
+  for (const auto& [id, a] : impl_->agents) n += a.lost ? 0 : 1;
+  return n;
+}
+
+}  // namespace dltrain::leader

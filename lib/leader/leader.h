@@ -1,0 +1,53 @@
+// The leader: agent registry, FIFO job queue, role assignment, job state machine and the
+// client API, behind the control server.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "config/options.h"
+#include "control/metrics_server.h"
+
+namespace dltrain::leader {
+
+/// Runs the leader's control endpoint and job logic on `io` (single-threaded: every
+/// callback runs on the thread that runs `io`, so the leader's state needs no locks).
+///
+/// Job states: queued → starting (PS shards launched) → running (workers launched) →
+/// succeeded | failed | cancelled (via cancelling). A job that does not fit the free
+/// cores of the registered agents waits, in submission order, in state queued.
+class Leader {
+ public:
+  /// Uses opt.listen_address/listen_port, the two tokens, the heartbeat settings and
+  /// task_stop_grace.
+  Leader(boost::asio::io_context& io, const config::AgentOptions& opt);
+  ~Leader();
+  Leader(const Leader&) = delete;
+  Leader& operator=(const Leader&) = delete;
+
+  /// Listens (throws IoError/ConfigError) and starts the heartbeat checker.
+  void start();
+  /// Stops listening and closes every session. Tasks are stopped by their agents.
+  void stop();
+  /// Bound control port.
+  std::uint16_t port() const;
+  /// Agents currently registered and not lost.
+  std::size_t live_agents() const;
+  /// Adds the leader's metric families (dltrain_leader_*, dltrain_job_*;
+  /// docs/operations.md "Metrics") to `out`. Call on the io thread.
+  void collect_metrics(control::MetricsBuilder& out) const;
+  /// Called (on the io thread) whenever an agent registers.
+  std::function<void()> on_agent_registered;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace dltrain::leader

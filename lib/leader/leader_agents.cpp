@@ -1,0 +1,418 @@
+// The agent protocol of the leader (docs/protocol.md): registration and reconciliation
+// of the tasks an agent re-reports, heartbeats, and the events and exits of tasks.
+#include <algorithm>
+#include <set>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "leader/leader_impl.h"
+#include "common/errors.h"
+
+namespace dltrain::leader {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using SessionPtr = Leader::Impl::SessionPtr;
+namespace events = wire::events;
+
+// ---------------------------------------------------------------- agent messages
+void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& env) {
+  if (env.type == "reply") {
+    if (on_log_reply(env)) return;
+    if (!env.ok) spdlog::warn("agent {} reported an error: {}", s->peer(), env.error.dump());
+    return;
+  }
+  if (env.type == "register") return on_register(s, env);
+  auto sid = agent_by_session.find(s->id());
+  if (sid == agent_by_session.end()) {
+    return reply_error(s, env.id, wire::error_code::kBadRequest, "register first");
+  }
+  auto& agent = agents.at(sid->second);
+  agent.last_seen = Clock::now();
+  if (env.type == "heartbeat") return reply(s, env.id, json::object());
+  if (env.type == "task_event" || env.type == "task_exit") {
+    const auto ref = wire::parse_body<wire::TaskRefBody>(env);
+    const auto& job_id = ref.job;
+    // An orphan's exit (any job, known or not) gives its cores back.
+    const std::string okey = orphan_key(job_id, ref.task, ref.generation);
+    if (env.type == "task_exit" && agent.orphans.count(okey)) {
+      const TaskHold hold = agent.orphans[okey];
+      agent.orphans.erase(okey);
+      agents.release(agent.id, hold);
+      spdlog::info("agent {}: orphaned task {} ended", agent.id, okey);
+      reply(s, env.id, json::object());
+      return try_schedule();
+    }
+    auto jit = jobs.find(job_id);
+    if (jit == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "unknown job " + job_id, "job");
+    auto& j = jit->second;
+    if (ref.generation != j.generation) {
+      return reply_error(s, env.id, wire::error_code::kConflict, "stale generation", "generation");
+    }
+    TaskRec* t = j.find_task(ref.task);
+    if (t == nullptr || t->agent != agent.id) {
+      return reply_error(s, env.id, wire::error_code::kNotFound, "unknown task", "task");
+    }
+    if (env.type == "task_event") {
+      const auto ev = wire::parse_body<wire::TaskEventBody>(env);
+      reply(s, env.id, json::object());
+      return on_task_event(j, *t, ev.event);
+    }
+    const auto exit = wire::parse_body<wire::TaskExitBody>(env);
+    reply(s, env.id, json::object());
+    return on_task_exit(j, *t, exit);
+  }
+  reply_error(s, env.id, wire::error_code::kBadRequest, "unknown message type \"" + env.type + "\"", "type");
+}
+
+void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
+  const auto b = wire::parse_body<wire::RegisterBody>(env);
+  const std::string& name = b.name;
+  const int cores = b.cores;
+  auto it = agents.find(name);
+  if (it != agents.end() && !it->second.lost && !it->second.session.expired()) {
+    const auto current = it->second.session.lock();
+    const std::string from = current ? current->peer() : std::string("?");
+    // Two machines with one host name (cloned VMs, containers): say so on both sides.
+    spdlog::warn("refusing a second agent named \"{}\" from {}: one is registered from {}; give each machine its "
+                 "own name (the name key of its agent configuration)",
+                 name, s->peer(), from);
+    return reply_error(s, env.id, wire::error_code::kConflict,
+                       "an agent named \"" + name + "\" is already registered (from " + from +
+                           "); set a unique name = \"...\" in this agent's configuration (it defaults to the host "
+                           "name)",
+                       "name");
+  }
+  AgentRec a;
+  a.id = name;
+  a.address = b.advertise_address;
+  a.cores = cores;
+  a.free_cores = cores;
+  a.memory_mb = b.memory_mb;
+  a.hardware_class = b.hardware_class;
+  a.metrics_endpoint = b.metrics_endpoint.value_or("");
+  a.gpus = b.gpus;
+  for (const auto& g : a.gpus) a.free_gpus.push_back(g.index);
+  std::sort(a.free_gpus.begin(), a.free_gpus.end());
+  a.session = s;
+  a.last_seen = Clock::now();
+  // Reconcile with the tasks the agent says it still runs (after a reconnect, or after
+  // the leader restarted): a task the leader still counts on carries on; any other is an
+  // orphan — stopped, its cores held until its exit is reported. A task listed as
+  // "exited" ended while the link was down; its exit report follows. Tasks the leader
+  // counted on that the agent does not list were lost with the link.
+  std::set<std::string> reported;
+  for (const auto& rt : b.tasks) {
+    const std::string &jid = rt.job, &tname = rt.task;
+    reported.insert(jid + "/" + tname);
+    auto jit = jobs.find(jid);
+    TaskRec* t = jit == jobs.end() ? nullptr : jit->second.find_task(tname);
+    const bool live =
+        t != nullptr && t->agent == name && t->state != TaskState::kExited && rt.generation == jit->second.generation;
+    // What it holds: what the agent says it was started with (an agent too old to say:
+    // its job's cores per task, or 1 for a job the leader no longer knows).
+    TaskHold hold{rt.threads > 0 ? rt.threads : jit == jobs.end() ? 1 : jit->second.spec.threads_per_task, rt.gpus};
+    if (live && hold.gpus.empty()) hold.gpus = t->gpus;
+    a.take(hold);
+    if (!live && rt.exited) {
+      a.orphans[orphan_key(jid, tname, rt.generation)] = hold;  // its exit report frees them
+    } else if (!live) {
+      a.orphans[orphan_key(jid, tname, rt.generation)] = hold;
+      s->send(wire::make_request("l" + std::to_string(next_req++), "stop_task",
+                                 wire::TaskRefBody{{}, jid, tname, rt.generation}.to_json()));
+      spdlog::warn("agent {} still runs {}/{}, which the leader no longer counts on: stopping it", name, jid, tname);
+    }
+  }
+  // Tasks the leader placed there but has not started yet hold their cores too.
+  for (auto& jid : job_order) {
+    auto& j = jobs.at(jid);
+    if (j.terminal()) continue;
+    for (auto& t : j.tasks) {
+      if (t.agent == name && t.state == TaskState::kPending) a.take(hold_of(j, t));
+    }
+  }
+  // Tasks the leader counts on that the agent no longer has: only when a new session
+  // replaced one that was never declared lost (a lost agent's tasks were already
+  // accounted for by agent_lost), or for a restored job the leader is adopting.
+  std::vector<std::pair<std::string, std::string>> gone;  // job, why
+  for (auto& jid : job_order) {
+    auto& j = jobs.at(jid);
+    if (j.terminal()) continue;
+    const bool adopting = j.adopt_until.has_value();
+    for (auto& t : j.tasks) {
+      if (t.agent == name && (t.state == TaskState::kStarting || t.state == TaskState::kRunning) && !reported.count(jid + "/" + t.name) &&
+          ((it != agents.end() && !it->second.lost) || adopting)) {
+        t.state = TaskState::kExited;
+        t.exit = "ended while its agent was disconnected";
+        gone.emplace_back(jid, t.name + " on agent " + name + " " + t.exit);
+      }
+    }
+  }
+  agents[name] = a;
+  agent_by_session[s->id()] = name;
+  spdlog::info("agent {} registered from {} ({} cores, {} MiB, {} GPUs, advertises {})", name, s->peer(), cores,
+               a.memory_mb, a.gpus.size(), a.address);
+  reply(s, env.id, {{"agent_id", name}, {"heartbeat_interval_ms", opt.heartbeat_interval.count()}});
+  if (on_registered && *on_registered) (*on_registered)();
+  for (auto& [jid, why] : gone) {
+    auto& j = jobs.at(jid);
+    if (j.adopt_until) {
+      j.adopt_lost += (j.adopt_lost.empty() ? "" : "; ") + why;
+    } else {
+      tasks_lost(j, why);
+    }
+  }
+  // A restored job whose agents are all back is adopted now.
+  for (auto& jid : job_order) {
+    auto& j = jobs.at(jid);
+    if (!j.adopt_until || j.terminal()) continue;
+    const bool all_back = std::all_of(j.tasks.begin(), j.tasks.end(), [&](const TaskRec& t) {
+      return t.state == TaskState::kExited || agents.live(t.agent);
+    });
+    if (all_back) after_adoption(j);
+  }
+  for (auto& [id, j] : jobs) try_resume(j);
+  try_schedule();
+}
+
+// A PS shard listens: at its first start the job may start its workers; after a restart
+// it must be where the workers expect it, with the state they need.
+void Leader::Impl::on_ps_listening(JobRec& j, TaskRec& t, const json& raw) {
+  const auto ev = events::Listening::from_json(raw);
+  const int port = ev.port;
+  const std::string address = ev.address.value_or(agents.at(t.agent).address);
+  const bool restored = ev.checkpoint && ev.checkpoint->restored;
+  if (t.restarts > 0) {
+    // A restarted shard: it must be where the workers expect it (moving it would need a
+    // new generation and new workers, which nothing does yet).
+    if (restored) {
+      t.recovery = "restored from its checkpoint (" + std::to_string(ev.checkpoint->partitions.value_or(0)) +
+                   " partitions, " + std::to_string(ev.checkpoint->pushes.value_or(0)) + " pushes)";
+    } else if (ev.checkpoint) {
+      t.recovery = "checkpoint refused (" + ev.checkpoint->error.value_or("?") + "); rebuilt from the workers' replicas";
+    } else {
+      t.recovery = "no checkpoint yet; rebuilt from the workers' replicas";
+    }
+    spdlog::warn("job {}: {} on {} listens again on {}:{}, {}", j.id, t.name, t.agent, address, port, t.recovery);
+    const json e = events::PsRecovered{{}, t.name, address + ":" + std::to_string(port), t.recovery}.to_json();
+    event(j, e);
+    notify(j, e);
+    if (!restored && j.state == JobState::kRunning) {
+      // The shard forgot which workers finished; one that has already exited cannot tell
+      // it again, so worker 0 would wait for it until its finish timeout.
+      for (const auto& w : j.tasks) {
+        if (w.kind == TaskKind::kWorker && w.state == TaskState::kExited && w.ok_exit) {
+          t.state = TaskState::kRunning;
+          t.port = port;
+          t.address = address;
+          return fail_job(j, t.name + " on agent " + t.agent + " restarted without its state (" + t.recovery +
+                                 ") after " + w.name + " had finished; the other workers cannot learn that");
+        }
+      }
+    }
+    if (t.port > 0 && (port != t.port || address != t.address) && j.state == JobState::kRunning) {
+      t.state = TaskState::kRunning;
+      return fail_job(j, t.name + " on agent " + t.agent + " restarted on " + address + ":" + std::to_string(port) +
+                             " instead of " + t.address + ":" + std::to_string(t.port) +
+                             "; its workers cannot follow it there");
+    }
+  }
+  t.state = TaskState::kRunning;
+  t.port = port;
+  t.address = address;
+  t.restored = restored;
+  save(j);
+  if (j.state == JobState::kStarting &&
+      std::all_of(j.tasks.begin(), j.tasks.end(), [](auto& x) { return x.kind != TaskKind::kPs || x.port > 0; })) {
+    start_workers(j);
+  }
+}
+
+namespace {
+
+// The worker's counters in this generation (bytes_pushed / bytes_pulled, cumulative per
+// process) from any event that carries them.
+void note_bytes(JobRec& j, const TaskRec& t, const json& ev) {
+  const auto b = events::ByteCounters::from_json(ev);
+  if (b.bytes_pushed) j.pushed[t.index] = *b.bytes_pushed;
+  if (b.bytes_pulled) j.pulled[t.index] = *b.bytes_pulled;
+}
+
+}  // namespace
+
+void Leader::Impl::on_task_event(JobRec& j, TaskRec& t, const json& ev) {
+  const std::string kind = events::kind_of(ev);
+  if (kind == events::Listening::kKind && t.kind == TaskKind::kPs) return on_ps_listening(j, t, ev);
+  if (kind == events::Started::kKind) {
+    t.state = TaskState::kRunning;
+    // A worker has taken the shards' parameters: from now on their state is training.
+    if (t.kind == TaskKind::kWorker && !j.workers_started) {
+      j.workers_started = true;
+      save(j);
+    }
+    if (t.kind == TaskKind::kWorker && t.name == j.seed && j.state == JobState::kRunning) {
+      // The seed has initialised the rebuilt shards from its replica: the others follow.
+      spdlog::info("job {}: {} initialised the shards from its replica; starting the other workers", j.id, t.name);
+      j.seed.clear();
+      for (auto& w : j.tasks) {
+        if (w.kind == TaskKind::kWorker && w.state == TaskState::kPending) start_worker(j, w);
+      }
+    }
+  }
+  if (kind == events::WorkerStopped::kKind && t.kind == TaskKind::kWorker) {
+    const auto stopped = events::WorkerStopped::from_json(ev);
+    t.replica = stopped.replica;
+    t.replica_generation = j.generation;
+    t.epochs_done = std::max(t.epochs_done, stopped.epochs_done.value_or(0));
+  }
+  if (kind == events::Restarting::kKind) {
+    const auto r = events::Restarting::from_json(ev);
+    t.restarts = r.attempt.value_or(t.restarts + 1);
+    if (t.kind == TaskKind::kPs) {
+      spdlog::warn("job {}: {} on {} {}; restart {} of {}, from its latest checkpoint", j.id, t.name, t.agent,
+                   r.reason, t.restarts, r.max_restarts);
+    } else {
+      spdlog::warn("job {}: {} on {} {}; restart {} of {}, resuming after epoch {}", j.id, t.name, t.agent,
+                   r.reason, t.restarts, r.max_restarts, r.resume_epoch.value_or(0));
+    }
+    event(j, ev);
+  }
+  if (kind == events::TaskError::kKind) t.last_error = events::TaskError::from_json(ev).message;
+  if (kind == events::PsResync::kKind) {
+    const auto r = events::PsResync::from_json(ev);
+    t.resyncs = r.resyncs.value_or(t.resyncs + 1);
+    spdlog::info("job {}: {} reconnected to PS shard {} and resynced ({})", j.id, t.name, r.shard, r.reason);
+    json e = ev;
+    e["task"] = t.name;
+    event(j, e);
+  }
+  if (t.kind == TaskKind::kWorker) on_worker_counters(j, t, kind, ev);
+  static const std::set<std::string> relayed{
+      events::Progress::kKind,   events::EpochEnd::kKind,      events::Started::kKind, events::Done::kKind,
+      events::TaskError::kKind,  events::SkippedStep::kKind,   events::Restarting::kKind,
+      events::PsResync::kKind,   events::WorkerStopped::kKind, events::ReplicaLoaded::kKind,
+      events::DataInfo::kKind,   events::SkippedImage::kKind};
+  if (relayed.count(kind)) {
+    json fwd = ev;
+    fwd["task"] = t.name;
+    notify(j, fwd);
+  }
+}
+
+// What a worker's events say of the job: bytes, throughput, epochs, the test accuracy.
+void Leader::Impl::on_worker_counters(JobRec& j, TaskRec& t, const std::string& kind, const json& ev) {
+  note_bytes(j, t, ev);
+  record_series(j, t, kind, ev);
+  if (kind == events::Started::kKind) {
+    // Its steps are known from its start, before its first progress report.
+    t.steps_per_epoch = events::Started::from_json(ev).steps_per_epoch;
+  }
+  if (kind == events::Progress::kKind) {
+    const auto p = events::Progress::from_json(ev);
+    t.global_step = p.global_step;
+    t.steps_per_epoch = p.steps_per_epoch;
+    if (!j.training_since) {
+      j.training_since = Clock::now();
+      j.progress_at_training_since = j.progress().value_or(0);
+    }
+    std::set<std::string> before;
+    for (const auto& w : j.tasks) {
+      if (w.straggler) before.insert(w.name);
+    }
+    mark_stragglers(j, opt.straggler_factor);
+    for (const auto& w : j.tasks) {
+      if (w.straggler && !before.count(w.name)) {
+        spdlog::warn("job {}: {} on {} is a straggler: step {}, more than {}x behind the most advanced worker",
+                     j.id, w.name, w.agent, w.global_step, opt.straggler_factor);
+      }
+    }
+  }
+  if (kind == events::Profile::kKind) {
+    const auto p = events::Profile::from_json(ev);
+    j.profile_ips[t.index] = p.images_per_sec;
+    if (p.eval_seconds) j.profile_eval_seconds = *p.eval_seconds;
+  }
+  if (kind == events::Done::kKind) {
+    const auto d = events::Done::from_json(ev);
+    if (d.traffic) j.traffic[t.index] = *d.traffic;
+    if (d.traffic_after_warmup) j.traffic_after_warmup[t.index] = *d.traffic_after_warmup;
+    if (d.skipped_images) j.skipped_images[t.index] = *d.skipped_images;
+  }
+  if (kind == events::EpochEnd::kKind) {
+    const auto e = events::EpochEnd::from_json(ev);
+    t.epochs_done = std::max(t.epochs_done, e.epoch);
+    t.global_step = std::max(t.global_step, static_cast<std::int64_t>(e.epoch) * t.steps_per_epoch);
+    j.images_per_sec[t.index] = e.images_per_sec;
+    j.epoch_seconds[t.index] = e.epoch_seconds;
+    if (e.skipped_images) j.skipped_images[t.index] = *e.skipped_images;
+    if (t.index == 0) {
+      j.epochs_done = e.epoch;
+      if (e.test_accuracy) j.test_accuracy = *e.test_accuracy;
+      record_epoch(j, e);
+      json stored = ev;
+      stored["task"] = t.name;
+      event(j, stored);
+    }
+    save(j);  // where a re-assigned worker resumes, also after a leader restart
+  }
+}
+
+void Leader::Impl::on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody& b) {
+  if (t.state == TaskState::kExited) return;  // orphans are handled in on_agent_message
+  t.state = TaskState::kExited;
+  t.exit = b.describe;
+  t.ok_exit = b.exit_code == 0 && b.signal == 0;
+  if (t.last_error.empty()) t.last_error = b.last_error;
+  agents.release(t.agent, hold_of(j, t));
+  spdlog::info("job {}: {} on {} {}", j.id, t.name, t.agent, t.exit);
+  save(j);
+  if (j.failing_state.has_value()) return maybe_finish(j);
+  if (b.agent_stopping) {
+    // Its agent is shutting down (systemctl stop/restart, an upgrade): as if it were
+    // lost, except that the leader knows at once. Nothing is placed there any more; a
+    // restarted agent registers afresh.
+    if (auto a = agents.find(t.agent); a != agents.end()) a->second.stopping = true;
+    if (j.state == JobState::kRecovering) return try_resume(j);
+    if (!(t.kind == TaskKind::kWorker && t.ok_exit)) {
+      return tasks_lost(j, t.name + " stopped with its agent " + t.agent + ", which is shutting down");
+    }
+  }
+  if (j.state == JobState::kRecovering) {
+    // Stopped for the re-assignment. A worker that had just finished (exit 0 after its
+    // "done") stays finished; its rank is passed to the new shards.
+    return try_resume(j);
+  }
+  if (t.kind == TaskKind::kWorker && t.ok_exit) {
+    const bool all_done = std::all_of(j.tasks.begin(), j.tasks.end(),
+                                      [](auto& x) { return x.kind != TaskKind::kWorker || (x.state == TaskState::kExited && x.ok_exit); });
+    if (all_done) {
+      if (j.test_accuracy < 0 && !j.spec.profile) {
+        return fail_job(j, "workers finished without reporting a test accuracy");
+      }
+      j.failing_state = JobState::kSucceeded;
+      set_state(j, JobState::kFinishing);
+      stop_tasks(j);
+    }
+    return;
+  }
+  std::string why = t.name + " on agent " + t.agent + " " + t.exit;
+  if (!t.last_error.empty()) why += ": " + t.last_error;
+  if (!j.failure) {
+    events::Failure f;
+    f.task = t.name;
+    f.agent = t.agent;
+    f.cause = b.cause.value_or(events::classify_exit(b.exit_code, b.signal, "", false));
+    if (b.signal != 0) {
+      f.signal = b.signal;
+    } else {
+      f.exit_code = b.exit_code;
+    }
+    f.message = why;
+    f.last_lines = b.last_lines;
+    j.failure = std::move(f);
+  }
+  fail_job(j, why);
+}
+
+}  // namespace dltrain::leader

@@ -1,0 +1,276 @@
+// The client protocol of the leader: submit, plan, history, list/status, agents, follow
+// and cancel (docs/protocol.md, "Control messages"). Every decision is the leader's; the
+// client only prints what comes back.
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "leader/leader_impl.h"
+#include "common/errors.h"
+#include "common/secret.h"
+
+namespace dltrain::leader {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using SessionPtr = Leader::Impl::SessionPtr;
+
+// ---------------------------------------------------------------- client messages
+// The validated job of a submit or plan request (`b`, its body), or nullopt after replying
+// the error.
+std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const wire::Envelope& env,
+                                                     const wire::SubmitBody& b) {
+  try {
+    auto spec = parse_job_toml(*b.job_toml, b.base_dir, true);
+    // A job whose PS shard cannot fit on any agent is refused now, not when it is placed.
+    if (auto why = spec.workers_auto ? std::nullopt : ps_memory_problem(spec)) {
+      reply_error(s, env.id, wire::error_code::kInvalidJob, *why, "workers");
+      return std::nullopt;
+    }
+    return spec;
+  } catch (const ConfigError& e) {
+    reply_error(s, env.id, wire::error_code::kInvalidJob, e.what(), e.field());
+    return std::nullopt;
+  }
+}
+
+void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& env) {
+  if (env.type == "submit") return on_submit(s, env);
+  if (env.type == "plan") {
+    const auto parsed = parse_submitted(s, env, wire::parse_body<wire::SubmitBody>(env));
+    if (!parsed) return;
+    if (const auto why = gpu_refusal(*parsed)) {
+      return reply_error(s, env.id, wire::error_code::kInfeasible, *why, "gpus_per_worker");
+    }
+    reply(s, env.id, planner::to_json(plan_for(*parsed, 0)));
+    return;
+  }
+  if (env.type == "history") {
+    const auto b = wire::parse_body<wire::HistoryBody>(env);
+    json rows = json::array();
+    if (db) {
+      for (const auto& o : db->history(b.model, b.dataset)) rows.push_back(o);
+    }
+    return reply(s, env.id, {{"observations", rows}, {"persistent", db != nullptr}});
+  }
+  const auto query = env.type == "status" || env.type == "cancel" || env.type == "follow"
+                         ? wire::parse_body<wire::JobQueryBody>(env)
+                         : wire::JobQueryBody{};
+  if (env.type == "list" || (env.type == "status" && !query.job)) {
+    // The latest `limit` jobs, newest first while they are collected, so that a limit
+    // or the size bound leaves out the oldest; sent in submission order.
+    const auto b = env.type == "list" ? wire::parse_body<wire::ListBody>(env) : wire::ListBody{};
+    std::vector<json> latest;
+    std::size_t bytes = 0;
+    bool size_bound = false;
+    for (auto it = job_order.rbegin(); it != job_order.rend() && static_cast<std::int64_t>(latest.size()) < b.limit;
+         ++it) {
+      json st = status_json(jobs.at(*it));
+      bytes += st.dump().size() + 1;
+      if (bytes > wire::kMaxControlMessage / 2) {
+        size_bound = true;
+        break;
+      }
+      latest.push_back(std::move(st));
+    }
+    json arr = json::array();
+    for (auto it = latest.rbegin(); it != latest.rend(); ++it) arr.push_back(std::move(*it));
+    const std::size_t total = job_order.size();
+    return reply(s, env.id,
+                 {{"jobs", std::move(arr)}, {"total", total}, {"omitted", total - latest.size()}, {"size_bound", size_bound}});
+  }
+  if (env.type == "agents") return reply(s, env.id, {{"agents", agents_json()}});
+  if (env.type == "logs") return on_logs(s, env);
+  if (env.type == "series") return on_series(s, env);
+  if (env.type == "events") return on_events(s, env);
+  if (env.type == "status" || env.type == "cancel" || env.type == "follow") {
+    if (!query.job) {
+      return reply_error(s, env.id, wire::error_code::kBadRequest, env.type + " needs \"job\" (string)", "job");
+    }
+    const std::string& jid = *query.job;
+    auto it = jobs.find(jid);
+    if (it == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "no job \"" + jid + "\"", "job");
+    auto& j = it->second;
+    if (env.type == "status") return reply(s, env.id, status_json(j));
+    if (env.type == "follow") {
+      reply(s, env.id, status_json(j));
+      if (j.terminal()) {
+        s->send(wire::make_event(summary(j).to_json()));
+      } else {
+        j.followers.push_back(s);
+        if (j.state == JobState::kQueued) s->send(wire::make_event(waiting_event(j)));
+      }
+      return;
+    }
+    return on_cancel(s, env, j);
+  }
+  reply_error(s, env.id, wire::error_code::kBadRequest, "unknown message type \"" + env.type + "\"", "type");
+}
+
+// A cuda job whose workers could not all have their GPUs even on an idle cluster is
+// refused at once, with the numbers (unlike cores, which agents joining later may bring,
+// a GPU job is sized to the GPUs registered now: docs/gpu.md).
+std::optional<std::string> Leader::Impl::gpu_refusal(const JobSpec& spec) const {
+  if (spec.device != "cuda") return std::nullopt;
+  const auto caps = agents.capacities();
+  int largest = 0;
+  std::string per_agent;
+  for (const auto& a : caps) {
+    largest = std::max(largest, static_cast<int>(a.free_gpus.size()));
+    per_agent += (per_agent.empty() ? "" : ", ") + a.id + ": " + std::to_string(a.free_gpus.size());
+  }
+  const std::string where = caps.empty() ? "no agent is registered"
+                                         : std::to_string(caps.size()) + " agent" + (caps.size() == 1 ? "" : "s") +
+                                               " (" + per_agent + " GPUs)";
+  if (spec.gpus_per_worker > largest) {
+    return "device = \"cuda\" with gpus_per_worker = " + std::to_string(spec.gpus_per_worker) +
+           ": no agent offers that many GPUs (the most on one agent is " + std::to_string(largest) + "; " + where +
+           ")";
+  }
+  const int workers = spec.workers_auto ? 1 : spec.workers;
+  if (!fits(caps, std::vector<TaskNeed>(static_cast<std::size_t>(workers), TaskNeed{0, spec.gpus_per_worker, true}))) {
+    return "device = \"cuda\": " + std::to_string(workers) + " workers x " + std::to_string(spec.gpus_per_worker) +
+           " GPUs = " + std::to_string(workers * spec.gpus_per_worker) + " GPUs, more than the cluster can give (" +
+           std::to_string(agents.total_gpus()) + " GPUs on " + where + ")";
+  }
+  return std::nullopt;
+}
+
+void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
+  const auto b = wire::parse_body<wire::SubmitBody>(env);
+  const auto parsed = parse_submitted(s, env, b);
+  if (!parsed) return;
+  const JobSpec& spec = *parsed;
+  if (const auto why = gpu_refusal(spec)) {
+    return reply_error(s, env.id, wire::error_code::kInfeasible, *why, "gpus_per_worker");
+  }
+  JobRec j;
+  j.spec = spec;
+  const bool automatic = spec.workers_auto || spec.batch_auto;
+  std::optional<planner::Plan> p;
+  if (automatic) {
+    p = plan_for(spec, 0);
+    if (!p->feasible && p->explore.empty()) {
+      return reply_error(s, env.id, wire::error_code::kInfeasible, "planner: " + p->explanation);
+    }
+  }
+  j.num = next_job++;
+  j.id = "job-" + std::to_string(j.num);
+  j.submitted = Clock::now();
+  j.submitted_unix = unix_now();
+  j.secret = new_job_secret_hex();
+  if (b.follow) j.followers.push_back(s);
+  const std::string id = j.id;
+  if (db) {
+    // A job is accepted only once it is stored: a leader restarted later must know it.
+    // When the store refuses (a full disk, a read-only file system) the submit is
+    // refused with the cause, and nothing of the job is kept.
+    // The counter first: should the job record then fail, a restarted leader only skips
+    // a number; it never finds a job the client was told was refused.
+    try {
+      db->put_meta("next_job", std::to_string(next_job));
+      db->put_job(j.num, stored_record(j));
+    } catch (const std::exception& e) {
+      --next_job;
+      spdlog::error("job submission refused: the state database cannot store it: {}", e.what());
+      return reply_error(s, env.id, wire::error_code::kUnavailable,
+                         std::string("the leader cannot store the job, so it does not accept it: ") + e.what() +
+                             ". Running jobs carry on; list, status and history still answer");
+    }
+  }
+  jobs.emplace(id, std::move(j));
+  job_order.push_back(id);
+  auto& job = jobs.at(id);
+  spdlog::info("job {} ({}) submitted: {} workers, {} PS shards, batch {}, {} epochs", id, spec.name,
+               spec.workers_auto ? "auto" : std::to_string(spec.workers), spec.ps_shards,
+               spec.batch_auto ? "auto" : std::to_string(spec.batch_size), spec.epochs);
+  if (automatic && !p->explore.empty()) {
+    job.plan = planner::to_json(*p);
+    reply(s, env.id, {{"job", id}, {"state", "exploring"}});
+    explore(job, p->explore);
+  } else if (automatic) {
+    reply(s, env.id, {{"job", id}, {"state", "queued"}, {"plan", planner::to_json(*p)}});
+    job.state = JobState::kPlanning;
+    decide(job);
+  } else {
+    enqueue(job);
+    save(job);
+    json r{{"job", id}, {"state", "queued"}};
+    const auto q = queue_status(job);
+    if (!q.fits_cluster) {
+      // It waits for agents to join (or its queue_timeout); say so now, not never.
+      r["warning"] = "needs " + std::to_string(q.cores_needed) +
+                     " cores (" + std::to_string(spec.workers + spec.ps_shards) + " tasks x " +
+                     std::to_string(spec.threads_per_task) + "), more than the " + std::to_string(q.cores_total) +
+                     " cores of the agents registered now; it waits in the queue until agents join";
+    }
+    reply(s, env.id, r);
+  }
+  try_schedule();
+}
+
+// Cancels `j`: a queued job at once, a running one through cancelling (every task is
+// stopped first), an exploring one with its exploration runs.
+void Leader::Impl::on_cancel(const SessionPtr& s, const wire::Envelope& env, JobRec& j) {
+  const std::string jid = j.id;
+  if (j.terminal()) {
+    return reply_error(s, env.id, wire::error_code::kConflict, "job " + jid + " already " + std::string(to_string(j.state)), "job");
+  }
+  if (j.state == JobState::kExploring) {
+    // maybe_finish of a run takes it out of j.pending_profiles: walk a copy. The job is
+    // marked cancelled first, so that its last run's end does not plan and queue it.
+    const auto runs = j.pending_profiles;
+    j.failing_state = JobState::kCancelled;
+    for (const auto& pid : runs) {
+      auto& pj = jobs.at(pid);
+      if (pj.state == JobState::kQueued) {
+        queue.erase(std::find(queue.begin(), queue.end(), pid));
+        pj.failing_state = JobState::kCancelled;
+        maybe_finish(pj);
+      } else if (!pj.terminal() && !pj.failing_state) {
+        pj.failing_state = JobState::kCancelled;
+        set_state(pj, JobState::kCancelling);
+        stop_tasks(pj);
+      }
+    }
+    j.pending_profiles.clear();
+    j.failing_state = JobState::kCancelled;
+    maybe_finish(j);
+  } else if (j.state == JobState::kQueued) {
+    queue.erase(std::find(queue.begin(), queue.end(), jid));
+    j.failing_state = JobState::kCancelled;
+    maybe_finish(j);
+    try_schedule();
+  } else if (!j.failing_state || j.failing_state == JobState::kSucceeded) {
+    j.failing_state = JobState::kCancelled;
+    set_state(j, JobState::kCancelling);
+    stop_tasks(j);
+  }
+  reply(s, env.id, {{"job", jid}, {"state", to_string(j.state)}});
+}
+
+json Leader::Impl::agents_json() const {
+  json arr = json::array();
+  for (auto& [id, a] : agents) {
+    arr.push_back({{"agent", id},
+                   {"address", a.address},
+                   {"cores", a.cores},
+                   {"free_cores", a.lost ? 0 : a.free_cores},  // a lost agent offers nothing
+                   {"memory_mb", a.memory_mb},
+                   {"hardware_class", a.hardware_class},
+                   {"gpus", [&] {
+                      json g = json::array();
+                      for (const auto& x : a.gpus) g.push_back(x.to_json());
+                      return g;
+                    }()},
+                   {"gpus_free", a.lost ? 0 : static_cast<int>(a.free_gpus.size())},
+                   {"metrics_endpoint", a.metrics_endpoint.empty() ? json(nullptr) : json(a.metrics_endpoint)},
+                   {"state", a.lost ? "lost" : a.stopping ? "stopping" : "ready"},
+                   {"seconds_since_heartbeat",
+                    std::chrono::duration<double>(Clock::now() - a.last_seen).count()}});
+  }
+  return arr;
+}
+
+}  // namespace dltrain::leader

@@ -1,0 +1,209 @@
+// The leader's state and the declarations of its parts (private to lib/agent/). One
+// struct, one event loop; its member functions live in the file of their subject:
+//   leader.cpp           the job state machine (queue, launch, finish, fail), plumbing
+//   leader_agents.cpp    the agent protocol: registration, task events and exits
+//   leader_clients.cpp   the client protocol: submit, plan, status, cancel, follow, ...
+//   leader_recovery.cpp  lost agents, re-assignment, leader restarts (restore, adoption)
+//   leader_planning.cpp  the adapter to the planner's policy (planner/policy.h)
+//   leader_metrics.cpp   the leader's Prometheus metrics (dltrain_leader_*, dltrain_job_*)
+//   leader_logs.cpp      `dltrain logs`: a client's request relayed to the task's agent
+//   leader_dashboard.cpp what the dashboard asks beyond the client protocol: curves, events
+// Records are in job_record.h, agents and placement in placement.h. Members without a
+// comment here have theirs at their definition, in the file their section names. All of
+// them run on the leader's io thread; none is thread-safe, none needs to be.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "leader/job_record.h"
+#include "leader/leader.h"
+#include "leader/placement.h"
+#include "control/metrics_server.h"
+#include "control/server.h"
+#include "planner/planner.h"
+#include "store/store.h"
+#include "wire/control.h"
+#include "wire/control_bodies.h"
+#include "wire/task_events.h"
+
+namespace dltrain::leader {
+
+struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
+  using json = nlohmann::json;
+  using Clock = std::chrono::steady_clock;
+  using SessionPtr = std::shared_ptr<control::Session>;
+
+  boost::asio::io_context& io;
+  config::AgentOptions opt;
+  std::unique_ptr<control::ControlServer> server;
+  boost::asio::steady_timer hb_timer;
+  AgentRegistry agents;
+  std::map<std::uint64_t, std::string> agent_by_session;
+  std::map<std::string, JobRec> jobs;
+  std::vector<std::string> job_order;
+  std::deque<std::string> queue;
+  std::uint64_t next_job = 1;
+  std::uint64_t next_req = 1;
+  std::function<void()>* on_registered = nullptr;
+  std::unique_ptr<store::Store> db;
+  /// Cumulative counts since this leader process started, for its metrics.
+  struct Counters {
+    std::uint64_t plans = 0;             ///< planner decisions for automatic jobs
+    std::uint64_t infeasible_plans = 0;  ///< of which no configuration met the constraints
+    std::uint64_t exploration_runs = 0;  ///< exploration (profile) jobs started
+    std::map<std::string, std::uint64_t> requests;  ///< control messages by peer kind
+    std::map<std::pair<std::string, std::string>, std::uint64_t> errors;  ///< (peer kind, code) → error replies
+  } counters;
+  /// A client's logs request waiting for the agent's read_log reply (key: the id the
+  /// leader gave the read_log request).
+  struct PendingLog {
+    std::weak_ptr<control::Session> client;
+    std::string client_id;   ///< the client's request id
+    std::string agent;
+    bool running = false;    ///< the task ran when asked
+    Clock::time_point deadline;
+  };
+  std::map<std::string, PendingLog> pending_logs;
+
+  Impl(boost::asio::io_context& i, const config::AgentOptions& o) : io(i), opt(o), hb_timer(i) {}
+
+  // ------------------------------------------------------------ leader.cpp
+  /// A store failure is logged and the leader carries on serving from memory: losing a
+  /// history row must not stop running jobs.
+  template <typename F>
+  void persist(const char* what, F&& f) {
+    if (!db) return;
+    try {
+      f();
+    } catch (const std::exception& e) {
+      spdlog::error("store: {} failed: {}", what, e.what());
+    }
+  }
+  void save(const JobRec& j);
+  void event(const JobRec& j, const json& ev);
+  void notify(JobRec& job, json body);
+  void send_agent(const std::string& agent_id, const std::string& type, const json& body);
+  static void reply(const SessionPtr& s, const std::string& id, const json& body);
+  /// Sends an error reply and counts it (dltrain_leader_control_errors_total).
+  void reply_error(const SessionPtr& s, const std::string& id, const std::string& code, const std::string& msg,
+                   const std::string& field = "");
+  /// `j` as clients see it, with its place in the queue when queued.
+  json status_json(const JobRec& j) const;
+  /// The one way a live job changes state: refuses (and logs) a transition that
+  /// leader/states.h does not allow; tells followers, the event log and the store.
+  void set_state(JobRec& j, JobState state);
+  /// Puts `j` at the back of the queue (state queued is set by the caller).
+  void enqueue(JobRec& j);
+  /// Where queued `j` stands (position, cores needed / free / in the cluster).
+  QueueStatus queue_status(const JobRec& j) const;
+  /// How long `j` may stay queued: its queue_timeout, else the leader's; 0 = for ever.
+  std::chrono::milliseconds queue_timeout(const JobRec& j) const;
+  /// The "waiting" event of queued `j`, with "job".
+  json waiting_event(const JobRec& j) const;
+  /// Tells each queued job's followers what it waits for, when that changed.
+  void notify_waiting();
+  /// Fails the queued jobs that waited longer than their queue timeout.
+  void expire_queued();
+  void try_schedule();
+  void schedule_pass();
+  /// Why a cuda job cannot run on this cluster even when idle (too few GPUs on any agent,
+  /// or in all), with the numbers; nullopt for a CPU job or one that fits.
+  std::optional<std::string> gpu_refusal(const JobSpec& spec) const;
+  /// What `j`'s tasks need, in JobRec::tasks order (PS shards, then workers).
+  std::vector<TaskNeed> needs(const JobRec& j) const;
+  /// What task `t` of `j` holds on its agent: the job's cores per task and t's GPUs.
+  TaskHold hold_of(const JobRec& j, const TaskRec& t) const;
+  /// Worker `t`'s local group: the workers of `j` on its agent that have not finished.
+  wire::LocalGroupInfo local_group_of(const JobRec& j, const TaskRec& t) const;
+  void launch(JobRec& j, const std::vector<Placed>& placement);
+  void start_task(JobRec& j, TaskRec& t, wire::StartTaskBody body);
+  std::vector<std::string> ps_endpoints(const JobRec& j) const;
+  void start_worker(JobRec& j, TaskRec& t);
+  void start_workers(JobRec& j);
+  void stop_tasks(JobRec& j);
+  void maybe_finish(JobRec& j);
+  void fail_job(JobRec& j, const std::string& why);
+  void on_message(const SessionPtr& s, const std::string& text);
+  void on_close(const SessionPtr& s);
+  void check_heartbeats();
+
+  // ------------------------------------------------------------ leader_agents.cpp
+  void on_agent_message(const SessionPtr& s, const wire::Envelope& env);
+  void on_register(const SessionPtr& s, const wire::Envelope& env);
+  void on_task_event(JobRec& j, TaskRec& t, const json& ev);
+  void on_ps_listening(JobRec& j, TaskRec& t, const json& ev);
+  void on_worker_counters(JobRec& j, TaskRec& t, const std::string& kind, const json& ev);
+  void on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody& b);
+
+  // ------------------------------------------------------------ leader_clients.cpp
+  std::optional<JobSpec> parse_submitted(const SessionPtr& s, const wire::Envelope& env, const wire::SubmitBody& b);
+  void on_client_message(const SessionPtr& s, const wire::Envelope& env);
+  void on_submit(const SessionPtr& s, const wire::Envelope& env);
+  void on_cancel(const SessionPtr& s, const wire::Envelope& env, JobRec& j);
+  json agents_json() const;
+
+  // ------------------------------------------------------------ leader_recovery.cpp
+  void restore();
+  std::chrono::milliseconds adoption_window() const;
+  void resume_after_restart(JobRec& j, const json& r);
+  void tasks_lost(JobRec& j, const std::string& why);
+  void send_stops(JobRec& j);
+  void try_resume(JobRec& j);
+  /// `gpus[i]`: the GPU indices task i is given on placement[i].
+  void resume(JobRec& j, const std::vector<std::string>& placement, const std::vector<std::vector<int>>& gpus);
+  void after_adoption(JobRec& j);
+  void agent_lost(const std::string& id, const std::string& why);
+
+  // ------------------------------------------------------------ leader_planning.cpp
+  planner::Plan plan_for(const JobSpec& spec, double exploration_seconds) const;
+  /// Why `spec` cannot run here because its largest PS shard's parameter state
+  /// (planner/ps_memory.h: parameters, momentum, one x_seen per sparse-downlink worker)
+  /// exceeds the memory_mb of every live agent; nullopt when it fits or no agent is live
+  /// (nothing to compare with yet).
+  std::optional<std::string> ps_memory_problem(const JobSpec& spec) const;
+  void decide(JobRec& j);
+  void explore(JobRec& parent, const std::vector<planner::Config>& configs);
+  void record_epoch(JobRec& j, const wire::events::EpochEnd& ev);
+  void record_final(JobRec& j);
+
+  // ------------------------------------------------------------ leader_logs.cpp
+  void on_logs(const SessionPtr& s, const wire::Envelope& env);
+  /// True when `env` (a reply from an agent) answers a read_log; forwards it.
+  bool on_log_reply(const wire::Envelope& env);
+  /// Answers the logs requests whose agent did not reply in time.
+  void expire_log_requests();
+
+  // ------------------------------------------------------------ leader_dashboard.cpp
+  /// Adds what a worker's progress or epoch_end event `ev` (of kind `kind`) says to
+  /// `j`'s curves.
+  void record_series(JobRec& j, const TaskRec& t, const std::string& kind, const nlohmann::json& ev);
+  /// `series {job}` → the job's curves; `events {job, limit}` → its stored event log.
+  void on_series(const SessionPtr& s, const wire::Envelope& env);
+  void on_events(const SessionPtr& s, const wire::Envelope& env);
+  /// Clears the curves of the finished jobs older than the kKeptSeries most recent ones.
+  void trim_series();
+  /// Removes the finished jobs beyond the opt.job_retention most recently ended ones
+  /// (ranked by their end, so a long job submitted early is not the first to go), from
+  /// memory and from the store (record and events). A finished exploration run whose job
+  /// has not ended is kept; nothing is removed while the store is read-only. Called from
+  /// the event loop after a job ends, and after restore().
+  void retire_jobs();
+  bool retire_posted = false;  ///< a retire_jobs() is posted to the event loop
+
+  // ------------------------------------------------------------ leader_metrics.cpp
+  void collect_metrics(control::MetricsBuilder& out) const;
+};
+
+}  // namespace dltrain::leader

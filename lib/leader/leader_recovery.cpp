@@ -1,0 +1,343 @@
+// What the leader does when tasks are lost: a lost agent, the re-assignment of a job as
+// its next generation (stop, place again, start with the freshest state), and a leader
+// restart (restore from the store, adopt the tasks the agents re-report).
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "leader/leader_impl.h"
+#include "common/errors.h"
+
+namespace dltrain::leader {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+namespace events = wire::events;
+
+namespace {
+
+// "worker-1 local-2 -> local-3, ps-0 ..." for the log.
+std::string ra_moved_text(const std::vector<events::Move>& moved) {
+  std::string s;
+  for (const auto& m : moved) s += (s.empty() ? "" : ", ") + m.task + " " + m.from + " -> " + m.to;
+  return s;
+}
+
+}  // namespace
+
+// Restores jobs and the job counter after a restart. Unfinished jobs carry on: queued
+// ones wait in the queue again; a job with tasks adopts the tasks its agents re-report
+// when they register again (on_register), for up to adoption_window(); what does not
+// come back by then is treated as lost with its agent (after_adoption).
+void Leader::Impl::restore() {
+  if (!db) return;
+  for (auto& [num, r] : db->jobs()) {
+    JobRec j;
+    try {
+      j = job_from_record(num, r);
+    } catch (const std::exception& e) {
+      spdlog::error("store: job job-{} has an unreadable specification ({}); skipped", num, e.what());
+      continue;
+    }
+    if (!j.terminal()) {
+      try {
+        resume_after_restart(j, r);
+      } catch (const std::exception& e) {
+        j.error = "the leader restarted and could not read this job's stored state (" + std::string(e.what()) + ")";
+        j.state = JobState::kFailed;
+        j.tasks.clear();
+        save(j);
+      }
+    }
+    next_job = std::max(next_job, num + 1);
+    job_order.push_back(j.id);
+    jobs.emplace(j.id, std::move(j));
+  }
+  if (auto n = db->get_meta("next_job")) next_job = std::max<std::uint64_t>(next_job, std::stoull(*n));
+  // An exploring job waits for its exploration runs that are still unfinished.
+  for (auto& id : job_order) {
+    auto& j = jobs.at(id);
+    if (j.profile_of.empty() || j.terminal()) continue;
+    auto pit = jobs.find(j.profile_of);
+    if (pit != jobs.end() && pit->second.state == JobState::kExploring) pit->second.pending_profiles.push_back(id);
+  }
+  for (auto& id : job_order) {
+    auto& j = jobs.at(id);
+    if (j.state == JobState::kExploring && j.pending_profiles.empty()) {
+      j.failing_state = JobState::kFailed;
+      j.error = "the leader restarted while the job was exploring and its exploration runs are gone; submit it again";
+      maybe_finish(j);
+    }
+  }
+  spdlog::info("store {}: {} jobs and {} history rows restored", db->path(), jobs.size(), db->history().size());
+}
+
+// How long a restarted leader waits for the agents of a running job to register again:
+// an agent notices the lost link within a heartbeat timeout and retries with back-off
+// of at most 10 s (agent.h).
+std::chrono::milliseconds Leader::Impl::adoption_window() const {
+  return opt.heartbeat_timeout + std::chrono::milliseconds(15000);
+}
+
+// The restored form of an unfinished job (called by restore()).
+void Leader::Impl::resume_after_restart(JobRec& j, const json& r) {
+  resume_stored_counters(j, r);
+  if (j.state == JobState::kQueued || j.state == JobState::kPlanning) {
+    j.state = JobState::kQueued;
+    enqueue(j);
+    spdlog::info("job {} ({}) is queued again", j.id, j.spec.name);
+  } else if (j.state != JobState::kExploring) {
+    j.adopt_until = Clock::now() + adoption_window();
+    spdlog::info("job {} ({}) was {} (generation {}): waiting up to {} ms for its agents to re-report its tasks",
+                 j.id, j.spec.name, to_string(j.state), j.generation, adoption_window().count());
+    event(j, events::LeaderRestarted{{}, std::string(to_string(j.state)), j.generation}.to_json());
+  }
+}
+
+// ---------------------------------------------------------------- re-assignment
+// Tasks of `j` were lost (already marked exited): re-assign the job, within
+// task_max_restarts re-assignments, or fail it.
+void Leader::Impl::tasks_lost(JobRec& j, const std::string& why) {
+  if (j.terminal()) return;
+  if (j.failing_state.has_value()) return maybe_finish(j);
+  if (j.state == JobState::kRecovering) return try_resume(j);
+  if (j.state != JobState::kRunning && j.state != JobState::kStarting) return fail_job(j, why);
+  if (j.reassignments >= opt.task_max_restarts) {
+    return fail_job(j, why + "; the job was already re-assigned " + std::to_string(j.reassignments) +
+                           " times (task_max_restarts)");
+  }
+  j.recovery_reason = why;
+  j.recovering_since = Clock::now();
+  j.waiting_logged = false;
+  spdlog::warn("job {}: {}; stopping its other tasks to re-assign it as generation {}", j.id, why,
+               j.generation + 1);
+  set_state(j, JobState::kRecovering);
+  const json e = events::Recovering{{}, why, j.generation}.to_json();
+  event(j, e);
+  notify(j, e);
+  send_stops(j);
+  try_resume(j);
+}
+
+// Asks every task of `j` that still runs to stop (on SIGTERM a PS shard writes its
+// checkpoint, a worker its replica) and gives up the ones not started yet.
+void Leader::Impl::send_stops(JobRec& j) {
+  for (auto& t : j.tasks) {
+    if (t.state == TaskState::kStarting || t.state == TaskState::kRunning) {
+      send_agent(t.agent, "stop_task", {{"job", j.id}, {"task", t.name}, {"generation", j.generation}});
+    } else if (t.state == TaskState::kPending) {
+      t.state = TaskState::kExited;
+      t.exit = "never started";
+      agents.release(t.agent, hold_of(j, t));
+    }
+  }
+}
+
+// A recovering job starts again once every old task has stopped and every task that
+// must run again has a place; it waits up to opt.reassign_timeout for one.
+void Leader::Impl::try_resume(JobRec& j) {
+  if (j.state != JobState::kRecovering || !j.recovering_since) return;
+  const auto now = Clock::now();
+  const auto stop_bound = opt.task_stop_grace + 2 * opt.heartbeat_timeout;
+  for (auto& t : j.tasks) {
+    if (t.state == TaskState::kExited) continue;
+    const bool live = agents.live(t.agent);
+    if (live && now - *j.recovering_since < stop_bound) return;  // its exit is on the way
+    t.state = TaskState::kExited;
+    t.exit = live ? "did not report that it stopped" : "lost with its agent";
+    if (live) {
+      // Its process may still run (and hold its GPUs): an orphan until its exit comes.
+      agents.at(t.agent).orphans[orphan_key(j.id, t.name, j.generation)] = hold_of(j, t);
+    } else {
+      agents.release(t.agent, hold_of(j, t));
+    }
+  }
+  // Tasks stay on their agent where it is alive; the others go to the live agent with
+  // the most free cores. Workers that finished are not run again.
+  const int need = j.spec.threads_per_task;
+  const auto slots = agents.slots();
+  std::vector<Replacing> want;
+  for (const auto& t : j.tasks) {
+    Replacing r{t.agent, t.kind == TaskKind::kWorker && t.ok_exit, {}, t.kind == TaskKind::kWorker ? j.spec.gpus_per_worker : 0};
+    for (const auto& a : slots) {
+      if (agents.holds_orphan(a.id, j.id, t.name)) r.excluded.push_back(a.id);
+    }
+    want.push_back(std::move(r));
+  }
+  const Replacement where = place_again(slots, want, need);
+  const auto& placement = where.placement;
+  std::vector<std::string> unplaced;
+  for (const auto i : where.unplaced) unplaced.push_back(j.tasks[i].name);
+  if (!unplaced.empty()) {
+    std::string names;
+    for (auto& n : unplaced) names += (names.empty() ? "" : ", ") + n;
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - *j.recovering_since);
+    if (waited >= opt.reassign_timeout) {
+      const std::string room = j.spec.gpus_per_worker > 0
+                                   ? std::to_string(need) + " free cores (and " +
+                                         std::to_string(j.spec.gpus_per_worker) + " free GPUs for a worker)"
+                                   : "free cores";
+      return fail_job(j, j.recovery_reason + "; no agent had " + room + " for " + names + " within " +
+                             fmt::format("{:g}", opt.reassign_timeout.count() / 1000.0) +
+                             " s (reassign_timeout)");
+    }
+    if (!j.waiting_logged) {
+      j.waiting_logged = true;
+      spdlog::warn("job {}: no agent has {} free cores{} for {}; waiting up to {} ms for one", j.id, need,
+                   j.spec.gpus_per_worker > 0 ? " (and " + std::to_string(j.spec.gpus_per_worker) + " GPUs per worker)"
+                                              : std::string(),
+                   names, opt.reassign_timeout.count());
+      const json e = events::WaitingForAgent{{}, unplaced, opt.reassign_timeout.count()}.to_json();
+      event(j, e);
+      notify(j, e);
+    }
+    return;
+  }
+  resume(j, placement, where.gpus);
+}
+
+// Starts generation g+1 of a recovering job on `placement` (an agent per task; empty
+// for finished workers).
+void Leader::Impl::resume(JobRec& j, const std::vector<std::string>& placement,
+                          const std::vector<std::vector<int>>& gpus) {
+  const std::uint32_t old_gen = j.generation;
+  // A shard restores the checkpoint it wrote when it was stopped where it stays; one that
+  // moves, or that did not stop cleanly, starts empty and must be rebuilt.
+  bool rebuild = false;
+  for (std::size_t i = 0; i < j.tasks.size(); ++i) {
+    const auto& t = j.tasks[i];
+    rebuild |= t.kind == TaskKind::kPs && !(t.ok_exit && placement[i] == t.agent);
+  }
+  // If so, from the freshest replica: the stopped worker (staying on its agent, where its
+  // file is) whose parameters last came from the PS.
+  std::string seed;
+  std::uint32_t seed_generation = 0;
+  double freshest = -1;
+  for (std::size_t i = 0; i < j.tasks.size() && rebuild; ++i) {
+    const auto& t = j.tasks[i];
+    if (t.kind != TaskKind::kWorker || placement[i] != t.agent || !t.replica || !t.replica->path) {
+      continue;
+    }
+    const double at = t.replica->pulled_at.value_or(0.0);
+    if (at > freshest) {
+      freshest = at;
+      seed = t.name;
+      seed_generation = t.replica_generation;
+    }
+  }
+  std::vector<events::Move> moved;
+  std::vector<std::uint32_t> done_ranks;
+  std::vector<TaskRec> next;
+  for (std::size_t i = 0; i < j.tasks.size(); ++i) {
+    const auto& old = j.tasks[i];
+    if (old.kind == TaskKind::kWorker && old.ok_exit) {
+      next.push_back(old);
+      done_ranks.push_back(static_cast<std::uint32_t>(old.index));
+      continue;
+    }
+    TaskRec t;
+    t.name = old.name;
+    t.kind = old.kind;
+    t.index = old.index;
+    t.agent = placement[i];
+    t.gpus = gpus[i];
+    t.epochs_done = old.epochs_done;
+    if (t.agent == old.agent) {
+      // Still there: should this generation be re-assigned before the worker saves a
+      // newer one, the replica it saved earlier can still rebuild a lost shard.
+      t.replica = old.replica;
+      t.replica_generation = old.replica_generation;
+    }
+    // A shard restores the checkpoint it wrote when it was stopped, where it stays.
+    if (old.kind == TaskKind::kPs && old.ok_exit && old.agent == t.agent) t.recovery = "checkpoint";
+    if (t.agent != old.agent) moved.push_back(events::Move{{}, t.name, old.agent, t.agent});
+    agents.take(t.agent, hold_of(j, t));
+    next.push_back(std::move(t));
+  }
+  j.close_generation_bytes();
+  j.tasks = std::move(next);
+  j.generation = old_gen + 1;
+  ++j.reassignments;
+  j.seed = seed;
+  j.seed_generation = seed_generation;
+  j.recovering_since.reset();
+  spdlog::warn("job {}: re-assigned as generation {} ({}); {}", j.id, j.generation,
+               moved.empty() ? std::string("no task moved") : "moved " + ra_moved_text(moved),
+               seed.empty() ? std::string("no worker replica") : "rebuilding lost shard state from " + seed + "'s replica");
+  events::Reassigned ra;
+  ra.generation = j.generation;
+  ra.moved = moved;
+  ra.reason = j.recovery_reason;
+  if (!seed.empty()) ra.replica_from = seed;
+  const json e = ra.to_json();
+  event(j, e);
+  notify(j, e);
+  set_state(j, JobState::kStarting);
+  for (auto& t : j.tasks) {
+    if (t.kind != TaskKind::kPs) continue;
+    wire::StartTaskBody body;
+    body.workers_done = done_ranks;
+    if (t.recovery == "checkpoint") body.restore_generation = old_gen;
+    t.recovery.clear();
+    start_task(j, t, std::move(body));
+  }
+}
+
+// A restored job's agents have registered again, or the adoption window has passed.
+void Leader::Impl::after_adoption(JobRec& j) {
+  j.adopt_until.reset();
+  if (j.terminal()) return;
+  std::string missing = j.adopt_lost;
+  j.adopt_lost.clear();
+  for (auto& t : j.tasks) {
+    if ((t.state == TaskState::kStarting || t.state == TaskState::kRunning) && !agents.live(t.agent)) {
+      t.state = TaskState::kExited;
+      t.exit = "its agent did not come back after the leader restarted";
+      missing += (missing.empty() ? "" : ", ") + t.name + " on " + t.agent;
+    }
+  }
+  spdlog::info("job {}: adopted after the leader restart{}", j.id, missing.empty() ? "" : "; lost: " + missing);
+  if (j.failing_state.has_value()) return stop_tasks(j);
+  if (j.state == JobState::kRecovering) {
+    j.recovering_since = Clock::now();
+    send_stops(j);
+    return try_resume(j);
+  }
+  std::string unstarted;
+  for (const auto& t : j.tasks) {
+    if (t.kind == TaskKind::kWorker && t.state == TaskState::kExited && t.exit == "never started") unstarted += " " + t.name;
+  }
+  if (j.state == JobState::kStarting || !unstarted.empty()) {
+    // The leader died between the shards' and the workers' start (or, after a
+    // re-assignment, before every worker was started): begin again.
+    return tasks_lost(j, "the leader restarted while the job was starting" +
+                             (missing.empty() ? std::string() : " (lost: " + missing + ")"));
+  }
+  if (!missing.empty()) tasks_lost(j, "the leader restarted and " + missing + " did not come back");
+}
+
+void Leader::Impl::agent_lost(const std::string& id, const std::string& why) {
+  auto it = agents.find(id);
+  if (it == agents.end() || it->second.lost) return;
+  auto& a = it->second;
+  a.lost = true;
+  spdlog::warn("agent {} lost: {}", id, why);
+  for (auto& jid : job_order) {
+    auto& j = jobs.at(jid);
+    if (j.terminal()) continue;
+    bool hit = false;
+    for (auto& t : j.tasks) {
+      if (t.agent == id && t.state != TaskState::kExited) {
+        t.state = TaskState::kExited;
+        t.exit = "lost with its agent";
+        agents.release(id, hold_of(j, t));
+        hit = true;
+      }
+    }
+    if (hit) tasks_lost(j, "agent " + id + " was lost (" + why + ")");
+  }
+}
+
+}  // namespace dltrain::leader

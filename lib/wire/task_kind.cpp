@@ -1,0 +1,24 @@
+#include "wire/task_kind.h"
+
+#include "common/errors.h"
+
+namespace dltrain::wire {
+
+std::string_view to_string(TaskKind k) { return k == TaskKind::kPs ? "ps" : "worker"; }
+
+std::optional<TaskKind> parse_task_kind(std::string_view s) {
+  if (s == "ps") return TaskKind::kPs;
+  if (s == "worker") return TaskKind::kWorker;
+  return std::nullopt;
+}
+
+void to_json(nlohmann::json& j, TaskKind k) { j = std::string(to_string(k)); }
+
+void from_json(const nlohmann::json& j, TaskKind& k) {
+  const auto s = j.get<std::string>();
+  const auto parsed = parse_task_kind(s);
+  if (!parsed) throw InvalidArgument("task kind: expected ps or worker, got \"" + s + "\"");
+  k = *parsed;
+}
+
+}  // namespace dltrain::wire

@@ -1,0 +1,444 @@
+// The leader and an agent over the real control protocol, each with its peer played by
+// hand: job secrets and generations in task messages, the queue's reasons, duplicate and
+// malformed agents, a full disk under the store; malformed requests to an agent; a
+// control client's lifetime. Shared fixtures: support/control_fixtures.h.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <deque>
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <future>
+#include <gtest/gtest.h>
+
+#include "agent/agent.h"
+#include "leader/leader.h"
+#include "common/errors.h"
+#include "common/job_spec.h"
+#include "common/secret.h"
+#include "control/client.h"
+#include "control/server.h"
+#include "store/store.h"
+#include "support/control_fixtures.h"
+#include "support/temp_dir.h"
+#include "support/tmpfs.h"
+#include "wire/control_bodies.h"
+
+using namespace dltrain;
+using namespace dltrain::testing;
+
+TEST(LeaderTasks, MessagesOfAnOlderGenerationAreRefusedAndTheSecretStaysWithTheTasks) {
+  RunningLeader l;
+  FakeAgent agent(l.url(), "fake-1", 4);
+  control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+  const auto sub = c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+  const std::string job = sub["job"];
+
+  const auto ps = agent.next("start_task");
+  ASSERT_TRUE(ps) << "the leader did not start the PS shard";
+  EXPECT_EQ(ps->body["task"], "ps-0");
+  const auto gen = ps->body["generation"].get<std::uint32_t>();
+  EXPECT_EQ(gen, 1u);
+  const std::string secret = ps->body["secret"];
+  EXPECT_EQ(job_secret_from_hex(secret, "secret").size(), 32u);
+
+  // The shard's "listening" event as a task of the previous generation would send it:
+  // refused, and the job does not move on.
+  // The port the fake PS shard reports: only relayed to the worker, never bound or dialled.
+  const nlohmann::json listening{{"event", "listening"}, {"port", 5555}, {"address", "127.0.0.1"}};
+  auto stale =
+      agent.request("task_event", {{"job", job}, {"task", "ps-0"}, {"generation", gen - 1}, {"event", listening}});
+  EXPECT_FALSE(stale.ok);
+  EXPECT_EQ(stale.error["code"], "conflict");
+  EXPECT_EQ(stale.error["field"], "generation");
+  EXPECT_EQ(stale.error["message"], "stale generation");
+  auto st = c.request("status", {{"job", job}}, std::chrono::seconds(10));
+  EXPECT_EQ(st["state"], "starting");
+  EXPECT_FALSE(st["tasks"][0].contains("endpoint")) << st.dump();
+
+  // The same event from the current generation starts the worker, with the same secret.
+  auto fresh = agent.request("task_event", {{"job", job}, {"task", "ps-0"}, {"generation", gen}, {"event", listening}});
+  EXPECT_TRUE(fresh.ok) << fresh.error.dump();
+  const auto worker = agent.next("start_task");
+  ASSERT_TRUE(worker) << "the leader did not start the worker";
+  EXPECT_EQ(worker->body["task"], "worker-0");
+  EXPECT_EQ(worker->body["generation"], gen);
+  EXPECT_EQ(worker->body["ps"], nlohmann::json::array({"127.0.0.1:5555"}));
+  EXPECT_EQ(worker->body["secret"], secret);
+
+  // A stale task's exit does not fail the job either.
+  auto exit = agent.request("task_exit", {{"job", job}, {"task", "worker-0"}, {"generation", gen - 1}, {"exit_code", 1},
+                                          {"signal", 0}, {"describe", "exit code 1"}, {"last_error", "boom"}});
+  EXPECT_FALSE(exit.ok);
+  EXPECT_EQ(exit.error["code"], "conflict");
+  st = c.request("status", {{"job", job}}, std::chrono::seconds(10));
+  EXPECT_EQ(st["state"], "running") << st.dump();
+
+  // Clients never see the secret.
+  EXPECT_EQ(st.dump().find(secret), std::string::npos);
+  const auto list = c.request("list", nlohmann::json::object(), std::chrono::seconds(10));
+  EXPECT_EQ(list.dump().find(secret), std::string::npos);
+
+  // A second job gets its own secret.
+  c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+  const auto ps2 = agent.next("start_task");
+  ASSERT_TRUE(ps2);
+  EXPECT_NE(ps2->body["job"], job);
+  EXPECT_NE(ps2->body["secret"], secret);
+}
+
+TEST(LeaderTasks, TheSecretIsStoredWhileTheJobLivesAndOlderRecordsStayReadable) {
+  dltrain::testing::TempDir d;
+  const auto state = d.path / "state";
+  std::string secret;
+  {
+    RunningLeader l(state.string());
+    FakeAgent agent(l.url(), "fake-1", 4);
+    control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+    c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+    const auto ps = agent.next("start_task");
+    ASSERT_TRUE(ps);
+    secret = ps->body["secret"];
+  }
+  {
+    auto db = store::Store::open((state / "db").string());
+    auto jobs = db->jobs();
+    ASSERT_EQ(jobs.size(), 1u);
+    EXPECT_EQ(jobs[0].first, 1u);
+    EXPECT_EQ(jobs[0].second["state"], "starting");
+    EXPECT_EQ(jobs[0].second["secret"], secret);
+    EXPECT_EQ(jobs[0].second["generation"], 1);
+    // A record as a leader without job secrets wrote it: no "secret", no "generation".
+    auto old = jobs[0].second;
+    old.erase("secret");
+    old.erase("generation");
+    old["state"] = "succeeded";
+    old["num"] = 7;
+    old["test_accuracy"] = 0.8;
+    db->put_job(7, old);
+  }
+  {
+    // Restarted: the unfinished job is restored with its secret; the old record is served
+    // as it was.
+    RunningLeader l(state.string());
+    control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+    auto j1 = c.request("status", {{"job", "job-1"}}, std::chrono::seconds(10));
+    EXPECT_EQ(j1["state"], "starting");
+    auto j7 = c.request("status", {{"job", "job-7"}}, std::chrono::seconds(10));
+    EXPECT_EQ(j7["state"], "succeeded");
+    EXPECT_DOUBLE_EQ(j7["test_accuracy"].get<double>(), 0.8);
+    // Its agent comes back without the shard (it restarted too): the job had been
+    // starting, so it is re-assigned as generation 2, with the same secret.
+    FakeAgent agent(l.url(), "fake-1", 4);
+    const auto ps = agent.next("start_task");
+    ASSERT_TRUE(ps);
+    EXPECT_EQ(ps->body["task"], "ps-0");
+    EXPECT_EQ(ps->body["generation"], 2);
+    EXPECT_EQ(ps->body["secret"], secret);
+    // A message of generation 1 is refused now.
+    auto stale = agent.request("task_event", {{"job", "job-1"}, {"task", "ps-0"}, {"generation", 1},
+                                              {"event", {{"event", "listening"}, {"port", 5555}}}});
+    EXPECT_FALSE(stale.ok);
+    // Cancelled: its shard reports its exit and the job ends, dropping the secret.
+    c.request("cancel", {{"job", "job-1"}}, std::chrono::seconds(10));
+    ASSERT_TRUE(agent.next("stop_task"));
+    EXPECT_TRUE(agent.request("task_exit", {{"job", "job-1"}, {"task", "ps-0"}, {"generation", 2}, {"exit_code", 0},
+                                            {"signal", 0}, {"describe", "exit code 0"}})
+                    .ok);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (c.request("status", {{"job", "job-1"}}, std::chrono::seconds(10))["state"] != "cancelled" &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(c.request("status", {{"job", "job-1"}}, std::chrono::seconds(10))["state"], "cancelled");
+  }
+  auto db = store::Store::open((state / "db").string());
+  for (const auto& [num, rec] : db->jobs()) {
+    EXPECT_FALSE(rec.contains("secret")) << "job " << num << " still stores its secret after it ended";
+  }
+}
+
+// No silent waits: a job larger than the whole cluster is accepted with a warning, its
+// follower is told at once why it waits (and the status says the same), and its
+// queue_timeout fails it with the reason.
+TEST(LeaderQueue, AJobThatCannotFitSaysWhyAtSubmitAndWhileItWaitsAndFailsAfterItsQueueTimeout) {
+  RunningLeader l;
+  FakeAgent agent(l.url(), "fake-1", 2);
+  control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+  const std::string toml =
+      "name = \"big\"\nmodel = \"mlp\"\nworkers = 4\nps_shards = 1\nepochs = 1\nqueue_timeout = \"2s\"\n";
+  const auto sub =
+      c.request("submit", {{"job_toml", toml}, {"base_dir", "."}, {"follow", true}}, std::chrono::seconds(10));
+  const std::string job = sub["job"];
+  EXPECT_EQ(sub["state"], "queued");
+  EXPECT_EQ(sub["warning"],
+            "needs 5 cores (5 tasks x 1), more than the 2 cores of the agents registered now; it waits in the "
+            "queue until agents join");
+
+  // Collects the follower's events until one of `kind` arrives (at most 15 s).
+  std::vector<nlohmann::json> seen;
+  auto wait_for = [&](const std::string& kind) -> std::optional<nlohmann::json> {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto e = c.next_event(std::chrono::milliseconds(500));
+      if (!e) continue;
+      seen.push_back(*e);
+      if ((*e)["job"] == job && (*e)["event"] == kind) return e;
+    }
+    return std::nullopt;
+  };
+  const auto waiting = wait_for("waiting");
+  ASSERT_TRUE(waiting) << nlohmann::json(seen).dump();
+  EXPECT_EQ((*waiting)["position"], 1);
+  EXPECT_EQ((*waiting)["cores_needed"], 5);
+  EXPECT_EQ((*waiting)["cores_free"], 2);
+  EXPECT_EQ((*waiting)["cores_total"], 2);
+  EXPECT_EQ((*waiting)["fits_cluster"], false);
+  EXPECT_EQ((*waiting)["queue_timeout_seconds"], 2.0);
+  const auto st = c.request("status", {{"job", job}}, std::chrono::seconds(10));
+  EXPECT_EQ(st["cores_total"], 2);
+  EXPECT_EQ(st["fits_cluster"], false);
+
+  // The heartbeat checker (every second) fails it once it has waited 2 s.
+  const auto summary = wait_for("summary");
+  ASSERT_TRUE(summary) << nlohmann::json(seen).dump();
+  EXPECT_EQ((*summary)["state"], "failed");
+  EXPECT_EQ((*summary)["error"],
+            "waited 2 s in the queue (queue_timeout): it needs 5 cores, 2 are free and the cluster has 2 in all");
+  const auto ended = c.request("status", {{"job", job}}, std::chrono::seconds(10));
+  EXPECT_TRUE(ended["tasks"].empty()) << "nothing of the job may have started: " << ended.dump();
+}
+
+// Two machines with one host name (cloned VMs): the second agent is refused with what to
+// do about it, and the first one carries on.
+TEST(LeaderAgents, ASecondAgentWithTheSameNameIsRefusedWithTheFix) {
+  RunningLeader l;
+  FakeAgent first(l.url(), "vm", 2);
+  try {
+    FakeAgent second(l.url(), "vm", 2);
+    ADD_FAILURE() << "a second agent named vm was registered";
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("an agent named \\\"vm\\\" is already registered (from 127.0.0.1:"), std::string::npos) << m;
+    EXPECT_NE(m.find("set a unique name = \\\"...\\\" in this agent's configuration (it defaults to the host name)"),
+              std::string::npos)
+        << m;
+  }
+  control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+  const auto agents = c.request("agents", nlohmann::json::object(), std::chrono::seconds(10));
+  ASSERT_EQ(agents["agents"].size(), 1u);
+  EXPECT_EQ(agents["agents"][0]["state"], "ready");
+}
+
+// The leader's state database on a full disk (a 192 MiB tmpfs — RocksDB preallocates
+// about 70 MiB for its write-ahead log — that the test mounts and fills to 16 MiB free,
+// below the store's default reserve of 64 MiB):
+// a submit is refused with the cause and leaves nothing behind, the jobs already stored
+// are still listed, and once space is freed submits are accepted again, with no gap in
+// the job numbers; a restarted leader finds every accepted job.
+TEST(LeaderStore, ASubmitIsRefusedWithTheCauseWhileTheDiskIsFullAndAcceptedOnceSpaceIsFreed) {
+  dltrain::testing::Tmpfs fs(192u << 20);
+  if (!fs.error().empty()) GTEST_SKIP() << "needs root to mount a tmpfs: " << fs.error();
+  const auto state = fs.path() / "state";
+  int accepted = 0;
+  {
+    RunningLeader l(state.string());
+    control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+    c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+    ++accepted;
+    ASSERT_GT(fs.fill(16u << 20), 0u);
+    std::string refusal;
+    try {
+      c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+      ADD_FAILURE() << "a submit was accepted below the reserve";
+    } catch (const control::RemoteError& e) {
+      EXPECT_EQ(e.code(), "unavailable");
+      refusal = e.what();
+    }
+    EXPECT_NE(refusal.find("the leader cannot store the job, so it does not accept it"), std::string::npos) << refusal;
+    EXPECT_NE(refusal.find("below the reserve of 64.0 MiB"), std::string::npos) << refusal;
+    // Reads go on: the accepted jobs are listed, the refused one is not.
+    auto list = c.request("list", nlohmann::json::object(), std::chrono::seconds(10));
+    EXPECT_EQ(list["jobs"].size(), static_cast<std::size_t>(accepted)) << list.dump();
+    EXPECT_EQ(c.request("status", {{"job", "job-1"}}, std::chrono::seconds(10))["state"], "queued");
+
+    fs.free_space();
+    auto after = c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+    ++accepted;
+    EXPECT_EQ(after["job"], "job-" + std::to_string(accepted));  // the refused submit used no number
+  }
+  RunningLeader again(state.string());
+  control::BlockingControlClient c(again.url(), "client-secret", std::chrono::seconds(10));
+  auto list = c.request("list", nlohmann::json::object(), std::chrono::seconds(10));
+  EXPECT_EQ(list["jobs"].size(), static_cast<std::size_t>(accepted)) << list.dump();
+}
+
+// Found while writing tests/fuzz/fuzz_control.cpp: a number that overflows a double
+// escaped the leader's message handler as nlohmann::json::out_of_range, out of its event
+// loop, and ended the leader; mistyped register and task fields were read with nlohmann's
+// value(), which threw (an "internal" error) or, for 1e300 into an int, was undefined
+// behaviour. Now each is a bad_request naming the field, and the leader carries on.
+TEST(LeaderAgents, MalformedAgentMessagesAreRefusedNamingTheFieldAndTheLeaderCarriesOn) {
+  RunningLeader l;
+  FakeAgent agent(l.url(), "fake-1", 4);
+  const auto overflow = agent.raw(R"({"v":1,"id":"r1","type":"heartbeat","body":{"x":1e400}})", "");  // id unknown
+  EXPECT_FALSE(overflow.ok);
+  EXPECT_EQ(overflow.error["code"], "bad_request");
+  EXPECT_NE(overflow.error["message"].get<std::string>().find("number overflow"), std::string::npos);
+  const auto deep = agent.raw(R"({"v":1,"id":"r2","type":"heartbeat","body":{"x":)" + std::string(5000, '[') +
+                                  std::string(5000, ']') + "}}",
+                              "");  // not parsed, so its id is not known
+  EXPECT_EQ(deep.error["code"], "bad_request");
+  const auto reg = agent.request("register", {{"name", "fake-2"}, {"cores", 1e300}});
+  EXPECT_FALSE(reg.ok);
+  EXPECT_EQ(reg.error["code"], "bad_request");
+  EXPECT_EQ(reg.error["field"], "cores");
+  const auto ev = agent.request("task_event", {{"job", "job-1"}, {"task", "ps-0"}, {"generation", "1"}});
+  EXPECT_EQ(ev.error["code"], "bad_request");
+  EXPECT_EQ(ev.error["field"], "generation");
+  control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+  const auto agents = c.request("agents", nlohmann::json::object(), std::chrono::seconds(10));
+  ASSERT_EQ(agents["agents"].size(), 1u);
+  EXPECT_EQ(agents["agents"][0]["agent"], "fake-1");
+  EXPECT_EQ(agents["agents"][0]["cores"], 4);
+}
+
+namespace {
+
+// A leader played by hand: a control server on 127.0.0.1 that records what its agents
+// send, and an agent connected to it, on one io_context the test runs.
+struct FakeLeader {
+  FakeLeader() {
+    control::ControlServerOptions so;
+    so.agent_token = "agent-secret";
+    so.client_token = "client-secret";
+    control::ControlHandler h;
+    h.on_message = [this](const std::shared_ptr<control::Session>& s, const std::string& text) {
+      session = s;
+      auto env = wire::parse_envelope(text);
+      if (env.type == "register") s->send(wire::make_reply(env.id, {{"agent_id", "a"}, {"heartbeat_interval_ms", 1000}}));
+      got.push_back(env);
+    };
+    server = std::make_unique<control::ControlServer>(io, so, h);
+    server->start();
+    config::AgentOptions o;
+    o.name = "agent-under-test";
+    o.leader_url = "ws://127.0.0.1:" + std::to_string(server->port());
+    o.agent_token = "agent-secret";
+    o.state_dir = (dir.path / "state").string();
+    o.cores = 2;
+    a = std::make_unique<agent::Agent>(io, o);
+    a->start();
+  }
+  ~FakeLeader() {
+    a.reset();
+    server->stop();
+    io.run_for(std::chrono::milliseconds(100));
+  }
+  // The first message from the agent that `match` accepts, running the io for up to 10 s.
+  std::optional<wire::Envelope> next(const std::function<bool(const wire::Envelope&)>& match) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      const auto it = std::find_if(got.begin(), got.end(), match);
+      if (it != got.end()) {
+        auto e = *it;
+        got.erase(it);
+        return e;
+      }
+      io.restart();
+      io.run_for(std::chrono::milliseconds(20));
+    }
+    return std::nullopt;
+  }
+  std::optional<wire::Envelope> reply_to(const std::string& id) {
+    return next([&](const wire::Envelope& e) { return e.type == "reply" && e.id == id; });
+  }
+
+  dltrain::testing::TempDir dir;
+  asio::io_context io;
+  std::unique_ptr<control::ControlServer> server;
+  std::unique_ptr<agent::Agent> a;
+  std::shared_ptr<control::Session> session;
+  std::deque<wire::Envelope> got;
+};
+
+}  // namespace
+
+// Found while writing tests/fuzz/fuzz_control.cpp: an agent read start_task with
+// b.at("job").get<std::string>(); a job that was not a string threw, and so did the
+// catch handler that reported the failure (env.body.value("job", "")), out of the agent's
+// event loop; a job or task named "../.." put the task's directory (and its secret file)
+// outside the state directory. Now both are refused as bad_request naming the field, the
+// failure is reported as a task_exit, and the agent carries on.
+TEST(AgentRequests, MalformedStartTaskIsRefusedNamingTheFieldAndTheAgentCarriesOn) {
+  FakeLeader l;
+  ASSERT_TRUE(l.next([](const wire::Envelope& e) { return e.type == "register"; })) << "the agent did not register";
+  ASSERT_TRUE(l.session);
+  wire::StartTaskBody st;
+  st.job = "job-1";
+  st.job_num = 1;
+  st.task = "ps-0";
+  st.kind = "ps";
+  st.generation = 1;
+  st.secret = std::string(64, 'a');
+  st.spec = JobSpec{};
+  auto body = st.to_json();
+  body["job"] = 5;
+  l.session->send(wire::make_request("l1", "start_task", body));
+  auto r = l.reply_to("l1");
+  ASSERT_TRUE(r) << "no reply to a start_task whose job is a number";
+  EXPECT_FALSE(r->ok);
+  EXPECT_EQ(r->error["code"], "bad_request");
+  EXPECT_EQ(r->error["field"], "job");
+  const auto exit = l.next([](const wire::Envelope& e) { return e.type == "task_exit"; });
+  ASSERT_TRUE(exit) << "the refused start_task was not reported as a task_exit";
+  EXPECT_EQ(exit->body["task"], "ps-0");
+  EXPECT_EQ(exit->body["exit_code"], 126);
+
+  body = st.to_json();
+  body["job"] = "../../escaped";
+  l.session->send(wire::make_request("l2", "start_task", body));
+  r = l.reply_to("l2");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->error["field"], "job");
+  EXPECT_FALSE(std::filesystem::exists(l.dir.path / "escaped"));
+
+  // Still answering: a stop_task of a task it does not run is fine.
+  l.session->send(wire::make_request("l3", "stop_task", wire::TaskRefBody{{}, "job-1", "ps-0", 1}.to_json()));
+  r = l.reply_to("l3");
+  ASSERT_TRUE(r) << "the agent stopped answering";
+  EXPECT_TRUE(r->ok) << r->error.dump();
+}
+
+// Found by LeakSanitizer (scripts/test --sanitize=address,undefined) in
+// LeaderAgents.ASecondAgentWithTheSameNameIsRefusedWithTheFix: a client's read and write
+// loops held themselves (a std::function capturing its own shared_ptr), released only
+// when a read or write completed, so a client whose io_context ended with a read pending
+// leaked with its socket and buffers. Now the pending operation's handler owns the loop.
+TEST(ControlClientLifetime, AClientWhoseEventLoopEndsWithAReadPendingIsFreed) {
+  RunningLeader l;
+  std::weak_ptr<control::ControlClient> weak;
+  {
+    asio::io_context io;
+    auto c = std::make_shared<control::ControlClient>(io, l.url(), "client-secret", control::PeerKind::kClient);
+    std::optional<std::exception_ptr> done;
+    c->connect(std::chrono::seconds(10), [&](std::exception_ptr e) { done = e; });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done && std::chrono::steady_clock::now() < deadline) io.run_for(std::chrono::milliseconds(20));
+    ASSERT_TRUE(done.has_value() && !*done) << "the client did not connect";
+    c->send(wire::make_request("1", "list", nlohmann::json::object()));  // a write in flight as well
+    weak = c;
+    c.reset();
+    EXPECT_FALSE(weak.expired());  // the pending read holds it while the io_context lives
+  }
+  EXPECT_TRUE(weak.expired()) << "the client outlived its io_context";
+}
