@@ -57,7 +57,7 @@ bool legal_transition(JobState from, JobState to) {
   if (to == S::kFailing || to == S::kCancelling || to == S::kFailed || to == S::kCancelled) return true;
   switch (from) {
     case S::kQueued:
-      return to == S::kStarting;
+      return to == S::kStarting || to == S::kExploring;  // an automatic job explores from the queue
     case S::kPlanning:
       return to == S::kQueued || to == S::kExploring;
     case S::kExploring:

@@ -52,7 +52,7 @@ inline constexpr TaskState kTaskStates[] = {TaskState::kPending, TaskState::kSta
 bool terminal(JobState s);
 
 /// Whether a job may move from `from` to `to`:
-///   queued → starting;  planning → queued | exploring;  exploring → queued (planned);
+///   queued → starting | exploring;  planning → queued | exploring;  exploring → queued (planned);
 ///   starting → running | recovering | finishing;  running → recovering | finishing;
 ///   recovering → starting;  finishing → succeeded;
 ///   every other non-terminal state also → failing | cancelling | failed | cancelled (a
