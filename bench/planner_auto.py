@@ -27,34 +27,12 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(os.environ.get("DLTRAIN_BUILD_DIR", os.path.join(ROOT, "build")), "bin")
-
-
-def start_cluster(state):
-    env = dict(os.environ, XDG_STATE_HOME=os.path.join(state, "xdg"))
-    log = open(os.path.join(state, "standalone.log"), "w")
-    proc = subprocess.Popen([os.path.join(BIN, "dltrain-agent"), "--standalone", "--agents", "3",
-                             "--cores-per-agent", "1", "--state-dir", os.path.join(state, "s")],
-                            stdout=log, stderr=log, env=env)
-    client_json = os.path.join(state, "s", "client.json")
-    for _ in range(600):
-        if os.path.exists(client_json):
-            break
-        if proc.poll() is not None:
-            sys.exit("the standalone cluster exited; see " + log.name)
-        time.sleep(0.1)
-    else:
-        proc.kill()
-        sys.exit("the standalone cluster did not start within 60 s; see " + log.name)
-    with open(client_json) as f:
-        c = json.load(f)
-    return proc, [os.path.join(BIN, "dltrain"), "--leader", c["leader"], "--token", c["client_token"]]
+from standalone import ROOT, start_cluster  # bench/standalone.py
 
 
 def one_run(job_file):
     state = tempfile.mkdtemp(prefix="dltrain-planner-auto-")
-    proc, client = start_cluster(state)
+    proc, client, _ = start_cluster(state)
     try:
         t0 = time.monotonic()
         follower = subprocess.Popen(client + ["submit", job_file, "--follow", "--json"], stdout=subprocess.PIPE,

@@ -29,11 +29,12 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.join(os.environ.get("DLTRAIN_BUILD_DIR", os.path.join(ROOT, "build")), "bin")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import standalone  # noqa: E402  (bench/standalone.py)
+
+ROOT = standalone.ROOT
 
 JOB = """name = "overhead"
 data_dir = "/usr/share/datasets/fashion-mnist"
@@ -50,24 +51,9 @@ lr = 0.05
 
 
 def start_cluster(state):
-    env = dict(os.environ, XDG_STATE_HOME=os.path.join(state, "xdg"))
-    log = open(os.path.join(state, "standalone.log"), "w")
-    proc = subprocess.Popen([os.path.join(BIN, "dltrain-agent"), "--standalone", "--agents", "3",
-                             "--progress-interval", "1", "--state-dir", os.path.join(state, "s")],
-                            stdout=log, stderr=log, env=env)
-    client_json = os.path.join(state, "s", "client.json")
-    for _ in range(600):
-        if os.path.exists(client_json):
-            break
-        time.sleep(0.1)
-    else:
-        proc.kill()
-        sys.exit("the standalone cluster did not start; see " + log.name)
-    with open(client_json) as f:
-        c = json.load(f)
-    client = [os.path.join(BIN, "dltrain"), "--leader", c["leader"], "--token", c["client_token"]]
+    proc, client, settings = standalone.start_cluster(state, 3, ["--progress-interval", "1"])
     agents = json.loads(subprocess.check_output(client + ["agents", "--json"]))
-    endpoints = [c["metrics_endpoint"]] + [a["metrics_endpoint"] for a in agents]
+    endpoints = [settings["metrics_endpoint"]] + [a["metrics_endpoint"] for a in agents]
     return proc, client, endpoints
 
 

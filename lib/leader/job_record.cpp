@@ -238,7 +238,10 @@ void resume_stored_counters(JobRec& j, const json& r) {
   j.failing_state.reset();
   if (!failing.empty()) {
     const auto f = parse_job_state(failing);
-    if (!f || !terminal(*f)) throw ConfigError("failing_state", "stored job " + j.id + ": failing_state \"" + failing + "\" is not a terminal state");
+    if (!f || !terminal(*f)) {
+      throw ConfigError("failing_state",
+                        "stored job " + j.id + ": failing_state \"" + failing + "\" is not a terminal state");
+    }
     j.failing_state = *f;
   }
   j.workers_started = r.value("workers_started", false);

@@ -178,11 +178,13 @@ nlohmann::json stored_record(const JobRec& j);
 
 /// A job read back from its stored form (a leader restart). An unfinished job gets its
 /// tasks and counters back (resume_stored_counters). Throws ConfigError when the
-/// specification cannot be read.
+/// specification cannot be read or the state is none of leader/states.h's (field "state").
 JobRec job_from_record(std::uint64_t num, const nlohmann::json& r);
 
 /// The tasks and counters of an unfinished job from its stored form. Throws
-/// nlohmann::json::exception for a malformed record.
+/// nlohmann::json::exception for a malformed record, InvalidArgument for a task state or
+/// kind that does not exist, and ConfigError (field "failing_state") for a failing_state
+/// that is not a terminal state.
 void resume_stored_counters(JobRec& j, const nlohmann::json& r);
 
 /// Seconds since the Unix epoch, now.

@@ -173,6 +173,16 @@ void Leader::Impl::set_state(JobRec& j, JobState state) {
   save(j);
 }
 
+void Leader::Impl::set_task_state(const JobRec& j, TaskRec& t, TaskState state) {
+  if (t.state == state) return;
+  if (!legal_transition(t.state, state)) {
+    spdlog::error("job {}: {}: illegal state transition {} -> {} refused", j.id, t.name, to_string(t.state),
+                  to_string(state));
+    return;
+  }
+  t.state = state;
+}
+
 // FIFO: the first job that fits the free cores starts; a job that fits the cluster
 // but not its free cores blocks everyone behind it (no overtaking). A job that cannot
 // fit even an idle cluster waits without blocking others (agents may still join).
@@ -235,7 +245,7 @@ void Leader::Impl::launch(JobRec& j, const std::vector<Placed>& placement) {
 // tasks need: restore_generation, workers_done, init_replica_generation, resume_epoch);
 // the rest is the job's and the task's.
 void Leader::Impl::start_task(JobRec& j, TaskRec& t, wire::StartTaskBody body) {
-  t.state = TaskState::kStarting;
+  set_task_state(j, t, TaskState::kStarting);
   body.job = j.id;
   body.job_num = j.num;
   body.task = t.name;

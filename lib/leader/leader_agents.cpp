@@ -143,7 +143,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
     for (auto& t : j.tasks) {
       if (t.agent == name && (t.state == TaskState::kStarting || t.state == TaskState::kRunning) && !reported.count(jid + "/" + t.name) &&
           ((it != agents.end() && !it->second.lost) || adopting)) {
-        t.state = TaskState::kExited;
+        set_task_state(j, t, TaskState::kExited);
         t.exit = "ended while its agent was disconnected";
         gone.emplace_back(jid, t.name + " on agent " + name + " " + t.exit);
       }
@@ -203,7 +203,7 @@ void Leader::Impl::on_ps_listening(JobRec& j, TaskRec& t, const json& raw) {
       // it again, so worker 0 would wait for it until its finish timeout.
       for (const auto& w : j.tasks) {
         if (w.kind == TaskKind::kWorker && w.state == TaskState::kExited && w.ok_exit) {
-          t.state = TaskState::kRunning;
+          set_task_state(j, t, TaskState::kRunning);
           t.port = port;
           t.address = address;
           return fail_job(j, t.name + " on agent " + t.agent + " restarted without its state (" + t.recovery +
@@ -212,13 +212,13 @@ void Leader::Impl::on_ps_listening(JobRec& j, TaskRec& t, const json& raw) {
       }
     }
     if (t.port > 0 && (port != t.port || address != t.address) && j.state == JobState::kRunning) {
-      t.state = TaskState::kRunning;
+      set_task_state(j, t, TaskState::kRunning);
       return fail_job(j, t.name + " on agent " + t.agent + " restarted on " + address + ":" + std::to_string(port) +
                              " instead of " + t.address + ":" + std::to_string(t.port) +
                              "; its workers cannot follow it there");
     }
   }
-  t.state = TaskState::kRunning;
+  set_task_state(j, t, TaskState::kRunning);
   t.port = port;
   t.address = address;
   t.restored = restored;
@@ -245,7 +245,7 @@ void Leader::Impl::on_task_event(JobRec& j, TaskRec& t, const json& ev) {
   const std::string kind = events::kind_of(ev);
   if (kind == events::Listening::kKind && t.kind == TaskKind::kPs) return on_ps_listening(j, t, ev);
   if (kind == events::Started::kKind) {
-    t.state = TaskState::kRunning;
+    set_task_state(j, t, TaskState::kRunning);
     // A worker has taken the shards' parameters: from now on their state is training.
     if (t.kind == TaskKind::kWorker && !j.workers_started) {
       j.workers_started = true;
@@ -360,7 +360,7 @@ void Leader::Impl::on_worker_counters(JobRec& j, TaskRec& t, const std::string& 
 
 void Leader::Impl::on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody& b) {
   if (t.state == TaskState::kExited) return;  // orphans are handled in on_agent_message
-  t.state = TaskState::kExited;
+  set_task_state(j, t, TaskState::kExited);
   t.exit = b.describe;
   t.ok_exit = b.exit_code == 0 && b.signal == 0;
   if (t.last_error.empty()) t.last_error = b.last_error;

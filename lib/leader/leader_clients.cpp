@@ -187,16 +187,16 @@ void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
                spec.batch_auto ? "auto" : std::to_string(spec.batch_size), spec.epochs);
   if (automatic && !p->explore.empty()) {
     job.plan = planner::to_json(*p);
-    reply(s, env.id, {{"job", id}, {"state", "exploring"}});
+    reply(s, env.id, {{"job", id}, {"state", to_string(JobState::kExploring)}});
     explore(job, p->explore);
   } else if (automatic) {
-    reply(s, env.id, {{"job", id}, {"state", "queued"}, {"plan", planner::to_json(*p)}});
+    reply(s, env.id, {{"job", id}, {"state", to_string(JobState::kQueued)}, {"plan", planner::to_json(*p)}});
     job.state = JobState::kPlanning;
     decide(job);
   } else {
     enqueue(job);
     save(job);
-    json r{{"job", id}, {"state", "queued"}};
+    json r{{"job", id}, {"state", to_string(JobState::kQueued)}};
     const auto q = queue_status(job);
     if (!q.fits_cluster) {
       // It waits for agents to join (or its queue_timeout); say so now, not never.

@@ -104,6 +104,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   /// The one way a live job changes state: refuses (and logs) a transition that
   /// leader/states.h does not allow; tells followers, the event log and the store.
   void set_state(JobRec& j, JobState state);
+  /// The one way a live task of `j` changes state: staying in a state is no change; a
+  /// transition that leader/states.h does not allow is refused and logged.
+  void set_task_state(const JobRec& j, TaskRec& t, TaskState state);
   /// Puts `j` at the back of the queue (state queued is set by the caller).
   void enqueue(JobRec& j);
   /// Where queued `j` stands (position, cores needed / free / in the cluster).

@@ -38,7 +38,7 @@ void Leader::Impl::restore() {
     try {
       j = job_from_record(num, r);
     } catch (const std::exception& e) {
-      spdlog::error("store: job job-{} has an unreadable specification ({}); skipped", num, e.what());
+      spdlog::error("store: job job-{} has an unreadable record ({}); skipped", num, e.what());
       continue;
     }
     if (!j.terminal()) {
@@ -128,7 +128,7 @@ void Leader::Impl::send_stops(JobRec& j) {
     if (t.state == TaskState::kStarting || t.state == TaskState::kRunning) {
       send_agent(t.agent, "stop_task", {{"job", j.id}, {"task", t.name}, {"generation", j.generation}});
     } else if (t.state == TaskState::kPending) {
-      t.state = TaskState::kExited;
+      set_task_state(j, t, TaskState::kExited);
       t.exit = "never started";
       agents.release(t.agent, hold_of(j, t));
     }
@@ -145,7 +145,7 @@ void Leader::Impl::try_resume(JobRec& j) {
     if (t.state == TaskState::kExited) continue;
     const bool live = agents.live(t.agent);
     if (live && now - *j.recovering_since < stop_bound) return;  // its exit is on the way
-    t.state = TaskState::kExited;
+    set_task_state(j, t, TaskState::kExited);
     t.exit = live ? "did not report that it stopped" : "lost with its agent";
     if (live) {
       // Its process may still run (and hold its GPUs): an orphan until its exit comes.
@@ -293,7 +293,7 @@ void Leader::Impl::after_adoption(JobRec& j) {
   j.adopt_lost.clear();
   for (auto& t : j.tasks) {
     if ((t.state == TaskState::kStarting || t.state == TaskState::kRunning) && !agents.live(t.agent)) {
-      t.state = TaskState::kExited;
+      set_task_state(j, t, TaskState::kExited);
       t.exit = "its agent did not come back after the leader restarted";
       missing += (missing.empty() ? "" : ", ") + t.name + " on " + t.agent;
     }
@@ -330,7 +330,7 @@ void Leader::Impl::agent_lost(const std::string& id, const std::string& why) {
     bool hit = false;
     for (auto& t : j.tasks) {
       if (t.agent == id && t.state != TaskState::kExited) {
-        t.state = TaskState::kExited;
+        set_task_state(j, t, TaskState::kExited);
         t.exit = "lost with its agent";
         agents.release(id, hold_of(j, t));
         hit = true;

@@ -5,6 +5,7 @@
 #include "common/host_port.h"
 #include "common/job_spec.h"
 #include "common/secret.h"
+#include "wire/task_kind.h"
 
 namespace dltrain::wire {
 namespace {
@@ -120,9 +121,8 @@ void StartTaskBody::check(const std::string& type) const {
   check_path_name(job, "job", type);
   check_path_name(task, "task", type);
   if (job_num == 0) throw BodyError("job_num", type + " field \"job_num\": expected a job number >= 1, got 0");
-  if (kind != "ps" && kind != "worker") {
-    throw BodyError("kind", type + " field \"kind\": expected ps or worker, got " + quoted(kind));
-  }
+  const auto task_kind = parse_task_kind(kind);
+  if (!task_kind) throw BodyError("kind", type + " field \"kind\": expected ps or worker, got " + quoted(kind));
   if (index < 0) throw BodyError("index", type + " field \"index\": expected >= 0, got " + std::to_string(index));
   if (threads < 1) throw BodyError("threads", type + " field \"threads\": expected >= 1, got " + std::to_string(threads));
   if (resume_epoch < 0) {
@@ -147,7 +147,7 @@ void StartTaskBody::check(const std::string& type) const {
     }
     seen.push_back(g);
   }
-  if (kind == "worker") {
+  if (*task_kind == TaskKind::kWorker) {
     if (s.device == "cuda" && static_cast<int>(gpus.size()) != s.gpus_per_worker) {
       throw BodyError("gpus", type + " field \"gpus\": a worker of a cuda job with gpus_per_worker = " +
                                   std::to_string(s.gpus_per_worker) + " needs as many GPUs, got " +
@@ -172,7 +172,7 @@ void StartTaskBody::check(const std::string& type) const {
                                          quoted(task));
     }
   }
-  if (kind == "worker") {
+  if (*task_kind == TaskKind::kWorker) {
     for (const auto& e : ps) {
       // A worker's command line joins them with ','.
       if (e.find(',') != std::string::npos) {

@@ -3,19 +3,12 @@
 // premise (the victim runs and has work left) right before it acts.
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <array>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <memory>
 #include <regex>
-#include <set>
-#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -32,7 +25,6 @@ using namespace std::chrono_literals;
 using dltrain::testing::Background;
 using dltrain::testing::last_line;
 using dltrain::testing::process_state;
-using dltrain::testing::processes_mentioning;
 using dltrain::testing::run;
 using dltrain::testing::wait_until;
 
@@ -66,17 +58,16 @@ TEST_F(Cluster, AKilledWorkerIsRestartedAndTheJobSucceeds) {
   ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
   // Find worker 1's process through its task directory, once it trains.
   int victim = -1;
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (victim < 0 && std::chrono::steady_clock::now() < deadline) {
-    auto st = status(job);
-    bool training = false;
-    for (const auto& t : st["tasks"]) training |= t["task"] == "worker-1" && t["state"] == "running";
-    if (training) {
-      auto pids = task_pids(job, "worker-1-g1");
-      if (!pids.empty()) victim = pids.front();
-    }
-    if (victim < 0) std::this_thread::sleep_for(100ms);
-  }
+  wait_until(
+      [&] {
+        const auto st = status(job);  // kept: the loop below reads into it
+        bool training = false;
+        for (const auto& t : st["tasks"]) training |= t["task"] == "worker-1" && t["state"] == "running";
+        const auto pids = training ? task_pids(job, "worker-1-g1") : std::vector<int>{};
+        if (!pids.empty()) victim = pids.front();
+        return victim > 0;
+      },
+      60s, 100ms);
   ASSERT_GT(victim, 0) << "worker-1 never started";
   // Mid-training: once worker-1 has reported progress (it reports every few seconds; a
   // follower sees the events from its subscription on).
@@ -170,12 +161,12 @@ timeout = "5s"
   };
 
   // Worker 1 is training once it has reported progress.
-  auto deadline = std::chrono::steady_clock::now() + 180s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    read_events();
-    if (steps("worker-1") > 0 && steps("worker-0") > 0) break;  // both train (worker 0's pace is read below)
-    std::this_thread::sleep_for(200ms);
-  }
+  wait_until(
+      [&] {
+        read_events();
+        return steps("worker-1") > 0 && steps("worker-0") > 0;  // both train (worker 0's pace is read below)
+      },
+      180s, 200ms);
   ASSERT_GT(steps("worker-1"), 0) << "worker-1 reported no progress within 180 s\n" << dump();
   const auto pids = task_pids(job, "worker-1-g1");
   ASSERT_EQ(pids.size(), 1u) << "worker-1's process";
@@ -207,7 +198,7 @@ timeout = "5s"
       if (pid > 0) kill(pid, SIGCONT);
     }
   } continue_on_exit{victim};
-  for (int i = 0; i < 100 && process_state(victim) != 'T'; ++i) std::this_thread::sleep_for(100ms);
+  wait_until([&] { return process_state(victim) == 'T'; }, 10s, 100ms);
   ASSERT_EQ(process_state(victim), 'T') << "worker-1 did not stop";
   const auto stopped_at = std::chrono::steady_clock::now();
 
@@ -220,15 +211,13 @@ timeout = "5s"
   const std::int64_t w0_before = steps("worker-0");
 
   // Keep it stopped for two PS timeouts and until worker 0 reported progress twice more.
-  deadline = stopped_at + 180s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    read_events();
-    if (std::chrono::steady_clock::now() - stopped_at >= 2 * kPsTimeout &&
-        count("worker-0", frozen_from, "progress") >= 2) {
-      break;
-    }
-    std::this_thread::sleep_for(200ms);
-  }
+  wait_until(
+      [&] {
+        read_events();
+        return std::chrono::steady_clock::now() - stopped_at >= 2 * kPsTimeout &&
+               count("worker-0", frozen_from, "progress") >= 2;
+      },
+      180s, 200ms);
   read_events();
   ASSERT_GE(count("worker-0", frozen_from, "progress"), 2)
       << "worker-0 reported no progress within 180 s while worker-1 was stopped\n" << dump();
@@ -276,26 +265,18 @@ TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {
   // Training is under way once the shard has written a checkpoint (every 3 s; it writes
   // none while it holds no parameters).
   fs::path checkpoint;
-  const auto deadline = std::chrono::steady_clock::now() + 120s;
-  while (checkpoint.empty() && std::chrono::steady_clock::now() < deadline) {
-    for (int i = 0; i < 3; ++i) {
-      const auto p = state_ / ("agent-" + std::to_string(i)) / "tasks" / job / "ps-0-g1" / "shard.ckpt";
-      if (fs::exists(p)) checkpoint = p;
-    }
-    if (checkpoint.empty()) std::this_thread::sleep_for(100ms);
-  }
+  wait_until(
+      [&] {
+        for (int i = 0; i < 3; ++i) {
+          const auto p = state_ / ("agent-" + std::to_string(i)) / "tasks" / job / "ps-0-g1" / "shard.ckpt";
+          if (fs::exists(p)) checkpoint = p;
+        }
+        return !checkpoint.empty();
+      },
+      120s, 100ms);
   ASSERT_FALSE(checkpoint.empty()) << "ps-0 wrote no checkpoint; " << status(job).dump();
-  const auto pids = task_pids(job, "ps-0-g1");
-  ASSERT_EQ(pids.size(), 1u);
   ASSERT_EQ(status(job)["state"], "running");
-  ASSERT_EQ(task_pids(job).size(), 3u) << "a worker finished before the shard was killed; " << status(job).dump();
-  // The premise, right before the act: both workers still have work for the shard.
-  {
-    const auto st = status(job);
-    ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-0", 0.25));
-    ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-1", 0.25));
-  }
-  ASSERT_EQ(kill(pids.front(), SIGKILL), 0);
+  ASSERT_NO_FATAL_FAILURE(kill_ps0_with_work_left(job));
 
   // Its agent restarts it on the same port from the checkpoint; the workers reconnect,
   // resync and the job ends well.
@@ -342,19 +323,20 @@ TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers)
   fs::path checkpoint;
   ino_t first = 0;
   bool replaced = false;
-  const auto deadline = std::chrono::steady_clock::now() + 120s;
-  while (!replaced && std::chrono::steady_clock::now() < deadline) {
-    for (int i = 0; i < 3 && checkpoint.empty(); ++i) {
-      const auto p = state_ / ("agent-" + std::to_string(i)) / "tasks" / job / "ps-0-g1" / "shard.ckpt";
-      if (fs::exists(p)) checkpoint = p;
-    }
-    struct stat st {};
-    if (!checkpoint.empty() && ::stat(checkpoint.c_str(), &st) == 0) {
-      if (first == 0) first = st.st_ino;
-      replaced = st.st_ino != first;
-    }
-    if (!replaced) std::this_thread::sleep_for(20ms);
-  }
+  wait_until(
+      [&] {
+        for (int i = 0; i < 3 && checkpoint.empty(); ++i) {
+          const auto p = state_ / ("agent-" + std::to_string(i)) / "tasks" / job / "ps-0-g1" / "shard.ckpt";
+          if (fs::exists(p)) checkpoint = p;
+        }
+        struct stat st {};
+        if (!checkpoint.empty() && ::stat(checkpoint.c_str(), &st) == 0) {
+          if (first == 0) first = st.st_ino;
+          replaced = st.st_ino != first;
+        }
+        return replaced;
+      },
+      120s, 20ms);
   ASSERT_TRUE(replaced) << "ps-0 did not write two checkpoints; " << status(job).dump();
   {
     std::fstream f(checkpoint, std::ios::in | std::ios::out | std::ios::binary);
@@ -364,16 +346,7 @@ TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers)
     f.seekp(static_cast<std::streamoff>(fs::file_size(checkpoint) / 2));
     f.put(static_cast<char>(c ^ 0x10));
   }
-  const auto pids = task_pids(job, "ps-0-g1");
-  ASSERT_EQ(pids.size(), 1u);
-  ASSERT_EQ(task_pids(job).size(), 3u) << "a worker finished before the shard was killed; " << status(job).dump();
-  // The premise, right before the act: both workers still have work for the shard.
-  {
-    const auto st = status(job);
-    ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-0", 0.25));
-    ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-1", 0.25));
-  }
-  ASSERT_EQ(kill(pids.front(), SIGKILL), 0);
+  ASSERT_NO_FATAL_FAILURE(kill_ps0_with_work_left(job));
 
   // The restarted shard refuses the file, starts empty and takes the first worker's
   // replica; the job still ends well.

@@ -3,8 +3,12 @@
 // one core, through support/standalone_suite.h.
 #pragma once
 
+#include <signal.h>
+
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "support/standalone_suite.h"
 
@@ -18,6 +22,21 @@ class Cluster : public dltrain::testing::StandaloneSuite<Cluster> {
   static constexpr int kAgents = 3;
   static std::vector<std::string> agent_args() {
     return {"--ps-checkpoint-interval", "3", "--progress-interval", "1"};
+  }
+
+ protected:
+  /// SIGKILLs `job`'s PS shard 0 (generation 1) once the premise of a shard-loss test
+  /// holds, checked right before the act: it is one process, all three tasks still run
+  /// (no worker finished) and both workers have at least a quarter of their steps left.
+  /// Fails the calling test (a fatal failure: wrap it in ASSERT_NO_FATAL_FAILURE) when not.
+  static void kill_ps0_with_work_left(const std::string& job) {
+    const auto pids = task_pids(job, "ps-0-g1");
+    ASSERT_EQ(pids.size(), 1u);
+    ASSERT_EQ(task_pids(job).size(), 3u) << "a worker finished before the shard was killed; " << status(job).dump();
+    const auto st = status(job);
+    ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-0", 0.25));
+    ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-1", 0.25));
+    ASSERT_EQ(::kill(pids.front(), SIGKILL), 0);
   }
 };
 

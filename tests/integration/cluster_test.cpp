@@ -1,22 +1,12 @@
 // A standalone cluster as real processes on loopback: the leader, three agents, PS and
 // worker tasks, driven through the real `dltrain` client: jobs that train, queue, are
 // cancelled or refused, and where their secret goes. Faults: cluster_faults_test.cpp.
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <array>
-#include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
-#include <memory>
-#include <regex>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -24,17 +14,11 @@
 #include "cluster_fixture.h"
 #include "support/cluster.h"
 #include "support/process.h"
-#include "support/wait.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using namespace std::chrono_literals;
-using dltrain::testing::Background;
 using dltrain::testing::last_line;
-using dltrain::testing::process_state;
-using dltrain::testing::processes_mentioning;
 using dltrain::testing::run;
-using dltrain::testing::wait_until;
 
 const std::string kBin = dltrain::testing::kBinDir;
 

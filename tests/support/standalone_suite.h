@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/cluster.h"
+#include "support/wait.h"
 
 namespace dltrain::testing {
 
@@ -85,13 +86,14 @@ class StandaloneSuite : public ::testing::Test {
     std::set<int> killed;
     for (int round = 0; round < 4; ++round) {
       int victim = -1;
-      const auto deadline = std::chrono::steady_clock::now() + 60s;
-      while (victim < 0 && std::chrono::steady_clock::now() < deadline) {
-        for (int pid : task_pids(job, task_dir)) {
-          if (!killed.count(pid)) victim = pid;
-        }
-        if (victim < 0) std::this_thread::sleep_for(50ms);
-      }
+      wait_until(
+          [&] {
+            for (int pid : task_pids(job, task_dir)) {
+              if (!killed.count(pid)) victim = pid;
+            }
+            return victim > 0;
+          },
+          60s, 50ms);
       ASSERT_GT(victim, 0) << "no " << task_dir << " process in round " << round << "; " << status(job).dump();
       ASSERT_EQ(::kill(victim, SIGKILL), 0);
       killed.insert(victim);

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
+#include "common/job_spec.h"
+#include "leader/job_record.h"
 #include "leader/states.h"
 #include "wire/task_kind.h"
 
@@ -121,6 +123,33 @@ TEST(States, AnUnknownNameIsRefusedWithTheName) {
   } catch (const dltrain::InvalidArgument& e) {
     EXPECT_STREQ(e.what(), "task kind: expected ps or worker, got \"shell\"");
   }
+}
+
+// A stored job record as a restarted leader reads it: the states come back as enums, and
+// a record naming a state that does not exist is refused with the state named (the
+// leader then skips that job and says why) rather than read as some other state.
+TEST(States, AStoredRecordKeepsItsStatesAndOneWithAnUnknownStateIsRefused) {
+  nlohmann::json r;
+  r["spec"] = dltrain::JobSpec{};
+  r["state"] = "recovering";
+  r["failing_state"] = "cancelled";
+  auto j = dltrain::leader::job_from_record(7, r);
+  EXPECT_EQ(j.state, JobState::kRecovering);
+  dltrain::leader::resume_stored_counters(j, r);
+  EXPECT_EQ(j.failing_state, JobState::kCancelled);
+
+  r["state"] = "paused";
+  try {
+    (void)dltrain::leader::job_from_record(7, r);
+    FAIL() << "no error";
+  } catch (const dltrain::ConfigError& e) {
+    EXPECT_EQ(e.field(), "state");
+    EXPECT_STREQ(e.what(), "state: stored job job-7: unknown state \"paused\"");
+  }
+  r["state"] = "running";
+  r["failing_state"] = "running";  // not a terminal state
+  auto k = dltrain::leader::job_from_record(7, r);
+  EXPECT_THROW(dltrain::leader::resume_stored_counters(k, r), dltrain::ConfigError);
 }
 
 }  // namespace
