@@ -1,7 +1,7 @@
 // The plain single-process LibTorch training loop the end-to-end benchmark compares
 // dltrain against: the same job file, model, data, normalisation, shuffling, learning-rate
 // schedule and momentum SGD as a dltrain worker, with no PS, no sockets and no framework.
-// It is the upper bound on one process's images/s (docs/benchmarks.md, "End to end").
+// It is the upper bound on one process's images/s (docs/benchmarks/e2e.md, "End to end").
 //
 // Usage: plain_loop JOB.toml [--max-seconds S]   (the job's device: cpu, or cuda)
 // Prints one JSON object per line: {"event":"started",...}, one {"event":"epoch_end",...}
@@ -17,7 +17,7 @@
 #include <torch/torch.h>
 
 #include "common/errors.h"
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "data/idx.h"
 #include "train/models.h"
 #include "train/tensors.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "wire/control_bodies.h"
 #include "wire/task_events.h"
 

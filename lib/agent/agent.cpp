@@ -20,7 +20,7 @@
 #include "agent/task_logs.h"
 #include "agent/task_metrics.h"
 #include "common/errors.h"
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "common/secret.h"
 #include "control/client.h"
 #include "wire/control.h"

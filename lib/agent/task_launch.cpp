@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "common/secret.h"
 
 namespace dltrain::agent {

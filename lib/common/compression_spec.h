@@ -1,5 +1,5 @@
 // The [compression] settings of a job: which method and at what density. Declared here,
-// in common/, so that the job specification (common/job_spec.h) does not depend on the
+// in common/, so that the job specification (job/job_spec.h) does not depend on the
 // compression code above it; the names stay in namespace compress, where every user of
 // them (compress/, the worker, the leader) looks for them.
 #pragma once

@@ -1,6 +1,10 @@
 #include "common/toml_fields.h"
 
 #include <cerrno>
+#include <charconv>
+#include <cctype>
+#include <map>
+#include <string>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -8,7 +12,6 @@
 #include <sstream>
 
 #include "common/errors.h"
-#include "common/job_spec.h"
 
 namespace dltrain::toml_fields {
 namespace {
@@ -26,7 +29,7 @@ std::string syntax_error(const toml::parse_error& e) {
 // 3.3). It asks in many places of its grammar, some only on malformed text (a value
 // followed by a quote, `a = 0"é"`, reads the quote and what follows as part of the value),
 // so no check of where a character stands can follow it everywhere; the long fuzz runs
-// kept finding new places (docs/benchmarks.md, "Fuzzing"). So toml++ is given ASCII only,
+// kept finding new places (docs/benchmarks/fuzzing.md, "Fuzzing"). So toml++ is given ASCII only,
 // with the same meaning: a non-ASCII character in a basic string becomes its \uXXXX (or
 // \UXXXXXXXX) escape; a literal string is rewritten as the basic string with the same
 // value; a non-ASCII character in a comment is dropped; one anywhere else is a syntax
@@ -278,3 +281,36 @@ const toml::table& get_table(const toml::node& n, const std::string& field) {
 }
 
 }  // namespace dltrain::toml_fields
+
+namespace dltrain {
+
+double parse_duration_seconds(const std::string& text, const std::string& field) {
+  static const std::map<std::string, double> units{
+      {"ms", 1e-3}, {"s", 1.0}, {"m", 60.0}, {"h", 3600.0}, {"d", 86400.0}};
+  double total = 0;
+  std::size_t i = 0;
+  bool any = false;
+  const auto bad = [&] {
+    return ConfigError(field, "expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \"" + text + "\"");
+  };
+  while (i < text.size()) {
+    std::size_t j = i;
+    while (j < text.size() && (std::isdigit(static_cast<unsigned char>(text[j])) || text[j] == '.')) ++j;
+    std::size_t k = j;
+    while (k < text.size() && std::isalpha(static_cast<unsigned char>(text[k]))) ++k;
+    auto unit = units.find(text.substr(j, k - j));
+    if (j == i || unit == units.end()) throw bad();
+    // The whole number must parse ("1.2.3s" and ".s" do not), and fit a double.
+    double v = 0;
+    const auto [end, ec] = std::from_chars(text.data() + i, text.data() + j, v);
+    if (ec != std::errc() || end != text.data() + j) throw bad();
+    total += v * unit->second;
+    any = true;
+    i = k;
+  }
+  if (!any) throw ConfigError(field, "expected a duration such as \"30m\", got an empty string");
+  if (!std::isfinite(total)) throw ConfigError(field, "the duration \"" + text + "\" is too long");
+  return total;
+}
+
+}  // namespace dltrain

@@ -48,10 +48,19 @@ bool get_bool(const toml::node& n, const std::string& field);
 
 /// A duration string ("90s", "30m", "1h30m", "500ms") in seconds (the caller checks its
 /// range). Throws ConfigError(field, "expected a duration string such as \"<example>\",
-/// got ...") for another type, and as parse_duration_seconds (common/job_spec.h) does.
+/// got ...") for another type, and as parse_duration_seconds (below) does.
 double get_duration(const toml::node& n, const std::string& field, const char* example = "30s");
 
 /// A table. Throws ConfigError(field, "expected a table, got ...").
 const toml::table& get_table(const toml::node& n, const std::string& field);
 
 }  // namespace dltrain::toml_fields
+
+namespace dltrain {
+
+/// Parses a duration such as "90s", "30m", "2h", "1h30m", "500ms" into seconds (finite,
+/// >= 0). Throws ConfigError(field, ...) on anything else, a number that does not parse
+/// ("1.2.3s") and a total too large for a double.
+double parse_duration_seconds(const std::string& text, const std::string& field);
+
+}  // namespace dltrain

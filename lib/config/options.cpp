@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "common/errors.h"
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "common/secret.h"
 #include "common/toml_fields.h"
 #include "common/host_port.h"

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "leader/job_series.h"
 #include "leader/states.h"
 #include "common/json_fields.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "planner/planner.h"
 #include "store/store.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 
 namespace dltrain::planner {
 

@@ -12,7 +12,7 @@
 
 #include <torch/torch.h>
 
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "train/models.h"
 #include "wire/task_events.h"
 

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "ps/client.h"
 #include "group/local_group.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/host_port.h"
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "common/secret.h"
 #include "wire/task_kind.h"
 

@@ -20,7 +20,7 @@
 #include <string>
 
 #include "common/errors.h"
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "fuzz_check.h"
 #include "wire/control.h"
 #include "wire/control_bodies.h"

@@ -1,4 +1,4 @@
-// Fuzzes the job file (common/job_spec.h): parse_job_toml, what the leader runs on every
+// Fuzzes the job file (job/job_spec.h): parse_job_toml, what the leader runs on every
 // submitted job, and the JSON form the leader sends to its tasks (to_json /
 // job_from_json).
 //
@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "fuzz_check.h"
 
 using namespace dltrain;

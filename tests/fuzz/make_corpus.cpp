@@ -24,7 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/compression_spec.h"
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "compress/compressor.h"
 #include "compress/fp16.h"
 #include "compress/topk.h"

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "common/secret.h"
 #include "ps/client.h"
 #include "support/process.h"

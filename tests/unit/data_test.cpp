@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "data/augment.h"
 #include "data/cifar10.h"
 #include "data/image.h"

@@ -6,7 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
-#include "common/job_spec.h"
+#include "common/toml_fields.h"
+#include "job/job_spec.h"
 
 using namespace dltrain;
 

@@ -23,7 +23,7 @@
 #include "agent/agent.h"
 #include "leader/leader.h"
 #include "common/errors.h"
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "common/secret.h"
 #include "control/client.h"
 #include "control/server.h"

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "leader/job_record.h"
 #include "leader/states.h"
 #include "wire/task_kind.h"

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "common/errors.h"
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 #include "compress/fp16.h"
 #include "compress/topk.h"
 #include "ps/payload.h"

@@ -156,9 +156,5 @@ void to_json(nlohmann::json& j, const JobSpec& spec);
 /// field takes only an integer that fits it, json_fields::get_value).
 JobSpec job_from_json(const nlohmann::json& j);
 
-/// Parses a duration such as "90s", "30m", "2h", "1h30m", "500ms" into seconds (finite,
-/// >= 0). Throws ConfigError(field, ...) on anything else, a number that does not parse
-/// ("1.2.3s") and a total too large for a double.
-double parse_duration_seconds(const std::string& text, const std::string& field);
 
 }  // namespace dltrain

@@ -1,4 +1,4 @@
-#include "common/job_spec.h"
+#include "job/job_spec.h"
 
 #include <array>
 #include <charconv>
@@ -509,35 +509,6 @@ JobSpec job_from_json(const nlohmann::json& j) {
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError("job", std::string("malformed job JSON: ") + e.what());
   }
-}
-
-double parse_duration_seconds(const std::string& text, const std::string& field) {
-  static const std::map<std::string, double> units{
-      {"ms", 1e-3}, {"s", 1.0}, {"m", 60.0}, {"h", 3600.0}, {"d", 86400.0}};
-  double total = 0;
-  std::size_t i = 0;
-  bool any = false;
-  const auto bad = [&] {
-    return ConfigError(field, "expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \"" + text + "\"");
-  };
-  while (i < text.size()) {
-    std::size_t j = i;
-    while (j < text.size() && (std::isdigit(static_cast<unsigned char>(text[j])) || text[j] == '.')) ++j;
-    std::size_t k = j;
-    while (k < text.size() && std::isalpha(static_cast<unsigned char>(text[k]))) ++k;
-    auto unit = units.find(text.substr(j, k - j));
-    if (j == i || unit == units.end()) throw bad();
-    // The whole number must parse ("1.2.3s" and ".s" do not), and fit a double.
-    double v = 0;
-    const auto [end, ec] = std::from_chars(text.data() + i, text.data() + j, v);
-    if (ec != std::errc() || end != text.data() + j) throw bad();
-    total += v * unit->second;
-    any = true;
-    i = k;
-  }
-  if (!any) throw ConfigError(field, "expected a duration such as \"30m\", got an empty string");
-  if (!std::isfinite(total)) throw ConfigError(field, "the duration \"" + text + "\" is too long");
-  return total;
 }
 
 }  // namespace dltrain
