@@ -1,4 +1,4 @@
-// Streaming-loader throughput (docs/benchmarks.md, "Data loading"): images/s that
+// Streaming-loader throughput (docs/benchmarks/data.md, "Data loading"): images/s that
 // data::StreamingLoader delivers from an ImageFolder (read, decode, transform, normalise,
 // batch) with T threads, the consumer taking batches as fast as they come — the most a
 // worker's step could be fed. Compare with the worker's step rate (progress events).

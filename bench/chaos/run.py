@@ -27,7 +27,7 @@ Usage (after scripts/setup and a build; DLTRAIN_BUILD_DIR picks the build direct
   bench/chaos/run.py --phases storm,rejoin   a subset
   bench/chaos/run.py --report                rebuild the table from the JSON
 Writes bench/results/chaos.json and bench/results/chaos.md, and replaces the chaos
-section of docs/benchmarks.md (between its chaos markers).
+section of docs/benchmarks/faults.md (between its chaos markers).
 """
 import argparse
 import datetime

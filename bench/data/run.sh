@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-path benchmark (docs/benchmarks.md, "Data loading"): the streaming loader's
+# Data-path benchmark (docs/benchmarks/data.md, "Data loading"): the streaming loader's
 # throughput on PNG and JPEG ImageFolder copies of Fashion-MNIST at 1 and 2 threads,
 # then the main job on the IDX files and on the PNG copy (same model, optimiser and
 # seed) on a local standalone cluster, with and without the ImageFolder decoded cache.

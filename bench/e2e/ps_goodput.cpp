@@ -16,7 +16,7 @@
 //     push+pull both directions counted) and the medians.
 //
 // The raw stream is the physical limit of the link; PS goodput over it is the data
-// plane's efficiency (docs/benchmarks.md, "PS data plane").
+// plane's efficiency (docs/benchmarks/e2e.md, "PS data plane").
 #include <sys/socket.h>
 
 #include <algorithm>

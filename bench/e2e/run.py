@@ -20,7 +20,7 @@ Usage (as root, after scripts/setup; Debian packages python3-torch, python3-matp
   bench/e2e/run.py --full       every system on every link, 3 seeds, full training set
 Writes bench/results/e2e.json (every figure), bench/results/e2e.md (the tables),
 docs/images/e2e_accuracy.png (test accuracy against wall time), and replaces the
-end-to-end section of docs/benchmarks.md (between its e2e markers) with the tables.
+end-to-end section of docs/benchmarks/e2e.md (between its e2e markers) with the tables.
 """
 import argparse
 import datetime
@@ -439,7 +439,7 @@ def ratios(results, goodputs, size, targets_by_model):
         for link in size["links"]:
             for dgc in DGC:
                 t_dgc = m(dgc, model, link, "seconds_to_target")
-                # Against DDP two goals: sooner at all (≥ 1), and ≥ 3× sooner (docs/benchmarks.md).
+                # Against DDP two goals: sooner at all (≥ 1), and ≥ 3× sooner (docs/benchmarks/e2e.md).
                 for peer, need in (("ddp", 1.0), ("ddp", 3.0), ("dltrain-dense", 2.95)):
                     t_peer = m(peer, model, link, "seconds_to_target")
                     peer_runs = [r for r in results if r["system"] == peer and r["model"] == model and r["link"] == link]
@@ -527,7 +527,7 @@ def main():
     ap.add_argument("--dgc-min-compress-bytes", type=int, default=0,
                     help="the DGC systems' compression.min_compress_bytes (default 0)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
-    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md and the plot")
+    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks/e2e.md and the plot")
     ap.add_argument("--report", metavar="JSON", help="run nothing: rewrite the tables, goals and plot from an e2e.json")
     ap.add_argument("--merge", metavar="JSON",
                     help="an earlier run's e2e.json: its results for (model, link, system, seed) and its goodput "
@@ -652,7 +652,7 @@ def main():
 
 
 def write_outputs(args, meta, results, goodputs, size):
-    """e2e.json, e2e.md, the plot and the section of docs/benchmarks.md."""
+    """e2e.json, e2e.md, the plot and the section of docs/benchmarks/e2e.md."""
     targets_by_model = {m: MODELS[m]["target"] for m in MODELS}
     goals = ratios(results, goodputs, size, targets_by_model)
     args.cap_seconds = meta["cap_seconds"]
@@ -680,7 +680,7 @@ def write_outputs(args, meta, results, goodputs, size):
     print(text)
     if not args.no_docs:
         plot(results, size, os.path.join(ROOT, "docs", "images", "e2e_accuracy.png"))
-        path = os.path.join(ROOT, "docs", "benchmarks.md")
+        path = os.path.join(ROOT, "docs", "benchmarks", "e2e.md")
         doc = open(path).read()
         begin, end = "<!-- e2e:begin -->", "<!-- e2e:end -->"
         if begin in doc and end in doc:

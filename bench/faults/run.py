@@ -26,7 +26,7 @@ Usage (after scripts/setup and a build; DLTRAIN_BUILD_DIR picks the build direct
   bench/faults/run.py --report             rebuild the tables from the JSON
   bench/faults/run.py --faults none,ps --seeds 15 --sync sync --out bench/results/faults-ps-15-bsp.json
 Writes bench/results/faults.json (every run) and bench/results/faults.md (the table), and
-replaces the fault section of docs/benchmarks.md (between its faults markers); with
+replaces the fault section of docs/benchmarks/faults.md (between its faults markers); with
 another --out, OUT.json and OUT.md only.
 """
 import argparse
@@ -277,7 +277,7 @@ def table(doc):
 
 def write_reports(doc, out):
     """Writes the table beside `out` (OUT.md); only the default run (faults.json) also
-    replaces the fault section of docs/benchmarks.md."""
+    replaces the fault section of docs/benchmarks/faults.md."""
     md = table(doc)
     with open(os.path.splitext(out)[0] + ".md", "w") as f:
         f.write("# Fault benchmark\n\n" + md)
@@ -287,9 +287,9 @@ def write_reports(doc, out):
 
 
 def replace_section(md, begin, end):
-    """Replaces what stands between the markers `begin` and `end` in docs/benchmarks.md
+    """Replaces what stands between the markers `begin` and `end` in docs/benchmarks/faults.md
     by `md`; changes nothing when either marker is missing."""
-    path = os.path.join(ROOT, "docs", "benchmarks.md")
+    path = os.path.join(ROOT, "docs", "benchmarks", "faults.md")
     text = open(path).read()
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
@@ -319,7 +319,7 @@ def main():
     ap.add_argument("--sync", choices=["async", "ssp", "sync"], default="async",
                     help="the job's consistency model (sync: BSP, whose runs of one seed repeat exactly with 2 workers)")
     ap.add_argument("--out", default=DEFAULT_OUT,
-                    help="the JSON of every run; its table goes to OUT.md, and into docs/benchmarks.md for the default")
+                    help="the JSON of every run; its table goes to OUT.md, and into docs/benchmarks/faults.md for the default")
     ap.add_argument("--report", action="store_true", help="only rebuild the tables from --out")
     ap.add_argument("--keep-logs", metavar="DIR",
                     help="keep each run's daemon and task logs in DIR/FAULT-sSEED (e.g. bench/results/faults-logs)")

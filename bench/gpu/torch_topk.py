@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """torch.topk of |x| on a CUDA device, for the sizes and densities of
 bench/gpu/device_topk_bench.cpp: the peer the device top-k is measured against
-(docs/benchmarks.md, "GPU"). One JSON object per line. Needs PyTorch with CUDA."""
+(docs/benchmarks/kernels.md, "GPU"). One JSON object per line. Needs PyTorch with CUDA."""
 import argparse
 import json
 import sys

@@ -23,7 +23,7 @@ Usage (after a build; DLTRAIN_BUILD_DIR picks the build directory):
   bench/load/run.py --smoke                   5 agents, 3 clients, a few seconds; exit 1 unless clean
 Extra control_load flags go after --, e.g. `bench/load/run.py -- --client-interval 0.5`.
 Writes bench/results/load.json and load.md and replaces the section between the load
-markers of docs/benchmarks.md (not with --smoke or a custom grid and --out elsewhere).
+markers of docs/benchmarks/load.md (not with --smoke or a custom grid and --out elsewhere).
 Standard library only.
 """
 import argparse
@@ -46,7 +46,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from compression_bench import BIN, write_tokens  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "bench", "results")
-DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+DOC = os.path.join(ROOT, "docs", "benchmarks", "load.md")
 BEGIN, END = "<!-- load:begin -->", "<!-- load:end -->"
 
 

@@ -3,7 +3,7 @@
 // SGD) and of evaluation (train::evaluate, the worker's own code path), each with the
 // system time and minor page faults it cost (getrusage). A malloc that hands large blocks
 // back to the kernel shows up here as system time and faults, before a job shows it as a
-// slow epoch (docs/benchmarks.md, "Model speed"; docs/training.md, "Memory allocator").
+// slow epoch (docs/benchmarks/main-job.md, "Model speed"; docs/training.md, "Memory allocator").
 //
 // Usage: model_speed [--models cnn,mlp,...] [--threads 1] [--batch 64] [--eval-batch 128]
 //                    [--train-images N] [--eval-images N] [--repeat 3]

@@ -1,5 +1,5 @@
 // What collecting a worker's observations costs, piece by piece, measured on this machine
-// (docs/benchmarks.md, "Metrics overhead"). A worker's step does, for its timeline and
+// (docs/benchmarks/load.md, "Metrics overhead"). A worker's step does, for its timeline and
 // progress: seven steady_clock reads turned into Unix microseconds and one push into the
 // StepTraceRing (wire/step_trace.h); every trace interval (5 s) it writes the ring to
 // its trace file; every progress interval (5 s) it builds and prints one progress event.

@@ -1,4 +1,4 @@
-// One PS shard under load from simulated workers (docs/benchmarks.md, "The PS under
+// One PS shard under load from simulated workers (docs/benchmarks/load.md, "The PS under
 // load"). No LibTorch: a simulated worker pushes and pulls gradient-sized buffers with the
 // real ps::PsClient against real ps::PsServer shards, at a given rate.
 //

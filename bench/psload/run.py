@@ -159,7 +159,7 @@ def outgrow_workers(n, momentum, limit):
 
 
 def tables(res):
-    """The Markdown tables of docs/benchmarks.md, "The PS under load"."""
+    """The Markdown tables of docs/benchmarks/load.md, "The PS under load"."""
     md = []
 
     def mib(b):

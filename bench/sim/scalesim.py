@@ -1,6 +1,6 @@
 """A discrete-event scale model of one dltrain (or DDP) training job.
 
-What it models (docs/benchmarks.md, "Scale model", says where it is right and wrong):
+What it models (docs/benchmarks/scale.md, "Scale model", says where it is right and wrong):
   - N workers, each with its own full-duplex link to one switch (bandwidth B/s and
     one-way latency s per direction); S PS shards, each with its own link (its own
     bandwidth and latency). The switch never drops and has unbounded buffers.

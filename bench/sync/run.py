@@ -13,7 +13,7 @@ Usage (as root, after scripts/setup):
   bench/sync/run.py                      the default matrix (see --help)
   bench/sync/run.py --models cnn --links 100mbit --modes async,sync --codecs dense
 Writes bench/results/sync.json and replaces the section between the sync markers of
-docs/benchmarks.md (unless --no-docs).
+docs/benchmarks/consistency.md (unless --no-docs).
 """
 import argparse
 import datetime
@@ -205,7 +205,7 @@ def plot(datas, path):
 
 
 def rewrite_docs(md):
-    path = os.path.join(ROOT, "docs", "benchmarks.md")
+    path = os.path.join(ROOT, "docs", "benchmarks", "consistency.md")
     with open(path) as f:
         text = f.read()
     begin, end = "<!-- sync:begin -->", "<!-- sync:end -->"
