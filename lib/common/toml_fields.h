@@ -4,11 +4,16 @@
 // an integer in [1, 65536], got -3"). toml++ does the parsing.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include <toml++/toml.h>
+
+#include "common/errors.h"
 
 namespace dltrain::toml_fields {
 
@@ -53,6 +58,70 @@ double get_duration(const toml::node& n, const std::string& field, const char* e
 
 /// A table. Throws ConfigError(field, "expected a table, got ...").
 const toml::table& get_table(const toml::node& n, const std::string& field);
+
+/// How one key of a TOML table is read into a `T`: checks `value` and stores it, or
+/// throws ConfigError(field, ...). `field` is the dotted key ("compression.ratio").
+template <typename T>
+using KeyReader = std::function<void(T& out, const toml::node& value, const std::string& field)>;
+
+/// One key a table may hold; `table` marks a key whose value is itself a table (listed
+/// as "[key]" in the unknown-key message).
+template <typename T>
+struct Key {
+  std::string name;
+  KeyReader<T> read;
+  bool table = false;
+};
+
+/// Every key of one kind of table, in the order the unknown-key message lists them: the
+/// one list of those keys (job files, the agent's and the client's configurations).
+template <typename T>
+using KeyTable = std::vector<Key<T>>;
+
+/// Reads every key of `t` into `out` with its reader from `keys`; `prefix` is the dotted
+/// path of `t` ("optimizer." or "" at the top). Throws ConfigError(prefix + key,
+/// "unknown key (expected a, b, [c])") for a key `keys` lacks, and what a reader throws.
+/// Keys are read in the order toml++ holds them (sorted by name).
+template <typename T>
+void read_keys(const toml::table& t, const std::string& prefix, const KeyTable<T>& keys, T& out) {
+  for (auto&& [key, node] : t) {
+    const std::string k(key.str());
+    const auto it = std::find_if(keys.begin(), keys.end(), [&](const Key<T>& e) { return e.name == k; });
+    if (it == keys.end()) {
+      std::string expected;
+      for (const auto& e : keys) {
+        if (!expected.empty()) expected += ", ";
+        expected += e.table ? "[" + e.name + "]" : e.name;
+      }
+      throw ConfigError(prefix + k, "unknown key (expected " + expected + ")");
+    }
+    it->read(out, node, prefix + k);
+  }
+}
+
+/// A reader storing an integer in [lo, hi] (get_int) in member `f`.
+template <typename T, typename M>
+KeyReader<T> int_key(M T::*f, std::int64_t lo, std::int64_t hi) {
+  return [f, lo, hi](T& o, const toml::node& n, const std::string& k) { o.*f = static_cast<M>(get_int(n, k, lo, hi)); };
+}
+
+/// A reader storing a number in the interval from lo to hi (get_double) in member `f`.
+template <typename T>
+KeyReader<T> double_key(double T::*f, double lo, double hi, bool lo_open, bool hi_open) {
+  return [=](T& o, const toml::node& n, const std::string& k) { o.*f = get_double(n, k, lo, hi, lo_open, hi_open); };
+}
+
+/// A reader storing true or false (get_bool) in member `f`.
+template <typename T>
+KeyReader<T> bool_key(bool T::*f) {
+  return [f](T& o, const toml::node& n, const std::string& k) { o.*f = get_bool(n, k); };
+}
+
+/// A reader for a key whose value is a table of `keys`, read into member `f`.
+template <typename T, typename M>
+KeyReader<T> table_key(M T::*f, const KeyTable<M>& keys) {
+  return [f, &keys](T& o, const toml::node& n, const std::string& k) { read_keys(get_table(n, k), k + ".", keys, o.*f); };
+}
 
 }  // namespace dltrain::toml_fields
 

@@ -224,6 +224,7 @@ void LocalGroup::form() {
   }
   // Another member: connect (member 0 may not listen yet, or a stale file is there).
   Fd c;
+  bool said_waiting = false;
   for (;;) {
     check_stop(opt_);
     c.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -237,6 +238,12 @@ void LocalGroup::form() {
       throw LocalGroupError("local group: " + describe(0) + " did not open the group at \"" + opt_.socket_path +
                             "\" within " + fmt::format("{:g}", static_cast<double>(opt_.timeout.count()) / 1000.0) + " s (" +
                             std::strerror(err) + ")");
+    }
+    if (!said_waiting) {
+      // Once, so that a member started before member 0 says what it waits for.
+      spdlog::info("local group: waiting for {} to open the group at \"{}\" ({}; retrying for up to {:g} s)",
+                   describe(0), opt_.socket_path, std::strerror(err), static_cast<double>(opt_.timeout.count()) / 1000.0);
+      said_waiting = true;
     }
     c.reset();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

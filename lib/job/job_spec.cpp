@@ -25,27 +25,14 @@ using toml_fields::get_double;
 using toml_fields::get_int;
 using toml_fields::get_string;
 using toml_fields::get_table;
-
-void parse_optimizer(const toml::table& t, OptimizerSpec& o) {
-  for (auto&& [key, node] : t) {
-    const std::string k(key.str());
-    const std::string f = "optimizer." + k;
-    if (k == "lr") {
-      o.lr = get_double(node, f, 0.0, 10.0, true, false);
-    } else if (k == "momentum") {
-      o.momentum = get_double(node, f, 0.0, 1.0, false, true);
-    } else if (k == "weight_decay") {
-      o.weight_decay = get_double(node, f, 0.0, 1.0, false, true);
-    } else if (k == "lr_schedule") {
-      o.lr_schedule = get_choice(node, f, {"constant", "cosine", "step"});
-    } else if (k == "warmup_epochs") {
-      o.warmup_epochs = get_double(node, f, 0.0, 1000.0, false, false);
-    } else {
-      throw ConfigError(f, "unknown key (expected lr, momentum, weight_decay, lr_schedule, "
-                           "warmup_epochs)");
-    }
-  }
-}
+using toml_fields::bool_key;
+using toml_fields::double_key;
+using toml_fields::int_key;
+using toml_fields::KeyReader;
+using toml_fields::KeyTable;
+using toml_fields::read_keys;
+using toml_fields::table_key;
+using Node = toml::node;
 
 // A [lo, hi] pair of positive numbers (augment.scale, augment.ratio).
 std::pair<double, double> get_range(const toml::node& n, const std::string& f, double lo, double hi) {
@@ -56,26 +43,6 @@ std::pair<double, double> get_range(const toml::node& n, const std::string& f, d
   return {a, b};
 }
 
-void parse_augment(const toml::table& t, data::AugmentSpec& a) {
-  for (auto&& [key, node] : t) {
-    const std::string k(key.str());
-    const std::string f = "augment." + k;
-    if (k == "crop_padding") {
-      a.crop_padding = static_cast<int>(get_int(node, f, 0, 64));
-    } else if (k == "horizontal_flip") {
-      a.horizontal_flip = toml_fields::get_bool(node, f);
-    } else if (k == "random_resized_crop") {
-      a.random_resized_crop = toml_fields::get_bool(node, f);
-    } else if (k == "scale") {
-      std::tie(a.scale_min, a.scale_max) = get_range(node, f, 0.0, 1.0);
-    } else if (k == "ratio") {
-      std::tie(a.ratio_min, a.ratio_max) = get_range(node, f, 0.0, 100.0);
-    } else {
-      throw ConfigError(f, "unknown key (expected crop_padding, horizontal_flip, random_resized_crop, scale, ratio)");
-    }
-  }
-}
-
 std::vector<double> get_channel_values(const toml::node& n, const std::string& f, bool positive) {
   if (!n.is_array() || n.as_array()->empty() || n.as_array()->size() > 3) {
     throw ConfigError(f, "expected an array with one number per channel, e.g. [0.5] or [0.485, 0.456, 0.406]");
@@ -83,6 +50,179 @@ std::vector<double> get_channel_values(const toml::node& n, const std::string& f
   std::vector<double> out;
   for (auto&& e : *n.as_array()) out.push_back(get_double(e, f, positive ? 0.0 : -1e3, 1e3, positive, false));
   return out;
+}
+
+// Every key of a job file and of its tables, with how each is read: the one list of
+// them (docs/jobs.md documents the same keys and ranges).
+
+const KeyTable<OptimizerSpec>& optimizer_keys() {
+  static const KeyTable<OptimizerSpec> keys{
+      {"lr", double_key(&OptimizerSpec::lr, 0.0, 10.0, true, false)},
+      {"momentum", double_key(&OptimizerSpec::momentum, 0.0, 1.0, false, true)},
+      {"weight_decay", double_key(&OptimizerSpec::weight_decay, 0.0, 1.0, false, true)},
+      {"lr_schedule",
+       [](OptimizerSpec& o, const Node& n, const std::string& f) {
+         o.lr_schedule = get_choice(n, f, {"constant", "cosine", "step"});
+       }},
+      {"warmup_epochs", double_key(&OptimizerSpec::warmup_epochs, 0.0, 1000.0, false, false)},
+  };
+  return keys;
+}
+
+const KeyTable<data::AugmentSpec>& augment_keys() {
+  using data::AugmentSpec;
+  static const KeyTable<AugmentSpec> keys{
+      {"crop_padding", int_key(&AugmentSpec::crop_padding, 0, 64)},
+      {"horizontal_flip", bool_key(&AugmentSpec::horizontal_flip)},
+      {"random_resized_crop", bool_key(&AugmentSpec::random_resized_crop)},
+      {"scale",
+       [](AugmentSpec& a, const Node& n, const std::string& f) {
+         std::tie(a.scale_min, a.scale_max) = get_range(n, f, 0.0, 1.0);
+       }},
+      {"ratio",
+       [](AugmentSpec& a, const Node& n, const std::string& f) {
+         std::tie(a.ratio_min, a.ratio_max) = get_range(n, f, 0.0, 100.0);
+       }},
+  };
+  return keys;
+}
+
+const KeyTable<compress::CompressionSpec>& compression_keys() {
+  using compress::CompressionSpec;
+  static const KeyTable<CompressionSpec> keys{
+      {"method",
+       [](CompressionSpec& c, const Node& n, const std::string& f) {
+         c.method = compress::parse_method(get_choice(n, f, {"none", "topk", "dgc", "randomk", "fp16"}));
+       }},
+      {"ratio", double_key(&CompressionSpec::ratio, 0.0, 1.0, true, false)},
+      {"downlink_ratio", double_key(&CompressionSpec::downlink_ratio, 0.0, 1.0, true, false)},
+      {"warmup_epochs", double_key(&CompressionSpec::warmup_epochs, 0.0, 1000.0, false, false)},
+      {"momentum", double_key(&CompressionSpec::momentum, 0.0, 1.0, false, true)},
+      {"clip_norm", double_key(&CompressionSpec::clip_norm, 0.0, 1e9, false, false)},
+      {"sample_ratio", double_key(&CompressionSpec::sample_ratio, 0.0, 1.0, true, false)},
+      {"min_compress_bytes", int_key(&CompressionSpec::min_compress_bytes, 0, std::int64_t{1} << 31)},
+  };
+  return keys;
+}
+
+// [planner] and [ps] fill fields of the JobSpec itself.
+const KeyTable<JobSpec>& planner_keys() {
+  static const KeyTable<JobSpec> keys{
+      {"batch_sizes",
+       [](JobSpec& s, const Node& n, const std::string& f) {
+         if (!n.is_array() || n.as_array()->empty()) throw ConfigError(f, "expected a non-empty array of integers");
+         if (n.as_array()->size() > kMaxBatchSizes) {
+           throw ConfigError(f, "at most " + std::to_string(kMaxBatchSizes) + " batch sizes, got " +
+                                    std::to_string(n.as_array()->size()));
+         }
+         s.batch_sizes.clear();
+         for (auto&& e : *n.as_array()) s.batch_sizes.push_back(static_cast<int>(get_int(e, f, 1, 65536)));
+       }},
+      {"max_workers", int_key(&JobSpec::max_workers, 1, 1024)},
+      {"price_per_task_hour", double_key(&JobSpec::price_per_task_hour, 0.0, 1e9, true, false)},
+  };
+  return keys;
+}
+
+// A duration in [lo_s, hi_s] seconds into member `f`; `range` is the message's "[1s, 24h]".
+KeyReader<JobSpec> duration_key(double JobSpec::*f, const char* example, double lo_s, double hi_s,
+                                const char* range) {
+  return [=](JobSpec& s, const Node& n, const std::string& k) {
+    s.*f = toml_fields::get_duration(n, k, example);
+    if (s.*f < lo_s || s.*f > hi_s) {
+      throw ConfigError(k, std::string("expected a duration in ") + range + ", got \"" + *n.value<std::string>() + "\"");
+    }
+  };
+}
+
+const KeyTable<JobSpec>& ps_keys() {
+  static const KeyTable<JobSpec> keys{
+      {"partition_size", int_key(&JobSpec::partition_size, 1, std::int64_t{1} << 26)},
+      {"timeout", duration_key(&JobSpec::ps_timeout_seconds, "60s", 1, 86400, "[1s, 24h]")},
+      {"barrier_timeout", duration_key(&JobSpec::barrier_timeout_seconds, "30s", 0.1, 86400, "[100ms, 24h]")},
+  };
+  return keys;
+}
+
+// An integer key that may also be "auto" (workers, batch_size): "auto" sets `automatic`.
+KeyReader<JobSpec> int_or_auto_key(int JobSpec::*f, bool JobSpec::*automatic, std::int64_t lo, std::int64_t hi) {
+  return [=](JobSpec& s, const Node& n, const std::string& k) {
+    if (n.is_string() && *n.value<std::string>() == "auto") {
+      s.*automatic = true;
+    } else {
+      s.*f = static_cast<int>(get_int(n, k, lo, hi));
+    }
+  };
+}
+
+// A string of at most `max_length` bytes (name, data_dir).
+KeyReader<JobSpec> bounded_string_key(std::string JobSpec::*f, std::size_t max_length, const char* unit) {
+  return [=](JobSpec& s, const Node& n, const std::string& k) {
+    s.*f = get_string(n, k);
+    if ((s.*f).size() > max_length) {
+      throw ConfigError(k, "at most " + std::to_string(max_length) + " " + unit + ", got " +
+                               std::to_string((s.*f).size()));
+    }
+  };
+}
+
+const KeyTable<JobSpec>& job_keys() {
+  static const KeyTable<JobSpec> keys{
+      {"name", bounded_string_key(&JobSpec::name, kMaxJobNameLength, "characters")},
+      {"model",
+       [](JobSpec& s, const Node& n, const std::string& k) {
+         s.model = get_choice(n, k, {"cnn", "mlp", "mlp-large", "resnet20", "resnet18"});
+       }},
+      {"dataset",
+       [](JobSpec& s, const Node& n, const std::string& k) {
+         s.dataset = get_choice(n, k, {"fashion-mnist", "mnist", "cifar10", "imagefolder"});
+       }},
+      {"data_dir", bounded_string_key(&JobSpec::data_dir, kMaxPathLength, "bytes")},
+      {"image_size", int_key(&JobSpec::image_size, 8, 1024)},
+      {"channels",
+       [](JobSpec& s, const Node& n, const std::string& k) {
+         s.channels = static_cast<int>(get_int(n, k, 1, 3));
+         if (s.channels == 2) throw ConfigError(k, "expected 1 (gray) or 3 (RGB), got 2");
+       }},
+      {"mean", [](JobSpec& s, const Node& n, const std::string& k) { s.mean = get_channel_values(n, k, false); }},
+      {"std", [](JobSpec& s, const Node& n, const std::string& k) { s.std = get_channel_values(n, k, true); }},
+      {"loader_threads", int_key(&JobSpec::loader_threads, 0, 64)},
+      {"loader_queue", int_key(&JobSpec::loader_queue, 0, 1024)},
+      {"loader_cache_mb", int_key(&JobSpec::loader_cache_mb, 0, std::int64_t{1} << 20)},
+      {"augment", table_key(&JobSpec::augment, augment_keys()), true},
+      {"epochs", int_key(&JobSpec::epochs, 1, 1000)},
+      {"workers", int_or_auto_key(&JobSpec::workers, &JobSpec::workers_auto, 1, 1024)},
+      {"ps_shards", int_key(&JobSpec::ps_shards, 1, 256)},
+      {"batch_size", int_or_auto_key(&JobSpec::batch_size, &JobSpec::batch_auto, 1, 65536)},
+      {"threads_per_task", int_key(&JobSpec::threads_per_task, 1, 256)},
+      {"sync",
+       [](JobSpec& s, const Node& n, const std::string& k) { s.sync = get_choice(n, k, {"async", "ssp", "sync"}); }},
+      {"staleness", int_key(&JobSpec::staleness, 0, 1000)},
+      {"backup_workers", int_key(&JobSpec::backup_workers, 0, 1023)},
+      {"overlap", bool_key(&JobSpec::overlap)},
+      {"device", [](JobSpec& s, const Node& n, const std::string& k) { s.device = get_choice(n, k, {"cpu", "cuda"}); }},
+      {"gpus_per_worker", int_key(&JobSpec::gpus_per_worker, 1, 64)},
+      {"local_group", bool_key(&JobSpec::local_group)},
+      {"seed", int_key(&JobSpec::seed, 0, std::int64_t{1} << 62)},
+      {"train_samples", int_key(&JobSpec::train_samples, 0, 100000000)},
+      {"test_samples", int_key(&JobSpec::test_samples, 0, 100000000)},
+      {"eval_batch_size", int_key(&JobSpec::eval_batch_size, 1, 65536)},
+      {"target_accuracy", double_key(&JobSpec::target_accuracy, 0.0, 1.0, true, false)},
+      {"deadline",
+       [](JobSpec& s, const Node& n, const std::string& k) {
+         s.deadline_seconds = toml_fields::get_duration(n, k, "30m");
+         if (s.deadline_seconds <= 0) throw ConfigError(k, "must be positive");
+       }},
+      {"queue_timeout", duration_key(&JobSpec::queue_timeout_seconds, "10m", 1, 30 * 86400.0, "[1s, 30d]")},
+      {"optimizer", table_key(&JobSpec::optimizer, optimizer_keys()), true},
+      {"compression", table_key(&JobSpec::compression, compression_keys()), true},
+      {"planner",
+       [](JobSpec& s, const Node& n, const std::string& k) { read_keys(get_table(n, k), k + ".", planner_keys(), s); },
+       true},
+      {"ps", [](JobSpec& s, const Node& n, const std::string& k) { read_keys(get_table(n, k), k + ".", ps_keys(), s); },
+       true},
+  };
+  return keys;
 }
 
 }  // namespace
@@ -182,171 +322,9 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
   const toml::table root = toml_fields::parse(text);
   if (root.empty()) throw ConfigError("", "the job file is empty: it needs at least a model and its data");
   JobSpec s;
-  bool staleness_given = false;
-  bool gpus_given = false;
-  for (auto&& [key, node] : root) {
-    const std::string k(key.str());
-    if (k == "name") {
-      s.name = get_string(node, k);
-      if (s.name.size() > kMaxJobNameLength) {
-        throw ConfigError(k, "at most " + std::to_string(kMaxJobNameLength) + " characters, got " +
-                                 std::to_string(s.name.size()));
-      }
-    } else if (k == "model") {
-      s.model = get_choice(node, k, {"cnn", "mlp", "mlp-large", "resnet20", "resnet18"});
-    } else if (k == "dataset") {
-      s.dataset = get_choice(node, k, {"fashion-mnist", "mnist", "cifar10", "imagefolder"});
-    } else if (k == "image_size") {
-      s.image_size = static_cast<int>(get_int(node, k, 8, 1024));
-    } else if (k == "channels") {
-      s.channels = static_cast<int>(get_int(node, k, 1, 3));
-      if (s.channels == 2) throw ConfigError(k, "expected 1 (gray) or 3 (RGB), got 2");
-    } else if (k == "mean") {
-      s.mean = get_channel_values(node, k, false);
-    } else if (k == "std") {
-      s.std = get_channel_values(node, k, true);
-    } else if (k == "loader_threads") {
-      s.loader_threads = static_cast<int>(get_int(node, k, 0, 64));
-    } else if (k == "loader_queue") {
-      s.loader_queue = static_cast<int>(get_int(node, k, 0, 1024));
-    } else if (k == "loader_cache_mb") {
-      s.loader_cache_mb = get_int(node, k, 0, std::int64_t{1} << 20);
-    } else if (k == "augment") {
-      parse_augment(get_table(node, k), s.augment);
-    } else if (k == "data_dir") {
-      s.data_dir = get_string(node, k);
-      if (s.data_dir.size() > kMaxPathLength) {
-        throw ConfigError(k, "at most " + std::to_string(kMaxPathLength) + " bytes, got " +
-                                 std::to_string(s.data_dir.size()));
-      }
-    } else if (k == "epochs") {
-      s.epochs = static_cast<int>(get_int(node, k, 1, 1000));
-    } else if (k == "workers") {
-      if (node.is_string() && *node.value<std::string>() == "auto") {
-        s.workers_auto = true;
-      } else {
-        s.workers = static_cast<int>(get_int(node, k, 1, 1024));
-      }
-    } else if (k == "ps_shards") {
-      s.ps_shards = static_cast<int>(get_int(node, k, 1, 256));
-    } else if (k == "batch_size") {
-      if (node.is_string() && *node.value<std::string>() == "auto") {
-        s.batch_auto = true;
-      } else {
-        s.batch_size = static_cast<int>(get_int(node, k, 1, 65536));
-      }
-    } else if (k == "target_accuracy") {
-      s.target_accuracy = get_double(node, k, 0.0, 1.0, true, false);
-    } else if (k == "queue_timeout") {
-      s.queue_timeout_seconds = toml_fields::get_duration(node, k, "10m");
-      if (s.queue_timeout_seconds < 1 || s.queue_timeout_seconds > 30 * 86400.0) {
-        throw ConfigError(k, "expected a duration in [1s, 30d], got \"" + *node.value<std::string>() + "\"");
-      }
-    } else if (k == "deadline") {
-      s.deadline_seconds = toml_fields::get_duration(node, k, "30m");
-      if (s.deadline_seconds <= 0) throw ConfigError(k, "must be positive");
-    } else if (k == "planner") {
-      for (auto&& [pk, pn] : get_table(node, k)) {
-        const std::string f = "planner." + std::string(pk.str());
-        if (pk.str() == "batch_sizes") {
-          if (!pn.is_array() || pn.as_array()->empty()) throw ConfigError(f, "expected a non-empty array of integers");
-          if (pn.as_array()->size() > kMaxBatchSizes) {
-            throw ConfigError(f, "at most " + std::to_string(kMaxBatchSizes) + " batch sizes, got " +
-                                     std::to_string(pn.as_array()->size()));
-          }
-          s.batch_sizes.clear();
-          for (auto&& e : *pn.as_array()) s.batch_sizes.push_back(static_cast<int>(get_int(e, f, 1, 65536)));
-        } else if (pk.str() == "max_workers") {
-          s.max_workers = static_cast<int>(get_int(pn, f, 1, 1024));
-        } else if (pk.str() == "price_per_task_hour") {
-          s.price_per_task_hour = get_double(pn, f, 0.0, 1e9, true, false);
-        } else {
-          throw ConfigError(f, "unknown key (expected batch_sizes, max_workers, price_per_task_hour)");
-        }
-      }
-    } else if (k == "threads_per_task") {
-      s.threads_per_task = static_cast<int>(get_int(node, k, 1, 256));
-    } else if (k == "sync") {
-      s.sync = get_choice(node, k, {"async", "ssp", "sync"});
-    } else if (k == "staleness") {
-      s.staleness = static_cast<int>(get_int(node, k, 0, 1000));
-      staleness_given = true;
-    } else if (k == "overlap") {
-      s.overlap = toml_fields::get_bool(node, k);
-    } else if (k == "device") {
-      s.device = get_choice(node, k, {"cpu", "cuda"});
-    } else if (k == "gpus_per_worker") {
-      s.gpus_per_worker = static_cast<int>(get_int(node, k, 1, 64));
-      gpus_given = true;
-    } else if (k == "local_group") {
-      s.local_group = toml_fields::get_bool(node, k);
-    } else if (k == "backup_workers") {
-      s.backup_workers = static_cast<int>(get_int(node, k, 0, 1023));
-    } else if (k == "seed") {
-      s.seed = get_int(node, k, 0, std::int64_t{1} << 62);
-    } else if (k == "train_samples") {
-      s.train_samples = get_int(node, k, 0, 100000000);
-    } else if (k == "test_samples") {
-      s.test_samples = get_int(node, k, 0, 100000000);
-    } else if (k == "eval_batch_size") {
-      s.eval_batch_size = static_cast<int>(get_int(node, k, 1, 65536));
-    } else if (k == "optimizer") {
-      parse_optimizer(get_table(node, k), s.optimizer);
-    } else if (k == "compression") {
-      auto& c = s.compression;
-      for (auto&& [ck, cn] : get_table(node, k)) {
-        const std::string f = "compression." + std::string(ck.str());
-        const std::string name(ck.str());
-        if (name == "method") {
-          c.method = compress::parse_method(get_choice(cn, f, {"none", "topk", "dgc", "randomk", "fp16"}));
-        } else if (name == "ratio") {
-          c.ratio = get_double(cn, f, 0.0, 1.0, true, false);
-        } else if (name == "downlink_ratio") {
-          c.downlink_ratio = get_double(cn, f, 0.0, 1.0, true, false);
-        } else if (name == "warmup_epochs") {
-          c.warmup_epochs = get_double(cn, f, 0.0, 1000.0, false, false);
-        } else if (name == "momentum") {
-          c.momentum = get_double(cn, f, 0.0, 1.0, false, true);
-        } else if (name == "clip_norm") {
-          c.clip_norm = get_double(cn, f, 0.0, 1e9, false, false);
-        } else if (name == "sample_ratio") {
-          c.sample_ratio = get_double(cn, f, 0.0, 1.0, true, false);
-        } else if (name == "min_compress_bytes") {
-          c.min_compress_bytes = get_int(cn, f, 0, std::int64_t{1} << 31);
-        } else {
-          throw ConfigError(f, "unknown key (expected method, ratio, downlink_ratio, warmup_epochs, momentum, "
-                               "clip_norm, sample_ratio, min_compress_bytes)");
-        }
-      }
-    } else if (k == "ps") {
-      for (auto&& [pk, pn] : get_table(node, k)) {
-        const std::string f = "ps." + std::string(pk.str());
-        if (pk.str() == "partition_size") {
-          s.partition_size = get_int(pn, f, 1, std::int64_t{1} << 26);
-        } else if (pk.str() == "timeout") {
-          s.ps_timeout_seconds = toml_fields::get_duration(pn, f, "60s");
-          if (s.ps_timeout_seconds < 1 || s.ps_timeout_seconds > 86400) {
-            throw ConfigError(f, "expected a duration in [1s, 24h], got \"" + *pn.value<std::string>() + "\"");
-          }
-        } else if (pk.str() == "barrier_timeout") {
-          s.barrier_timeout_seconds = toml_fields::get_duration(pn, f, "30s");
-          if (s.barrier_timeout_seconds < 0.1 || s.barrier_timeout_seconds > 86400) {
-            throw ConfigError(f, "expected a duration in [100ms, 24h], got \"" + *pn.value<std::string>() + "\"");
-          }
-        } else {
-          throw ConfigError(f, "unknown key (expected partition_size, timeout, barrier_timeout)");
-        }
-      }
-    } else {
-      throw ConfigError(k, "unknown key (expected name, model, dataset, data_dir, image_size, channels, mean, std, "
-                           "loader_threads, loader_queue, loader_cache_mb, [augment], epochs, "
-                           "workers, ps_shards, batch_size, threads_per_task, sync, staleness, backup_workers, overlap, device, "
-                           "gpus_per_worker, local_group, seed, "
-                           "train_samples, test_samples, eval_batch_size, target_accuracy, deadline, queue_timeout, [optimizer], [compression], "
-                           "[planner], "
-                           "[ps])");
-    }
-  }
+  toml_fields::read_keys(root, "", job_keys(), s);
+  const bool staleness_given = root.contains("staleness");
+  const bool gpus_given = root.contains("gpus_per_worker");
   check_sync_fields(s, staleness_given);
   check_device_fields(s, gpus_given);
   if (s.optimizer.warmup_epochs >= s.epochs) {

@@ -13,6 +13,7 @@
 #include "leader/leader_impl.h"
 #include "common/errors.h"
 #include "common/secret.h"
+#include "store/rocksdb_store.h"
 
 namespace dltrain::leader {
 
@@ -461,11 +462,11 @@ void Leader::start() {
     if (auto self = w.lock()) self->on_close(s);
   };
   if (!impl_->opt.state_dir.empty()) {
-    impl_->db = store::Store::open((std::filesystem::path(impl_->opt.state_dir) / "db").string());
+    impl_->db = store::RocksDbStore::open((std::filesystem::path(impl_->opt.state_dir) / "db").string());
     if (impl_->db->read_only()) {
       spdlog::warn("the state database {} is on a read-only file system: the leader serves what it holds, and "
                    "refuses new jobs until it is remounted read-write and the agent restarted",
-                   impl_->db->path());
+                   impl_->db->location());
     }
     impl_->restore();
     impl_->retire_jobs();  // a store kept by a leader with a larger job_retention

@@ -71,7 +71,7 @@ void Leader::Impl::restore() {
       maybe_finish(j);
     }
   }
-  spdlog::info("store {}: {} jobs and {} history rows restored", db->path(), jobs.size(), db->history().size());
+  spdlog::info("store {}: {} jobs and {} history rows restored", db->location(), jobs.size(), db->history().size());
 }
 
 // How long a restarted leader waits for the agents of a running job to register again:

@@ -1,116 +1,77 @@
-// The leader's durable state in RocksDB: performance history, jobs and job events.
-//
-// Column families and key encodings (all integers big-endian so keys sort numerically):
-//   history  <model> 0x00 <dataset> 0x00 <u64 unix time, µs> <u32 sequence>  → Observation JSON
-//   jobs     <u64 job number>                                               → job JSON
-//   events   <u64 job number> <u64 event sequence>                          → event JSON
-//   default  "meta/<name>"                                                  → UTF-8 text / JSON
+// The leader's durable state behind one interface: performance history, jobs, their
+// events and a few named values. The leader holds a Store and never sees the backend;
+// the backend in use is RocksDB (store/rocksdb_store.h). A second backend is one class
+// deriving from Store plus one line in tests/unit/store_contract_test.cpp, which runs
+// the whole contract below against every backend.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
+#include "store/observation.h"
 
 namespace dltrain::store {
 
-/// A RocksDB failure, converted at the store's boundary. The message names the database
-/// path, the operation and RocksDB's status text, and says what to do when it can
-/// (another process holds the lock, permissions, corruption).
+/// A backend's failure, converted at the store's boundary: no backend's own status or
+/// exception type crosses it. The message names the store's location, the operation and
+/// the cause, and says what to do when it can (another process holds the lock,
+/// permissions, corruption, a full or read-only disk).
 class StoreError : public IoError {
  public:
   using IoError::IoError;
 };
 
-/// One performance observation (docs/planner.md, "History (RocksDB)"). Either per epoch
-/// (`final_accuracy` < 0) or the end of a job (`final_accuracy` in [0, 1]).
-struct Observation {
-  std::string model;
-  std::string dataset;
-  std::string hardware_class = "cpu";
-  std::string job;
-  int workers = 1;
-  int ps_shards = 1;
-  int batch_size = 1;           ///< per worker
-  int epoch = 0;                ///< epoch this row measures (1-based); epochs run for final rows
-  double epoch_seconds = 0;     ///< wall time of the epoch (s); for final rows, mean over the run
-  double images_per_sec = 0;    ///< all workers together
-  double bytes_per_epoch = 0;   ///< pushed + pulled, headers included, all workers
-  double final_accuracy = -1;   ///< final test accuracy, final rows only
-  /// Worker 0's evaluation after an epoch (BatchNorm re-estimation and the test set), s;
-  /// epoch and profile rows; 0 = not measured (rows stored before it was).
-  double eval_seconds = 0;
-  double timestamp = 0;         ///< unix time, s
-  std::string source = "job";   ///< "job" or "profile" (exploration)
-  std::string compression = "none";  ///< the job's compression method
-};
-void to_json(nlohmann::json& j, const Observation& o);
-void from_json(const nlohmann::json& j, Observation& o);
-
-/// How the store treats its disk.
-struct StoreOptions {
-  /// Writes are refused (StoreError, "… MiB free …") while the file system holding the
-  /// database has less than this free for unprivileged users (statvfs f_bavail), so that
-  /// RocksDB itself never meets a full disk: Debian's librocksdb 7.8 is built with
-  /// assertions, and a write-ahead-log append that fails with ENOSPC aborts the process
-  /// (WritableFileWriter::AssertFalseAndGetStatusForPrevError). 0 disables the check.
-  std::uint64_t min_free_bytes = 64ull << 20;
-};
-
-/// The store. Thread-safety: RocksDB's (concurrent readers and writers are safe); the
-/// sequence counters are guarded internally.
+/// The contract every backend keeps.
 ///
-/// Writes (add_observation, put_job, append_event, put_meta, flush) throw StoreError
-/// naming the database, the operation and the cause — a disk below the free-space
-/// reserve (StoreOptions) and a read-only file system included, each with what to do —
-/// and leave what was stored before intact; once space is freed, writes are taken again.
-/// Should RocksDB still report a write error (with a librocksdb built without
-/// assertions), the next write first resumes the database (DB::Resume). Reads keep
-/// working throughout.
+/// Thread-safety: every method may be called from any thread concurrently.
+///
+/// Writes (add_observation, put_job, append_event, delete_job, put_meta, flush) are
+/// durable when they return, and throw StoreError naming the location, the operation and
+/// the cause; a failed write leaves what was stored before intact. Reads return what the
+/// last returned writes stored and throw StoreError on a corrupt record or a failed read.
 class Store {
  public:
-  /// Opens or creates the database in directory `path`. On a read-only file system it
-  /// opens the database read-only instead (read_only(): reads work, every write throws
-  /// StoreError saying so). Throws StoreError with a clear message when the directory
-  /// cannot be created or read, another live process holds the database (RocksDB's LOCK
-  /// file is an fcntl lock, so one left behind by a killed process does not block), or
-  /// the files are corrupt. Never crashes.
-  static std::unique_ptr<Store> open(const std::string& path, const StoreOptions& options = {});
-  ~Store();
+  virtual ~Store() = default;
 
-  void add_observation(const Observation& o);
-  /// Observations, oldest first; empty filters match everything.
-  std::vector<Observation> history(const std::string& model = "", const std::string& dataset = "") const;
+  /// Appends one observation to the history.
+  virtual void add_observation(const Observation& o) = 0;
+  /// Observations matching `model` and `dataset` (an empty filter matches everything),
+  /// oldest first (by Observation::timestamp; equal timestamps in the order added).
+  virtual std::vector<Observation> history(const std::string& model = "",
+                                           const std::string& dataset = "") const = 0;
 
-  /// Jobs by number (the N of "job-N").
-  void put_job(std::uint64_t number, const nlohmann::json& job);
-  std::vector<std::pair<std::uint64_t, nlohmann::json>> jobs() const;
-  void append_event(std::uint64_t job, const nlohmann::json& event);
-  std::vector<nlohmann::json> events(std::uint64_t job) const;
-  /// Removes job `number`'s record and every event of it, in one atomic write batch (the
-  /// leader's job retention); its observations in the history stay. Removing a job that
-  /// is not stored does nothing. Throws StoreError as the other writes do.
-  void delete_job(std::uint64_t number);
+  /// Stores (or replaces) job `number`'s record (the N of "job-N").
+  virtual void put_job(std::uint64_t number, const nlohmann::json& job) = 0;
+  /// Every stored job record, by ascending number.
+  virtual std::vector<std::pair<std::uint64_t, nlohmann::json>> jobs() const = 0;
+  /// Appends one event to job `job`'s log; the log continues across reopenings.
+  virtual void append_event(std::uint64_t job, const nlohmann::json& event) = 0;
+  /// Job `job`'s events in the order appended (empty for an unknown job).
+  virtual std::vector<nlohmann::json> events(std::uint64_t job) const = 0;
+  /// Removes job `number`'s record and every event of it atomically (the leader's job
+  /// retention); its observations in the history stay. Removing a job that is not stored
+  /// does nothing.
+  virtual void delete_job(std::uint64_t number) = 0;
 
-  void put_meta(const std::string& name, const std::string& value);
-  std::optional<std::string> get_meta(const std::string& name) const;
+  /// Stores a named value (UTF-8 text or JSON; e.g. "next_job", the planner's last plan
+  /// for a model and dataset).
+  virtual void put_meta(const std::string& name, const std::string& value) = 0;
+  /// The named value, or nullopt when it was never stored.
+  virtual std::optional<std::string> get_meta(const std::string& name) const = 0;
 
-  /// Flushes memtables to disk (called on shutdown); nothing on a read-only store.
-  void flush();
-  /// True when the database was opened read-only (see open()).
-  bool read_only() const;
-  const std::string& path() const;
-
-  struct Impl;
-
- private:
-  explicit Store(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  /// Makes every returned write durable in the backend's own files (called on
+  /// shutdown); nothing on a read-only store.
+  virtual void flush() = 0;
+  /// True when the store serves reads only (every write throws StoreError saying why).
+  virtual bool read_only() const = 0;
+  /// Where the store is, for messages and logs (a directory, an endpoint list).
+  virtual const std::string& location() const = 0;
 };
 
 }  // namespace dltrain::store

@@ -6,10 +6,13 @@
 // is promised) is uncaught, and libFuzzer reports that as a crash too.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include <nlohmann/json.hpp>
 
 /// Aborts with `what` and the source line unless `cond` holds.
 #define FUZZ_CHECK(cond, what)                                                             \
@@ -27,6 +30,16 @@ namespace dltrain::fuzz {
 inline bool same_float(float a, float b) {
   if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
   return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+/// How deeply `j` nests: 0 for a scalar, 1 + the deepest element for an array or object.
+inline int depth_of(const nlohmann::json& j) {
+  int d = 0;
+  if (j.is_structured()) {
+    for (const auto& e : j) d = std::max(d, depth_of(e));
+    return d + 1;
+  }
+  return 0;
 }
 
 }  // namespace dltrain::fuzz

@@ -59,15 +59,6 @@ bool is_path_component(const std::string& s) {
          s.find('\0') == std::string::npos;
 }
 
-int depth_of(const json& j) {
-  int d = 0;
-  if (j.is_structured()) {
-    for (const auto& e : j) d = std::max(d, depth_of(e));
-    return d + 1;
-  }
-  return 0;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -82,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FUZZ_CHECK(raw["v"].is_number_integer() && raw["v"] == wire::kControlVersion,
              "an envelope of another version was accepted");
   FUZZ_CHECK(!env.type.empty() && env.body.is_object(), "an envelope without type or object body");
-  FUZZ_CHECK(depth_of(env.body) <= wire::kMaxJsonDepth, "a body nested deeper than the limit was accepted");
+  FUZZ_CHECK(fuzz::depth_of(env.body) <= wire::kMaxJsonDepth, "a body nested deeper than the limit was accepted");
 
   // The builders write what the parser reads.
   std::string rebuilt;

@@ -46,15 +46,6 @@ void round_trip(const json& ev) {
   FUZZ_CHECK(twice == once, "to_json(from_json(to_json(e))) != to_json(e)");
 }
 
-int depth_of(const json& j) {
-  int d = 0;
-  if (j.is_structured()) {
-    for (const auto& e : j) d = std::max(d, depth_of(e));
-    return d + 1;
-  }
-  return 0;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -113,7 +104,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     env = wire::parse_envelope(text);
   } catch (const ProtocolError& e) {
     // The envelope adds two levels to the event's own.
-    FUZZ_CHECK(depth_of(ev) + 2 > wire::kMaxJsonDepth, e.what());
+    FUZZ_CHECK(fuzz::depth_of(ev) + 2 > wire::kMaxJsonDepth, e.what());
     return 0;
   }
   const auto body = wire::parse_body<wire::TaskEventBody>(env);

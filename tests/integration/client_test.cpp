@@ -14,9 +14,7 @@
 
 #include "support/process.h"
 #include "support/temp_dir.h"
-
-namespace fs = std::filesystem;
-using dltrain::testing::TempDir;
+#include "support/names.h"
 
 namespace {
 

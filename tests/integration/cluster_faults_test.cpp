@@ -18,15 +18,8 @@
 #include "support/cluster.h"
 #include "support/process.h"
 #include "support/wait.h"
-
-namespace fs = std::filesystem;
-using json = nlohmann::json;
-using namespace std::chrono_literals;
-using dltrain::testing::Background;
-using dltrain::testing::last_line;
-using dltrain::testing::process_state;
-using dltrain::testing::run;
-using dltrain::testing::wait_until;
+#include "support/jobs.h"
+#include "support/names.h"
 
 namespace {
 
@@ -49,13 +42,22 @@ SyncRecord sync_record(const std::string& log) {
   return r;
 }
 
+// The sync record of `job`'s PS shard 0, from its log (`dltrain logs`); steps = -1 (and a
+// failed expectation) when the log has none.
+SyncRecord ps0_sync_record(const std::string& client, const std::string& job) {
+  const auto log = run(client + " logs " + job + " --task ps-0", 30);
+  EXPECT_EQ(log.code, 0) << log.out;
+  auto rec = sync_record(log.out);
+  EXPECT_GE(rec.steps, 0) << "no sync record in the shard's log:\n" << log.out;
+  std::cout << "ps-0's sync record: " << rec.line << std::endl;
+  return rec;
+}
+
 }  // namespace
 
 TEST_F(Cluster, AKilledWorkerIsRestartedAndTheJobSucceeds) {
-  auto k = write_job("to-kill", kShortCnn + "epochs = 3\n" + kShortOptimizer);
-  const std::string job = submit(k);
+  const std::string job = submit_running("to-kill", kShortCnn + "epochs = 3\n" + kShortOptimizer);
   ASSERT_FALSE(job.empty());
-  ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
   // Find worker 1's process through its task directory, once it trains.
   int victim = -1;
   wait_until(
@@ -71,7 +73,7 @@ TEST_F(Cluster, AKilledWorkerIsRestartedAndTheJobSucceeds) {
   ASSERT_GT(victim, 0) << "worker-1 never started";
   // Mid-training: once worker-1 has reported progress (it reports every few seconds; a
   // follower sees the events from its subscription on).
-  Background follower(client_ + " follow " + job + " --json", (root_ / (job + "-events.jsonl")).string());
+  Background follower = follow_in_background(job);
   ASSERT_TRUE(wait_until(
       [&] { return dltrain::testing::progress_steps(dltrain::testing::follower_events(follower), "worker-1") > 0; },
       120s, 50ms))
@@ -80,10 +82,7 @@ TEST_F(Cluster, AKilledWorkerIsRestartedAndTheJobSucceeds) {
   ASSERT_TRUE(dltrain::testing::has_work_left(status(job), "worker-1", 0.4));
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   // Its agent restarts it; it resumes from the PS's parameters and the job ends well.
-  auto f = follow_to_end(job);
-  EXPECT_EQ(f.code, 0) << f.out;
-  auto s = json::parse(last_line(f.out));
-  EXPECT_EQ(s["state"], "succeeded") << s.dump();
+  const auto s = succeeded_summary(job);
   EXPECT_GE(s["test_accuracy"].get<double>(), 0.6) << s.dump();
   auto st = status(job);
   int restarts = 0;
@@ -103,18 +102,7 @@ TEST_F(Cluster, AStoppedWorkerDoesNotHoldUpTheOtherAndTheJobSucceeds) {
   // while worker 1 is stopped (at least two PS timeouts and two progress events after the
   // stop: checked below from its own throughput before the stop), and a 5 s PS timeout.
   // (The MLP this test used once trains ~20x faster on OpenBLAS and finished first.)
-  auto f = write_job("straggler", R"(model = "cnn"
-epochs = 8
-workers = 2
-ps_shards = 1
-batch_size = 32
-train_samples = 24000
-test_samples = 2000
-seed = 7
-[optimizer]
-lr = 0.05
-momentum = 0.9
-lr_schedule = "cosine"
+  auto f = write_job("straggler", "epochs = 8\n" + kCnn24000 + R"(lr_schedule = "cosine"
 warmup_epochs = 0.2
 [ps]
 partition_size = 65536
@@ -123,7 +111,7 @@ timeout = "5s"
   constexpr auto kPsTimeout = 5s;
   const std::string job = submit(f);
   ASSERT_FALSE(job.empty());
-  Background follower(client_ + " follow " + job + " --json", (root_ / (job + "-events.jsonl")).string());
+  Background follower = follow_in_background(job);
 
   // The job's events so far (the follower's complete lines); per worker, the highest step
   // count its progress events reported from event `from` on (-1: none) and how many
@@ -258,19 +246,14 @@ timeout = "5s"
 
 TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {
   // Long enough that both workers still train when the first checkpoint is written.
-  auto k = write_job("kill-ps", kShortCnn + "epochs = 10\n" + kShortOptimizer);
-  const std::string job = submit(k);
+  const std::string job = submit_running("kill-ps", kShortCnn + "epochs = 10\n" + kShortOptimizer);
   ASSERT_FALSE(job.empty());
-  ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
   // Training is under way once the shard has written a checkpoint (every 3 s; it writes
   // none while it holds no parameters).
   fs::path checkpoint;
   wait_until(
       [&] {
-        for (int i = 0; i < 3; ++i) {
-          const auto p = state_ / ("agent-" + std::to_string(i)) / "tasks" / job / "ps-0-g1" / "shard.ckpt";
-          if (fs::exists(p)) checkpoint = p;
-        }
+        checkpoint = task_file(job, "ps-0-g1", "shard.ckpt");
         return !checkpoint.empty();
       },
       120s, 100ms);
@@ -280,10 +263,7 @@ TEST_F(Cluster, AKilledPsShardRestartsFromItsCheckpointAndTheJobSucceeds) {
 
   // Its agent restarts it on the same port from the checkpoint; the workers reconnect,
   // resync and the job ends well.
-  auto f = follow_to_end(job);
-  EXPECT_EQ(f.code, 0) << f.out;
-  auto s = json::parse(last_line(f.out));
-  EXPECT_EQ(s["state"], "succeeded") << s.dump();
+  const auto s = succeeded_summary(job);
   EXPECT_GE(s["test_accuracy"].get<double>(), 0.6) << s.dump();  // chance is 0.10
   auto st = status(job);
   json ps, workers = json::array();
@@ -313,10 +293,8 @@ TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers)
   // Long enough that no worker has finished by the second checkpoint, ~6 s in, even on
   // an idle machine (a shard restarted without its state cannot learn that a worker that
   // already exited had finished).
-  auto k = write_job("corrupt-ckpt", kShortCnn + "epochs = 16\n" + kShortOptimizer);
-  const std::string job = submit(k);
+  const std::string job = submit_running("corrupt-ckpt", kShortCnn + "epochs = 16\n" + kShortOptimizer);
   ASSERT_FALSE(job.empty());
-  ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
   // Wait for a checkpoint to be replaced by a newer one (a new inode: written to the
   // temporary file and renamed), so that the next one is ~3 s away: corrupting this one
   // and killing the shard cannot race with a save.
@@ -325,10 +303,7 @@ TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers)
   bool replaced = false;
   wait_until(
       [&] {
-        for (int i = 0; i < 3 && checkpoint.empty(); ++i) {
-          const auto p = state_ / ("agent-" + std::to_string(i)) / "tasks" / job / "ps-0-g1" / "shard.ckpt";
-          if (fs::exists(p)) checkpoint = p;
-        }
+        if (checkpoint.empty()) checkpoint = task_file(job, "ps-0-g1", "shard.ckpt");
         struct stat st {};
         if (!checkpoint.empty() && ::stat(checkpoint.c_str(), &st) == 0) {
           if (first == 0) first = st.st_ino;
@@ -350,10 +325,7 @@ TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers)
 
   // The restarted shard refuses the file, starts empty and takes the first worker's
   // replica; the job still ends well.
-  auto f = follow_to_end(job);
-  EXPECT_EQ(f.code, 0) << f.out;
-  auto s = json::parse(last_line(f.out));
-  EXPECT_EQ(s["state"], "succeeded") << s.dump();
+  const auto s = succeeded_summary(job);
   EXPECT_GE(s["test_accuracy"].get<double>(), 0.6) << s.dump();
   auto st = status(job);
   std::string recovery;
@@ -369,10 +341,8 @@ TEST_F(Cluster, ACorruptedCheckpointIsRefusedAndTheShardIsRebuiltFromTheWorkers)
 }
 
 TEST_F(Cluster, APsShardThatKeepsDyingFailsTheJobWithTheReason) {
-  auto k = write_job("kill-ps-often", kShortCnn + "epochs = 20\n" + kShortOptimizer);
-  const std::string job = submit(k);
+  const std::string job = submit_running("kill-ps-often", kShortCnn + "epochs = 20\n" + kShortOptimizer);
   ASSERT_FALSE(job.empty());
-  ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
   // The agent restarts it 3 times (task_max_restarts); the 4th death ends the job.
   kill_until_restarts_run_out(job, "ps-0-g1");
   if (HasFatalFailure()) return;
@@ -397,14 +367,7 @@ TEST_F(Cluster, APsShardThatKeepsDyingFailsTheJobWithTheReason) {
 
 TEST_F(Cluster, ADivergingJobSkipsNaNStepsThenFailsWithTheReason) {
   // lr 10 with momentum 0.9 drives the MLP to NaN within a few dozen steps.
-  auto d = write_job("diverge", R"(
-model = "mlp"
-epochs = 1
-workers = 1
-ps_shards = 1
-batch_size = 32
-train_samples = 3000
-test_samples = 500
+  auto d = write_job("diverge",  kOneWorkerMlp + R"(test_samples = 500
 [optimizer]
 lr = 10
 momentum = 0.9
@@ -463,33 +426,21 @@ TEST_F(Cluster, AWorkerKilledUntilItsRestartsRunOutNamesItselfAsTheFailure) {
   EXPECT_TRUE(task_pids(job).empty()) << "task processes outlived the failed job";
 }
 
-
 TEST_F(Cluster, ABspJobGoesOnPastAKilledWorkerAndSucceeds) {
-  auto k = write_job("bsp-kill", kShortCnn + "epochs = 4\nsync = \"sync\"\n" + kShortOptimizer +
+  const std::string job = submit("bsp-kill", kShortCnn + "epochs = 4\nsync = \"sync\"\n" + kShortOptimizer +
                                      "[ps]\nbarrier_timeout = \"20s\"\n");
-  const std::string job = submit(k);
   ASSERT_FALSE(job.empty());
-  Background follower(client_ + " follow " + job + " --json", (root_ / (job + "-events.jsonl")).string());
-  ASSERT_TRUE(wait_until(
-      [&] { return dltrain::testing::progress_steps(dltrain::testing::follower_events(follower), "worker-1") > 0; },
-      180s, 50ms))
-      << "worker-1 reported no progress within 180 s; " << status(job).dump();
-  const auto pids = task_pids(job, "worker-1-g1");
-  ASSERT_EQ(pids.size(), 1u) << "worker-1's process";
+  Background follower = follow_in_background(job);
+  const int victim = worker1_pid_once_it_trains(job, follower);
+  ASSERT_GT(victim, 0);
   // The premise, right before the act: worker 1 runs and has most of its work left.
   ASSERT_TRUE(dltrain::testing::has_work_left(status(job), "worker-1", 0.4));
-  ASSERT_EQ(kill(pids.front(), SIGKILL), 0);
-  auto f = follow_to_end(job);
-  EXPECT_EQ(f.code, 0) << f.out;
-  const auto summary = json::parse(last_line(f.out));
-  EXPECT_EQ(summary["state"], "succeeded") << summary.dump();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const auto summary = succeeded_summary(job);
   EXPECT_GE(summary.value("test_accuracy", 0.0), 0.6) << summary.dump();
   EXPECT_EQ(dltrain::testing::task_of(status(job), "worker-1").value("restarts", 0), 1);
-  const auto log = run(client_ + " logs " + job + " --task ps-0", 30);
-  ASSERT_EQ(log.code, 0) << log.out;
-  const auto rec = sync_record(log.out);
-  ASSERT_GE(rec.steps, 0) << "no sync record in the shard's log:\n" << log.out;
-  std::cout << "ps-0's sync record: " << rec.line << std::endl;
+  const auto rec = ps0_sync_record(client_, job);
+  ASSERT_GE(rec.steps, 0);
   EXPECT_GE(rec.departures, 1) << "the killed worker's connection did not leave the barrier";
   EXPECT_GE(rec.rejoins, 1) << "its replacement did not rejoin";
   EXPECT_EQ(rec.dropped, 0) << "the barrier waited for the killed worker until its timeout";
@@ -502,17 +453,11 @@ TEST_F(Cluster, ABspJobGoesOnPastAKilledWorkerAndSucceeds) {
 // answered — so it waits, and reaches the bound; nobody is dropped (the barrier timeout is
 // 30 s), and the job succeeds.
 TEST_F(Cluster, AnSspWorkerIsNeverMoreThanStalenessStepsAheadOfAStoppedOne) {
-  auto k = write_job("ssp-stop", kShortCnn + "epochs = 6\nsync = \"ssp\"\nstaleness = 2\n" + kShortOptimizer);
-  const std::string job = submit(k);
+  const std::string job = submit("ssp-stop", kShortCnn + "epochs = 6\nsync = \"ssp\"\nstaleness = 2\n" + kShortOptimizer);
   ASSERT_FALSE(job.empty());
-  Background follower(client_ + " follow " + job + " --json", (root_ / (job + "-events.jsonl")).string());
-  ASSERT_TRUE(wait_until(
-      [&] { return dltrain::testing::progress_steps(dltrain::testing::follower_events(follower), "worker-1") > 0; },
-      180s, 50ms))
-      << "worker-1 reported no progress within 180 s; " << status(job).dump();
-  const auto pids = task_pids(job, "worker-1-g1");
-  ASSERT_EQ(pids.size(), 1u) << "worker-1's process";
-  const int victim = pids.front();
+  Background follower = follow_in_background(job);
+  const int victim = worker1_pid_once_it_trains(job, follower);
+  ASSERT_GT(victim, 0);
   struct ContinueOnExit {  // a failed assertion must not leave the cluster a stopped task
     int pid;
     ~ContinueOnExit() { kill(pid, SIGCONT); }
@@ -527,15 +472,9 @@ TEST_F(Cluster, AnSspWorkerIsNeverMoreThanStalenessStepsAheadOfAStoppedOne) {
     ASSERT_EQ(kill(victim, SIGCONT), 0);
     std::this_thread::sleep_for(2s);
   }
-  auto f = follow_to_end(job);
-  EXPECT_EQ(f.code, 0) << f.out;
-  const auto summary = json::parse(last_line(f.out));
-  EXPECT_EQ(summary["state"], "succeeded") << summary.dump();
-  const auto log = run(client_ + " logs " + job + " --task ps-0", 30);
-  ASSERT_EQ(log.code, 0) << log.out;
-  const auto rec = sync_record(log.out);
-  ASSERT_GE(rec.steps, 0) << "no sync record in the shard's log:\n" << log.out;
-  std::cout << "ps-0's sync record: " << rec.line << std::endl;
+  const auto summary = succeeded_summary(job);
+  const auto rec = ps0_sync_record(client_, job);
+  ASSERT_GE(rec.steps, 0);
   EXPECT_EQ(rec.max_lead, 2) << "a worker was served more than 2 steps ahead, or the stop never made it wait";
   EXPECT_GT(rec.waits, 0);
   EXPECT_EQ(rec.dropped, 0);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "support/standalone_suite.h"
 
@@ -25,6 +26,29 @@ class Cluster : public dltrain::testing::StandaloneSuite<Cluster> {
   }
 
  protected:
+  /// `job`'s summary once it has ended (`dltrain follow --json`'s last line), expected to
+  /// be "succeeded" with the client's exit code 0.
+  static nlohmann::json succeeded_summary(const std::string& job) {
+    const auto f = follow_to_end(job);
+    EXPECT_EQ(f.code, 0) << f.out;
+    auto s = nlohmann::json::parse(dltrain::testing::last_line(f.out));
+    EXPECT_EQ(s["state"], "succeeded") << s.dump();
+    return s;
+  }
+
+  /// The pid of `job`'s worker-1 (generation 1) once `follower` (follow_in_background)
+  /// has seen it report progress (at most 180 s); -1 with a failed expectation when not.
+  static int worker1_pid_once_it_trains(const std::string& job, const dltrain::testing::Background& follower) {
+    using namespace std::chrono_literals;
+    const bool trains = dltrain::testing::wait_until(
+        [&] { return dltrain::testing::progress_steps(dltrain::testing::follower_events(follower), "worker-1") > 0; },
+        180s, 50ms);
+    EXPECT_TRUE(trains) << "worker-1 reported no progress within 180 s; " << status(job).dump();
+    const auto pids = task_pids(job, "worker-1-g1");
+    EXPECT_EQ(pids.size(), 1u) << "worker-1's process";
+    return trains && pids.size() == 1 ? pids.front() : -1;
+  }
+
   /// SIGKILLs `job`'s PS shard 0 (generation 1) once the premise of a shard-loss test
   /// holds, checked right before the act: it is one process, all three tasks still run
   /// (no worker finished) and both workers have at least a quarter of their steps left.

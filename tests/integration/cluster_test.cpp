@@ -14,26 +14,17 @@
 #include "cluster_fixture.h"
 #include "support/cluster.h"
 #include "support/process.h"
-
-namespace fs = std::filesystem;
-using json = nlohmann::json;
-using dltrain::testing::last_line;
-using dltrain::testing::run;
+#include "support/jobs.h"
+#include "support/names.h"
 
 const std::string kBin = dltrain::testing::kBinDir;
+// The CNN for 20 epochs on every image: minutes, so it still runs when a test acts on it.
+const std::string kLongCnn = "model = \"cnn\"\nepochs = 20\nworkers = 2\nps_shards = 1\n";
 
 TEST_F(Cluster, TrainsAShortJobWhileASecondWaitsQueued) {
   // 3 agents × 1 core; job A needs all 3 (1 PS + 2 workers), so B must wait.
   auto a = write_job("short-cnn", kShortCnn + "epochs = 2\n" + kShortOptimizer);
-  auto b = write_job("tiny-mlp", R"(
-model = "mlp"
-epochs = 1
-workers = 1
-ps_shards = 1
-batch_size = 32
-train_samples = 3000
-test_samples = 1000
-)");
+  auto b = write_job("tiny-mlp", kOneWorkerMlp + "test_samples = 1000\n");
   const std::string job_a = submit(a);
   ASSERT_FALSE(job_a.empty());
   const std::string job_b = submit(b);
@@ -78,14 +69,7 @@ test_samples = 1000
 }
 
 TEST_F(Cluster, DgcJobTrainsAndCompressesBothDirections) {
-  auto d = write_job("short-dgc", kShortCnn + "epochs = 3\n" + kShortOptimizer + R"(
-[compression]
-method = "dgc"
-ratio = 0.001
-downlink_ratio = 0.01
-warmup_epochs = 1
-momentum = 0.9
-)");
+  auto d = write_job("short-dgc", kShortCnn + "epochs = 3\n" + kShortOptimizer + kDgcCompression);
   const auto job = submit(d);
   ASSERT_FALSE(job.empty());
   auto r = follow_to_end(job);
@@ -101,15 +85,8 @@ momentum = 0.9
 }
 
 TEST_F(Cluster, CancelledJobLeavesNoChildProcess) {
-  auto c = write_job("to-cancel", R"(
-model = "cnn"
-epochs = 20
-workers = 2
-ps_shards = 1
-)");
-  const std::string job = submit(c);
+  const std::string job = submit_running("to-cancel", kLongCnn);
   ASSERT_FALSE(job.empty());
-  ASSERT_EQ(wait_state(job, {"running"}, 60), "running");
   // Wait until every task reported it runs, and its process is there.
   ASSERT_TRUE(wait_all_tasks_running(job, 3, 60)) << status(job).dump();
   EXPECT_EQ(task_pids(job).size(), 3u);  // 1 PS shard + 2 workers
@@ -125,13 +102,7 @@ ps_shards = 1
 }
 
 TEST_F(Cluster, TheJobSecretReachesItsTasksOnlyAsPrivateFiles) {
-  auto c = write_job("secret", R"(
-model = "cnn"
-epochs = 20
-workers = 2
-ps_shards = 1
-)");
-  const std::string job = submit(c);
+  const std::string job = submit("secret", kLongCnn);
   ASSERT_FALSE(job.empty());
   ASSERT_TRUE(wait_all_tasks_running(job, 3, 90)) << status(job).dump();
 
@@ -188,19 +159,63 @@ ps_shards = 1
   }
 }
 
-
-TEST_F(Cluster, BadJobFilesAreRejectedAndTheLeaderCarriesOn) {
-  auto bad = write_job("bad", "model = \"resnet\"\n");
-  auto r = run(client_ + " submit " + bad.string() + " 2>&1", 30);
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.out.find("model: expected one of cnn | mlp | mlp-large | resnet20 | resnet18, got \"resnet\""), std::string::npos) << r.out;
-  auto agents = run(client_ + " agents --json", 30);
-  ASSERT_EQ(agents.code, 0);
-  EXPECT_EQ(json::parse(agents.out).size(), 3u);
+TEST_F(Cluster, AnUnreachableLeaderIsNamedWithItsOwnExitCode) {
   auto unreachable = run(kBin + "/dltrain --leader ws://127.0.0.1:1 --token x list 2>&1", 30);
   EXPECT_EQ(unreachable.code, 3) << unreachable.out;
   EXPECT_NE(unreachable.out.find("cannot reach the leader"), std::string::npos) << unreachable.out;
 }
+
+namespace {
+
+// A job file the client refuses at submit: its body (below the data_dir line) and what
+// the refusal must say (the field and the problem).
+struct Refusal {
+  std::string name;
+  std::string body;
+  std::string says;
+};
+
+// Its name in GoogleTest's output (not its bytes).
+void PrintTo(const Refusal& b, std::ostream* os) { *os << b.name; }
+
+const std::vector<Refusal> kRefusals = {
+    {"UnknownModel", "model = \"resnet\"\n",
+     "model: expected one of cnn | mlp | mlp-large | resnet20 | resnet18, got \"resnet\""},
+    {"UnknownKey", "model = \"cnn\"\nepochz = 3\n", "epochz: unknown key"},
+    {"SyntaxError", "model = \"cnn\"\nepochs = \n", "TOML syntax error at line 3"},
+    {"OutOfRange", "model = \"cnn\"\nbatch_size = -3\n", "batch_size: expected an integer in [1, 65536], got -3"},
+    {"FieldOfAnotherMode", "model = \"cnn\"\nstaleness = 4\n",
+     "staleness: applies only to sync = \"ssp\" (this job has sync = \"async\")"},
+};
+
+// The same three agents as Cluster, for the parametrised refusals.
+class ClusterRefusals
+    : public dltrain::testing::StandaloneSuite<ClusterRefusals, ::testing::TestWithParam<Refusal>> {
+ public:
+  static constexpr const char* kRootPrefix = "dltrain-refusals";
+  static constexpr int kAgents = 3;
+};
+
+}  // namespace
+
+// A bad job file is refused by `dltrain submit` (exit code 2) with the field and the
+// problem; nothing of it is kept and the leader carries on with every agent.
+TEST_P(ClusterRefusals, IsRefusedAtSubmitNamingTheFieldAndTheLeaderCarriesOn) {
+  const Refusal& c = GetParam();
+  auto bad = write_job("bad-" + c.name, c.body);
+  auto r = run(client_ + " submit " + bad.string() + " 2>&1", 30);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(c.says), std::string::npos) << r.out;
+  auto list = run(client_ + " list --json", 30);
+  ASSERT_EQ(list.code, 0) << list.out;
+  EXPECT_EQ(json::parse(list.out).size(), 0u) << list.out;
+  auto agents = run(client_ + " agents --json", 30);
+  ASSERT_EQ(agents.code, 0);
+  EXPECT_EQ(json::parse(agents.out).size(), 3u);
+}
+
+INSTANTIATE_TEST_SUITE_P(JobFiles, ClusterRefusals, ::testing::ValuesIn(kRefusals),
+                         [](const ::testing::TestParamInfo<Refusal>& info) { return info.param.name; });
 
 // BSP (sync = "sync"): worker 1 is SIGKILLed mid-training. Its connection closes, so the
 // shard stops waiting for it at once (no worker is dropped by the barrier timeout, which

@@ -96,8 +96,8 @@ async function screenshot(name) {
 }
 async function loadPage() {
   await cmd("Page.navigate", { url: cfg.url });
-  await waitFor("the page to load", `document.readyState === "complete" && !!document.getElementById("login")`,
-    30000);
+  await waitFor("the page to load and start", `document.readyState === "complete" &&
+    !!document.getElementById("login") && document.body.dataset.started === "true"`, 30000);
 }
 
 // What the page shows: the text and what the test counts.
@@ -141,8 +141,7 @@ async function main() {
   await cmd("Emulation.setDeviceMetricsOverride", { width: 1400, height: 1000, deviceScaleFactor: 1, mobile: false });
 
   // 1. No token: the login form and nothing else; a wrong token changes nothing.
-  await loadPage();
-  await sleep(500);
+  await loadPage();  // started: without a stored token it has done all it does
   const before = await snapshot();
   const shotLogin = await screenshot("login");
   await submitToken("not-the-token");
@@ -185,7 +184,9 @@ async function main() {
   // 4. The job finished: its final accuracy as shown.
   await waitFor("the job to succeed", `(document.getElementById("job-state") || {}).textContent === "succeeded" &&
     document.getElementById("job-accuracy").dataset.value !== undefined`, 400000);
-  await sleep(1500);  // the last refresh of the curves and the event log
+  await waitFor("the last refresh of the curves and the event log", `Number(
+    document.getElementById("chart-accuracy").dataset.points) >= ${cfg.epochs} &&
+    document.querySelectorAll("#events-table tbody tr").length > 0`, 60000);
   const done = await snapshot();
   const shotD = await screenshot("finished");
 
@@ -207,7 +208,7 @@ async function main() {
       return t && t.textContent.startsWith(${JSON.stringify(cfg.plan_job + ":")}) && s &&
         s.textContent === "succeeded" && document.querySelectorAll("#plan-table tbody tr").length > 0; })()`,
     300000);
-    await sleep(1500);
+    // The plan table is built from one status reply in one go: once it has rows, it is whole.
     plan = await evaluate(`(() => ({
       explanation: document.getElementById("plan-explanation").textContent,
       rows: [...document.querySelectorAll("#plan-table tbody tr")].map((r) => {

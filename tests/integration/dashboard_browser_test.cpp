@@ -28,13 +28,8 @@
 #include "support/cluster.h"
 #include "support/process.h"
 #include "support/wait.h"
-
-namespace fs = std::filesystem;
-using json = nlohmann::json;
-using dltrain::testing::Background;
-using dltrain::testing::run;
-using dltrain::testing::wait_until;
-using namespace std::chrono_literals;
+#include "support/jobs.h"
+#include "support/names.h"
 
 namespace {
 
@@ -76,20 +71,8 @@ void expect_nothing_but_the_login(const json& snap, const std::vector<std::strin
 // The CNN, long enough that worker 0 gets twice as far as a stopped worker 1 before it
 // finishes (checked before the stop). (An MLP trains ~20x faster on OpenBLAS and ended
 // before its straggler could be flagged.)
-const std::string kJob = R"(model = "cnn"
-epochs = 6
-workers = 2
-ps_shards = 1
-batch_size = 32
-train_samples = 24000
-test_samples = 2000
-seed = 7
-[optimizer]
-lr = 0.05
-momentum = 0.9
-[ps]
-timeout = "5s"
-)";
+constexpr int kJobEpochs = 6;
+const std::string kJob = "epochs = " + std::to_string(kJobEpochs) + "\n" + kCnn24000 + "[ps]\ntimeout = \"5s\"\n";
 
 }  // namespace
 
@@ -133,26 +116,13 @@ TEST(Dashboard, InHeadlessChromiumShowsNothingWithoutTheTokenThenTheClusterAndAJ
     // An automatic job (planner/ with no history: it explores, then is planned); it waits
     // in the queue until the first job has freed the cores. As in planner_cluster_test.
     const std::string auto_job = dltrain::testing::submit_job(
-        cluster.client, dltrain::testing::write_job_file(root, "dashboard-auto", R"(model = "mlp"
-data_dir = "/usr/share/datasets/fashion-mnist"
-workers = "auto"
-batch_size = "auto"
-ps_shards = 1
-epochs = 1
-train_samples = 3000
-test_samples = 1000
-target_accuracy = 0.5
-deadline = "20m"
-[planner]
-batch_sizes = [32, 64]
-max_workers = 2
-)"));
+        cluster.client, dltrain::testing::write_job_file(root, "dashboard-auto", "data_dir = \"/usr/share/datasets/fashion-mnist\"\n" + kAutoMlp));
     ASSERT_FALSE(auto_job.empty());
 
     const fs::path cfg = root / "browser.json";
     std::ofstream(cfg) << json{{"url", url},         {"token", token},         {"job", job},
                                {"out", shots.string()}, {"chromium", chromium}, {"straggler", "worker-1"},
-                               {"tmp", root.string()},  {"plan_job", auto_job}}
+                               {"tmp", root.string()},  {"plan_job", auto_job}, {"epochs", kJobEpochs}}
                               .dump();
     const fs::path log = root / "browser.log";
     Background browser(node + " " + DLTRAIN_SOURCE_DIR + "/tests/integration/dashboard_browser.mjs " + cfg.string(),

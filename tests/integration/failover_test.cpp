@@ -21,14 +21,7 @@
 #include "support/cluster.h"
 #include "support/process.h"
 #include "support/wait.h"
-
-namespace fs = std::filesystem;
-using json = nlohmann::json;
-using namespace std::chrono_literals;
-using dltrain::testing::Background;
-using dltrain::testing::last_line;
-using dltrain::testing::run;
-using dltrain::testing::wait_until;
+#include "support/names.h"
 
 namespace {
 
@@ -55,6 +48,19 @@ class Failover : public ::testing::Test, protected dltrain::testing::LeaderAndAg
  protected:
   void SetUp() override { create_root("dltrain-failover"); }
   void TearDown() override { tear_down(); }
+
+  /// The agent of `job`'s worker-1 once it trains (at most 180 s), checked right before
+  /// the caller acts on it to have at least half of its work left; "" (with a failed
+  /// expectation saying why) when not.
+  std::string agent_of_training_worker1(const std::string& job) {
+    const auto st = dltrain::testing::wait_task_trains(client_, job, "worker-1", 180);
+    EXPECT_EQ(st.value("state", ""), "running") << st.dump();
+    if (st.value("state", "") != "running") return "";
+    const std::string agent = task(st, "worker-1")["agent"];
+    const bool left = dltrain::testing::has_work_left(status(job), "worker-1", 0.5);
+    EXPECT_TRUE(left) << "worker-1 has less than half of its work left";
+    return left ? agent : "";
+  }
 };
 
 }  // namespace
@@ -156,12 +162,9 @@ TEST_F(Failover, AnAgentLostWithNoFreeAgentFailsTheJobWithinTheBound) {
   // The job fails here, so its length costs nothing: long enough that worker 1 is far
   // from done when its agent is lost, whatever the relative speed of the processes.
   const std::string job = submit("no-spare", job_toml(20));
-  auto st = dltrain::testing::wait_task_trains(client_, job, "worker-1", 180);
-  ASSERT_EQ(st.value("state", ""), "running") << st.dump();
-  const std::string victim = task(st, "worker-1")["agent"];
   // The premise, right before the act: worker 1 runs and has most of its work left.
-  st = status(job);
-  ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-1", 0.5));
+  const std::string victim = agent_of_training_worker1(job);
+  ASSERT_FALSE(victim.empty());
   const auto t_kill = Clock::now();
   kill_daemon(victim);
   auto mid = wait_state(job, {"recovering"}, 20);
@@ -215,13 +218,10 @@ TEST_F(Failover, ATlsLeaderServesAgentsAndClientsThatTrustItsCa) {
 TEST_F(Failover, AnAgentThatShutsDownHasItsTasksReassigned) {
   start_cluster(4);
   const std::string job = submit("agent-stops", job_toml(4));
-  auto st = dltrain::testing::wait_task_trains(client_, job, "worker-1", 180);
-  ASSERT_EQ(st.value("state", ""), "running") << st.dump();
-  const std::string victim = task(st, "worker-1")["agent"];
   // The premise, right before the act: worker 1 runs and has most of its work left (it
   // is stopped at its first report, within a second or two of its start).
-  st = status(job);
-  ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-1", 0.5));
+  const std::string victim = agent_of_training_worker1(job);
+  ASSERT_FALSE(victim.empty());
   ASSERT_EQ(::kill(daemons_[victim]->pid(), SIGTERM), 0);
   EXPECT_EQ(daemons_[victim]->wait(30), 0) << victim << " did not exit 0 on SIGTERM";
   daemons_.erase(victim);

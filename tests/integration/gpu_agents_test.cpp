@@ -14,9 +14,7 @@
 
 #include "support/cluster.h"
 #include "support/prometheus.h"
-
-using namespace dltrain::testing;
-using nlohmann::json;
+#include "support/names.h"
 
 namespace {
 

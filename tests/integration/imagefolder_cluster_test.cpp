@@ -13,11 +13,8 @@
 #include "support/standalone_suite.h"
 #include "support/image_folder.h"
 #include "support/process.h"
-
-namespace fs = std::filesystem;
-using json = nlohmann::json;
-using dltrain::testing::last_line;
-using dltrain::testing::run;
+#include "support/jobs.h"
+#include "support/names.h"
 
 namespace {
 
@@ -110,14 +107,7 @@ TEST_F(ImageFolderCluster, Resnet20TrainsWellAboveChanceAndCountsTheUnreadableFi
 
 TEST_F(ImageFolderCluster, Resnet20WithDgcTrainsAndCompresses) {
   std::vector<json> events;
-  const auto s = train("resnet20-png-dgc", 2, R"(
-[compression]
-method = "dgc"
-ratio = 0.001
-downlink_ratio = 0.01
-warmup_epochs = 1
-momentum = 0.9
-)",
+  const auto s = train("resnet20-png-dgc", 2, kDgcCompression,
                        events);
   ASSERT_TRUE(s.is_object());
   EXPECT_EQ(s["state"], "succeeded") << s.dump();

@@ -9,9 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/cluster.h"
-
-using namespace dltrain::testing;
-using nlohmann::json;
+#include "support/names.h"
 
 namespace {
 

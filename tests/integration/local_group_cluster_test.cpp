@@ -14,10 +14,7 @@
 #include "support/cluster.h"
 #include "support/process.h"
 #include "support/prometheus.h"
-
-using namespace dltrain::testing;
-using nlohmann::json;
-using namespace std::chrono_literals;
+#include "support/names.h"
 
 namespace {
 

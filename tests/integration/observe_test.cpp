@@ -25,14 +25,7 @@
 #include "support/process.h"
 #include "support/prometheus.h"
 #include "support/wait.h"
-
-namespace fs = std::filesystem;
-using json = nlohmann::json;
-using dltrain::testing::http_get;
-using dltrain::testing::parse_exposition;
-using dltrain::testing::run;
-using dltrain::testing::sum_samples;
-using dltrain::testing::wait_until;
+#include "support/names.h"
 
 namespace {
 

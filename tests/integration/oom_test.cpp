@@ -22,10 +22,9 @@
 
 #include "agent/failure.h"
 #include "wire/task_events.h"
+#include "support/names.h"
 
 namespace {
-
-namespace fs = std::filesystem;
 
 std::string slurp(const std::string& p) {
   std::ifstream in(p);

@@ -12,34 +12,14 @@
 
 #include "support/cluster.h"
 #include "support/process.h"
-
-namespace fs = std::filesystem;
-using json = nlohmann::json;
-using namespace std::chrono_literals;
-using dltrain::testing::last_line;
-using dltrain::testing::run;
-
-using dltrain::testing::Standalone;
+#include "support/jobs.h"
+#include "support/names.h"
 
 TEST(PlannerCluster, AutoJobExploresPlansRunsAndHistorySurvivesARestart) {
   std::string tmpl = (fs::temp_directory_path() / "dltrain-planner-XXXXXX").string();
   const fs::path root = mkdtemp(tmpl.data());
   const fs::path job = root / "auto.toml";
-  std::ofstream(job) << R"(name = "auto-mlp"
-model = "mlp"
-data_dir = "/usr/share/datasets/fashion-mnist"
-workers = "auto"
-batch_size = "auto"
-ps_shards = 1
-epochs = 1
-train_samples = 3000
-test_samples = 1000
-target_accuracy = 0.5
-deadline = "20m"
-[planner]
-batch_sizes = [32, 64]
-max_workers = 2
-)";
+  std::ofstream(job) << "name = \"auto-mlp\"\ndata_dir = \"/usr/share/datasets/fashion-mnist\"\n" << kAutoMlp;
   std::string job_id;
   {
     Standalone c(root / "state", root / "xdg");

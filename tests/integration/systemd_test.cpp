@@ -19,10 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "support/temp_dir.h"
-
-namespace fs = std::filesystem;
-using dltrain::testing::TempDir;
-using namespace std::chrono_literals;
+#include "support/names.h"
 
 namespace {
 

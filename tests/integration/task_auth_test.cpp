@@ -1,18 +1,13 @@
 // The task executables and the job secret: dltrain-ps and dltrain-worker read it from a
 // file that must be private (mode 0600 or stricter), and a real PS shard process serves
 // only workers that prove they know it for its job and generation.
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <optional>
-#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -23,102 +18,14 @@
 #include "ps/client.h"
 #include "support/process.h"
 #include "support/temp_dir.h"
+#include "support/names.h"
 
-namespace fs = std::filesystem;
-using json = nlohmann::json;
-using namespace std::chrono_literals;
-using dltrain::testing::run;
-using dltrain::testing::slurp;
-using dltrain::testing::TempDir;
+using Child = dltrain::testing::PipedChild;
 
 namespace {
 
 const std::string kBin = DLTRAIN_BIN_DIR;
 const std::string kSecretHex = "6a0f3c1e9b2d4f5a7c8e0d1b3a5f7e9c2b4d6f8a0c1e3f5a7b9d0e2f4a6c8e0b";
-
-// A child process with its stdout on a pipe (JSON lines) and its stderr in a file.
-class Child {
- public:
-  Child(const std::vector<std::string>& argv, const fs::path& log) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw dltrain::IoError("pipe failed");
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(fds[1], 1);
-      const int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      if (err >= 0) ::dup2(err, 2);
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    out_ = fds[0];
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (out_ >= 0) ::close(out_);
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  // The next line on stdout, or nullopt at end of file or after `timeout`.
-  std::optional<std::string> line(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
-        std::string l = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return l;
-      }
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return std::nullopt;
-      pollfd p{out_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-      char chunk[4096];
-      const ssize_t n = ::read(out_, chunk, sizeof chunk);
-      if (n <= 0) return std::nullopt;
-      buf_.append(chunk, static_cast<std::size_t>(n));
-    }
-  }
-
-  // The first stdout line whose "event" is `event`, within `timeout`.
-  std::optional<json> event(const std::string& event, std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      auto l = line(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
-      if (!l) return std::nullopt;
-      auto j = json::parse(*l, nullptr, false);
-      if (j.is_object() && j.value("event", "") == event) return j;
-    }
-    return std::nullopt;
-  }
-
-  // Exit code after it ends (-1 when killed by a signal), waiting at most `timeout`;
-  // nullopt (and the child is killed) when it does not end in time.
-  std::optional<int> wait(std::chrono::seconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    int st = 0;
-    while (::waitpid(pid_, &st, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(50ms);
-    }
-    pid_ = -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  }
-
-  void signal(int sig) { ::kill(pid_, sig); }
-
- private:
-  pid_t pid_ = -1;
-  int out_ = -1;
-  std::string buf_;
-};
 
 fs::path write_secret(const fs::path& dir, mode_t mode) {
   const auto p = dir / "job.secret";

@@ -31,21 +31,29 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 
 
+/// A leader's options for a test: 127.0.0.1 on an ephemeral port, the tokens
+/// "agent-secret" and "client-secret", its store in `state_dir` ("" = none; never the
+/// system's /var/lib/dltrain) and wss:// with `tls_cert` and `tls_key` when given.
+inline config::AgentOptions test_leader_options(const std::string& state_dir = "", const std::string& tls_cert = "",
+                                                const std::string& tls_key = "") {
+  config::AgentOptions o;
+  o.leader = true;
+  o.listen_address = "127.0.0.1";
+  o.listen_port = 0;
+  o.agent_token = "agent-secret";
+  o.client_token = "client-secret";
+  o.state_dir = state_dir;
+  o.tls_cert_file = tls_cert;
+  o.tls_key_file = tls_key;
+  return o;
+}
+
 // A leader on 127.0.0.1 (ephemeral port) with its own io thread, optionally with a store
 // (`state_dir`) and serving wss:// (`tls_cert`, `tls_key`).
 struct RunningLeader {
   explicit RunningLeader(const std::string& state_dir = "", const std::string& tls_cert = "",
                          const std::string& tls_key = "") {
-    config::AgentOptions o;
-    o.leader = true;
-    o.listen_address = "127.0.0.1";
-    o.listen_port = 0;
-    o.agent_token = "agent-secret";
-    o.client_token = "client-secret";
-    o.state_dir = state_dir;
-    o.tls_cert_file = tls_cert;
-    o.tls_key_file = tls_key;
-    leader = std::make_unique<leader::Leader>(io, o);
+    leader = std::make_unique<leader::Leader>(io, test_leader_options(state_dir, tls_cert, tls_key));
     leader->start();
     thread = std::thread([this] { io.run(); });
   }

@@ -77,6 +77,14 @@ struct PsShards {
     return o;
   }
   ps::PsClient client(const ps::PsClientOptions& o) const { return ps::PsClient(endpoints(), layout, o); }
+  /// Connects worker `w`, offers `x0` as the initial parameters (init: a shard keeps the
+  /// first it gets) and pulls what the shards hold into `params` (resized to x0's size).
+  static void join(ps::PsClient& w, const std::vector<float>& x0, std::vector<float>& params) {
+    w.connect();
+    w.init(x0);
+    params.assign(x0.size(), 0.0f);
+    w.pull(params);
+  }
 };
 
 /// Two shards with momentum 0.9 holding the partitions {4, 4} (one each), serving two
@@ -145,16 +153,23 @@ void append(std::vector<std::byte>& b, const std::vector<T>& v) {
   b.insert(b.end(), p, p + v.size() * sizeof(T));
 }
 
-/// A hello from worker 0 of 1 for job 42, generation 1, then `rest`.
-inline std::vector<std::byte> after_hello(const std::vector<std::byte>& rest) {
+/// A frame header of the test shards' job 42, generation 1: `type`, `codec`, `count`
+/// values and `payload_bytes` (the rest as wire::FrameHeader defaults them).
+inline wire::FrameHeader test_frame(wire::MessageType type, wire::Codec codec = wire::Codec::kBytes,
+                                    std::uint32_t count = 0, std::uint32_t payload_bytes = 0) {
   wire::FrameHeader h;
-  h.type = wire::MessageType::kHello;
+  h.type = type;
   h.job = 42;
   h.generation = 1;
-  h.codec = wire::Codec::kBytes;
-  h.count = 8;
-  h.payload_bytes = 8;
-  auto b = header_bytes(h);
+  h.codec = codec;
+  h.count = count;
+  h.payload_bytes = payload_bytes;
+  return h;
+}
+
+/// A hello from worker 0 of 1 for job 42, generation 1, then `rest`.
+inline std::vector<std::byte> after_hello(const std::vector<std::byte>& rest) {
+  auto b = header_bytes(test_frame(wire::MessageType::kHello, wire::Codec::kBytes, 8, 8));
   append(b, std::vector<std::uint32_t>{0, 1});
   b.insert(b.end(), rest.begin(), rest.end());
   return b;

@@ -10,6 +10,9 @@
 //     static void prepare(const std::filesystem::path& root) {}       // before the cluster
 //   };
 //
+// A parametrised suite (TEST_P) passes its GoogleTest base as the second argument:
+//   class Refusals : public StandaloneSuite<Refusals, ::testing::TestWithParam<Case>> {...};
+//
 // The cluster starts once before the suite's first test and stops after its last; the
 // teardown checks that it stopped cleanly and left no process behind. Its root is
 // removed unless a test failed (then its logs are there to read).
@@ -29,12 +32,13 @@
 #include <nlohmann/json.hpp>
 
 #include "support/cluster.h"
+#include "support/process.h"
 #include "support/wait.h"
 
 namespace dltrain::testing {
 
-template <typename Suite>
-class StandaloneSuite : public ::testing::Test {
+template <typename Suite, typename Base = ::testing::Test>
+class StandaloneSuite : public Base {
  protected:
   static void SetUpTestSuite() {
     root_ = make_temp_root(Suite::kRootPrefix);
@@ -65,6 +69,30 @@ class StandaloneSuite : public ::testing::Test {
   }
   /// Submits a job file; its id ("" and a failed expectation when the submit failed).
   static std::string submit(const std::filesystem::path& path) { return submit_job(client_, path); }
+  /// Writes job file `name` (write_job) and submits it.
+  static std::string submit(const std::string& name, const std::string& body) { return submit(write_job(name, body)); }
+  /// Submits job `name` and waits (at most `timeout_s`) until it runs: its id, or "" with
+  /// a failed expectation saying why (not submitted, or in another state at the end).
+  static std::string submit_running(const std::string& name, const std::string& body, int timeout_s = 60) {
+    const std::string job = submit(name, body);
+    if (job.empty()) return "";
+    const std::string state = wait_state(job, {"running"}, timeout_s);
+    EXPECT_EQ(state, "running") << job << " after " << timeout_s << " s";
+    return state == "running" ? job : "";
+  }
+  /// `dltrain follow JOB --json` running beside the test, its lines in the suite's root.
+  static Background follow_in_background(const std::string& job) {
+    return Background(client_ + " follow " + job + " --json", (root_ / (job + "-events.jsonl")).string());
+  }
+  /// The first of the agents' copies of `file` in `job`'s task directory `task_dir`
+  /// ("ps-0-g1"), or an empty path while no agent has one.
+  static std::filesystem::path task_file(const std::string& job, const std::string& task_dir, const std::string& file) {
+    for (const auto& agent : cluster_->agent_dirs()) {
+      const auto p = agent / "tasks" / job / task_dir / file;
+      if (std::filesystem::exists(p)) return p;
+    }
+    return {};
+  }
   static nlohmann::json status(const std::string& job) { return job_status(client_, job, true); }
   static std::string wait_state(const std::string& job, const std::vector<std::string>& states, int timeout_s) {
     return testing::wait_state(client_, job, states, timeout_s).value("state", "");

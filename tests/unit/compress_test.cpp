@@ -30,20 +30,21 @@ std::vector<std::uint32_t> reference_topk(const std::vector<float>& x, std::size
   return idx;
 }
 
-std::vector<float> normal(std::size_t n, std::uint32_t seed) {
+// n draws of distribution `d` from a generator seeded with `seed`.
+template <typename Distribution>
+std::vector<float> draws(std::size_t n, std::uint32_t seed, Distribution d) {
   std::mt19937 g(seed);
-  std::normal_distribution<float> d;
   std::vector<float> x(n);
   for (auto& v : x) v = d(g);
   return x;
 }
 
+std::vector<float> normal(std::size_t n, std::uint32_t seed) {
+  return draws(n, seed, std::normal_distribution<float>());
+}
+
 std::vector<float> heavy_tailed(std::size_t n, std::uint32_t seed) {
-  std::mt19937 g(seed);
-  std::cauchy_distribution<float> d;
-  std::vector<float> x(n);
-  for (auto& v : x) v = d(g);
-  return x;
+  return draws(n, seed, std::cauchy_distribution<float>());
 }
 
 std::vector<float> mostly_zero(std::size_t n, std::uint32_t seed) {

@@ -206,10 +206,13 @@ TEST(ControlServer, APeerThatStopsReadingIsDroppedOnceItsQueueHoldsTooManyBytes)
   // written, three more fit the 256 KiB, the fifth passes it and the session is dropped.
   // The peer gets at most the one being written (the close frame may come between its
   // fragments), then the close.
+  // The peer reads nothing until every send has been made (and so the drop decided).
+  std::promise<void> sent;
   asio::post(io, [&] {
     for (int i = 0; i < 200; ++i) session->send("big " + std::to_string(i) + std::string(64u << 10, '.'));
+    sent.set_value();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the peer is not reading meanwhile
+  ASSERT_EQ(sent.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
   beast::error_code ec;
   std::vector<std::string> got;
   for (int i = 0; i < 200 && !ec; ++i) {
@@ -338,15 +341,7 @@ TEST(ControlTls, AKeyFileOthersCanReadOrAMismatchedPairIsRefusedNamingTheKey) {
   TestCertificate b(dir.path, "b", "IP:127.0.0.1");
   auto start = [](const std::string& cert, const std::string& key) -> std::string {
     asio::io_context io;
-    config::AgentOptions o;
-    o.leader = true;
-    o.listen_address = "127.0.0.1";
-    o.agent_token = "agent-secret";
-    o.client_token = "client-secret";
-    o.state_dir = "";
-    o.tls_cert_file = cert;
-    o.tls_key_file = key;
-    leader::Leader leader(io, o);
+    leader::Leader leader(io, dltrain::testing::test_leader_options("", cert, key));
     try {
       leader.start();
       return "";

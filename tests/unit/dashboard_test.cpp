@@ -30,6 +30,7 @@
 #include "leader/job_series.h"
 #include "control/dashboard_assets.h"
 #include "control/server.h"
+#include "support/control_fixtures.h"
 #include "support/temp_dir.h"
 #include "wire/control.h"
 
@@ -349,14 +350,7 @@ TEST(DashboardSocket, AnOversizedFirstMessageClosesTheSession) {
 TEST(DashboardRequests, SeriesAndEventsRefuseAMissingJobAnUnknownOneAndALimitOutOfRange) {
   asio::io_context io;
   dltrain::testing::TempDir dir("dltrain-dashboard-requests");
-  config::AgentOptions o;
-  o.leader = true;
-  o.listen_address = "127.0.0.1";
-  o.listen_port = 0;
-  o.agent_token = "agent-secret";
-  o.client_token = "client-secret";
-  o.state_dir = dir.path.string();  // never the system's /var/lib/dltrain
-  leader::Leader leader(io, o);
+  leader::Leader leader(io, dltrain::testing::test_leader_options(dir.path.string()));
   leader.start();
   std::thread t([&] { io.run(); });
   {

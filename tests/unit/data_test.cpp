@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <numeric>
 #include <set>
 #include <thread>
 
@@ -587,7 +588,7 @@ TEST(Loader, QueueNeverExceedsItsBound) {
   auto src = std::make_shared<CountingSource>(400);
   const Transform t = plain_transform(6, 1);
   std::vector<std::int64_t> order(400);
-  for (int i = 0; i < 400; ++i) order[static_cast<std::size_t>(i)] = i;
+  std::iota(order.begin(), order.end(), 0);
   LoaderOptions o;
   o.batch_size = 4;
   o.threads = 4;
@@ -610,7 +611,7 @@ TEST(Loader, StopsPromptlyWhenAskedAndWhenDestroyed) {
   auto src = std::make_shared<CountingSource>(100000, 1);
   const Transform t = plain_transform(6, 3);
   std::vector<std::int64_t> order(100000);
-  for (int i = 0; i < 100000; ++i) order[static_cast<std::size_t>(i)] = i;
+  std::iota(order.begin(), order.end(), 0);
   LoaderOptions o;
   o.batch_size = 32;
   o.threads = 2;
@@ -625,10 +626,8 @@ TEST(Loader, StopsPromptlyWhenAskedAndWhenDestroyed) {
   }  // joined here
   // After the stop each thread finishes at most the example it was decoding: of the
   // 3,125 batches only the first few (the bound of 4 in flight) were ever started.
-  const int after = src->loads.load();
-  EXPECT_LE(after, 5 * 32);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_EQ(src->loads.load(), after);
+  // The threads are joined, so this count is final.
+  EXPECT_LE(src->loads.load(), 5 * 32);
 }
 
 TEST(Loader, MeanAndStdOfASampleMatchTheDirectComputation) {

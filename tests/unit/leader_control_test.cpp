@@ -27,7 +27,7 @@
 #include "common/secret.h"
 #include "control/client.h"
 #include "control/server.h"
-#include "store/store.h"
+#include "store/rocksdb_store.h"
 #include "support/control_fixtures.h"
 #include "support/temp_dir.h"
 #include "support/tmpfs.h"
@@ -110,7 +110,7 @@ TEST(LeaderTasks, TheSecretIsStoredWhileTheJobLivesAndOlderRecordsStayReadable) 
     secret = ps->body["secret"];
   }
   {
-    auto db = store::Store::open((state / "db").string());
+    auto db = store::RocksDbStore::open((state / "db").string());
     auto jobs = db->jobs();
     ASSERT_EQ(jobs.size(), 1u);
     EXPECT_EQ(jobs[0].first, 1u);
@@ -161,7 +161,7 @@ TEST(LeaderTasks, TheSecretIsStoredWhileTheJobLivesAndOlderRecordsStayReadable) 
     }
     EXPECT_EQ(c.request("status", {{"job", "job-1"}}, std::chrono::seconds(10))["state"], "cancelled");
   }
-  auto db = store::Store::open((state / "db").string());
+  auto db = store::RocksDbStore::open((state / "db").string());
   for (const auto& [num, rec] : db->jobs()) {
     EXPECT_FALSE(rec.contains("secret")) << "job " << num << " still stores its secret after it ended";
   }

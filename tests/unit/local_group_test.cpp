@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -16,30 +17,23 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "support/process.h"
+#include "support/temp_dir.h"
+#include "support/wait.h"
 
 #include "ps/client.h"
 #include "group/local_group.h"
 
 using namespace dltrain::group;
 namespace fs = std::filesystem;
+using dltrain::testing::TempDir;
+using dltrain::testing::wait_until;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/dltrain-lg-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::string floats(const std::vector<float>& v) {
   std::ostringstream os;
@@ -55,9 +49,11 @@ struct Member {
 };
 
 // Starts member `rank` of a group of `names` in a child process, running `fn` once the
-// group is formed; the child writes fn's result, or "error: <what()>", to a pipe.
+// group is formed; the child writes fn's result, or "error: <what()>", to a pipe, and
+// its log to `log_file` when one is given.
 Member start(const std::string& socket, int rank, const std::vector<std::string>& names, MemberFn fn,
-             std::uint64_t job = 7, std::chrono::milliseconds timeout = std::chrono::milliseconds(20000)) {
+             std::uint64_t job = 7, std::chrono::milliseconds timeout = std::chrono::milliseconds(20000),
+             const std::string& log_file = "") {
   int fds[2];
   EXPECT_EQ(::pipe(fds), 0);
   const pid_t pid = ::fork();
@@ -65,6 +61,10 @@ Member start(const std::string& socket, int rank, const std::vector<std::string>
     ::close(fds[0]);
     std::string result;
     try {
+      if (!log_file.empty()) {
+        spdlog::set_default_logger(spdlog::basic_logger_mt("member", log_file, true));
+        spdlog::flush_on(spdlog::level::info);
+      }
       LocalGroupOptions o;
       o.socket_path = socket;
       o.rank = rank;
@@ -106,7 +106,7 @@ const std::vector<std::string> kThree{"worker-0", "worker-1", "worker-2"};
 
 TEST(LocalGroup, ThreeProcessesSumInRankOrderAndShareMemberZerosValues) {
   TempDir dir;
-  const std::string sock = dir.path() + "/g.sock";
+  const std::string sock = dir.path.string() + "/g.sock";
   std::vector<Member> m;
   for (int r = 0; r < 3; ++r) {
     m.push_back(start(sock, r, kThree, [r](LocalGroup& g) {
@@ -127,17 +127,21 @@ TEST(LocalGroup, ThreeProcessesSumInRankOrderAndShareMemberZerosValues) {
 
 TEST(LocalGroup, TwoProcessesMemberOneStartingFirstAndAStaleSocketFileLeftBehind) {
   TempDir dir;
-  const std::string sock = dir.path() + "/g.sock";
+  const std::string sock = dir.path.string() + "/g.sock";
   {
     std::ofstream stale(sock);  // a file where the socket goes (a crashed run's)
   }
   const std::vector<std::string> names{"worker-4", "worker-5"};
+  const std::string log = dir.path.string() + "/member-1.log";
   auto one = start(sock, 1, names, [](LocalGroup& g) {
     std::vector<float> v{-1.25f, 2.0f};
     g.allreduce_sum(v);
     return floats(v);
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // member 1 retries meanwhile
+  }, 7, std::chrono::milliseconds(20000), log);
+  // Member 0 starts once member 1 has been refused at the stale file and retries.
+  ASSERT_TRUE(wait_until([&] { return dltrain::testing::slurp(log).find("waiting for worker-4") != std::string::npos; },
+                         std::chrono::seconds(15)))
+      << dltrain::testing::slurp(log);
   auto zero = start(sock, 0, names, [](LocalGroup& g) {
     std::vector<float> v{0.25f, 3.0f};
     g.allreduce_sum(v);
@@ -149,7 +153,7 @@ TEST(LocalGroup, TwoProcessesMemberOneStartingFirstAndAStaleSocketFileLeftBehind
 
 TEST(LocalGroup, AMemberThatDiesFailsTheOthersAtOnceNamingIt) {
   TempDir dir;
-  const std::string sock = dir.path() + "/g.sock";
+  const std::string sock = dir.path.string() + "/g.sock";
   std::vector<Member> m;
   for (int r = 0; r < 3; ++r) {
     m.push_back(start(sock, r, kThree, [r](LocalGroup& g) -> std::string {
@@ -173,7 +177,7 @@ TEST(LocalGroup, AMemberThatDiesFailsTheOthersAtOnceNamingIt) {
 
 TEST(LocalGroup, AStalledMemberFailsTheGroupAfterTheTimeoutNamingIt) {
   TempDir dir;
-  const std::string sock = dir.path() + "/g.sock";
+  const std::string sock = dir.path.string() + "/g.sock";
   const std::vector<std::string> names{"worker-0", "worker-1"};
   const auto timeout = std::chrono::milliseconds(800);
   auto zero = start(sock, 0, names, [](LocalGroup& g) {
@@ -196,7 +200,7 @@ TEST(LocalGroup, AStalledMemberFailsTheGroupAfterTheTimeoutNamingIt) {
 
 TEST(LocalGroup, AMemberOfAnotherJobIsRefusedAndTheMissingMemberIsNamed) {
   TempDir dir;
-  const std::string sock = dir.path() + "/g.sock";
+  const std::string sock = dir.path.string() + "/g.sock";
   const std::vector<std::string> names{"worker-0", "worker-1"};
   const auto timeout = std::chrono::milliseconds(1500);
   auto zero = start(sock, 0, names, [](LocalGroup&) { return std::string("formed"); }, 7, timeout);
@@ -214,7 +218,7 @@ TEST(LocalGroup, AMemberOfAnotherJobIsRefusedAndTheMissingMemberIsNamed) {
 
 TEST(LocalGroup, MembersThatDisagreeOnALengthAreToldSo) {
   TempDir dir;
-  const std::string sock = dir.path() + "/g.sock";
+  const std::string sock = dir.path.string() + "/g.sock";
   const std::vector<std::string> names{"worker-0", "worker-1"};
   auto zero = start(sock, 0, names, [](LocalGroup& g) {
     std::vector<float> v(3, 1.0f);
@@ -247,16 +251,30 @@ TEST(LocalGroup, AGroupOfOneNeedsNoSocketAndAskingToStopEndsAWait) {
   TempDir dir;
   std::atomic<bool> stop{false};
   LocalGroupOptions w;
-  w.socket_path = dir.path() + "/none.sock";
+  w.socket_path = dir.path.string() + "/none.sock";
   w.rank = 1;
   w.members = {"worker-0", "worker-1"};
   w.stop_requested = &stop;
+  // The stop comes once the join has said that it waits (its log, caught here).
+  auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(16);
+  const auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("local-group-test", ring));
   std::thread t([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    wait_until([&] {
+      for (const auto& line : ring->last_formatted()) {
+        if (line.find("waiting for worker-0") != std::string::npos) return true;
+      }
+      return false;
+    }, std::chrono::seconds(10));
     stop = true;
   });
   EXPECT_THROW(LocalGroup::join(w), dltrain::ps::StopRequested);
   t.join();
+  const auto said = ring->last_formatted();
+  spdlog::set_default_logger(previous);
+  EXPECT_TRUE(std::any_of(said.begin(), said.end(), [](const std::string& line) {
+    return line.find("waiting for worker-0 (member 0 of 2) to open the group at") != std::string::npos;
+  })) << "the join did not say that it waits";
   // A path too long for a Unix socket is a configuration error naming the limit.
   o.members = {"worker-0", "worker-1"};
   o.socket_path = std::string(200, 'x');

@@ -136,16 +136,8 @@ dltrain::agent::TaskMetrics worker_task() {
 
 TEST(TaskMetrics, AWorkersEventsBecomeItsSamples) {
   auto t = worker_task();
-  events::Progress p;
-  p.epoch = 2;
-  p.loss = 0.5;
-  p.lr = 0.05;
-  p.images_per_sec = 812.5;
-  p.bytes_pushed = 4096;
-  p.bytes_pulled = 8192;
-  p.density = 0.01;
-  p.compression_ratio = 12.5;
-  p.skipped_steps = 1;
+  events::Progress p{.epoch = 2, .loss = 0.5, .lr = 0.05, .images_per_sec = 812.5, .bytes_pushed = 4096,
+                     .bytes_pulled = 8192, .density = 0.01, .compression_ratio = 12.5, .skipped_steps = 1};
   p.counters = events::StepCounters{};
   p.counters->images = 640;
   p.counters->steps = 20;

@@ -62,14 +62,8 @@ std::optional<std::vector<std::uint8_t>> read_until_closed(asio::io_context& io,
 // A hello, then an init of partition `key` with `n` floats of 1.0: frames that would
 // change the shard if it read them.
 std::vector<std::byte> hello_and_init(std::uint32_t key, std::uint32_t n) {
-  wire::FrameHeader h;
-  h.type = wire::MessageType::kInit;
-  h.job = 42;
-  h.generation = 1;
+  auto h = test_frame(wire::MessageType::kInit, wire::Codec::kDenseF32, n, 4 * n);
   h.key = key;
-  h.codec = wire::Codec::kDenseF32;
-  h.count = n;
-  h.payload_bytes = 4 * n;
   auto b = header_bytes(h);
   append(b, std::vector<float>(n, 1.0f));
   return after_hello(b);
@@ -126,9 +120,7 @@ TEST_F(TwoShards, StaleGenerationIsRefusedBeforeItsFirstFrame) {
 
   // An authenticated worker of this generation whose frame claims another one is still
   // refused at the frame.
-  wire::FrameHeader h;
-  h.type = wire::MessageType::kQuery;
-  h.job = 42;
+  auto h = test_frame(wire::MessageType::kQuery);
   h.generation = 7;
   auto [eh, text] = raw_exchange(s0->port(), header_bytes(h));
   ASSERT_TRUE(eh.has_value());

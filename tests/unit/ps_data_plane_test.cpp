@@ -312,14 +312,8 @@ TEST(SparseDataPlane, MalformedSparseFramesAreRefusedOverTcp) {
   PsServer srv(o, st);
   srv.start();
   auto sparse = [](std::vector<std::uint32_t> idx, std::vector<float> val) {
-    wire::FrameHeader h;
-    h.type = wire::MessageType::kPush;
-    h.job = 42;
-    h.generation = 1;
-    h.codec = wire::Codec::kSparseF32;
-    h.count = static_cast<std::uint32_t>(idx.size());
-    h.payload_bytes = h.count * 8;
-    auto b = header_bytes(h);
+    const auto n = static_cast<std::uint32_t>(idx.size());
+    auto b = header_bytes(test_frame(wire::MessageType::kPush, wire::Codec::kSparseF32, n, n * 8));
     append(b, idx);
     append(b, val);
     return after_hello(b);
@@ -333,13 +327,7 @@ TEST(SparseDataPlane, MalformedSparseFramesAreRefusedOverTcp) {
   // A push whose scale (learning rate) is NaN would poison every coordinate it touches
   // (found while writing tests/fuzz/fuzz_frame.cpp).
   auto dense_nan = [] {
-    wire::FrameHeader h;
-    h.type = wire::MessageType::kPush;
-    h.job = 42;
-    h.generation = 1;
-    h.codec = wire::Codec::kDenseF32;
-    h.count = 10;
-    h.payload_bytes = 40;
+    auto h = test_frame(wire::MessageType::kPush, wire::Codec::kDenseF32, 10, 40);
     h.scale = std::numeric_limits<float>::quiet_NaN();
     auto b = header_bytes(h);
     append(b, std::vector<float>(10, 1.0f));

@@ -55,6 +55,14 @@ PsClientOptions resync_options(std::uint32_t rank) {
   return o;
 }
 
+// Worker `rank`'s client of `shard` for a model of 4 floats in one partition, connected.
+std::unique_ptr<PsClient> connect_worker(const RestartableShard& shard, std::uint32_t rank) {
+  auto w = std::make_unique<PsClient>(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, make_layout({4}, 4, 1),
+                                      resync_options(rank));
+  w->connect();
+  return w;
+}
+
 }  // namespace
 
 TEST(Resync, AShardRestartedFromAnOlderCheckpointIsRebuiltFromTheFresherReplica) {
@@ -63,9 +71,8 @@ TEST(Resync, AShardRestartedFromAnOlderCheckpointIsRebuiltFromTheFresherReplica)
   RestartableShard shard;
   auto st = std::make_shared<ShardState>(0.0);
   shard.start(st);
-  const auto layout = make_layout({4}, 4, 1);
-  PsClient w(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, layout, resync_options(0));
-  w.connect();
+  auto c = connect_worker(shard, 0);
+  PsClient& w = *c;
   std::vector<float> params{1, 2, 3, 4};
   w.init(params);
   EXPECT_EQ(w.seen_pushes(0), 0u);
@@ -99,11 +106,8 @@ TEST(Resync, ACheckpointFresherThanTheReplicaIsKept) {
   RestartableShard shard;
   auto st = std::make_shared<ShardState>(0.0);
   shard.start(st);
-  const auto layout = make_layout({4}, 4, 1);
-  PsClient w0(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, layout, resync_options(0));
-  PsClient w1(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, layout, resync_options(1));
-  w0.connect();
-  w1.connect();
+  auto c0 = connect_worker(shard, 0), c1 = connect_worker(shard, 1);
+  PsClient &w0 = *c0, &w1 = *c1;
   std::vector<float> p0{1, 2, 3, 4}, p1(4);
   w0.init(p0);
   std::vector<float> g(4, 1.0f);
@@ -127,11 +131,8 @@ TEST(Resync, ACheckpointFresherThanTheReplicaIsKept) {
 TEST(Resync, OfSeveralReplicasTheFreshestRebuildsTheShard) {
   RestartableShard shard;
   shard.start(std::make_shared<ShardState>(0.0));
-  const auto layout = make_layout({4}, 4, 1);
-  PsClient w0(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, layout, resync_options(0));
-  PsClient w1(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, layout, resync_options(1));
-  w0.connect();
-  w1.connect();
+  auto c0 = connect_worker(shard, 0), c1 = connect_worker(shard, 1);
+  PsClient &w0 = *c0, &w1 = *c1;
   std::vector<float> p0{1, 2, 3, 4}, p1(4);
   w0.init(p0);
   std::vector<float> g(4, 1.0f);
@@ -157,11 +158,8 @@ TEST(Resync, OfSeveralReplicasTheFreshestRebuildsTheShard) {
 TEST(Resync, AShardRestartedWithoutACheckpointIsRebuiltFromTheFirstReplicaOffered) {
   RestartableShard shard;
   shard.start(std::make_shared<ShardState>(0.0));
-  const auto layout = make_layout({4}, 4, 1);
-  PsClient w0(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, layout, resync_options(0));
-  PsClient w1(std::vector<PsEndpoint>{{"127.0.0.1", shard.port}}, layout, resync_options(1));
-  w0.connect();
-  w1.connect();
+  auto c0 = connect_worker(shard, 0), c1 = connect_worker(shard, 1);
+  PsClient &w0 = *c0, &w1 = *c1;
   std::vector<float> p0{1, 2, 3, 4}, p1(4);
   w0.init(p0);
   w0.pull(p0);  // init has no reply: the pull on the same connection orders it

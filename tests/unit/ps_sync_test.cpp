@@ -186,10 +186,8 @@ TEST(Bsp, ThreeWorkersSeeTheHandComputedSynchronousUpdateAfterEveryStep) {
   for (std::uint32_t r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
       auto w = shards.client(PsShards::client_options(r, 3));
-      w.connect();
-      w.init(x0);
-      std::vector<float> params(8);
-      w.pull(params);
+      std::vector<float> params;
+      PsShards::join(w, x0, params);
       for (const auto* g : {&g1, &g2}) {
         w.push_pull(std::vector<float>(8, (*g)[r][0]), 0.25f, params);
         seen[r].push_back(params);
@@ -226,10 +224,8 @@ TEST(Bsp, SparsePushesAreSummedIntoTheStep) {
   for (std::uint32_t r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
       auto w = shards.client(PsShards::client_options(r, 3));
-      w.connect();
-      w.init(x0);
-      std::vector<float> params(8);
-      w.pull(params);
+      std::vector<float> params;
+      PsShards::join(w, x0, params);
       const std::vector<std::uint32_t> idx{r, 3};
       const std::vector<float> val{static_cast<float>(r + 1), 1.0f};
       std::vector<PartitionPush> pushes(2);
@@ -371,10 +367,8 @@ TEST(Ssp, StalenessZeroEndsWithBspsParameters) {
     for (std::uint32_t r = 0; r < 3; ++r) {
       threads.emplace_back([&, r] {
         auto w = shards.client(PsShards::client_options(r, 3));
-        w.connect();
-        w.init(x0);
-        std::vector<float> params(8);
-        w.pull(params);
+        std::vector<float> params;
+        PsShards::join(w, x0, params);
         for (int step = 1; step <= 3; ++step) {
           w.push_pull(std::vector<float>(8, static_cast<float>(r + step)), 0.25f, params);
         }

@@ -7,9 +7,9 @@
 #include <thread>
 #include <string>
 
-#include "store/store.h"
+#include "store/rocksdb_store.h"
 
-using dltrain::store::Store;
+using dltrain::store::RocksDbStore;
 using dltrain::store::StoreError;
 
 namespace {
@@ -20,7 +20,7 @@ int fail(const std::string& what) {
 }
 
 int read_back(const std::string& db) {
-  auto s = Store::open(db);
+  auto s = RocksDbStore::open(db);
   auto cnn = s->history("cnn", "fashion-mnist");
   if (cnn.size() != 2) return fail("expected 2 cnn rows, got " + std::to_string(cnn.size()));
   if (cnn[0].workers != 4 || cnn[1].workers != 2) return fail("history is not oldest first");
@@ -40,7 +40,7 @@ int read_back(const std::string& db) {
 
 int open_refused(const std::string& db) {
   try {
-    Store::open(db);
+    RocksDbStore::open(db);
   } catch (const StoreError& e) {
     const std::string m = e.what();
     if (m.find("another process") == std::string::npos || m.find(db) == std::string::npos) {
@@ -54,7 +54,7 @@ int open_refused(const std::string& db) {
 // Writes three rows and the job counter (no flush: they live in the write-ahead log),
 // creates DB_DIR/written, then sleeps holding the database until it is killed.
 int write_and_hang(const std::string& db) {
-  auto s = Store::open(db);
+  auto s = RocksDbStore::open(db);
   for (int w = 1; w <= 3; ++w) {
     dltrain::store::Observation o;
     o.model = "cnn";

@@ -1,21 +1,23 @@
 // The RocksDB store: a real database in a temporary directory, reopened by another
 // process, locked against a second opener, and refusing corrupt files clearly; under
-// storage faults (a full and a read-only tmpfs, a lock left by a killed process).
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <unistd.h>
-
-#include <filesystem>
+// storage faults (a full and a read-only tmpfs, a lock left by a killed process). What
+// every backend must do is tests/unit/store_contract_test.cpp.
 #include <signal.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
 
+#include "support/observations.h"
+#include "support/process.h"
 #include "support/temp_dir.h"
 #include "support/tmpfs.h"
+#include "support/wait.h"
 
-#include "store/store.h"
+#include "store/rocksdb_store.h"
 
 using namespace dltrain;
 using namespace dltrain::store;
@@ -25,37 +27,16 @@ using dltrain::testing::TempDir;
 namespace {
 
 Observation obs(const std::string& model, double ts, int workers) {
-  Observation o;
-  o.model = model;
-  o.dataset = "fashion-mnist";
-  o.job = "job-" + std::to_string(workers);
-  o.workers = workers;
-  o.batch_size = 64;
-  o.epoch = 1;
-  o.epoch_seconds = 20.5;
-  o.images_per_sec = 2926.8;
-  o.timestamp = ts;
-  return o;
+  return dltrain::testing::observation(model, "fashion-mnist", ts, workers);
 }
 
 // Runs tests/unit/store_child.cpp as a new process (exec, not a bare fork of this
 // process, whose RocksDB threads could hold locks in the child); returns its exit status
-// (0 = its checks held). Bounded: the child is killed after 60 s.
+// (0 = its checks held; -1 when it had not ended within 60 s, and it is then killed).
 int run_child(const std::string& mode, const std::string& db) {
-  const std::string exe = std::string(DLTRAIN_BIN_DIR) + "/store_child";
-  const pid_t pid = fork();
-  if (pid == 0) {
-    execl(exe.c_str(), "store_child", mode.c_str(), db.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int st = 0;
-  for (int i = 0; i < 600; ++i) {
-    if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-    usleep(100000);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &st, 0);
-  return 124;
+  dltrain::testing::Background child(std::string(DLTRAIN_BIN_DIR) + "/store_child " + mode + " " + db,
+                                     db + ".child-" + mode + ".log");
+  return child.wait(60);
 }
 
 }  // namespace
@@ -64,7 +45,7 @@ TEST(Store, WrittenClosedReopenedByAnotherProcessAndReadBack) {
   TempDir d;
   const std::string db = (d.path / "db").string();
   {
-    auto s = Store::open(db);
+    auto s = RocksDbStore::open(db);
     s->add_observation(obs("cnn", 1000.0, 2));
     s->add_observation(obs("mlp", 1001.0, 1));
     s->add_observation(obs("cnn", 999.0, 4));
@@ -77,61 +58,32 @@ TEST(Store, WrittenClosedReopenedByAnotherProcessAndReadBack) {
   }
   // A new process opens the same directory and sees everything, in key order.
   EXPECT_EQ(run_child("read-back", db), 0);
-  auto s = Store::open(db);
+  auto s = RocksDbStore::open(db);
   EXPECT_EQ(s->events(1).size(), 3u);
-}
-
-TEST(Store, DeletingAJobRemovesItsRecordAndEventsAndNothingElse) {
-  TempDir d;
-  const std::string db = (d.path / "db").string();
-  {
-    auto s = Store::open(db);
-    s->add_observation(obs("cnn", 1000.0, 2));
-    for (std::uint64_t n : {1, 2, 3, 256}) {
-      s->put_job(n, {{"id", "job-" + std::to_string(n)}});
-      for (int e = 0; e < 3; ++e) s->append_event(n, {{"event", "state"}, {"n", e}});
-    }
-    s->delete_job(2);
-    s->delete_job(255);  // job-256's key differs from 255's in the last byte only
-    s->delete_job(77);   // not stored: nothing happens
-    s->put_meta("next_job", "257");
-    s->flush();
-  }
-  auto s = Store::open(db);  // reopened: the deletion is on disk
-  std::vector<std::uint64_t> left;
-  for (const auto& [n, j] : s->jobs()) left.push_back(n);
-  EXPECT_EQ(left, (std::vector<std::uint64_t>{1, 3, 256}));
-  EXPECT_TRUE(s->events(2).empty());
-  for (std::uint64_t n : {1, 3, 256}) {
-    ASSERT_EQ(s->events(n).size(), 3u) << n;
-    EXPECT_EQ(s->events(n)[2]["n"], 2);
-  }
-  EXPECT_EQ(s->history().size(), 1u);
-  EXPECT_EQ(s->get_meta("next_job"), "257");
 }
 
 TEST(Store, ASecondProcessGetsAClearError) {
   TempDir d;
   const std::string db = (d.path / "db").string();
-  auto s = Store::open(db);
+  auto s = RocksDbStore::open(db);
   EXPECT_EQ(run_child("open-refused", db), 0);
 }
 
 TEST(Store, CorruptOrUnusableDirectoriesGiveClearErrors) {
   TempDir d;
   const std::string db = (d.path / "db").string();
-  { Store::open(db)->put_meta("x", "1"); }
+  { RocksDbStore::open(db)->put_meta("x", "1"); }
   // Damage the manifest pointer.
   std::ofstream(d.path / "db" / "CURRENT", std::ios::trunc) << "MANIFEST-999999\n";
   try {
-    Store::open(db);
+    RocksDbStore::open(db);
     FAIL() << "opened a database with a dangling CURRENT";
   } catch (const StoreError& e) {
     EXPECT_NE(std::string(e.what()).find("state database " + db + ": open failed"), std::string::npos) << e.what();
   }
   // A regular file where the directory should be.
   std::ofstream(d.path / "file") << "x";
-  EXPECT_THROW(Store::open((d.path / "file").string()), StoreError);
+  EXPECT_THROW(RocksDbStore::open((d.path / "file").string()), StoreError);
 }
 
 // A full disk (a 16 MiB tmpfs the test mounts and fills to 1 MiB free, below a reserve of
@@ -142,9 +94,9 @@ TEST(StoreFaults, AFullDiskRefusesWritesWithTheCauseLosesNothingAndRecoversWhenS
   dltrain::testing::Tmpfs fs(16u << 20);
   if (!fs.error().empty()) GTEST_SKIP() << "needs root to mount a tmpfs: " << fs.error();
   const std::string db = (fs.path() / "db").string();
-  StoreOptions opt;
+  RocksDbOptions opt;
   opt.min_free_bytes = 4u << 20;
-  auto s = Store::open(db, opt);
+  auto s = RocksDbStore::open(db, opt);
   int stored = 0;
   for (; stored < 50; ++stored) s->add_observation(obs("cnn", 1000.0 + stored, stored + 1));
   s->put_job(1, {{"id", "job-1"}, {"state", "running"}});
@@ -172,7 +124,7 @@ TEST(StoreFaults, AFullDiskRefusesWritesWithTheCauseLosesNothingAndRecoversWhenS
   ++stored;
   s->put_job(2, {{"id", "job-2"}});
   s.reset();
-  auto again = Store::open(db, opt);
+  auto again = RocksDbStore::open(db, opt);
   const auto rows = again->history("cnn");
   ASSERT_EQ(rows.size(), static_cast<std::size_t>(stored));
   for (int i = 0; i < stored; ++i) EXPECT_EQ(rows[i].workers, i + 1) << "row " << i;
@@ -187,16 +139,16 @@ TEST(StoreFaults, AReadOnlyFileSystemServesReadsAndRefusesWritesWithTheCause) {
   dltrain::testing::Tmpfs fs(16u << 20);
   if (!fs.error().empty()) GTEST_SKIP() << "needs root to mount a tmpfs: " << fs.error();
   const std::string db = (fs.path() / "db").string();
-  StoreOptions opt;
+  RocksDbOptions opt;
   opt.min_free_bytes = 1u << 20;
   {
-    auto s = Store::open(db, opt);
+    auto s = RocksDbStore::open(db, opt);
     s->add_observation(obs("cnn", 1000.0, 2));
     s->put_job(1, {{"id", "job-1"}, {"state", "succeeded"}});
     s->put_meta("next_job", "2");
   }
   ASSERT_TRUE(fs.remount(true)) << std::strerror(errno);
-  auto ro = Store::open(db, opt);
+  auto ro = RocksDbStore::open(db, opt);
   EXPECT_TRUE(ro->read_only());
   ASSERT_EQ(ro->history().size(), 1u);
   EXPECT_EQ(ro->history()[0].workers, 2);
@@ -213,7 +165,7 @@ TEST(StoreFaults, AReadOnlyFileSystemServesReadsAndRefusesWritesWithTheCause) {
   ro->flush();  // nothing to do, no error
   ro.reset();
   ASSERT_TRUE(fs.remount(false)) << std::strerror(errno);
-  auto rw = Store::open(db, opt);
+  auto rw = RocksDbStore::open(db, opt);
   EXPECT_FALSE(rw->read_only());
   rw->add_observation(obs("cnn", 1002.0, 4));
   EXPECT_EQ(rw->history().size(), 2u);
@@ -225,24 +177,17 @@ TEST(StoreFaults, AReadOnlyFileSystemServesReadsAndRefusesWritesWithTheCause) {
 TEST(StoreFaults, ALockLeftByAKilledProcessDoesNotBlockTheNextOpener) {
   TempDir d;
   const std::string db = (d.path / "db").string();
-  const std::string exe = std::string(DLTRAIN_BIN_DIR) + "/store_child";
-  const pid_t pid = fork();
-  if (pid == 0) {
-    execl(exe.c_str(), "store_child", "write-and-hang", db.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
   // The child writes, then creates db/written and sleeps holding the database open.
-  bool ready = false;
-  for (int i = 0; i < 600 && !ready; ++i) {
-    ready = fs::exists(d.path / "db" / "written");
-    if (!ready) usleep(100000);
-  }
-  kill(pid, SIGKILL);
-  int st = 0;
-  waitpid(pid, &st, 0);
+  dltrain::testing::Background child(std::string(DLTRAIN_BIN_DIR) + "/store_child write-and-hang " + db,
+                                     (d.path / "child.log").string());
+  const bool ready = dltrain::testing::wait_until([&] { return fs::exists(d.path / "db" / "written"); },
+                                                  std::chrono::seconds(60), std::chrono::milliseconds(100));
   ASSERT_TRUE(ready) << "store_child did not get to write";
+  ASSERT_EQ(child.wait(0), -1) << "store_child ended before it was killed";  // the premise: it holds the lock
+  ::kill(child.pid(), SIGKILL);
+  ASSERT_EQ(child.wait(30), -1) << "store_child exited instead of being killed";
   ASSERT_TRUE(fs::exists(d.path / "db" / "LOCK"));
-  auto s = Store::open(db);
+  auto s = RocksDbStore::open(db);
   const auto rows = s->history("cnn");
   ASSERT_EQ(rows.size(), 3u);  // written without a flush: recovered from the write-ahead log
   EXPECT_EQ(rows[2].workers, 3);

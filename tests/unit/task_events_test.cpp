@@ -10,29 +10,13 @@ using nlohmann::json;
 namespace events = dltrain::wire::events;
 
 TEST(TaskEvents, StartedAndProgressAreWrittenAsDocumented) {
-  events::Started s;
-  s.rank = 1;
-  s.train_examples = 30000;
-  s.steps_per_epoch = 469;
-  s.parameters = 26474;
-  s.partitions = 1;
-  s.load_seconds = 0.5;
-  s.resume_epoch = 2;
+  const events::Started s{.rank = 1, .train_examples = 30000, .steps_per_epoch = 469, .parameters = 26474,
+                          .partitions = 1, .load_seconds = 0.5, .resume_epoch = 2};
   EXPECT_EQ(s.to_json(), json::parse(R"({"event":"started","rank":1,"train_examples":30000,"steps_per_epoch":469,
       "parameters":26474,"partitions":1,"load_seconds":0.5,"resume_epoch":2})"));
-  events::Progress p;
-  p.rank = 0;
-  p.epoch = 3;
-  p.step = 10;
-  p.steps_per_epoch = 20;
-  p.global_step = 50;
-  p.loss = 0.25;
-  p.lr = 0.05;
-  p.images_per_sec = 1000;
-  p.bytes_pushed = 7;
-  p.bytes_pulled = 9;
-  p.density = 0.01;
-  p.skipped_steps = 0;
+  const events::Progress p{.rank = 0, .epoch = 3, .step = 10, .steps_per_epoch = 20, .global_step = 50, .loss = 0.25,
+                           .lr = 0.05, .images_per_sec = 1000, .bytes_pushed = 7, .bytes_pulled = 9, .density = 0.01,
+                           .skipped_steps = 0};
   // Nothing sent yet: the ratio is null, not absent.
   EXPECT_EQ(p.to_json(), json::parse(R"({"event":"progress","rank":0,"epoch":3,"step":10,"steps_per_epoch":20,
       "global_step":50,"loss":0.25,"lr":0.05,"images_per_sec":1000.0,"bytes_pushed":7,"bytes_pulled":9,

@@ -55,6 +55,25 @@ OneWorkerRun run_against_one_shard(const JobSpec& spec, double shard_momentum, s
   return r;
 }
 
+// What a worker of `spec` starts from, rebuilt by hand as dltrain-worker seeds it, to
+// replay its steps: the training images and labels, the model initialised from the
+// job's seed (in training mode) and the first epoch's order of the images.
+struct HandReplica {
+  torch::Tensor x, y;
+  Model model;
+  torch::Tensor order;
+};
+HandReplica hand_replica(const JobSpec& spec) {
+  data::Split train = data::load_split(spec.data_dir, "train", spec.train_samples);
+  auto [x, y] = to_tensors(train, spec.dataset);
+  torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
+  Model model = make_model(spec.model);
+  model.module->train(true);
+  auto gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(spec.seed) * 1000003ULL);
+  auto order = torch::randperm(x.size(0), gen, torch::kInt64);
+  return HandReplica{x, y, std::move(model), order};
+}
+
 // The small job the worker-step tests run: the MLP on 256 training images (8 steps of 32
 // per epoch), `steps` steps, one epoch, one worker and shard, constant learning rate.
 JobSpec small_mlp_job(std::int64_t steps, std::int64_t seed) {
@@ -186,13 +205,7 @@ TEST(WorkerStep, OneWorkerAgainstAPsShardTakesTheSgdStepsComputedWithLibTorch) {
   EXPECT_NEAR(evs.back()["compression_ratio"].get<double>(), 1.0, 0.05);
 
   // The same three steps by hand.
-  data::Split train = data::load_split(spec.data_dir, "train", spec.train_samples);
-  auto [x, y] = to_tensors(train, spec.dataset);
-  torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
-  Model ref = make_model(spec.model);
-  ref.module->train(true);
-  auto gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(spec.seed) * 1000003ULL);
-  auto perm = torch::randperm(x.size(0), gen, torch::kInt64);
+  auto [x, y, ref, perm] = hand_replica(spec);
   for (int step = 0; step < 3; ++step) {
     auto idx = perm.slice(0, step * 32, step * 32 + 32);
     ref.module->zero_grad();
@@ -277,13 +290,7 @@ TEST(WorkerStep, OverlapInAsyncModeTakesEachGradientOneStepStaler) {
   // The pipelined pulls' replies count in the steps' traffic: dense both ways, ratio 1.
   EXPECT_NEAR(evs.back()["compression_ratio"].get<double>(), 1.0, 0.05);
 
-  data::Split train = data::load_split(spec.data_dir, "train", spec.train_samples);
-  auto [x, y] = to_tensors(train, spec.dataset);
-  torch::manual_seed(static_cast<std::uint64_t>(spec.seed));
-  Model ref = make_model(spec.model);
-  ref.module->train(true);
-  auto gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(spec.seed) * 1000003ULL);
-  auto perm = torch::randperm(x.size(0), gen, torch::kInt64);
+  auto [x, y, ref, perm] = hand_replica(spec);
   auto params = ref.module->parameters();
   auto copy = [&] {
     std::vector<torch::Tensor> c;

@@ -1,4 +1,4 @@
-#include "store/store.h"
+#include "store/rocksdb_store.h"
 
 #include <atomic>
 #include <chrono>
@@ -62,45 +62,7 @@ nlohmann::json parse(const rocksdb::Slice& v, const std::string& path, const std
 
 }  // namespace
 
-void to_json(nlohmann::json& j, const Observation& o) {
-  j = {{"model", o.model},
-       {"dataset", o.dataset},
-       {"hardware_class", o.hardware_class},
-       {"job", o.job},
-       {"workers", o.workers},
-       {"ps_shards", o.ps_shards},
-       {"batch_size", o.batch_size},
-       {"epoch", o.epoch},
-       {"epoch_seconds", o.epoch_seconds},
-       {"images_per_sec", o.images_per_sec},
-       {"bytes_per_epoch", o.bytes_per_epoch},
-       {"final_accuracy", o.final_accuracy},
-       {"eval_seconds", o.eval_seconds},
-       {"timestamp", o.timestamp},
-       {"source", o.source},
-       {"compression", o.compression}};
-}
-
-void from_json(const nlohmann::json& j, Observation& o) {
-  o.model = j.value("model", "");
-  o.dataset = j.value("dataset", "");
-  o.hardware_class = j.value("hardware_class", "cpu");
-  o.job = j.value("job", "");
-  o.workers = j.value("workers", 1);
-  o.ps_shards = j.value("ps_shards", 1);
-  o.batch_size = j.value("batch_size", 1);
-  o.epoch = j.value("epoch", 0);
-  o.epoch_seconds = j.value("epoch_seconds", 0.0);
-  o.images_per_sec = j.value("images_per_sec", 0.0);
-  o.bytes_per_epoch = j.value("bytes_per_epoch", 0.0);
-  o.final_accuracy = j.value("final_accuracy", -1.0);
-  o.eval_seconds = j.value("eval_seconds", 0.0);
-  o.timestamp = j.value("timestamp", 0.0);
-  o.source = j.value("source", "job");
-  o.compression = j.value("compression", "none");
-}
-
-struct Store::Impl {
+struct RocksDbStore::Impl {
   std::string path;
   std::unique_ptr<rocksdb::DB> db;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
@@ -108,7 +70,7 @@ struct Store::Impl {
   rocksdb::ColumnFamilyHandle* jobs = nullptr;
   rocksdb::ColumnFamilyHandle* events = nullptr;
   bool read_only = false;
-  StoreOptions options;
+  RocksDbOptions options;
   std::mutex mu;
   std::uint32_t history_seq = 0;
   std::map<std::uint64_t, std::uint64_t> event_seq;
@@ -126,7 +88,7 @@ struct Store::Impl {
 // and after a failure that left RocksDB in its background-error state (it then refuses
 // every write until resumed), resumed and tried once more.
 template <typename Op>
-void write(Store::Impl& im, const std::string& what, Op op) {
+void write(RocksDbStore::Impl& im, const std::string& what, Op op) {
   if (im.read_only) {
     throw StoreError("state database " + im.path + ": " + what +
                      " refused: the database is open read-only (its file system is mounted read-only; remount it "
@@ -154,10 +116,10 @@ void write(Store::Impl& im, const std::string& what, Op op) {
   check(s, im.path, what);
 }
 
-Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Store::~Store() = default;
+RocksDbStore::RocksDbStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RocksDbStore::~RocksDbStore() = default;
 
-std::unique_ptr<Store> Store::open(const std::string& path, const StoreOptions& options) {
+std::unique_ptr<RocksDbStore> RocksDbStore::open(const std::string& path, const RocksDbOptions& options) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) throw StoreError("state database " + path + ": cannot create the directory: " + ec.message());
@@ -178,7 +140,7 @@ std::unique_ptr<Store> Store::open(const std::string& path, const StoreOptions& 
   auto st = rocksdb::DB::Open(opts, path, cfs, &im->handles, &raw);
   if (read_only_fs(st)) {
     // A state directory on a read-only file system can still be read: serve it, and
-    // refuse every write with the reason (Store::read_only()).
+    // refuse every write with the reason (RocksDbStore::read_only()).
     im->handles.clear();
     check(rocksdb::DB::OpenForReadOnly(opts, path, cfs, &im->handles, &raw), path, "open (read-only)");
     im->read_only = true;
@@ -189,10 +151,10 @@ std::unique_ptr<Store> Store::open(const std::string& path, const StoreOptions& 
   im->history = im->handles[1];
   im->jobs = im->handles[2];
   im->events = im->handles[3];
-  return std::unique_ptr<Store>(new Store(std::move(im)));
+  return std::unique_ptr<RocksDbStore>(new RocksDbStore(std::move(im)));
 }
 
-void Store::add_observation(const Observation& o) {
+void RocksDbStore::add_observation(const Observation& o) {
   auto& im = *impl_;
   std::string key = o.model;
   key.push_back('\0');
@@ -208,7 +170,7 @@ void Store::add_observation(const Observation& o) {
   write(im, "writing an observation", [&] { return im.db->Put(rocksdb::WriteOptions(), im.history, key, value); });
 }
 
-std::vector<Observation> Store::history(const std::string& model, const std::string& dataset) const {
+std::vector<Observation> RocksDbStore::history(const std::string& model, const std::string& dataset) const {
   auto& im = *impl_;
   std::vector<Observation> out;
   std::string prefix;
@@ -231,7 +193,7 @@ std::vector<Observation> Store::history(const std::string& model, const std::str
   return out;
 }
 
-void Store::put_job(std::uint64_t number, const nlohmann::json& job) {
+void RocksDbStore::put_job(std::uint64_t number, const nlohmann::json& job) {
   auto& im = *impl_;
   std::string key;
   put_be(key, number, 8);
@@ -239,7 +201,7 @@ void Store::put_job(std::uint64_t number, const nlohmann::json& job) {
   write(im, "writing a job", [&] { return im.db->Put(rocksdb::WriteOptions(), im.jobs, key, value); });
 }
 
-std::vector<std::pair<std::uint64_t, nlohmann::json>> Store::jobs() const {
+std::vector<std::pair<std::uint64_t, nlohmann::json>> RocksDbStore::jobs() const {
   auto& im = *impl_;
   std::vector<std::pair<std::uint64_t, nlohmann::json>> out;
   std::unique_ptr<rocksdb::Iterator> it(im.db->NewIterator(rocksdb::ReadOptions(), im.jobs));
@@ -251,7 +213,7 @@ std::vector<std::pair<std::uint64_t, nlohmann::json>> Store::jobs() const {
   return out;
 }
 
-void Store::append_event(std::uint64_t job, const nlohmann::json& event) {
+void RocksDbStore::append_event(std::uint64_t job, const nlohmann::json& event) {
   auto& im = *impl_;
   std::uint64_t seq;
   {
@@ -278,7 +240,7 @@ void Store::append_event(std::uint64_t job, const nlohmann::json& event) {
   write(im, "writing an event", [&] { return im.db->Put(rocksdb::WriteOptions(), im.events, key, value); });
 }
 
-std::vector<nlohmann::json> Store::events(std::uint64_t job) const {
+std::vector<nlohmann::json> RocksDbStore::events(std::uint64_t job) const {
   auto& im = *impl_;
   std::string prefix;
   put_be(prefix, job, 8);
@@ -291,7 +253,7 @@ std::vector<nlohmann::json> Store::events(std::uint64_t job) const {
   return out;
 }
 
-void Store::delete_job(std::uint64_t number) {
+void RocksDbStore::delete_job(std::uint64_t number) {
   auto& im = *impl_;
   std::string key, upper;
   put_be(key, number, 8);
@@ -304,13 +266,13 @@ void Store::delete_job(std::uint64_t number) {
   im.event_seq.erase(number);
 }
 
-void Store::put_meta(const std::string& name, const std::string& value) {
+void RocksDbStore::put_meta(const std::string& name, const std::string& value) {
   auto& im = *impl_;
   write(im, "writing " + name,
         [&] { return im.db->Put(rocksdb::WriteOptions(), im.db->DefaultColumnFamily(), "meta/" + name, value); });
 }
 
-std::optional<std::string> Store::get_meta(const std::string& name) const {
+std::optional<std::string> RocksDbStore::get_meta(const std::string& name) const {
   auto& im = *impl_;
   std::string v;
   auto s = im.db->Get(rocksdb::ReadOptions(), im.db->DefaultColumnFamily(), "meta/" + name, &v);
@@ -319,7 +281,7 @@ std::optional<std::string> Store::get_meta(const std::string& name) const {
   return v;
 }
 
-void Store::flush() {
+void RocksDbStore::flush() {
   auto& im = *impl_;
   if (im.read_only) return;  // nothing was written
   rocksdb::FlushOptions fo;
@@ -327,8 +289,8 @@ void Store::flush() {
   write(im, "flush", [&] { return im.db->Flush(fo, im.handles); });
 }
 
-bool Store::read_only() const { return impl_->read_only; }
+bool RocksDbStore::read_only() const { return impl_->read_only; }
 
-const std::string& Store::path() const { return impl_->path; }
+const std::string& RocksDbStore::location() const { return impl_->path; }
 
 }  // namespace dltrain::store

@@ -1,0 +1,178 @@
+// The Store contract (store/store.h), run against every backend: a backend is one
+// class deriving from Store and one entry in kBackends below. Each case opens the
+// backend on a fresh location, writes through the interface only, and checks what it
+// reads back against values written out by hand here; "reopened" means the first
+// instance is destroyed and a new one opened on the same location.
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/observations.h"
+#include "support/temp_dir.h"
+
+#include "store/rocksdb_store.h"
+#include "store/store.h"
+
+using dltrain::store::Observation;
+using dltrain::store::Store;
+using dltrain::testing::observation;
+using dltrain::testing::TempDir;
+
+namespace {
+
+struct Backend {
+  std::string name;
+  /// Opens (or reopens) the backend's store at a location derived from `dir`.
+  std::function<std::unique_ptr<Store>(const std::filesystem::path& dir)> open;
+};
+
+// Its name in GoogleTest's output (not its bytes).
+void PrintTo(const Backend& b, std::ostream* os) { *os << b.name; }
+
+const std::vector<Backend> kBackends = {
+    {"rocksdb", [](const std::filesystem::path& dir) -> std::unique_ptr<Store> {
+       return dltrain::store::RocksDbStore::open((dir / "db").string());
+     }},
+};
+
+class StoreContract : public ::testing::TestWithParam<Backend> {
+ protected:
+  std::unique_ptr<Store> open() { return GetParam().open(dir_.path); }
+  TempDir dir_;
+};
+
+}  // namespace
+
+TEST_P(StoreContract, HistoryIsFilteredByModelAndDatasetAndOldestFirst) {
+  auto s = open();
+  s->add_observation(observation("cnn", "fashion-mnist", 1000.0, 2));
+  s->add_observation(observation("mlp", "fashion-mnist", 1001.0, 1));
+  s->add_observation(observation("cnn", "fashion-mnist", 999.0, 4));
+  s->add_observation(observation("cnn", "cifar10", 998.0, 8));
+  // "cnn" must not match a model whose name it prefixes.
+  s->add_observation(observation("cnn2", "fashion-mnist", 997.0, 16));
+  auto cnn = s->history("cnn", "fashion-mnist");
+  ASSERT_EQ(cnn.size(), 2u);
+  EXPECT_EQ(cnn[0].workers, 4);  // 999.0 before 1000.0
+  EXPECT_EQ(cnn[1].workers, 2);
+  EXPECT_EQ(cnn[1].images_per_sec, 2926.8);
+  EXPECT_EQ(cnn[1].job, "job-2");
+  EXPECT_EQ(s->history("cnn").size(), 3u);
+  EXPECT_EQ(s->history().size(), 5u);
+  EXPECT_EQ(s->history("mlp").size(), 1u);
+  EXPECT_TRUE(s->history("resnet20").empty());
+  const auto all = s->history();
+  EXPECT_TRUE(std::is_sorted(all.begin(), all.end(),
+                             [](const Observation& a, const Observation& b) { return a.timestamp < b.timestamp; }));
+}
+
+TEST_P(StoreContract, JobsComeBackByAscendingNumberAndAPutReplaces) {
+  auto s = open();
+  s->put_job(12, {{"id", "job-12"}, {"state", "queued"}});
+  s->put_job(1, {{"id", "job-1"}, {"state", "running"}});
+  s->put_job(256, {{"id", "job-256"}});
+  s->put_job(1, {{"id", "job-1"}, {"state", "succeeded"}});
+  const auto jobs = s->jobs();
+  ASSERT_EQ(jobs.size(), 3u);
+  EXPECT_EQ(jobs[0].first, 1u);
+  EXPECT_EQ(jobs[1].first, 12u);
+  EXPECT_EQ(jobs[2].first, 256u);
+  EXPECT_EQ(jobs[0].second["state"], "succeeded");
+  EXPECT_EQ(jobs[1].second["state"], "queued");
+}
+
+TEST_P(StoreContract, EventsKeepTheirOrderAndContinueAfterAReopen) {
+  {
+    auto s = open();
+    s->append_event(1, {{"event", "state"}, {"state", "starting"}});
+    s->append_event(2, {{"event", "state"}, {"state", "queued"}});
+    s->append_event(1, {{"event", "state"}, {"state", "running"}});
+    s->flush();
+  }
+  auto s = open();
+  ASSERT_EQ(s->events(1).size(), 2u);
+  EXPECT_EQ(s->events(1)[1]["state"], "running");
+  s->append_event(1, {{"event", "state"}, {"state", "succeeded"}});
+  const auto ev = s->events(1);
+  ASSERT_EQ(ev.size(), 3u);
+  EXPECT_EQ(ev[0]["state"], "starting");
+  EXPECT_EQ(ev[2]["state"], "succeeded");
+  EXPECT_EQ(s->events(2).size(), 1u);
+  EXPECT_TRUE(s->events(3).empty());
+}
+
+TEST_P(StoreContract, DeletingAJobRemovesItsRecordAndEventsAndNothingElse) {
+  {
+    auto s = open();
+    s->add_observation(observation("cnn", "fashion-mnist", 1000.0, 2));
+    for (std::uint64_t n : {1, 2, 3, 256}) {
+      s->put_job(n, {{"id", "job-" + std::to_string(n)}});
+      for (int e = 0; e < 3; ++e) s->append_event(n, {{"event", "state"}, {"n", e}});
+    }
+    s->delete_job(2);
+    s->delete_job(255);  // job-256's key differs from 255's in the last byte only
+    s->delete_job(77);   // not stored: nothing happens
+    s->put_meta("next_job", "257");
+    s->flush();
+  }
+  auto s = open();  // reopened: the deletion is durable
+  std::vector<std::uint64_t> left;
+  for (const auto& [n, j] : s->jobs()) left.push_back(n);
+  EXPECT_EQ(left, (std::vector<std::uint64_t>{1, 3, 256}));
+  EXPECT_TRUE(s->events(2).empty());
+  for (std::uint64_t n : {1, 3, 256}) {
+    ASSERT_EQ(s->events(n).size(), 3u) << n;
+    EXPECT_EQ(s->events(n)[2]["n"], 2);
+  }
+  EXPECT_EQ(s->history().size(), 1u);
+  EXPECT_EQ(s->get_meta("next_job"), "257");
+}
+
+TEST_P(StoreContract, NamedValuesAreStoredReplacedAndAbsentUntilPut) {
+  auto s = open();
+  EXPECT_FALSE(s->read_only());
+  EXPECT_FALSE(s->location().empty());
+  EXPECT_FALSE(s->get_meta("next_job").has_value());
+  s->put_meta("next_job", "13");
+  s->put_meta("plan/cnn/fashion-mnist", R"({"workers":2})");
+  s->put_meta("next_job", "14");
+  EXPECT_EQ(s->get_meta("next_job"), "14");
+  EXPECT_EQ(s->get_meta("plan/cnn/fashion-mnist"), R"({"workers":2})");
+  EXPECT_FALSE(s->get_meta("absent").has_value());
+}
+
+// Thread-safety: four threads append 50 events each to one job and 50 observations each
+// at once; nothing is lost and each thread's events keep their order.
+TEST_P(StoreContract, ConcurrentWritersLoseNothingAndKeepEachWritersOrder) {
+  auto s = open();
+  constexpr int kThreads = 4, kEach = 50;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        s->append_event(7, {{"thread", t}, {"i", i}});
+        s->add_observation(observation("cnn", "fashion-mnist", 1000.0 + t * kEach + i, t + 1));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const auto ev = s->events(7);
+  ASSERT_EQ(ev.size(), static_cast<std::size_t>(kThreads * kEach));
+  std::vector<int> next(kThreads, 0);
+  for (const auto& e : ev) {
+    const int t = e["thread"];
+    EXPECT_EQ(e["i"], next[t]) << "thread " << t << "'s events out of order";
+    ++next[t];
+  }
+  EXPECT_EQ(s->history("cnn").size(), static_cast<std::size_t>(kThreads * kEach));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoreContract, ::testing::ValuesIn(kBackends),
+                         [](const ::testing::TestParamInfo<Backend>& info) { return info.param.name; });
