@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <future>
 
 #include "common/enforce.h"
 #include "common/errors.h"
@@ -267,6 +268,29 @@ void PsClient::pull(std::span<float> params, double downlink_ratio) {
 }
 
 void PsClient::pull(std::span<float> params) { pull(params, 1.0); }
+
+PendingPull PsClient::start_pull(std::span<float> params, double downlink_ratio) {
+  require_floats(params.size(), "pull into");
+  return PendingPull(std::async(std::launch::async, [this, params, downlink_ratio] { pull(params, downlink_ratio); }));
+}
+
+PendingPull& PendingPull::operator=(PendingPull&& other) noexcept {
+  if (this != &other) {
+    if (done_.valid()) done_.wait();
+    done_ = std::move(other.done_);
+  }
+  return *this;
+}
+
+PendingPull::~PendingPull() {
+  if (done_.valid()) done_.wait();
+}
+
+void PendingPull::wait() {
+  if (!done_.valid()) return;
+  auto done = std::move(done_);  // inactive from here, whatever the pull ended with
+  done.get();
+}
 
 std::uint32_t PsClient::done() {
   return count_exchange(*conn_, wire::MessageType::kDone, wire::MessageType::kDoneAck, "done");

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <span>
 #include <string>
@@ -89,6 +90,31 @@ class PsConnectionLost : public IoError {
   std::size_t shard_;
 };
 
+/// A pull in flight, from PsClient::start_pull: the handle a worker waits on, as c10d's
+/// Work or ps-lite's timestamp + Wait, instead of a private future. Move-only.
+/// Thread-safety: one owner; wait() and the destructor from the thread that started it.
+class PendingPull {
+ public:
+  PendingPull() = default;  ///< none in flight
+  PendingPull(PendingPull&&) noexcept = default;
+  /// Waits for the pull this handle holds (errors dropped) before it takes another.
+  PendingPull& operator=(PendingPull&& other) noexcept;
+  /// Waits for the pull, so that none outlives its target; its error is dropped (call
+  /// wait() to see it).
+  ~PendingPull();
+
+  /// True from start_pull until wait() returns or throws.
+  bool active() const { return done_.valid(); }
+  /// Blocks until the pull has ended; rethrows what it threw (PsConnectionLost,
+  /// TimeoutError, ProtocolError: as PsClient::pull). Nothing when none is in flight.
+  void wait();
+
+ private:
+  friend class PsClient;
+  explicit PendingPull(std::future<void> done) : done_(std::move(done)) {}
+  std::future<void> done_;
+};
+
 /// Push/pull of the flat parameter vector against every PS shard of a job (the
 /// ps-lite `Push / Pull` shape, blocking). Shards are served in parallel within a call.
 ///
@@ -138,6 +164,11 @@ class PsClient {
   /// frames on the wire. Errors as push_pull.
   void push(std::span<const PartitionPush> pushes, std::span<const std::uint32_t> keys, float lr);
   void pull(std::span<float> params, double downlink_ratio);
+  /// pull(params, downlink_ratio) on a thread of its own: returns at once with the
+  /// handle to wait on. Until the handle's wait() has returned, neither this client nor
+  /// `params` may be used by anything else (a worker's pipelined pull runs while its next
+  /// batch goes forward, which touches neither). Errors come from wait().
+  PendingPull start_pull(std::span<float> params, double downlink_ratio);
   /// Tells every shard this worker is done; returns the smallest count of finished
   /// workers any shard reports.
   std::uint32_t done();

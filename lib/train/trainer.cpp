@@ -147,11 +147,11 @@ void WorkerLoop::connect() {
     ev.steps = static_cast<std::int64_t>(steps);
     sink_(ev.to_json());
   }
-  client_ = std::make_unique<ps::PsClient>(cfg_.shards, layout_, popt);
+  ex_.client = std::make_unique<ps::PsClient>(cfg_.shards, layout_, popt);
   try {
-    client_->connect();
-    client_->init(params_);
-    client_->pull(params_);
+    ex_.client->connect();
+    ex_.client->init(params_);
+    ex_.client->pull(params_);
   } catch (const ps::StopRequested&) {
     wire::events::WorkerStopped ev;
     ev.rank = cfg_.rank;
@@ -160,25 +160,25 @@ void WorkerLoop::connect() {
   }
   pulled_at_ = unix_now();
   flat_->write_params(params_);
-  encoder_ = std::make_unique<ps::PushEncoder>(
+  ex_.encoder = std::make_unique<ps::PushEncoder>(
       spec_.compression, layout_,
       static_cast<std::uint64_t>(spec_.seed) * 7919ULL + static_cast<std::uint64_t>(cfg_.rank), flat_->sizes());
-  if (encoder_->always_sent_floats() > 0 && cfg_.rank == 0) {
+  if (ex_.encoder->always_sent_floats() > 0 && cfg_.rank == 0) {
     spdlog::info("compression: {} of {} floats (the tensors below min_compress_bytes = {}) are sent in full every step",
-                 encoder_->always_sent_floats(), layout_.total_floats, spec_.compression.min_compress_bytes);
+                 ex_.encoder->always_sent_floats(), layout_.total_floats, spec_.compression.min_compress_bytes);
   }
   // A GPU worker selects its pushes on the GPU where it can (train/backends.h).
-  device_encoder_ = make_device_encoder(
+  ex_.device_encoder = make_device_encoder(
       spec_.compression, layout_, static_cast<std::uint64_t>(spec_.seed) * 7919ULL + static_cast<std::uint64_t>(cfg_.rank),
       device_, spec_.overlap, cfg_.local_group.has_value());
-  meter_ = std::make_unique<ps::TrafficMeter>(layout_, wire::kHeaderSize);
-  resyncer_ = std::make_unique<ps::PsResyncer>(
-      *client_, std::span<float>(params_), cfg_.rank, [this] { flat_->write_params(params_); }, sink_);
-  downlink_spec_ = spec_.compression;
-  downlink_spec_.ratio = spec_.compression.downlink_ratio;
-  plain_ = spec_.compression.method == compress::Method::kNone && spec_.compression.downlink_ratio >= 1.0;
-  pipelined_ = spec_.overlap && spec_.sync != "sync";
-  replica_ = params_;
+  ex_.meter = std::make_unique<ps::TrafficMeter>(layout_, wire::kHeaderSize);
+  ex_.resyncer = std::make_unique<ps::PsResyncer>(
+      *ex_.client, std::span<float>(params_), cfg_.rank, [this] { flat_->write_params(params_); }, sink_);
+  ex_.downlink_spec = spec_.compression;
+  ex_.downlink_spec.ratio = spec_.compression.downlink_ratio;
+  ex_.plain = spec_.compression.method == compress::Method::kNone && spec_.compression.downlink_ratio >= 1.0;
+  ex_.pipelined = spec_.overlap && spec_.sync != "sync";
+  ex_.replica = params_;
   set_resume_point();
 }
 
@@ -204,36 +204,36 @@ void WorkerLoop::started() {
   ev.blas = blas_name();
   sink_(ev.to_json());
   sink_(feed_->info().to_json());  // the data set as this worker reads it
-  last_report_ = Clock::now();
+  rep_.last_report = Clock::now();
 }
 
 void WorkerLoop::run_epoch(int epoch) {
   const auto t_epoch = Clock::now();
-  replica_ = params_;  // after worker 0's dense pull for its evaluation, too
-  meter_up0_ = client_->bytes_pushed();  // that pull is not a step's traffic
-  meter_down0_ = client_->bytes_pulled();
+  ex_.replica = params_;  // after worker 0's dense pull for its evaluation, too
+  ex_.meter_up0 = ex_.client->bytes_pushed();  // that pull is not a step's traffic
+  ex_.meter_down0 = ex_.client->bytes_pulled();
   const double wait0 = feed_->wait_seconds();
   feed_->start_epoch(epoch);
-  loss_sum_ = 0;
-  loss_count_ = 0;
-  recent_loss_ = 0;  // a progress event's loss is the mean since the last one in this epoch
-  recent_count_ = 0;
+  rep_.loss_sum = 0;
+  rep_.loss_count = 0;
+  rep_.recent_loss = 0;  // a progress event's loss is the mean since the last one in this epoch
+  rep_.recent_count = 0;
   torch::Tensor xb, yb;
   for (std::int64_t step = 0; step < steps_per_epoch_; ++step) {
     check_stop();
     const auto t_data = Clock::now();
     const bool more = feed_->next(xb, yb);
-    counters_.data_seconds += seconds_since(t_data);  // the batch's gather, or the wait for the loader
+    rep_.counters.data_seconds += seconds_since(t_data);  // the batch's gather, or the wait for the loader
     mark(wire::StepPhase::kData, t_data);
     if (!more) break;
     report_skipped_images();
-    if (xb.size(0) == 0 && !group_) continue;  // every image of the batch was unreadable
+    if (xb.size(0) == 0 && !grp_.group) continue;  // every image of the batch was unreadable
     if (device_.is_cuda()) xb = xb.pin_memory();  // copied to the GPU asynchronously by forward
     this->step(epoch, step, xb, yb);
     if (stop_) break;
   }
   drain_pull();  // evaluation and the next epoch start from the last pull's values
-  epoch_wait_ = feed_->wait_seconds() - wait0;
+  rep_.epoch_wait = feed_->wait_seconds() - wait0;
   if (spec_.profile) {
     if (stop_ || epoch + 1 == spec_.epochs) profiled();
     return;
@@ -247,18 +247,18 @@ void WorkerLoop::run_epoch(int epoch) {
 // of x − x_seen[i]); take the pulled parameters.
 void WorkerLoop::step(int epoch, std::int64_t step, const torch::Tensor& xb, const torch::Tensor& yb) {
   const std::int64_t images = xb.size(0);
-  step_.step = global_step_ + 1;
+  rep_.step.step = global_step_ + 1;
   const double pos = epoch + static_cast<double>(step) / steps_per_epoch_;
   const auto lr = static_cast<float>(learning_rate(spec_.optimizer, pos, spec_.epochs));
   const double density =
       spec_.compression.method == compress::Method::kNone ? 1.0 : compress::density_at(spec_.compression, pos);
-  if (group_) return group_step(epoch, step, xb, yb, lr, density, compress::density_at(downlink_spec_, pos), pos);
+  if (grp_.group) return group_step(epoch, step, xb, yb, lr, density, compress::density_at(ex_.downlink_spec, pos), pos);
   if (spec_.overlap) {
-    hook_.lr = lr;
-    hook_.density = density;
+    ex_.hook.lr = lr;
+    ex_.hook.density = density;
     const double loss = compute_gradient_overlapped(xb, yb);
-    if (!finite_step(loss, epoch, step, hook_.nonfinite)) return;
-    exchange(lr, density, compress::density_at(downlink_spec_, pos), pos);
+    if (!finite_step(loss, epoch, step, ex_.hook.nonfinite)) return;
+    exchange(lr, density, compress::density_at(ex_.downlink_spec, pos), pos);
     finish_step(images, loss, epoch, step, lr, density);
     return;
   }
@@ -268,7 +268,7 @@ void WorkerLoop::step(int epoch, std::int64_t step, const torch::Tensor& xb, con
   if (wd > 0 && !device_encoder_active()) {  // on the device, gather() added it
     for (std::size_t i = 0; i < grads_.size(); ++i) grads_[i] += wd * params_[i];
   }
-  exchange(lr, density, compress::density_at(downlink_spec_, pos), pos);
+  exchange(lr, density, compress::density_at(ex_.downlink_spec, pos), pos);
   finish_step(images, loss, epoch, step, lr, density);
 }
 
@@ -279,16 +279,16 @@ void WorkerLoop::finish_step(std::int64_t images, double loss, int epoch, std::i
   flat_->write_params(params_);
   end_step_trace();
   ++global_step_;
-  if (global_step_ == kProfileWarmupSteps) t_profile_ = Clock::now();
-  if (global_step_ > kProfileWarmupSteps) profile_images_ += images;
+  if (global_step_ == kProfileWarmupSteps) rep_.t_profile = Clock::now();
+  if (global_step_ > kProfileWarmupSteps) rep_.profile_images += images;
   if (spec_.max_steps > 0 && global_step_ >= spec_.max_steps) stop_ = true;
-  loss_sum_ += loss;
-  ++loss_count_;
-  recent_loss_ += loss;
-  ++recent_count_;
-  images_since_report_ += images;
-  counters_.images += images;
-  ++counters_.steps;
+  rep_.loss_sum += loss;
+  ++rep_.loss_count;
+  rep_.recent_loss += loss;
+  ++rep_.recent_count;
+  rep_.images_since_report += images;
+  rep_.counters.images += images;
+  ++rep_.counters.steps;
   maybe_report(epoch, step, lr);
 }
 
@@ -300,7 +300,7 @@ double WorkerLoop::compute_gradient(const torch::Tensor& xb, const torch::Tensor
   const auto t2 = Clock::now();
   loss.backward();
   if (device_encoder_active()) {
-    device_nonfinite_ = !device_encoder_->gather(flat_->tensors(), static_cast<float>(spec_.optimizer.weight_decay));
+    ex_.device_nonfinite = !ex_.device_encoder->gather(flat_->tensors(), static_cast<float>(spec_.optimizer.weight_decay));
   } else {
     flat_->read_grads(grads_);
   }
@@ -313,7 +313,7 @@ double WorkerLoop::compute_gradient(const torch::Tensor& xb, const torch::Tensor
 // time and its timeline marks.
 void WorkerLoop::end_compute(Clock::time_point t1, Clock::time_point t2) {
   const auto t3 = Clock::now();
-  counters_.compute_seconds += std::chrono::duration<double>(t3 - t1).count();
+  rep_.counters.compute_seconds += std::chrono::duration<double>(t3 - t1).count();
   mark(wire::StepPhase::kForward, t1);
   mark(wire::StepPhase::kBackward, t2);
   mark(wire::StepPhase::kCompress, t3);
@@ -323,17 +323,17 @@ void WorkerLoop::end_compute(Clock::time_point t1, Clock::time_point t2) {
 // in a row end the worker (the model diverged). With overlap the gradient was checked
 // partition by partition as it was pushed (`nonfinite`).
 bool WorkerLoop::finite_step(double loss, int epoch, std::int64_t step, bool nonfinite) {
-  bool finite = std::isfinite(loss) && !nonfinite && !(device_encoder_active() && device_nonfinite_);
+  bool finite = std::isfinite(loss) && !nonfinite && !(device_encoder_active() && ex_.device_nonfinite);
   for (std::size_t i = 0; finite && !spec_.overlap && !device_encoder_active() && i < grads_.size(); ++i) {
     finite = std::isfinite(grads_[i]);
   }
   if (finite) {
-    consecutive_skips_ = 0;
+    rep_.consecutive_skips = 0;
     return true;
   }
-  ++skipped_steps_;
-  if (++consecutive_skips_ > kMaxConsecutiveSkips) {
-    throw DivergedError("worker " + std::to_string(cfg_.rank) + ": " + std::to_string(consecutive_skips_) +
+  ++rep_.skipped_steps;
+  if (++rep_.consecutive_skips > kMaxConsecutiveSkips) {
+    throw DivergedError("worker " + std::to_string(cfg_.rank) + ": " + std::to_string(rep_.consecutive_skips) +
                 " consecutive steps had a NaN/Inf loss or gradient (epoch " + std::to_string(epoch + 1) +
                 ", step " + std::to_string(step + 1) +
                 "); the model diverged: lower optimizer.lr or set compression.clip_norm");
@@ -343,7 +343,7 @@ bool WorkerLoop::finite_step(double loss, int epoch, std::int64_t step, bool non
   ev.epoch = epoch + 1;
   ev.step = step + 1;
   if (std::isfinite(loss)) ev.loss = loss;
-  ev.skipped_steps = skipped_steps_;
+  ev.skipped_steps = rep_.skipped_steps;
   sink_(ev.to_json());
   return false;
 }

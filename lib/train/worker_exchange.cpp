@@ -16,7 +16,7 @@ namespace dltrain::train::detail {
 // pushed from the hook, while backward goes on with the layers before it. The write
 // returns once the kernel holds the frame, which it sends meanwhile.
 void WorkerLoop::install_push_hooks() {
-  tracker_ = std::make_unique<ps::PartitionTracker>(flat_->sizes(), layout_);
+  ex_.tracker = std::make_unique<ps::PartitionTracker>(flat_->sizes(), layout_);
   auto& tensors = flat_->tensors();
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     tensors[i].register_hook([this, i](torch::Tensor grad) { on_gradient(i, grad); });
@@ -24,22 +24,22 @@ void WorkerLoop::install_push_hooks() {
 }
 
 void WorkerLoop::on_gradient(std::size_t i, const torch::Tensor& grad) {
-  if (!hook_.active) return;
+  if (!ex_.hook.active) return;
   const auto c = grad.to(torch::kCPU).contiguous();
-  std::memcpy(grads_.data() + tracker_->offset(i), c.data_ptr<float>(), sizeof(float) * c.numel());
-  for (const auto key : tracker_->arrived(i)) push_partition(key, true);
+  std::memcpy(grads_.data() + ex_.tracker->offset(i), c.data_ptr<float>(), sizeof(float) * c.numel());
+  for (const auto key : ex_.tracker->arrived(i)) push_partition(key, true);
 }
 
 // Weight decay, the finiteness check and the encoding of partition `key` of grads_,
 // then its push. A non-finite partition is not pushed and marks the step skipped
 // (the partitions already pushed stay applied); a failed push is kept for exchange().
 void WorkerLoop::push_partition(std::uint32_t key, bool in_backward) {
-  if (hook_.error || hook_.nonfinite || !tracker_->claim(key)) return;
+  if (ex_.hook.error || ex_.hook.nonfinite || !ex_.tracker->claim(key)) return;
   const auto& p = layout_.partitions[key];
   auto g = std::span<float>(grads_).subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length));
   const auto x = std::span<const float>(params_).subspan(static_cast<std::size_t>(p.offset), g.size());
   if (std::any_of(g.begin(), g.end(), [](float v) { return !std::isfinite(v); })) {
-    hook_.nonfinite = true;
+    ex_.hook.nonfinite = true;
     return;
   }
   const auto wd = static_cast<float>(spec_.optimizer.weight_decay);
@@ -48,22 +48,22 @@ void WorkerLoop::push_partition(std::uint32_t key, bool in_backward) {
   }
   try {
     std::span<const ps::PartitionPush> pushes;
-    if (plain_) {
-      auto& pp = plain_pushes_[key];
+    if (ex_.plain) {
+      auto& pp = ex_.plain_pushes[key];
       pp.codec = wire::Codec::kDenseF32;
       pp.count = static_cast<std::uint32_t>(g.size());
       pp.first = std::as_bytes(std::span<const float>(g));
-      pushes = plain_pushes_;
+      pushes = ex_.plain_pushes;
     } else {
       const auto t0 = Clock::now();
-      pushes = encoder_->encode_partition(key, g, hook_.density, static_cast<std::uint64_t>(global_step_));
-      counters_.compress_seconds += seconds_since(t0);
+      pushes = ex_.encoder->encode_partition(key, g, ex_.hook.density, static_cast<std::uint64_t>(global_step_));
+      rep_.counters.compress_seconds += seconds_since(t0);
     }
     const std::uint32_t keys[] = {key};
-    client_->push(pushes, keys, hook_.lr);
-    if (in_backward) ++counters_.overlapped_pushes;
+    ex_.client->push(pushes, keys, ex_.hook.lr);
+    if (in_backward) ++rep_.counters.overlapped_pushes;
   } catch (...) {
-    hook_.error = std::current_exception();
+    ex_.hook.error = std::current_exception();
   }
 }
 
@@ -77,21 +77,21 @@ double WorkerLoop::compute_gradient_overlapped(const torch::Tensor& xb, const to
   const double value = loss.item<double>();
   const auto t2 = Clock::now();
   await_pull();  // the hooks push through the client
-  tracker_->begin_step();
-  hook_.nonfinite = false;
-  hook_.error = nullptr;
-  if (plain_pushes_.size() != layout_.partitions.size()) plain_pushes_.resize(layout_.partitions.size());
+  ex_.tracker->begin_step();
+  ex_.hook.nonfinite = false;
+  ex_.hook.error = nullptr;
+  if (ex_.plain_pushes.size() != layout_.partitions.size()) ex_.plain_pushes.resize(layout_.partitions.size());
   if (std::isfinite(value)) {
-    hook_.active = true;
+    ex_.hook.active = true;
     try {
       loss.backward();
     } catch (...) {
-      hook_.active = false;
+      ex_.hook.active = false;
       throw;
     }
-    hook_.active = false;
+    ex_.hook.active = false;
   } else {
-    hook_.nonfinite = true;
+    ex_.hook.nonfinite = true;
   }
   end_compute(t1, t2);
   return value;
@@ -102,8 +102,8 @@ double WorkerLoop::compute_gradient_overlapped(const torch::Tensor& xb, const to
 void WorkerLoop::exchange(float lr, double density, double downlink, double pos) {
   // With overlap the step's bytes count from the end of the previous step's exchange:
   // they include the pushes backward's hooks wrote and the pipelined pull's replies.
-  const auto up0 = spec_.overlap ? meter_up0_ : client_->bytes_pushed();
-  const auto down0 = spec_.overlap ? meter_down0_ : client_->bytes_pulled();
+  const auto up0 = spec_.overlap ? ex_.meter_up0 : ex_.client->bytes_pushed();
+  const auto down0 = spec_.overlap ? ex_.meter_down0 : ex_.client->bytes_pulled();
   bool pull_ahead = false;
   try {
     if (spec_.overlap) {
@@ -112,95 +112,95 @@ void WorkerLoop::exchange(float lr, double density, double downlink, double pos)
       const auto t0 = Clock::now();
       mark(wire::StepPhase::kPushPull, t0);
       for (const auto& p : layout_.partitions) {
-        if (tracker_->claimed(p.key)) continue;
-        tracker_->zero_missing(p, grads_);
+        if (ex_.tracker->claimed(p.key)) continue;
+        ex_.tracker->zero_missing(p, grads_);
         push_partition(p.key, false);
       }
-      if (hook_.error) std::rethrow_exception(hook_.error);
-      if (pipelined_) {
+      if (ex_.hook.error) std::rethrow_exception(ex_.hook.error);
+      if (ex_.pipelined) {
         // The values the pull issued after the previous step brought (awaited before
         // backward) go into the model now; this step's pull runs while the next
         // step's data and forward do.
-        params_ = replica_;
+        params_ = ex_.replica;
         pull_ahead = true;
       } else {
-        client_->pull(params_, downlink);
+        ex_.client->pull(params_, downlink);
       }
-      counters_.exchange_seconds += seconds_since(t0);
-    } else if (plain_) {
+      rep_.counters.exchange_seconds += seconds_since(t0);
+    } else if (ex_.plain) {
       const auto t0 = Clock::now();
       mark(wire::StepPhase::kPushPull, t0);
-      client_->push_pull(grads_, lr, params_);
-      counters_.exchange_seconds += seconds_since(t0);
+      ex_.client->push_pull(grads_, lr, params_);
+      rep_.counters.exchange_seconds += seconds_since(t0);
     } else {
       const auto t0 = Clock::now();
       const auto pushes = encode_pushes(density);
       const auto t1 = Clock::now();
       mark(wire::StepPhase::kPushPull, t1);
-      client_->push_pull(pushes, lr, downlink, params_);
-      counters_.compress_seconds += std::chrono::duration<double>(t1 - t0).count();
-      counters_.exchange_seconds += seconds_since(t1);
+      ex_.client->push_pull(pushes, lr, downlink, params_);
+      rep_.counters.compress_seconds += std::chrono::duration<double>(t1 - t0).count();
+      rep_.counters.exchange_seconds += seconds_since(t1);
     }
-    resyncer_->succeeded();
+    ex_.resyncer->succeeded();
   } catch (const ps::PsConnectionLost& lost) {
     const auto t0 = Clock::now();
-    resyncer_->recover(lost);
-    replica_ = params_;  // a resync ends with a dense pull: what the shards think it holds
-    counters_.exchange_seconds += seconds_since(t0);
+    ex_.resyncer->recover(lost);
+    ex_.replica = params_;  // a resync ends with a dense pull: what the shards think it holds
+    rep_.counters.exchange_seconds += seconds_since(t0);
   }
   pulled_at_ = unix_now();
-  meter_->add_step(client_->bytes_pushed() - up0, client_->bytes_pulled() - down0, pos,
+  ex_.meter->add_step(ex_.client->bytes_pushed() - up0, ex_.client->bytes_pulled() - down0, pos,
                    spec_.compression.warmup_epochs);
-  last_pos_ = pos;
-  meter_up0_ = client_->bytes_pushed();  // before the pipelined pull: no other thread uses the client
-  meter_down0_ = client_->bytes_pulled();
+  ex_.last_pos = pos;
+  ex_.meter_up0 = ex_.client->bytes_pushed();  // before the pipelined pull: no other thread uses the client
+  ex_.meter_down0 = ex_.client->bytes_pulled();
   if (pull_ahead) start_pull(downlink);
 }
 
 // The step's pushes: the compressor's on the host, or on the GPU for a GPU worker.
 std::span<const ps::PartitionPush> WorkerLoop::encode_pushes(double density) {
-  if (device_encoder_) {
+  if (ex_.device_encoder) {
     const double clip = spec_.compression.clip_norm > 0
                             ? spec_.compression.clip_norm / std::sqrt(static_cast<double>(std::max(1, spec_.workers)))
                             : 0.0;
-    return device_encoder_->encode(density, static_cast<std::uint64_t>(global_step_), clip);
+    return ex_.device_encoder->encode(density, static_cast<std::uint64_t>(global_step_), clip);
   }
-  return encoder_->encode(grads_, spec_.workers, density, static_cast<std::uint64_t>(global_step_));
+  return ex_.encoder->encode(grads_, spec_.workers, density, static_cast<std::uint64_t>(global_step_));
 }
 
 // Pipelined pulls (overlap in async and ssp): the pull runs on a thread of its own into
-// replica_ (dense: overwritten; sparse: the top-k of what changed added to it, replica_
+// ex_.replica (dense: overwritten; sparse: the top-k of what changed added to it, ex_.replica
 // being what the shards think this worker holds) while the main thread takes the next
-// batch and runs forward, which touch neither the client nor replica_.
+// batch and runs forward, which touch neither the client nor ex_.replica.
 void WorkerLoop::start_pull(double downlink) {
-  pending_pull_ = std::async(std::launch::async, [this, downlink] { client_->pull(replica_, downlink); });
+  ex_.pending_pull = ex_.client->start_pull(ex_.replica, downlink);
 }
 
 // Waits for the pull in flight, if any (before anything else uses the client). A lost
 // connection is recovered as in exchange(); the replica then holds the PS's values.
 void WorkerLoop::await_pull() {
-  if (!pending_pull_.valid()) return;
+  if (!ex_.pending_pull.active()) return;
   try {
-    pending_pull_.get();
-    resyncer_->succeeded();
+    ex_.pending_pull.wait();
+    ex_.resyncer->succeeded();
   } catch (const ps::PsConnectionLost& lost) {
     const auto t0 = Clock::now();
-    resyncer_->recover(lost);  // params_ and the model now hold the PS's values
-    replica_ = params_;
-    counters_.exchange_seconds += seconds_since(t0);
+    ex_.resyncer->recover(lost);  // params_ and the model now hold the PS's values
+    ex_.replica = params_;
+    rep_.counters.exchange_seconds += seconds_since(t0);
   }
 }
 
 // The pull in flight, awaited and taken into the model (the end of an epoch, a stop).
 void WorkerLoop::drain_pull() {
-  if (!pending_pull_.valid()) return;
+  if (!ex_.pending_pull.active()) return;
   await_pull();
   // Its replies belong to the epoch's last step, whose traffic was counted before them.
-  meter_->add_bytes(client_->bytes_pushed() - meter_up0_, client_->bytes_pulled() - meter_down0_, last_pos_,
+  ex_.meter->add_bytes(ex_.client->bytes_pushed() - ex_.meter_up0, ex_.client->bytes_pulled() - ex_.meter_down0, ex_.last_pos,
                     spec_.compression.warmup_epochs);
-  meter_up0_ = client_->bytes_pushed();
-  meter_down0_ = client_->bytes_pulled();
-  params_ = replica_;
+  ex_.meter_up0 = ex_.client->bytes_pushed();
+  ex_.meter_down0 = ex_.client->bytes_pulled();
+  params_ = ex_.replica;
   flat_->write_params(params_);
 }
 

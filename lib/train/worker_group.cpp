@@ -18,17 +18,17 @@ namespace dltrain::train::detail {
 void WorkerLoop::join_local_group() {
   auto o = *cfg_.local_group;
   o.stop_requested = cfg_.stop_requested;
-  group_ = group::LocalGroup::join(o);
-  reduction_ = make_group_reduction(*group_, device_, o.timeout, cfg_.stop_requested);
-  std::vector<float> agree(2 * static_cast<std::size_t>(group_->size()), 0.0f);
-  agree[2 * static_cast<std::size_t>(group_->rank())] = static_cast<float>(steps_per_epoch_);
-  agree[2 * static_cast<std::size_t>(group_->rank()) + 1] = static_cast<float>(cfg_.resume_epoch);
-  group_->allreduce_sum(agree);
-  for (int r = 0; r < group_->size(); ++r) {
+  grp_.group = group::LocalGroup::join(o);
+  grp_.reduction = make_group_reduction(*grp_.group, device_, o.timeout, cfg_.stop_requested);
+  std::vector<float> agree(2 * static_cast<std::size_t>(grp_.group->size()), 0.0f);
+  agree[2 * static_cast<std::size_t>(grp_.group->rank())] = static_cast<float>(steps_per_epoch_);
+  agree[2 * static_cast<std::size_t>(grp_.group->rank()) + 1] = static_cast<float>(cfg_.resume_epoch);
+  grp_.group->allreduce_sum(agree);
+  for (int r = 0; r < grp_.group->size(); ++r) {
     steps_per_epoch_ = std::min(steps_per_epoch_, static_cast<std::int64_t>(agree[2 * static_cast<std::size_t>(r)]));
     resume_epoch_ = std::min(resume_epoch_, static_cast<int>(agree[2 * static_cast<std::size_t>(r) + 1]));
   }
-  spdlog::info("local group: {} joined; {} steps per epoch, training from epoch {}", group_->describe(group_->rank()),
+  spdlog::info("local group: {} joined; {} steps per epoch, training from epoch {}", grp_.group->describe(grp_.group->rank()),
                steps_per_epoch_, resume_epoch_ + 1);
 }
 
@@ -41,13 +41,13 @@ void WorkerLoop::group_step(int epoch, std::int64_t step, const torch::Tensor& x
   const double loss = images > 0 ? compute_gradient(xb, yb) : std::nan("");
   const bool ok = images > 0 && finite_step(loss, epoch, step);
   const auto t0 = Clock::now();
-  reduction_->sum_gradients(
+  grp_.reduction->sum_gradients(
       {grads_, params_, flat_->tensors(), ok, static_cast<float>(spec_.optimizer.weight_decay)});
-  counters_.exchange_seconds += seconds_since(t0);
-  if (group_->pushes()) exchange(lr, density, downlink, pos);
+  rep_.counters.exchange_seconds += seconds_since(t0);
+  if (grp_.group->pushes()) exchange(lr, density, downlink, pos);
   const auto t1 = Clock::now();
-  reduction_->broadcast_params(params_);
-  counters_.exchange_seconds += seconds_since(t1);
+  grp_.reduction->broadcast_params(params_);
+  rep_.counters.exchange_seconds += seconds_since(t1);
   if (!ok) return skipped_group_step();
   finish_step(images, loss, epoch, step, lr, density);
 }

@@ -1,5 +1,7 @@
 // The worker's step loop (internal to lib/train: run_worker in trainer.h is its API).
-// One class, WorkerLoop, whose members are defined in four files along its seams:
+// One class, WorkerLoop, whose members are defined in four files along its seams, and
+// whose state is grouped the same way: the data feed (feed_), the exchange with the PS
+// (ex_), the reports (rep_) and the local group (grp_):
 //   trainer.cpp          the run: data and model, connection, epochs, the step and its gradient
 //   worker_exchange.cpp  the exchange with the PS shards, overlap's hooks and pipelined pulls
 //   worker_group.cpp     local groups (docs/gpu.md): the group's sum, member 0's exchange
@@ -7,7 +9,8 @@
 // Its CPU/GPU differences are behind two interfaces (train/backends.h: the local group's
 // reduction and the device push encoder), chosen once in backends.cpp.
 // Not thread-safe: one training thread owns a WorkerLoop (overlap's pipelined pull runs
-// on a thread of its own but touches only the client and replica_, worker_exchange.cpp).
+// on the PS client's thread, ps::PendingPull, but touches only the client and ex_.replica,
+// worker_exchange.cpp).
 #pragma once
 
 #include <algorithm>
@@ -15,7 +18,6 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
-#include <future>
 #include <memory>
 #include <span>
 #include <vector>
@@ -95,7 +97,7 @@ class FlatParams {
 class WorkerLoop {
  public:
   WorkerLoop(const WorkerConfig& cfg, const ProgressSink& sink)
-      : cfg_(cfg), spec_(cfg.spec), sink_(sink), trace_(std::clamp<std::size_t>(cfg.trace_steps, 1, 4096)) {}
+      : cfg_(cfg), spec_(cfg.spec), sink_(sink), rep_(std::clamp<std::size_t>(cfg.trace_steps, 1, 4096)) {}
 
   /// Trains until the job's epochs (or max_steps) are done; returns rank 0's final test
   /// accuracy (-1 on the other ranks). Throws Stopped, DivergedError, TimeoutError and
@@ -127,7 +129,7 @@ class WorkerLoop {
   // the GPU encoder's input (worker_exchange.cpp).
   void exchange(float lr, double density, double downlink, double pos);
   std::span<const ps::PartitionPush> encode_pushes(double density);
-  bool device_encoder_active() const { return device_encoder_ != nullptr; }
+  bool device_encoder_active() const { return ex_.device_encoder != nullptr; }
   void install_push_hooks();
   void on_gradient(std::size_t i, const torch::Tensor& grad);
   void push_partition(std::uint32_t key, bool in_backward);
@@ -152,17 +154,17 @@ class WorkerLoop {
   [[noreturn]] void stopped();
   void done();
   // The step timeline (wire/step_trace.h): phase i of the step in progress begins at
-  // step_.t[i]; a finished step goes into the ring, which is written to cfg_.trace_path
+  // rep_.step.t[i]; a finished step goes into the ring, which is written to cfg_.trace_path
   // every cfg_.trace_interval_s.
-  void mark(wire::StepPhase p, Clock::time_point t) { step_.t[static_cast<std::size_t>(p)] = unix_us(t); }
+  void mark(wire::StepPhase p, Clock::time_point t) { rep_.step.t[static_cast<std::size_t>(p)] = unix_us(t); }
   std::int64_t unix_us(Clock::time_point t) const {
-    return unix_origin_us_ + std::chrono::duration_cast<std::chrono::microseconds>(t - steady_origin_).count();
+    return rep_.unix_origin_us + std::chrono::duration_cast<std::chrono::microseconds>(t - rep_.steady_origin).count();
   }
   void end_step_trace();
   void write_trace() noexcept;
   wire::events::StepCounters counters() const {
-    auto c = counters_;
-    c.resyncs = resyncer_ ? resyncer_->resyncs() : 0;
+    auto c = rep_.counters;
+    c.resyncs = ex_.resyncer ? ex_.resyncer->resyncs() : 0;
     return c;
   }
 
@@ -170,67 +172,83 @@ class WorkerLoop {
   const JobSpec& spec_;
   const ProgressSink& sink_;
   const Clock::time_point t_start_ = Clock::now();
+  torch::Device device_{torch::kCPU};  // where the model trains (spec.device)
+  // The data feed (train/data_feed.h) and the model with its flat copy.
   std::unique_ptr<DataFeed> feed_;
-  double epoch_wait_ = 0, wait_at_report_ = 0;  // seconds the steps waited for the loader
   Model model_;
   std::unique_ptr<FlatParams> flat_;
   ps::PartitionLayout layout_;
   std::vector<float> params_, grads_;
-  std::unique_ptr<ps::PsClient> client_;
-  std::unique_ptr<ps::PushEncoder> encoder_;
-  std::unique_ptr<ps::TrafficMeter> meter_;
-  std::unique_ptr<ps::PsResyncer> resyncer_;
-  compress::CompressionSpec downlink_spec_;
-  bool plain_ = true;
-  // Overlap: which partitions backward has completed (ps/overlap.h), and the step in
-  // progress.
-  std::unique_ptr<ps::PartitionTracker> tracker_;
-  std::vector<ps::PartitionPush> plain_pushes_;
-  struct {
-    bool active = false;     // backward of a training step is running
-    float lr = 0;
-    double density = 1;
-    bool nonfinite = false;  // a NaN/Inf loss or partition: the rest of the step is not pushed
-    std::exception_ptr error;  // a push that failed in a hook, rethrown by exchange()
-  } hook_;
-  // The client's byte counts when the last step's traffic was counted (overlap) or when
-  // the epoch began: the next step's traffic is what they grew by.
-  std::uint64_t meter_up0_ = 0, meter_down0_ = 0;
-  double last_pos_ = 0;  // the training position of the last step counted
-  // Overlap in async and ssp: this step's pull runs during the next step's forward.
-  bool pipelined_ = false;
-  std::vector<float> replica_;          // the pipelined pull's target (see start_pull)
-  std::future<void> pending_pull_;
   torch::Generator gen_;
+  // Where the run is.
   std::int64_t n_ = 0, steps_per_epoch_ = 1;
   int first_epoch_ = 0, epochs_finished_ = 0;
+  int resume_epoch_ = 0;  // cfg.resume_epoch, or the group's agreed one
   std::int64_t global_step_ = 0;
   double pulled_at_ = 0;  // when params_ last took the PS's values (Unix time, s)
   double final_accuracy_ = -1.0;
   double last_density_ = 1.0;
-  double loss_sum_ = 0, recent_loss_ = 0;
-  std::int64_t loss_count_ = 0, recent_count_ = 0, images_since_report_ = 0;
-  std::int64_t skipped_steps_ = 0, consecutive_skips_ = 0;
-  Clock::time_point last_report_{}, t_profile_{};
-  std::int64_t profile_images_ = 0;
-  wire::events::StepCounters counters_;  // cumulative, this process (resyncs from resyncer_)
   bool stop_ = false;
-  torch::Device device_{torch::kCPU};  // where the model trains (spec.device)
-  std::unique_ptr<group::LocalGroup> group_;  // this worker's local group, if it is in one
-  std::unique_ptr<GroupReduction> reduction_;  // its sum (sockets or NCCL); destroyed before group_
-  std::unique_ptr<DeviceEncoder> device_encoder_;  // a GPU worker's pushes selected on its GPU
-  bool device_nonfinite_ = false;  // the device encoder's gathered gradient holds a NaN/Inf
-  int resume_epoch_ = 0;               // cfg.resume_epoch, or the group's agreed one
-  // The step timeline: steady-clock reads placed on the Unix time line (so that the
-  // timelines of several workers line up) through one pair of reads taken together.
-  const Clock::time_point steady_origin_ = Clock::now();
-  const std::int64_t unix_origin_us_ = std::chrono::duration_cast<std::chrono::microseconds>(
-                                           std::chrono::system_clock::now().time_since_epoch())
-                                           .count();
-  wire::StepTraceRing trace_;
-  wire::StepRecord step_;
-  Clock::time_point last_trace_write_ = Clock::now();
-  bool trace_warned_ = false;
+
+  // The exchange with the PS shards (worker_exchange.cpp).
+  struct Exchange {
+    std::unique_ptr<ps::PsClient> client;
+    std::unique_ptr<ps::PushEncoder> encoder;  // the host's pushes (ps/exchange.h)
+    std::unique_ptr<DeviceEncoder> device_encoder;  // a GPU worker's pushes, selected on its GPU
+    bool device_nonfinite = false;  // the device encoder's gathered gradient holds a NaN/Inf
+    std::unique_ptr<ps::TrafficMeter> meter;
+    std::unique_ptr<ps::PsResyncer> resyncer;
+    compress::CompressionSpec downlink_spec;
+    bool plain = true;
+    // Overlap: which partitions backward has completed (ps/overlap.h), and the step in
+    // progress.
+    std::unique_ptr<ps::PartitionTracker> tracker;
+    std::vector<ps::PartitionPush> plain_pushes;
+    struct {
+      bool active = false;     // backward of a training step is running
+      float lr = 0;
+      double density = 1;
+      bool nonfinite = false;  // a NaN/Inf loss or partition: the rest of the step is not pushed
+      std::exception_ptr error;  // a push that failed in a hook, rethrown by exchange()
+    } hook;
+    // The client's byte counts when the last step's traffic was counted (overlap) or when
+    // the epoch began: the next step's traffic is what they grew by.
+    std::uint64_t meter_up0 = 0, meter_down0 = 0;
+    double last_pos = 0;  // the training position of the last step counted
+    // Overlap in async and ssp: this step's pull runs during the next step's forward.
+    bool pipelined = false;
+    std::vector<float> replica;  // the pipelined pull's target (see start_pull)
+    ps::PendingPull pending_pull;  // the pipelined pull in flight (ps/client.h)
+  } ex_;
+
+  // What the worker reports (worker_reports.cpp): its losses and counters, and the step
+  // timeline.
+  struct Reports {
+    double epoch_wait = 0, wait_at_report = 0;  // seconds the steps waited for the loader
+    double loss_sum = 0, recent_loss = 0;
+    std::int64_t loss_count = 0, recent_count = 0, images_since_report = 0;
+    std::int64_t skipped_steps = 0, consecutive_skips = 0;
+    Clock::time_point last_report{}, t_profile{};
+    std::int64_t profile_images = 0;
+    wire::events::StepCounters counters;  // cumulative, this process (resyncs from the resyncer)
+    // The step timeline: steady-clock reads placed on the Unix time line (so that the
+    // timelines of several workers line up) through one pair of reads taken together.
+    const Clock::time_point steady_origin = Clock::now();
+    const std::int64_t unix_origin_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                            std::chrono::system_clock::now().time_since_epoch())
+                                            .count();
+    wire::StepTraceRing trace;
+    wire::StepRecord step;
+    Clock::time_point last_trace_write = Clock::now();
+    bool trace_warned = false;
+    explicit Reports(std::size_t trace_steps) : trace(trace_steps) {}
+  } rep_;
+
+  // This worker's local group, if it is in one (worker_group.cpp).
+  struct Group {
+    std::unique_ptr<group::LocalGroup> group;
+    std::unique_ptr<GroupReduction> reduction;  // its sum (sockets or NCCL); destroyed before group
+  } grp_;
 };
 
 }  // namespace dltrain::train::detail

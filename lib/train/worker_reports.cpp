@@ -55,7 +55,7 @@ void WorkerLoop::report_skipped_images() {
 }
 
 void WorkerLoop::maybe_report(int epoch, std::int64_t step, float lr) {
-  const double since = seconds_since(last_report_);
+  const double since = seconds_since(rep_.last_report);
   if (since < cfg_.progress_interval_s) return;
   wire::events::Progress ev;
   ev.rank = cfg_.rank;
@@ -63,45 +63,45 @@ void WorkerLoop::maybe_report(int epoch, std::int64_t step, float lr) {
   ev.step = step + 1;
   ev.steps_per_epoch = steps_per_epoch_;
   ev.global_step = global_step_;
-  ev.loss = recent_loss_ / static_cast<double>(recent_count_);
+  ev.loss = rep_.recent_loss / static_cast<double>(rep_.recent_count);
   ev.lr = lr;
-  ev.images_per_sec = static_cast<double>(images_since_report_) / since;
-  ev.bytes_pushed = client_->bytes_pushed();
-  ev.bytes_pulled = client_->bytes_pulled();
+  ev.images_per_sec = static_cast<double>(rep_.images_since_report) / since;
+  ev.bytes_pushed = ex_.client->bytes_pushed();
+  ev.bytes_pulled = ex_.client->bytes_pulled();
   ev.density = last_density_;
-  ev.compression_ratio = meter_->total().ratio();
-  ev.skipped_steps = skipped_steps_;
+  ev.compression_ratio = ex_.meter->total().ratio();
+  ev.skipped_steps = rep_.skipped_steps;
   ev.counters = counters();
   if (feed_->streaming()) {
     const double wait = feed_->wait_seconds();
-    ev.data_wait_seconds = wait - wait_at_report_;
-    ev.data_wait_fraction = std::clamp((wait - wait_at_report_) / since, 0.0, 1.0);
+    ev.data_wait_seconds = wait - rep_.wait_at_report;
+    ev.data_wait_fraction = std::clamp((wait - rep_.wait_at_report) / since, 0.0, 1.0);
     ev.skipped_images = feed_->skipped_images();
-    wait_at_report_ = wait;
+    rep_.wait_at_report = wait;
   }
   sink_(ev.to_json());
-  last_report_ = Clock::now();
-  images_since_report_ = 0;
-  recent_loss_ = 0;
-  recent_count_ = 0;
+  rep_.last_report = Clock::now();
+  rep_.images_since_report = 0;
+  rep_.recent_loss = 0;
+  rep_.recent_count = 0;
 }
 
 void WorkerLoop::profiled() {
-  const double secs = t_profile_ == Clock::time_point{} ? 0.0 : seconds_since(t_profile_);
+  const double secs = rep_.t_profile == Clock::time_point{} ? 0.0 : seconds_since(rep_.t_profile);
   wire::events::Profile ev;
   ev.rank = cfg_.rank;
   ev.steps = global_step_;
-  ev.measured_images = profile_images_;
+  ev.measured_images = rep_.profile_images;
   ev.measured_seconds = secs;
-  ev.images_per_sec = secs > 0 ? static_cast<double>(profile_images_) / secs : 0.0;
+  ev.images_per_sec = secs > 0 ? static_cast<double>(rep_.profile_images) / secs : 0.0;
   if (cfg_.rank == 0) {
     // One evaluation, timed as after an epoch: the planner adds it to every epoch.
     wire::events::EpochEnd probe;
     evaluate_on_test(probe);
     ev.eval_seconds = probe.eval_seconds;
   }
-  ev.bytes_pushed = client_->bytes_pushed();
-  ev.bytes_pulled = client_->bytes_pulled();
+  ev.bytes_pushed = ex_.client->bytes_pushed();
+  ev.bytes_pulled = ex_.client->bytes_pulled();
   sink_(ev.to_json());
   stop_ = true;
 }
@@ -111,16 +111,16 @@ void WorkerLoop::end_epoch(int epoch, double epoch_seconds) {
   ev.rank = cfg_.rank;
   ev.epoch = epoch + 1;
   ev.epochs = spec_.epochs;
-  ev.train_loss = loss_sum_ / static_cast<double>(std::max<std::int64_t>(1, loss_count_));
+  ev.train_loss = rep_.loss_sum / static_cast<double>(std::max<std::int64_t>(1, rep_.loss_count));
   ev.epoch_seconds = epoch_seconds;
   ev.images_per_sec = static_cast<double>(n_) / epoch_seconds;
-  if (feed_->streaming()) ev.data_wait_seconds = epoch_wait_;
+  if (feed_->streaming()) ev.data_wait_seconds = rep_.epoch_wait;
   if (epoch + 1 == spec_.epochs || stop_) finish();
   if (cfg_.rank == 0) evaluate_on_test(ev);
   if (feed_->streaming()) ev.skipped_images = feed_->skipped_images();
   report_skipped_images();
-  ev.bytes_pushed = client_->bytes_pushed();
-  ev.bytes_pulled = client_->bytes_pulled();
+  ev.bytes_pushed = ex_.client->bytes_pushed();
+  ev.bytes_pulled = ex_.client->bytes_pulled();
   sink_(ev.to_json());
   epochs_finished_ = epoch + 1;
 }
@@ -128,13 +128,13 @@ void WorkerLoop::end_epoch(int epoch, double epoch_seconds) {
 // Tells the PS this worker is done; rank 0 then waits for the others so that the final
 // accuracy is that of the finished model.
 void WorkerLoop::finish() {
-  resyncer_->run([&] { client_->done(); });
-  resyncer_->set_done_sent();
+  ex_.resyncer->run([&] { ex_.client->done(); });
+  ex_.resyncer->set_done_sent();
   if (cfg_.rank != 0) return;
   const auto deadline = Clock::now() + cfg_.finish_timeout;
   for (;;) {
     std::uint32_t finished = 0;
-    resyncer_->run([&] { finished = client_->workers_done(); });
+    ex_.resyncer->run([&] { finished = ex_.client->workers_done(); });
     if (finished >= static_cast<std::uint32_t>(spec_.workers)) return;
     if (Clock::now() >= deadline) {
       throw TimeoutError("worker 0: the other workers did not finish within " +
@@ -150,9 +150,9 @@ void WorkerLoop::finish() {
 void WorkerLoop::evaluate_on_test(wire::events::EpochEnd& ev) {
   const auto t_eval = Clock::now();
   try {
-    client_->pull(params_);
+    ex_.client->pull(params_);
   } catch (const ps::PsConnectionLost& lost) {
-    resyncer_->recover(lost);  // ends with a dense pull too
+    ex_.resyncer->recover(lost);  // ends with a dense pull too
   }
   flat_->write_params(params_);
   // Up to 20 batches of 250, at most one pass over a smaller sample (a ResNet's forward
@@ -170,10 +170,10 @@ void WorkerLoop::evaluate_on_test(wire::events::EpochEnd& ev) {
 // PS's parameters as of this worker's last pull, the freshest copy the job may have of a
 // shard that was lost. `pulled_at` ranks the replicas of several workers.
 void WorkerLoop::stopped() {
-  if (pending_pull_.valid()) {
+  if (ex_.pending_pull.active()) {
     try {
-      pending_pull_.get();
-      params_ = replica_;  // the newest values this worker got
+      ex_.pending_pull.wait();
+      params_ = ex_.replica;  // the newest values this worker got
     } catch (...) {
       // the stop ended the pull in flight too: params_ keeps the last complete one
     }
@@ -203,12 +203,12 @@ void WorkerLoop::done() {
   ev.rank = cfg_.rank;
   if (final_accuracy_ >= 0) ev.test_accuracy = final_accuracy_;
   ev.steps = global_step_;
-  ev.skipped_steps = skipped_steps_;
+  ev.skipped_steps = rep_.skipped_steps;
   ev.wall_seconds = seconds_since(t_start_);
-  ev.bytes_pushed = client_->bytes_pushed();
-  ev.bytes_pulled = client_->bytes_pulled();
-  ev.traffic = meter_->total();
-  ev.traffic_after_warmup = meter_->after_warmup();
+  ev.bytes_pushed = ex_.client->bytes_pushed();
+  ev.bytes_pulled = ex_.client->bytes_pulled();
+  ev.traffic = ex_.meter->total();
+  ev.traffic_after_warmup = ex_.meter->after_warmup();
   ev.compression_ratio = ev.traffic->ratio();
   ev.compression_ratio_after_warmup = ev.traffic_after_warmup->ratio();
   ev.counters = counters();
@@ -221,22 +221,22 @@ void WorkerLoop::done() {
 
 void WorkerLoop::end_step_trace() {
   const auto now = Clock::now();
-  step_.t[wire::kStepPhases] = unix_us(now);
-  trace_.push(step_);
-  if (!cfg_.trace_path.empty() && std::chrono::duration<double>(now - last_trace_write_).count() >= cfg_.trace_interval_s) {
+  rep_.step.t[wire::kStepPhases] = unix_us(now);
+  rep_.trace.push(rep_.step);
+  if (!cfg_.trace_path.empty() && std::chrono::duration<double>(now - rep_.last_trace_write).count() >= cfg_.trace_interval_s) {
     write_trace();
-    last_trace_write_ = now;
+    rep_.last_trace_write = now;
   }
 }
 
 // A timeline that cannot be written costs the timeline, not the training: one warning.
 void WorkerLoop::write_trace() noexcept {
-  if (cfg_.trace_path.empty() || trace_.size() == 0) return;
+  if (cfg_.trace_path.empty() || rep_.trace.size() == 0) return;
   try {
-    wire::write_step_trace(cfg_.trace_path, wire::step_trace_json("worker-" + std::to_string(cfg_.rank), trace_.last(trace_.size())));
+    wire::write_step_trace(cfg_.trace_path, wire::step_trace_json("worker-" + std::to_string(cfg_.rank), rep_.trace.last(rep_.trace.size())));
   } catch (const std::exception& e) {
-    if (!trace_warned_) spdlog::warn("the step timeline is not kept: {}", e.what());
-    trace_warned_ = true;
+    if (!rep_.trace_warned) spdlog::warn("the step timeline is not kept: {}", e.what());
+    rep_.trace_warned = true;
   }
 }
 

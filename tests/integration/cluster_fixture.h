@@ -11,7 +11,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "support/jobs.h"
 #include "support/standalone_suite.h"
+
+using dltrain::testing::kShortCnn;
+using dltrain::testing::kShortOptimizer;
 
 // PS shards checkpoint every 3 s (not the default 10 s) and workers report progress every
 // second (not 5 s), so that a shard has written its checkpoint and a worker has reported
@@ -63,17 +67,3 @@ class Cluster : public dltrain::testing::StandaloneSuite<Cluster> {
     ASSERT_EQ(::kill(pids.front(), SIGKILL), 0);
   }
 };
-
-// A short CNN job on 8,000 training images: 2 workers + 1 PS shard (3 cores).
-inline const std::string kShortCnn = R"(model = "cnn"
-workers = 2
-ps_shards = 1
-batch_size = 32
-train_samples = 8000
-test_samples = 2000
-)";
-inline const std::string kShortOptimizer = R"(
-[optimizer]
-lr = 0.05
-warmup_epochs = 0.2
-)";

@@ -168,7 +168,8 @@ TEST_F(Cluster, AnUnreachableLeaderIsNamedWithItsOwnExitCode) {
 namespace {
 
 // A job file the client refuses at submit: its body (below the data_dir line) and what
-// the refusal must say (the field and the problem).
+// the refusal must say (the field and the problem). The file written holds a name line
+// and a data_dir line above the body.
 struct Refusal {
   std::string name;
   std::string body;
@@ -182,7 +183,7 @@ const std::vector<Refusal> kRefusals = {
     {"UnknownModel", "model = \"resnet\"\n",
      "model: expected one of cnn | mlp | mlp-large | resnet20 | resnet18, got \"resnet\""},
     {"UnknownKey", "model = \"cnn\"\nepochz = 3\n", "epochz: unknown key"},
-    {"SyntaxError", "model = \"cnn\"\nepochs = \n", "TOML syntax error at line 3"},
+    {"SyntaxError", "model = \"cnn\"\nepochs = \n", "TOML syntax error at line 4, column 10"},
     {"OutOfRange", "model = \"cnn\"\nbatch_size = -3\n", "batch_size: expected an integer in [1, 65536], got -3"},
     {"FieldOfAnotherMode", "model = \"cnn\"\nstaleness = 4\n",
      "staleness: applies only to sync = \"ssp\" (this job has sync = \"async\")"},

@@ -25,6 +25,7 @@
 #include "support/process.h"
 #include "support/prometheus.h"
 #include "support/wait.h"
+#include "support/jobs.h"
 #include "support/names.h"
 
 namespace {
@@ -58,32 +59,6 @@ dltrain::testing::Result promtool_check(const fs::path& dir, const std::string& 
   std::ofstream(file) << text;
   return run("promtool check metrics < " + file.string() + " 2>&1", 30);
 }
-
-// 3,000 images (1,500 per worker), 2 epochs of 47 steps of 32: a few seconds.
-const std::string kSmallDgc = R"(model = "mlp"
-workers = 2
-ps_shards = 1
-batch_size = 32
-epochs = 2
-train_samples = 3000
-test_samples = 1000
-[compression]
-method = "dgc"
-ratio = 0.01
-)";
-
-// A CNN on 8,000 images for 2 epochs: long enough (seconds to a minute) for several
-// scrapes and progress reports while it trains.
-const std::string kCnn8000 = R"(model = "cnn"
-workers = 2
-ps_shards = 1
-batch_size = 32
-epochs = 2
-train_samples = 8000
-test_samples = 2000
-[optimizer]
-lr = 0.05
-)";
 
 }  // namespace
 

@@ -17,4 +17,16 @@ inline std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+/// what() of the exception of type E that `f` throws; "" when it throws nothing. Any
+/// other exception passes through (and fails the test, naming itself).
+template <typename E, typename F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace dltrain::testing

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <thread>
 #include <vector>
 
 #include <boost/asio.hpp>
@@ -77,6 +78,21 @@ struct PsShards {
     return o;
   }
   ps::PsClient client(const ps::PsClientOptions& o) const { return ps::PsClient(endpoints(), layout, o); }
+  /// Runs workers 0 … n-1 of `n` at once, each on its own thread: its client joined
+  /// (join) with `x0`, then `body(rank, client, params)`. Returns once every one has.
+  template <typename Body>
+  void run_workers(std::uint32_t n, const std::vector<float>& x0, Body body) const {
+    std::vector<std::thread> threads;
+    for (std::uint32_t r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        auto w = client(client_options(r, n));
+        std::vector<float> params;
+        join(w, x0, params);
+        body(r, w, params);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
   /// Connects worker `w`, offers `x0` as the initial parameters (init: a shard keeps the
   /// first it gets) and pulls what the shards hold into `params` (resized to x0's size).
   static void join(ps::PsClient& w, const std::vector<float>& x0, std::vector<float>& params) {

@@ -10,21 +10,11 @@
 #include "common/json_fields.h"
 #include "common/toml_fields.h"
 #include "wire/task_events.h"
+#include "support/error_of.h"
 
 using namespace dltrain;
 
-namespace {
-
-std::string message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-}  // namespace
+using dltrain::testing::message_of;
 
 TEST(HostPort, ParsesNamesIPv4AndIPv6) {
   const auto a = parse_host_port("ps.example:7000", "--ps");
@@ -36,28 +26,28 @@ TEST(HostPort, ParsesNamesIPv4AndIPv6) {
 }
 
 TEST(HostPort, RefusesWhatIsNotAnEndpointNamingTheField) {
-  EXPECT_EQ(message([] { parse_host_port("nohost", "--ps", "HOST:PORT[,HOST:PORT...]"); }),
+  EXPECT_EQ(message_of<ConfigError>([] { parse_host_port("nohost", "--ps", "HOST:PORT[,HOST:PORT...]"); }),
             "--ps: expected HOST:PORT[,HOST:PORT...], got \"nohost\"");
-  EXPECT_EQ(message([] { parse_host_port(":80", "--ps"); }), "--ps: expected HOST:PORT, got \":80\"");
-  EXPECT_EQ(message([] { parse_host_port("h:0", "--ps"); }), "--ps: port out of range in \"h:0\"");
-  EXPECT_EQ(message([] { parse_host_port("h:65536", "--ps"); }), "--ps: port out of range in \"h:65536\"");
-  EXPECT_EQ(message([] { parse_host_port("h:12ab", "--ps"); }), "--ps: port is not a number in \"h:12ab\"");
+  EXPECT_EQ(message_of<ConfigError>([] { parse_host_port(":80", "--ps"); }), "--ps: expected HOST:PORT, got \":80\"");
+  EXPECT_EQ(message_of<ConfigError>([] { parse_host_port("h:0", "--ps"); }), "--ps: port out of range in \"h:0\"");
+  EXPECT_EQ(message_of<ConfigError>([] { parse_host_port("h:65536", "--ps"); }), "--ps: port out of range in \"h:65536\"");
+  EXPECT_EQ(message_of<ConfigError>([] { parse_host_port("h:12ab", "--ps"); }), "--ps: port is not a number in \"h:12ab\"");
 }
 
 TEST(TomlFields, ValuesOfTheWrongTypeOrRangeAreNamedWithWhatWasFound) {
   const auto t = toml_fields::parse("n = 3\ns = \"x\"\nf = 1.5\nb = true\n");
   EXPECT_EQ(toml_fields::get_int(*t.get("n"), "n", 0, 10), 3);
-  EXPECT_EQ(message([&] { toml_fields::get_int(*t.get("n"), "n", 5, 10); }), "n: expected an integer in [5, 10], got 3");
-  EXPECT_EQ(message([&] { toml_fields::get_int(*t.get("s"), "s", 0, 1); }),
+  EXPECT_EQ(message_of<ConfigError>([&] { toml_fields::get_int(*t.get("n"), "n", 5, 10); }), "n: expected an integer in [5, 10], got 3");
+  EXPECT_EQ(message_of<ConfigError>([&] { toml_fields::get_int(*t.get("s"), "s", 0, 1); }),
             "s: expected an integer in [0, 1], got a string \"x\"");
-  EXPECT_EQ(message([&] { toml_fields::get_double(*t.get("f"), "f", 0, 1, false, true); }),
+  EXPECT_EQ(message_of<ConfigError>([&] { toml_fields::get_double(*t.get("f"), "f", 0, 1, false, true); }),
             "f: expected a number in [0, 1), got 1.5");
-  EXPECT_EQ(message([&] { toml_fields::get_bool(*t.get("n"), "n"); }), "n: expected true or false, got an integer 3");
-  EXPECT_EQ(message([&] { toml_fields::get_string(*t.get("b"), "b"); }), "b: expected a string, got a boolean true");
-  EXPECT_EQ(message([&] { toml_fields::get_duration(*t.get("n"), "n", "1s"); }),
+  EXPECT_EQ(message_of<ConfigError>([&] { toml_fields::get_bool(*t.get("n"), "n"); }), "n: expected true or false, got an integer 3");
+  EXPECT_EQ(message_of<ConfigError>([&] { toml_fields::get_string(*t.get("b"), "b"); }), "b: expected a string, got a boolean true");
+  EXPECT_EQ(message_of<ConfigError>([&] { toml_fields::get_duration(*t.get("n"), "n", "1s"); }),
             "n: expected a duration string such as \"1s\", got an integer 3");
-  EXPECT_EQ(message([] { toml_fields::parse("x = \n"); }).rfind("TOML syntax error at line 1, column", 0), 0u);
-  EXPECT_EQ(message([] { toml_fields::parse_file("/nonexistent/dltrain.toml"); }),
+  EXPECT_EQ(message_of<ConfigError>([] { toml_fields::parse("x = \n"); }).rfind("TOML syntax error at line 1, column", 0), 0u);
+  EXPECT_EQ(message_of<ConfigError>([] { toml_fields::parse_file("/nonexistent/dltrain.toml"); }),
             "/nonexistent/dltrain.toml: cannot read it: No such file or directory");
 }
 
@@ -77,7 +67,7 @@ TEST(JsonFields, WrongTypesThrowAndAbsentFieldsKeepDefaults) {
 
 TEST(AgentOptions, KeysWrittenBelowThePricesTableAreNamedAsMisplaced) {
   // configs/leader.toml ends with [prices]: a key appended to it lands in that table.
-  EXPECT_EQ(message([] {
+  EXPECT_EQ(message_of<ConfigError>([] {
               config::parse_agent_options("agent_token = \"t\"\n[prices]\ncpu = 1.0\ntls_cert_file = \"c.pem\"\n", "/");
             }),
             "prices.tls_cert_file: \"tls_cert_file\" is a top-level key written below the [prices] table, so TOML "
@@ -85,13 +75,13 @@ TEST(AgentOptions, KeysWrittenBelowThePricesTableAreNamedAsMisplaced) {
   const auto o = config::parse_agent_options("agent_token = \"t\"\n[prices]\ncpu = 1.5\ngpu-a100 = 4\n", "/");
   EXPECT_DOUBLE_EQ(o.prices.at("cpu"), 1.5);
   EXPECT_DOUBLE_EQ(o.prices.at("gpu-a100"), 4.0);
-  EXPECT_EQ(message([] { config::parse_agent_options("agent_token = \"t\"\nname = \"\"\n", "/"); }),
+  EXPECT_EQ(message_of<ConfigError>([] { config::parse_agent_options("agent_token = \"t\"\nname = \"\"\n", "/"); }),
             "name: must not be empty");
-  EXPECT_EQ(message([] { config::parse_agent_options("agent_token = \"t\"\nfrobnicate = 1\n", "/"); }),
+  EXPECT_EQ(message_of<ConfigError>([] { config::parse_agent_options("agent_token = \"t\"\nfrobnicate = 1\n", "/"); }),
             "frobnicate: unknown key");
-  EXPECT_EQ(message([] { config::parse_agent_options("agent_token = \"t\"\nprogress_interval = \"50ms\"\n", "/"); }),
+  EXPECT_EQ(message_of<ConfigError>([] { config::parse_agent_options("agent_token = \"t\"\nprogress_interval = \"50ms\"\n", "/"); }),
             "progress_interval: expected at least 100ms, got 50ms");
-  EXPECT_EQ(message([] { config::parse_agent_options("agent_token = \"t\"\ncores = 5000\n", "/"); }),
+  EXPECT_EQ(message_of<ConfigError>([] { config::parse_agent_options("agent_token = \"t\"\ncores = 5000\n", "/"); }),
             "cores: expected an integer in [0, 4096], got 5000");
   const auto p = config::parse_agent_options(
       "agent_token = \"t\"\nname = \"gpu-07\"\nstate_dir = \"state\"\nqueue_timeout = \"1h\"\n", "/etc/dltrain");
@@ -144,19 +134,19 @@ TEST(JsonFields, IntegerFieldsTakeOnlyIntegersThatFit) {
 // ("a=0\"\u0382", "x =9a8=\"...\u00e9"). toml++ is now given ASCII text with the same meaning.
 TEST(TomlFields, NonAsciiTextIsGivenToTomlPlusPlusAsEscapesWithTheSameValues) {
   // Outside strings and comments a non-ASCII character is a syntax error, named with its line.
-  EXPECT_EQ(message([] { toml_fields::parse("epochs = 100\xce\x82\n"); }),
+  EXPECT_EQ(message_of<ConfigError>([] { toml_fields::parse("epochs = 100\xce\x82\n"); }),
             "TOML syntax error at line 1: a non-ASCII character outside a string or comment (keys and values are "
             "ASCII; quote it)");
-  EXPECT_NE(message([] { toml_fields::parse("[t]\nx = 1 \xc3\xa9"); }).find("line 2"), std::string::npos);
-  EXPECT_EQ(message([] { toml_fields::parse("s = \"\"\"\\\xc3\xa9\"\"\"\n"); }),
+  EXPECT_NE(message_of<ConfigError>([] { toml_fields::parse("[t]\nx = 1 \xc3\xa9"); }).find("line 2"), std::string::npos);
+  EXPECT_EQ(message_of<ConfigError>([] { toml_fields::parse("s = \"\"\"\\\xc3\xa9\"\"\"\n"); }),
             "TOML syntax error at line 1: a non-ASCII character right after a backslash (not an escape)");
-  EXPECT_EQ(message([] { toml_fields::parse("a = 1\ns = \"\xc3\x28\"\n"); }),
+  EXPECT_EQ(message_of<ConfigError>([] { toml_fields::parse("a = 1\ns = \"\xc3\x28\"\n"); }),
             "TOML syntax error at line 2: text that is not valid UTF-8");
-  EXPECT_EQ(message([] { toml_fields::parse("# \xed\xa0\x80\n"); }),  // a UTF-16 surrogate
+  EXPECT_EQ(message_of<ConfigError>([] { toml_fields::parse("# \xed\xa0\x80\n"); }),  // a UTF-16 surrogate
             "TOML syntax error at line 1: text that is not valid UTF-8");
   // The inputs the fuzzers found: still refused, as the syntax errors they are.
   for (const char* bad : {"a=0\"\xce\x82", "x =9a8=\"p:t\xc3\xa9s\"\"\n", "name =0\"\"\"\x17\"1\"0\"0\xce\x82"}) {
-    EXPECT_EQ(message([&] { toml_fields::parse(bad); }).rfind("TOML syntax error at line 1", 0), 0u) << bad;
+    EXPECT_EQ(message_of<ConfigError>([&] { toml_fields::parse(bad); }).rfind("TOML syntax error at line 1", 0), 0u) << bad;
   }
   // Every kind of string holds any UTF-8, with the value written; quotes and backslashes
   // inside them do not confuse the rewriting; comments hold any UTF-8.
@@ -174,7 +164,7 @@ TEST(TomlFields, NonAsciiTextIsGivenToTomlPlusPlusAsEscapesWithTheSameValues) {
   EXPECT_EQ(*t["t"]["\xce\xa9"]["v"][0].value<std::string>(), "\xd0\x96");
   EXPECT_EQ(*t["t"]["\xce\xa9"]["v"][1].value<std::string>(), "\xd0\x96");
   // Line numbers in toml++'s own errors stay those of the file.
-  EXPECT_EQ(message([] { toml_fields::parse("# \xc3\xa9\nn = \"\xc3\xa9\"\nm = \n"); }).rfind("TOML syntax error at line 3", 0),
+  EXPECT_EQ(message_of<ConfigError>([] { toml_fields::parse("# \xc3\xa9\nn = \"\xc3\xa9\"\nm = \n"); }).rfind("TOML syntax error at line 3", 0),
             0u);
 }
 
@@ -182,14 +172,14 @@ TEST(TomlFields, NonAsciiTextIsGivenToTomlPlusPlusAsEscapesWithTheSameValues) {
 // integer milliseconds (undefined behaviour); "1.2.3s" and ".s" threw std::invalid_argument
 // out of parse_duration_seconds instead of a ConfigError.
 TEST(AgentOptions, DurationsThatDoNotParseOrFitAreNamed) {
-  EXPECT_EQ(message([] { config::parse_agent_options("agent_token = \"t\"\nheartbeat_timeout = \"99999999999d\"\n", "/"); }),
+  EXPECT_EQ(message_of<ConfigError>([] { config::parse_agent_options("agent_token = \"t\"\nheartbeat_timeout = \"99999999999d\"\n", "/"); }),
             "heartbeat_timeout: expected at most 1000000000s, got \"99999999999d\"");
-  EXPECT_EQ(message([] { config::parse_agent_options("agent_token = \"t\"\ntask_stop_grace = \".s\"\n", "/"); }),
+  EXPECT_EQ(message_of<ConfigError>([] { config::parse_agent_options("agent_token = \"t\"\ntask_stop_grace = \".s\"\n", "/"); }),
             "task_stop_grace: expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \".s\"");
-  EXPECT_EQ(message([] { config::parse_agent_options("agent_token = \"t\"\ntask_stop_grace = \"1.2.3s\"\n", "/"); }),
+  EXPECT_EQ(message_of<ConfigError>([] { config::parse_agent_options("agent_token = \"t\"\ntask_stop_grace = \"1.2.3s\"\n", "/"); }),
             "task_stop_grace: expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \"1.2.3s\"");
   const std::string huge(400, '9');
-  EXPECT_EQ(message([&] { config::parse_agent_options("agent_token = \"t\"\nqueue_timeout = \"" + huge + "s\"\n", "/"); }),
+  EXPECT_EQ(message_of<ConfigError>([&] { config::parse_agent_options("agent_token = \"t\"\nqueue_timeout = \"" + huge + "s\"\n", "/"); }),
             "queue_timeout: expected a duration such as \"90s\", \"30m\" or \"1h30m\", got \"" + huge + "s\"");
   EXPECT_EQ(config::parse_agent_options("agent_token = \"t\"\ntask_stop_grace = \"1.5s\"\n", "/").task_stop_grace,
             std::chrono::milliseconds(1500));

@@ -55,6 +55,22 @@ std::shared_ptr<SessionHost> make_host(Owner& owner) {
   return std::make_shared<SessionHost>(SessionHost{std::move(o), std::move(h)});
 }
 
+// One connection to a fresh server side whose `n`-th stream operation fails: the owner,
+// the host, the io_context and the two ends of a beast::test::stream.
+struct Connection {
+  Owner owner;
+  std::shared_ptr<SessionHost> host;
+  asio::io_context io;
+  beast::test::fail_count fc;
+  beast::test::stream server_end, client_end;
+
+  explicit Connection(std::size_t n) : host(make_host(owner)), fc(n), server_end(io, fc), client_end(io) {
+    server_end.connect(client_end);
+  }
+  /// Hands the server end to the sessions (control/sessions.h).
+  void serve() { dltrain::control::serve_connection(std::move(server_end), "test-peer", host); }
+};
+
 // Runs `io` until `done()` or 10 s, then lets the server side settle (its last
 // completions after the client's), bounded as well.
 template <typename Done>
@@ -134,23 +150,19 @@ struct WsClient {
 // Runs the WebSocket scenario with the server's operation `n` failing; returns the
 // client's result and checks the invariants of every run.
 std::string websocket_run(std::size_t n, bool dashboard) {
-  Owner owner;
-  auto host = make_host(owner);
-  asio::io_context io;
-  beast::test::fail_count fc(n);
-  beast::test::stream server_end(io, fc), client_end(io);
-  server_end.connect(client_end);
-  dltrain::control::serve_connection(std::move(server_end), "test-peer", host);
-  WsClient client(std::move(client_end), dashboard);
+  Connection c(n);
+  c.serve();
+  Owner& owner = c.owner;
+  WsClient client(std::move(c.client_end), dashboard);
   client.start();
-  const bool ended = run_until(io, [&] { return client.done && owner.closes == owner.opens; });
+  const bool ended = run_until(c.io, [&] { return client.done && owner.closes == owner.opens; });
   EXPECT_TRUE(ended) << "run " << n << ": client " << (client.done ? client.result : "still waiting") << ", "
                      << owner.opens << " opens, " << owner.closes << " closes";
   EXPECT_LE(owner.opens, 1) << "run " << n;
   EXPECT_EQ(owner.closes, owner.opens) << "run " << n;
   EXPECT_LE(owner.messages, 1) << "run " << n;
   EXPECT_EQ(owner.after_close, 0) << "run " << n;
-  EXPECT_TRUE(host->sessions.empty()) << "run " << n << ": a session stayed registered";
+  EXPECT_TRUE(c.host->sessions.empty()) << "run " << n << ": a session stayed registered";
   return client.result;
 }
 
@@ -198,14 +210,10 @@ TEST(ControlSession, AnHttpRequestGetsItsResponseOrAnEndWhereverItsStreamFails) 
   for (const auto& c : cases) {
     bool clean = false;
     for (std::size_t n = 0; n < kMaxRuns && !clean; ++n) {
-      Owner owner;
-      auto host = make_host(owner);
-      asio::io_context io;
-      beast::test::fail_count fc(n);
-      beast::test::stream server_end(io, fc), client_end(io);
-      server_end.connect(client_end);
+      Connection conn(n);
+      auto& client_end = conn.client_end;
       client_end.write_some(asio::buffer(std::string_view(c.request)));
-      dltrain::control::serve_connection(std::move(server_end), "test-peer", host);
+      conn.serve();
       // The client reads to the end of the stream: the response, then the server's close.
       std::string got;
       bool ended = false;
@@ -221,8 +229,8 @@ TEST(ControlSession, AnHttpRequestGetsItsResponseOrAnEndWhereverItsStreamFails) 
         });
       };
       read_more();
-      ASSERT_TRUE(run_until(io, [&] { return ended; })) << c.request << " run " << n << ": the client waits";
-      EXPECT_EQ(owner.opens, 0);
+      ASSERT_TRUE(run_until(conn.io, [&] { return ended; })) << c.request << " run " << n << ": the client waits";
+      EXPECT_EQ(conn.owner.opens, 0);
       clean = got.rfind(c.want, 0) == 0;
       if (!clean) EXPECT_TRUE(got.empty()) << "run " << n << ": a partial response: " << got;
       if (clean) {

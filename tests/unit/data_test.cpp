@@ -584,11 +584,17 @@ TEST(Loader, BatchesAreNormalisedAndIdenticalForAnyThreadCount) {
   }
 }
 
+// The examples 0 … n-1 in their own order.
+std::vector<std::int64_t> identity_order(std::int64_t n) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  return order;
+}
+
 TEST(Loader, QueueNeverExceedsItsBound) {
   auto src = std::make_shared<CountingSource>(400);
   const Transform t = plain_transform(6, 1);
-  std::vector<std::int64_t> order(400);
-  std::iota(order.begin(), order.end(), 0);
+  const auto order = identity_order(400);
   LoaderOptions o;
   o.batch_size = 4;
   o.threads = 4;
@@ -610,8 +616,7 @@ TEST(Loader, QueueNeverExceedsItsBound) {
 TEST(Loader, StopsPromptlyWhenAskedAndWhenDestroyed) {
   auto src = std::make_shared<CountingSource>(100000, 1);
   const Transform t = plain_transform(6, 3);
-  std::vector<std::int64_t> order(100000);
-  std::iota(order.begin(), order.end(), 0);
+  const auto order = identity_order(100000);
   LoaderOptions o;
   o.batch_size = 32;
   o.threads = 2;

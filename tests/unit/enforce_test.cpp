@@ -8,23 +8,11 @@
 #include "common/enforce.h"
 #include "common/errors.h"
 #include "wire/frame.h"
+#include "support/error_of.h"
 
 using namespace dltrain;
 
-namespace {
-
-// What `f` threw as E ("" when it threw nothing).
-template <typename E, typename F>
-std::string message_of(F f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
+using dltrain::testing::message_of;
 
 TEST(Enforce, EqNamesTheContextTheExpectedAndTheFoundValue) {
   const std::uint32_t count = 512;

@@ -94,6 +94,25 @@ struct ScriptedShard {
     append(b, values);
     asio::write(sock, asio::buffer(b));
   }
+  /// Answers the pull numbered `seq` of partition 0 with `values` (dense).
+  void reply_to_pull(std::uint64_t seq, const std::vector<float>& values) {
+    wire::FrameHeader reply;
+    reply.type = wire::MessageType::kPullReply;
+    reply.seq = seq;
+    reply.key = 0;
+    reply.codec = wire::Codec::kDenseF32;
+    reply.count = static_cast<std::uint32_t>(values.size());
+    reply.payload_bytes = reply.count * 4;
+    write_frame(reply, values);
+  }
+  /// Accepts the hello numbered `seq` (a worker waits for this before it sends more).
+  void ack_hello(std::uint64_t seq) {
+    wire::FrameHeader ack;
+    ack.type = wire::MessageType::kHelloAck;
+    ack.seq = seq;
+    ack.count = 1;
+    write_frame(ack);
+  }
 };
 
 }  // namespace
@@ -189,11 +208,7 @@ TEST(PsClientTimeout, AWorkerSuspendedPastItsTimeoutTakesTheReplyWaitingForIt) {
   std::memcpy(rank_of, hello.data(), 8);
   EXPECT_EQ(rank_of[0], 0u);  // worker 0
   EXPECT_EQ(rank_of[1], 1u);  // of 1
-  wire::FrameHeader ack;
-  ack.type = wire::MessageType::kHelloAck;
-  ack.seq = h->seq;
-  ack.count = 1;
-  shard.write_frame(ack);
+  shard.ack_hello(h->seq);
   auto pull = shard.read_frame(30s);
   ASSERT_TRUE(pull && pull->type == wire::MessageType::kPull && pull->key == 0) << child_output();
 
@@ -203,14 +218,7 @@ TEST(PsClientTimeout, AWorkerSuspendedPastItsTimeoutTakesTheReplyWaitingForIt) {
   ASSERT_EQ(kill(pid, SIGSTOP), 0);
   wait_until([&] { return dltrain::testing::process_state(pid) == 'T'; }, 10s, 10ms);
   ASSERT_EQ(dltrain::testing::process_state(pid), 'T') << "the child did not stop";
-  wire::FrameHeader reply;
-  reply.type = wire::MessageType::kPullReply;
-  reply.seq = pull->seq;
-  reply.key = 0;
-  reply.codec = wire::Codec::kDenseF32;
-  reply.count = 4;
-  reply.payload_bytes = 16;
-  shard.write_frame(reply, {1.5f, -2.0f, 3.25f, 4.0f});
+  shard.reply_to_pull(pull->seq, {1.5f, -2.0f, 3.25f, 4.0f});
   // Not a synchronisation: the suspension itself, three times the child's timeout, so that
   // its deadline has passed when it runs again.
   std::this_thread::sleep_for(1500ms);
@@ -231,21 +239,10 @@ TEST(PsClientReplies, APullReplyOfTheWrongSizeIsRefusedWithWhatWasExpected) {
     if (!shard.accept(30s) || !shard.handshake(30s)) return;
     auto hello = shard.read_frame(30s);
     if (!hello) return;
-    wire::FrameHeader ack;
-    ack.type = wire::MessageType::kHelloAck;
-    ack.seq = hello->seq;
-    ack.count = 1;
-    shard.write_frame(ack);
+    shard.ack_hello(hello->seq);
     auto pull = shard.read_frame(30s);
     if (!pull) return;
-    wire::FrameHeader reply;  // partition 0 has 4 values; this reply carries 2
-    reply.type = wire::MessageType::kPullReply;
-    reply.seq = pull->seq;
-    reply.key = 0;
-    reply.codec = wire::Codec::kDenseF32;
-    reply.count = 2;
-    reply.payload_bytes = 8;
-    shard.write_frame(reply, {1.0f, 2.0f});
+    shard.reply_to_pull(pull->seq, {1.0f, 2.0f});  // partition 0 has 4 values; this reply carries 2
   });
   auto o = PsShards::client_options(0, 1);
   o.timeout = std::chrono::milliseconds(10000);

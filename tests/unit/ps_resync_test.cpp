@@ -63,6 +63,22 @@ std::unique_ptr<PsClient> connect_worker(const RestartableShard& shard, std::uin
   return w;
 }
 
+// A shard on a fresh state and two connected workers of a 4-float model, worker 0
+// having offered p0 = {1, 2, 3, 4} as the initial parameters; p1 is worker 1's replica.
+class ResyncOfTwo : public ::testing::Test {
+ protected:
+  ResyncOfTwo() {
+    shard.start(st);
+    c0 = connect_worker(shard, 0);
+    c1 = connect_worker(shard, 1);
+    c0->init(p0);
+  }
+  RestartableShard shard;
+  std::shared_ptr<ShardState> st = std::make_shared<ShardState>(0.0);
+  std::unique_ptr<PsClient> c0, c1;
+  std::vector<float> p0{1, 2, 3, 4}, p1 = std::vector<float>(4);
+};
+
 }  // namespace
 
 TEST(Resync, AShardRestartedFromAnOlderCheckpointIsRebuiltFromTheFresherReplica) {
@@ -100,16 +116,10 @@ TEST(Resync, AShardRestartedFromAnOlderCheckpointIsRebuiltFromTheFresherReplica)
   EXPECT_EQ(w.seen_pushes(0), 3u);
 }
 
-TEST(Resync, ACheckpointFresherThanTheReplicaIsKept) {
+TEST_F(ResyncOfTwo, ACheckpointFresherThanTheReplicaIsKept) {
   dltrain::testing::TempDir dir;
   const auto path = dir.path / "shard.ckpt";
-  RestartableShard shard;
-  auto st = std::make_shared<ShardState>(0.0);
-  shard.start(st);
-  auto c0 = connect_worker(shard, 0), c1 = connect_worker(shard, 1);
   PsClient &w0 = *c0, &w1 = *c1;
-  std::vector<float> p0{1, 2, 3, 4}, p1(4);
-  w0.init(p0);
   std::vector<float> g(4, 1.0f);
   w0.push_pull(g, 0.5f, p0);  // x = {0.5, 1.5, 2.5, 3.5}, 1 push
   w1.pull(p1);                // worker 1's replica: 1 push
@@ -128,13 +138,8 @@ TEST(Resync, ACheckpointFresherThanTheReplicaIsKept) {
   EXPECT_EQ(w1.seen_pushes(0), 3u);
 }
 
-TEST(Resync, OfSeveralReplicasTheFreshestRebuildsTheShard) {
-  RestartableShard shard;
-  shard.start(std::make_shared<ShardState>(0.0));
-  auto c0 = connect_worker(shard, 0), c1 = connect_worker(shard, 1);
+TEST_F(ResyncOfTwo, OfSeveralReplicasTheFreshestRebuildsTheShard) {
   PsClient &w0 = *c0, &w1 = *c1;
-  std::vector<float> p0{1, 2, 3, 4}, p1(4);
-  w0.init(p0);
   std::vector<float> g(4, 1.0f);
   w0.push_pull(g, 0.5f, p0);  // worker 0: {0.5, 1.5, 2.5, 3.5} at 1 push
   w1.push_pull(g, 0.5f, p1);  // worker 1: {0, 1, 2, 3} at 2 pushes
@@ -155,13 +160,8 @@ TEST(Resync, OfSeveralReplicasTheFreshestRebuildsTheShard) {
   EXPECT_EQ(p0, p1);
 }
 
-TEST(Resync, AShardRestartedWithoutACheckpointIsRebuiltFromTheFirstReplicaOffered) {
-  RestartableShard shard;
-  shard.start(std::make_shared<ShardState>(0.0));
-  auto c0 = connect_worker(shard, 0), c1 = connect_worker(shard, 1);
+TEST_F(ResyncOfTwo, AShardRestartedWithoutACheckpointIsRebuiltFromTheFirstReplicaOffered) {
   PsClient &w0 = *c0, &w1 = *c1;
-  std::vector<float> p0{1, 2, 3, 4}, p1(4);
-  w0.init(p0);
   w0.pull(p0);  // init has no reply: the pull on the same connection orders it
   w1.pull(p1);
   EXPECT_EQ(p1, p0);
@@ -208,4 +208,20 @@ TEST(Resync, GivesUpWithAClearErrorWhenTheShardDoesNotComeBack) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("cannot connect"), std::string::npos) << e.what();
   }
+}
+
+// A pull started with start_pull hands its values, or its error, to the handle's wait();
+// the handle is inactive afterwards, and waiting on an inactive one returns at once.
+TEST_F(ResyncOfTwo, APendingPullHandsItsValuesOrItsErrorToWait) {
+  std::vector<float> got(4);
+  auto pending = c0->start_pull(got, 1.0);
+  EXPECT_TRUE(pending.active());
+  pending.wait();
+  EXPECT_FALSE(pending.active());
+  EXPECT_EQ(got, p0);  // what worker 0 offered: the shard's first init
+  pending.wait();
+  shard.kill();
+  auto lost = c0->start_pull(got, 1.0);
+  EXPECT_THROW(lost.wait(), PsConnectionLost);
+  EXPECT_FALSE(lost.active());
 }

@@ -182,20 +182,13 @@ TEST(Bsp, ThreeWorkersSeeTheHandComputedSynchronousUpdateAfterEveryStep) {
   std::iota(x0.begin(), x0.end(), 1.0f);
   const std::vector<std::vector<float>> g1{{1}, {2}, {3}}, g2{{-1}, {0.5f}, {0.5f}};
   std::vector<std::vector<std::vector<float>>> seen(3);
-  std::vector<std::thread> threads;
-  for (std::uint32_t r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      auto w = shards.client(PsShards::client_options(r, 3));
-      std::vector<float> params;
-      PsShards::join(w, x0, params);
-      for (const auto* g : {&g1, &g2}) {
-        w.push_pull(std::vector<float>(8, (*g)[r][0]), 0.25f, params);
-        seen[r].push_back(params);
-      }
-      w.done();
-    });
-  }
-  for (auto& t : threads) t.join();
+  shards.run_workers(3, x0, [&](std::uint32_t r, PsClient& w, std::vector<float>& params) {
+    for (const auto* g : {&g1, &g2}) {
+      w.push_pull(std::vector<float>(8, (*g)[r][0]), 0.25f, params);
+      seen[r].push_back(params);
+    }
+    w.done();
+  });
   std::vector<float> after1(8), after2(8);
   for (int i = 0; i < 8; ++i) {
     after1[i] = x0[i] - 1.5f;
@@ -220,26 +213,19 @@ TEST(Bsp, SparsePushesAreSummedIntoTheStep) {
   PsShards shards(1, 0.0, make_layout({4, 4}, 4, 1), bsp());
   std::vector<float> x0(8, 10.0f);
   std::vector<std::vector<float>> seen(3);
-  std::vector<std::thread> threads;
-  for (std::uint32_t r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      auto w = shards.client(PsShards::client_options(r, 3));
-      std::vector<float> params;
-      PsShards::join(w, x0, params);
-      const std::vector<std::uint32_t> idx{r, 3};
-      const std::vector<float> val{static_cast<float>(r + 1), 1.0f};
-      std::vector<PartitionPush> pushes(2);
-      for (auto& pp : pushes) {
-        pp.codec = wire::Codec::kSparseF32;
-        pp.count = 2;
-        pp.first = std::as_bytes(std::span(idx));
-        pp.second = std::as_bytes(std::span(val));
-      }
-      w.push_pull(pushes, 0.5f, 1.0, params);
-      seen[r] = params;
-    });
-  }
-  for (auto& t : threads) t.join();
+  shards.run_workers(3, x0, [&](std::uint32_t r, PsClient& w, std::vector<float>& params) {
+    const std::vector<std::uint32_t> idx{r, 3};
+    const std::vector<float> val{static_cast<float>(r + 1), 1.0f};
+    std::vector<PartitionPush> pushes(2);
+    for (auto& pp : pushes) {
+      pp.codec = wire::Codec::kSparseF32;
+      pp.count = 2;
+      pp.first = std::as_bytes(std::span(idx));
+      pp.second = std::as_bytes(std::span(val));
+    }
+    w.push_pull(pushes, 0.5f, 1.0, params);
+    seen[r] = params;
+  });
   const std::vector<float> want{9.5f, 9.0f, 8.5f, 8.5f, 9.5f, 9.0f, 8.5f, 8.5f};
   for (std::uint32_t r = 0; r < 3; ++r) EXPECT_EQ(seen[r], want) << "worker " << r;
   EXPECT_EQ(shards.servers[0]->sync_stats().steps, 2u);  // one per partition
@@ -362,26 +348,19 @@ TEST(Ssp, StalenessZeroEndsWithBspsParameters) {
   for (const auto& opt : {ssp(0), bsp()}) {
     PsShards shards(2, 0.0, make_layout({4, 4}, 4, 2), opt);
     const std::vector<float> x0(8, 10.0f);
-    std::vector<std::thread> threads;
     std::vector<std::vector<float>> final(3, std::vector<float>(8));
-    for (std::uint32_t r = 0; r < 3; ++r) {
-      threads.emplace_back([&, r] {
-        auto w = shards.client(PsShards::client_options(r, 3));
-        std::vector<float> params;
-        PsShards::join(w, x0, params);
-        for (int step = 1; step <= 3; ++step) {
-          w.push_pull(std::vector<float>(8, static_cast<float>(r + step)), 0.25f, params);
-        }
-        w.done();
-        // Every worker's pushes are in once all are done.
-        const auto deadline = std::chrono::steady_clock::now() + 10s;
-        while (w.workers_done() < 3 && std::chrono::steady_clock::now() < deadline) {
-          std::this_thread::sleep_for(1ms);
-        }
-        w.pull(final[r]);
-      });
-    }
-    for (auto& t : threads) t.join();
+    shards.run_workers(3, x0, [&](std::uint32_t r, PsClient& w, std::vector<float>& params) {
+      for (int step = 1; step <= 3; ++step) {
+        w.push_pull(std::vector<float>(8, static_cast<float>(r + step)), 0.25f, params);
+      }
+      w.done();
+      // Every worker's pushes are in once all are done.
+      const auto deadline = std::chrono::steady_clock::now() + 10s;
+      while (w.workers_done() < 3 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+      }
+      w.pull(final[r]);
+    });
     for (std::uint32_t r = 0; r < 3; ++r) {
       EXPECT_EQ(final[r], std::vector<float>(8, 3.25f)) << to_string(opt.mode) << ", worker " << r;
     }

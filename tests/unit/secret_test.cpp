@@ -10,10 +10,13 @@
 #include "common/errors.h"
 #include "common/secret.h"
 #include "support/temp_dir.h"
+#include "support/error_of.h"
 
 using namespace dltrain;
 using dltrain::testing::TempDir;
 namespace fs = std::filesystem;
+
+using dltrain::testing::message_of;
 
 namespace {
 
@@ -22,15 +25,6 @@ const std::string kHex = "00112233445566778899aabbccddeeff00112233445566778899aa
 void write_file(const fs::path& p, const std::string& text, mode_t mode) {
   std::ofstream(p) << text;
   ASSERT_EQ(::chmod(p.c_str(), mode), 0);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 mode_t mode_of(const fs::path& p) {
@@ -52,22 +46,22 @@ TEST(SecretFile, OnlyOwnerReadableFilesAreRead) {
     ASSERT_EQ(::chmod(f.c_str(), bad), 0);
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", bad);
-    EXPECT_EQ(error_of([&] { read_private_file(f.string(), "--secret-file", "secret file"); }),
+    EXPECT_EQ(message_of<ConfigError>([&] { read_private_file(f.string(), "--secret-file", "secret file"); }),
               "--secret-file: secret file \"" + f.string() + "\" has mode " + mode +
                   ": it must not be readable by group or others (chmod 600)");
   }
   // Token files go through the same check (the default wording).
   ASSERT_EQ(::chmod(f.c_str(), 0644), 0);
-  EXPECT_NE(error_of([&] { read_private_file(f.string(), "agent_token_file"); })
+  EXPECT_NE(message_of<ConfigError>([&] { read_private_file(f.string(), "agent_token_file"); })
                 .find("agent_token_file: token file \"" + f.string() + "\" has mode 0644"),
             std::string::npos);
   write_file(f, "\n", 0600);
-  EXPECT_EQ(error_of([&] { read_private_file(f.string(), "k", "secret file"); }),
+  EXPECT_EQ(message_of<ConfigError>([&] { read_private_file(f.string(), "k", "secret file"); }),
             "k: secret file \"" + f.string() + "\" is empty");
-  EXPECT_NE(error_of([&] { read_private_file((d.path / "absent").string(), "k"); }).find("No such file"),
+  EXPECT_NE(message_of<ConfigError>([&] { read_private_file((d.path / "absent").string(), "k"); }).find("No such file"),
             std::string::npos);
   ASSERT_EQ(::chmod(d.path.c_str(), 0700), 0);
-  EXPECT_EQ(error_of([&] { read_private_file(d.path.string(), "k", "secret file"); }),
+  EXPECT_EQ(message_of<ConfigError>([&] { read_private_file(d.path.string(), "k", "secret file"); }),
             "k: secret file \"" + d.path.string() + "\" is not a regular file");
 }
 
@@ -81,14 +75,14 @@ TEST(SecretFile, JobSecretsAreHexOfAtLeast32Bytes) {
   std::string upper = kHex;
   for (auto& c : upper) c = static_cast<char>(std::toupper(c));
   EXPECT_EQ(job_secret_from_hex(upper, "secret"), s);
-  EXPECT_EQ(error_of([&] { job_secret_from_hex(kHex.substr(1), "secret"); }),
+  EXPECT_EQ(message_of<ConfigError>([&] { job_secret_from_hex(kHex.substr(1), "secret"); }),
             "secret: a job secret is hex, 2 characters per byte; got an odd length (63 characters)");
   std::string bad = kHex;
   bad[10] = 'g';
   // The message gives the position, never the secret.
-  EXPECT_EQ(error_of([&] { job_secret_from_hex(bad, "secret"); }),
+  EXPECT_EQ(message_of<ConfigError>([&] { job_secret_from_hex(bad, "secret"); }),
             "secret: a job secret is hex; character 11 is not a hex digit");
-  EXPECT_EQ(error_of([&] { job_secret_from_hex(kHex.substr(0, 62), "secret"); }),
+  EXPECT_EQ(message_of<ConfigError>([&] { job_secret_from_hex(kHex.substr(0, 62), "secret"); }),
             "secret: a job secret needs at least 32 bytes (64 hex characters), got 31");
   const auto a = new_job_secret_hex(), b = new_job_secret_hex();
   EXPECT_EQ(a.size(), 64u);

@@ -1,5 +1,6 @@
 // Models, the learning-rate schedule and the worker step (LibTorch).
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include <gtest/gtest.h>
@@ -72,6 +73,32 @@ HandReplica hand_replica(const JobSpec& spec) {
   auto gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(spec.seed) * 1000003ULL);
   auto order = torch::randperm(x.size(0), gen, torch::kInt64);
   return HandReplica{x, y, std::move(model), order};
+}
+
+// The largest absolute difference between a shard's parameters and `params` (the model's
+// tensors in order, cut into partitions of at most `partition_size` floats on one
+// shard as the worker cuts them); infinity, with a failed expectation, when the
+// partitions do not match.
+double largest_difference(const ps::ShardSnapshot& snap, const std::vector<torch::Tensor>& params,
+                          std::int64_t partition_size) {
+  std::vector<float> expected;
+  std::vector<std::int64_t> sizes;
+  for (const auto& t : params) {
+    auto c = t.contiguous();
+    expected.insert(expected.end(), c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+    sizes.push_back(t.numel());
+  }
+  const auto layout = ps::make_layout(sizes, partition_size, 1);
+  EXPECT_EQ(snap.partitions.size(), layout.partitions.size());
+  if (snap.partitions.size() != layout.partitions.size()) return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (const auto& part : snap.partitions) {
+    const auto& lp = layout.partitions[part.key];
+    for (std::int64_t i = 0; i < lp.length; ++i) {
+      worst = std::max(worst, std::abs(double(part.x[i]) - double(expected[lp.offset + i])));
+    }
+  }
+  return worst;
 }
 
 // The small job the worker-step tests run: the MLP on 256 training images (8 steps of 32
@@ -213,25 +240,9 @@ TEST(WorkerStep, OneWorkerAgainstAPsShardTakesTheSgdStepsComputedWithLibTorch) {
     torch::NoGradGuard ng;
     for (auto& p : ref.module->parameters()) p.sub_(p.grad() * 0.1f);
   }
-  std::vector<float> expected;
-  std::vector<std::int64_t> sizes;
-  for (const auto& p : ref.module->parameters()) {
-    auto c = p.contiguous();
-    expected.insert(expected.end(), c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
-    sizes.push_back(p.numel());
-  }
-  const auto layout = ps::make_layout(sizes, spec.partition_size, 1);
-  const auto& snap = run.snap;
-  ASSERT_EQ(snap.partitions.size(), layout.partitions.size());
-  EXPECT_EQ(snap.pushes, 3u);
-  double worst = 0;
-  for (const auto& part : snap.partitions) {
-    const auto& lp = layout.partitions[part.key];
-    for (std::int64_t i = 0; i < lp.length; ++i) {
-      worst = std::max(worst, std::abs(double(part.x[i]) - double(expected[lp.offset + i])));
-    }
-  }
-  EXPECT_LT(worst, 1e-5) << "largest difference from the LibTorch SGD steps";
+  EXPECT_EQ(run.snap.pushes, 3u);
+  EXPECT_LT(largest_difference(run.snap, ref.module->parameters(), spec.partition_size), 1e-5)
+      << "largest difference from the LibTorch SGD steps";
 }
 
 // Overlap (docs/training.md, "Overlap"): a deterministic single-worker BSP run with its
@@ -311,22 +322,6 @@ TEST(WorkerStep, OverlapInAsyncModeTakesEachGradientOneStepStaler) {
     for (std::size_t i = 0; i < params.size(); ++i) next.push_back(xs.back()[i] - params[i].grad() * 0.1f);
     xs.push_back(next);
   }
-  std::vector<float> expected;
-  std::vector<std::int64_t> sizes;
-  for (const auto& t : xs.back()) {
-    auto c = t.contiguous();
-    expected.insert(expected.end(), c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
-    sizes.push_back(t.numel());
-  }
-  const auto layout = ps::make_layout(sizes, spec.partition_size, 1);
-  const auto& snap = run.snap;
-  ASSERT_EQ(snap.partitions.size(), layout.partitions.size());
-  double worst = 0;
-  for (const auto& part : snap.partitions) {
-    const auto& lp = layout.partitions[part.key];
-    for (std::int64_t i = 0; i < lp.length; ++i) {
-      worst = std::max(worst, std::abs(double(part.x[i]) - double(expected[lp.offset + i])));
-    }
-  }
-  EXPECT_LT(worst, 1e-5) << "largest difference from SGD with the gradient one step staler";
+  EXPECT_LT(largest_difference(run.snap, xs.back(), spec.partition_size), 1e-5)
+      << "largest difference from SGD with the gradient one step staler";
 }
