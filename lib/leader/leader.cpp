@@ -66,7 +66,7 @@ void Leader::Impl::reply_error(const SessionPtr& s, const std::string& id, const
 
 QueueStatus Leader::Impl::queue_status(const JobRec& j) const {
   QueueStatus q;
-  q.position = static_cast<std::size_t>(std::find(queue.begin(), queue.end(), j.id) - queue.begin()) + 1;
+  q.position = queue.position(j.id);
   q.cores_needed = (j.spec.workers + j.spec.ps_shards) * j.spec.threads_per_task;
   q.cores_free = agents.free_cores();
   q.fits_cluster = fits(agents.capacities(), needs(j));
@@ -84,7 +84,7 @@ json Leader::Impl::status_json(const JobRec& j) const {
 }
 
 void Leader::Impl::enqueue(JobRec& j) {
-  queue.push_back(j.id);
+  queue.enqueue(j.id);
   j.queued_since = Clock::now();
   j.last_waiting.clear();
 }
@@ -116,7 +116,7 @@ json Leader::Impl::waiting_event(const JobRec& j) const {
 // A follower of a queued job learns at once why it waits, and again whenever that changes
 // (its place, the free cores, the cluster's size): never a silent wait.
 void Leader::Impl::notify_waiting() {
-  for (const auto& id : queue) {
+  for (const auto& id : queue.jobs()) {
     auto& j = jobs.at(id);
     if (j.state != JobState::kQueued) continue;
     const json e = waiting_event(j);
@@ -131,7 +131,7 @@ void Leader::Impl::expire_queued() {
   const auto now = Clock::now();
   // Collected first: failing a job schedules the others, which changes the queue.
   std::vector<std::string> expired;
-  for (const auto& id : queue) {
+  for (const auto& id : queue.jobs()) {
     const auto& j = jobs.at(id);
     const auto timeout = queue_timeout(j);
     if (j.state == JobState::kQueued && timeout.count() > 0 && j.queued_since && now - *j.queued_since >= timeout) {
@@ -140,11 +140,10 @@ void Leader::Impl::expire_queued() {
   }
   for (const auto& id : expired) {
     auto& j = jobs.at(id);
-    const auto pos = std::find(queue.begin(), queue.end(), id);
-    if (pos == queue.end() || j.state != JobState::kQueued) continue;
+    if (queue.position(id) == 0 || j.state != JobState::kQueued) continue;
     const auto timeout = queue_timeout(j);
     const auto q = queue_status(j);
-    queue.erase(pos);
+    queue.remove(id);
     std::string gpus;
     if (q.gpus_needed > 0) {
       gpus = "; and " + std::to_string(q.gpus_needed) + " GPUs, " + std::to_string(q.gpus_free) +
@@ -184,9 +183,8 @@ void Leader::Impl::set_task_state(const JobRec& j, TaskRec& t, TaskState state) 
   t.state = state;
 }
 
-// FIFO: the first job that fits the free cores starts; a job that fits the cluster
-// but not its free cores blocks everyone behind it (no overtaking). A job that cannot
-// fit even an idle cluster waits without blocking others (agents may still join).
+// The queue's rule is the scheduler's (leader/scheduler.h): FIFO without overtaking; a
+// job that cannot fit even an idle cluster waits without blocking others.
 void Leader::Impl::try_schedule() {
   schedule_pass();
   notify_waiting();
@@ -197,18 +195,9 @@ void Leader::Impl::schedule_pass() {
   for (auto& [id, j] : jobs) {
     if (j.state == JobState::kRecovering) return;
   }
-  for (auto it = queue.begin(); it != queue.end();) {
-    auto& j = jobs.at(*it);
-    const auto need = needs(j);
-    if (!fits(agents.capacities(), need)) {
-      ++it;
-      continue;
-    }
-    auto placement = place(agents.slots(), need);
-    if (!placement) return;
-    it = queue.erase(it);
-    launch(j, *placement);
-  }
+  const auto admitted =
+      queue.admit(agents.capacities(), agents.slots(), [this](const std::string& id) { return needs(jobs.at(id)); });
+  for (const auto& a : admitted) launch(jobs.at(a.job), a.placement);
 }
 
 std::vector<TaskNeed> Leader::Impl::needs(const JobRec& j) const {

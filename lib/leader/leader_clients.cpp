@@ -225,7 +225,7 @@ void Leader::Impl::on_cancel(const SessionPtr& s, const wire::Envelope& env, Job
     for (const auto& pid : runs) {
       auto& pj = jobs.at(pid);
       if (pj.state == JobState::kQueued) {
-        queue.erase(std::find(queue.begin(), queue.end(), pid));
+        queue.remove(pid);
         pj.failing_state = JobState::kCancelled;
         maybe_finish(pj);
       } else if (!pj.terminal() && !pj.failing_state) {
@@ -238,7 +238,7 @@ void Leader::Impl::on_cancel(const SessionPtr& s, const wire::Envelope& env, Job
     j.failing_state = JobState::kCancelled;
     maybe_finish(j);
   } else if (j.state == JobState::kQueued) {
-    queue.erase(std::find(queue.begin(), queue.end(), jid));
+    queue.remove(jid);
     j.failing_state = JobState::kCancelled;
     maybe_finish(j);
     try_schedule();

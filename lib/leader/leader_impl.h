@@ -30,6 +30,7 @@
 #include "leader/job_record.h"
 #include "leader/leader.h"
 #include "leader/placement.h"
+#include "leader/scheduler.h"
 #include "control/metrics_server.h"
 #include "control/server.h"
 #include "planner/planner.h"
@@ -53,7 +54,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   std::map<std::uint64_t, std::string> agent_by_session;
   std::map<std::string, JobRec> jobs;
   std::vector<std::string> job_order;
-  std::deque<std::string> queue;
+  Scheduler queue;  ///< the jobs waiting for cores and GPUs, and admission (scheduler.h)
   std::uint64_t next_job = 1;
   std::uint64_t next_req = 1;
   std::function<void()>* on_registered = nullptr;

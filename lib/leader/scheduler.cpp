@@ -1,0 +1,45 @@
+#include "leader/scheduler.h"
+
+#include <algorithm>
+
+namespace dltrain::leader {
+
+void Scheduler::enqueue(const std::string& job) {
+  if (std::find(queue_.begin(), queue_.end(), job) == queue_.end()) queue_.push_back(job);
+}
+
+bool Scheduler::remove(const std::string& job) {
+  const auto it = std::find(queue_.begin(), queue_.end(), job);
+  if (it == queue_.end()) return false;
+  queue_.erase(it);
+  return true;
+}
+
+std::size_t Scheduler::position(const std::string& job) const {
+  const auto it = std::find(queue_.begin(), queue_.end(), job);
+  return it == queue_.end() ? 0 : static_cast<std::size_t>(it - queue_.begin()) + 1;
+}
+
+std::vector<Admitted> Scheduler::admit(const std::vector<AgentSlots>& idle, std::vector<AgentSlots> free,
+                                       const std::function<std::vector<TaskNeed>(const std::string&)>& needs_of) {
+  std::vector<Admitted> out;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    const auto need = needs_of(*it);
+    if (!fits(idle, need)) {
+      ++it;  // not even on an idle cluster: it waits for agents, blocking nobody
+      continue;
+    }
+    auto placement = place(free, need);
+    if (!placement) break;  // fits the cluster, not what is free: the queue waits behind it
+    for (std::size_t i = 0; i < need.size(); ++i) {
+      auto& a = *std::find_if(free.begin(), free.end(), [&](const AgentSlots& s) { return s.id == (*placement)[i].agent; });
+      a.free_cores -= need[i].cores;
+      for (const int g : (*placement)[i].gpus) std::erase(a.free_gpus, g);
+    }
+    out.push_back(Admitted{*it, std::move(*placement)});
+    it = queue_.erase(it);
+  }
+  return out;
+}
+
+}  // namespace dltrain::leader

@@ -1,0 +1,53 @@
+// The leader's scheduler: the queue of jobs waiting for cores and GPUs, and admission
+// over plain counts (placement.h), without records, sockets or a store, so that its rule
+// is unit-tested alone (tests/unit/scheduler_test.cpp). The leader owns one and launches
+// what it admits (leader.cpp).
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "leader/placement.h"
+
+namespace dltrain::leader {
+
+/// A job admission let start, with where its tasks go (one Placed per need, in order).
+struct Admitted {
+  std::string job;
+  std::vector<Placed> placement;
+};
+
+/// The queue (job ids, first come first served) and its admission rule: in queue order,
+/// a job that could not run even on an idle cluster (`fits` on the idle agents) is
+/// passed over without blocking the others (agents may still join); the first job that
+/// fits the idle cluster but not what is free now blocks every job behind it (no
+/// overtaking, so a large job is not starved by small ones). Not thread-safe: the
+/// leader's io thread only.
+class Scheduler {
+ public:
+  /// Puts `job` at the back. A job already queued is not queued twice.
+  void enqueue(const std::string& job);
+  /// Takes `job` out of the queue (a cancel, a queue timeout); false when it was not in it.
+  bool remove(const std::string& job);
+  /// `job`'s place, 1 for the first; 0 when it is not queued.
+  std::size_t position(const std::string& job) const;
+  std::size_t size() const { return queue_.size(); }
+  /// The queued jobs, first first.
+  const std::deque<std::string>& jobs() const { return queue_; }
+
+  /// One admission pass: `idle` is every live agent as if idle (total cores, every GPU
+  /// index: AgentRegistry::capacities), `free` what each has free now (slots);
+  /// `needs_of(job)` a queued job's task needs (job_needs). Returns the jobs that start,
+  /// in queue order, each taken out of the queue, its placement taken from `free` before
+  /// the next job is considered.
+  std::vector<Admitted> admit(const std::vector<AgentSlots>& idle, std::vector<AgentSlots> free,
+                              const std::function<std::vector<TaskNeed>(const std::string&)>& needs_of);
+
+ private:
+  std::deque<std::string> queue_;
+};
+
+}  // namespace dltrain::leader

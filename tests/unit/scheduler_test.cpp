@@ -1,0 +1,106 @@
+// The leader's scheduler (leader/scheduler.h) over plain counts: the queue and its
+// admission rule, each case worked out by hand from the agents' cores and GPUs.
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "leader/scheduler.h"
+
+using namespace dltrain::leader;
+
+namespace {
+
+// Each job's needs, by id.
+using Needs = std::map<std::string, std::vector<TaskNeed>>;
+
+std::vector<TaskNeed> cpu_tasks(int n) { return std::vector<TaskNeed>(static_cast<std::size_t>(n), TaskNeed{1, 0, false}); }
+
+std::vector<std::string> ids(const std::vector<Admitted>& a) {
+  std::vector<std::string> out;
+  for (const auto& x : a) out.push_back(x.job);
+  return out;
+}
+
+std::vector<std::string> queued(const Scheduler& s) { return {s.jobs().begin(), s.jobs().end()}; }
+
+std::vector<Admitted> admit(Scheduler& s, const std::vector<AgentSlots>& idle, const std::vector<AgentSlots>& free,
+                            const Needs& needs) {
+  return s.admit(idle, free, [&](const std::string& job) { return needs.at(job); });
+}
+
+}  // namespace
+
+TEST(Scheduler, TheQueueKeepsArrivalOrderOnceEachAndSaysWhereAJobStands) {
+  Scheduler s;
+  s.enqueue("job-1");
+  s.enqueue("job-2");
+  s.enqueue("job-1");  // already queued
+  s.enqueue("job-3");
+  EXPECT_EQ(queued(s), (std::vector<std::string>{"job-1", "job-2", "job-3"}));
+  EXPECT_EQ(s.position("job-1"), 1u);
+  EXPECT_EQ(s.position("job-3"), 3u);
+  EXPECT_EQ(s.position("job-9"), 0u);
+  EXPECT_TRUE(s.remove("job-2"));
+  EXPECT_FALSE(s.remove("job-2"));
+  EXPECT_EQ(s.position("job-3"), 2u);
+  EXPECT_EQ(s.size(), 2u);
+}
+
+// Agents a and b of 2 cores each, all free: job-1 (3 tasks) takes 3 cores, job-2 (1)
+// the fourth; job-3 (1) fits the idle cluster but nothing is free: it stays first.
+TEST(Scheduler, JobsStartInOrderWhileTheFreeCoresLastAndEachPlacementIsTakenFromThem) {
+  Scheduler s;
+  for (const char* j : {"job-1", "job-2", "job-3"}) s.enqueue(j);
+  const std::vector<AgentSlots> idle{{"a", 2, {}}, {"b", 2, {}}};
+  const auto started = admit(s, idle, idle, {{"job-1", cpu_tasks(3)}, {"job-2", cpu_tasks(1)}, {"job-3", cpu_tasks(1)}});
+  EXPECT_EQ(ids(started), (std::vector<std::string>{"job-1", "job-2"}));
+  ASSERT_EQ(started[0].placement.size(), 3u);
+  ASSERT_EQ(started[1].placement.size(), 1u);
+  // Three of a's and b's four cores to job-1, the last one to job-2: two tasks per agent.
+  std::map<std::string, int> per_agent;
+  for (const auto& a : started) {
+    for (const auto& p : a.placement) ++per_agent[p.agent];
+  }
+  EXPECT_EQ(per_agent, (std::map<std::string, int>{{"a", 2}, {"b", 2}}));
+  EXPECT_EQ(queued(s), (std::vector<std::string>{"job-3"}));
+}
+
+// One core free of four: job-1 (2 tasks) fits the cluster, not the free core, so job-2 (1
+// task), which would fit, waits behind it.
+TEST(Scheduler, AJobThatFitsTheClusterButNotItsFreeCoresIsNotOvertaken) {
+  Scheduler s;
+  s.enqueue("job-1");
+  s.enqueue("job-2");
+  const auto started = admit(s, {{"a", 2, {}}, {"b", 2, {}}}, {{"a", 1, {}}, {"b", 0, {}}},
+                             {{"job-1", cpu_tasks(2)}, {"job-2", cpu_tasks(1)}});
+  EXPECT_TRUE(started.empty());
+  EXPECT_EQ(queued(s), (std::vector<std::string>{"job-1", "job-2"}));
+}
+
+// job-1 needs 5 cores of a 4-core cluster: it waits for agents to join without blocking
+// job-2, which starts.
+TEST(Scheduler, AJobTooLargeForTheWholeClusterBlocksNobody) {
+  Scheduler s;
+  s.enqueue("job-1");
+  s.enqueue("job-2");
+  const std::vector<AgentSlots> idle{{"a", 2, {}}, {"b", 2, {}}};
+  const auto started = admit(s, idle, idle, {{"job-1", cpu_tasks(5)}, {"job-2", cpu_tasks(1)}});
+  EXPECT_EQ(ids(started), (std::vector<std::string>{"job-2"}));
+  EXPECT_EQ(queued(s), (std::vector<std::string>{"job-1"}));
+}
+
+// One agent with 4 cores and GPUs 0 and 1; three jobs of one GPU worker each: the first
+// gets GPU 0, the second GPU 1, the third waits (cores are left, GPUs are not).
+TEST(Scheduler, GpusTakenByOneJobAreNotOfferedToTheNext) {
+  Scheduler s;
+  for (const char* j : {"job-1", "job-2", "job-3"}) s.enqueue(j);
+  const std::vector<AgentSlots> idle{{"g", 4, {0, 1}}};
+  const auto one_gpu = job_needs(0, 1, 1, 1);
+  const auto started = admit(s, idle, idle, {{"job-1", one_gpu}, {"job-2", one_gpu}, {"job-3", one_gpu}});
+  ASSERT_EQ(ids(started), (std::vector<std::string>{"job-1", "job-2"}));
+  EXPECT_EQ(started[0].placement[0].gpus, (std::vector<int>{0}));
+  EXPECT_EQ(started[1].placement[0].gpus, (std::vector<int>{1}));
+  EXPECT_EQ(queued(s), (std::vector<std::string>{"job-3"}));
+}
