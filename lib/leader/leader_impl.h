@@ -1,6 +1,6 @@
-// The leader's state and the declarations of its parts (private to lib/agent/). One
+// The leader's state and the declarations of its parts (private to lib/leader/). One
 // struct, one event loop; its member functions live in the file of their subject:
-//   leader.cpp           the job state machine (queue, launch, finish, fail), plumbing
+//   leader.cpp           the job state machine (launch, finish, fail), plumbing
 //   leader_agents.cpp    the agent protocol: registration, task events and exits
 //   leader_clients.cpp   the client protocol: submit, plan, status, cancel, follow, ...
 //   leader_recovery.cpp  lost agents, re-assignment, leader restarts (restore, adoption)
@@ -8,7 +8,8 @@
 //   leader_metrics.cpp   the leader's Prometheus metrics (dltrain_leader_*, dltrain_job_*)
 //   leader_logs.cpp      `dltrain logs`: a client's request relayed to the task's agent
 //   leader_dashboard.cpp what the dashboard asks beyond the client protocol: curves, events
-// Records are in job_record.h, agents and placement in placement.h. Members without a
+// Records are in job_record.h, agents and placement in placement.h, the queue and its
+// admission rule in scheduler.h. Members without a
 // comment here have theirs at their definition, in the file their section names. All of
 // them run on the leader's io thread; none is thread-safe, none needs to be.
 #pragma once
