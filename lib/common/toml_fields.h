@@ -74,7 +74,8 @@ struct Key {
 };
 
 /// Every key of one kind of table, in the order the unknown-key message lists them: the
-/// one list of those keys (job files, the agent's and the client's configurations).
+/// one list of those keys (the job file's tables, job/job_spec.cpp; the agent's
+/// configuration has the same form as a map, config/options.cpp).
 template <typename T>
 using KeyTable = std::vector<Key<T>>;
 

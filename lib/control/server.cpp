@@ -26,7 +26,6 @@ struct ControlServer::Impl : std::enable_shared_from_this<ControlServer::Impl> {
   tcp::acceptor acceptor;
   std::uint16_t port = 0;
   bool stopped = false;
-  std::optional<ssl::context> tls;  // set when serving wss://
 
   Impl(asio::io_context& i, ControlServerOptions o, ControlHandler h)
       : io(i), host(std::make_shared<SessionHost>(SessionHost{std::move(o), std::move(h)})), acceptor(i) {}
@@ -55,8 +54,8 @@ void ControlServer::Impl::accept() {
       beast::error_code nd;
       sock.set_option(tcp::no_delay(true), nd);
       std::string peer = endpoint_string(sock);
-      if (self->tls) {
-        serve_connection(TlsStream(std::move(sock), *self->tls), std::move(peer), self->host);
+      if (self->host->tls) {
+        serve_connection(TlsStream(std::move(sock), *self->host->tls), std::move(peer), self->host);
       } else {
         serve_connection(beast::tcp_stream(std::move(sock)), std::move(peer), self->host);
       }
@@ -80,18 +79,19 @@ void ControlServer::start() {
                       "TLS needs both tls_cert_file and tls_key_file");
   }
   if (!opt.tls_cert_file.empty()) {
-    im.tls.emplace(ssl::context::tls_server);
-    im.tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
-                        ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+    im.host->tls = std::make_shared<ssl::context>(ssl::context::tls_server);
+    auto& tls = *im.host->tls;
+    tls.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                    ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
     beast::error_code tec;
     const std::string chain = read_file_text(opt.tls_cert_file, "tls_cert_file", "certificate chain");
-    im.tls->use_certificate_chain(asio::buffer(chain), tec);
+    tls.use_certificate_chain(asio::buffer(chain), tec);
     if (tec) {
       throw ConfigError("tls_cert_file", "cannot load the certificate chain \"" + opt.tls_cert_file +
                                              "\" (PEM expected): " + tec.message());
     }
     const std::string key = read_private_file_text(opt.tls_key_file, "tls_key_file", "TLS key file");
-    im.tls->use_private_key(asio::buffer(key), ssl::context::pem, tec);
+    tls.use_private_key(asio::buffer(key), ssl::context::pem, tec);
     if (tec) {
       // A key that parses but was refused does not belong to the certificate.
       BIO* bio = BIO_new_mem_buf(key.data(), static_cast<int>(key.size()));
@@ -105,7 +105,7 @@ void ControlServer::start() {
       throw ConfigError("tls_key_file", "cannot load the private key \"" + opt.tls_key_file +
                                             "\" (PEM expected): " + tec.message());
     }
-    if (SSL_CTX_check_private_key(im.tls->native_handle()) != 1) {
+    if (SSL_CTX_check_private_key(tls.native_handle()) != 1) {
       throw ConfigError("tls_key_file", "the private key \"" + opt.tls_key_file +
                                             "\" does not match the certificate \"" + opt.tls_cert_file + "\"");
     }

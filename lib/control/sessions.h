@@ -39,6 +39,9 @@ struct SessionHost {
   ControlHandler handler;
   std::uint64_t next_id = 1;
   std::map<std::uint64_t, std::weak_ptr<Session>> sessions;
+  /// The TLS context when serving wss:// (null for ws://): held here, so that it lives
+  /// as long as the last session that uses it.
+  std::shared_ptr<boost::asio::ssl::context> tls;
 };
 
 namespace session_detail {

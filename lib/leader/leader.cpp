@@ -1,5 +1,6 @@
-// The leader's job state machine: the FIFO queue, launching a job's tasks, finishing and
-// failing it, and the plumbing of its control sessions. The agent and client protocols,
+// The leader's job state machine: admitting queued jobs (the queue and its rule are
+// scheduler.h's), launching a job's tasks, finishing and failing it, and the plumbing
+// of its control sessions. The agent and client protocols,
 // recovery and planning are in the files listed in leader_impl.h.
 #include "leader/leader.h"
 

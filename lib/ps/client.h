@@ -167,7 +167,8 @@ class PsClient {
   /// pull(params, downlink_ratio) on a thread of its own: returns at once with the
   /// handle to wait on. Until the handle's wait() has returned, neither this client nor
   /// `params` may be used by anything else (a worker's pipelined pull runs while its next
-  /// batch goes forward, which touches neither). Errors come from wait().
+  /// batch goes forward, which touches neither). Throws ConfigError at once when `params`
+  /// has the wrong size; the pull's own errors come from wait().
   PendingPull start_pull(std::span<float> params, double downlink_ratio);
   /// Tells every shard this worker is done; returns the smallest count of finished
   /// workers any shard reports.

@@ -1,5 +1,6 @@
 #include "store/rocksdb_store.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -84,7 +85,7 @@ struct RocksDbStore::Impl {
 };
 
 // Every write: refused at once on a read-only store or below the free-space reserve
-// (StoreOptions::min_free_bytes: RocksDB must not meet a full disk); otherwise tried,
+// (RocksDbOptions::min_free_bytes: RocksDB must not meet a full disk); otherwise tried,
 // and after a failure that left RocksDB in its background-error state (it then refuses
 // every write until resumed), resumed and tried once more.
 template <typename Op>
@@ -151,6 +152,18 @@ std::unique_ptr<RocksDbStore> RocksDbStore::open(const std::string& path, const 
   im->history = im->handles[1];
   im->jobs = im->handles[2];
   im->events = im->handles[3];
+  // History keys end in a sequence number that tells apart rows of one model, dataset
+  // and microsecond: it continues after the largest stored, so that a row added after a
+  // reopen never takes the key (and replaces the value) of an earlier one.
+  std::unique_ptr<rocksdb::Iterator> it(im->db->NewIterator(rocksdb::ReadOptions(), im->history));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (it->key().size() >= 4) {
+      const auto seq = static_cast<std::uint32_t>(get_be(it->key(), it->key().size() - 4, 4));
+      im->history_seq = std::max(im->history_seq, seq + 1);
+    }
+  }
+  check(it->status(), path, "reading history");
+  it.reset();
   return std::unique_ptr<RocksDbStore>(new RocksDbStore(std::move(im)));
 }
 
@@ -184,7 +197,12 @@ std::vector<Observation> RocksDbStore::history(const std::string& model, const s
   }
   std::unique_ptr<rocksdb::Iterator> it(im.db->NewIterator(rocksdb::ReadOptions(), im.history));
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    Observation o = parse(it->value(), im.path, "history").get<Observation>();
+    Observation o;
+    try {
+      o = parse(it->value(), im.path, "history").get<Observation>();
+    } catch (const nlohmann::json::exception& e) {
+      throw StoreError("state database " + im.path + ": corrupt record in history: " + e.what());
+    }
     if (!dataset.empty() && o.dataset != dataset) continue;
     out.push_back(std::move(o));
   }

@@ -1,8 +1,9 @@
 // The leader's durable state behind one interface: performance history, jobs, their
-// events and a few named values. The leader holds a Store and never sees the backend;
-// the backend in use is RocksDB (store/rocksdb_store.h). A second backend is one class
-// deriving from Store plus one line in tests/unit/store_contract_test.cpp, which runs
-// the whole contract below against every backend.
+// events and a few named values. The leader opens its backend in one place
+// (Leader::start, leader.cpp) and otherwise uses only this interface; the backend in use
+// is RocksDB (store/rocksdb_store.h). A second backend is one class deriving from Store,
+// its choice in that one place, and one line in tests/unit/store_contract_test.cpp,
+// which runs the whole contract below against every backend.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +32,12 @@ class StoreError : public IoError {
 ///
 /// Thread-safety: every method may be called from any thread concurrently.
 ///
-/// Writes (add_observation, put_job, append_event, delete_job, put_meta, flush) are
-/// durable when they return, and throw StoreError naming the location, the operation and
-/// the cause; a failed write leaves what was stored before intact. Reads return what the
-/// last returned writes stored and throw StoreError on a corrupt record or a failed read.
+/// Writes (add_observation, put_job, append_event, delete_job, put_meta, flush) survive
+/// the leader's process being killed once they return (a power loss may take the latest:
+/// flush() writes them to the backend's files), and throw StoreError naming the location,
+/// the operation and the cause; a failed write leaves what was stored before intact.
+/// Reads return what the returned writes stored and throw StoreError on a corrupt record
+/// or a failed read.
 class Store {
  public:
   virtual ~Store() = default;
@@ -42,7 +45,7 @@ class Store {
   /// Appends one observation to the history.
   virtual void add_observation(const Observation& o) = 0;
   /// Observations matching `model` and `dataset` (an empty filter matches everything),
-  /// oldest first (by Observation::timestamp; equal timestamps in the order added).
+  /// oldest first (by Observation::timestamp).
   virtual std::vector<Observation> history(const std::string& model = "",
                                            const std::string& dataset = "") const = 0;
 
@@ -65,8 +68,8 @@ class Store {
   /// The named value, or nullopt when it was never stored.
   virtual std::optional<std::string> get_meta(const std::string& name) const = 0;
 
-  /// Makes every returned write durable in the backend's own files (called on
-  /// shutdown); nothing on a read-only store.
+  /// Writes every returned write into the backend's own files (called on shutdown);
+  /// nothing on a read-only store.
   virtual void flush() = 0;
   /// True when the store serves reads only (every write throws StoreError saying why).
   virtual bool read_only() const = 0;

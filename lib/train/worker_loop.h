@@ -9,7 +9,8 @@
 // Its CPU/GPU differences are behind two interfaces (train/backends.h: the local group's
 // reduction and the device push encoder), chosen once in backends.cpp.
 // Not thread-safe: one training thread owns a WorkerLoop (overlap's pipelined pull runs
-// on the PS client's thread, ps::PendingPull, but touches only the client and ex_.replica,
+// on a thread of its own, ps::PendingPull from PsClient::start_pull, but touches only the
+// client and ex_.replica,
 // worker_exchange.cpp).
 #pragma once
 

@@ -23,15 +23,10 @@
 #include "agent/failure.h"
 #include "wire/task_events.h"
 #include "support/names.h"
+#include "support/process.h"
 
 namespace {
 
-std::string slurp(const std::string& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 bool write_file(const fs::path& p, const std::string& text) {
   const int fd = ::open(p.c_str(), O_WRONLY);

@@ -189,8 +189,10 @@ class PipedChild {
   }
 
   /// Exit code after it ends (-1 when killed by a signal), waiting at most `timeout`;
-  /// nullopt when it does not end in time (it is then killed at scope exit).
+  /// nullopt when it does not end in time (it is then killed at scope exit). Once it has
+  /// ended, the same code again.
   std::optional<int> wait(std::chrono::seconds timeout) {
+    if (pid_ <= 0) return code_;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     int st = 0;
     while (::waitpid(pid_, &st, WNOHANG) == 0) {
@@ -198,14 +200,19 @@ class PipedChild {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     pid_ = -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    code_ = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return code_;
   }
 
-  /// Sends signal `sig` to the child.
-  void signal(int sig) { ::kill(pid_, sig); }
+  /// Sends signal `sig` to the child while it runs (nothing once it has been reaped:
+  /// never kill(-1, ...)).
+  void signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
 
  private:
   pid_t pid_ = -1;
+  std::optional<int> code_;  ///< its exit code once reaped
   int out_ = -1;
   std::string buf_;
 };

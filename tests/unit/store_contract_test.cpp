@@ -73,6 +73,17 @@ TEST_P(StoreContract, HistoryIsFilteredByModelAndDatasetAndOldestFirst) {
                              [](const Observation& a, const Observation& b) { return a.timestamp < b.timestamp; }));
 }
 
+// A row added after a reopen, with the model, dataset and timestamp of one stored before,
+// is a second row: it replaces nothing.
+TEST_P(StoreContract, ARowAddedAfterAReopenKeepsTheRowsBeforeIt) {
+  { open()->add_observation(observation("cnn", "fashion-mnist", 1000.0, 2)); }
+  auto s = open();
+  s->add_observation(observation("cnn", "fashion-mnist", 1000.0, 4));
+  const auto rows = s->history("cnn", "fashion-mnist");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].workers + rows[1].workers, 6);
+}
+
 TEST_P(StoreContract, JobsComeBackByAscendingNumberAndAPutReplaces) {
   auto s = open();
   s->put_job(12, {{"id", "job-12"}, {"state", "queued"}});
