@@ -22,6 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/wait.h"
+
 namespace dltrain::testing {
 
 /// Exit code (-1 when killed or not started) and standard output of a command.
@@ -193,11 +195,9 @@ class PipedChild {
   /// ended, the same code again.
   std::optional<int> wait(std::chrono::seconds timeout) {
     if (pid_ <= 0) return code_;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
     int st = 0;
-    while (::waitpid(pid_, &st, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!wait_until([&] { return ::waitpid(pid_, &st, WNOHANG) != 0; }, timeout, std::chrono::milliseconds(50))) {
+      return std::nullopt;
     }
     pid_ = -1;
     code_ = WIFEXITED(st) ? WEXITSTATUS(st) : -1;

@@ -18,6 +18,7 @@
 #include "ps/shard_state.h"
 #include "ps/sync.h"
 #include "support/ps_shards.h"
+#include "support/wait.h"
 
 using namespace dltrain;
 using namespace dltrain::ps;
@@ -355,10 +356,7 @@ TEST(Ssp, StalenessZeroEndsWithBspsParameters) {
       }
       w.done();
       // Every worker's pushes are in once all are done.
-      const auto deadline = std::chrono::steady_clock::now() + 10s;
-      while (w.workers_done() < 3 && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(1ms);
-      }
+      dltrain::testing::wait_until([&] { return w.workers_done() >= 3; }, 10s, 1ms);
       w.pull(final[r]);
     });
     for (std::uint32_t r = 0; r < 3; ++r) {
