@@ -148,10 +148,10 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
                                  {"warmup_epochs", j.spec.compression.warmup_epochs}};
   out["submitted_at"] = j.submitted_unix;
   out["generation"] = j.generation;
-  out["reassignments"] = j.reassignments;
-  if (!j.recovery_reason.empty()) out["recovery_reason"] = j.recovery_reason;
-  if (j.state == JobState::kRecovering && j.recovering_since) {
-    out["recovering_seconds"] = std::chrono::duration<double>(JobRec::Clock::now() - *j.recovering_since).count();
+  out["reassignments"] = j.recovery.reassignments;
+  if (!j.recovery.reason.empty()) out["recovery_reason"] = j.recovery.reason;
+  if (j.state == JobState::kRecovering && j.recovery.since) {
+    out["recovering_seconds"] = std::chrono::duration<double>(JobRec::Clock::now() - *j.recovery.since).count();
   }
   out["tasks"] = tasks;
   if (const auto p = j.progress()) out["progress"] = j.terminal() && j.state == JobState::kSucceeded ? 1.0 : *p;
@@ -188,9 +188,9 @@ json stored_record(const JobRec& j) {
     r["task_records"] = tasks;
     r["failing_state"] = j.failing_state ? std::string(to_string(*j.failing_state)) : std::string();
     r["workers_started"] = j.workers_started;
-    r["recovery_reason"] = j.recovery_reason;
-    r["seed"] = j.seed;
-    r["seed_generation"] = j.seed_generation;
+    r["recovery_reason"] = j.recovery.reason;
+    r["seed"] = j.recovery.seed;
+    r["seed_generation"] = j.recovery.seed_generation;
     // Byte counts: earlier generations' totals, and each worker's cumulative count in this
     // one (what its next events continue from).
     r["bytes_before"] = {{"pushed", j.pushed_before}, {"pulled", j.pulled_before}};
@@ -245,10 +245,10 @@ void resume_stored_counters(JobRec& j, const json& r) {
     j.failing_state = *f;
   }
   j.workers_started = r.value("workers_started", false);
-  j.recovery_reason = r.value("recovery_reason", "");
-  j.seed = r.value("seed", "");
-  j.seed_generation = r.value("seed_generation", 0u);
-  j.reassignments = r.value("reassignments", 0);
+  j.recovery.reason = r.value("recovery_reason", "");
+  j.recovery.seed = r.value("seed", "");
+  j.recovery.seed_generation = r.value("seed_generation", 0u);
+  j.recovery.reassignments = r.value("reassignments", 0);
   if (r.contains("bytes_before")) {
     j.pushed_before = r["bytes_before"].value("pushed", std::uint64_t{0});
     j.pulled_before = r["bytes_before"].value("pulled", std::uint64_t{0});

@@ -62,6 +62,25 @@ struct TaskRec : json_fields::Fields<TaskRec> {
   }
 };
 
+/// What the leader's recovery (leader/recovery.h) keeps of one job: its re-assignments
+/// and, after a leader restart, its adoption. Changed only by Recovery; the rest of the
+/// leader reads it.
+struct JobRecovery {
+  using Clock = std::chrono::steady_clock;
+  int reassignments = 0;          ///< times the job was re-assigned (bounded by task_max_restarts)
+  std::string reason;             ///< why it was last re-assigned ("" = never)
+  std::optional<Clock::time_point> since;  ///< state recovering: since when
+  bool waiting_logged = false;    ///< its "waiting for an agent" was said for this recovery
+  /// After a re-assignment: the worker whose saved replica (of generation seed_generation)
+  /// initialises the new shards; the other workers start once it has.
+  std::string seed;
+  std::uint32_t seed_generation = 0;
+  /// A job a restarted leader restored while running: until this time (or until every
+  /// agent its tasks are on has registered again) the leader waits for its agents.
+  std::optional<Clock::time_point> adopt_until;
+  std::string adopt_lost;  ///< tasks its agents no longer had when they came back
+};
+
 /// One job: its specification, state, tasks and counters.
 struct JobRec {
   using Clock = std::chrono::steady_clock;
@@ -100,20 +119,8 @@ struct JobRec {
   std::optional<wire::events::Failure> failure;
   std::optional<JobState> failing_state;  ///< the terminal state to enter once every task exited
   std::vector<std::weak_ptr<control::Session>> followers;
-  // Re-assignment (state recovering): why, since when, how often so far.
-  int reassignments = 0;
-  std::string recovery_reason;
-  std::optional<Clock::time_point> recovering_since;
-  bool waiting_logged = false;
   bool workers_started = false;  ///< some generation of this job trained (its PS state matters)
-  /// After a re-assignment: the worker whose saved replica (of generation seed_generation)
-  /// initialises the new shards; the other workers start once it has.
-  std::string seed;
-  std::uint32_t seed_generation = 0;
-  /// A job a restarted leader restored while running: until this time (or until every
-  /// agent its tasks are on has registered again) the leader waits for its agents.
-  std::optional<Clock::time_point> adopt_until;
-  std::string adopt_lost;  ///< tasks its agents no longer had when they came back
+  JobRecovery recovery;  ///< re-assignment and adoption (changed only by leader/recovery.h)
   std::optional<Clock::time_point> queued_since;  ///< when it last entered the queue
   std::string last_waiting;  ///< the last "waiting" event its followers got (to send changes only)
   JobSeries series;          ///< the dashboard's curves (in memory only; leader/job_series.h)

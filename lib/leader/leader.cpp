@@ -48,6 +48,18 @@ void Leader::Impl::notify(JobRec& job, json body) {
   }
 }
 
+void Leader::Impl::publish(JobRec& j, const json& ev) {
+  event(j, ev);
+  notify(j, ev);
+}
+
+std::vector<JobRec*> Leader::Impl::jobs_in_order() {
+  std::vector<JobRec*> out;
+  out.reserve(job_order.size());
+  for (const auto& id : job_order) out.push_back(&jobs.at(id));
+  return out;
+}
+
 void Leader::Impl::send_agent(const std::string& agent_id, const std::string& type, const json& body) {
   auto it = agents.find(agent_id);
   if (it == agents.end()) return;
@@ -277,7 +289,7 @@ void Leader::Impl::start_worker(JobRec& j, TaskRec& t) {
   wire::StartTaskBody body;
   body.ps = ps_endpoints(j);
   body.resume_epoch = t.epochs_done;
-  if (t.name == j.seed) body.init_replica_generation = j.seed_generation;
+  if (t.name == j.recovery.seed) body.init_replica_generation = j.recovery.seed_generation;
   start_task(j, t, std::move(body));
 }
 
@@ -286,17 +298,31 @@ void Leader::Impl::start_worker(JobRec& j, TaskRec& t) {
 // seed) starts first and initialises it; the others start once it has (a shard keeps
 // the first initial values it gets).
 void Leader::Impl::start_workers(JobRec& j) {
-  if (j.workers_started && j.seed.empty()) {
+  if (j.workers_started && j.recovery.seed.empty()) {
     for (const auto& t : j.tasks) {
       if (t.kind == TaskKind::kPs && !t.restored) {
-        return fail_job(j, t.name + " lost its state (" + j.recovery_reason +
+        return fail_job(j, t.name + " lost its state (" + j.recovery.reason +
                                ") and no worker saved a replica to rebuild it from");
       }
     }
   }
   set_state(j, JobState::kRunning);
   for (auto& t : j.tasks) {
-    if (t.kind == TaskKind::kWorker && t.state == TaskState::kPending && (j.seed.empty() || t.name == j.seed)) start_worker(j, t);
+    if (t.kind == TaskKind::kWorker && t.state == TaskState::kPending && (j.recovery.seed.empty() || t.name == j.recovery.seed)) start_worker(j, t);
+  }
+}
+
+// Asks every task of `j` that still runs to stop (on SIGTERM a PS shard writes its
+// checkpoint, a worker its replica) and gives up the ones not started yet.
+void Leader::Impl::send_stops(JobRec& j) {
+  for (auto& t : j.tasks) {
+    if (t.state == TaskState::kStarting || t.state == TaskState::kRunning) {
+      send_agent(t.agent, "stop_task", {{"job", j.id}, {"task", t.name}, {"generation", j.generation}});
+    } else if (t.state == TaskState::kPending) {
+      set_task_state(j, t, TaskState::kExited);
+      t.exit = "never started";
+      agents.release(t.agent, hold_of(j, t));
+    }
   }
 }
 
@@ -415,14 +441,11 @@ void Leader::Impl::check_heartbeats() {
     for (auto& [id, a] : self->agents) {
       if (!a.lost && now - a.last_seen > self->opt.heartbeat_timeout) {
         if (auto s = a.session.lock()) s->close();
-        self->agent_lost(id, "no heartbeat for " + std::to_string(self->opt.heartbeat_timeout.count()) + " ms");
+        self->recovery.agent_lost(id, "no heartbeat for " + std::to_string(self->opt.heartbeat_timeout.count()) + " ms",
+                                  self->jobs_in_order());
       }
     }
-    for (auto& jid : self->job_order) {
-      auto& j = self->jobs.at(jid);
-      if (j.adopt_until && now >= *j.adopt_until) self->after_adoption(j);
-      self->try_resume(j);
-    }
+    for (JobRec* j : self->jobs_in_order()) self->recovery.tick(*j, now);
     self->expire_queued();
     self->notify_waiting();  // e.g. an agent was lost: the cluster is smaller
     self->check_heartbeats();
@@ -458,7 +481,7 @@ void Leader::start() {
                    "refuses new jobs until it is remounted read-write and the agent restarted",
                    impl_->db->location());
     }
-    impl_->restore();
+    impl_->next_job = impl_->recovery.restore(*impl_->db, impl_->jobs, impl_->job_order);
     impl_->retire_jobs();  // a store kept by a leader with a larger job_retention
   }
   impl_->server = std::make_unique<control::ControlServer>(impl_->io, so, h);

@@ -139,7 +139,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   for (auto& jid : job_order) {
     auto& j = jobs.at(jid);
     if (j.terminal()) continue;
-    const bool adopting = j.adopt_until.has_value();
+    const bool adopting = Recovery::adopting(j);
     for (auto& t : j.tasks) {
       if (t.agent == name && (t.state == TaskState::kStarting || t.state == TaskState::kRunning) && !reported.count(jid + "/" + t.name) &&
           ((it != agents.end() && !it->second.lost) || adopting)) {
@@ -155,24 +155,10 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
                a.memory_mb, a.gpus.size(), a.address);
   reply(s, env.id, {{"agent_id", name}, {"heartbeat_interval_ms", opt.heartbeat_interval.count()}});
   if (on_registered && *on_registered) (*on_registered)();
-  for (auto& [jid, why] : gone) {
-    auto& j = jobs.at(jid);
-    if (j.adopt_until) {
-      j.adopt_lost += (j.adopt_lost.empty() ? "" : "; ") + why;
-    } else {
-      tasks_lost(j, why);
-    }
-  }
+  for (auto& [jid, why] : gone) recovery.tasks_gone(jobs.at(jid), why);
   // A restored job whose agents are all back is adopted now.
-  for (auto& jid : job_order) {
-    auto& j = jobs.at(jid);
-    if (!j.adopt_until || j.terminal()) continue;
-    const bool all_back = std::all_of(j.tasks.begin(), j.tasks.end(), [&](const TaskRec& t) {
-      return t.state == TaskState::kExited || agents.live(t.agent);
-    });
-    if (all_back) after_adoption(j);
-  }
-  for (auto& [id, j] : jobs) try_resume(j);
+  for (JobRec* j : jobs_in_order()) recovery.agent_back(*j);
+  for (auto& [id, j] : jobs) recovery.try_resume(j);
   try_schedule();
 }
 
@@ -251,10 +237,9 @@ void Leader::Impl::on_task_event(JobRec& j, TaskRec& t, const json& ev) {
       j.workers_started = true;
       save(j);
     }
-    if (t.kind == TaskKind::kWorker && t.name == j.seed && j.state == JobState::kRunning) {
+    if (Recovery::seed_started(j, t)) {
       // The seed has initialised the rebuilt shards from its replica: the others follow.
       spdlog::info("job {}: {} initialised the shards from its replica; starting the other workers", j.id, t.name);
-      j.seed.clear();
       for (auto& w : j.tasks) {
         if (w.kind == TaskKind::kWorker && w.state == TaskState::kPending) start_worker(j, w);
       }
@@ -373,15 +358,15 @@ void Leader::Impl::on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody&
     // lost, except that the leader knows at once. Nothing is placed there any more; a
     // restarted agent registers afresh.
     if (auto a = agents.find(t.agent); a != agents.end()) a->second.stopping = true;
-    if (j.state == JobState::kRecovering) return try_resume(j);
+    if (j.state == JobState::kRecovering) return recovery.try_resume(j);
     if (!(t.kind == TaskKind::kWorker && t.ok_exit)) {
-      return tasks_lost(j, t.name + " stopped with its agent " + t.agent + ", which is shutting down");
+      return recovery.tasks_lost(j, t.name + " stopped with its agent " + t.agent + ", which is shutting down");
     }
   }
   if (j.state == JobState::kRecovering) {
     // Stopped for the re-assignment. A worker that had just finished (exit 0 after its
     // "done") stays finished; its rank is passed to the new shards.
-    return try_resume(j);
+    return recovery.try_resume(j);
   }
   if (t.kind == TaskKind::kWorker && t.ok_exit) {
     const bool all_done = std::all_of(j.tasks.begin(), j.tasks.end(),

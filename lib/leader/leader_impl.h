@@ -3,13 +3,14 @@
 //   leader.cpp           the job state machine (launch, finish, fail), plumbing
 //   leader_agents.cpp    the agent protocol: registration, task events and exits
 //   leader_clients.cpp   the client protocol: submit, plan, status, cancel, follow, ...
-//   leader_recovery.cpp  lost agents, re-assignment, leader restarts (restore, adoption)
 //   leader_planning.cpp  the adapter to the planner's policy (planner/policy.h)
 //   leader_metrics.cpp   the leader's Prometheus metrics (dltrain_leader_*, dltrain_job_*)
 //   leader_logs.cpp      `dltrain logs`: a client's request relayed to the task's agent
 //   leader_dashboard.cpp what the dashboard asks beyond the client protocol: curves, events
-// Records are in job_record.h, agents and placement in placement.h, the queue and its
-// admission rule in scheduler.h. Members without a
+// Its parts with state of their own: the records (job_record.h), the agents and
+// placement (placement.h), the queue and its admission rule (scheduler.h), and recovery
+// (recovery.h: lost tasks, re-assignment, restore, adoption), which acts on the rest
+// through JobActions, implemented here. Members without a
 // comment here have theirs at their definition, in the file their section names. All of
 // them run on the leader's io thread; none is thread-safe, none needs to be.
 #pragma once
@@ -31,6 +32,7 @@
 #include "leader/job_record.h"
 #include "leader/leader.h"
 #include "leader/placement.h"
+#include "leader/recovery.h"
 #include "leader/scheduler.h"
 #include "control/metrics_server.h"
 #include "control/server.h"
@@ -42,7 +44,7 @@
 
 namespace dltrain::leader {
 
-struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
+struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   using json = nlohmann::json;
   using Clock = std::chrono::steady_clock;
   using SessionPtr = std::shared_ptr<control::Session>;
@@ -56,6 +58,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   std::map<std::string, JobRec> jobs;
   std::vector<std::string> job_order;
   Scheduler queue;  ///< the jobs waiting for cores and GPUs, and admission (scheduler.h)
+  Recovery recovery;  ///< lost tasks, re-assignment, restore, adoption (recovery.h)
   std::uint64_t next_job = 1;
   std::uint64_t next_req = 1;
   std::function<void()>* on_registered = nullptr;
@@ -79,7 +82,11 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   };
   std::map<std::string, PendingLog> pending_logs;
 
-  Impl(boost::asio::io_context& i, const config::AgentOptions& o) : io(i), opt(o), hb_timer(i) {}
+  Impl(boost::asio::io_context& i, const config::AgentOptions& o)
+      : io(i), opt(o), hb_timer(i), recovery(recovery_options(o), agents, *this) {}
+  static RecoveryOptions recovery_options(const config::AgentOptions& o) {
+    return {o.task_max_restarts, o.task_stop_grace, o.heartbeat_timeout, o.reassign_timeout};
+  }
 
   // ------------------------------------------------------------ leader.cpp
   /// A store failure is logged and the leader carries on serving from memory: losing a
@@ -93,9 +100,14 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
       spdlog::error("store: {} failed: {}", what, e.what());
     }
   }
-  void save(const JobRec& j);
+  void save(const JobRec& j) override;
   void event(const JobRec& j, const json& ev);
   void notify(JobRec& job, json body);
+  /// event() and notify().
+  void publish(JobRec& j, const json& ev) override;
+  void log_event(const JobRec& j, const json& ev) override { event(j, ev); }
+  /// The leader's jobs in submission order (for Recovery::agent_lost).
+  std::vector<JobRec*> jobs_in_order();
   void send_agent(const std::string& agent_id, const std::string& type, const json& body);
   static void reply(const SessionPtr& s, const std::string& id, const json& body);
   /// Sends an error reply and counts it (dltrain_leader_control_errors_total).
@@ -105,12 +117,12 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   json status_json(const JobRec& j) const;
   /// The one way a live job changes state: refuses (and logs) a transition that
   /// leader/states.h does not allow; tells followers, the event log and the store.
-  void set_state(JobRec& j, JobState state);
+  void set_state(JobRec& j, JobState state) override;
   /// The one way a live task of `j` changes state: staying in a state is no change; a
   /// transition that leader/states.h does not allow is refused and logged.
-  void set_task_state(const JobRec& j, TaskRec& t, TaskState state);
+  void set_task_state(const JobRec& j, TaskRec& t, TaskState state) override;
   /// Puts `j` at the back of the queue (state queued is set by the caller).
-  void enqueue(JobRec& j);
+  void enqueue(JobRec& j) override;
   /// Where queued `j` stands (position, cores needed / free / in the cluster).
   QueueStatus queue_status(const JobRec& j) const;
   /// How long `j` may stay queued: its queue_timeout, else the leader's; 0 = for ever.
@@ -129,17 +141,18 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   /// What `j`'s tasks need, in JobRec::tasks order (PS shards, then workers).
   std::vector<TaskNeed> needs(const JobRec& j) const;
   /// What task `t` of `j` holds on its agent: the job's cores per task and t's GPUs.
-  TaskHold hold_of(const JobRec& j, const TaskRec& t) const;
+  TaskHold hold_of(const JobRec& j, const TaskRec& t) const override;
   /// Worker `t`'s local group: the workers of `j` on its agent that have not finished.
   wire::LocalGroupInfo local_group_of(const JobRec& j, const TaskRec& t) const;
   void launch(JobRec& j, const std::vector<Placed>& placement);
-  void start_task(JobRec& j, TaskRec& t, wire::StartTaskBody body);
+  void start_task(JobRec& j, TaskRec& t, wire::StartTaskBody body) override;
   std::vector<std::string> ps_endpoints(const JobRec& j) const;
   void start_worker(JobRec& j, TaskRec& t);
   void start_workers(JobRec& j);
-  void stop_tasks(JobRec& j);
-  void maybe_finish(JobRec& j);
-  void fail_job(JobRec& j, const std::string& why);
+  void send_stops(JobRec& j) override;
+  void stop_tasks(JobRec& j) override;
+  void maybe_finish(JobRec& j) override;
+  void fail_job(JobRec& j, const std::string& why) override;
   void on_message(const SessionPtr& s, const std::string& text);
   void on_close(const SessionPtr& s);
   void check_heartbeats();
@@ -158,18 +171,6 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl> {
   void on_submit(const SessionPtr& s, const wire::Envelope& env);
   void on_cancel(const SessionPtr& s, const wire::Envelope& env, JobRec& j);
   json agents_json() const;
-
-  // ------------------------------------------------------------ leader_recovery.cpp
-  void restore();
-  std::chrono::milliseconds adoption_window() const;
-  void resume_after_restart(JobRec& j, const json& r);
-  void tasks_lost(JobRec& j, const std::string& why);
-  void send_stops(JobRec& j);
-  void try_resume(JobRec& j);
-  /// `gpus[i]`: the GPU indices task i is given on placement[i].
-  void resume(JobRec& j, const std::vector<std::string>& placement, const std::vector<std::vector<int>>& gpus);
-  void after_adoption(JobRec& j);
-  void agent_lost(const std::string& id, const std::string& why);
 
   // ------------------------------------------------------------ leader_planning.cpp
   planner::Plan plan_for(const JobSpec& spec, double exploration_seconds) const;

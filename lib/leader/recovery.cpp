@@ -1,13 +1,12 @@
-// What the leader does when tasks are lost: a lost agent, the re-assignment of a job as
-// its next generation (stop, place again, start with the freshest state), and a leader
-// restart (restore from the store, adopt the tasks the agents re-report).
+// The leader's recovery (recovery.h): lost tasks and agents, re-assignment, restore and
+// adoption.
 #include <algorithm>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "leader/leader_impl.h"
+#include "leader/recovery.h"
 #include "common/errors.h"
 
 namespace dltrain::leader {
@@ -27,13 +26,10 @@ std::string ra_moved_text(const std::vector<events::Move>& moved) {
 
 }  // namespace
 
-// Restores jobs and the job counter after a restart. Unfinished jobs carry on: queued
-// ones wait in the queue again; a job with tasks adopts the tasks its agents re-report
-// when they register again (on_register), for up to adoption_window(); what does not
-// come back by then is treated as lost with its agent (after_adoption).
-void Leader::Impl::restore() {
-  if (!db) return;
-  for (auto& [num, r] : db->jobs()) {
+std::uint64_t Recovery::restore(const store::Store& db, std::map<std::string, JobRec>& jobs,
+                                std::vector<std::string>& order) {
+  std::uint64_t next_job = 1;
+  for (auto& [num, r] : db.jobs()) {
     JobRec j;
     try {
       j = job_from_record(num, r);
@@ -46,123 +42,97 @@ void Leader::Impl::restore() {
         resume_after_restart(j, r);
       } catch (const std::exception& e) {
         j.error = "the leader restarted and could not read this job's stored state (" + std::string(e.what()) + ")";
-        j.state = JobState::kFailed;
+        j.state = JobState::kFailed;  // not live yet: no transition, no followers
         j.tasks.clear();
-        save(j);
+        actions_.save(j);
       }
     }
     next_job = std::max(next_job, num + 1);
-    job_order.push_back(j.id);
+    order.push_back(j.id);
     jobs.emplace(j.id, std::move(j));
   }
-  if (auto n = db->get_meta("next_job")) next_job = std::max<std::uint64_t>(next_job, std::stoull(*n));
+  if (auto n = db.get_meta("next_job")) next_job = std::max<std::uint64_t>(next_job, std::stoull(*n));
   // An exploring job waits for its exploration runs that are still unfinished.
-  for (auto& id : job_order) {
+  for (auto& id : order) {
     auto& j = jobs.at(id);
     if (j.profile_of.empty() || j.terminal()) continue;
     auto pit = jobs.find(j.profile_of);
     if (pit != jobs.end() && pit->second.state == JobState::kExploring) pit->second.pending_profiles.push_back(id);
   }
-  for (auto& id : job_order) {
+  for (auto& id : order) {
     auto& j = jobs.at(id);
     if (j.state == JobState::kExploring && j.pending_profiles.empty()) {
       j.failing_state = JobState::kFailed;
       j.error = "the leader restarted while the job was exploring and its exploration runs are gone; submit it again";
-      maybe_finish(j);
+      actions_.maybe_finish(j);
     }
   }
-  spdlog::info("store {}: {} jobs and {} history rows restored", db->location(), jobs.size(), db->history().size());
-}
-
-// How long a restarted leader waits for the agents of a running job to register again:
-// an agent notices the lost link within a heartbeat timeout and retries with back-off
-// of at most 10 s (agent.h).
-std::chrono::milliseconds Leader::Impl::adoption_window() const {
-  return opt.heartbeat_timeout + std::chrono::milliseconds(15000);
+  spdlog::info("store {}: {} jobs and {} history rows restored", db.location(), jobs.size(), db.history().size());
+  return next_job;
 }
 
 // The restored form of an unfinished job (called by restore()).
-void Leader::Impl::resume_after_restart(JobRec& j, const json& r) {
+void Recovery::resume_after_restart(JobRec& j, const json& r) {
   resume_stored_counters(j, r);
   if (j.state == JobState::kQueued || j.state == JobState::kPlanning) {
     j.state = JobState::kQueued;
-    enqueue(j);
+    actions_.enqueue(j);
     spdlog::info("job {} ({}) is queued again", j.id, j.spec.name);
   } else if (j.state != JobState::kExploring) {
-    j.adopt_until = Clock::now() + adoption_window();
+    j.recovery.adopt_until = Clock::now() + adoption_window();
     spdlog::info("job {} ({}) was {} (generation {}): waiting up to {} ms for its agents to re-report its tasks",
                  j.id, j.spec.name, to_string(j.state), j.generation, adoption_window().count());
-    event(j, events::LeaderRestarted{{}, std::string(to_string(j.state)), j.generation}.to_json());
+    actions_.log_event(j, events::LeaderRestarted{{}, std::string(to_string(j.state)), j.generation}.to_json());
   }
 }
 
 // ---------------------------------------------------------------- re-assignment
-// Tasks of `j` were lost (already marked exited): re-assign the job, within
-// task_max_restarts re-assignments, or fail it.
-void Leader::Impl::tasks_lost(JobRec& j, const std::string& why) {
+void Recovery::tasks_lost(JobRec& j, const std::string& why) {
   if (j.terminal()) return;
-  if (j.failing_state.has_value()) return maybe_finish(j);
+  if (j.failing_state.has_value()) return actions_.maybe_finish(j);
   if (j.state == JobState::kRecovering) return try_resume(j);
-  if (j.state != JobState::kRunning && j.state != JobState::kStarting) return fail_job(j, why);
-  if (j.reassignments >= opt.task_max_restarts) {
-    return fail_job(j, why + "; the job was already re-assigned " + std::to_string(j.reassignments) +
+  if (j.state != JobState::kRunning && j.state != JobState::kStarting) return actions_.fail_job(j, why);
+  if (j.recovery.reassignments >= opt_.max_reassignments) {
+    return actions_.fail_job(j, why + "; the job was already re-assigned " + std::to_string(j.recovery.reassignments) +
                            " times (task_max_restarts)");
   }
-  j.recovery_reason = why;
-  j.recovering_since = Clock::now();
-  j.waiting_logged = false;
+  j.recovery.reason = why;
+  j.recovery.since = Clock::now();
+  j.recovery.waiting_logged = false;
   spdlog::warn("job {}: {}; stopping its other tasks to re-assign it as generation {}", j.id, why,
                j.generation + 1);
-  set_state(j, JobState::kRecovering);
-  const json e = events::Recovering{{}, why, j.generation}.to_json();
-  event(j, e);
-  notify(j, e);
-  send_stops(j);
+  actions_.set_state(j, JobState::kRecovering);
+  actions_.publish(j, events::Recovering{{}, why, j.generation}.to_json());
+  actions_.send_stops(j);
   try_resume(j);
 }
 
-// Asks every task of `j` that still runs to stop (on SIGTERM a PS shard writes its
-// checkpoint, a worker its replica) and gives up the ones not started yet.
-void Leader::Impl::send_stops(JobRec& j) {
-  for (auto& t : j.tasks) {
-    if (t.state == TaskState::kStarting || t.state == TaskState::kRunning) {
-      send_agent(t.agent, "stop_task", {{"job", j.id}, {"task", t.name}, {"generation", j.generation}});
-    } else if (t.state == TaskState::kPending) {
-      set_task_state(j, t, TaskState::kExited);
-      t.exit = "never started";
-      agents.release(t.agent, hold_of(j, t));
-    }
-  }
-}
-
-// A recovering job starts again once every old task has stopped and every task that
-// must run again has a place; it waits up to opt.reassign_timeout for one.
-void Leader::Impl::try_resume(JobRec& j) {
-  if (j.state != JobState::kRecovering || !j.recovering_since) return;
+void Recovery::try_resume(JobRec& j) {
+  if (j.state != JobState::kRecovering || !j.recovery.since) return;
   const auto now = Clock::now();
-  const auto stop_bound = opt.task_stop_grace + 2 * opt.heartbeat_timeout;
+  const auto stop_bound = opt_.task_stop_grace + 2 * opt_.heartbeat_timeout;
   for (auto& t : j.tasks) {
     if (t.state == TaskState::kExited) continue;
-    const bool live = agents.live(t.agent);
-    if (live && now - *j.recovering_since < stop_bound) return;  // its exit is on the way
-    set_task_state(j, t, TaskState::kExited);
+    const bool live = agents_.live(t.agent);
+    if (live && now - *j.recovery.since < stop_bound) return;  // its exit is on the way
+    actions_.set_task_state(j, t, TaskState::kExited);
     t.exit = live ? "did not report that it stopped" : "lost with its agent";
     if (live) {
       // Its process may still run (and hold its GPUs): an orphan until its exit comes.
-      agents.at(t.agent).orphans[orphan_key(j.id, t.name, j.generation)] = hold_of(j, t);
+      agents_.at(t.agent).orphans[orphan_key(j.id, t.name, j.generation)] = actions_.hold_of(j, t);
     } else {
-      agents.release(t.agent, hold_of(j, t));
+      agents_.release(t.agent, actions_.hold_of(j, t));
     }
   }
   // Tasks stay on their agent where it is alive; the others go to the live agent with
   // the most free cores. Workers that finished are not run again.
   const int need = j.spec.threads_per_task;
-  const auto slots = agents.slots();
+  const auto slots = agents_.slots();
   std::vector<Replacing> want;
   for (const auto& t : j.tasks) {
     Replacing r{t.agent, t.kind == TaskKind::kWorker && t.ok_exit, {}, t.kind == TaskKind::kWorker ? j.spec.gpus_per_worker : 0};
     for (const auto& a : slots) {
-      if (agents.holds_orphan(a.id, j.id, t.name)) r.excluded.push_back(a.id);
+      if (agents_.holds_orphan(a.id, j.id, t.name)) r.excluded.push_back(a.id);
     }
     want.push_back(std::move(r));
   }
@@ -173,34 +143,30 @@ void Leader::Impl::try_resume(JobRec& j) {
   if (!unplaced.empty()) {
     std::string names;
     for (auto& n : unplaced) names += (names.empty() ? "" : ", ") + n;
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - *j.recovering_since);
-    if (waited >= opt.reassign_timeout) {
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - *j.recovery.since);
+    if (waited >= opt_.reassign_timeout) {
       const std::string room = j.spec.gpus_per_worker > 0
                                    ? std::to_string(need) + " free cores (and " +
                                          std::to_string(j.spec.gpus_per_worker) + " free GPUs for a worker)"
                                    : "free cores";
-      return fail_job(j, j.recovery_reason + "; no agent had " + room + " for " + names + " within " +
-                             fmt::format("{:g}", opt.reassign_timeout.count() / 1000.0) +
+      return actions_.fail_job(j, j.recovery.reason + "; no agent had " + room + " for " + names + " within " +
+                             fmt::format("{:g}", opt_.reassign_timeout.count() / 1000.0) +
                              " s (reassign_timeout)");
     }
-    if (!j.waiting_logged) {
-      j.waiting_logged = true;
+    if (!j.recovery.waiting_logged) {
+      j.recovery.waiting_logged = true;
       spdlog::warn("job {}: no agent has {} free cores{} for {}; waiting up to {} ms for one", j.id, need,
                    j.spec.gpus_per_worker > 0 ? " (and " + std::to_string(j.spec.gpus_per_worker) + " GPUs per worker)"
                                               : std::string(),
-                   names, opt.reassign_timeout.count());
-      const json e = events::WaitingForAgent{{}, unplaced, opt.reassign_timeout.count()}.to_json();
-      event(j, e);
-      notify(j, e);
+                   names, opt_.reassign_timeout.count());
+      actions_.publish(j, events::WaitingForAgent{{}, unplaced, opt_.reassign_timeout.count()}.to_json());
     }
     return;
   }
   resume(j, placement, where.gpus);
 }
 
-// Starts generation g+1 of a recovering job on `placement` (an agent per task; empty
-// for finished workers).
-void Leader::Impl::resume(JobRec& j, const std::vector<std::string>& placement,
+void Recovery::resume(JobRec& j, const std::vector<std::string>& placement,
                           const std::vector<std::vector<int>>& gpus) {
   const std::uint32_t old_gen = j.generation;
   // A shard restores the checkpoint it wrote when it was stopped where it stays; one that
@@ -253,56 +219,54 @@ void Leader::Impl::resume(JobRec& j, const std::vector<std::string>& placement,
     // A shard restores the checkpoint it wrote when it was stopped, where it stays.
     if (old.kind == TaskKind::kPs && old.ok_exit && old.agent == t.agent) t.recovery = "checkpoint";
     if (t.agent != old.agent) moved.push_back(events::Move{{}, t.name, old.agent, t.agent});
-    agents.take(t.agent, hold_of(j, t));
+    agents_.take(t.agent, actions_.hold_of(j, t));
     next.push_back(std::move(t));
   }
   j.close_generation_bytes();
   j.tasks = std::move(next);
   j.generation = old_gen + 1;
-  ++j.reassignments;
-  j.seed = seed;
-  j.seed_generation = seed_generation;
-  j.recovering_since.reset();
+  ++j.recovery.reassignments;
+  j.recovery.seed = seed;
+  j.recovery.seed_generation = seed_generation;
+  j.recovery.since.reset();
   spdlog::warn("job {}: re-assigned as generation {} ({}); {}", j.id, j.generation,
                moved.empty() ? std::string("no task moved") : "moved " + ra_moved_text(moved),
                seed.empty() ? std::string("no worker replica") : "rebuilding lost shard state from " + seed + "'s replica");
   events::Reassigned ra;
   ra.generation = j.generation;
   ra.moved = moved;
-  ra.reason = j.recovery_reason;
+  ra.reason = j.recovery.reason;
   if (!seed.empty()) ra.replica_from = seed;
-  const json e = ra.to_json();
-  event(j, e);
-  notify(j, e);
-  set_state(j, JobState::kStarting);
+  actions_.publish(j, ra.to_json());
+  actions_.set_state(j, JobState::kStarting);
   for (auto& t : j.tasks) {
     if (t.kind != TaskKind::kPs) continue;
     wire::StartTaskBody body;
     body.workers_done = done_ranks;
     if (t.recovery == "checkpoint") body.restore_generation = old_gen;
     t.recovery.clear();
-    start_task(j, t, std::move(body));
+    actions_.start_task(j, t, std::move(body));
   }
 }
 
 // A restored job's agents have registered again, or the adoption window has passed.
-void Leader::Impl::after_adoption(JobRec& j) {
-  j.adopt_until.reset();
+void Recovery::after_adoption(JobRec& j) {
+  j.recovery.adopt_until.reset();
   if (j.terminal()) return;
-  std::string missing = j.adopt_lost;
-  j.adopt_lost.clear();
+  std::string missing = j.recovery.adopt_lost;
+  j.recovery.adopt_lost.clear();
   for (auto& t : j.tasks) {
-    if ((t.state == TaskState::kStarting || t.state == TaskState::kRunning) && !agents.live(t.agent)) {
-      set_task_state(j, t, TaskState::kExited);
+    if ((t.state == TaskState::kStarting || t.state == TaskState::kRunning) && !agents_.live(t.agent)) {
+      actions_.set_task_state(j, t, TaskState::kExited);
       t.exit = "its agent did not come back after the leader restarted";
       missing += (missing.empty() ? "" : ", ") + t.name + " on " + t.agent;
     }
   }
   spdlog::info("job {}: adopted after the leader restart{}", j.id, missing.empty() ? "" : "; lost: " + missing);
-  if (j.failing_state.has_value()) return stop_tasks(j);
+  if (j.failing_state.has_value()) return actions_.stop_tasks(j);
   if (j.state == JobState::kRecovering) {
-    j.recovering_since = Clock::now();
-    send_stops(j);
+    j.recovery.since = Clock::now();
+    actions_.send_stops(j);
     return try_resume(j);
   }
   std::string unstarted;
@@ -318,26 +282,52 @@ void Leader::Impl::after_adoption(JobRec& j) {
   if (!missing.empty()) tasks_lost(j, "the leader restarted and " + missing + " did not come back");
 }
 
-void Leader::Impl::agent_lost(const std::string& id, const std::string& why) {
-  auto it = agents.find(id);
-  if (it == agents.end() || it->second.lost) return;
-  auto& a = it->second;
-  a.lost = true;
+void Recovery::agent_lost(const std::string& id, const std::string& why, const std::vector<JobRec*>& jobs) {
+  auto it = agents_.find(id);
+  if (it == agents_.end() || it->second.lost) return;
+  it->second.lost = true;
   spdlog::warn("agent {} lost: {}", id, why);
-  for (auto& jid : job_order) {
-    auto& j = jobs.at(jid);
+  for (JobRec* jp : jobs) {
+    auto& j = *jp;
     if (j.terminal()) continue;
     bool hit = false;
     for (auto& t : j.tasks) {
       if (t.agent == id && t.state != TaskState::kExited) {
-        set_task_state(j, t, TaskState::kExited);
+        actions_.set_task_state(j, t, TaskState::kExited);
         t.exit = "lost with its agent";
-        agents.release(id, hold_of(j, t));
+        agents_.release(id, actions_.hold_of(j, t));
         hit = true;
       }
     }
     if (hit) tasks_lost(j, "agent " + id + " was lost (" + why + ")");
   }
+}
+
+void Recovery::tasks_gone(JobRec& j, const std::string& why) {
+  if (adopting(j)) {
+    j.recovery.adopt_lost += (j.recovery.adopt_lost.empty() ? "" : "; ") + why;
+  } else {
+    tasks_lost(j, why);
+  }
+}
+
+void Recovery::agent_back(JobRec& j) {
+  if (!adopting(j) || j.terminal()) return;
+  const bool all_back = std::all_of(j.tasks.begin(), j.tasks.end(), [&](const TaskRec& t) {
+    return t.state == TaskState::kExited || agents_.live(t.agent);
+  });
+  if (all_back) after_adoption(j);
+}
+
+void Recovery::tick(JobRec& j, Clock::time_point now) {
+  if (j.recovery.adopt_until && now >= *j.recovery.adopt_until) after_adoption(j);
+  try_resume(j);
+}
+
+bool Recovery::seed_started(JobRec& j, const TaskRec& t) {
+  if (t.kind != TaskKind::kWorker || t.name != j.recovery.seed || j.state != JobState::kRunning) return false;
+  j.recovery.seed.clear();
+  return true;
 }
 
 }  // namespace dltrain::leader
