@@ -378,6 +378,60 @@ void Leader::Impl::fail_job(JobRec& j, const std::string& why) {
   stop_tasks(j);
 }
 
+// A job that never had tasks (the planner found no configuration, its exploration runs
+// are gone) ends at once.
+void Leader::Impl::fail_unplaced(JobRec& j, const std::string& why) {
+  if (j.terminal()) return;
+  j.error = why;
+  j.failing_state = JobState::kFailed;
+  maybe_finish(j);
+}
+
+// Every worker finished with a test accuracy: the shards are stopped, then it succeeds.
+void Leader::Impl::succeed_job(JobRec& j) {
+  if (j.terminal() || j.failing_state.has_value()) return;
+  j.failing_state = JobState::kSucceeded;
+  set_state(j, JobState::kFinishing);
+  stop_tasks(j);
+}
+
+// A queued job ends at once, a running one through cancelling (every task is stopped
+// first), an exploring one with its exploration runs. A job that is already failing
+// stays failing; one that is finishing is cancelled.
+void Leader::Impl::cancel_job(JobRec& j) {
+  if (j.terminal()) return;
+  if (j.state == JobState::kExploring) {
+    // maybe_finish of a run takes it out of j.pending_profiles: walk a copy. The job is
+    // marked cancelled first, so that its last run's end does not plan and queue it.
+    const auto runs = j.pending_profiles;
+    j.failing_state = JobState::kCancelled;
+    for (const auto& pid : runs) {
+      auto& pj = jobs.at(pid);
+      if (pj.state == JobState::kQueued) {
+        queue.remove(pid);
+        pj.failing_state = JobState::kCancelled;
+        maybe_finish(pj);
+      } else if (!pj.terminal() && !pj.failing_state) {
+        pj.failing_state = JobState::kCancelled;
+        set_state(pj, JobState::kCancelling);
+        stop_tasks(pj);
+      }
+    }
+    j.pending_profiles.clear();
+    j.failing_state = JobState::kCancelled;
+    maybe_finish(j);
+  } else if (j.state == JobState::kQueued) {
+    queue.remove(j.id);
+    j.failing_state = JobState::kCancelled;
+    maybe_finish(j);
+    try_schedule();
+  } else if (!j.failing_state || j.failing_state == JobState::kSucceeded) {
+    j.failing_state = JobState::kCancelled;
+    set_state(j, JobState::kCancelling);
+    stop_tasks(j);
+  }
+}
+
 // ---------------------------------------------------------------- plumbing
 void Leader::Impl::on_message(const SessionPtr& s, const std::string& text) {
   wire::Envelope env;

@@ -375,9 +375,7 @@ void Leader::Impl::on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody&
       if (j.test_accuracy < 0 && !j.spec.profile) {
         return fail_job(j, "workers finished without reporting a test accuracy");
       }
-      j.failing_state = JobState::kSucceeded;
-      set_state(j, JobState::kFinishing);
-      stop_tasks(j);
+      succeed_job(j);
     }
     return;
   }

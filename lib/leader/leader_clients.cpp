@@ -210,43 +210,13 @@ void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
   try_schedule();
 }
 
-// Cancels `j`: a queued job at once, a running one through cancelling (every task is
-// stopped first), an exploring one with its exploration runs.
+// `cancel {job}`: refused for a job that has ended; else cancel_job (leader.cpp).
 void Leader::Impl::on_cancel(const SessionPtr& s, const wire::Envelope& env, JobRec& j) {
   const std::string jid = j.id;
   if (j.terminal()) {
     return reply_error(s, env.id, wire::error_code::kConflict, "job " + jid + " already " + std::string(to_string(j.state)), "job");
   }
-  if (j.state == JobState::kExploring) {
-    // maybe_finish of a run takes it out of j.pending_profiles: walk a copy. The job is
-    // marked cancelled first, so that its last run's end does not plan and queue it.
-    const auto runs = j.pending_profiles;
-    j.failing_state = JobState::kCancelled;
-    for (const auto& pid : runs) {
-      auto& pj = jobs.at(pid);
-      if (pj.state == JobState::kQueued) {
-        queue.remove(pid);
-        pj.failing_state = JobState::kCancelled;
-        maybe_finish(pj);
-      } else if (!pj.terminal() && !pj.failing_state) {
-        pj.failing_state = JobState::kCancelled;
-        set_state(pj, JobState::kCancelling);
-        stop_tasks(pj);
-      }
-    }
-    j.pending_profiles.clear();
-    j.failing_state = JobState::kCancelled;
-    maybe_finish(j);
-  } else if (j.state == JobState::kQueued) {
-    queue.remove(jid);
-    j.failing_state = JobState::kCancelled;
-    maybe_finish(j);
-    try_schedule();
-  } else if (!j.failing_state || j.failing_state == JobState::kSucceeded) {
-    j.failing_state = JobState::kCancelled;
-    set_state(j, JobState::kCancelling);
-    stop_tasks(j);
-  }
+  cancel_job(j);
   reply(s, env.id, {{"job", jid}, {"state", to_string(j.state)}});
 }
 

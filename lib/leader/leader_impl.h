@@ -153,6 +153,12 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   void stop_tasks(JobRec& j) override;
   void maybe_finish(JobRec& j) override;
   void fail_job(JobRec& j, const std::string& why) override;
+  /// Fails `j`, which has no tasks, at once with `why` (JobActions).
+  void fail_unplaced(JobRec& j, const std::string& why) override;
+  /// Every worker of `j` finished: stops its shards; it succeeds once they have.
+  void succeed_job(JobRec& j);
+  /// Cancels `j` (no-op once it has ended); see its definition for each state.
+  void cancel_job(JobRec& j);
   void on_message(const SessionPtr& s, const std::string& text);
   void on_close(const SessionPtr& s);
   void check_heartbeats();

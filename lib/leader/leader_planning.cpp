@@ -77,18 +77,12 @@ void Leader::Impl::decide(JobRec& j) {
   ++counters.plans;
   if (!p.feasible) {
     ++counters.infeasible_plans;
-    j.failing_state = JobState::kFailed;
-    j.error = "planner: " + p.explanation;
-    maybe_finish(j);
-    return;
+    return fail_unplaced(j, "planner: " + p.explanation);
   }
   j.spec.workers = p.choice.workers;
   j.spec.batch_size = p.choice.batch_size;
   if (auto why = ps_memory_problem(j.spec)) {
-    j.failing_state = JobState::kFailed;
-    j.error = "planner chose " + std::to_string(p.choice.workers) + " workers, but " + *why;
-    maybe_finish(j);
-    return;
+    return fail_unplaced(j, "planner chose " + std::to_string(p.choice.workers) + " workers, but " + *why);
   }
   persist("saving the plan",
           [&] { db->put_meta(planner::plan_key(j.spec.model, j.spec.dataset), planner::encode_plan(p.choice)); });

@@ -62,9 +62,8 @@ std::uint64_t Recovery::restore(const store::Store& db, std::map<std::string, Jo
   for (auto& id : order) {
     auto& j = jobs.at(id);
     if (j.state == JobState::kExploring && j.pending_profiles.empty()) {
-      j.failing_state = JobState::kFailed;
-      j.error = "the leader restarted while the job was exploring and its exploration runs are gone; submit it again";
-      actions_.maybe_finish(j);
+      actions_.fail_unplaced(
+          j, "the leader restarted while the job was exploring and its exploration runs are gone; submit it again");
     }
   }
   spdlog::info("store {}: {} jobs and {} history rows restored", db.location(), jobs.size(), db.history().size());

@@ -45,6 +45,8 @@ class JobActions {
   virtual void fail_job(JobRec& j, const std::string& why) = 0;
   /// Stops every task of an ending job; it ends once they all have.
   virtual void stop_tasks(JobRec& j) = 0;
+  /// Fails `j`, which has no tasks, at once with `why` (it ends now).
+  virtual void fail_unplaced(JobRec& j, const std::string& why) = 0;
   /// Moves `j` into its failing_state once every task has exited.
   virtual void maybe_finish(JobRec& j) = 0;
   /// Puts `j` at the back of the queue.

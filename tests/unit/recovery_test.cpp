@@ -61,6 +61,7 @@ struct RecordedActions : JobActions {
     j.failing_state = JobState::kFailed;
     set_state(j, JobState::kFailing);
   }
+  void fail_unplaced(JobRec& j, const std::string& why) override { fail_job(j, why); }
   void stop_tasks(JobRec&) override {}
   void maybe_finish(JobRec&) override {}
   void enqueue(JobRec&) override { ++enqueued; }
