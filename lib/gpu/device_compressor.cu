@@ -53,8 +53,9 @@ __global__ void take_selected(const std::uint32_t* idx, std::size_t k, float* v,
 }  // namespace
 
 DeviceCompressor::DeviceCompressor(const compress::CompressionSpec& spec, std::size_t n, std::uint64_t seed,
-                                   std::size_t partition)
-    : spec_(spec), n_(n), seed_(seed), partition_(partition) {
+                                   std::size_t partition, std::shared_ptr<DeviceTopk> topk)
+    : spec_(spec), n_(n), seed_(seed), partition_(partition),
+      topk_(topk ? std::move(topk) : std::make_shared<DeviceTopk>()) {
   if (spec.method != compress::Method::kTopk && spec.method != compress::Method::kDgc) {
     throw InvalidArgument("device compressor: method must be topk or dgc");
   }
@@ -76,11 +77,11 @@ void DeviceCompressor::encode(const float* grad, double density, std::uint64_t s
   if (dgc) {
     momentum_accumulate<<<blocks_for(n_), kThreads>>>(grad, u_.data(), v_.data(), static_cast<float>(spec_.momentum), n_);
     check_launch("momentum_accumulate");
-    topk_.sampled(v_.data(), n_, k, spec_.sample_ratio, step_seed, idx_);
+    topk_->sampled(v_.data(), n_, k, spec_.sample_ratio, step_seed, idx_);
   } else {
     accumulate<<<blocks_for(n_), kThreads>>>(grad, v_.data(), n_);
     check_launch("accumulate");
-    topk_.exact(v_.data(), n_, k, idx_);
+    topk_->exact(v_.data(), n_, k, idx_);
   }
   const std::size_t got = idx_.size();
   values_.resize(got);

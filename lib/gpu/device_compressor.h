@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/compression_spec.h"
@@ -22,7 +23,11 @@ class DeviceCompressor {
   /// `spec.method` must be topk or dgc (InvalidArgument otherwise); `n` floats, >= 1,
   /// < 2^32; `seed` and `partition` derive each step's sampling seed exactly as
   /// GradientCompressor does for partition `partition` of a worker seeded `seed`.
-  DeviceCompressor(const compress::CompressionSpec& spec, std::size_t n, std::uint64_t seed, std::size_t partition);
+  /// `topk`: the selection and its scratch buffers (candidates, histograms; grown to the
+  /// largest n), shared by the compressors of one worker's partitions, which encode one
+  /// after the other; null: a selection of its own.
+  DeviceCompressor(const compress::CompressionSpec& spec, std::size_t n, std::uint64_t seed, std::size_t partition,
+                   std::shared_ptr<DeviceTopk> topk = nullptr);
 
   /// One step with the gradient at device pointer `grad` (n floats) at `density` for
   /// global step `step`: topk: v += g, exact top-k of |v|; dgc: u = m·u + g, v += u,
@@ -46,7 +51,7 @@ class DeviceCompressor {
   std::size_t partition_;
   DeviceArray<float> v_, u_, values_;
   DeviceArray<std::uint32_t> idx_;
-  DeviceTopk topk_;
+  std::shared_ptr<DeviceTopk> topk_;
   std::size_t bytes_to_host_ = 0;
 };
 

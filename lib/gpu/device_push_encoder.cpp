@@ -15,8 +15,12 @@ DevicePushEncoder::DevicePushEncoder(const compress::CompressionSpec& spec, cons
       values_(layout.partitions.size()),
       pushes_(layout.partitions.size()) {
   if (!handles(spec)) throw InvalidArgument("device push encoder: method must be topk or dgc");
+  // One selection for all partitions: they encode one after the other, so one set of
+  // n-sized candidate buffers (the largest partition's) serves them all.
+  auto topk = std::make_shared<DeviceTopk>();
   for (const auto& p : layout.partitions) {
-    compressors_.push_back(std::make_unique<DeviceCompressor>(spec, static_cast<std::size_t>(p.length), seed, p.key));
+    compressors_.push_back(
+        std::make_unique<DeviceCompressor>(spec, static_cast<std::size_t>(p.length), seed, p.key, topk));
   }
 }
 

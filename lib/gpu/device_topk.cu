@@ -192,10 +192,19 @@ struct DeviceTopk::Impl {
   }
 };
 
+void DeviceTopk::check_index_range(std::size_t n, const char* what) {
+  // Indices are 32-bit on the device and in the push: 2^32 elements would wrap.
+  if (n > kMaxElements) {
+    throw InvalidArgument("device top-k " + std::string(what) + ": " + std::to_string(n) +
+                          " elements, more than the 2^32 - 1 that 32-bit indices address");
+  }
+}
+
 DeviceTopk::DeviceTopk() : impl_(std::make_unique<Impl>()) {}
 DeviceTopk::~DeviceTopk() = default;
 
 void DeviceTopk::exact(const float* x, std::size_t n, std::size_t k, DeviceArray<std::uint32_t>& out) {
+  check_index_range(n, "exact");
   k = std::min(k, n);
   if (k == 0) {
     out.resize(0);
@@ -208,6 +217,7 @@ void DeviceTopk::exact(const float* x, std::size_t n, std::size_t k, DeviceArray
 compress::SampledStats DeviceTopk::sampled(const float* x, std::size_t n, std::size_t k, double sample_ratio,
                                            std::uint64_t seed, DeviceArray<std::uint32_t>& out) {
   // The steps of compress::topk_sampled (lib/compress/topk.cpp), on the device.
+  check_index_range(n, "sampled");
   compress::SampledStats st;
   k = std::min(k, n);
   if (k == 0) {

@@ -32,20 +32,24 @@ class DeviceTopk {
 
   /// compress::topk_exact on device: the indices of the k largest |x[i]| of the n floats
   /// at device pointer `x`, ascending, ties at the k-th magnitude towards lower indices;
-  /// k is clipped to n. `out` is resized to the count. Requires n < 2^32. Throws
-  /// CudaError.
+  /// k is clipped to n. `out` is resized to the count. Throws InvalidArgument for n >
+  /// kMaxElements (before touching the device), CudaError.
   void exact(const float* x, std::size_t n, std::size_t k, DeviceArray<std::uint32_t>& out);
 
   /// compress::topk_sampled on device, with the same sample (runs of 32 elements at
   /// offsets drawn from `seed` by splitmix64, as topk.h draws them), the same threshold
   /// rounds and the same fall-back to exact(): its result is topk_sampled's. Returns the
-  /// same statistics. Throws CudaError.
+  /// same statistics. Throws InvalidArgument for n > kMaxElements, CudaError.
   compress::SampledStats sampled(const float* x, std::size_t n, std::size_t k, double sample_ratio, std::uint64_t seed,
                                  DeviceArray<std::uint32_t>& out);
+
+  /// The most elements a selection takes: its indices are 32-bit.
+  static constexpr std::size_t kMaxElements = 0xFFFFFFFFu;
 
   struct Impl;
 
  private:
+  static void check_index_range(std::size_t n, const char* what);
   std::unique_ptr<Impl> impl_;
 };
 

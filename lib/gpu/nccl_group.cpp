@@ -26,9 +26,35 @@ struct NcclGroup::Impl {
   const std::atomic<bool>* stop = nullptr;
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
+  cudaEvent_t produced = nullptr;  ///< recorded on the producer's stream; NCCL's stream waits for it
   bool aborted = false;
 
   Impl(group::LocalGroup& g, std::chrono::milliseconds t, const std::atomic<bool>* s) : group(g), timeout(t), stop(s) {}
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  // Releases whatever was made, also when the constructor threw half-way (NCCL's
+  // unique id exchange, the communicator's creation or its wait): the communicator,
+  // finalized (bounded) or aborted, then the event and the stream.
+  ~Impl() {
+    if (comm != nullptr && !aborted) {
+      // A non-blocking communicator finalizes asynchronously: wait (bounded) for it to
+      // finish before destroying it; abort it if it does not.
+      (void)ncclCommFinalize(comm);
+      const auto deadline = Clock::now() + std::chrono::seconds(10);
+      ncclResult_t state = ncclInProgress;
+      while (Clock::now() < deadline && ncclCommGetAsyncError(comm, &state) == ncclSuccess && state == ncclInProgress) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      if (state == ncclSuccess) {
+        (void)ncclCommDestroy(comm);
+      } else {
+        (void)ncclCommAbort(comm);
+      }
+    }
+    if (produced != nullptr) (void)cudaEventDestroy(produced);
+    if (stream != nullptr) (void)cudaStreamDestroy(stream);
+  }
 
   [[noreturn]] void fail(const std::string& why) {
     if (comm != nullptr && !aborted) {
@@ -36,6 +62,13 @@ struct NcclGroup::Impl {
       aborted = true;
     }
     throw group::LocalGroupError("NCCL local group of " + group.describe(group.rank()) + ": " + why);
+  }
+
+  // NCCL's stream waits, on the device, for what `producer` has queued so far.
+  void after(void* producer) {
+    const cudaStream_t p = producer != nullptr ? static_cast<cudaStream_t>(producer) : cudaStreamLegacy;
+    check_cuda(cudaEventRecord(produced, p), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(stream, produced, 0), "cudaStreamWaitEvent");
   }
 
   // Waits until the communicator's pending work (or its initialisation) is done: polls
@@ -77,6 +110,7 @@ NcclGroup::NcclGroup(group::LocalGroup& group, int device, std::chrono::millisec
     : impl_(std::make_unique<Impl>(group, timeout, stop_requested)) {
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   check_cuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaEventCreateWithFlags(&impl_->produced, cudaEventDisableTiming), "cudaEventCreate");
   ncclUniqueId id{};
   if (group.rank() == 0) impl_->call(ncclGetUniqueId(&id), "ncclGetUniqueId");
   group.broadcast_bytes(std::as_writable_bytes(std::span(&id, 1)));  // over the group's socket
@@ -86,36 +120,16 @@ NcclGroup::NcclGroup(group::LocalGroup& group, int device, std::chrono::millisec
   impl_->wait("ncclCommInitRankConfig", false);
 }
 
-NcclGroup::~NcclGroup() {
-  if (impl_->comm != nullptr && !impl_->aborted) {
-    // A non-blocking communicator finalizes asynchronously: wait (bounded) for it to
-    // finish before destroying it; abort it if it does not.
-    (void)ncclCommFinalize(impl_->comm);
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    ncclResult_t state = ncclInProgress;
-    while (Clock::now() < deadline && ncclCommGetAsyncError(impl_->comm, &state) == ncclSuccess &&
-           state == ncclInProgress) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    if (state == ncclSuccess) {
-      (void)ncclCommDestroy(impl_->comm);
-    } else {
-      (void)ncclCommAbort(impl_->comm);
-    }
-  }
-  if (impl_->stream != nullptr) (void)cudaStreamDestroy(impl_->stream);
-}
+NcclGroup::~NcclGroup() = default;  // Impl releases the communicator, the event and the stream
 
-void NcclGroup::allreduce_sum(float* data, std::size_t n) {
-  // What the default stream (LibTorch's) still does to `data` first: NCCL's stream does
-  // not wait for it.
-  check_cuda(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
+void NcclGroup::allreduce_sum(float* data, std::size_t n, void* producer) {
+  impl_->after(producer);
   impl_->call(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, impl_->comm, impl_->stream), "ncclAllReduce");
   impl_->wait("ncclAllReduce", true);
 }
 
-void NcclGroup::broadcast(float* data, std::size_t n) {
-  check_cuda(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
+void NcclGroup::broadcast(float* data, std::size_t n, void* producer) {
+  impl_->after(producer);
   impl_->call(ncclBroadcast(data, data, n, ncclFloat32, 0, impl_->comm, impl_->stream), "ncclBroadcast");
   impl_->wait("ncclBroadcast", true);
 }

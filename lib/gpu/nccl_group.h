@@ -31,11 +31,15 @@ class NcclGroup {
   NcclGroup& operator=(const NcclGroup&) = delete;
 
   /// In place, on every member: the sum of the members' `n` floats at device pointer
-  /// `data`, once the default stream's work is done (LibTorch's kernels that wrote it).
-  /// Returns when the result is in `data`. Throws as the constructor.
-  void allreduce_sum(float* data, std::size_t n);
-  /// Member 0's `n` floats at `data` to every member. Throws as the constructor.
-  void broadcast(float* data, std::size_t n);
+  /// `data`. NCCL's own stream waits (on the device, through an event) for the work
+  /// queued on `producer` before it — the cudaStream_t that wrote `data`, e.g.
+  /// LibTorch's current stream; null: the legacy default stream. Returns when the result
+  /// is in `data`, so that whatever the caller queues next sees it. Throws as the
+  /// constructor.
+  void allreduce_sum(float* data, std::size_t n, void* producer = nullptr);
+  /// Member 0's `n` floats at `data` to every member, after `producer`'s work as
+  /// allreduce_sum. Throws as the constructor.
+  void broadcast(float* data, std::size_t n, void* producer = nullptr);
 
   struct Impl;
 

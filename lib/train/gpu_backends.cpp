@@ -7,11 +7,27 @@
 #include <cmath>
 #include <cstring>
 
+#include "dltrain/config.h"
 #include "gpu/device_push_encoder.h"
 #include "gpu/nccl_group.h"
+#if DLTRAIN_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace dltrain::train::detail {
 namespace {
+
+// The CUDA stream LibTorch queues this thread's kernels on (what wrote a gradient), for
+// NCCL to wait for; null (the legacy default stream) against a LibTorch without CUDA,
+// where no CUDA worker runs.
+void* torch_stream(const torch::Device& device) {
+#if DLTRAIN_TORCH_CUDA
+  return c10::cuda::getCurrentCUDAStream(device.has_index() ? device.index() : 0).stream();
+#else
+  (void)device;
+  return nullptr;
+#endif
+}
 
 // The members' flat gradient on the device: each tensor's gradient (zeros without one,
 // or for a skipped step) plus wd·θ, concatenated in parameters() order.
@@ -40,7 +56,7 @@ class NcclReduction final : public GroupReduction {
 
   void sum_gradients(StepGradient g) override {
     torch::Tensor flat = flat_device_gradient(g.tensors, g.ok, g.weight_decay);
-    nccl_.allreduce_sum(flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel()));
+    nccl_.allreduce_sum(flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel()), torch_stream(device_));
     if (group_.pushes()) {
       const auto host = flat.to(torch::kCPU);
       std::memcpy(g.grads.data(), host.data_ptr<float>(), sizeof(float) * g.grads.size());
@@ -52,7 +68,7 @@ class NcclReduction final : public GroupReduction {
     torch::Tensor shared =
         group_.pushes() ? torch::from_blob(params.data(), {n}, torch::kFloat32).to(device_)
                         : torch::empty({n}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
-    nccl_.broadcast(shared.data_ptr<float>(), params.size());
+    nccl_.broadcast(shared.data_ptr<float>(), params.size(), torch_stream(device_));
     if (!group_.pushes()) {
       const auto host = shared.to(torch::kCPU);
       std::memcpy(params.data(), host.data_ptr<float>(), sizeof(float) * params.size());

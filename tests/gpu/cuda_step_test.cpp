@@ -1,7 +1,11 @@
 // One training step of the main job's CNN on LibTorch's CUDA device against the same
 // step on the CPU (same seed, same batch): the loss before and after an SGD step agrees to
-// 1e-4. Built only against a CUDA-enabled LibTorch; skipped, saying "no CUDA device",
-// where there is none.
+// 1e-4. TF32 is turned off for the comparison: on Ampere and Hopper cuDNN may run the
+// convolutions in TF32 (10-bit mantissa, relative error ~1e-3 per product), which is
+// LibTorch's default for convolutions and would make the bound a property of the GPU,
+// not of the step. Built only against a CUDA-enabled LibTorch; skipped, saying "no CUDA
+// device", where there is none.
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -31,6 +35,11 @@ std::pair<double, double> step(const torch::Device& device, const torch::Tensor&
 
 TEST(CudaStep, TheSmallCnnsLossOnTheGpuMatchesTheCpuStep) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device (torch::cuda::is_available() is false)";
+  // Full FP32 on the GPU, as on the CPU (restored after the test).
+  auto& ctx = at::globalContext();
+  const bool cudnn_tf32 = ctx.allowTF32CuDNN(), cublas_tf32 = ctx.allowTF32CuBLAS();
+  ctx.setAllowTF32CuDNN(false);
+  ctx.setAllowTF32CuBLAS(false);
   torch::manual_seed(7);
   const auto x = torch::randn({64, 1, 28, 28});
   const auto y = torch::randint(0, 10, {64}, torch::kInt64);
@@ -39,4 +48,6 @@ TEST(CudaStep, TheSmallCnnsLossOnTheGpuMatchesTheCpuStep) {
   EXPECT_NEAR(gpu.first, cpu.first, 1e-4);
   EXPECT_NEAR(gpu.second, cpu.second, 1e-4);
   EXPECT_LT(cpu.second, cpu.first);  // the step lowered the loss: it was a real step
+  ctx.setAllowTF32CuDNN(cudnn_tf32);
+  ctx.setAllowTF32CuBLAS(cublas_tf32);
 }

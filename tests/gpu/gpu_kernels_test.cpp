@@ -65,6 +65,22 @@ const std::vector<std::size_t> kSizes{1, 2, 31, 1000, 4097, 100000, 1000000, 100
 
 }  // namespace
 
+// 32-bit indices address at most 2^32 - 1 elements: a larger selection is refused before
+// the device is touched (so this runs without one; x is never read).
+TEST(DeviceTopk, MoreElementsThan32BitIndicesAddressAreRefused) {
+  gpu::DeviceTopk topk;
+  gpu::DeviceArray<std::uint32_t> out;
+  const std::size_t n = std::size_t{1} << 32;
+  static_assert(gpu::DeviceTopk::kMaxElements == (std::size_t{1} << 32) - 1);
+  try {
+    topk.exact(nullptr, n, 10, out);
+    ADD_FAILURE() << "exact took 2^32 elements";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "device top-k exact: 4294967296 elements, more than the 2^32 - 1 that 32-bit indices address");
+  }
+  EXPECT_THROW(topk.sampled(nullptr, n, 10, 0.01, 1, out), InvalidArgument);
+}
+
 TEST(DeviceTopk, ExactGivesTheCpuIndexSetForEverySizeAndTies) {
   SKIP_WITHOUT_CUDA();
   gpu::DeviceTopk topk;
