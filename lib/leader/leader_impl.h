@@ -84,6 +84,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
 
   Impl(boost::asio::io_context& i, const config::AgentOptions& o)
       : io(i), opt(o), hb_timer(i), recovery(recovery_options(o), agents, *this) {}
+  /// Recovery's bounds from the agent's options (task_max_restarts bounds re-assignments).
   static RecoveryOptions recovery_options(const config::AgentOptions& o) {
     return {o.task_max_restarts, o.task_stop_grace, o.heartbeat_timeout, o.reassign_timeout};
   }

@@ -111,6 +111,13 @@ class RecoveryTest : public ::testing::Test {
     j.spec.threads_per_task = 1;
     j.state = JobState::kRunning;
   }
+  // A running job whose ps-0, worker-0 and worker-1 run on these agents.
+  void ps_and_two_workers(const std::string& ps, const std::string& w0, const std::string& w1) {
+    running_job();
+    add_task("ps-0", TaskKind::kPs, 0, ps);
+    add_task("worker-0", TaskKind::kWorker, 0, w0);
+    add_task("worker-1", TaskKind::kWorker, 1, w1);
+  }
   // Task `name` reports its exit after the stop (`ok`: exit status 0), as on_task_exit
   // records it.
   void exits(const std::string& name, bool ok) {
@@ -134,10 +141,7 @@ TEST_F(RecoveryTest, ALostAgentReassignsTheJobAsItsNextGenerationOnTheLiveAgents
   add_agent("a1", 4);
   add_agent("a2", 4);
   add_agent("a3", 4);
-  running_job();
-  add_task("ps-0", TaskKind::kPs, 0, "a1");
-  add_task("worker-0", TaskKind::kWorker, 0, "a1");
-  add_task("worker-1", TaskKind::kWorker, 1, "a2");
+  ps_and_two_workers("a1", "a1", "a2");
   ASSERT_EQ(agents.at("a1").free_cores, 2);
   ASSERT_EQ(agents.at("a2").free_cores, 3);
 
@@ -189,18 +193,14 @@ TEST_F(RecoveryTest, ALostShardIsRebuiltFromTheFreshestReplicaAndTheSeedStartsFi
   add_agent("a1", 4);
   add_agent("a2", 4);
   add_agent("a3", 4);
-  running_job();
-  add_task("ps-0", TaskKind::kPs, 0, "a2");
-  auto& w0 = add_task("worker-0", TaskKind::kWorker, 0, "a1");
-  w0.replica = events::Replica{};
-  w0.replica->path = "/tmp/w0.replica";
-  w0.replica->pulled_at = 10.0;
-  w0.replica_generation = 1;
-  auto& w1 = add_task("worker-1", TaskKind::kWorker, 1, "a3");
-  w1.replica = events::Replica{};
-  w1.replica->path = "/tmp/w1.replica";
-  w1.replica->pulled_at = 20.0;
-  w1.replica_generation = 1;
+  ps_and_two_workers("a2", "a1", "a3");
+  for (const auto& [name, pulled_at] : {std::pair{"worker-0", 10.0}, std::pair{"worker-1", 20.0}}) {
+    auto& w = *j.find_task(name);
+    w.replica = events::Replica{};
+    w.replica->path = "/tmp/" + std::string(name) + ".replica";
+    w.replica->pulled_at = pulled_at;
+    w.replica_generation = 1;
+  }
 
   recovery.agent_lost("a2", "no heartbeat", {&j});
   exits("worker-0", false);
@@ -229,10 +229,7 @@ TEST_F(RecoveryTest, ALostShardIsRebuiltFromTheFreshestReplicaAndTheSeedStartsFi
 TEST_F(RecoveryTest, ATaskWithoutAPlaceWaitsThenFailsTheJobAtTheReassignTimeout) {
   add_agent("a1", 2);
   add_agent("a2", 1);
-  running_job();
-  add_task("ps-0", TaskKind::kPs, 0, "a1");
-  add_task("worker-0", TaskKind::kWorker, 0, "a1");
-  add_task("worker-1", TaskKind::kWorker, 1, "a2");
+  ps_and_two_workers("a1", "a1", "a2");
   recovery.agent_lost("a2", "no heartbeat", {&j});
   exits("ps-0", true);
   exits("worker-0", false);
@@ -292,10 +289,8 @@ TEST_F(RecoveryTest, TheReassignmentBoundFailsTheJobWithTheCount) {
 TEST_F(RecoveryTest, AdoptionWaitsForTheAgentsThenReassignsWhatDidNotComeBack) {
   add_agent("a1", 4);
   add_agent("a2", 4);
-  running_job();
-  add_task("ps-0", TaskKind::kPs, 0, "a1");
-  add_task("worker-0", TaskKind::kWorker, 0, "a1");
-  auto& w1 = add_task("worker-1", TaskKind::kWorker, 1, "a1");
+  ps_and_two_workers("a1", "a1", "a1");
+  auto& w1 = *j.find_task("worker-1");
   j.recovery.adopt_until = Recovery::Clock::now() + recovery.adoption_window();
   EXPECT_EQ(recovery.adoption_window(), 25s) << "heartbeat timeout 10 s + the agents' 15 s back-off";
   ASSERT_TRUE(Recovery::adopting(j));
