@@ -36,7 +36,8 @@ int exit_for_state(const std::string& state) {
   return state == "succeeded" ? kExitOk : kExitJobFailed;
 }
 
-int follow_job(control::BlockingControlClient& c, const std::string& job, bool as_json) {
+int follow_job(control::BlockingControlClient& c, const std::string& job, bool as_json,
+               wire::events::Summary* summary) {
   for (;;) {
     auto ev = c.next_event(std::chrono::seconds(30));
     if (!ev) continue;  // WebSocket keep-alive pings close the session if the leader goes silent
@@ -47,12 +48,21 @@ int follow_job(control::BlockingControlClient& c, const std::string& job, bool a
       print_event(std::cout, *ev);
     }
     if (wire::events::kind_of(*ev) == wire::events::Summary::kKind) {
-      return exit_for_state(wire::events::Summary::from_json(*ev).state);
+      auto sum = wire::events::Summary::from_json(*ev);
+      const int rc = exit_for_state(sum.state);
+      if (summary != nullptr) *summary = std::move(sum);
+      return rc;
     }
   }
 }
 
 int submit(control::BlockingControlClient& c, const json& request, const CommandOptions& opt, bool as_json) {
+  const std::string id = submit_and_print(c, request, opt, as_json);
+  return opt.follow ? follow_job(c, id, as_json) : kExitOk;
+}
+
+std::string submit_and_print(control::BlockingControlClient& c, const json& request, const CommandOptions& opt,
+                             bool as_json) {
   auto r = c.request("submit", request, opt.timeout);
   const std::string id = r.value("job", "");
   if (as_json) {
@@ -63,7 +73,7 @@ int submit(control::BlockingControlClient& c, const json& request, const Command
     std::cout << id << " submitted (" << r.value("state", "") << ") to " << opt.leader << std::endl;
     if (r.contains("warning")) std::cerr << "dltrain: warning: " << id << " " << r.value("warning", "") << std::endl;
   }
-  return opt.follow ? follow_job(c, id, as_json) : kExitOk;
+  return id;
 }
 
 int plan(control::BlockingControlClient& c, const json& request, const CommandOptions& opt, bool as_json) {

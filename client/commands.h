@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "control/client.h"
+#include "wire/task_events.h"
 
 namespace dltrain::client {
 
@@ -76,6 +77,11 @@ nlohmann::json job_request(const std::string& job_file, bool follow);
 int submit(control::BlockingControlClient& c, const nlohmann::json& request, const CommandOptions& opt,
            bool as_json);
 
+/// The first half of submit(): submits `request`, prints the new job's id and state (and
+/// the leader's warning, on stderr) and returns the id. Throws as submit() does.
+std::string submit_and_print(control::BlockingControlClient& c, const nlohmann::json& request,
+                             const CommandOptions& opt, bool as_json);
+
 /// `dltrain plan`: the planner's decision for `request` (job_request()) without running
 /// anything. Returns kExitOk when it is feasible, kExitJobFailed when not (kExitOk with
 /// `as_json`). Throws as submit() does.
@@ -112,7 +118,9 @@ int exit_for_state(const std::string& state);
 /// Prints `job`'s events (print_event, or one JSON object per line with `as_json`) as
 /// they arrive, until its summary; returns exit_for_state() of the summary's state.
 /// Waits without limit (the WebSocket keep-alive ends a session whose leader went
-/// silent). Throws IoError when the connection is lost.
-int follow_job(control::BlockingControlClient& c, const std::string& job, bool as_json);
+/// silent). `summary`, when given, receives the summary. Throws IoError when the
+/// connection is lost.
+int follow_job(control::BlockingControlClient& c, const std::string& job, bool as_json,
+               wire::events::Summary* summary = nullptr);
 
 }  // namespace dltrain::client

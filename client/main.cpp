@@ -2,6 +2,7 @@
 // finds the leader (leader_target.h), sends one request (commands.h), and prints what
 // comes back (output.h). Here: the command line, the dispatch to one subcommand, and the
 // mapping of errors to exit codes.
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "dltrain/config.h"
 #include "leader_target.h"
 #include "output.h"
+#include "slurm.h"
 #include "wire/control.h"
 #include "wire/control_bodies.h"
 
@@ -121,11 +123,60 @@ int main(int argc, char** argv) {
   trace_cmd->add_option("--steps", trace_opt.steps, "the last N steps of each worker")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  client::SlurmOptions slurm_opt;
+  auto* slurm_cmd = app.add_subcommand(
+      "slurm", "inside a Slurm allocation (sbatch, salloc): a dltrain cluster of one agent per node, the first node "
+               "the leader (docs/slurm.md)");
+  slurm_cmd->require_subcommand(1);
+  const auto launcher_options = [&](CLI::App* c) {
+    c->add_option("--port", slurm_opt.port, "the leader's control port on the first node")->capture_default_str();
+    c->add_option("--dir", slurm_opt.dir,
+                  "where to write client.toml and client.token (default: $SLURM_SUBMIT_DIR/dltrain-<job id>)");
+    c->add_option("--state-root", slurm_opt.state_root,
+                  "node-local directory for the agents' state, removed when they end (default: $TMPDIR, else /tmp)");
+    c->add_option("--leader-state-dir", slurm_opt.leader_state_dir,
+                  "keep the leader's state (planner history, jobs) here, e.g. on a shared file system (default: "
+                  "node-local, removed)");
+    c->add_option("--form-timeout", slurm_opt.form_timeout, "seconds for every node's agent to register")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 3600));
+    c->add_option("--stop-timeout", slurm_opt.stop_timeout, "seconds for the agents to stop before SIGKILL")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 3600));
+    c->add_option("--drain-poll", slurm_opt.drain_poll,
+                  "seconds between each node's look at its Slurm state (a drained node's agent stops); 0 = never")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 3600));
+    c->add_option("--agent-log-level", slurm_opt.agent_log_level, "the agents' log level")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  };
+  auto* slurm_run_cmd = slurm_cmd->add_subcommand(
+      "run", "form the cluster, run JOB_FILE to its end and exit with its status (a batch job's step)");
+  slurm_run_cmd->add_option("JOB_FILE", slurm_opt.job_file, "job file (TOML)")->required();
+  launcher_options(slurm_run_cmd);
+  auto* slurm_serve_cmd = slurm_cmd->add_subcommand(
+      "serve", "form the cluster and serve it until the allocation ends, scancel, or SIGTERM/SIGINT");
+  launcher_options(slurm_serve_cmd);
+  auto* slurm_show_cmd = slurm_cmd->add_subcommand(
+      "show", "what run and serve would start here (nodes, addresses, leader) without starting anything");
+  launcher_options(slurm_show_cmd);
+  slurm_show_cmd->add_flag("--json", as_json, "JSON output");
+  auto* slurm_agent_cmd = slurm_cmd->add_subcommand(
+      "agent", "(started by run and serve through srun) this node's agent, configured from what Slurm granted it");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help/version or the usage error
     return rc == 0 ? client::kExitOk : client::kExitBadInput;
+  }
+  if (slurm_cmd->parsed()) {
+    std::error_code ec;
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    if (slurm_run_cmd->parsed()) return client::slurm_run(slurm_opt, self);
+    if (slurm_serve_cmd->parsed()) return client::slurm_serve(slurm_opt, self);
+    if (slurm_show_cmd->parsed()) return client::slurm_show(slurm_opt, as_json);
+    if (slurm_agent_cmd->parsed()) return client::slurm_agent(self);
   }
   if (from_idx_cmd->parsed()) {
     try {

@@ -1,0 +1,387 @@
+#include "slurm.h"
+
+#include <signal.h>
+
+
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "common/secret.h"
+#include "control/client.h"
+#include "job/job_spec.h"
+#include "launch/slurm.h"
+
+namespace dltrain::client {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using launch::Environment;
+using launch::LaunchError;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+/// The cluster did not form (exit code kExitNoLeader).
+class FormError : public Error {
+ public:
+  using Error::Error;
+};
+
+void say(const std::string& line) { std::cerr << "dltrain slurm: " << line << std::endl; }
+
+/// SIGTERM, SIGINT and SIGHUP are blocked and taken with sigtimedwait, so that one loop
+/// both watches its children and hears a stop; children start with them unblocked.
+sigset_t stop_signals() {
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGTERM);
+  sigaddset(&s, SIGINT);
+  sigaddset(&s, SIGHUP);
+  return s;
+}
+
+void block_stop_signals() {
+  const sigset_t s = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &s, nullptr);
+}
+
+/// A stop signal that arrived within `wait`, or 0.
+int next_stop_signal(std::chrono::milliseconds wait) {
+  const sigset_t s = stop_signals();
+  timespec ts{static_cast<time_t>(wait.count() / 1000), static_cast<long>((wait.count() % 1000) * 1000000)};
+  const int sig = sigtimedwait(&s, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
+std::string job_dir(const SlurmOptions& opt, const launch::SlurmJob& job) {
+  if (!opt.dir.empty()) return fs::absolute(opt.dir).string();
+  const fs::path base = job.submit_dir.empty() ? fs::current_path() : fs::path(job.submit_dir);
+  return (base / ("dltrain-" + job.job_id)).string();
+}
+
+/// The launcher's decisions for the allocation in `env`.
+struct Launch {
+  launch::SlurmJob job;
+  std::vector<std::string> nodes;
+  launch::LaunchPlan plan;
+};
+
+Launch decide(const SlurmOptions& opt, const Environment& env) {
+  Launch l;
+  l.job = launch::read_slurm_job(env);
+  const auto run = launch::default_runner();
+  l.nodes = launch::expand_hostlist(l.job.nodelist, run);
+  if (static_cast<int>(l.nodes.size()) != l.job.num_nodes) {
+    throw LaunchError(fmt::format("SLURM_JOB_NODELIST \"{}\" names {} nodes but the allocation has {}", l.job.nodelist,
+                                  l.nodes.size(), l.job.num_nodes));
+  }
+  l.plan.job_id = l.job.job_id;
+  l.plan.leader_node = l.nodes.front();
+  l.plan.port = opt.port;
+  l.plan.addresses = launch::node_addresses(l.nodes, l.job.nodelist, run);
+  auto tmp = env.find("TMPDIR");
+  l.plan.state_root = !opt.state_root.empty() ? opt.state_root
+                      : tmp != env.end() && !tmp->second.empty() ? tmp->second
+                                                                   : "/tmp";
+  l.plan.leader_state_dir = opt.leader_state_dir.empty() ? "" : fs::absolute(opt.leader_state_dir).string();
+  l.plan.drain_poll = opt.drain_poll;
+  l.plan.agent_log_level = opt.agent_log_level;
+  return l;
+}
+
+/// The agents' srun step: one task per node on every node of the allocation, all its CPUs
+/// (--whole), the step ended when an agent fails (--kill-on-bad-exit) but not when Slurm
+/// takes a node away (--no-kill: that is a lost agent, which the leader recovers from).
+pid_t start_agents(const SlurmOptions& opt, const Launch& l, const std::string& self_exe) {
+  Environment env = launch::current_environment();
+  for (auto& [k, v] : l.plan.to_environment()) env[k] = v;
+  const std::string n = std::to_string(l.nodes.size());
+  const std::vector<std::string> argv{opt.srun, "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1", "--whole",
+                                      "--kill-on-bad-exit=1", "--no-kill", "--label", "--job-name=dltrain-agents",
+                                      self_exe, "slurm", "agent"};
+  return launch::start_process(argv, env);
+}
+
+/// Waits until every node's agent is registered; returns what each offers. Throws
+/// FormError when the step ends first or the bound passes, and stops on a stop signal.
+std::vector<launch::AgentOffer> wait_for_agents(const SlurmOptions& opt, const Launch& l, pid_t srun,
+                                                std::optional<int>& srun_exit) {
+  const auto start = Clock::now();
+  const auto deadline = start + opt.form_timeout;
+  auto next_note = start + std::chrono::seconds(5);
+  const std::string url = l.plan.leader_url();
+  say(fmt::format("starting {} agents on {} (leader {} on {})", l.nodes.size(), l.job.nodelist, url, l.plan.leader_node));
+  std::string why = "not answering yet";
+  for (;;) {
+    if ((srun_exit = launch::exit_status(srun, false))) {
+      throw FormError(fmt::format("the agents' step ended (exit status {}) before the cluster formed: {}; the agents' "
+                                  "output is above",
+                                  *srun_exit, why));
+    }
+    try {
+      control::BlockingControlClient c(url, l.plan.client_token, std::chrono::seconds(5));
+      const auto r = c.request("agents", json::object(), std::chrono::seconds(5));
+      std::set<std::string> missing(l.nodes.begin(), l.nodes.end());
+      std::vector<launch::AgentOffer> offers;
+      for (const auto& a : r.at("agents")) {
+        const std::string name = a.value("agent", "");
+        if (missing.erase(name) == 0) continue;
+        offers.push_back({name, a.value("cores", 0), static_cast<int>(a.value("gpus", json::array()).size())});
+      }
+      if (missing.empty()) {
+        say(fmt::format("cluster formed in {:.1f} s", std::chrono::duration<double>(Clock::now() - start).count()));
+        return offers;
+      }
+      std::string m;
+      for (const auto& x : missing) m += (m.empty() ? "" : ", ") + x;
+      why = fmt::format("{} of {} agents registered, waiting for {}", offers.size(), l.nodes.size(), m);
+    } catch (const std::exception& e) {
+      why = fmt::format("the leader at {} does not answer yet ({})", url, e.what());
+    }
+    if (Clock::now() >= deadline) {
+      throw FormError(fmt::format("the cluster did not form within {} s (--form-timeout): {}", opt.form_timeout.count(), why));
+    }
+    if (Clock::now() >= next_note) {
+      say("waiting: " + why);
+      next_note = Clock::now() + std::chrono::seconds(5);
+    }
+    if (int sig = next_stop_signal(std::chrono::milliseconds(500))) {
+      throw FormError(fmt::format("stopped by signal {} while the cluster formed", sig));
+    }
+  }
+}
+
+std::string write_client_settings(const std::string& dir, const Launch& l) {
+  fs::create_directories(dir);
+  const std::string token = dir + "/client.token";
+  write_private_file(token, l.plan.client_token + "\n");
+  const std::string path = dir + "/client.toml";
+  std::string text = fmt::format(
+      "# The client settings of dltrain's cluster in Slurm job {} (written by dltrain slurm); valid while it runs.\n"
+      "leader = \"{}\"\ntoken_file = \"{}\"\n",
+      l.job.job_id, l.plan.leader_url(), token);
+  write_private_file(path, text);
+  return path;
+}
+
+void print_cluster(const std::vector<launch::AgentOffer>& offers, const Launch& l) {
+  int cores = 0, gpus = 0;
+  std::string each;
+  for (const auto& a : offers) {
+    cores += a.cores;
+    gpus += a.gpus;
+    each += fmt::format("{}{} {} cores{}", each.empty() ? "" : ", ", a.name, a.cores,
+                        a.gpus ? fmt::format(" {} GPUs", a.gpus) : "");
+  }
+  say(fmt::format("{} agents, {} cores, {} GPUs ({}); the leader is {} on {}", offers.size(), cores, gpus, each,
+                  l.plan.leader_url(), l.plan.leader_node));
+}
+
+/// Ends the agents' step: SIGTERM to srun (Slurm signals every task of the step), then
+/// SIGKILL after opt.stop_timeout.
+void stop_agents(const SlurmOptions& opt, pid_t srun, std::optional<int>& srun_exit) {
+  if (srun_exit) return;
+  say("stopping the agents");
+  ::kill(srun, SIGTERM);
+  const auto deadline = Clock::now() + opt.stop_timeout;
+  while (Clock::now() < deadline) {
+    if ((srun_exit = launch::exit_status(srun, false))) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  say(fmt::format("the agents' step did not end within {} s of SIGTERM; killing srun", opt.stop_timeout.count()));
+  ::kill(srun, SIGKILL);
+  srun_exit = launch::exit_status(srun, true);
+}
+
+enum class Mode { kRun, kServe };
+
+int launch_cluster(const SlurmOptions& opt, const std::string& self_exe, Mode mode) {
+  block_stop_signals();
+  Launch l;
+  job::JobSpec spec;
+  json request;
+  try {
+    if (mode == Mode::kRun) {
+      request = job_request(opt.job_file, true);
+      spec = job::parse_job_toml(request.at("job_toml").get<std::string>(), request.at("base_dir").get<std::string>());
+    }
+    l = decide(opt, launch::current_environment());
+    l.plan.agent_token = new_job_secret_hex();
+    l.plan.client_token = new_job_secret_hex();
+  } catch (const std::exception& e) {
+    std::cerr << "dltrain slurm: " << e.what() << std::endl;
+    return kExitBadInput;
+  }
+  std::optional<int> srun_exit;
+  pid_t srun = -1;
+  int rc = kExitOk;
+  try {
+    srun = start_agents(opt, l, self_exe);
+    const auto offers = wait_for_agents(opt, l, srun, srun_exit);
+    print_cluster(offers, l);
+    const std::string settings = write_client_settings(job_dir(opt, l.job), l);
+    say("client settings: export DLTRAIN_CLIENT_CONFIG=" + settings);
+    if (mode == Mode::kRun) {
+      launch::check_job_fits(spec, offers, opt.job_file);
+      control::BlockingControlClient c(l.plan.leader_url(), l.plan.client_token, std::chrono::seconds(30));
+      CommandOptions copt;
+      copt.leader = l.plan.leader_url();
+      copt.follow = true;
+      const std::string id = submit_and_print(c, request, copt, false);
+      wire::events::Summary sum;
+      rc = follow_job(c, id, false, &sum);
+      if (rc == kExitOk) {
+        say(id + " succeeded");
+      } else {
+        say(id + " " + sum.state + (sum.error ? ": " + *sum.error : ""));
+      }
+    } else {
+      say(fmt::format("serving until the allocation ends (scancel {} stops it)", l.job.job_id));
+      for (;;) {
+        if ((srun_exit = launch::exit_status(srun, false))) {
+          say(fmt::format("the agents' step ended (exit status {})", *srun_exit));
+          break;
+        }
+        if (int sig = next_stop_signal(std::chrono::milliseconds(1000))) {
+          say(fmt::format("signal {}: stopping", sig));
+          break;
+        }
+      }
+    }
+  } catch (const LaunchError& e) {
+    std::cerr << "dltrain slurm: " << e.what() << std::endl;
+    rc = kExitBadInput;
+  } catch (const FormError& e) {
+    std::cerr << "dltrain slurm: " << e.what() << std::endl;
+    rc = kExitNoLeader;
+  } catch (const control::RemoteError& e) {
+    std::cerr << "dltrain slurm: the leader rejected the job: " << e.what() << " [" << e.code() << "]" << std::endl;
+    rc = kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "dltrain slurm: " << e.what() << std::endl;
+    rc = kExitNoLeader;
+  }
+  if (srun > 0) stop_agents(opt, srun, srun_exit);
+  return rc;
+}
+
+}  // namespace
+
+int slurm_run(const SlurmOptions& opt, const std::string& self_exe) { return launch_cluster(opt, self_exe, Mode::kRun); }
+
+int slurm_serve(const SlurmOptions& opt, const std::string& self_exe) {
+  return launch_cluster(opt, self_exe, Mode::kServe);
+}
+
+int slurm_show(const SlurmOptions& opt, bool as_json) {
+  try {
+    const Environment env = launch::current_environment();
+    const Launch l = decide(opt, env);
+    json out{{"job", l.job.job_id}, {"nodes", l.nodes}, {"leader_node", l.plan.leader_node},
+             {"leader_url", l.plan.leader_url()}, {"addresses", l.plan.addresses},
+             {"state_root", l.plan.state_root}, {"client_settings", job_dir(opt, l.job)}};
+    std::optional<launch::NodeGrant> g;
+    if (env.count("SLURMD_NODENAME") && env.count("SLURM_NODEID") && env.count("SLURM_CPUS_ON_NODE")) {
+      g = launch::read_node_grant(env);
+      out["this_node"] = {{"node", g->node}, {"cpus", g->cpus}, {"gpus", g->gpus}, {"memory_mb", g->memory_mb}};
+    }
+    if (as_json) {
+      std::cout << out.dump() << std::endl;
+      return kExitOk;
+    }
+    std::cout << "Slurm job " << l.job.job_id << ": " << l.nodes.size() << " nodes\n";
+    for (const auto& n : l.nodes) {
+      std::cout << "  " << n << " " << l.plan.addresses.at(n) << (n == l.plan.leader_node ? "  leader" : "") << "\n";
+    }
+    std::cout << "leader: " << l.plan.leader_url() << "\nclient settings: " << job_dir(opt, l.job)
+              << "/client.toml\nagents' state: " << l.plan.state_root << "/dltrain-slurm-" << l.job.job_id << "/NODE\n";
+    if (g) {
+      std::cout << "this node (" << g->node << "): " << g->cpus << " CPUs, "
+                << (g->gpus.empty() ? std::string("no GPUs") : fmt::format("GPUs {}", fmt::join(g->gpus, ",")))
+                << (g->memory_mb ? fmt::format(", {} MiB", g->memory_mb) : "") << "\n";
+    }
+    return kExitOk;
+  } catch (const std::exception& e) {
+    std::cerr << "dltrain slurm: " << e.what() << std::endl;
+    return kExitBadInput;
+  }
+}
+
+int slurm_agent(const std::string& self_exe) {
+  block_stop_signals();
+  launch::LaunchPlan plan;
+  launch::NodeGrant g;
+  fs::path dir;
+  try {
+    const Environment env = launch::current_environment();
+    plan = launch::LaunchPlan::from_environment(env);
+    g = launch::read_node_grant(env);
+    dir = fs::path(plan.state_root) / ("dltrain-slurm-" + plan.job_id) / g.node;
+    fs::create_directories(dir);
+    fs::permissions(dir.parent_path(), fs::perms::owner_all);
+    fs::permissions(dir, fs::perms::owner_all);
+    write_private_file((dir / "agent.token").string(), plan.agent_token + "\n");
+    if (g.node == plan.leader_node) write_private_file((dir / "client.token").string(), plan.client_token + "\n");
+    const std::string config = (dir / "agent.toml").string();
+    write_private_file(config, launch::agent_config_toml(plan, g, dir.string()));
+    if (!plan.leader_state_dir.empty() && g.node == plan.leader_node) fs::create_directories(plan.leader_state_dir);
+  } catch (const std::exception& e) {
+    std::cerr << "dltrain slurm agent: " << e.what() << std::endl;
+    return kExitBadInput;
+  }
+  const auto cleanup = [&] {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    fs::remove(dir.parent_path(), ec);  // only once it is empty: the last agent of this node's jobs
+  };
+  const std::string who = "dltrain slurm agent on " + g.node + ": ";
+  pid_t agent = -1;
+  try {
+    const std::string exe = (fs::path(self_exe).parent_path() / "dltrain-agent").string();
+    agent = launch::start_process({exe, "--config", (dir / "agent.toml").string()}, launch::current_environment());
+  } catch (const std::exception& e) {
+    std::cerr << who << e.what() << std::endl;
+    cleanup();
+    return kExitNoLeader;
+  }
+  bool stop_asked = false;
+  auto next_poll = Clock::now() + plan.drain_poll;
+  std::optional<int> code;
+  while (!(code = launch::exit_status(agent, false))) {
+    if (int sig = next_stop_signal(std::chrono::milliseconds(500))) {
+      ::kill(agent, SIGTERM);
+      if (!stop_asked) std::cerr << who << "signal " << sig << ": stopping the agent" << std::endl;
+      stop_asked = true;
+    }
+    if (plan.drain_poll.count() > 0 && !stop_asked && Clock::now() >= next_poll) {
+      next_poll = Clock::now() + plan.drain_poll;
+      try {
+        const auto r = launch::run_command({"scontrol", "show", "node", "-o", g.node}, std::chrono::seconds(30));
+        const auto state = launch::scontrol_node_field(r.out, "State");
+        auto it = state.find(g.node);
+        if (r.exit_code == 0 && it != state.end() && it->second.find("DRAIN") != std::string::npos) {
+          std::cerr << who << "Slurm drains this node (State=" << it->second
+                    << "): stopping the agent; the leader re-assigns its tasks" << std::endl;
+          ::kill(agent, SIGTERM);
+          stop_asked = true;
+        }
+      } catch (const std::exception& e) {
+        std::cerr << who << "cannot read the node's state: " << e.what() << std::endl;
+      }
+    }
+  }
+  cleanup();
+  if (stop_asked) return kExitOk;
+  if (*code != 0) std::cerr << who << "the agent ended with exit status " << *code << std::endl;
+  return *code;
+}
+
+}  // namespace dltrain::client
