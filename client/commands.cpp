@@ -37,9 +37,11 @@ int exit_for_state(const std::string& state) {
 }
 
 int follow_job(control::BlockingControlClient& c, const std::string& job, bool as_json,
-               wire::events::Summary* summary) {
+               wire::events::Summary* summary, const std::function<bool()>& stop) {
+  const auto wait = stop ? std::chrono::seconds(1) : std::chrono::seconds(30);
   for (;;) {
-    auto ev = c.next_event(std::chrono::seconds(30));
+    if (stop && stop()) return kFollowStopped;
+    auto ev = c.next_event(wait);
     if (!ev) continue;  // WebSocket keep-alive pings close the session if the leader goes silent
     if (ev->value("job", "") != job) continue;
     if (as_json) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -118,9 +119,13 @@ int exit_for_state(const std::string& state);
 /// Prints `job`'s events (print_event, or one JSON object per line with `as_json`) as
 /// they arrive, until its summary; returns exit_for_state() of the summary's state.
 /// Waits without limit (the WebSocket keep-alive ends a session whose leader went
-/// silent). `summary`, when given, receives the summary. Throws IoError when the
-/// connection is lost.
+/// silent). `summary`, when given, receives the summary. `stop`, when given, is asked
+/// about once a second; when it returns true, follow_job returns kFollowStopped without
+/// waiting for the summary (the job goes on). Throws IoError when the connection is lost.
 int follow_job(control::BlockingControlClient& c, const std::string& job, bool as_json,
-               wire::events::Summary* summary = nullptr);
+               wire::events::Summary* summary = nullptr, const std::function<bool()>& stop = {});
+
+/// follow_job()'s return value when its `stop` predicate ended it (not an exit code).
+inline constexpr int kFollowStopped = -1;
 
 }  // namespace dltrain::client

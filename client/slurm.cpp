@@ -1,7 +1,7 @@
 #include "slurm.h"
 
 #include <signal.h>
-
+#include <string.h>
 
 #include <filesystem>
 #include <iostream>
@@ -206,12 +206,12 @@ enum class Mode { kRun, kServe };
 int launch_cluster(const SlurmOptions& opt, const std::string& self_exe, Mode mode) {
   block_stop_signals();
   Launch l;
-  job::JobSpec spec;
+  JobSpec spec;
   json request;
   try {
     if (mode == Mode::kRun) {
       request = job_request(opt.job_file, true);
-      spec = job::parse_job_toml(request.at("job_toml").get<std::string>(), request.at("base_dir").get<std::string>());
+      spec = parse_job_toml(request.at("job_toml").get<std::string>(), request.at("base_dir").get<std::string>());
     }
     l = decide(opt, launch::current_environment());
     l.plan.agent_token = new_job_secret_hex();
@@ -237,8 +237,12 @@ int launch_cluster(const SlurmOptions& opt, const std::string& self_exe, Mode mo
       copt.follow = true;
       const std::string id = submit_and_print(c, request, copt, false);
       wire::events::Summary sum;
-      rc = follow_job(c, id, false, &sum);
-      if (rc == kExitOk) {
+      int stop_sig = 0;
+      rc = follow_job(c, id, false, &sum, [&] { return (stop_sig = next_stop_signal(std::chrono::milliseconds(0))) != 0; });
+      if (rc == kFollowStopped) {
+        say(fmt::format("signal {} ({}): stopping the cluster; {} is not finished", stop_sig, strsignal(stop_sig), id));
+        rc = 128 + stop_sig;
+      } else if (rc == kExitOk) {
         say(id + " succeeded");
       } else {
         say(id + " " + sum.state + (sum.error ? ": " + *sum.error : ""));
@@ -251,7 +255,7 @@ int launch_cluster(const SlurmOptions& opt, const std::string& self_exe, Mode mo
           break;
         }
         if (int sig = next_stop_signal(std::chrono::milliseconds(1000))) {
-          say(fmt::format("signal {}: stopping", sig));
+          say(fmt::format("signal {} ({}): stopping the cluster", sig, strsignal(sig)));
           break;
         }
       }

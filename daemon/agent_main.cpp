@@ -151,6 +151,12 @@ int main(int argc, char** argv) {
   dltrain::daemon::StandaloneOptions so;
   app.add_option("-c,--config", config, "agent configuration file (TOML)")->capture_default_str();
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error (overrides the configuration)");
+  // Per-machine values that a shared configuration (a Kubernetes ConfigMap, one file on a
+  // shared file system) cannot hold: the orchestrator passes them, e.g. from the downward API.
+  std::string name_override, advertise_override;
+  app.add_option("--name", name_override, "this agent's name (overrides the configuration's name)");
+  app.add_option("--advertise-address", advertise_override,
+                 "the address other machines reach this one at (overrides the configuration's advertise_address)");
   app.add_flag("--standalone", standalone, "run a leader plus --agents local agents on loopback");
   app.add_option("--agents", so.agents, "standalone: number of agents")->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--cores-per-agent", so.cores_per_agent, "standalone: cores each agent offers")
@@ -169,6 +175,10 @@ int main(int argc, char** argv) {
   app.add_option("--progress-interval", so.progress_interval_s,
                  "standalone: seconds between a worker's progress events (default: the agents' 5 s)")
       ->check(CLI::Range(0.1, 86400.0));
+  bool check_config = false;
+  app.add_flag("--check-config", check_config,
+               "read the configuration (and its token files), say what is wrong with it or that it is valid, and "
+               "exit (0 valid, 2 not)");
   bool list_gpus = false;
   app.add_flag("--list-gpus", list_gpus,
                "print the GPUs this agent would offer (NVML, honouring the configuration's gpus and nvml_library "
@@ -219,6 +229,15 @@ int main(int argc, char** argv) {
     }
     auto opt = dltrain::config::load_agent_options(config);
     if (!log_level.empty()) opt.log_level = log_level;
+    if (!name_override.empty()) opt.name = name_override;
+    if (!advertise_override.empty()) opt.advertise_address = advertise_override;
+    if (check_config) {
+      std::cout << "dltrain-agent: " << config << " is valid: "
+                << (opt.leader ? "the leader, control port " + std::to_string(opt.listen_port)
+                               : "agent " + opt.name + " of the leader at " + opt.leader_url)
+                << ", state in " << opt.state_dir << "\n";
+      return 0;
+    }
     dltrain::init_logging(opt.leader ? "leader" : opt.name, opt.log_level);
     return run_daemon(opt, config);
   } catch (const dltrain::ConfigError& e) {

@@ -76,7 +76,7 @@ Environment current_environment() {
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const char* eq = std::strchr(*e, '=');
     if (eq == nullptr) continue;
-    env.emplace(std::string(*e, eq), std::string(eq + 1));
+    env.emplace(std::string(*e, static_cast<std::size_t>(eq - *e)), std::string(eq + 1));
   }
   return env;
 }

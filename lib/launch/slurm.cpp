@@ -111,7 +111,8 @@ std::vector<std::string> expand_hostlist(const std::string& hostlist, const Comm
     line = trim(line);
     if (!line.empty()) hosts.push_back(line);
   }
-  if (hosts.empty()) throw LaunchError("the node list \"" + hostlist + "\" names no node (scontrol show hostnames printed nothing)");
+  // scontrol exits 0 on a list it cannot parse, saying why on stderr only.
+  if (hosts.empty()) throw LaunchError("cannot expand the node list \"" + hostlist + "\": " + scontrol_failure(argv, r));
   return hosts;
 }
 
@@ -266,7 +267,7 @@ std::string agent_config_toml(const LaunchPlan& plan, const NodeGrant& g, const 
   return t.str();
 }
 
-void check_job_fits(const job::JobSpec& spec, const std::vector<AgentOffer>& agents, const std::string& job_file) {
+void check_job_fits(const JobSpec& spec, const std::vector<AgentOffer>& agents, const std::string& job_file) {
   int cores = 0, max_cores = 0, gpus = 0, max_gpus = 0;
   std::string offers;
   for (const auto& a : agents) {
@@ -286,7 +287,7 @@ void check_job_fits(const job::JobSpec& spec, const std::vector<AgentOffer>& age
                                        plural(workers, "worker", "workers"), plural(spec.ps_shards, "PS shard", "PS shards"),
                                        plural(spec.threads_per_task, "thread", "threads"));
   if (need > cores) {
-    throw LaunchError(fmt::format("{}: the job needs {} {}, but {}: ask Slurm for more (sbatch -N, --cpus-per-task or "
+    throw LaunchError(fmt::format("{}: the job needs {} ({}), but {}: ask Slurm for more (sbatch -N, --cpus-per-task or "
                                   "--exclusive) or lower workers, ps_shards or threads_per_task",
                                   job_file, plural(need, "core", "cores"), what, granted));
   }

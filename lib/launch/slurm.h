@@ -17,7 +17,7 @@
 #include "common/errors.h"
 #include "launch/command.h"
 
-namespace dltrain::job {
+namespace dltrain {
 struct JobSpec;
 }
 
@@ -131,6 +131,6 @@ struct AgentOffer {
 /// With workers = "auto" one worker must fit (the planner chooses within what fits).
 /// Throws LaunchError naming `job_file`, what the job needs, what each agent offers, and
 /// which sbatch options ask for more.
-void check_job_fits(const job::JobSpec& spec, const std::vector<AgentOffer>& agents, const std::string& job_file);
+void check_job_fits(const JobSpec& spec, const std::vector<AgentOffer>& agents, const std::string& job_file);
 
 }  // namespace dltrain::launch
