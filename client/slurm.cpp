@@ -3,10 +3,12 @@
 #include <signal.h>
 #include <string.h>
 
+#include <cctype>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -34,6 +36,9 @@ class FormError : public Error {
  public:
   using Error::Error;
 };
+
+/// The job name of the agents' srun step (how stop_agents finds it in squeue).
+constexpr const char* kAgentsStepName = "dltrain-agents";
 
 void say(const std::string& line) { std::cerr << "dltrain slurm: " << line << std::endl; }
 
@@ -105,7 +110,7 @@ pid_t start_agents(const SlurmOptions& opt, const Launch& l, const std::string& 
   for (auto& [k, v] : l.plan.to_environment()) env[k] = v;
   const std::string n = std::to_string(l.nodes.size());
   const std::vector<std::string> argv{opt.srun, "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1", "--whole",
-                                      "--kill-on-bad-exit=1", "--no-kill", "--label", "--job-name=dltrain-agents",
+                                      "--kill-on-bad-exit=1", "--no-kill", "--label", std::string("--job-name=") + kAgentsStepName,
                                       self_exe, "slurm", "agent"};
   return launch::start_process(argv, env);
 }
@@ -185,18 +190,57 @@ void print_cluster(const std::vector<launch::AgentOffer>& offers, const Launch& 
                   l.plan.leader_url(), l.plan.leader_node));
 }
 
-/// Ends the agents' step: SIGTERM to srun (Slurm signals every task of the step), then
-/// SIGKILL after opt.stop_timeout.
-void stop_agents(const SlurmOptions& opt, pid_t srun, std::optional<int>& srun_exit) {
+std::string trim_copy(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  return s;
+}
+
+/// The step id ("JOB.STEP") of the agents' step (job name dltrain-agents) in `job_id`, from
+/// squeue; "" when squeue does not list it (yet, or any more).
+std::string agents_step(const std::string& job_id) {
+  try {
+    const auto r = launch::run_command({"squeue", "--noheader", "--steps", "--jobs=" + job_id, "--format=%i %j"},
+                                       std::chrono::seconds(20));
+    std::istringstream in(r.out);
+    std::string id, name;
+    while (in >> id >> name) {
+      if (name == kAgentsStepName) return id;
+    }
+  } catch (const std::exception& e) {
+    say(std::string("cannot list the allocation's steps: ") + e.what());
+  }
+  return "";
+}
+
+/// Ends the agents' step the way each agent stops cleanly: SIGTERM to every task of the step
+/// (`scancel --signal=TERM JOB.STEP`, which leaves the step to end by itself as its tasks do:
+/// the agents stop their PS shards and workers and remove their state). SIGTERM to srun
+/// itself would make srun terminate the step at once. After opt.stop_timeout srun is
+/// killed, and Slurm kills what is left of the step.
+void stop_agents(const SlurmOptions& opt, const launch::SlurmJob& job, pid_t srun, std::optional<int>& srun_exit) {
   if (srun_exit) return;
   say("stopping the agents");
-  ::kill(srun, SIGTERM);
+  const std::string step = agents_step(job.job_id);
+  bool signalled = false;
+  if (!step.empty()) {
+    try {
+      // A non-zero exit can mean that some of the step's nodes are gone (killed, or their
+      // task ended after a drain) while the others got the signal: wait for the step either way.
+      const auto r = launch::run_command({"scancel", "--signal=TERM", step}, std::chrono::seconds(20));
+      signalled = true;
+      if (r.exit_code != 0) say("scancel --signal=TERM " + step + ": " + trim_copy(r.err));
+    } catch (const std::exception& e) {
+      say(std::string("scancel: ") + e.what());
+    }
+  }
+  if (!signalled) ::kill(srun, SIGTERM);  // srun terminates the step itself
   const auto deadline = Clock::now() + opt.stop_timeout;
   while (Clock::now() < deadline) {
     if ((srun_exit = launch::exit_status(srun, false))) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  say(fmt::format("the agents' step did not end within {} s of SIGTERM; killing srun", opt.stop_timeout.count()));
+  say(fmt::format("the agents' step did not end within {} s of SIGTERM (--stop-timeout); killing srun",
+                  opt.stop_timeout.count()));
   ::kill(srun, SIGKILL);
   srun_exit = launch::exit_status(srun, true);
 }
@@ -223,6 +267,7 @@ int launch_cluster(const SlurmOptions& opt, const std::string& self_exe, Mode mo
   std::optional<int> srun_exit;
   pid_t srun = -1;
   int rc = kExitOk;
+  std::string verdict;  // run: the job's end, said last
   try {
     srun = start_agents(opt, l, self_exe);
     const auto offers = wait_for_agents(opt, l, srun, srun_exit);
@@ -240,12 +285,13 @@ int launch_cluster(const SlurmOptions& opt, const std::string& self_exe, Mode mo
       int stop_sig = 0;
       rc = follow_job(c, id, false, &sum, [&] { return (stop_sig = next_stop_signal(std::chrono::milliseconds(0))) != 0; });
       if (rc == kFollowStopped) {
-        say(fmt::format("signal {} ({}): stopping the cluster; {} is not finished", stop_sig, strsignal(stop_sig), id));
+        say(fmt::format("signal {} ({}): stopping the cluster", stop_sig, strsignal(stop_sig)));
+        verdict = fmt::format("{} did not finish: stopped by signal {} ({})", id, stop_sig, strsignal(stop_sig));
         rc = 128 + stop_sig;
       } else if (rc == kExitOk) {
-        say(id + " succeeded");
+        verdict = id + " succeeded";
       } else {
-        say(id + " " + sum.state + (sum.error ? ": " + *sum.error : ""));
+        verdict = id + " " + sum.state + (sum.error ? ": " + *sum.error : "");
       }
     } else {
       say(fmt::format("serving until the allocation ends (scancel {} stops it)", l.job.job_id));
@@ -273,7 +319,10 @@ int launch_cluster(const SlurmOptions& opt, const std::string& self_exe, Mode mo
     std::cerr << "dltrain slurm: " << e.what() << std::endl;
     rc = kExitNoLeader;
   }
-  if (srun > 0) stop_agents(opt, srun, srun_exit);
+  if (srun > 0) stop_agents(opt, l.job, srun, srun_exit);
+  // The job's verdict is the batch output's last line, after whatever the agents printed
+  // as they stopped.
+  if (!verdict.empty()) say(verdict);
   return rc;
 }
 
