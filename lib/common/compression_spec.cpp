@@ -29,8 +29,11 @@ std::string to_string(Method m) {
 
 double density_at(const CompressionSpec& spec, double epoch_pos) {
   if (spec.warmup_epochs > 0 && epoch_pos < spec.warmup_epochs) {
-    const int e = static_cast<int>(std::floor(epoch_pos));
-    return std::max(spec.ratio, std::pow(0.25, e + 1));
+    int k = static_cast<int>(std::floor(epoch_pos));  // per_epoch: stage k is warm-up epoch k
+    if (spec.warmup_schedule == "stages") {
+      k = std::min(3, static_cast<int>(std::floor(epoch_pos / (spec.warmup_epochs / 4.0))));
+    }
+    return std::max(spec.ratio, std::pow(0.25, k + 1));
   }
   return spec.ratio;
 }

@@ -97,6 +97,10 @@ const KeyTable<compress::CompressionSpec>& compression_keys() {
       {"ratio", double_key(&CompressionSpec::ratio, 0.0, 1.0, true, false)},
       {"downlink_ratio", double_key(&CompressionSpec::downlink_ratio, 0.0, 1.0, true, false)},
       {"warmup_epochs", double_key(&CompressionSpec::warmup_epochs, 0.0, 1000.0, false, false)},
+      {"warmup_schedule",
+       [](CompressionSpec& c, const Node& n, const std::string& f) {
+         c.warmup_schedule = get_choice(n, f, {"per_epoch", "stages"});
+       }},
       {"momentum", double_key(&CompressionSpec::momentum, 0.0, 1.0, false, true)},
       {"clip_norm", double_key(&CompressionSpec::clip_norm, 0.0, 1e9, false, false)},
       {"sample_ratio", double_key(&CompressionSpec::sample_ratio, 0.0, 1.0, true, false)},
@@ -427,7 +431,8 @@ template <typename S, typename V>
 void compression_fields(S& c, V&& v) {
   v("method", c.method), v("ratio", c.ratio), v("downlink_ratio", c.downlink_ratio),
       v("warmup_epochs", c.warmup_epochs), v("momentum", c.momentum), v("clip_norm", c.clip_norm),
-      v("sample_ratio", c.sample_ratio), v("min_compress_bytes", c.min_compress_bytes, Need::kOptional);
+      v("sample_ratio", c.sample_ratio), v("min_compress_bytes", c.min_compress_bytes, Need::kOptional),
+      v("warmup_schedule", c.warmup_schedule, Need::kOptional);
 }
 
 template <typename S, typename V>

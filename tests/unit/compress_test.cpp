@@ -181,6 +181,31 @@ TEST(Warmup, DgcSparsitySchedule) {
   EXPECT_DOUBLE_EQ(density_at(s, 0.0), 0.001);
 }
 
+TEST(Warmup, StagesSpreadDgcsFourStepsOverAShortWarmup) {
+  CompressionSpec s;
+  s.ratio = 0.001;
+  s.warmup_epochs = 0.25;  // four stages of 1/16 epoch
+  s.warmup_schedule = "stages";
+  EXPECT_DOUBLE_EQ(density_at(s, 0.0), 0.25);
+  EXPECT_DOUBLE_EQ(density_at(s, 0.0624), 0.25);
+  EXPECT_DOUBLE_EQ(density_at(s, 0.0625), 0.0625);
+  EXPECT_DOUBLE_EQ(density_at(s, 0.13), 0.015625);
+  EXPECT_DOUBLE_EQ(density_at(s, 0.2499), 0.00390625);
+  EXPECT_DOUBLE_EQ(density_at(s, 0.25), 0.001);
+  // Four epochs of stages are the per-epoch schedule: the paper's.
+  s.warmup_epochs = 4;
+  CompressionSpec per_epoch = s;
+  per_epoch.warmup_schedule = "per_epoch";
+  for (double e : {0.0, 0.5, 1.0, 2.7, 3.99, 4.0, 5.0}) EXPECT_DOUBLE_EQ(density_at(s, e), density_at(per_epoch, e)) << e;
+  // The same quarter epoch per epoch is one stage at 25 %, the figure that made the warm-up
+  // cost as much as dense training.
+  per_epoch.warmup_epochs = 0.25;
+  EXPECT_DOUBLE_EQ(density_at(per_epoch, 0.2), 0.25);
+  // A target denser than a stage's density floors it.
+  s.ratio = 0.05;
+  EXPECT_DOUBLE_EQ(density_at(s, 2.5), 0.05);
+}
+
 TEST(Clip, ScalesByInverseSqrtOfWorkers) {
   CompressionSpec s;
   s.method = Method::kDgc;

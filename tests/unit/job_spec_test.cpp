@@ -294,6 +294,19 @@ TEST(JobSpec, MinCompressBytesAppliesToTopkAndDgcAndIsStored) {
   EXPECT_EQ(job_from_json(old).compression.min_compress_bytes, 0);
 }
 
+TEST(JobSpec, WarmupScheduleIsPerEpochOrStagesAndIsStored) {
+  EXPECT_EQ(parse_job_toml(kData).compression.warmup_schedule, "per_epoch");
+  const auto dgc = parse_job_toml(kData + "[compression]\nmethod = \"dgc\"\nwarmup_epochs = 0.25\n"
+                                          "warmup_schedule = \"stages\"\n");
+  EXPECT_EQ(dgc.compression.warmup_schedule, "stages");
+  EXPECT_EQ(reject(kData + "[compression]\nwarmup_schedule = \"linear\"\n").second,
+            "compression.warmup_schedule: expected one of per_epoch | stages, got \"linear\"");
+  EXPECT_EQ(job_from_json(nlohmann::json(dgc)).compression.warmup_schedule, "stages");
+  nlohmann::json old = dgc;  // stored before the key existed: the schedule it had then
+  old["compression"].erase("warmup_schedule");
+  EXPECT_EQ(job_from_json(old).compression.warmup_schedule, "per_epoch");
+}
+
 TEST(JobSpec, EvalBatchSizeIsASettingFromOneTo65536AndIsStored) {
   EXPECT_EQ(parse_job_toml(kData).eval_batch_size, 128);  // the documented default
   const auto s = parse_job_toml(kData + "eval_batch_size = 500\n");
