@@ -129,7 +129,9 @@ int main(int argc, char** argv) {
                "the leader (docs/slurm.md)");
   slurm_cmd->require_subcommand(1);
   const auto launcher_options = [&](CLI::App* c) {
-    c->add_option("--port", slurm_opt.port, "the leader's control port on the first node")->capture_default_str();
+    c->add_option("--port", slurm_opt.port,
+                  "the leader's control port on the first node (default: 20000 + job id mod 40000, so that "
+                  "allocations sharing a node do not collide)");
     c->add_option("--dir", slurm_opt.dir,
                   "where to write client.toml and client.token (default: $SLURM_SUBMIT_DIR/dltrain-<job id>)");
     c->add_option("--state-root", slurm_opt.state_root,

@@ -14,7 +14,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
+#include <toml++/toml.h>
 
+#include "agent/gpus.h"
 #include "commands.h"
 #include "common/secret.h"
 #include "control/client.h"
@@ -36,6 +38,20 @@ class FormError : public Error {
  public:
   using Error::Error;
 };
+
+/// A stop signal (scancel, the time limit, Ctrl-C) ended the launcher: exit 128 + signal.
+class Stopped : public Error {
+ public:
+  Stopped(int sig, const std::string& what) : Error(what), sig_(sig) {}
+  int sig() const { return sig_; }
+
+ private:
+  int sig_;
+};
+
+/// How long a node's agent may take to stop after SIGTERM before the step's task kills it
+/// (its own tasks get task_stop_grace, 10 s, then SIGKILL from the agent).
+constexpr std::chrono::seconds kAgentStopBound{60};
 
 /// The job name of the agents' srun step (how stop_agents finds it in squeue).
 constexpr const char* kAgentsStepName = "dltrain-agents";
@@ -90,7 +106,7 @@ Launch decide(const SlurmOptions& opt, const Environment& env) {
   }
   l.plan.job_id = l.job.job_id;
   l.plan.leader_node = l.nodes.front();
-  l.plan.port = opt.port;
+  l.plan.port = opt.port != 0 ? opt.port : launch::port_for_job(l.job.job_id);
   l.plan.addresses = launch::node_addresses(l.nodes, l.job.nodelist, run);
   auto tmp = env.find("TMPDIR");
   l.plan.state_root = !opt.state_root.empty() ? opt.state_root
@@ -159,7 +175,7 @@ std::vector<launch::AgentOffer> wait_for_agents(const SlurmOptions& opt, const L
       next_note = Clock::now() + std::chrono::seconds(5);
     }
     if (int sig = next_stop_signal(std::chrono::milliseconds(500))) {
-      throw FormError(fmt::format("stopped by signal {} while the cluster formed", sig));
+      throw Stopped(sig, fmt::format("stopped by signal {} ({}) while the cluster formed", sig, strsignal(sig)));
     }
   }
 }
@@ -169,12 +185,34 @@ std::string write_client_settings(const std::string& dir, const Launch& l) {
   const std::string token = dir + "/client.token";
   write_private_file(token, l.plan.client_token + "\n");
   const std::string path = dir + "/client.toml";
-  std::string text = fmt::format(
-      "# The client settings of dltrain's cluster in Slurm job {} (written by dltrain slurm); valid while it runs.\n"
-      "leader = \"{}\"\ntoken_file = \"{}\"\n",
-      l.job.job_id, l.plan.leader_url(), token);
-  write_private_file(path, text);
+  std::ostringstream text;
+  text << "# The client settings of dltrain's cluster in Slurm job " << l.job.job_id
+       << " (written by dltrain slurm); removed when it ends.\n"
+       << toml::table{{"leader", l.plan.leader_url()}, {"token_file", token}} << "\n";
+  write_private_file(path, text.str());
   return path;
+}
+
+/// The allocation ends with the cluster: its settings and token go with it.
+void remove_client_settings(const std::string& dir) {
+  std::error_code ec;
+  fs::remove(dir + "/client.token", ec);
+  fs::remove(dir + "/client.toml", ec);
+  fs::remove(dir, ec);  // only when nothing else is in it
+}
+
+/// With --leader-state-dir the leader restores the jobs an earlier allocation left
+/// unfinished; no agent of theirs will come back, and re-running them would take this
+/// allocation's cores from the job it was started for. Cancels them, saying so.
+void cancel_restored_jobs(control::BlockingControlClient& c) {
+  const auto r = c.request("list", {{"limit", 1000}}, std::chrono::seconds(30));
+  for (const auto& j : r.value("jobs", json::array())) {
+    const std::string state = j.value("state", "");
+    if (state == "succeeded" || state == "failed" || state == "cancelled") continue;
+    const std::string id = j.value("job", "");
+    say(fmt::format("cancelling {} ({}), left unfinished by an earlier allocation in the leader's state", id, state));
+    c.request("cancel", {{"job", id}}, std::chrono::seconds(30));
+  }
 }
 
 void print_cluster(const std::vector<launch::AgentOffer>& offers, const Launch& l) {
@@ -183,8 +221,8 @@ void print_cluster(const std::vector<launch::AgentOffer>& offers, const Launch& 
   for (const auto& a : offers) {
     cores += a.cores;
     gpus += a.gpus;
-    each += fmt::format("{}{} {} cores{}", each.empty() ? "" : ", ", a.name, a.cores,
-                        a.gpus ? fmt::format(" {} GPUs", a.gpus) : "");
+    each += fmt::format("{}{} {} {}{}", each.empty() ? "" : ", ", a.name, a.cores, a.cores == 1 ? "core" : "cores",
+                        a.gpus ? fmt::format(" {} {}", a.gpus, a.gpus == 1 ? "GPU" : "GPUs") : "");
   }
   say(fmt::format("{} agents, {} cores, {} GPUs ({}); the leader is {} on {}", offers.size(), cores, gpus, each,
                   l.plan.leader_url(), l.plan.leader_node));
@@ -216,12 +254,16 @@ std::string agents_step(const std::string& job_id) {
 /// (`scancel --signal=TERM JOB.STEP`, which leaves the step to end by itself as its tasks do:
 /// the agents stop their PS shards and workers and remove their state). SIGTERM to srun
 /// itself would make srun terminate the step at once. After opt.stop_timeout srun is
-/// killed, and Slurm kills what is left of the step.
-void stop_agents(const SlurmOptions& opt, const launch::SlurmJob& job, pid_t srun, std::optional<int>& srun_exit) {
+/// killed, and Slurm kills what is left of the step. With `slurm_stops` (the launcher got
+/// SIGTERM from scancel or the time limit, which Slurm sends every step's tasks too) it
+/// only waits.
+void stop_agents(const SlurmOptions& opt, const launch::SlurmJob& job, pid_t srun, std::optional<int>& srun_exit,
+                 bool slurm_stops) {
   if (srun_exit) return;
-  say("stopping the agents");
-  const std::string step = agents_step(job.job_id);
-  bool signalled = false;
+  say(slurm_stops ? "Slurm is stopping the job: waiting for the agents to stop" : "stopping the agents");
+  // When Slurm ends the job it has signalled every task of the step already.
+  const std::string step = slurm_stops ? "" : agents_step(job.job_id);
+  bool signalled = slurm_stops;
   if (!step.empty()) {
     try {
       // A non-zero exit can mean that some of the step's nodes are gone (killed, or their
@@ -268,11 +310,19 @@ int launch_cluster(const SlurmOptions& opt, const std::string& self_exe, Mode mo
   pid_t srun = -1;
   int rc = kExitOk;
   std::string verdict;  // run: the job's end, said last
+  std::string settings_dir;
+  // SIGTERM comes from Slurm (scancel, the time limit), which signals every step itself.
+  bool slurm_stops = false;
   try {
     srun = start_agents(opt, l, self_exe);
     const auto offers = wait_for_agents(opt, l, srun, srun_exit);
     print_cluster(offers, l);
-    const std::string settings = write_client_settings(job_dir(opt, l.job), l);
+    if (!l.plan.leader_state_dir.empty()) {
+      control::BlockingControlClient c(l.plan.leader_url(), l.plan.client_token, std::chrono::seconds(30));
+      cancel_restored_jobs(c);
+    }
+    settings_dir = job_dir(opt, l.job);
+    const std::string settings = write_client_settings(settings_dir, l);
     say("client settings: export DLTRAIN_CLIENT_CONFIG=" + settings);
     if (mode == Mode::kRun) {
       launch::check_job_fits(spec, offers, opt.job_file);
@@ -281,11 +331,20 @@ int launch_cluster(const SlurmOptions& opt, const std::string& self_exe, Mode mo
       copt.leader = l.plan.leader_url();
       copt.follow = true;
       const std::string id = submit_and_print(c, request, copt, false);
+      // No agent joins an allocation: a job the leader says can never fit would wait for ever.
+      const auto st = c.request("status", {{"job", id}}, std::chrono::seconds(30));
+      if (st.value("state", "") == "queued" && !st.value("fits_cluster", true)) {
+        c.request("cancel", {{"job", id}}, std::chrono::seconds(30));
+        throw LaunchError(fmt::format("{}: {} can never start in this allocation (it needs {} cores, the agents offer {}); "
+                                      "cancelled it",
+                                      opt.job_file, id, st.value("cores_needed", 0), st.value("cores_total", 0)));
+      }
       wire::events::Summary sum;
       int stop_sig = 0;
       rc = follow_job(c, id, false, &sum, [&] { return (stop_sig = next_stop_signal(std::chrono::milliseconds(0))) != 0; });
       if (rc == kFollowStopped) {
         say(fmt::format("signal {} ({}): stopping the cluster", stop_sig, strsignal(stop_sig)));
+        slurm_stops = stop_sig == SIGTERM;
         verdict = fmt::format("{} did not finish: stopped by signal {} ({})", id, stop_sig, strsignal(stop_sig));
         rc = 128 + stop_sig;
       } else if (rc == kExitOk) {
@@ -298,10 +357,13 @@ int launch_cluster(const SlurmOptions& opt, const std::string& self_exe, Mode mo
       for (;;) {
         if ((srun_exit = launch::exit_status(srun, false))) {
           say(fmt::format("the agents' step ended (exit status {})", *srun_exit));
+          if (*srun_exit != 0) rc = kExitNoLeader;  // an agent failed and took the step with it
           break;
         }
         if (int sig = next_stop_signal(std::chrono::milliseconds(1000))) {
           say(fmt::format("signal {} ({}): stopping the cluster", sig, strsignal(sig)));
+          slurm_stops = sig == SIGTERM;
+          rc = 128 + sig;
           break;
         }
       }
@@ -312,14 +374,19 @@ int launch_cluster(const SlurmOptions& opt, const std::string& self_exe, Mode mo
   } catch (const FormError& e) {
     std::cerr << "dltrain slurm: " << e.what() << std::endl;
     rc = kExitNoLeader;
+  } catch (const Stopped& e) {
+    std::cerr << "dltrain slurm: " << e.what() << std::endl;
+    slurm_stops = e.sig() == SIGTERM;
+    rc = 128 + e.sig();
   } catch (const control::RemoteError& e) {
     std::cerr << "dltrain slurm: the leader rejected the job: " << e.what() << " [" << e.code() << "]" << std::endl;
-    rc = kExitBadInput;
+    rc = e.code() == "unavailable" ? kExitNoLeader : kExitBadInput;
   } catch (const std::exception& e) {
     std::cerr << "dltrain slurm: " << e.what() << std::endl;
     rc = kExitNoLeader;
   }
-  if (srun > 0) stop_agents(opt, l.job, srun, srun_exit);
+  if (srun > 0) stop_agents(opt, l.job, srun, srun_exit, slurm_stops);
+  if (!settings_dir.empty()) remove_client_settings(settings_dir);
   // The job's verdict is the batch output's last line, after whatever the agents printed
   // as they stopped.
   if (!verdict.empty()) say(verdict);
@@ -377,6 +444,11 @@ int slurm_agent(const std::string& self_exe) {
     const Environment env = launch::current_environment();
     plan = launch::LaunchPlan::from_environment(env);
     g = launch::read_node_grant(env);
+    if (!g.gpus.empty()) {
+      // Slurm's numbers to NVML's (a device-constrained step sees only its GPUs, from 0).
+      const auto found = agent::discover_gpus();
+      g.gpus = launch::nvml_indices_of_grant(g.gpus, static_cast<int>(found.gpus.size()));
+    }
     dir = fs::path(plan.state_root) / ("dltrain-slurm-" + plan.job_id) / g.node;
     fs::create_directories(dir);
     fs::permissions(dir.parent_path(), fs::perms::owner_all);
@@ -399,32 +471,46 @@ int slurm_agent(const std::string& self_exe) {
   pid_t agent = -1;
   try {
     const std::string exe = (fs::path(self_exe).parent_path() / "dltrain-agent").string();
-    agent = launch::start_process({exe, "--config", (dir / "agent.toml").string()}, launch::current_environment());
+    // The plan's variables (the tokens among them) stay out of the agent's environment and
+    // so out of its tasks': the agent reads its tokens from their 0600 files.
+    Environment agent_env = launch::current_environment();
+    std::erase_if(agent_env, [](const auto& kv) { return kv.first.rfind("DLTRAIN_SLURM_", 0) == 0; });
+    agent = launch::start_process({exe, "--config", (dir / "agent.toml").string()}, agent_env);
   } catch (const std::exception& e) {
     std::cerr << who << e.what() << std::endl;
     cleanup();
     return kExitNoLeader;
   }
   bool stop_asked = false;
+  std::optional<Clock::time_point> kill_at;  // SIGKILL when the agent outlives its stop this long
+  const auto ask_stop = [&] {
+    ::kill(agent, SIGTERM);
+    stop_asked = true;
+    if (!kill_at) kill_at = Clock::now() + kAgentStopBound;
+  };
   auto next_poll = Clock::now() + plan.drain_poll;
   std::optional<int> code;
   while (!(code = launch::exit_status(agent, false))) {
     if (int sig = next_stop_signal(std::chrono::milliseconds(500))) {
-      ::kill(agent, SIGTERM);
       if (!stop_asked) std::cerr << who << "signal " << sig << ": stopping the agent" << std::endl;
-      stop_asked = true;
+      ask_stop();
+    }
+    if (kill_at && Clock::now() >= *kill_at) {
+      std::cerr << who << "the agent did not stop within " << kAgentStopBound.count() << " s of SIGTERM; killing it"
+                << std::endl;
+      ::kill(agent, SIGKILL);
+      kill_at = Clock::now() + std::chrono::hours(24);  // once
     }
     if (plan.drain_poll.count() > 0 && !stop_asked && Clock::now() >= next_poll) {
       next_poll = Clock::now() + plan.drain_poll;
       try {
-        const auto r = launch::run_command({"scontrol", "show", "node", "-o", g.node}, std::chrono::seconds(30));
+        const auto r = launch::run_command({"scontrol", "show", "node", "-o", g.node}, std::chrono::seconds(10));
         const auto state = launch::scontrol_node_field(r.out, "State");
         auto it = state.find(g.node);
         if (r.exit_code == 0 && it != state.end() && it->second.find("DRAIN") != std::string::npos) {
           std::cerr << who << "Slurm drains this node (State=" << it->second
                     << "): stopping the agent; the leader re-assigns its tasks" << std::endl;
-          ::kill(agent, SIGTERM);
-          stop_asked = true;
+          ask_stop();
         }
       } catch (const std::exception& e) {
         std::cerr << who << "cannot read the node's state: " << e.what() << std::endl;

@@ -15,7 +15,8 @@ namespace dltrain::client {
 /// Options of `dltrain slurm run|serve|show`.
 struct SlurmOptions {
   std::string job_file;            ///< run: the job to run to its end
-  std::uint16_t port = 7070;       ///< the leader's control port on the first node
+  /// The leader's control port on the first node; 0 = launch::port_for_job (from the job id).
+  std::uint16_t port = 0;
   /// Where the client settings (client.toml, client.token) go; "" =
   /// $SLURM_SUBMIT_DIR/dltrain-<job> (the current directory when that is unset).
   std::string dir;

@@ -232,6 +232,16 @@ int main(int argc, char** argv) {
     if (!name_override.empty()) opt.name = name_override;
     if (!advertise_override.empty()) opt.advertise_address = advertise_override;
     if (check_config) {
+      // What the daemon would refuse only once it starts: addresses it binds, GPUs it offers.
+      const auto ip = [](const std::string& field, const std::string& v) {
+        boost::system::error_code ec;
+        boost::asio::ip::make_address(v, ec);
+        if (ec) throw dltrain::ConfigError(field, "not an IP address: \"" + v + "\"");
+      };
+      if (opt.leader) ip("listen_address", opt.listen_address);
+      ip("task_bind_address", opt.task_bind_address);
+      if (!opt.metrics_address.empty()) ip("metrics_address", opt.metrics_address);
+      if (opt.gpus) dltrain::agent::select_gpus(dltrain::agent::discover_gpus(opt.nvml_library), opt.gpus);
       std::cout << "dltrain-agent: " << config << " is valid: "
                 << (opt.leader ? "the leader, control port " + std::to_string(opt.listen_port)
                                : "agent " + opt.name + " of the leader at " + opt.leader_url)

@@ -9,7 +9,9 @@
 
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -130,9 +132,24 @@ CommandResult run_command(const std::vector<std::string>& argv, std::chrono::mil
       }
     }
   }
-  if (timed_out) ::kill(pid, SIGKILL);
+  // The pipes can close before the child ends (it closed its output, or poll failed):
+  // the wait for its exit is bounded by the same deadline.
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  bool killed = false;
+  for (;;) {
+    if (timed_out && !killed) {
+      ::kill(pid, SIGKILL);
+      killed = true;
+    }
+    const pid_t w = ::waitpid(pid, &status, killed ? 0 : WNOHANG);
+    if (w == pid || (w < 0 && errno != EINTR)) break;
+    if (w == 0) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        timed_out = true;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
   }
   if (timed_out) {
     throw TimeoutError(fmt::format("{}: still running after {:g} s; killed", argv[0], timeout.count() / 1000.0));

@@ -1,10 +1,16 @@
 #include "launch/slurm.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <charconv>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "job/job_spec.h"
 
@@ -112,7 +118,11 @@ std::vector<std::string> expand_hostlist(const std::string& hostlist, const Comm
     if (!line.empty()) hosts.push_back(line);
   }
   // scontrol exits 0 on a list it cannot parse, saying why on stderr only.
-  if (hosts.empty()) throw LaunchError("cannot expand the node list \"" + hostlist + "\": " + scontrol_failure(argv, r));
+  if (hosts.empty()) {
+    const std::string why = trim(r.err);
+    throw LaunchError("cannot expand the node list \"" + hostlist + "\": `scontrol show hostnames " + hostlist +
+                      "` printed no host names" + (why.empty() ? "" : ": " + why));
+  }
   return hosts;
 }
 
@@ -133,6 +143,37 @@ std::map<std::string, std::string> scontrol_node_field(const std::string& scontr
   return out;
 }
 
+std::string numeric_address(const std::string& node, const std::string& address) {
+  in6_addr probe{};
+  if (::inet_pton(AF_INET, address.c_str(), &probe) == 1 || ::inet_pton(AF_INET6, address.c_str(), &probe) == 1) {
+    return address;
+  }
+  // Most clusters leave NodeAddr unset, so Slurm reports the node's name: resolve it here,
+  // on the first node, once for every agent (an IPv4 address first, as most clusters use).
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(address.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    throw LaunchError(fmt::format("node {}: its address \"{}\" (NodeAddr, else NodeHostName) does not resolve: {}", node,
+                                  address, rc != 0 ? ::gai_strerror(rc) : "no address"));
+  }
+  std::string v4, v6;
+  for (const addrinfo* p = res; p != nullptr; p = p->ai_next) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (p->ai_family == AF_INET && v4.empty()) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(p->ai_addr)->sin_addr, buf, sizeof buf);
+      v4 = buf;
+    } else if (p->ai_family == AF_INET6 && v6.empty()) {
+      ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(p->ai_addr)->sin6_addr, buf, sizeof buf);
+      v6 = buf;
+    }
+  }
+  ::freeaddrinfo(res);
+  if (v4.empty() && v6.empty()) throw LaunchError(fmt::format("node {}: \"{}\" resolves to no IP address", node, address));
+  return v4.empty() ? v6 : v4;
+}
+
 std::map<std::string, std::string> node_addresses(const std::vector<std::string>& nodes, const std::string& hostlist,
                                                   const CommandRunner& run) {
   const std::vector<std::string> argv{"scontrol", "show", "node", "-o", hostlist};
@@ -145,7 +186,7 @@ std::map<std::string, std::string> node_addresses(const std::vector<std::string>
     std::string a = addr.count(n) ? addr[n] : "";
     if (a.empty() && host.count(n)) a = host.at(n);
     if (a.empty()) throw LaunchError("scontrol show node -o " + hostlist + " does not list node " + n);
-    out[n] = a;
+    out[n] = numeric_address(n, a);
   }
   return out;
 }
@@ -170,6 +211,27 @@ NodeGrant read_node_grant(const Environment& env) {
     g.memory_mb = *mb;
   }
   return g;
+}
+
+std::vector<int> nvml_indices_of_grant(const std::vector<int>& granted, int visible) {
+  if (granted.empty()) return {};
+  if (visible == static_cast<int>(granted.size())) {
+    std::vector<int> all(granted.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+    return all;
+  }
+  const int top = *std::max_element(granted.begin(), granted.end());
+  if (visible > top) return granted;
+  throw LaunchError(fmt::format("Slurm granted GPUs {} but NVML sees {} on this node: neither a device-constrained "
+                                "step (as many GPUs as granted) nor the whole node (GPU {} among them); check "
+                                "gres.conf and `nvidia-smi` inside a step",
+                                fmt::join(granted, ","), plural(visible, "GPU", "GPUs"), top));
+}
+
+std::uint16_t port_for_job(const std::string& job_id) {
+  const auto n = parse_integer(job_id);
+  if (!n || *n < 0) return 7070;
+  return static_cast<std::uint16_t>(20000 + *n % 40000);
 }
 
 std::string LaunchPlan::leader_url() const {
@@ -297,6 +359,25 @@ void check_job_fits(const JobSpec& spec, const std::vector<AgentOffer>& agents, 
                                   "threads_per_task",
                                   job_file, spec.threads_per_task, max_cores, offers));
   }
+  // The leader places whole tasks: a node of c cores holds floor(c / threads_per_task) of
+  // them (leader/placement.cpp), so the total of cores is not enough.
+  int slots = 0;
+  std::string per_node;
+  for (const auto& a : agents) {
+    const int n = a.cores / spec.threads_per_task;
+    slots += n;
+    per_node += fmt::format("{}{} {}", per_node.empty() ? "" : ", ", a.name, n);
+  }
+  const int tasks = workers + spec.ps_shards;
+  if (tasks > slots) {
+    throw LaunchError(fmt::format("{}: the job's {} tasks ({}{} + {}) take threads_per_task = {} cores each on one node, "
+                                  "but the nodes hold only {} such tasks ({}): ask Slurm for more cores per node "
+                                  "(--cpus-per-task, --exclusive) or more nodes, or lower workers, ps_shards or "
+                                  "threads_per_task",
+                                  job_file, tasks, spec.workers_auto ? "at least " : "",
+                                  plural(workers, "worker", "workers"), plural(spec.ps_shards, "PS shard", "PS shards"),
+                                  spec.threads_per_task, slots, per_node));
+  }
   if (spec.device == "cuda") {
     const int per = std::max(1, spec.gpus_per_worker);
     const int need_gpus = workers * per;
@@ -310,6 +391,14 @@ void check_job_fits(const JobSpec& spec, const std::vector<AgentOffer>& agents, 
       throw LaunchError(fmt::format("{}: each worker needs gpus_per_worker = {} GPUs on one node, but no node has more "
                                     "than {} ({})",
                                     job_file, per, max_gpus, offers));
+    }
+    int gpu_slots = 0;
+    for (const auto& a : agents) gpu_slots += a.gpus / per;
+    if (workers > gpu_slots) {
+      throw LaunchError(fmt::format("{}: the job's {} take gpus_per_worker = {} GPUs each on one node, but the nodes hold "
+                                    "only {} such workers ({}): ask Slurm for more GPUs per node or lower workers or "
+                                    "gpus_per_worker",
+                                    job_file, plural(workers, "worker", "workers"), per, gpu_slots, offers));
     }
   }
 }

@@ -58,10 +58,17 @@ SlurmJob read_slurm_job(const Environment& env);
 std::vector<std::string> expand_hostlist(const std::string& hostlist, const CommandRunner& run);
 
 /// Each node's address as Slurm reaches it (NodeAddr; NodeHostName when that is absent),
-/// from one `scontrol show node -o LIST`. Throws LaunchError naming the node when
-/// scontrol fails or does not list one of `nodes`.
+/// from one `scontrol show node -o LIST`, as an IP address: a host name (what Slurm
+/// reports when NodeAddr is unset) is resolved here (numeric_address), since the agents
+/// bind and advertise IP addresses. Throws LaunchError naming the node when scontrol
+/// fails, does not list one of `nodes`, or its address does not resolve.
 std::map<std::string, std::string> node_addresses(const std::vector<std::string>& nodes, const std::string& hostlist,
                                                   const CommandRunner& run);
+
+/// `address` itself when it is an IPv4 or IPv6 literal; otherwise the first IPv4 address it
+/// resolves to (getaddrinfo), else the first IPv6 one. Throws LaunchError naming `node`,
+/// the address and the resolver's reason when it does not resolve.
+std::string numeric_address(const std::string& node, const std::string& address);
 
 /// Parses `scontrol show node -o` output (one node per line, `Key=Value` pairs separated
 /// by spaces) into node name → its `key` value (e.g. "NodeAddr", "State").
@@ -82,6 +89,21 @@ struct NodeGrant {
 /// Reads `env` of a step task. Throws LaunchError naming the variable that is missing or
 /// malformed (a GPU list that is not comma-separated non-negative integers, say).
 NodeGrant read_node_grant(const Environment& env);
+
+/// The NVML indices a node's agent offers for the GPUs Slurm granted (`granted`: Slurm's
+/// numbers, SLURM_STEP_GPUS or SLURM_JOB_GPUS) when NVML sees `visible` GPUs inside the
+/// step. A device-constrained step (cgroup.conf ConstrainDevices=yes) sees only its own
+/// GPUs, numbered from 0: when `visible` equals the number granted, all of them
+/// (0 … n−1). An unconstrained step sees the whole node, numbered as Slurm numbers them
+/// (gres.conf AutoDetect=nvml, or File= in PCI order): then the granted numbers. Throws
+/// LaunchError when neither holds (fewer GPUs visible than granted, or a granted number
+/// NVML does not have), saying both.
+std::vector<int> nvml_indices_of_grant(const std::vector<int>& granted, int visible);
+
+/// The port of the leader of Slurm job `job_id` when none is given: 20000 + job_id mod
+/// 40000, so that allocations that share their first node (without --exclusive) do not
+/// collide. A job id that is not a number gives 7070.
+std::uint16_t port_for_job(const std::string& job_id);
 
 /// The launcher's decisions, handed to every node's step through its environment
 /// (variables DLTRAIN_SLURM_*; the tokens never appear on a command line).
@@ -125,9 +147,11 @@ struct AgentOffer {
   int gpus = 0;
 };
 
-/// Checks that `spec` can run on `agents` (the whole allocation: no agent will join):
-/// (workers + PS shards) × threads_per_task cores in all, threads_per_task on one agent,
-/// and for device = "cuda" workers × gpus_per_worker GPUs, gpus_per_worker on one agent.
+/// Checks that `spec` can run on `agents` (the whole allocation: no agent will join), by
+/// the leader's own placement rule (whole tasks per node): (workers + PS shards) ×
+/// threads_per_task cores in all, threads_per_task on one agent, and workers + PS shards
+/// tasks in Σ floor(cores / threads_per_task) over the agents; for device = "cuda" also
+/// workers × gpus_per_worker GPUs and workers in Σ floor(gpus / gpus_per_worker).
 /// With workers = "auto" one worker must fit (the planner chooses within what fits).
 /// Throws LaunchError naming `job_file`, what the job needs, what each agent offers, and
 /// which sbatch options ask for more.

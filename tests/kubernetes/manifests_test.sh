@@ -37,6 +37,14 @@ for variant in base overlays/gpu; do
   done
 done
 
+# --check-config is not vacuous either: what the daemon would refuse at start, it refuses.
+leader_conf="$(ls "$tmp"/conf-base/leader.toml.local)"
+sed 's|^listen_address = .*|listen_address = "localhost"|' "$leader_conf" >"$tmp/bad-leader.toml"
+if "$build/bin/dltrain-agent" --config "$tmp/bad-leader.toml" --check-config 2>"$tmp/err"; then
+  fail "--check-config accepted listen_address = \"localhost\""
+fi
+grep -qF 'listen_address: not an IP address: "localhost"' "$tmp/err" || fail "--check-config said: $(cat "$tmp/err")"
+
 # The checker is not vacuous: each broken render is refused, naming the problem.
 refuses() {  # refuses WANT SED-EXPRESSION [validate flags]
   local want="$1" expr="$2"

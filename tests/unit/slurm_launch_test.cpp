@@ -18,6 +18,7 @@
 #include "job/job_spec.h"
 #include "launch/command.h"
 #include "launch/slurm.h"
+#include "support/temp_dir.h"
 
 using namespace dltrain;
 using namespace dltrain::launch;
@@ -103,7 +104,7 @@ TEST_F(Hostlists, SlurmExpandsRangesListsAndZeroPadding) {
 TEST_F(Hostlists, AMalformedListIsRejectedWithScontrolsReason) {
   // A range that runs backwards: scontrol exits 0 but prints no host, and says why on stderr.
   const auto msg = launch_error([] { expand_hostlist("n[3-1]", default_runner()); });
-  EXPECT_NE(msg.find("cannot expand the node list \"n[3-1]\": `scontrol show hostnames n[3-1]` failed (exit status 0)"),
+  EXPECT_NE(msg.find("cannot expand the node list \"n[3-1]\": `scontrol show hostnames n[3-1]` printed no host names: "),
             std::string::npos) << msg;
   EXPECT_NE(msg.find("Invalid range: `3-1'"), std::string::npos) << msg;
 }
@@ -204,7 +205,7 @@ TEST(SlurmLaunch, ParsesScontrolShowNodeLines) {
   const std::string out =
       "NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=2 CPUTot=2 NodeAddr=10.201.0.2 NodeHostName=n1 "
       "State=ALLOCATED ThreadsPerCore=1\n"
-      "NodeName=n2 Arch=x86_64 CoresPerSocket=1 CPUAlloc=2 CPUTot=2 NodeAddr=n2 NodeHostName=n2 "
+      "NodeName=n2 Arch=x86_64 CoresPerSocket=1 CPUAlloc=2 CPUTot=2 NodeAddr=10.201.0.3 NodeHostName=n2 "
       "State=MIXED+DRAIN ThreadsPerCore=1\n";
   const auto states = scontrol_node_field(out, "State");
   EXPECT_EQ(states.at("n1"), "ALLOCATED");
@@ -214,7 +215,7 @@ TEST(SlurmLaunch, ParsesScontrolShowNodeLines) {
     return CommandResult{0, out, ""};
   };
   EXPECT_EQ(node_addresses({"n1", "n2"}, "n[1-2]", run),
-            (std::map<std::string, std::string>{{"n1", "10.201.0.2"}, {"n2", "n2"}}));
+            (std::map<std::string, std::string>{{"n1", "10.201.0.2"}, {"n2", "10.201.0.3"}}));
   EXPECT_EQ(launch_error([&] { node_addresses({"n1", "n3"}, "n[1-2]", run); }),
             "scontrol show node -o n[1-2] does not list node n3");
 }
@@ -247,8 +248,8 @@ TEST(SlurmLaunch, ThePlanTravelsThroughTheEnvironment) {
 }
 
 TEST(SlurmLaunch, EachNodesAgentOffersWhatSlurmGrantedAndTheFirstLeads) {
-  const auto dir = fs::temp_directory_path() / ("dltrain-slurm-cfg-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const dltrain::testing::TempDir tmp("dltrain-slurm-cfg");  // removed however the test ends
+  const auto& dir = tmp.path;
   const auto p = plan_of_three();
   write_private_file((dir / "agent.token").string(), p.agent_token + "\n");  // 0600, as the launcher writes them
   write_private_file((dir / "client.token").string(), p.client_token + "\n");
@@ -291,7 +292,6 @@ TEST(SlurmLaunch, EachNodesAgentOffersWhatSlurmGrantedAndTheFirstLeads) {
   NodeGrant stranger{"n9", 3, 1, {}, 0};
   EXPECT_EQ(launch_error([&] { agent_config_toml(p, stranger, dir.string()); }),
             "node n9 is not among the launcher's nodes (DLTRAIN_SLURM_ADDRESSES)");
-  fs::remove_all(dir);
 }
 
 TEST(SlurmLaunch, AJobThatFitsTheAllocationPasses) {
@@ -338,4 +338,58 @@ TEST(SlurmLaunch, ACudaJobNeedsTheGpusSlurmGranted) {
             }),
             "gpu.toml: each worker needs gpus_per_worker = 4 GPUs on one node, but no node has more than 2 (g1 8 + 2 "
             "GPUs, g2 8 + 2 GPUs)");
+}
+
+TEST(SlurmLaunch, TasksMustFitWholeOnNodesNotJustInTheTotal) {
+  // 8 cores needed of 9 granted, but a node of 3 cores holds one task of 2 threads: 3 slots
+  // for 4 tasks (the leader's placement rule, leader/placement.cpp).
+  const std::vector<AgentOffer> three{{"n1", 3, 0}, {"n2", 3, 0}, {"n3", 3, 0}};
+  EXPECT_EQ(launch_error([&] {
+              check_job_fits(job("workers = 3\nps_shards = 1\nthreads_per_task = 2\n"), three, "slots.toml");
+            }),
+            "slots.toml: the job's 4 tasks (3 workers + 1 PS shard) take threads_per_task = 2 cores each on one node, "
+            "but the nodes hold only 3 such tasks (n1 1, n2 1, n3 1): ask Slurm for more cores per node "
+            "(--cpus-per-task, --exclusive) or more nodes, or lower workers, ps_shards or threads_per_task");
+  EXPECT_NO_THROW(check_job_fits(job("workers = 2\nps_shards = 1\nthreads_per_task = 2\n"), three, "slots.toml"));
+  // GPUs likewise: 3 GPUs on each of two nodes hold two workers of 2 GPUs, not three.
+  const std::vector<AgentOffer> gpus{{"g1", 8, 3}, {"g2", 8, 3}};
+  EXPECT_EQ(launch_error([&] {
+              check_job_fits(job("device = \"cuda\"\nworkers = 3\nps_shards = 1\ngpus_per_worker = 2\n"), gpus,
+                             "gpu.toml");
+            }),
+            "gpu.toml: the job's 3 workers take gpus_per_worker = 2 GPUs each on one node, but the nodes hold only 2 "
+            "such workers (g1 8 + 3 GPUs, g2 8 + 3 GPUs): ask Slurm for more GPUs per node or lower workers or "
+            "gpus_per_worker");
+}
+
+TEST(SlurmLaunch, GrantedGpusMapToNvmlIndicesConstrainedOrNot) {
+  // A device-constrained step sees only its 2 GPUs, numbered from 0.
+  EXPECT_EQ(nvml_indices_of_grant({4, 5}, 2), (std::vector<int>{0, 1}));
+  // An unconstrained step sees the node's 8, numbered as Slurm numbers them.
+  EXPECT_EQ(nvml_indices_of_grant({4, 5}, 8), (std::vector<int>{4, 5}));
+  EXPECT_EQ(nvml_indices_of_grant({}, 8), (std::vector<int>{}));
+  EXPECT_EQ(launch_error([] { nvml_indices_of_grant({4, 5}, 3); }),
+            "Slurm granted GPUs 4,5 but NVML sees 3 GPUs on this node: neither a device-constrained step (as many "
+            "GPUs as granted) nor the whole node (GPU 5 among them); check gres.conf and `nvidia-smi` inside a step");
+}
+
+TEST(SlurmLaunch, NodeAddressesAreIpAddressesHostNamesResolved) {
+  EXPECT_EQ(numeric_address("n1", "10.1.2.3"), "10.1.2.3");
+  EXPECT_EQ(numeric_address("n1", "fd00::7"), "fd00::7");
+  EXPECT_EQ(numeric_address("n1", "localhost"), "127.0.0.1");  // /etc/hosts, no DNS
+  const auto msg = launch_error([] { numeric_address("n4", "no-such-node.invalid"); });
+  EXPECT_EQ(msg.rfind("node n4: its address \"no-such-node.invalid\" (NodeAddr, else NodeHostName) does not resolve: ", 0),
+            0u) << msg;
+  // scontrol's recorded answer for a cluster that leaves NodeAddr unset: the node's name.
+  const CommandRunner recorded = [](const std::vector<std::string>&) {
+    return CommandResult{0, "NodeName=n1 Arch=x86_64 NodeAddr=localhost NodeHostName=localhost State=IDLE\n", ""};
+  };
+  EXPECT_EQ(node_addresses({"n1"}, "n1", recorded), (std::map<std::string, std::string>{{"n1", "127.0.0.1"}}));
+}
+
+TEST(SlurmLaunch, TheLeaderPortFollowsTheJobId) {
+  EXPECT_EQ(port_for_job("42"), 20042);
+  EXPECT_EQ(port_for_job("40042"), 20042);
+  EXPECT_EQ(port_for_job("123456"), 20000 + 123456 % 40000);
+  EXPECT_EQ(port_for_job("x"), 7070);
 }
