@@ -56,6 +56,7 @@ def job_toml(args, model, mode, codec, overlap, seed):
             + ("" if codec == "dense" else
                f'[compression]\nmethod = "dgc"\nratio = {CODECS[codec]}\ndownlink_ratio = {args.downlink_ratio}\n'
                f"warmup_epochs = {args.dgc_warmup}\n"
+               f'warmup_schedule = "{args.dgc_warmup_schedule}"\n'
                + (f"min_compress_bytes = {args.min_compress_bytes}\n" if args.min_compress_bytes else ""))
             + (f"[ps]\npartition_size = {args.partition_size}\n" if args.partition_size else ""))
 
@@ -135,6 +136,7 @@ def report(datas):
         for r in data["results"]:
             codec = r["codec"] if r["codec"] == "dense" else \
                 f"{r['codec']}, down {args.get('downlink_ratio', 0.01):g}, warm-up {args.get('dgc_warmup', 1.0):g}" + \
+                (f" ({args['dgc_warmup_schedule']})" if args.get("dgc_warmup_schedule", "per_epoch") != "per_epoch" else "") + \
                 (f", dense < {args['min_compress_bytes']} B" if args.get("min_compress_bytes") else "")
             results.append(dict(r, codec=codec, workers=args["workers"],
                                 partition=args.get("partition_size") or 262144))
@@ -250,6 +252,8 @@ def main():
                     help="DGC codecs: compression.downlink_ratio (default 0.01; 1 = dense pulls)")
     ap.add_argument("--dgc-warmup", type=float, default=1.0,
                     help="DGC codecs: compression.warmup_epochs, the sparsity warm-up (default 1)")
+    ap.add_argument("--dgc-warmup-schedule", choices=["per_epoch", "stages"], default="per_epoch",
+                    help="DGC codecs: compression.warmup_schedule (default per_epoch)")
     ap.add_argument("--min-compress-bytes", type=int, default=0,
                     help="DGC codecs: compression.min_compress_bytes (default 0: every tensor sparsified)")
     ap.add_argument("--partition-size", type=int,
