@@ -488,6 +488,10 @@ JobSpec job_from_json(const nlohmann::json& j) {
       throw ConfigError("gpus_per_worker", "expected 1 to 64 with device = \"cuda\" and 0 with \"cpu\", got " +
                                                std::to_string(s.gpus_per_worker));
     }
+    if (s.compression.warmup_schedule != "per_epoch" && s.compression.warmup_schedule != "stages") {
+      throw ConfigError("compression.warmup_schedule",
+                        "expected \"per_epoch\" or \"stages\", got \"" + s.compression.warmup_schedule + "\"");
+    }
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError("job", std::string("malformed job JSON: ") + e.what());

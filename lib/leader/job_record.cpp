@@ -145,7 +145,8 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
   out["compression_settings"] = {{"method", compress::to_string(j.spec.compression.method)},
                                  {"ratio", j.spec.compression.ratio},
                                  {"downlink_ratio", j.spec.compression.downlink_ratio},
-                                 {"warmup_epochs", j.spec.compression.warmup_epochs}};
+                                 {"warmup_epochs", j.spec.compression.warmup_epochs},
+                                 {"warmup_schedule", j.spec.compression.warmup_schedule}};
   out["submitted_at"] = j.submitted_unix;
   out["generation"] = j.generation;
   out["reassignments"] = j.recovery.reassignments;

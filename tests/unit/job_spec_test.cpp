@@ -305,6 +305,9 @@ TEST(JobSpec, WarmupScheduleIsPerEpochOrStagesAndIsStored) {
   nlohmann::json old = dgc;  // stored before the key existed: the schedule it had then
   old["compression"].erase("warmup_schedule");
   EXPECT_EQ(job_from_json(old).compression.warmup_schedule, "per_epoch");
+  nlohmann::json bad = dgc;  // a job message with a schedule this build does not know
+  bad["compression"]["warmup_schedule"] = "cosine";
+  EXPECT_THROW(job_from_json(bad), ConfigError);
 }
 
 TEST(JobSpec, EvalBatchSizeIsASettingFromOneTo65536AndIsStored) {
