@@ -375,9 +375,13 @@ warmup_epochs = 0.2
             raise AssertionError("processes left after Slurm job %s: %s" % (job_id, leftover))
         self.assertFalse(os.path.exists(os.path.join(self.state_root, "dltrain-slurm-" + job_id)),
                          os.listdir(self.state_root))
+        # Anywhere on the machine (a process that left its node's namespace would be missed
+        # above): none of this case's agents or tasks, whose command lines name their
+        # configuration or task directory under this case's directory. Other tests' dltrain
+        # processes (CTest -j) are not this job's.
         mine = [cmdline(p) for p in map(int, filter(str.isdigit, os.listdir("/proc")))
-                if os.path.join(BUILD, "bin") in cmdline(p)]
-        self.assertEqual(mine, [], "dltrain processes still running")
+                if os.path.join(BUILD, "bin") in cmdline(p) and self.root in cmdline(p)]
+        self.assertEqual(mine, [], "dltrain processes of this job still running")
 
     # -- cases -----------------------------------------------------------------------
 
