@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -175,8 +176,9 @@ const KeyTable<JobSpec>& job_keys() {
       {"name", bounded_string_key(&JobSpec::name, kMaxJobNameLength, "characters")},
       {"model",
        [](JobSpec& s, const Node& n, const std::string& k) {
-         s.model = get_choice(n, k, {"cnn", "mlp", "mlp-large", "resnet20", "resnet18"});
+         s.model = get_choice(n, k, {"cnn", "mlp", "mlp-large", "resnet20", "resnet18", "torchscript"});
        }},
+      {"model_file", bounded_string_key(&JobSpec::model_file, kMaxPathLength, "bytes")},
       {"dataset",
        [](JobSpec& s, const Node& n, const std::string& k) {
          s.dataset = get_choice(n, k, {"fashion-mnist", "mnist", "cifar10", "imagefolder"});
@@ -322,6 +324,48 @@ double effective_barrier_timeout(const JobSpec& spec) {
   return spec.barrier_timeout_seconds > 0 ? spec.barrier_timeout_seconds : spec.ps_timeout_seconds / 2;
 }
 
+// model = "torchscript": model_file resolved and, with check_files, refused early when it
+// is missing, too large or not a zip archive (the worker checks the rest when it loads it).
+static void check_model_file(JobSpec& s, const std::string& base_dir, bool check_files) {
+  namespace fs = std::filesystem;
+  if (s.model != "torchscript") {
+    if (!s.model_file.empty()) {
+      throw ConfigError("model_file", "applies only to model = \"torchscript\" (this job has model = \"" + s.model + "\")");
+    }
+    return;
+  }
+  if (s.model_file.empty()) {
+    throw ConfigError("model_file", "required with model = \"torchscript\": the path of a file written by "
+                                    "torch.jit.save (docs/training.md, \"Your model\")");
+  }
+  if (s.workers_auto) {
+    throw ConfigError("workers", "\"auto\" needs a built-in model (the planner's memory and speed models know only "
+                                 "those); give a number of workers for model = \"torchscript\"");
+  }
+  fs::path f(s.model_file);
+  if (f.is_relative()) f = fs::path(base_dir) / f;
+  s.model_file = f.lexically_normal().string();
+  if (!check_files) return;
+  std::error_code ec;
+  if (!fs::is_regular_file(f, ec)) {
+    throw ConfigError("model_file", "\"" + s.model_file + "\" is not a file on the leader (it must be at this path on "
+                                    "every agent too)");
+  }
+  const auto size = fs::file_size(f, ec);
+  if (!ec && size > kMaxModelFileBytes) {
+    throw ConfigError("model_file", "\"" + s.model_file + "\" has " + std::to_string(size) + " bytes, more than the " +
+                                        std::to_string(kMaxModelFileBytes) + " a model file may have");
+  }
+  // torch.jit.save writes a zip archive; anything else is refused before a worker starts.
+  std::ifstream in(f, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  if (in.gcount() != 4 || magic[0] != 'P' || magic[1] != 'K' || magic[2] != 3 || magic[3] != 4) {
+    throw ConfigError("model_file", "\"" + s.model_file + "\" is not a TorchScript archive (torch.jit.save writes a zip "
+                                    "file; this one does not start like one)");
+  }
+}
+
 JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, bool check_files) {
   const toml::table root = toml_fields::parse(text);
   if (root.empty()) throw ConfigError("", "the job file is empty: it needs at least a model and its data");
@@ -343,6 +387,7 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
   }
   apply_data_defaults(s);
   namespace fs = std::filesystem;
+  check_model_file(s, base_dir, check_files);
   fs::path dir(s.data_dir);
   if (dir.is_relative()) dir = fs::path(base_dir) / dir;
   s.data_dir = dir.lexically_normal().string();
@@ -452,7 +497,8 @@ void job_fields(S& s, V&& v) {
       v("ps_timeout_seconds", s.ps_timeout_seconds, opt), v("staleness", s.staleness, opt),
       v("backup_workers", s.backup_workers, opt), v("barrier_timeout_seconds", s.barrier_timeout_seconds, opt),
       v("overlap", s.overlap, opt), v("device", s.device, opt), v("gpus_per_worker", s.gpus_per_worker, opt),
-      v("local_group", s.local_group, opt), v("eval_batch_size", s.eval_batch_size, opt);
+      v("local_group", s.local_group, opt), v("eval_batch_size", s.eval_batch_size, opt),
+      v("model_file", s.model_file, opt);
   v.nested("optimizer", s.optimizer, [](auto& o, auto&& w) { optimizer_fields(o, w); });
   v.nested("compression", s.compression, [](auto& c, auto&& w) { compression_fields(c, w); }, opt);
   v("workers_auto", s.workers_auto, opt), v("batch_auto", s.batch_auto, opt),

@@ -28,12 +28,18 @@ inline constexpr std::size_t kMaxJobNameLength = 256;
 inline constexpr std::size_t kMaxPathLength = 4096;
 /// Most candidate batch sizes in [planner] batch_sizes.
 inline constexpr std::size_t kMaxBatchSizes = 64;
+/// The largest model_file accepted (bytes): 2 GiB, beyond what a PS shard's single
+/// partition layout is sized for on the machines dltrain targets.
+inline constexpr std::uintmax_t kMaxModelFileBytes = std::uintmax_t{2} << 30;
 
 /// A validated job. Field ranges are enforced by parse_job_toml(); the JSON form
 /// (to_json / job_from_json) is what the leader sends to tasks.
 struct JobSpec {
   std::string name = "job";        ///< free text shown in `dltrain list`
-  std::string model = "cnn";       ///< cnn | mlp | mlp-large | resnet20 | resnet18
+  std::string model = "cnn";       ///< cnn | mlp | mlp-large | resnet20 | resnet18 | torchscript
+  /// model = "torchscript": the TorchScript archive (torch.jit.save) to train, absolute
+  /// after parsing; the same path must hold the same file on every agent.
+  std::string model_file;
   /// fashion-mnist | mnist (IDX files) | cifar10 (binary version) | imagefolder
   /// (data_dir/train/<class>/*.jpg|png, data_dir/test|val/<class>/…); docs/training.md
   std::string dataset = "fashion-mnist";

@@ -57,6 +57,9 @@ planner::Plan Leader::Impl::plan_for(const JobSpec& spec, double exploration_sec
 }
 
 std::optional<std::string> Leader::Impl::ps_memory_problem(const JobSpec& spec) const {
+  // A TorchScript model's tensors are known only to the worker that loads it; the leader,
+  // without LibTorch, cannot size its PS shards beforehand.
+  if (spec.model == "torchscript") return std::nullopt;
   std::int64_t largest_mb = 0;
   for (const auto& [id, a] : agents) {
     if (agents.live(id)) largest_mb = std::max(largest_mb, a.memory_mb);

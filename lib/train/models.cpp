@@ -2,7 +2,11 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
+
+#include <torch/script.h>
+#include <torch/version.h>
 
 #include "common/errors.h"
 
@@ -149,7 +153,110 @@ Model make_model(const std::string& name, std::int64_t channels, std::int64_t cl
   }
   if (name == "resnet20") return wrap(CifarResNet(3, channels, classes));
   if (name == "resnet18") return wrap(ResNet18(channels, classes));
+  if (name == "torchscript") {
+    throw ConfigError("model", "a torchscript model is loaded from its file (load_torchscript_model), not built");
+  }
   throw ConfigError("model", "expected cnn, mlp, mlp-large, resnet20 or resnet18, got \"" + name + "\"");
+}
+
+namespace {
+
+/// A script module behind torch::nn::Module (see load_torchscript_model).
+struct ScriptedModelImpl : torch::nn::Module {
+  explicit ScriptedModelImpl(torch::jit::Module m) : script(std::move(m)) {
+    int i = 0;
+    for (const auto& p : script.named_parameters(/*recurse=*/true)) {
+      // nn::Module names may not contain '.': a prefix keeps them unique and readable.
+      const std::string name = "p" + std::to_string(i++) + "_" + dotless(p.name);
+      if (p.value.requires_grad()) {
+        register_parameter(name, p.value, /*requires_grad=*/true);
+      } else {
+        register_buffer(name, p.value);
+      }
+    }
+    i = 0;
+    for (const auto& b : script.named_buffers(/*recurse=*/true)) {
+      register_buffer("b" + std::to_string(i++) + "_" + dotless(b.name), b.value);
+    }
+  }
+  void train(bool on) override {
+    torch::nn::Module::train(on);
+    script.train(on);
+  }
+  torch::Tensor forward(torch::Tensor x) { return script.forward({std::move(x)}).toTensor(); }
+  static std::string dotless(std::string s) {
+    std::replace(s.begin(), s.end(), '.', '_');
+    return s;
+  }
+  torch::jit::Module script;
+};
+
+/// The first line of a LibTorch error (its messages go on with a C++ backtrace).
+std::string first_line(const std::string& what) {
+  const auto nl = what.find('\n');
+  return nl == std::string::npos ? what : what.substr(0, nl);
+}
+
+std::string shape_of(const torch::Tensor& t) {
+  std::string out = "[";
+  for (std::int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.size(d));
+  return out + "]";
+}
+
+}  // namespace
+
+Model load_torchscript_model(const std::string& path, std::int64_t channels, std::int64_t classes,
+                             std::int64_t image_size) {
+  const auto refuse = [&](const std::string& why) { throw ConfigError("model_file", "\"" + path + "\": " + why); };
+  const std::string libtorch = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
+  torch::jit::Module script;
+  try {
+    script = torch::jit::load(path, torch::kCPU);
+  } catch (const c10::Error& e) {
+    const std::string what = e.what();
+    // caffe2's reader: "Attempted to read a PyTorch file with version N, but the maximum
+    // supported version for reading is M. Your PyTorch installation may be too old."
+    const auto v = what.find("Attempted to read a PyTorch file with version");
+    if (v != std::string::npos) {
+      refuse("written by a newer PyTorch than this LibTorch " + libtorch + " reads: " + first_line(what.substr(v)) +
+             " (script and save the model with PyTorch " + libtorch + ", e.g. Debian 12's python3-torch)");
+    }
+    refuse("not a TorchScript archive that this LibTorch " + libtorch + " can load: " + first_line(what));
+  } catch (const std::exception& e) {
+    refuse(std::string("cannot be read: ") + e.what());
+  }
+  auto module = std::make_shared<ScriptedModelImpl>(std::move(script));
+  std::int64_t trainable = 0;
+  for (const auto& p : module->named_parameters()) {
+    if (p.value().scalar_type() != torch::kFloat32) {
+      refuse("parameter " + p.key() + " is " + std::string(c10::toString(p.value().scalar_type())) +
+             "; dltrain trains float32 parameters (call .float() on the model before scripting it)");
+    }
+    trainable += p.value().numel();
+  }
+  if (trainable == 0) refuse("has no trainable parameters (none requires grad)");
+  // One forward on a batch of the job's shape, in eval mode (BatchNorm's running
+  // statistics stay as they are).
+  const std::vector<std::int64_t> in_shape{2, channels, image_size, image_size};
+  torch::Tensor out;
+  {
+    torch::NoGradGuard ng;
+    module->train(false);
+    try {
+      out = module->forward(torch::zeros(in_shape));
+    } catch (const std::exception& e) {
+      refuse("forward fails on the job's input shape " + shape_of(torch::zeros(in_shape)) + ": " + first_line(e.what()));
+    }
+    module->train(true);
+  }
+  if (out.dim() != 2 || out.size(0) != 2 || out.size(1) != classes) {
+    refuse("forward returns " + shape_of(out) + " for input " + shape_of(torch::zeros(in_shape)) + "; expected [2, " +
+           std::to_string(classes) + "] (batch, classes: one logit per class of the data set)");
+  }
+  Model m;
+  m.module = module;
+  m.forward = [module](torch::Tensor x) { return module->forward(std::move(x)); };
+  return m;
 }
 
 Model to_device(Model model, const torch::Device& device) {

@@ -93,6 +93,22 @@ struct Model {
 Model make_model(const std::string& name, std::int64_t channels = 1, std::int64_t classes = 10,
                  std::int64_t image_size = 28);
 
+/// A user's TorchScript model (model = "torchscript"): the archive at `path`, written by
+/// torch.jit.save from torch.jit.script or torch.jit.trace, loaded with torch::jit::load
+/// onto the CPU. Its parameters that require grad are the trained ones (registered on the
+/// returned module, sharing storage with the script module's, so that the PS exchange and
+/// the optimizer reach them exactly as a built-in model's); its buffers are registered
+/// as buffers; train()/eval() reach the script module. Forward takes [N, channels,
+/// image_size, image_size] and must return [N, classes].
+/// Checked here, each failure a ConfigError("model_file", …) naming `path`: not readable
+/// or not a TorchScript archive (LibTorch's reason); written by a newer PyTorch than this
+/// LibTorch reads (both file-format versions); no parameter that requires grad; a
+/// parameter that is not float32; a forward that throws on a [2, channels, image_size,
+/// image_size] batch (the shape and the model's error); an output that is not [2, classes]
+/// (both shapes). Initial values are the file's (every worker loads the same file).
+Model load_torchscript_model(const std::string& path, std::int64_t channels, std::int64_t classes,
+                             std::int64_t image_size);
+
 /// `model` moved to `device` (its parameters and buffers), its forward wrapped so that it
 /// still takes and returns CPU tensors: the input [N, C, S, S] is copied to the device
 /// (asynchronously when it is in pinned memory), the output [N, classes] copied back

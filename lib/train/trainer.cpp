@@ -101,7 +101,10 @@ void WorkerLoop::load() {
   feed_ = make_data_feed(spec_, cfg_.rank, cfg_.threads, gen_);
   const auto info = feed_->info();
   torch::manual_seed(static_cast<std::uint64_t>(spec_.seed));
-  model_ = to_device(make_model(spec_.model, info.channels, feed_->classes(), info.image_size), device_);
+  model_ = to_device(spec_.model == "torchscript"
+                         ? load_torchscript_model(spec_.model_file, info.channels, feed_->classes(), info.image_size)
+                         : make_model(spec_.model, info.channels, feed_->classes(), info.image_size),
+                     device_);
   model_.module->train(true);
   flat_ = std::make_unique<FlatParams>(*model_.module);
   layout_ = ps::make_layout(flat_->sizes(), spec_.partition_size, spec_.ps_shards);

@@ -8,6 +8,7 @@
 #include "common/errors.h"
 #include "common/toml_fields.h"
 #include "job/job_spec.h"
+#include "support/temp_dir.h"
 
 using namespace dltrain;
 
@@ -308,6 +309,34 @@ TEST(JobSpec, WarmupScheduleIsPerEpochOrStagesAndIsStored) {
   nlohmann::json bad = dgc;  // a job message with a schedule this build does not know
   bad["compression"]["warmup_schedule"] = "cosine";
   EXPECT_THROW(job_from_json(bad), ConfigError);
+}
+
+TEST(JobSpec, ATorchScriptModelNamesItsFileWhichIsCheckedAndStored) {
+  const auto ts = parse_job_toml(kData + "model = \"torchscript\"\nmodel_file = \"nets/cnn.pt\"\n", "/jobs", false);
+  EXPECT_EQ(ts.model, "torchscript");
+  EXPECT_EQ(ts.model_file, "/jobs/nets/cnn.pt");  // relative to the job file
+  EXPECT_EQ(job_from_json(nlohmann::json(ts)).model_file, "/jobs/nets/cnn.pt");
+  EXPECT_EQ(reject(kData + "model = \"torchscript\"\n").first, "model_file");
+  EXPECT_EQ(reject(kData + "model = \"cnn\"\nmodel_file = \"a.pt\"\n").second,
+            "model_file: applies only to model = \"torchscript\" (this job has model = \"cnn\")");
+  EXPECT_EQ(reject(kData + "model = \"torchscript\"\nmodel_file = \"a.pt\"\nworkers = \"auto\"\n").first, "workers");
+  // With the files checked: one that is not a zip archive is refused naming it.
+  const dltrain::testing::TempDir dir("dltrain-model-file");
+  const std::string text = (dir.path / "notes.pt").string();
+  std::ofstream(text) << "not a model\n";
+  try {
+    parse_job_toml(kData + "model = \"torchscript\"\nmodel_file = \"" + text + "\"\n", "/", true);
+    ADD_FAILURE() << "accepted a text file as a model";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "model_file: \"" + text + "\" is not a TorchScript archive (torch.jit.save writes a "
+                                     "zip file; this one does not start like one)");
+  }
+  try {
+    parse_job_toml(kData + "model = \"torchscript\"\nmodel_file = \"" + text + ".missing\"\n", "/", true);
+    ADD_FAILURE() << "accepted a missing file";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a file on the leader"), std::string::npos) << e.what();
+  }
 }
 
 TEST(JobSpec, EvalBatchSizeIsASettingFromOneTo65536AndIsStored) {
