@@ -181,7 +181,7 @@ void PrintTo(const Refusal& b, std::ostream* os) { *os << b.name; }
 
 const std::vector<Refusal> kRefusals = {
     {"UnknownModel", "model = \"resnet\"\n",
-     "model: expected one of cnn | mlp | mlp-large | resnet20 | resnet18, got \"resnet\""},
+     "model: expected one of cnn | mlp | mlp-large | resnet20 | resnet18 | torchscript, got \"resnet\""},
     {"UnknownKey", "model = \"cnn\"\nepochz = 3\n", "epochz: unknown key"},
     {"SyntaxError", "model = \"cnn\"\nepochs = \n", "TOML syntax error at line 4, column 10"},
     {"OutOfRange", "model = \"cnn\"\nbatch_size = -3\n", "batch_size: expected an integer in [1, 65536], got -3"},

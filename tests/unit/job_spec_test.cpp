@@ -59,7 +59,7 @@ timeout = "1m30s"
 TEST(JobSpec, RejectsUnknownModel) {
   auto [field, msg] = reject("model = \"resnet152\"\n" + kData);
   EXPECT_EQ(field, "model");
-  EXPECT_EQ(msg, "model: expected one of cnn | mlp | mlp-large | resnet20 | resnet18, got \"resnet152\"");
+  EXPECT_EQ(msg, "model: expected one of cnn | mlp | mlp-large | resnet20 | resnet18 | torchscript, got \"resnet152\"");
 }
 
 TEST(JobSpec, RejectsMissingDataDirectory) {
