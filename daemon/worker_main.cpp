@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -59,6 +60,8 @@ int main(int argc, char** argv) {
   cfg.replica_path = args.replica_file;
   cfg.init_replica_path = args.init_replica;
   cfg.trace_path = args.trace_file;
+  // The agent starts a task in its task directory: rank 0 leaves the trained model there.
+  if (cfg.rank == 0) cfg.artifact_dir = (std::filesystem::current_path() / "model").string();
   try {
     dltrain::init_logging("worker-" + std::to_string(cfg.rank), args.log_level);
     // docs/training.md, "CPU speed: malloc and BLAS".

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include <torch/script.h>
 #include <torch/version.h>
@@ -257,6 +259,49 @@ Model load_torchscript_model(const std::string& path, std::int64_t channels, std
   m.module = module;
   m.forward = [module](torch::Tensor x) { return module->forward(std::move(x)); };
   return m;
+}
+
+std::vector<std::string> save_model_files(const Model& model, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError("cannot create " + dir + ": " + ec.message());
+  std::vector<std::string> written;
+  c10::Dict<std::string, torch::Tensor> state;
+  auto* scripted = dynamic_cast<ScriptedModelImpl*>(model.module.get());
+  torch::NoGradGuard ng;
+  if (scripted != nullptr) {
+    for (const auto& p : scripted->script.named_parameters(true)) state.insert(p.name, p.value.detach().cpu());
+    for (const auto& b : scripted->script.named_buffers(true)) state.insert(b.name, b.value.detach().cpu());
+  } else {
+    for (const auto& p : model.module->named_parameters(true)) state.insert(p.key(), p.value().detach().cpu());
+    for (const auto& b : model.module->named_buffers(true)) state.insert(b.key(), b.value().detach().cpu());
+  }
+  const auto write = [&](const std::string& name, const std::vector<char>& bytes) {
+    const std::string path = (fs::path(dir) / name).string();
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      if (!out) throw IoError("cannot write " + tmp);
+    }
+    fs::rename(tmp, path, ec);
+    if (ec) throw IoError("cannot rename " + tmp + " to " + path + ": " + ec.message());
+    written.push_back(path);
+  };
+  write("state_dict.pt", torch::pickle_save(c10::IValue(state)));
+  if (scripted != nullptr) {
+    const std::string path = (fs::path(dir) / "model.pt").string();
+    try {
+      scripted->script.save(path + ".tmp");
+    } catch (const c10::Error& e) {
+      throw IoError("cannot write " + path + ": " + first_line(e.what()));
+    }
+    fs::rename(path + ".tmp", path, ec);
+    if (ec) throw IoError("cannot rename " + path + ".tmp: " + ec.message());
+    written.push_back(path);
+  }
+  return written;
 }
 
 Model to_device(Model model, const torch::Device& device) {

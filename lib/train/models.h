@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -108,6 +109,14 @@ Model make_model(const std::string& name, std::int64_t channels = 1, std::int64_
 /// (both shapes). Initial values are the file's (every worker loads the same file).
 Model load_torchscript_model(const std::string& path, std::int64_t channels, std::int64_t classes,
                              std::int64_t image_size);
+
+/// The trained model as files in `dir` (created): `state_dict.pt`, the parameters and
+/// buffers by name as torch.save writes a dict (torch::pickle_save; `torch.load` opens it,
+/// and for a TorchScript model the names are the Python module's, so `load_state_dict`
+/// takes it); for a TorchScript model also `model.pt`, the script module with these values
+/// (torch.jit.load runs it as is, in PyTorch or LibTorch). Tensors are copied to the CPU.
+/// Returns the files written. Throws IoError naming the file that could not be written.
+std::vector<std::string> save_model_files(const Model& model, const std::string& dir);
 
 /// `model` moved to `device` (its parameters and buffers), its forward wrapped so that it
 /// still takes and returns CPU tensors: the input [N, C, S, S] is copied to the device

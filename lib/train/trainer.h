@@ -49,6 +49,9 @@ struct WorkerConfig {
   std::string trace_path;
   std::size_t trace_steps = 1000;  ///< steps the timeline keeps, [1, 4096] (~130 bytes each on disk)
   double trace_interval_s = 5.0;   ///< seconds between two writes of the timeline
+  /// Rank 0: where the trained model goes when the job ends (save_model_artifact); "" =
+  /// nowhere. The worker executable sets it to model/ in its task directory.
+  std::string artifact_dir;
   /// This worker's local group (group/local_group.h; spec.local_group): the workers of
   /// the job on this machine. Absent = none: the worker pushes and pulls for itself.
   std::optional<group::LocalGroupOptions> local_group;

@@ -153,6 +153,7 @@ class WorkerLoop {
   void finish();
   void evaluate_on_test(wire::events::EpochEnd& ev);
   [[noreturn]] void stopped();
+  void save_artifact() noexcept;
   void done();
   // The step timeline (wire/step_trace.h): phase i of the step in progress begins at
   // rep_.step.t[i]; a finished step goes into the ring, which is written to cfg_.trace_path

@@ -2,8 +2,11 @@
 // profile events, rank 0's evaluation, finishing, stopping with a replica, the step
 // timeline.
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -198,7 +201,37 @@ void WorkerLoop::stopped() {
   throw Stopped("worker " + std::to_string(cfg_.rank) + ": stopped at step " + std::to_string(global_step_));
 }
 
+// Rank 0 at the job's end: the model it last evaluated (the PS's parameters of that
+// evaluation's dense pull, its BatchNorm statistics), which is what the job's test
+// accuracy is of, written beside a metadata file. A model that cannot be written costs
+// the files, not the job: a warning.
+void WorkerLoop::save_artifact() noexcept {
+  if (cfg_.artifact_dir.empty() || cfg_.rank != 0) return;
+  try {
+    const auto files = save_model_files(model_, cfg_.artifact_dir);
+    const auto info = feed_->info();
+    nlohmann::json meta{{"model", spec_.model},
+                        {"classes", feed_->classes()},
+                        {"channels", info.channels},
+                        {"image_size", info.image_size},
+                        {"mean", info.mean},
+                        {"std", info.std},
+                        {"dataset", spec_.dataset},
+                        {"epochs", spec_.epochs},
+                        {"job", nlohmann::json(spec_)}};
+    if (!spec_.model_file.empty()) meta["model_file"] = spec_.model_file;
+    if (final_accuracy_ >= 0) meta["test_accuracy"] = final_accuracy_;
+    meta["files"] = nlohmann::json::array();
+    for (const auto& f : files) meta["files"].push_back(std::filesystem::path(f).filename().string());
+    std::ofstream(std::filesystem::path(cfg_.artifact_dir) / "metadata.json") << meta.dump(1) << "\n";
+    spdlog::info("trained model written to {} ({})", cfg_.artifact_dir, fmt::join(meta["files"], ", "));
+  } catch (const std::exception& e) {
+    spdlog::warn("the trained model was not written to {}: {}", cfg_.artifact_dir, e.what());
+  }
+}
+
 void WorkerLoop::done() {
+  save_artifact();
   wire::events::Done ev;
   ev.rank = cfg_.rank;
   if (final_accuracy_ >= 0) ev.test_accuracy = final_accuracy_;

@@ -11,6 +11,7 @@ cluster then runs the next job.
 Usage: torchscript_test.py BUILD_DIR [unittest args]
 Exit status 77 (skipped) without /usr/bin/python3's torch or the data set.
 """
+import glob
 import json
 import os
 import shutil
@@ -67,6 +68,43 @@ with open(out + "/not-torchscript.pt", "wb") as f:
     f.write(b"PK\x03\x04" + bytes(range(256)) * 8)  # a zip's first bytes, then nonsense
 with open(out + "/plain-text.pt", "w") as f:
     f.write("this is not a model\n")
+'''
+
+
+CHECK_ARTIFACT = r'''
+import gzip, json, sys, numpy as np, torch, torch.nn as nn
+d, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+meta = json.load(open(d + "/metadata.json"))
+def idx(path, header):
+    with gzip.open(path) as f:
+        return np.frombuffer(f.read(), dtype=np.uint8, offset=header)
+x = torch.tensor(idx(data + "/t10k-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)[:n].astype(np.float32) / 255.0)
+x = (x - meta["mean"][0]) / meta["std"][0]
+y = torch.tensor(idx(data + "/t10k-labels-idx1-ubyte.gz", 8)[:n].astype(np.int64))
+
+class Cnn(nn.Module):  # the Python definition the scripted model was made from
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.c1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.b1 = nn.BatchNorm2d(16)
+        self.c2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.b2 = nn.BatchNorm2d(32)
+        self.fc = nn.Linear(32 * 7 * 7, classes)
+    def forward(self, x):
+        x = torch.max_pool2d(torch.relu(self.b1(self.c1(x))), 2)
+        x = torch.max_pool2d(torch.relu(self.b2(self.c2(x))), 2)
+        return self.fc(x.flatten(1))
+
+with torch.no_grad():
+    script = torch.jit.load(d + "/model.pt").eval()
+    p_script = script(x).argmax(1)
+    net = Cnn()
+    net.load_state_dict(torch.load(d + "/state_dict.pt"))
+    p_state = net.eval()(x).argmax(1)
+print(json.dumps({"script_accuracy": (p_script == y).float().mean().item(),
+                  "state_dict_accuracy": (p_state == y).float().mean().item(),
+                  "agreement": (p_script == p_state).float().mean().item(),
+                  "metadata_accuracy": meta.get("test_accuracy")}))
 '''
 
 
@@ -174,8 +212,25 @@ warmup_epochs = 0.2
         # The cluster carries on: a good model trains right after.
         self.assert_trains("scripted.pt")
 
-    def test_scripted_cnn_trains_dense(self):
-        self.assert_trains("scripted.pt")
+    def test_scripted_cnn_trains_dense_and_comes_back_loadable_in_pytorch(self):
+        summary = self.assert_trains("scripted.pt")
+        # Worker 0 left the trained model in model/ of its task directory.
+        found = glob.glob(os.path.join(self.root, "cluster", "**", summary["job"], "worker-0-g*", "model",
+                                       "metadata.json"), recursive=True)
+        self.assertEqual(len(found), 1, found)
+        d = os.path.dirname(found[0])
+        self.assertEqual(sorted(os.listdir(d)), ["metadata.json", "model.pt", "state_dict.pt"])
+        script = os.path.join(self.root, "check_artifact.py")
+        with open(script, "w") as f:
+            f.write(CHECK_ARTIFACT)
+        r = subprocess.run([PYTHON, script, d, DATA, "2000"], capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        # PyTorch, on the same 2,000 test images, computes the job's own test accuracy.
+        self.assertAlmostEqual(got["script_accuracy"], summary["test_accuracy"], delta=0.001)
+        self.assertAlmostEqual(got["state_dict_accuracy"], summary["test_accuracy"], delta=0.001)
+        self.assertAlmostEqual(got["metadata_accuracy"], summary["test_accuracy"], delta=1e-9)
+        self.assertGreaterEqual(got["agreement"], 0.999)
 
     def test_traced_cnn_trains_with_dgc(self):
         s = self.assert_trains("traced.pt", '\n[compression]\nmethod = "dgc"\nratio = 0.01\nwarmup_epochs = 0.5\n'
