@@ -222,7 +222,10 @@ def rewrite_docs(md):
 
 def save(args, results, partial):
     """Writes what has been measured so far (after every run, so a stopped matrix keeps its runs)."""
-    data = {"args": vars(args), "results": results, "date": datetime.date.today().isoformat(),
+    # Paths inside the checkout are kept relative to it: the results name no machine's directories.
+    stored = {k: (os.path.relpath(v, ROOT) if isinstance(v, str) and v.startswith(ROOT + os.sep) else v)
+              for k, v in vars(args).items()}
+    data = {"args": stored, "results": results, "date": datetime.date.today().isoformat(),
             "machine": f"{os.cpu_count()}-core {platform.machine()} machine",
             "command": "bench/sync/run.py " + " ".join(sys.argv[1:]), "partial": partial}
     os.makedirs(args.out, exist_ok=True)

@@ -27,10 +27,9 @@ DATA = "/usr/share/datasets/fashion-mnist"
 PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch
 SKIP = 77
 
-MAKE_MODELS = r'''
-import sys, torch, torch.nn as nn
-out = sys.argv[1]
-
+# The CNN both scripts below use: the models are made from it, and the exported
+# state_dict is loaded back into it.
+CNN = r'''
 class Cnn(nn.Module):
     def __init__(self, classes: int = 10):
         super().__init__()
@@ -43,6 +42,12 @@ class Cnn(nn.Module):
         x = torch.max_pool2d(torch.relu(self.b1(self.c1(x))), 2)
         x = torch.max_pool2d(torch.relu(self.b2(self.c2(x))), 2)
         return self.fc(x.flatten(1))
+'''
+
+MAKE_MODELS = r'''
+import sys, torch, torch.nn as nn
+out = sys.argv[1]
+''' + CNN + r'''
 
 torch.manual_seed(1)
 torch.jit.save(torch.jit.script(Cnn()), out + "/scripted.pt")
@@ -82,18 +87,7 @@ x = torch.tensor(idx(data + "/t10k-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28,
 x = (x - meta["mean"][0]) / meta["std"][0]
 y = torch.tensor(idx(data + "/t10k-labels-idx1-ubyte.gz", 8)[:n].astype(np.int64))
 
-class Cnn(nn.Module):  # the Python definition the scripted model was made from
-    def __init__(self, classes: int = 10):
-        super().__init__()
-        self.c1 = nn.Conv2d(1, 16, 3, padding=1)
-        self.b1 = nn.BatchNorm2d(16)
-        self.c2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.b2 = nn.BatchNorm2d(32)
-        self.fc = nn.Linear(32 * 7 * 7, classes)
-    def forward(self, x):
-        x = torch.max_pool2d(torch.relu(self.b1(self.c1(x))), 2)
-        x = torch.max_pool2d(torch.relu(self.b2(self.c2(x))), 2)
-        return self.fc(x.flatten(1))
+''' + CNN + r'''
 
 with torch.no_grad():
     script = torch.jit.load(d + "/model.pt").eval()
