@@ -397,7 +397,9 @@ warmup_epochs = 0.2
         self.assertIn("3 agents, %d cores, 0 GPUs (n1 2 cores, n2 2 cores, n3 2 cores); the leader is "
                       "%s on n1" % (3 * CPUS, leader), out)
         self.assertRegex(out, r"(?m)^\S+ succeeded")
-        m = re.search(r"test accuracy (0\.\d+)", out)
+        # The job's final accuracy, from its summary line (the first epoch's evaluation, after
+        # half the training, varies with the asynchronous workers' interleaving).
+        m = re.search(r"(?m)^\S+ succeeded: test accuracy (0\.\d+)", out)
         self.assertIsNotNone(m, out)
         self.assertGreater(float(m.group(1)), 0.6, out)  # chance is 0.1
         self.assertIn("client settings: export DLTRAIN_CLIENT_CONFIG=%s/client.toml" % self.client_dir, out)
