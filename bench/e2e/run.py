@@ -545,7 +545,7 @@ def main():
     ap.add_argument("--cap-seconds", type=int, default=900, help="stop any run after this long (default 900)")
     ap.add_argument("--peer-cap-seconds", type=int, default=150,
                     help="default size only: stop DDP and dense ASGD on emulated links after this long when no DGC "
-                         "run has reached 0.85 before them (default 150; otherwise 3.2x the fastest DGC time)")
+                         "run has reached 0.85 before them (default 150; otherwise 3.2x the slowest DGC run's time)")
     ap.add_argument("--peers-to-the-end", action="store_true",
                     help="run DDP and dense ASGD to their last epoch (no cap but --cap-seconds), for the final-accuracy "
                          "comparison with DGC")
