@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/errors.h"
+#include "models.h"
 #include "output.h"
 #include "wire/step_trace.h"
 #include "wire/control_bodies.h"
@@ -65,7 +66,7 @@ int submit(control::BlockingControlClient& c, const json& request, const Command
 
 std::string submit_and_print(control::BlockingControlClient& c, const json& request, const CommandOptions& opt,
                              bool as_json) {
-  auto r = c.request("submit", request, opt.timeout);
+  auto r = c.request("submit", with_uploaded_model(c, request, opt, false), opt.timeout);
   const std::string id = r.value("job", "");
   if (as_json) {
     json line{{"event", "submitted"}, {"job", id}, {"state", r.value("state", "")}};
@@ -79,7 +80,7 @@ std::string submit_and_print(control::BlockingControlClient& c, const json& requ
 }
 
 int plan(control::BlockingControlClient& c, const json& request, const CommandOptions& opt, bool as_json) {
-  auto r = c.request("plan", request, opt.timeout);
+  auto r = c.request("plan", with_uploaded_model(c, request, opt, true), opt.timeout);
   if (as_json) {
     std::cout << r.dump() << std::endl;
     return kExitOk;

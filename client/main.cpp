@@ -16,6 +16,7 @@
 #include "control/client.h"
 #include "dltrain/config.h"
 #include "leader_target.h"
+#include "models.h"
 #include "output.h"
 #include "slurm.h"
 #include "wire/control.h"
@@ -123,6 +124,27 @@ int main(int argc, char** argv) {
   trace_cmd->add_option("--steps", trace_opt.steps, "the last N steps of each worker")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  auto* models_cmd = app.add_subcommand("models", "list the trained models the leader keeps (one job's with JOB)");
+  models_cmd->add_option("JOB", job_id, "job id");
+  models_cmd->add_flag("--json", as_json, "JSON output");
+  client::ModelGetOptions model_get_opt;
+  auto* model_cmd = app.add_subcommand("model", "the trained model of a job");
+  model_cmd->require_subcommand(1);
+  auto* model_get_cmd = model_cmd->add_subcommand(
+      "get", "download a job's trained model (model.pt for TorchScript models, state_dict.pt, metadata.json), each "
+             "file checked against its SHA-256");
+  model_get_cmd->add_option("JOB", job_id, "job id")->required();
+  model_get_cmd->add_option("-o,--output", model_get_opt.dir, "directory to write into (default: ./JOB-model)");
+  model_get_cmd->add_option("--checkpoint", model_get_opt.checkpoint, "which of the job's models")->capture_default_str();
+  model_get_cmd->add_flag("--json", as_json, "JSON output");
+  // Run by dltrain-model (LibTorch), beside this program: main() hands them over before
+  // parsing; declared here for --help.
+  app.add_subcommand("predict", "the top classes of images under a downloaded model (dltrain-model predict --help)")
+      ->allow_extras()
+      ->prefix_command();
+  app.add_subcommand("evaluate", "a downloaded model's accuracy on a data set (dltrain-model evaluate --help)")
+      ->allow_extras()
+      ->prefix_command();
   client::SlurmOptions slurm_opt;
   auto* slurm_cmd = app.add_subcommand(
       "slurm", "inside a Slurm allocation (sbatch, salloc): a dltrain cluster of one agent per node, the first node "
@@ -166,6 +188,11 @@ int main(int argc, char** argv) {
   slurm_show_cmd->add_flag("--json", as_json, "JSON output");
   auto* slurm_agent_cmd = slurm_cmd->add_subcommand(
       "agent", "(started by run and serve through srun) this node's agent, configured from what Slurm granted it");
+  if (argc >= 2 && (std::string(argv[1]) == "predict" || std::string(argv[1]) == "evaluate")) {
+    std::error_code ec;
+    return client::exec_model_tool(std::filesystem::read_symlink("/proc/self/exe", ec).string(),
+                                   std::vector<std::string>(argv + 1, argv + argc));
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -230,6 +257,8 @@ int main(int argc, char** argv) {
     if (agents->parsed()) return client::agents(c, opt, as_json);
     if (logs_cmd->parsed()) return client::logs(c, opt, logs_opt, as_json);
     if (trace_cmd->parsed()) return client::trace(c, opt, trace_opt);
+    if (models_cmd->parsed()) return client::models(c, opt, as_json);
+    if (model_get_cmd->parsed()) return client::model_get(c, opt, model_get_opt, as_json);
   } catch (const dltrain::control::AuthError& e) {
     std::cerr << "dltrain: " << e.what() << ": check --token, DLTRAIN_TOKEN or the client config (from "
               << target.source << ")\n";

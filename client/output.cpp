@@ -127,6 +127,8 @@ void print_summary(std::ostream& out, const events::Summary& e, const std::strin
   if (e.skipped_images && *e.skipped_images > 0) out << "\n  skipped " << *e.skipped_images << " unreadable images";
   if (e.error) out << "\n  error: " << *e.error;
   if (e.failure) print_failure(out, *e.failure);
+  if (e.model_checkpoint) out << "\n  trained model kept by the leader: dltrain model get " << job << " -o DIR";
+  if (e.model_error) out << "\n  no trained model kept: " << *e.model_error;
   out << std::endl;
 }
 
@@ -256,6 +258,13 @@ void print_job_status(std::ostream& out, json r) {
     print_failure(out, events::Failure::from_json(r["failure"]));
     out << std::endl;
   }
+  for (const auto& m : r.value("models", json::array())) {
+    out << "  model " << m.value("checkpoint", "") << " (" << m.value("model", "") << ", "
+        << human_bytes(static_cast<double>(m.value("bytes", std::int64_t{0}))) << "): dltrain model get "
+        << r.value("job", "") << (m.value("checkpoint", "") == "last" ? "" : " --checkpoint " + m.value("checkpoint", ""))
+        << " -o DIR" << std::endl;
+  }
+  if (r.contains("model_error")) out << "  no trained model kept: " << r.value("model_error", "") << std::endl;
   if (r.value("state", "") == "queued") {
     out << "  waiting: position " << r.value("queue_position", 0) << " in the queue, needs "
         << r.value("cores_needed", 0) << " cores, " << r.value("cores_free", 0) << " free";

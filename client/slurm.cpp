@@ -22,6 +22,7 @@
 #include "control/client.h"
 #include "job/job_spec.h"
 #include "launch/slurm.h"
+#include "models.h"
 
 namespace dltrain::client {
 
@@ -349,6 +350,17 @@ int launch_cluster(const SlurmOptions& opt, const std::string& self_exe, Mode mo
         rc = 128 + stop_sig;
       } else if (rc == kExitOk) {
         verdict = id + " succeeded";
+        // The leader's state (and its model store) goes with the allocation: the trained
+        // model stays in the job's directory beside the client settings.
+        try {
+          ModelGetOptions mo;
+          mo.dir = (fs::path(settings_dir) / (id + "-model")).string();
+          model_get(c, copt, mo, false);
+          verdict += "; its trained model is in " + mo.dir;
+        } catch (const std::exception& e) {
+          std::cerr << "dltrain slurm: the trained model of " << id << " could not be downloaded: " << e.what()
+                    << std::endl;
+        }
       } else {
         verdict = id + " " + sum.state + (sum.error ? ": " + *sum.error : "");
       }

@@ -340,6 +340,16 @@
       card("compression", st.compression + (typeof st.compression_ratio === "number" ?
         ` (${st.compression_ratio.toFixed(1)}×)` : "")));
     if (st.error) head.append(el("div", { class: "card wide error" }, el("div", { class: "label" }, "error"), st.error));
+    // A finished job's trained model, kept by the leader, and the command that downloads it.
+    for (const m of st.models || []) {
+      head.append(el("div", { class: "card wide model", dataset: { checkpoint: m.checkpoint } },
+        el("div", { class: "label" }, `trained model (${m.checkpoint}, ${m.model}, ${fmtBytes(m.bytes)})`),
+        el("code", {}, `dltrain model get ${st.job}` + (m.checkpoint === "last" ? "" : ` --checkpoint ${m.checkpoint}`) +
+          " -o DIR")));
+    }
+    if (st.model_error) {
+      head.append(el("div", { class: "card wide" }, el("div", { class: "label" }, "no trained model kept"), st.model_error));
+    }
 
     $("job-tasks").replaceChildren(table("tasks-table", ["task", "agent", "state", "endpoint", "restarts", "notes"],
       (st.tasks || []).map((t) => el("tr", { class: "task-row" + (t.straggler ? " straggler-row" : ""),

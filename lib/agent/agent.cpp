@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <boost/asio.hpp>
@@ -15,9 +16,11 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/failure.h"
+#include "agent/model_fetch.h"
 #include "agent/supervisor.h"
 #include "agent/task_launch.h"
 #include "agent/task_logs.h"
+#include "common/file_transfer.h"
 #include "agent/task_metrics.h"
 #include "common/errors.h"
 #include "job/job_spec.h"
@@ -96,8 +99,18 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   std::uint64_t next_req = 1;
   std::function<void()>* on_registered = nullptr;
   std::function<void()> on_all_stopped;
+  // Uploaded model files (JobSpec::model_sha256) fetched from the leader, and the workers
+  // (key job/task) that wait for theirs before they start.
+  ModelFetcher fetcher;
+  std::set<std::string> fetching;
 
-  Impl(asio::io_context& i, config::AgentOptions o) : io(i), opt(std::move(o)), supervisor(i), hb_timer(i), retry_timer(i), log_timer(i) {
+  Impl(asio::io_context& i, config::AgentOptions o)
+      : io(i), opt(std::move(o)), supervisor(i), hb_timer(i), retry_timer(i), log_timer(i),
+        fetcher(i, (fs::path(opt.state_dir) / "model-files").string(), [this](std::string text) {
+          if (!link || !link->is_open() || !registered) return false;
+          link->send(std::move(text));
+          return true;
+        }, opt.model_retention) {
     if (opt.cores <= 0) opt.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (opt.memory_mb <= 0) opt.memory_mb = physical_memory_mb();
     if (opt.task_bin_dir.empty()) opt.task_bin_dir = self_dir();
@@ -144,6 +157,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       if (auto self = w.lock()) {
         spdlog::warn("lost the leader ({}); reconnecting", reason);
         self->registered = false;
+        self->fetcher.fail_all("the connection to the leader was lost (" + reason + ")");
         self->hb_timer.cancel();
         self->schedule_reconnect();
       }
@@ -231,6 +245,8 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
           ever_registered = true;
           if (on_registered && *on_registered) (*on_registered)();
         }
+      } else if (fetcher.on_reply(env)) {
+        // a window of a model file
       } else if (!env.ok) {
         spdlog::warn("the leader answered an error: {}", env.error.dump());
       }
@@ -245,6 +261,8 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
         link->send(wire::make_reply(env.id, json::object()));
       } else if (env.type == "read_log") {
         link->send(wire::make_reply(env.id, read_log(wire::parse_body<wire::LogRequestBody>(env)).to_json()));
+      } else if (env.type == "read_model_file") {
+        link->send(read_model_file(env.id, wire::parse_body<wire::ModelFileRequestBody>(env)));
       } else {
         link->send(wire::make_error(env.id, wire::error_code::kBadRequest, "unknown type \"" + env.type + "\"", "type"));
       }
@@ -257,23 +275,80 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
         // Report the task as failed so the leader does not wait for it (as far as the
         // request names it: it may be the part that was refused).
         const auto ref = wire::TaskRefBody::lenient(env.body);
-        wire::TaskExitBody x;
-        x.job = ref.job;
-        x.task = ref.task;
-        x.generation = ref.generation;
-        x.exit_code = 126;
-        x.describe = "could not be started";
-        x.last_error = e.what();
-        send("task_exit", x.to_json());
+        report_not_started(ref.job, ref.task, ref.generation, 126, "could not be started", e.what());
       }
     }
   }
 
+  // A task that never ran ends for the leader as one that exited.
+  void report_not_started(const std::string& job, const std::string& task, std::uint32_t generation, int code,
+                          const std::string& describe, const std::string& why) {
+    wire::TaskExitBody x;
+    x.job = job;
+    x.task = task;
+    x.generation = generation;
+    x.exit_code = code;
+    x.describe = describe;
+    x.last_error = why;
+    send("task_exit", x.to_json());
+  }
+
+  // A worker of a job whose model file was uploaded (JobSpec::model_sha256) or that
+  // starts from a trained model (init_sha256) starts once its agent has those files; the
+  // others at once.
   void start_task(const wire::StartTaskBody& b) {
     const std::string key = b.job + "/" + b.task;
-    if (tasks.count(key)) throw Error("task " + key + " is already running here");
+    if (tasks.count(key) || fetching.count(key)) throw Error("task " + key + " is already running here");
+    std::vector<std::pair<std::string, std::string>> needed;  // sha256, name in the task directory
+    if (b.kind == "worker" && b.spec.is_object()) {
+      if (auto sha = b.spec.value("model_sha256", std::string()); !sha.empty()) needed.emplace_back(sha, kUploadedModelFile);
+      if (auto sha = b.spec.value("init_sha256", std::string()); !sha.empty()) needed.emplace_back(sha, kInitStateDictFile);
+    }
+    if (needed.empty()) return launch_task(b, {});
+    fetching.insert(key);
+    fetch_for(b, std::move(needed), {});
+  }
+
+  // Fetches the first of `needed`, then the rest, then starts the task (unless it was
+  // stopped meanwhile); a fetch that fails ends the task as not started.
+  void fetch_for(const wire::StartTaskBody& b, std::vector<std::pair<std::string, std::string>> needed,
+                 std::map<std::string, std::string> got) {
+    const auto [sha, name] = needed.front();
+    fetcher.fetch(sha, [w = weak_from_this(), b, needed, got, name = name](const std::string& path,
+                                                                          const std::string& error) mutable {
+      auto self = w.lock();
+      const std::string key = b.job + "/" + b.task;
+      if (!self || !self->fetching.count(key)) return;  // stopped meanwhile
+      try {
+        if (!error.empty()) throw Error("cannot fetch the job's " + name + " from the leader: " + error);
+        got[name] = path;
+        needed.erase(needed.begin());
+        if (!needed.empty()) return self->fetch_for(b, std::move(needed), std::move(got));
+        self->fetching.erase(key);
+        self->launch_task(b, got);
+      } catch (const std::exception& e) {
+        self->fetching.erase(key);
+        spdlog::error("start_task {} failed: {}", key, e.what());
+        self->report_not_started(b.job, b.task, b.generation, 126, "could not be started", e.what());
+      }
+    });
+  }
+
+  // `files`: name in the task directory → the fetched copy.
+  void launch_task(const wire::StartTaskBody& b, const std::map<std::string, std::string>& files) {
+    const std::string key = b.job + "/" + b.task;
     Task t;
     t.launch = prepare_task(opt, b);
+    for (const auto& [name, path] : files) {
+      // The worker reads a fetched file from its own directory (a hard link to the
+      // cached copy; a copy where the two are on different file systems).
+      const fs::path dst = fs::path(t.launch.process.work_dir) / name;
+      std::error_code ec;
+      fs::remove(dst, ec);
+      fs::create_hard_link(path, dst, ec);
+      if (ec) fs::copy_file(path, dst, fs::copy_options::overwrite_existing, ec);
+      if (ec) throw IoError("cannot put " + name + " into " + dst.string() + ": " + ec.message());
+    }
     t.job = t.launch.job;
     t.name = t.launch.name;
     t.generation = t.launch.generation;
@@ -311,6 +386,10 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
 
   void stop_task(const wire::TaskRefBody& b) {
     const std::string key = b.job + "/" + b.task;
+    if (fetching.erase(key)) {
+      // Waiting for its model file: it never ran; it ends now, as stopped.
+      return report_not_started(b.job, b.task, b.generation, 143, "stopped before it started", "");
+    }
     auto it = tasks.find(key);
     if (it == tasks.end()) return;  // already gone; its exit was (or will be) reported
     it->second.stop_requested = true;
@@ -489,6 +568,26 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     c.exists = w.exists;
     c.running = it != tasks.end();
     return c;
+  }
+
+  // A window of a file of the model a worker wrote when its job ended (the leader
+  // collects it, leader/leader_models.cpp); the reply to request `id`.
+  std::string read_model_file(const std::string& id, const wire::ModelFileRequestBody& b) const {
+    const std::string path = model_file_path(opt, b.job, b.task, b.generation, b.file);
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) {
+      return wire::make_error(id, wire::error_code::kNotFound,
+                              b.task + " of " + b.job + " left no " + b.file + " on agent " + opt.name, "file");
+    }
+    const auto w = read_file_window(path, b.offset, b.max_bytes);
+    wire::ModelFileChunkBody c;
+    c.job = b.job;
+    c.file = b.file;
+    c.offset = w.offset;
+    c.size = w.size;
+    c.data = base64_encode(w.bytes);
+    if (b.offset == 0) c.sha256 = sha256_file_hex(path);
+    return wire::make_reply(id, c.to_json());
   }
 
   // Bounds every running task's log (task_log_max_bytes), every few seconds, whether

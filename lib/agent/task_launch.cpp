@@ -33,6 +33,11 @@ std::string step_trace_path(const config::AgentOptions& opt, const std::string& 
   return (task_dir(opt, job, name, generation) / kStepTraceFile).string();
 }
 
+std::string model_file_path(const config::AgentOptions& opt, const std::string& job, const std::string& name,
+                            std::uint32_t generation, const std::string& file) {
+  return (task_dir(opt, job, name, generation) / "model" / file).string();
+}
+
 namespace {
 
 // A re-assigned job (generation > 1): the directory this task had in an earlier

@@ -54,4 +54,9 @@ inline constexpr const char* kStepTraceFile = "step_trace.json";
 std::string step_trace_path(const config::AgentOptions& opt, const std::string& job, const std::string& name,
                             std::uint32_t generation);
 
+/// Where worker `name` of `generation` of `job` wrote the trained model's file `file`
+/// (wire::kModelFiles): model/ in its task directory (daemon/worker_main.cpp).
+std::string model_file_path(const config::AgentOptions& opt, const std::string& job, const std::string& name,
+                            std::uint32_t generation, const std::string& file);
+
 }  // namespace dltrain::agent

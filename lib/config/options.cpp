@@ -149,6 +149,7 @@ std::map<std::string, Handler> key_handlers(const std::function<std::string(cons
       {"explore_steps", integer(&AgentOptions::explore_steps, 10, 100000)},
       {"task_max_restarts", integer(&AgentOptions::task_max_restarts, 0, 100)},
       {"job_retention", integer(&AgentOptions::job_retention, 1, 10000)},
+      {"model_retention", integer(&AgentOptions::model_retention, 1, 10000)},
       {"margin_sigmas",
        [](AgentOptions& o, const Node& n, const std::string& k) {
          o.margin_sigmas = get_double(n, k, 0.0, 5.0, false, false);

@@ -84,6 +84,10 @@ struct AgentOptions {
   /// [1, 10000]; the oldest beyond it are removed with their event logs (their history
   /// rows stay, for the planner). Queued and running jobs are never removed.
   int job_retention = 1000;
+  /// Leader: the trained models (leader/model_store.h) of at most this many jobs are
+  /// kept under <state_dir>/models, [1, 10000]; the oldest jobs' models beyond it are
+  /// removed.
+  int model_retention = 50;
   std::string log_level = "info";
   /// Leader: price of one task-hour per hardware class ([prices] table), for the planner.
   std::map<std::string, double> prices{{"cpu", 1.0}};

@@ -179,6 +179,7 @@ const KeyTable<JobSpec>& job_keys() {
          s.model = get_choice(n, k, {"cnn", "mlp", "mlp-large", "resnet20", "resnet18", "torchscript"});
        }},
       {"model_file", bounded_string_key(&JobSpec::model_file, kMaxPathLength, "bytes")},
+      {"init_from", bounded_string_key(&JobSpec::init_from, kMaxPathLength, "bytes")},
       {"dataset",
        [](JobSpec& s, const Node& n, const std::string& k) {
          s.dataset = get_choice(n, k, {"fashion-mnist", "mnist", "cifar10", "imagefolder"});
@@ -326,7 +327,8 @@ double effective_barrier_timeout(const JobSpec& spec) {
 
 // model = "torchscript": model_file resolved and, with check_files, refused early when it
 // is missing, too large or not a zip archive (the worker checks the rest when it loads it).
-static void check_model_file(JobSpec& s, const std::string& base_dir, bool check_files) {
+static void check_model_file(JobSpec& s, const std::string& base_dir, bool check_files,
+                             const std::string& uploaded_model) {
   namespace fs = std::filesystem;
   if (s.model != "torchscript") {
     if (!s.model_file.empty()) {
@@ -346,6 +348,7 @@ static void check_model_file(JobSpec& s, const std::string& base_dir, bool check
   if (f.is_relative()) f = fs::path(base_dir) / f;
   s.model_file = f.lexically_normal().string();
   if (!check_files) return;
+  if (!uploaded_model.empty()) f = uploaded_model;
   std::error_code ec;
   if (!fs::is_regular_file(f, ec)) {
     throw ConfigError("model_file", "\"" + s.model_file + "\" is not a file on the leader (it must be at this path on "
@@ -366,7 +369,8 @@ static void check_model_file(JobSpec& s, const std::string& base_dir, bool check
   }
 }
 
-JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, bool check_files) {
+JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, bool check_files,
+                       const std::string& uploaded_model) {
   const toml::table root = toml_fields::parse(text);
   if (root.empty()) throw ConfigError("", "the job file is empty: it needs at least a model and its data");
   JobSpec s;
@@ -387,7 +391,7 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
   }
   apply_data_defaults(s);
   namespace fs = std::filesystem;
-  check_model_file(s, base_dir, check_files);
+  check_model_file(s, base_dir, check_files, uploaded_model);
   fs::path dir(s.data_dir);
   if (dir.is_relative()) dir = fs::path(base_dir) / dir;
   s.data_dir = dir.lexically_normal().string();
@@ -498,7 +502,8 @@ void job_fields(S& s, V&& v) {
       v("backup_workers", s.backup_workers, opt), v("barrier_timeout_seconds", s.barrier_timeout_seconds, opt),
       v("overlap", s.overlap, opt), v("device", s.device, opt), v("gpus_per_worker", s.gpus_per_worker, opt),
       v("local_group", s.local_group, opt), v("eval_batch_size", s.eval_batch_size, opt),
-      v("model_file", s.model_file, opt);
+      v("model_file", s.model_file, opt), v("model_sha256", s.model_sha256, opt), v("init_from", s.init_from, opt),
+      v("init_sha256", s.init_sha256, opt);
   v.nested("optimizer", s.optimizer, [](auto& o, auto&& w) { optimizer_fields(o, w); });
   v.nested("compression", s.compression, [](auto& c, auto&& w) { compression_fields(c, w); }, opt);
   v("workers_auto", s.workers_auto, opt), v("batch_auto", s.batch_auto, opt),

@@ -31,6 +31,11 @@ inline constexpr std::size_t kMaxBatchSizes = 64;
 /// The largest model_file accepted (bytes): 2 GiB, beyond what a PS shard's single
 /// partition layout is sized for on the machines dltrain targets.
 inline constexpr std::uintmax_t kMaxModelFileBytes = std::uintmax_t{2} << 30;
+/// Where an uploaded model_file (JobSpec::model_sha256) is in a worker's task directory:
+/// its agent puts the leader's copy there before the worker starts.
+inline constexpr const char* kUploadedModelFile = "model_file.pt";
+/// Where init_from's state_dict (JobSpec::init_sha256) is in a worker's task directory.
+inline constexpr const char* kInitStateDictFile = "init_state_dict.pt";
 
 /// A validated job. Field ranges are enforced by parse_job_toml(); the JSON form
 /// (to_json / job_from_json) is what the leader sends to tasks.
@@ -40,6 +45,18 @@ struct JobSpec {
   /// model = "torchscript": the TorchScript archive (torch.jit.save) to train, absolute
   /// after parsing; the same path must hold the same file on every agent.
   std::string model_file;
+  /// model = "torchscript" sent by `dltrain submit`: the SHA-256 (hex) of the file's content,
+  /// which the client uploaded to the leader; each worker's agent fetches that content from
+  /// the leader into the worker's task directory (kUploadedModelFile), and model_file only
+  /// names it in messages. "" = model_file is read at its path (a shared file system).
+  std::string model_sha256;
+  /// Fine-tuning: the trained model to start from, a job id whose model the leader keeps
+  /// ("job-3") or a model directory that `dltrain model get` wrote (on the client; relative
+  /// to the job file). "" = fresh initial values.
+  std::string init_from;
+  /// init_from's state_dict.pt as the leader holds it (SHA-256, hex; set by the leader):
+  /// each worker's agent fetches it into the task directory (kInitStateDictFile).
+  std::string init_sha256;
   /// fashion-mnist | mnist (IDX files) | cifar10 (binary version) | imagefolder
   /// (data_dir/train/<class>/*.jpg|png, data_dir/test|val/<class>/…); docs/training.md
   std::string dataset = "fashion-mnist";
@@ -152,9 +169,11 @@ double effective_barrier_timeout(const JobSpec& spec);
 /// decoded).
 /// Throws ConfigError naming the offending field ("batch_size", "optimizer.lr", or the
 /// unknown key) for a TOML syntax error, a wrong type, an out-of-range value, an unknown
-/// key or a missing data directory. Thread-safe (no shared state).
-JobSpec parse_job_toml(const std::string& text, const std::string& base_dir = ".",
-                       bool check_files = true);
+/// key or a missing data directory. With `uploaded_model` (a torchscript job whose file the
+/// client uploaded: the leader's copy), check_files checks that file in model_file's stead.
+/// Thread-safe (no shared state).
+JobSpec parse_job_toml(const std::string& text, const std::string& base_dir = ".", bool check_files = true,
+                       const std::string& uploaded_model = "");
 
 /// JSON form of a job (every field, flat except "optimizer").
 void to_json(nlohmann::json& j, const JobSpec& spec);

@@ -107,6 +107,8 @@ wire::events::Summary summary(const JobRec& j) {
   }
   if (!j.error.empty()) s.error = j.error;
   s.failure = j.failure;
+  if (!j.model.checkpoint.empty()) s.model_checkpoint = j.model.checkpoint;
+  if (!j.model.error.empty()) s.model_error = j.model.error;
   return s;
 }
 

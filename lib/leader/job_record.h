@@ -118,6 +118,13 @@ struct JobRec {
   /// queue failure, a cancellation).
   std::optional<wire::events::Failure> failure;
   std::optional<JobState> failing_state;  ///< the terminal state to enter once every task exited
+  /// The trained model (leader/leader_models.cpp), in memory only: collected from worker
+  /// 0's agent once every task of a succeeding job exited, before it is succeeded.
+  struct ModelCollection {
+    bool done = false;        ///< collected, failed, or nothing to collect: the job may end
+    std::string checkpoint;   ///< the stored model's name ("last"), "" when none
+    std::string error;        ///< why none was stored
+  } model;
   std::vector<std::weak_ptr<control::Session>> followers;
   bool workers_started = false;  ///< some generation of this job trained (its PS state matters)
   JobRecovery recovery;  ///< re-assignment and adoption (changed only by leader/recovery.h)

@@ -93,7 +93,10 @@ QueueStatus Leader::Impl::queue_status(const JobRec& j) const {
 json Leader::Impl::status_json(const JobRec& j) const {
   std::optional<QueueStatus> q;
   if (j.state == JobState::kQueued) q = queue_status(j);
-  return job_json(j, q);
+  json out = job_json(j, q);
+  if (auto kept = models_json(j.id); !kept.empty()) out["models"] = std::move(kept);
+  if (!j.model.error.empty()) out["model_error"] = j.model.error;
+  return out;
 }
 
 void Leader::Impl::enqueue(JobRec& j) {
@@ -338,6 +341,8 @@ void Leader::Impl::maybe_finish(JobRec& j) {
   for (auto& t : j.tasks) {
     if (t.state != TaskState::kExited) return;
   }
+  // A succeeding job's model is collected before it succeeds (leader_models.cpp).
+  if (j.failing_state == JobState::kSucceeded && !j.model.done && collect_model(j)) return;
   j.ended = Clock::now();
   if (j.failing_state == JobState::kSucceeded) record_final(j);
   set_state(j, *j.failing_state);
@@ -492,6 +497,8 @@ void Leader::Impl::check_heartbeats() {
     if (!self || ec) return;
     const auto now = Clock::now();
     self->expire_log_requests();
+    self->expire_model_requests();
+    if (self->uploads) self->uploads->expire(std::chrono::seconds(120));
     for (auto& [id, a] : self->agents) {
       if (!a.lost && now - a.last_seen > self->opt.heartbeat_timeout) {
         if (auto s = a.session.lock()) s->close();
@@ -537,6 +544,14 @@ void Leader::start() {
     }
     impl_->next_job = impl_->recovery.restore(*impl_->db, impl_->jobs, impl_->job_order);
     impl_->retire_jobs();  // a store kept by a leader with a larger job_retention
+    try {
+      impl_->models = std::make_unique<ModelStore>((std::filesystem::path(impl_->opt.state_dir) / "models").string(),
+                                                   impl_->opt.model_retention);
+      impl_->uploads = std::make_unique<UploadStore>(
+          (std::filesystem::path(impl_->opt.state_dir) / "uploads").string(), impl_->opt.model_retention);
+    } catch (const std::exception& e) {
+      spdlog::error("{}: the leader keeps no trained models and takes no model uploads", e.what());
+    }
   }
   impl_->server = std::make_unique<control::ControlServer>(impl_->io, so, h);
   impl_->server->start();

@@ -20,6 +20,7 @@ namespace events = wire::events;
 void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& env) {
   if (env.type == "reply") {
     if (on_log_reply(env)) return;
+    if (on_model_file_reply(env)) return;
     if (!env.ok) spdlog::warn("agent {} reported an error: {}", s->peer(), env.error.dump());
     return;
   }
@@ -31,6 +32,7 @@ void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& e
   auto& agent = agents.at(sid->second);
   agent.last_seen = Clock::now();
   if (env.type == "heartbeat") return reply(s, env.id, json::object());
+  if (env.type == "model_download") return on_model_download(s, env);
   if (env.type == "task_event" || env.type == "task_exit") {
     const auto ref = wire::parse_body<wire::TaskRefBody>(env);
     const auto& job_id = ref.job;

@@ -22,7 +22,22 @@ using SessionPtr = Leader::Impl::SessionPtr;
 std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const wire::Envelope& env,
                                                      const wire::SubmitBody& b) {
   try {
-    auto spec = parse_job_toml(*b.job_toml, b.base_dir, true);
+    // An uploaded model file is checked in its stead (leader_models.cpp).
+    std::string uploaded;
+    if (b.model_sha256) {
+      const auto path = uploads ? uploads->find(*b.model_sha256) : std::nullopt;
+      if (!path) {
+        reply_error(s, env.id, wire::error_code::kInvalidJob,
+                    "model_file: the leader has no uploaded file " + *b.model_sha256 +
+                        " (dltrain submit uploads the model file before it submits the job)",
+                    "model_file");
+        return std::nullopt;
+      }
+      uploaded = *path;
+    }
+    auto spec = parse_job_toml(*b.job_toml, b.base_dir, true, uploaded);
+    if (b.model_sha256) spec.model_sha256 = *b.model_sha256;
+    if (!spec.init_from.empty() && !resolve_init_from(s, env.id, b, spec)) return std::nullopt;
     // A job whose PS shard cannot fit on any agent is refused now, not when it is placed.
     if (auto why = spec.workers_auto ? std::nullopt : ps_memory_problem(spec)) {
       reply_error(s, env.id, wire::error_code::kInvalidJob, *why, "workers");
@@ -82,6 +97,9 @@ void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& 
   }
   if (env.type == "agents") return reply(s, env.id, {{"agents", agents_json()}});
   if (env.type == "logs") return on_logs(s, env);
+  if (env.type == "models") return on_models(s, env);
+  if (env.type == "model_read") return on_model_read(s, env);
+  if (env.type == "model_upload") return on_model_upload(s, env);
   if (env.type == "series") return on_series(s, env);
   if (env.type == "events") return on_events(s, env);
   if (env.type == "status" || env.type == "cancel" || env.type == "follow") {

@@ -7,6 +7,7 @@
 //   leader_metrics.cpp   the leader's Prometheus metrics (dltrain_leader_*, dltrain_job_*)
 //   leader_logs.cpp      `dltrain logs`: a client's request relayed to the task's agent
 //   leader_dashboard.cpp what the dashboard asks beyond the client protocol: curves, events
+//   leader_models.cpp    the trained model: collected from worker 0's agent, kept, served
 // Its parts with state of their own: the records (job_record.h), the agents and
 // placement (placement.h), the queue and its admission rule (scheduler.h), and recovery
 // (recovery.h: lost tasks, re-assignment, restore, adoption), which acts on the rest
@@ -29,7 +30,9 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/file_transfer.h"
 #include "leader/job_record.h"
+#include "leader/model_store.h"
 #include "leader/leader.h"
 #include "leader/placement.h"
 #include "leader/recovery.h"
@@ -197,6 +200,51 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   bool on_log_reply(const wire::Envelope& env);
   /// Answers the logs requests whose agent did not reply in time.
   void expire_log_requests();
+
+  // ------------------------------------------------------------ leader_models.cpp
+  /// The trained models this leader keeps (<state_dir>/models); null without a state_dir.
+  std::unique_ptr<ModelStore> models;
+  /// A job's model on its way from worker 0's agent, one file window at a time.
+  struct Collecting {
+    std::string job, agent;
+    wire::ModelFileRequestBody req;     ///< the window asked for last
+    std::string req_id;                 ///< that request's id
+    Clock::time_point deadline;         ///< its reply is due
+    std::vector<std::string> pending;   ///< files still to fetch after req.file
+    std::string staging;                ///< where the files go (ModelStore::staging_dir)
+    std::unique_ptr<ChunkedFileWriter> writer;  ///< req.file, from its first window on
+    std::string sha256;                 ///< req.file's, as its agent said
+    ModelManifest manifest;             ///< what is collected so far
+  };
+  std::map<std::string, Collecting> collecting;  ///< by job
+  /// Starts collecting succeeding `j`'s model (every task exited): true while it is
+  /// being collected (maybe_finish is called again when it ends); false, with j.model
+  /// done and its error said, when there is nothing to collect.
+  bool collect_model(JobRec& j);
+  void request_model_window(Collecting& c);
+  /// True when `env` (a reply from an agent) answers a read_model_file; goes on.
+  bool on_model_file_reply(const wire::Envelope& env);
+  /// Ends `job`'s collection ("" = stored) and lets the job end.
+  void end_collection(const std::string& job, const std::string& error);
+  /// Ends the collections whose agent did not answer in time.
+  void expire_model_requests();
+  /// The stored models (of `job` when given), newest first, as JSON manifests.
+  json models_json(const std::optional<std::string>& job) const;
+  /// `models {job?}` → the stored models and the jobs whose model is being collected.
+  void on_models(const SessionPtr& s, const wire::Envelope& env);
+  /// `model_read {job, checkpoint, file, offset, max_bytes}` → a window of a stored file.
+  void on_model_read(const SessionPtr& s, const wire::Envelope& env);
+  /// The model files clients uploaded with their jobs (<state_dir>/uploads); null
+  /// without a state_dir.
+  std::unique_ptr<UploadStore> uploads;
+  /// `model_upload {sha256, size, offset, data}` (client) → where the next window starts.
+  void on_model_upload(const SessionPtr& s, const wire::Envelope& env);
+  /// init_from of submitted `spec`: the state_dict of a model the leader keeps (a job id)
+  /// or of one the client uploaded (b.init_sha256), as spec.init_sha256; false after
+  /// replying the error to request `id`.
+  bool resolve_init_from(const SessionPtr& s, const std::string& id, const wire::SubmitBody& b, JobSpec& spec);
+  /// `model_download {sha256, offset, max_bytes}` (agent) → a window of an uploaded file.
+  void on_model_download(const SessionPtr& s, const wire::Envelope& env);
 
   // ------------------------------------------------------------ leader_dashboard.cpp
   /// Adds what a worker's progress or epoch_end event `ev` (of kind `kind`) says to

@@ -6,6 +6,7 @@
 
 #include "common/errors.h"
 #include "data/cifar10.h"
+#include "data/export.h"
 #include "data/imagefolder.h"
 #include "data/loader.h"
 #include "data/sharding.h"
@@ -22,6 +23,18 @@ constexpr std::size_t kSkipMessages = 20;           // skipped_image events per 
 // Published per-pixel mean and standard deviation of the IDX training sets.
 double idx_mean(const std::string& dataset) { return dataset == "mnist" ? 0.1307 : 0.2860; }
 double idx_std(const std::string& dataset) { return dataset == "mnist" ? 0.3081 : 0.3530; }
+
+// The class names of the data sets whose labels are numbers, by label: Fashion-MNIST's
+// (Xiao et al. 2017, Table 1, file-system safe as `dltrain dataset from-idx` writes them),
+// MNIST's digits, CIFAR-10's (its batches.meta.txt).
+std::vector<std::string> published_class_names(const std::string& dataset) {
+  if (dataset == "fashion-mnist") return data::fashion_mnist_classes();
+  if (dataset == "mnist") return {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
+  if (dataset == "cifar10") {
+    return {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
+  }
+  return {};
+}
 
 /// The original path: the IDX training shard and test set as tensors, a fixed shard
 /// (i ≡ rank mod workers) shuffled every epoch by the worker's generator.
@@ -53,6 +66,7 @@ class TensorFeed final : public DataFeed {
     d.mean = {idx_mean(spec_.dataset)};
     d.std = {idx_std(spec_.dataset)};
     d.normalization = "published";
+    d.class_names = published_class_names(spec_.dataset);
     return d;
   }
   void start_epoch(int) override {
@@ -143,6 +157,7 @@ class StreamFeed final : public DataFeed {
     d.mean.assign(transform_.mean.begin(), transform_.mean.end());
     d.std.assign(transform_.std.begin(), transform_.std.end());
     d.normalization = normalization_;
+    d.class_names = class_names_.empty() ? published_class_names(spec_.dataset) : class_names_;
     if (sample_images_ > 0) d.sample_images = sample_images_;
     d.loader_threads = threads_;
     d.loader_queue = spec_.loader_queue > 0 ? spec_.loader_queue : std::max(2, 2 * threads_);
@@ -205,6 +220,7 @@ class StreamFeed final : public DataFeed {
     if (spec_.dataset == "imagefolder") {
       auto idx = data::scan_image_folder(spec_.data_dir);
       classes_ = static_cast<std::int64_t>(idx.classes.size());
+      class_names_ = idx.classes;
       const std::int64_t cache = spec_.loader_cache_mb << 20;
       train_ = std::make_shared<data::ImageFileSource>(limit_files(std::move(idx.train), spec_.train_samples, seed),
                                                        cache);
@@ -289,6 +305,7 @@ class StreamFeed final : public DataFeed {
   int rank_;
   int threads_ = 1;
   std::int64_t classes_ = 10;
+  std::vector<std::string> class_names_;  ///< ImageFolder's class folders, by label
   std::shared_ptr<data::ExampleSource> train_, test_;
   data::Transform transform_;
   std::string normalization_;

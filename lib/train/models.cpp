@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <torch/script.h>
 #include <torch/version.h>
@@ -83,8 +84,8 @@ nn::Sequential residual_stages(std::initializer_list<std::int64_t> widths, int b
 }
 
 template <typename M>
-Model wrap(M m) {
-  return {m.ptr(), [m](torch::Tensor x) mutable { return m->forward(std::move(x)); }};
+Model wrap(M m, std::string name) {
+  return {m.ptr(), [m](torch::Tensor x) mutable { return m->forward(std::move(x)); }, std::move(name)};
 }
 
 }  // namespace
@@ -144,17 +145,36 @@ torch::Tensor ResNet18Impl::forward(torch::Tensor x) {
   return fc(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
 }
 
+std::string exported_name(const std::string& model, const std::string& key) {
+  if (model != "resnet18") return key;
+  const auto starts = [&](const std::string& p) { return key.rfind(p, 0) == 0; };
+  if (starts("stem.")) return "conv1." + key.substr(5);
+  if (starts("stem_bn.")) return "bn1." + key.substr(8);
+  if (!starts("stages.")) return key;
+  const auto dot = key.find('.', 7);
+  if (dot == std::string::npos) return key;
+  const int k = std::stoi(key.substr(7, dot - 7));
+  std::string rest = key.substr(dot + 1);
+  for (const auto& [from, to] : {std::pair{"c1.", "conv1."}, {"b1.", "bn1."}, {"c2.", "conv2."}, {"b2.", "bn2."}}) {
+    if (rest.rfind(from, 0) == 0) {
+      rest = to + rest.substr(3);
+      break;
+    }
+  }
+  return "layer" + std::to_string(k / 2 + 1) + "." + std::to_string(k % 2) + "." + rest;
+}
+
 Model make_model(const std::string& name, std::int64_t channels, std::int64_t classes, std::int64_t image_size) {
   if (name == "cnn") {
     if (image_size < 8) throw ConfigError("image_size", "the cnn model needs at least 8 pixels, got " + std::to_string(image_size));
-    return wrap(SmallCnn(channels, classes, image_size));
+    return wrap(SmallCnn(channels, classes, image_size), name);
   }
   if (name == "mlp" || name == "mlp-large") {
     const std::int64_t in = channels * image_size * image_size;
-    return wrap(name == "mlp" ? Mlp(in, 256, 128, classes) : Mlp(in, 768, 128, classes));
+    return wrap(name == "mlp" ? Mlp(in, 256, 128, classes) : Mlp(in, 768, 128, classes), name);
   }
-  if (name == "resnet20") return wrap(CifarResNet(3, channels, classes));
-  if (name == "resnet18") return wrap(ResNet18(channels, classes));
+  if (name == "resnet20") return wrap(CifarResNet(3, channels, classes), name);
+  if (name == "resnet18") return wrap(ResNet18(channels, classes), name);
   if (name == "torchscript") {
     throw ConfigError("model", "a torchscript model is loaded from its file (load_torchscript_model), not built");
   }
@@ -208,8 +228,9 @@ std::string shape_of(const torch::Tensor& t) {
 }  // namespace
 
 Model load_torchscript_model(const std::string& path, std::int64_t channels, std::int64_t classes,
-                             std::int64_t image_size) {
-  const auto refuse = [&](const std::string& why) { throw ConfigError("model_file", "\"" + path + "\": " + why); };
+                             std::int64_t image_size, const std::string& name) {
+  const std::string shown = name.empty() ? path : name;
+  const auto refuse = [&](const std::string& why) { throw ConfigError("model_file", "\"" + shown + "\": " + why); };
   const std::string libtorch = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
   torch::jit::Module script;
   try {
@@ -258,6 +279,7 @@ Model load_torchscript_model(const std::string& path, std::int64_t channels, std
   Model m;
   m.module = module;
   m.forward = [module](torch::Tensor x) { return module->forward(std::move(x)); };
+  m.name = "torchscript";
   return m;
 }
 
@@ -274,8 +296,12 @@ std::vector<std::string> save_model_files(const Model& model, const std::string&
     for (const auto& p : scripted->script.named_parameters(true)) state.insert(p.name, p.value.detach().cpu());
     for (const auto& b : scripted->script.named_buffers(true)) state.insert(b.name, b.value.detach().cpu());
   } else {
-    for (const auto& p : model.module->named_parameters(true)) state.insert(p.key(), p.value().detach().cpu());
-    for (const auto& b : model.module->named_buffers(true)) state.insert(b.key(), b.value().detach().cpu());
+    for (const auto& p : model.module->named_parameters(true)) {
+      state.insert(exported_name(model.name, p.key()), p.value().detach().cpu());
+    }
+    for (const auto& b : model.module->named_buffers(true)) {
+      state.insert(exported_name(model.name, b.key()), b.value().detach().cpu());
+    }
   }
   const auto write = [&](const std::string& name, const std::vector<char>& bytes) {
     const std::string path = (fs::path(dir) / name).string();
@@ -302,6 +328,49 @@ std::vector<std::string> save_model_files(const Model& model, const std::string&
     written.push_back(path);
   }
   return written;
+}
+
+std::string init_from_state_dict(const Model& model, const std::string& path, const std::string& name) {
+  const auto refuse = [&](const std::string& why) { throw ConfigError("init_from", name + ": " + why); };
+  std::ifstream in(path, std::ios::binary);
+  if (!in) refuse("cannot read its state_dict.pt");
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  c10::IValue v;
+  try {
+    v = torch::pickle_load(bytes);
+  } catch (const c10::Error& e) {
+    refuse("its state_dict.pt is not one that torch::pickle_load reads: " + first_line(e.what()));
+  }
+  if (!v.isGenericDict()) refuse("its state_dict.pt is not a dict of tensors");
+  const auto state = v.toGenericDict();
+  std::vector<std::pair<std::string, torch::Tensor>> targets;
+  if (auto* scripted = dynamic_cast<ScriptedModelImpl*>(model.module.get())) {
+    for (const auto& p : scripted->script.named_parameters(true)) targets.emplace_back(p.name, p.value);
+    for (const auto& b : scripted->script.named_buffers(true)) targets.emplace_back(b.name, b.value);
+  } else {
+    for (const auto& p : model.module->named_parameters(true)) targets.emplace_back(exported_name(model.name, p.key()), p.value());
+    for (const auto& b : model.module->named_buffers(true)) targets.emplace_back(exported_name(model.name, b.key()), b.value());
+  }
+  torch::NoGradGuard ng;
+  std::size_t taken = 0;
+  std::string fresh;
+  for (auto& [key, dst] : targets) {
+    const auto it = state.find(c10::IValue(key));
+    if (it == state.end() || !it->value().isTensor()) {
+      fresh += (fresh.empty() ? "" : ", ") + key + " (not in the file)";
+      continue;
+    }
+    const auto src = it->value().toTensor();
+    if (src.sizes() != dst.sizes()) {
+      fresh += (fresh.empty() ? "" : ", ") + key + " " + shape_of(dst) + " (the file's " + shape_of(src) + ")";
+      continue;
+    }
+    dst.copy_(src.to(dst.dtype()));
+    ++taken;
+  }
+  if (taken == 0) refuse("none of its tensors fits this job's network (another model?)");
+  return std::to_string(taken) + " of " + std::to_string(targets.size()) + " tensors from " + name +
+         (fresh.empty() ? "" : "; new: " + fresh);
 }
 
 Model to_device(Model model, const torch::Device& device) {

@@ -84,7 +84,17 @@ TORCH_MODULE(ResNet18);
 struct Model {
   std::shared_ptr<torch::nn::Module> module;
   std::function<torch::Tensor(torch::Tensor)> forward;
+  std::string name;  ///< make_model's name, or "torchscript"
 };
+
+/// The name a state_dict.pt gives tensor `key` of built-in model `model` (save_model_files,
+/// init_from_state_dict, and dltrain-model's loader): resnet18's are torchvision's
+/// (`stem.weight` → `conv1.weight`, `stem_bn.*` → `bn1.*`, `stages.K.c1.*` →
+/// `layerS.B.conv1.*` with S = K/2 + 1, B = K mod 2, `b1` → `bn1`, `c2` → `conv2`, `b2` →
+/// `bn2`; `downsample.*` and `fc.*` as they are), so that the file loads into
+/// torchvision.models.resnet18; every other model's are its modules' own
+/// (share/dltrain/dltrain_models.py defines them in PyTorch with the same names).
+std::string exported_name(const std::string& model, const std::string& key);
 
 /// Builds "cnn", "mlp", "mlp-large", "resnet20" or "resnet18" for inputs
 /// [N, channels, image_size, image_size] and `classes` outputs, initialised from torch's
@@ -107,8 +117,10 @@ Model make_model(const std::string& name, std::int64_t channels = 1, std::int64_
 /// parameter that is not float32; a forward that throws on a [2, channels, image_size,
 /// image_size] batch (the shape and the model's error); an output that is not [2, classes]
 /// (both shapes). Initial values are the file's (every worker loads the same file).
+/// `name` is what messages call the file ("" = `path`): the user's model_file when `path`
+/// is the copy its agent fetched.
 Model load_torchscript_model(const std::string& path, std::int64_t channels, std::int64_t classes,
-                             std::int64_t image_size);
+                             std::int64_t image_size, const std::string& name = "");
 
 /// The trained model as files in `dir` (created): `state_dict.pt`, the parameters and
 /// buffers by name as torch.save writes a dict (torch::pickle_save; `torch.load` opens it,
@@ -117,6 +129,16 @@ Model load_torchscript_model(const std::string& path, std::int64_t channels, std
 /// (torch.jit.load runs it as is, in PyTorch or LibTorch). Tensors are copied to the CPU.
 /// Returns the files written. Throws IoError naming the file that could not be written.
 std::vector<std::string> save_model_files(const Model& model, const std::string& dir);
+
+/// Starts `model` from a trained model's state_dict.pt at `path` (init_from, fine-tuning):
+/// each parameter and buffer whose name (as save_model_files writes them) and shape match
+/// takes the file's values; one whose shape differs (the classifier of a data set with
+/// another class count) or that the file lacks keeps its fresh initial values. Returns
+/// what happened, for the log: "12 of 14 tensors from NAME; new: fc.weight [5, 512] (the
+/// file's [10, 512]), fc.bias [5] (the file's [10])". Throws ConfigError("init_from", …)
+/// naming `name` when the file is not a state_dict torch::pickle_load reads, or when no
+/// tensor matches (another network).
+std::string init_from_state_dict(const Model& model, const std::string& path, const std::string& name);
 
 /// `model` moved to `device` (its parameters and buffers), its forward wrapped so that it
 /// still takes and returns CPU tensors: the input [N, C, S, S] is copied to the device

@@ -102,9 +102,16 @@ void WorkerLoop::load() {
   const auto info = feed_->info();
   torch::manual_seed(static_cast<std::uint64_t>(spec_.seed));
   model_ = to_device(spec_.model == "torchscript"
-                         ? load_torchscript_model(spec_.model_file, info.channels, feed_->classes(), info.image_size)
+                         // An uploaded model file is in the task directory (its agent put it there).
+                         ? load_torchscript_model(spec_.model_sha256.empty() ? spec_.model_file : kUploadedModelFile,
+                                                  info.channels, feed_->classes(), info.image_size, spec_.model_file)
                          : make_model(spec_.model, info.channels, feed_->classes(), info.image_size),
                      device_);
+  if (!spec_.init_sha256.empty()) {
+    // Fine-tuning: every worker starts from the same trained values (its agent fetched
+    // them), so the replicas stay identical and the PS keeps them as its initial values.
+    spdlog::info("init_from: {}", init_from_state_dict(model_, kInitStateDictFile, spec_.init_from));
+  }
   model_.module->train(true);
   flat_ = std::make_unique<FlatParams>(*model_.module);
   layout_ = ps::make_layout(flat_->sizes(), spec_.partition_size, spec_.ps_shards);

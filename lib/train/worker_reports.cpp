@@ -11,6 +11,8 @@
 #include <torch/torch.h>
 
 #include "common/errors.h"
+#include "common/file_transfer.h"
+#include "dltrain/config.h"
 #include "ps/checkpoint.h"
 #include "train/worker_loop.h"
 
@@ -212,6 +214,8 @@ void WorkerLoop::save_artifact() noexcept {
     const auto info = feed_->info();
     nlohmann::json meta{{"model", spec_.model},
                         {"classes", feed_->classes()},
+                        {"class_names", info.class_names},
+                        {"dltrain_version", DLTRAIN_VERSION},
                         {"channels", info.channels},
                         {"image_size", info.image_size},
                         {"mean", info.mean},
@@ -222,7 +226,12 @@ void WorkerLoop::save_artifact() noexcept {
     if (!spec_.model_file.empty()) meta["model_file"] = spec_.model_file;
     if (final_accuracy_ >= 0) meta["test_accuracy"] = final_accuracy_;
     meta["files"] = nlohmann::json::array();
-    for (const auto& f : files) meta["files"].push_back(std::filesystem::path(f).filename().string());
+    meta["sha256"] = nlohmann::json::object();
+    for (const auto& f : files) {
+      const auto name = std::filesystem::path(f).filename().string();
+      meta["files"].push_back(name);
+      meta["sha256"][name] = sha256_file_hex(f);
+    }
     std::ofstream(std::filesystem::path(cfg_.artifact_dir) / "metadata.json") << meta.dump(1) << "\n";
     spdlog::info("trained model written to {} ({})", cfg_.artifact_dir, fmt::join(meta["files"], ", "));
   } catch (const std::exception& e) {

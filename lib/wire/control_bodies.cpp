@@ -90,6 +90,11 @@ void TaskEventBody::check(const std::string& type) const {
 
 void SubmitBody::check(const std::string& type) const {
   if (!job_toml) throw BodyError("job_toml", type + " needs \"job_toml\" (string)");
+  for (const auto& [name, sha] : {std::pair{"model_sha256", &model_sha256}, std::pair{"init_sha256", &init_sha256}}) {
+    if (*sha && !is_sha256_hex(**sha)) {
+      throw BodyError(name, type + " field \"" + name + "\": expected 64 lowercase hex digits, got " + quoted(**sha));
+    }
+  }
 }
 
 void LogRequestBody::check(const std::string& type) const {
@@ -106,6 +111,60 @@ void LogRequestBody::check(const std::string& type) const {
   }
   if (file != kLogFile && file != kTraceFile) {
     throw BodyError("file", type + " field \"file\": expected log or trace, got " + quoted(file));
+  }
+}
+
+bool is_model_file(const std::string& name) {
+  for (const char* f : kModelFiles) {
+    if (name == f) return true;
+  }
+  return false;
+}
+
+void ModelFileRequestBody::check(const std::string& type) const {
+  check_path_name(job, "job", type);
+  check_path_name(task, "task", type);
+  check_path_name(checkpoint, "checkpoint", type);
+  if (!is_model_file(file)) {
+    throw BodyError("file", type + " field \"file\": expected metadata.json, state_dict.pt or model.pt, got " + quoted(file));
+  }
+  if (offset < 0) throw BodyError("offset", type + " field \"offset\": expected >= 0, got " + std::to_string(offset));
+  if (max_bytes < 1 || max_bytes > kMaxBytes) {
+    throw BodyError("max_bytes", type + " field \"max_bytes\": expected 1 to " + std::to_string(kMaxBytes) + ", got " +
+                                     std::to_string(max_bytes));
+  }
+}
+
+bool is_sha256_hex(const std::string& s) {
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+void ModelUploadBody::check(const std::string& type) const {
+  if (!is_sha256_hex(sha256)) {
+    throw BodyError("sha256", type + " field \"sha256\": expected 64 lowercase hex digits, got " + quoted(sha256));
+  }
+  if (size < 1 || size > kMaxFileBytes) {
+    throw BodyError("size", type + " field \"size\": expected 1 to " + std::to_string(kMaxFileBytes) + " bytes, got " +
+                                std::to_string(size));
+  }
+  if (offset < 0 || offset > size) {
+    throw BodyError("offset", type + " field \"offset\": expected 0 to size (" + std::to_string(size) + "), got " +
+                                  std::to_string(offset));
+  }
+  if (static_cast<std::int64_t>(data.size()) > 4 * ((kMaxBytes + 2) / 3)) {
+    throw BodyError("data", type + " field \"data\": more than " + std::to_string(kMaxBytes) + " bytes in one window");
+  }
+}
+
+void ModelDownloadBody::check(const std::string& type) const {
+  if (!is_sha256_hex(sha256)) {
+    throw BodyError("sha256", type + " field \"sha256\": expected 64 lowercase hex digits, got " + quoted(sha256));
+  }
+  if (offset < 0) throw BodyError("offset", type + " field \"offset\": expected >= 0, got " + std::to_string(offset));
+  if (max_bytes < 1 || max_bytes > ModelFileRequestBody::kMaxBytes) {
+    throw BodyError("max_bytes", type + " field \"max_bytes\": expected 1 to " +
+                                     std::to_string(ModelFileRequestBody::kMaxBytes) + ", got " + std::to_string(max_bytes));
   }
 }
 

@@ -193,11 +193,18 @@ struct SubmitBody : json_fields::Fields<SubmitBody> {
   std::optional<std::string> job_toml;  ///< required: the job file's text
   std::string base_dir = ".";           ///< where the job file's relative paths start
   bool follow = false;                  ///< submit: send this session the job's events
+  /// model = "torchscript": the SHA-256 of the model_file the client uploaded first
+  /// (model_upload); absent: the leader reads model_file at its path.
+  std::optional<std::string> model_sha256;
+  /// init_from a model directory on the client: the SHA-256 of its state_dict.pt, which the
+  /// client uploaded first; absent: init_from names a job whose model the leader keeps.
+  std::optional<std::string> init_sha256;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
-    v("job_toml", s.job_toml), v("base_dir", s.base_dir), v("follow", s.follow);
+    v("job_toml", s.job_toml), v("base_dir", s.base_dir), v("follow", s.follow), v("model_sha256", s.model_sha256),
+        v("init_sha256", s.init_sha256);
   }
-  /// BodyError when job_toml is absent.
+  /// BodyError when job_toml is absent or model_sha256 or init_sha256 is not 64 hex digits.
   void check(const std::string& type) const;
 };
 
@@ -237,6 +244,104 @@ struct EventsBody : json_fields::Fields<EventsBody> {
   /// BodyError for an empty job or a limit out of range.
   void check(const std::string& type) const;
 };
+
+/// The files of a trained model (docs/training.md "The trained model"): the metadata,
+/// the state_dict and, for a TorchScript model, the script module.
+inline constexpr const char* kModelFiles[] = {"metadata.json", "state_dict.pt", "model.pt"};
+/// True when `name` is one of kModelFiles.
+bool is_model_file(const std::string& name);
+
+/// model_read (client → leader) and read_model_file (leader → agent): a window of one file
+/// of a job's trained model. The leader answers from its model store (`checkpoint`); an
+/// agent from the model/ directory of the task's incarnation `generation`.
+struct ModelFileRequestBody : json_fields::Fields<ModelFileRequestBody> {
+  static constexpr std::int64_t kMaxBytes = 1 << 20;  ///< file bytes per reply (4/3 of it as base64)
+  std::string job;                   ///< "job-3"; required
+  std::string checkpoint = "last";   ///< model_read: which of the job's models ("last")
+  std::string task = "worker-0";     ///< read_model_file: the task that wrote the model
+  std::uint32_t generation = 0;      ///< read_model_file: the task's incarnation; set by the leader
+  std::string file;                  ///< one of kModelFiles; required
+  std::int64_t offset = 0;           ///< bytes into the file, >= 0
+  std::int64_t max_bytes = kMaxBytes;  ///< [1, kMaxBytes]
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job", s.job), v("checkpoint", s.checkpoint), v("task", s.task), v("generation", s.generation),
+        v("file", s.file), v("offset", s.offset), v("max_bytes", s.max_bytes);
+  }
+  /// BodyError for a job, task or checkpoint that is not a safe directory name, a file
+  /// other than kModelFiles, an offset < 0 or max_bytes out of range.
+  void check(const std::string& type) const;
+};
+
+/// The answer to model_read / read_model_file: a window of the file.
+struct ModelFileChunkBody : json_fields::Fields<ModelFileChunkBody> {
+  std::string job, file;      ///< whose model, which file
+  std::string data;           ///< the window's bytes, base64 (RFC 4648 §4)
+  std::int64_t offset = 0;    ///< where `data` starts in the file, bytes
+  std::int64_t size = 0;      ///< the whole file's size, bytes
+  std::string sha256;         ///< the whole file's SHA-256, hex: model_read always, read_model_file at offset 0
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job", s.job), v("file", s.file), v("data", s.data), v("offset", s.offset), v("size", s.size),
+        v("sha256", s.sha256);
+  }
+};
+
+/// models (client → leader): the trained models the leader keeps, of one job or of all.
+struct ModelsQueryBody : json_fields::Fields<ModelsQueryBody> {
+  std::optional<std::string> job;  ///< only this job's
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job", s.job);
+  }
+};
+
+/// model_upload (client → leader): one window of a model file that `dltrain submit`
+/// uploads (model = "torchscript"), named by its content's SHA-256. A window with offset
+/// 0 and no data asks where to go on (a new upload, or the file is already stored);
+/// windows come in order. Answered by ModelUploadState.
+struct ModelUploadBody : json_fields::Fields<ModelUploadBody> {
+  static constexpr std::int64_t kMaxBytes = 1 << 20;         ///< file bytes per window
+  static constexpr std::int64_t kMaxFileBytes = std::int64_t{2} << 30;  ///< as job/job_spec.h's kMaxModelFileBytes
+  std::string sha256;       ///< of the whole file, 64 lowercase hex digits; required
+  std::int64_t size = 0;    ///< of the whole file, bytes, [1, kMaxFileBytes]
+  std::int64_t offset = 0;  ///< where `data` starts, bytes
+  std::string data;         ///< the window's bytes, base64, at most kMaxBytes of them
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("sha256", s.sha256), v("size", s.size), v("offset", s.offset), v("data", s.data);
+  }
+  /// BodyError for a sha256 that is not 64 hex digits, a size or offset out of range, or
+  /// data longer than kMaxBytes encode to.
+  void check(const std::string& type) const;
+};
+
+/// The answer to model_upload: where the next window starts.
+struct ModelUploadState : json_fields::Fields<ModelUploadState> {
+  std::int64_t offset = 0;  ///< the next window's offset (== size once stored)
+  bool stored = false;      ///< the whole file is stored and checked
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("offset", s.offset), v("stored", s.stored);
+  }
+};
+
+/// model_download (agent → leader): a window of an uploaded model file, for a worker that
+/// trains it (JobSpec::model_sha256). Answered by a ModelFileChunkBody (sha256 set).
+struct ModelDownloadBody : json_fields::Fields<ModelDownloadBody> {
+  std::string sha256;                  ///< 64 lowercase hex digits; required
+  std::int64_t offset = 0;             ///< bytes, >= 0
+  std::int64_t max_bytes = ModelFileRequestBody::kMaxBytes;  ///< [1, ModelFileRequestBody::kMaxBytes]
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("sha256", s.sha256), v("offset", s.offset), v("max_bytes", s.max_bytes);
+  }
+  /// BodyError for a sha256 that is not 64 hex digits, an offset < 0, max_bytes out of range.
+  void check(const std::string& type) const;
+};
+
+/// True when `s` is 64 lowercase hex digits (a SHA-256 as dltrain writes it).
+bool is_sha256_hex(const std::string& s);
 
 /// auth (dashboard → leader): the first message of a /v1/dashboard session, which a
 /// browser opens without an Authorization header (a page's WebSocket cannot set one).

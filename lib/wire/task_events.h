@@ -245,8 +245,12 @@ struct DataInfo : Fields<DataInfo> {
   std::optional<std::int64_t> sample_images;
   std::optional<int> loader_threads;  ///< absent when the data stays in memory as tensors
   std::optional<int> loader_queue;    ///< batches the loader may hold
+  /// The classes' names by label (ImageFolder's folders, the published ones of the IDX
+  /// data sets and CIFAR-10); empty when unknown.
+  std::vector<std::string> class_names;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
+    v("class_names", s.class_names);
     v("rank", s.rank), v("dataset", s.dataset), v("classes", s.classes), v("train_images", s.train_images),
         v("test_images", s.test_images), v("image_size", s.image_size), v("channels", s.channels),
         v("mean", s.mean), v("std", s.std), v("normalization", s.normalization), v("sample_images", s.sample_images),
@@ -637,9 +641,12 @@ struct Summary : Fields<Summary> {
   /// Unreadable images: the sum of the workers' latest epoch_end figures (each file is
   /// read once an epoch), test set included; absent for in-memory IDX data.
   std::optional<std::int64_t> skipped_images;
+  /// The trained model the leader keeps (`dltrain model get JOB --checkpoint NAME`): its
+  /// checkpoint name ("last"), absent when none was stored; model_error says why not.
+  std::optional<std::string> model_checkpoint, model_error;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
-    v("skipped_images", s.skipped_images);
+    v("skipped_images", s.skipped_images), v("model_checkpoint", s.model_checkpoint), v("model_error", s.model_error);
     v("job", s.job), v("name", s.name), v("state", s.state), v("test_accuracy", s.test_accuracy),
         v("epochs", s.epochs), v("wall_seconds", s.wall_seconds), v("bytes_pushed", s.bytes_pushed),
         v("bytes_pulled", s.bytes_pulled), v("images_per_sec", s.images_per_sec), v("compression", s.compression),

@@ -123,6 +123,7 @@ const SNAPSHOT = `(() => {
     stragglers: [...document.querySelectorAll("#tasks-table tr.task-row")]
       .filter((r) => r.querySelector(".badge.straggler")).map((r) => r.dataset.task),
     events: document.querySelectorAll("#events-table tbody tr").length,
+    model_command: (q(".card.model code") || {}).textContent || "",
     token_stored: sessionStorage.getItem("dltrain.client_token") !== null,
   };
 })()`;

@@ -209,6 +209,9 @@ TEST(Dashboard, InHeadlessChromiumShowsNothingWithoutTheTokenThenTheClusterAndAJ
     EXPECT_EQ(done.value("accuracy_text", ""), text);
     EXPECT_EQ(done["points"].value("accuracy", 0), st.value("epochs", -1));
     EXPECT_GT(done.value("events", 0), 0);  // the event log
+    // The trained model the leader kept, and the command that downloads it.
+    ASSERT_TRUE(st.contains("models")) << st.dump();
+    EXPECT_EQ(done.value("model_command", ""), "dltrain model get " + st.value("job", "") + " -o DIR");
     EXPECT_EQ(done.value("agent_rows", 0), 3);
 
     // 6. The planner's decision: its ranked table row by row, the chosen row marked.

@@ -403,8 +403,11 @@ warmup_epochs = 0.2
         self.assertIsNotNone(m, out)
         self.assertGreater(float(m.group(1)), 0.6, out)  # chance is 0.1
         self.assertIn("client settings: export DLTRAIN_CLIENT_CONFIG=%s/client.toml" % self.client_dir, out)
-        # The settings (and the token) go with the cluster.
+        # The settings (and the token) go with the cluster; the trained model stays.
         self.assertFalse(os.path.exists(os.path.join(self.client_dir, "client.token")))
+        self.assertEqual(sorted(os.listdir(os.path.join(self.client_dir, "job-1-model"))),
+                         ["metadata.json", "state_dict.pt"])
+        self.assertIn("job-1 succeeded; its trained model is in %s/job-1-model" % self.client_dir, out)
         self.assert_nothing_left(job_id)
 
     def test_failing_training_job_fails_the_batch_job_with_its_reason(self):

@@ -53,6 +53,8 @@ torch.manual_seed(1)
 torch.jit.save(torch.jit.script(Cnn()), out + "/scripted.pt")
 torch.manual_seed(2)
 torch.jit.save(torch.jit.trace(Cnn().eval(), torch.zeros(4, 1, 28, 28)).train(), out + "/traced.pt")
+torch.manual_seed(3)
+torch.jit.save(torch.jit.script(Cnn()), out + "/uploaded.pt")
 
 class NoParams(nn.Module):
     def forward(self, x):
@@ -95,11 +97,33 @@ with torch.no_grad():
     net = Cnn()
     net.load_state_dict(torch.load(d + "/state_dict.pt"))
     p_state = net.eval()(x).argmax(1)
-print(json.dumps({"script_accuracy": (p_script == y).float().mean().item(),
+print(json.dumps({"predictions": p_script.tolist(),
+                  "script_accuracy": (p_script == y).float().mean().item(),
                   "state_dict_accuracy": (p_state == y).float().mean().item(),
                   "agreement": (p_script == p_state).float().mean().item(),
                   "metadata_accuracy": meta.get("test_accuracy")}))
 '''
+
+
+# A built-in network's state_dict.pt in PyTorch, through python/dltrain_models.py: the
+# accuracy on the first n test images.
+CHECK_BUILTIN = r'''
+import gzip, json, sys, numpy as np, torch
+sys.path.insert(0, sys.argv[4])
+import dltrain_models
+d, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+meta = json.load(open(d + "/metadata.json"))
+def idx(path, header):
+    with gzip.open(path) as f:
+        return np.frombuffer(f.read(), dtype=np.uint8, offset=header)
+x = torch.tensor(idx(data + "/t10k-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)[:n].astype(np.float32) / 255.0)
+x = (x - meta["mean"][0]) / meta["std"][0]
+y = torch.tensor(idx(data + "/t10k-labels-idx1-ubyte.gz", 8)[:n].astype(np.int64))
+net = dltrain_models.load(d)  # load_state_dict is strict: every name and shape must match
+with torch.no_grad():
+    print(json.dumps({"accuracy": (net(x).argmax(1) == y).float().mean().item(), "type": type(net).__module__}))
+'''
+PYTHON_MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
 
 
 def missing_prerequisites():
@@ -205,15 +229,52 @@ warmup_epochs = 0.2
             self.assertIn(n, out)
         # The cluster carries on: a good model trains right after.
         self.assert_trains("scripted.pt")
+        return summary
+
+    def dltrain(self, *args, timeout=300):
+        return subprocess.run([os.path.join(BUILD, "bin", "dltrain")] + list(args), capture_output=True, text=True,
+                              env=self.env, timeout=timeout)
+
+    def model_get(self, job):
+        """`dltrain model get JOB -o DIR --json`: the directory and the manifest."""
+        d = os.path.join(self.root, "downloaded", job)
+        r = self.dltrain("model", "get", job, "-o", d, "--json")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        got = json.loads(r.stdout)
+        self.assertEqual(got["dir"], d)
+        return d, got["model"]
+
+    def assert_evaluates_to(self, d, accuracy, n=2000):
+        """`dltrain evaluate` on the job's n test images gives the job's own accuracy."""
+        r = self.dltrain("evaluate", d, "--data", DATA, "--limit", str(n), "--json")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        got = json.loads(r.stdout)
+        self.assertEqual(got["images"], n)
+        self.assertAlmostEqual(got["accuracy"], accuracy, delta=0.001)
 
     def test_scripted_cnn_trains_dense_and_comes_back_loadable_in_pytorch(self):
         summary = self.assert_trains("scripted.pt")
-        # Worker 0 left the trained model in model/ of its task directory.
-        found = glob.glob(os.path.join(self.root, "cluster", "**", summary["job"], "worker-0-g*", "model",
-                                       "metadata.json"), recursive=True)
-        self.assertEqual(len(found), 1, found)
-        d = os.path.dirname(found[0])
+        job = summary["job"]
+        self.assertEqual(summary.get("model_checkpoint"), "last", summary)
+        # The leader keeps the model (collected from worker 0's agent before the job
+        # succeeded) and lists it.
+        r = self.dltrain("models", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        kept = [m for m in json.loads(r.stdout)["models"] if m["job"] == job]
+        self.assertEqual(len(kept), 1, r.stdout)
+        self.assertEqual(kept[0]["model"], "torchscript")
+        self.assertAlmostEqual(kept[0]["test_accuracy"], summary["test_accuracy"], delta=1e-9)
+        d, manifest = self.model_get(job)
         self.assertEqual(sorted(os.listdir(d)), ["metadata.json", "model.pt", "state_dict.pt"])
+        # Byte for byte what worker 0 wrote in model/ of its task directory.
+        found = glob.glob(os.path.join(self.root, "cluster", "**", job, "worker-0-g*", "model"), recursive=True)
+        self.assertEqual(len(found), 1, found)
+        for name in ("metadata.json", "model.pt", "state_dict.pt"):
+            with open(os.path.join(d, name), "rb") as a, open(os.path.join(found[0], name), "rb") as b:
+                self.assertEqual(a.read(), b.read(), name)
+        self.assertEqual({f["name"] for f in manifest["files"]}, {"metadata.json", "model.pt", "state_dict.pt"})
+        meta = json.load(open(os.path.join(d, "metadata.json")))
+        self.assertEqual(meta["class_names"][0], "T-shirt_top")
         script = os.path.join(self.root, "check_artifact.py")
         with open(script, "w") as f:
             f.write(CHECK_ARTIFACT)
@@ -225,6 +286,171 @@ warmup_epochs = 0.2
         self.assertAlmostEqual(got["state_dict_accuracy"], summary["test_accuracy"], delta=0.001)
         self.assertAlmostEqual(got["metadata_accuracy"], summary["test_accuracy"], delta=1e-9)
         self.assertGreaterEqual(got["agreement"], 0.999)
+        # dltrain predict on the same images as PNG files agrees with PyTorch.
+        pngs = os.path.join(self.root, "fashion-mnist-png")
+        if not os.path.isdir(pngs):
+            r = self.dltrain("dataset", "from-idx", DATA, pngs, "--train", "10", "--test", "2000")
+            self.assertEqual(r.returncode, 0, r.stderr)
+        files = sorted(glob.glob(os.path.join(pngs, "test", "*", "*.png")))
+        self.assertEqual(len(files), 2000)
+        r = self.dltrain("predict", d, "--json", "--top", "2", *files)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        predicted = {}
+        for line in r.stdout.splitlines():
+            p = json.loads(line)
+            self.assertEqual(len(p["top"]), 2)
+            self.assertGreaterEqual(p["top"][0]["probability"], p["top"][1]["probability"])
+            self.assertEqual(p["top"][0]["class"], meta["class_names"][p["top"][0]["label"]])
+            predicted[int(os.path.basename(p["image"])[:6])] = p["top"][0]["label"]
+        self.assertEqual(len(predicted), 2000)
+        same = sum(1 for i, label in predicted.items() if got["predictions"][i] == label)
+        self.assertGreaterEqual(same / 2000, 0.999, same)
+        self.assert_evaluates_to(d, summary["test_accuracy"])
+
+    def builtin_job(self, name, replace=()):
+        """The scripted job's settings with the built-in CNN, `replace` (old, new) applied."""
+        with open(self.job(name, "unused.pt")) as f:
+            text = f.read().replace('model = "torchscript"\nmodel_file = "unused.pt"', 'model = "cnn"')
+        for old, new in replace:
+            self.assertIn(old, text)
+            text = text.replace(old, new)
+        path = os.path.join(self.root, name + ".toml")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def trained_builtin(self):
+        """A built-in CNN trained once for the cases that start from it: (summary, model dir)."""
+        cls = type(self)
+        if not hasattr(cls, "_builtin"):
+            rc, summary, out = self.submit(self.builtin_job("builtin-cnn"))
+            self.assertEqual(rc, 0, out)
+            self.assertGreater(summary["test_accuracy"], 0.6, out)
+            cls._builtin = (summary, self.model_get(summary["job"]))
+        return cls._builtin
+
+    @staticmethod
+    def epoch_accuracies(out):
+        return [e["test_accuracy"] for e in map(json.loads, filter(lambda l: l.startswith("{"), out.splitlines()))
+                if e.get("event") == "epoch_end" and "test_accuracy" in e]
+
+    @staticmethod
+    def tensors_in(state_dict):
+        """The number of tensors in a state_dict file, as PyTorch reads it."""
+        r = subprocess.run([PYTHON, "-c", "import sys, torch; print(len(torch.load(sys.argv[1])))", state_dict],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return int(r.stdout)
+
+    def worker_log(self, job):
+        logs = glob.glob(os.path.join(self.root, "cluster", "**", job, "worker-0-g*", "task.log"), recursive=True)
+        self.assertEqual(len(logs), 1, logs)
+        return open(logs[0]).read()
+
+    def test_a_built_in_model_comes_back_and_evaluates_to_its_accuracy(self):
+        summary, (d, manifest) = self.trained_builtin()
+        # A built-in network has no TorchScript file: its state_dict, loaded into the
+        # same C++ network by dltrain evaluate, gives the job's accuracy.
+        self.assertEqual(sorted(os.listdir(d)), ["metadata.json", "state_dict.pt"])
+        self.assertEqual(manifest["model"], "cnn")
+        self.assert_evaluates_to(d, summary["test_accuracy"])
+        r = self.dltrain("status", summary["job"], "--json")
+        self.assertEqual(json.loads(r.stdout)["models"][0]["checkpoint"], "last", r.stdout)
+
+    def assert_pytorch_accuracy(self, d, n, accuracy):
+        """python/dltrain_models.py loads the built-in network's state_dict; its accuracy on
+        the first n test images is the job's."""
+        script = os.path.join(self.root, "check_builtin.py")
+        with open(script, "w") as f:
+            f.write(CHECK_BUILTIN)
+        r = subprocess.run([PYTHON, script, d, DATA, str(n), PYTHON_MODELS], capture_output=True, text=True,
+                           timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertAlmostEqual(got["accuracy"], accuracy, delta=0.002)
+        return got
+
+    def test_a_built_in_cnn_loads_into_its_pytorch_definition(self):
+        summary, (d, _) = self.trained_builtin()
+        self.assert_pytorch_accuracy(d, 2000, summary["test_accuracy"])
+
+    def test_a_resnet18_state_dict_loads_into_torchvisions_resnet18(self):
+        path = self.builtin_job("resnet18", [('model = "cnn"', 'model = "resnet18"'), ("epochs = 2", "epochs = 1"),
+                                            ("train_samples = 12000", "train_samples = 256"),
+                                            ("test_samples = 2000", "test_samples = 500"),
+                                            ("warmup_epochs = 0.2", "warmup_epochs = 0")])
+        rc, summary, out = self.submit(path)
+        self.assertEqual(rc, 0, out)
+        d, _ = self.model_get(summary["job"])
+        got = self.assert_pytorch_accuracy(d, 500, summary["test_accuracy"])
+        self.assertEqual(got["type"], "torchvision.models.resnet")
+        self.assert_evaluates_to(d, summary["test_accuracy"], 500)
+
+    def test_init_from_a_job_starts_at_its_accuracy(self):
+        summary, _ = self.trained_builtin()
+        # One more epoch at a small learning rate: the first evaluation is the starting
+        # model's accuracy, give or take what one careful epoch changes.
+        path = self.builtin_job("init-from-job", [("epochs = 2", 'epochs = 1\ninit_from = "%s"' % summary["job"]),
+                                                  ("lr = 0.01", "lr = 0.0005"), ("warmup_epochs = 0.2", "warmup_epochs = 0")])
+        rc, tuned, out = self.submit(path)
+        self.assertEqual(rc, 0, out)
+        first = self.epoch_accuracies(out)[0]
+        self.assertAlmostEqual(first, summary["test_accuracy"], delta=0.01, msg=out)
+        n = self.tensors_in(os.path.join(self.trained_builtin()[1][0], "state_dict.pt"))
+        self.assertIn("init_from: %d of %d tensors from %s" % (n, n, summary["job"]), self.worker_log(tuned["job"]))
+
+    def test_init_from_a_model_directory_replaces_the_classifier_for_another_class_count(self):
+        _, (d, _) = self.trained_builtin()
+        # Five of Fashion-MNIST's classes as an ImageFolder of 28x28 PNG files.
+        five = os.path.join(self.root, "five-classes")
+        r = self.dltrain("dataset", "from-idx", DATA, five, "--train", "3000", "--test", "500")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for split in ("train", "test"):
+            for c in ("Sandal", "Shirt", "Sneaker", "Bag", "Ankle_boot"):
+                shutil.rmtree(os.path.join(five, split, c))
+        path = self.builtin_job("init-from-dir", [
+            ('dataset = "fashion-mnist"\ndata_dir = "%s"' % DATA,
+             'dataset = "imagefolder"\ndata_dir = "%s"\nimage_size = 28\nchannels = 1\ninit_from = "%s"' % (five, d)),
+            ("train_samples = 12000", "train_samples = 0"), ("test_samples = 2000", "test_samples = 0"),
+            ("epochs = 2", "epochs = 1"), ("warmup_epochs = 0.2", "warmup_epochs = 0")])
+        rc, tuned, out = self.submit(path)
+        self.assertEqual(rc, 0, out)
+        self.assertGreater(tuned["test_accuracy"], 0.4, out)  # chance is 0.2
+        # The CNN's last layer (f2: 64 -> classes) is new; every other tensor comes from the file.
+        n = self.tensors_in(os.path.join(d, "state_dict.pt"))
+        self.assertIn("init_from: %d of %d tensors from %s; new: f2.weight [5, 64] (the file's [10, 64]), f2.bias [5] "
+                      "(the file's [10])" % (n - 2, n, d), self.worker_log(tuned["job"]))
+
+    def test_init_from_something_unknown_is_refused(self):
+        path = self.builtin_job("init-from-nothing", [("epochs = 2", 'epochs = 2\ninit_from = "job-999"')])
+        rc, _, out = self.submit(path)
+        self.assertEqual(rc, 2, out)
+        self.assertIn('init_from: "job-999" is neither a job whose model the leader keeps', out)
+
+    def test_the_model_file_is_uploaded_once_and_needs_no_shared_file_system(self):
+        # A model only the client has while the job runs: removed right after submit.
+        own = os.path.join(self.root, "own-copy.pt")
+        shutil.copy(os.path.join(self.models, "uploaded.pt"), own)
+        path = self.job("uploaded", own)
+        r = self.dltrain("submit", path, "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("uploading " + own, r.stderr)
+        job = json.loads(r.stdout.splitlines()[-1])["job"]
+        os.remove(own)
+        r = self.dltrain("follow", job, "--json", timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # Each worker read the leader's copy from its own directory.
+        copies = glob.glob(os.path.join(self.root, "cluster", "**", job, "worker-*-g*", "model_file.pt"), recursive=True)
+        self.assertEqual(len(copies), 2, copies)
+        with open(os.path.join(self.models, "uploaded.pt"), "rb") as a, open(copies[0], "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        # The same content again, from another path: the leader has it, nothing is sent.
+        path = self.job("uploaded-again", os.path.join(self.models, "uploaded.pt"))
+        r = self.dltrain("submit", path, "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("uploading", r.stderr)
+        again = json.loads(r.stdout.splitlines()[-1])["job"]
+        self.assertEqual(self.dltrain("follow", again, "--json", timeout=300).returncode, 0)
 
     def test_traced_cnn_trains_with_dgc(self):
         s = self.assert_trains("traced.pt", '\n[compression]\nmethod = "dgc"\nratio = 0.01\nwarmup_epochs = 0.5\n'
@@ -235,7 +461,11 @@ warmup_epochs = 0.2
         self.assert_refused("plain-text.pt", "is not a TorchScript archive")
 
     def test_a_broken_archive_is_refused_when_the_worker_loads_it(self):
-        self.assert_refused("not-torchscript.pt", "not a TorchScript archive that this LibTorch 1.13 can load")
+        summary = self.assert_refused("not-torchscript.pt", "not a TorchScript archive that this LibTorch 1.13 can load")
+        # A failed job has no model, and model get says so.
+        r = self.dltrain("model", "get", summary["job"], "-o", os.path.join(self.root, "none"))
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn('no model "last" of %s is kept; the job is failed' % summary["job"], r.stderr)
 
     def test_a_model_without_trainable_parameters_is_refused(self):
         self.assert_refused("no-params.pt", "has no trainable parameters")

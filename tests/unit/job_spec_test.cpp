@@ -339,6 +339,33 @@ TEST(JobSpec, ATorchScriptModelNamesItsFileWhichIsCheckedAndStored) {
   }
 }
 
+TEST(JobSpec, AnUploadedModelFileIsCheckedInTheUsersPathsSteadAndStartingPointsAreStored) {
+  const dltrain::testing::TempDir dir("dltrain-uploaded-model");
+  const std::string copy = (dir.path / "0123.pt").string();
+  std::ofstream(copy) << "PK\x03\x04 a zip's first bytes";
+  // The user's path exists only on the client: the leader checks its own copy, and
+  // messages and the stored spec keep naming the user's file.
+  const auto s = parse_job_toml(kData + "model = \"torchscript\"\nmodel_file = \"/home/me/net.pt\"\n"
+                                        "init_from = \"job-3\"\n", "/", true, copy);
+  EXPECT_EQ(s.model_file, "/home/me/net.pt");
+  EXPECT_EQ(s.init_from, "job-3");
+  auto stored = s;
+  stored.model_sha256 = std::string(64, 'a');
+  stored.init_sha256 = std::string(64, 'b');
+  const auto back = job_from_json(nlohmann::json(stored));
+  EXPECT_EQ(back.model_sha256, stored.model_sha256);
+  EXPECT_EQ(back.init_sha256, stored.init_sha256);
+  EXPECT_EQ(back.init_from, "job-3");
+  std::ofstream(copy) << "not a model";
+  try {
+    parse_job_toml(kData + "model = \"torchscript\"\nmodel_file = \"/home/me/net.pt\"\n", "/", true, copy);
+    ADD_FAILURE() << "accepted a text file as a model";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "model_file: \"/home/me/net.pt\" is not a TorchScript archive (torch.jit.save "
+                                     "writes a zip file; this one does not start like one)");
+  }
+}
+
 TEST(JobSpec, EvalBatchSizeIsASettingFromOneTo65536AndIsStored) {
   EXPECT_EQ(parse_job_toml(kData).eval_batch_size, 128);  // the documented default
   const auto s = parse_job_toml(kData + "eval_batch_size = 500\n");

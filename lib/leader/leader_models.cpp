@@ -1,0 +1,301 @@
+// The trained model: when every task of a succeeding job has exited, the leader collects
+// the model worker 0 wrote (the PS's parameters of the final evaluation, with their
+// BatchNorm statistics: the model the job's accuracy is of) from its agent, one window
+// of one file at a time, checks each file's SHA-256 and keeps it in its model store
+// (leader/model_store.h); only then does the job succeed, so that a client that saw it
+// succeed can fetch the model at once. A model that cannot be collected costs the model,
+// not the job: the summary says why. Clients list the models (`models`) and read them
+// (`model_read`) from the store, which outlives the agents' task directories.
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <fstream>
+
+#include "common/file_transfer.h"
+#include "leader/leader_impl.h"
+
+namespace dltrain::leader {
+
+using json = nlohmann::json;
+
+namespace {
+
+/// How long the leader waits for one window of a model file from an agent.
+constexpr std::chrono::seconds kModelReplyTimeout{30};
+/// The largest model file the leader accepts, bytes (ResNet-18's state_dict is 45 MB).
+constexpr std::int64_t kMaxModelFileBytes = std::int64_t{4} << 30;
+
+}  // namespace
+
+bool Leader::Impl::collect_model(JobRec& j) {
+  if (collecting.count(j.id)) return true;
+  const auto skip = [&](std::string why) {
+    j.model.done = true;
+    j.model.error = std::move(why);
+    if (!j.model.error.empty()) spdlog::warn("job {}: no trained model kept: {}", j.id, j.model.error);
+    return false;
+  };
+  if (!j.profile_of.empty()) return skip("");  // an exploration run's model is nobody's
+  if (!models) return skip("the leader has no state directory to keep it in");
+  const TaskRec* t = j.find_task("worker-0");
+  if (t == nullptr || t->agent.empty()) return skip("the job has no worker-0");
+  const auto a = agents.find(t->agent);
+  const auto session = a == agents.end() || a->second.lost ? nullptr : a->second.session.lock();
+  if (!session) return skip("agent " + t->agent + ", which has worker-0's model, is not connected");
+  Collecting c;
+  c.job = j.id;
+  c.agent = t->agent;
+  c.req.job = j.id;
+  c.req.task = t->name;
+  c.req.generation = j.generation;
+  c.req.file = "metadata.json";
+  c.manifest.job = j.id;
+  c.manifest.checkpoint = "last";
+  c.manifest.model = j.spec.model;
+  c.manifest.dataset = j.spec.dataset;
+  if (j.test_accuracy >= 0) c.manifest.test_accuracy = j.test_accuracy;
+  c.manifest.epochs = j.epochs_done;
+  c.manifest.agent = t->agent;
+  try {
+    c.staging = models->staging_dir(j.id, "last");
+  } catch (const std::exception& e) {
+    return skip(e.what());
+  }
+  spdlog::info("job {}: collecting the trained model from agent {}", j.id, c.agent);
+  auto& stored = collecting[j.id] = std::move(c);
+  request_model_window(stored);
+  return true;
+}
+
+void Leader::Impl::request_model_window(Collecting& c) {
+  c.req_id = "model-" + std::to_string(next_req++);
+  c.deadline = Clock::now() + kModelReplyTimeout;
+  const auto a = agents.find(c.agent);
+  const auto session = a == agents.end() || a->second.lost ? nullptr : a->second.session.lock();
+  if (!session) return end_collection(c.job, "agent " + c.agent + " went away while its model was collected");
+  session->send(wire::make_request(c.req_id, "read_model_file", c.req.to_json()));
+}
+
+bool Leader::Impl::on_model_file_reply(const wire::Envelope& env) {
+  auto it = collecting.begin();
+  while (it != collecting.end() && it->second.req_id != env.id) ++it;
+  if (it == collecting.end()) return false;
+  Collecting& c = it->second;
+  if (!env.ok) {
+    end_collection(c.job, "agent " + c.agent + ": " + env.error.value("message", std::string("?")));
+    return true;
+  }
+  try {
+    const auto chunk = wire::parse_body<wire::ModelFileChunkBody>(env);
+    if (!c.writer) {
+      c.writer = std::make_unique<ChunkedFileWriter>((std::filesystem::path(c.staging) / c.req.file).string(),
+                                                     chunk.size, chunk.sha256, kMaxModelFileBytes);
+      c.sha256 = chunk.sha256;
+    }
+    c.writer->append(chunk.offset, base64_decode(chunk.data));
+    if (!c.writer->complete()) {
+      c.req.offset = c.writer->offset();
+      request_model_window(c);
+      return true;
+    }
+    c.writer->finish();
+    c.manifest.files.push_back({c.req.file, c.writer->offset(), c.sha256});
+    c.writer.reset();
+    if (c.req.file == "metadata.json") {
+      // The files the worker says it wrote (a built-in model has no model.pt).
+      std::ifstream in(std::filesystem::path(c.staging) / "metadata.json");
+      const json meta = json::parse(in);
+      for (const auto& f : meta.value("files", json::array())) {
+        if (f.is_string() && wire::is_model_file(f.get<std::string>()) && f != "metadata.json") {
+          c.pending.push_back(f.get<std::string>());
+        }
+      }
+    }
+    if (!c.pending.empty()) {
+      c.req.file = c.pending.front();
+      c.pending.erase(c.pending.begin());
+      c.req.offset = 0;
+      request_model_window(c);
+      return true;
+    }
+    c.manifest.created_unix = unix_now();
+    models->commit(c.manifest);
+    spdlog::info("job {}: trained model stored ({} files, {} bytes)", c.job, c.manifest.files.size(),
+                 c.manifest.bytes());
+    end_collection(c.job, "");
+  } catch (const std::exception& e) {
+    end_collection(c.job, "collecting the model from agent " + c.agent + ": " + e.what());
+  }
+  return true;
+}
+
+void Leader::Impl::end_collection(const std::string& job, const std::string& error) {
+  const auto it = collecting.find(job);
+  if (it != collecting.end()) {
+    const std::string checkpoint = it->second.manifest.checkpoint;
+    collecting.erase(it);  // a writer left unfinished removes its part file
+    const auto jit = jobs.find(job);
+    if (jit == jobs.end()) return;
+    JobRec& j = jit->second;
+    j.model.done = true;
+    if (error.empty()) {
+      j.model.checkpoint = checkpoint;
+    } else {
+      j.model.error = error;
+      spdlog::warn("job {}: no trained model kept: {}", job, error);
+    }
+    maybe_finish(j);
+  }
+}
+
+void Leader::Impl::expire_model_requests() {
+  const auto now = Clock::now();
+  std::vector<std::string> late;
+  for (const auto& [job, c] : collecting) {
+    if (c.deadline <= now) late.push_back(job);
+  }
+  for (const auto& job : late) {
+    end_collection(job, "agent " + collecting.at(job).agent + " did not send the model within " +
+                            std::to_string(kModelReplyTimeout.count()) + " s");
+  }
+}
+
+json Leader::Impl::models_json(const std::optional<std::string>& job) const {
+  json out = json::array();
+  if (!models) return out;
+  for (const auto& m : models->list(job)) out.push_back(m.to_json());
+  return out;
+}
+
+void Leader::Impl::on_models(const SessionPtr& s, const wire::Envelope& env) {
+  const auto b = wire::parse_body<wire::ModelsQueryBody>(env);
+  json busy = json::array();
+  for (const auto& [job, c] : collecting) {
+    if (!b.job || *b.job == job) busy.push_back(job);
+  }
+  json body{{"models", models_json(b.job)}, {"collecting", busy}, {"kept", models != nullptr}};
+  if (b.job) {
+    const auto jit = jobs.find(*b.job);
+    if (jit != jobs.end()) {
+      body["state"] = to_string(jit->second.state);
+      if (!jit->second.model.error.empty()) body["model_error"] = jit->second.model.error;
+    }
+  }
+  reply(s, env.id, body);
+}
+
+void Leader::Impl::on_model_read(const SessionPtr& s, const wire::Envelope& env) {
+  const auto b = wire::parse_body<wire::ModelFileRequestBody>(env);
+  const auto m = models ? models->find(b.job, b.checkpoint) : std::nullopt;
+  if (!m) {
+    if (collecting.count(b.job)) {
+      return reply_error(s, env.id, wire::error_code::kUnavailable,
+                         "the model of " + b.job + " is being collected from agent " + collecting.at(b.job).agent +
+                             "; try again in a moment");
+    }
+    const auto jit = jobs.find(b.job);
+    std::string why = "no model \"" + b.checkpoint + "\" of " + b.job + " is kept";
+    if (jit == jobs.end() && (!models || models->list(b.job).empty())) why = "no job \"" + b.job + "\"";
+    if (jit != jobs.end() && !jit->second.terminal()) why += " (the job is " + std::string(to_string(jit->second.state)) + ")";
+    if (jit != jobs.end() && !jit->second.model.error.empty()) why += ": " + jit->second.model.error;
+    return reply_error(s, env.id, wire::error_code::kNotFound, why, "job");
+  }
+  const auto f = std::find_if(m->files.begin(), m->files.end(), [&](const ModelFileInfo& x) { return x.name == b.file; });
+  if (f == m->files.end()) {
+    return reply_error(s, env.id, wire::error_code::kNotFound,
+                       "the model of " + b.job + " has no " + b.file + " (a built-in model has no model.pt)", "file");
+  }
+  try {
+    const auto w = read_file_window(models->file_path(b.job, b.checkpoint, b.file), b.offset, b.max_bytes);
+    wire::ModelFileChunkBody c;
+    c.job = b.job;
+    c.file = b.file;
+    c.offset = w.offset;
+    c.size = w.size;
+    c.sha256 = f->sha256;
+    c.data = base64_encode(w.bytes);
+    reply(s, env.id, c.to_json());
+  } catch (const std::exception& e) {
+    reply_error(s, env.id, wire::error_code::kInternal, e.what(), "file");
+  }
+}
+
+void Leader::Impl::on_model_upload(const SessionPtr& s, const wire::Envelope& env) {
+  const auto b = wire::parse_body<wire::ModelUploadBody>(env);
+  if (!uploads) {
+    return reply_error(s, env.id, wire::error_code::kUnavailable,
+                       "the leader has no state directory to keep uploaded model files in", "sha256");
+  }
+  // The files of the jobs that may still start a worker stay, whatever the retention.
+  std::set<std::string> keep;
+  for (const auto& [id, j] : jobs) {
+    if (!j.terminal() && !j.spec.model_sha256.empty()) keep.insert(j.spec.model_sha256);
+  }
+  try {
+    wire::ModelUploadState st;
+    st.offset = uploads->put(b.sha256, b.size, b.offset, base64_decode(b.data), keep);
+    st.stored = st.offset == b.size;
+    if (st.stored && !b.data.empty()) spdlog::info("model file {} uploaded ({} bytes)", b.sha256, b.size);
+    reply(s, env.id, st.to_json());
+  } catch (const ProtocolError& e) {
+    reply_error(s, env.id, wire::error_code::kBadRequest, e.what(), "data");
+  } catch (const std::exception& e) {
+    reply_error(s, env.id, wire::error_code::kInternal, e.what(), "data");
+  }
+}
+
+bool Leader::Impl::resolve_init_from(const SessionPtr& s, const std::string& id, const wire::SubmitBody& b,
+                                     JobSpec& spec) {
+  const auto fail = [&](const std::string& why) {
+    reply_error(s, id, wire::error_code::kInvalidJob, "init_from: " + why, "init_from");
+    return false;
+  };
+  if (!uploads || !models) return fail("the leader has no state directory: it keeps no models to start from");
+  if (b.init_sha256) {
+    if (!uploads->find(*b.init_sha256)) {
+      return fail("the leader has no uploaded state_dict " + *b.init_sha256 + " (dltrain submit uploads it first)");
+    }
+    spec.init_sha256 = *b.init_sha256;
+    return true;
+  }
+  const auto m = models->find(spec.init_from, "last");
+  if (!m) {
+    return fail("\"" + spec.init_from + "\" is neither a job whose model the leader keeps (`dltrain models` lists "
+                "them) nor a model directory where the job was submitted");
+  }
+  if (m->model != spec.model) {
+    return fail(spec.init_from + " trained model \"" + m->model + "\"; this job trains \"" + spec.model + "\"");
+  }
+  const auto f = std::find_if(m->files.begin(), m->files.end(), [](const ModelFileInfo& x) { return x.name == "state_dict.pt"; });
+  if (f == m->files.end()) return fail("the model of " + spec.init_from + " has no state_dict.pt");
+  try {
+    uploads->adopt(models->file_path(m->job, m->checkpoint, "state_dict.pt"), f->sha256);
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+  spec.init_sha256 = f->sha256;
+  return true;
+}
+
+void Leader::Impl::on_model_download(const SessionPtr& s, const wire::Envelope& env) {
+  const auto b = wire::parse_body<wire::ModelDownloadBody>(env);
+  const auto path = uploads ? uploads->find(b.sha256) : std::nullopt;
+  if (!path) {
+    return reply_error(s, env.id, wire::error_code::kNotFound, "the leader has no uploaded model file " + b.sha256,
+                       "sha256");
+  }
+  try {
+    const auto w = read_file_window(*path, b.offset, b.max_bytes);
+    wire::ModelFileChunkBody c;
+    c.file = "model_file";
+    c.offset = w.offset;
+    c.size = w.size;
+    c.sha256 = b.sha256;
+    c.data = base64_encode(w.bytes);
+    reply(s, env.id, c.to_json());
+  } catch (const std::exception& e) {
+    reply_error(s, env.id, wire::error_code::kInternal, e.what(), "sha256");
+  }
+}
+
+}  // namespace dltrain::leader
