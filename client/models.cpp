@@ -6,7 +6,9 @@
 #include <cstring>
 #include <filesystem>
 #include <iomanip>
+#include <ctime>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include <toml++/toml.h>
@@ -24,8 +26,6 @@ using json = nlohmann::json;
 
 namespace {
 
-/// The largest model file the client accepts, bytes (the leader's own bound).
-constexpr std::int64_t kMaxModelFileBytes = std::int64_t{4} << 30;
 
 std::string when(double unix_seconds) {
   const auto t = static_cast<std::time_t>(unix_seconds);
@@ -46,8 +46,10 @@ json stored_models(control::BlockingControlClient& c, const CommandOptions& opt)
     const bool busy = !r.value("collecting", json::array()).empty();
     if (!r.value("models", json::array()).empty() || !busy) return r;
     if (std::chrono::steady_clock::now() >= deadline) {
-      throw TimeoutError("the leader was still collecting the model of " + opt.job_id + " after " +
-                         std::to_string(opt.timeout.count()) + " s (--timeout)");
+      throw control::RemoteError(wire::error_code::kUnavailable,
+                                 "the leader was still collecting the model of " + opt.job_id + " after " +
+                                     std::to_string(opt.timeout.count()) + " s (--timeout)",
+                                 "job");
     }
     if (!said) {
       std::cerr << "dltrain: the leader is collecting the model of " << opt.job_id << " from its agent; waiting"
@@ -110,25 +112,30 @@ int model_get(control::BlockingControlClient& c, const CommandOptions& opt, cons
     throw control::RemoteError(wire::error_code::kNotFound, why, "job");
   }
   const fs::path dir = mo.dir.empty() ? fs::path(opt.job_id + "-model") : fs::path(mo.dir);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw IoError("cannot create " + dir.string() + ": " + ec.message());
   std::vector<std::string> written;
-  for (const auto& f : manifest.at("files")) {
-    const std::string name = f.at("name").get<std::string>();
-    if (!wire::is_model_file(name)) throw ProtocolError("the leader listed an unexpected file \"" + name + "\"");
-    ChunkedFileWriter w((dir / name).string(), f.at("bytes").get<std::int64_t>(), f.at("sha256").get<std::string>(),
-                        kMaxModelFileBytes);
-    while (!w.complete()) {
-      json body{{"job", opt.job_id},  {"checkpoint", mo.checkpoint},     {"file", name},
-                {"offset", w.offset()}, {"max_bytes", wire::ModelFileRequestBody::kMaxBytes}};
-      const auto chunk = wire::ModelFileChunkBody::from_json(c.request("model_read", body, opt.timeout));
-      const auto bytes = base64_decode(chunk.data);
-      if (bytes.empty()) throw ProtocolError("the leader sent no bytes of " + name + " at offset " + std::to_string(w.offset()));
-      w.append(chunk.offset, bytes);
+  try {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw IoError("cannot create " + dir.string() + ": " + ec.message());
+    // A model file of another model downloaded here before would be taken for this one's.
+    for (const char* name : wire::kModelFiles) fs::remove(dir / name, ec);
+    for (const auto& f : manifest.at("files")) {
+      const std::string name = f.at("name").get<std::string>();
+      if (!wire::is_model_file(name)) throw ProtocolError("the leader listed an unexpected file \"" + name + "\"");
+      ChunkedFileWriter w((dir / name).string(), f.at("bytes").get<std::int64_t>(), f.at("sha256").get<std::string>(),
+                          wire::ModelUploadBody::kMaxFileBytes);
+      while (!w.complete()) {
+        json body{{"job", opt.job_id},  {"checkpoint", mo.checkpoint},     {"file", name},
+                  {"offset", w.offset()}, {"max_bytes", wire::ModelFileRequestBody::kMaxBytes}};
+        const auto chunk = wire::ModelFileChunkBody::from_json(c.request("model_read", body, opt.timeout));
+        w.append(chunk.offset, base64_decode(chunk.data));
+      }
+      w.finish();
+      written.push_back(name);
     }
-    w.finish();
-    written.push_back(name);
+  } catch (const IoError& e) {
+    // Here, not the leader: said as such (main() takes an IoError for an unreachable leader).
+    throw Error(std::string("model get: ") + e.what());
   }
   if (as_json) {
     std::cout << json{{"dir", fs::absolute(dir).string()}, {"model", manifest}}.dump() << std::endl;
@@ -151,29 +158,40 @@ std::string upload_file(control::BlockingControlClient& c, const fs::path& path,
                         const CommandOptions& opt, bool quiet) {
   std::error_code ec;
   const auto size = static_cast<std::int64_t>(fs::file_size(path, ec));
-  if (ec) throw IoError("cannot read " + path.string() + ": " + ec.message());
+  if (ec) throw ConfigError(field, "cannot read " + path.string() + ": " + ec.message());
   if (size > wire::ModelUploadBody::kMaxFileBytes) {
     throw ConfigError(field, "\"" + path.string() + "\" has " + std::to_string(size) + " bytes, more than the " +
                                  std::to_string(wire::ModelUploadBody::kMaxFileBytes) + " a model file may have");
   }
   if (size == 0) throw ConfigError(field, "\"" + path.string() + "\" is empty");
-  const std::string sha = sha256_file_hex(path.string());
+  std::string sha;
+  try {
+    sha = sha256_file_hex(path.string());
+  } catch (const IoError& e) {
+    throw ConfigError(field, e.what());
+  }
   json body{{"sha256", sha}, {"size", size}, {"offset", 0}, {"data", ""}};
   auto st = wire::ModelUploadState::from_json(c.request("model_upload", body, opt.timeout));
   if (!st.stored && !quiet) {
     std::cerr << "dltrain: uploading " << path.string() << " (" << human_bytes(static_cast<double>(size))
               << ") to the leader" << std::endl;
   }
-  while (!st.stored) {
-    const auto w = read_file_window(path.string(), st.offset, wire::ModelUploadBody::kMaxBytes);
-    if (w.bytes.empty()) throw IoError(path.string() + " changed while it was uploaded");
+  // The leader says where to go on after each window (another client uploading the same
+  // content may have moved it on); every window it takes moves it on, so the windows
+  // needed are bounded, and so are those it might not take.
+  const std::int64_t windows = size / wire::ModelUploadBody::kMaxBytes + 1;
+  for (std::int64_t sent = 0; !st.stored; ++sent) {
+    if (sent > 4 * windows + 16) throw ProtocolError("the leader did not take the upload of " + path.string());
+    FileWindow w;
+    try {
+      w = read_file_window(path.string(), st.offset, wire::ModelUploadBody::kMaxBytes);
+    } catch (const IoError& e) {
+      throw ConfigError(field, e.what());
+    }
+    if (w.bytes.empty()) throw ConfigError(field, path.string() + " changed while it was uploaded");
     body["offset"] = st.offset;
     body["data"] = base64_encode(w.bytes);
-    const auto next = wire::ModelUploadState::from_json(c.request("model_upload", body, opt.timeout));
-    if (!next.stored && next.offset <= st.offset) {
-      throw ProtocolError("the leader did not take the window at offset " + std::to_string(st.offset));
-    }
-    st = next;
+    st = wire::ModelUploadState::from_json(c.request("model_upload", body, opt.timeout));
   }
   return sha;
 }

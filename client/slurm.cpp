@@ -355,6 +355,7 @@ int launch_cluster(const SlurmOptions& opt, const std::string& self_exe, Mode mo
         try {
           ModelGetOptions mo;
           mo.dir = (fs::path(settings_dir) / (id + "-model")).string();
+          copt.job_id = id;
           model_get(c, copt, mo, false);
           verdict += "; its trained model is in " + mo.dir;
         } catch (const std::exception& e) {

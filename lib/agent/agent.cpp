@@ -102,7 +102,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   // Uploaded model files (JobSpec::model_sha256) fetched from the leader, and the workers
   // (key job/task) that wait for theirs before they start.
   ModelFetcher fetcher;
-  std::set<std::string> fetching;
+  std::map<std::string, std::uint32_t> fetching;  // key → the generation waiting
 
   Impl(asio::io_context& i, config::AgentOptions o)
       : io(i), opt(std::move(o)), supervisor(i), hb_timer(i), retry_timer(i), log_timer(i),
@@ -305,29 +305,39 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       if (auto sha = b.spec.value("init_sha256", std::string()); !sha.empty()) needed.emplace_back(sha, kInitStateDictFile);
     }
     if (needed.empty()) return launch_task(b, {});
-    fetching.insert(key);
-    fetch_for(b, std::move(needed), {});
+    fetching[key] = b.generation;
+    for (const auto& n : needed) fetcher.pin(n.first);
+    fetch_for(b, std::move(needed), 0, {});
   }
 
-  // Fetches the first of `needed`, then the rest, then starts the task (unless it was
-  // stopped meanwhile); a fetch that fails ends the task as not started.
-  void fetch_for(const wire::StartTaskBody& b, std::vector<std::pair<std::string, std::string>> needed,
+  // Fetches needed[i], then the rest, then starts the task (unless it was stopped or
+  // started again meanwhile); a fetch that fails ends the task as not started. Every
+  // needed file stays pinned in the cache until then.
+  void fetch_for(const wire::StartTaskBody& b, std::vector<std::pair<std::string, std::string>> needed, std::size_t i,
                  std::map<std::string, std::string> got) {
-    const auto [sha, name] = needed.front();
-    fetcher.fetch(sha, [w = weak_from_this(), b, needed, got, name = name](const std::string& path,
-                                                                          const std::string& error) mutable {
+    const auto sha = needed[i].first;
+    fetcher.fetch(sha, [w = weak_from_this(), b, needed, i, got](const std::string& path,
+                                                                 const std::string& error) mutable {
       auto self = w.lock();
+      if (!self) return;
       const std::string key = b.job + "/" + b.task;
-      if (!self || !self->fetching.count(key)) return;  // stopped meanwhile
+      const auto it = self->fetching.find(key);
+      // Stopped meanwhile, or started again as a newer generation (which fetches for itself).
+      const bool current = it != self->fetching.end() && it->second == b.generation;
+      const auto release = [&] {
+        for (const auto& n : needed) self->fetcher.unpin(n.first);
+        if (current) self->fetching.erase(key);
+      };
+      if (!current) return release();
+      const std::string& name = needed[i].second;
       try {
         if (!error.empty()) throw Error("cannot fetch the job's " + name + " from the leader: " + error);
         got[name] = path;
-        needed.erase(needed.begin());
-        if (!needed.empty()) return self->fetch_for(b, std::move(needed), std::move(got));
-        self->fetching.erase(key);
+        if (i + 1 < needed.size()) return self->fetch_for(b, std::move(needed), i + 1, std::move(got));
         self->launch_task(b, got);
+        release();
       } catch (const std::exception& e) {
-        self->fetching.erase(key);
+        release();
         spdlog::error("start_task {} failed: {}", key, e.what());
         self->report_not_started(b.job, b.task, b.generation, 126, "could not be started", e.what());
       }
@@ -586,8 +596,24 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     c.offset = w.offset;
     c.size = w.size;
     c.data = base64_encode(w.bytes);
-    if (b.offset == 0) c.sha256 = sha256_file_hex(path);
+    if (b.offset == 0) c.sha256 = model_file_sha256(path, b.file);
     return wire::make_reply(id, c.to_json());
+  }
+
+  // The SHA-256 of a model file: the one its worker wrote into metadata.json beside it
+  // (hashing a large state_dict again would hold up this io thread), else computed.
+  static std::string model_file_sha256(const std::string& path, const std::string& file) {
+    if (file != "metadata.json") {
+      try {
+        std::ifstream in(fs::path(path).parent_path() / "metadata.json");
+        const auto meta = json::parse(in);
+        const auto sha = meta.at("sha256").at(file).get<std::string>();
+        if (is_sha256_hex(sha)) return sha;
+      } catch (const std::exception&) {
+        // no usable checksum there: compute it
+      }
+    }
+    return sha256_file_hex(path);
   }
 
   // Bounds every running task's log (task_log_max_bytes), every few seconds, whether

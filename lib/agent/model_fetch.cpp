@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
+#include "job/job_spec.h"
 #include "wire/control_bodies.h"
 
 namespace dltrain::agent {
@@ -15,40 +17,28 @@ using Clock = std::chrono::steady_clock;
 
 ModelFetcher::ModelFetcher(boost::asio::io_context& io, std::string cache_dir, Send send, int keep_files,
                            std::chrono::milliseconds reply_timeout)
-    : io_(io), dir_(std::move(cache_dir)), send_(std::move(send)), keep_(std::max(1, keep_files)),
-      timeout_(reply_timeout), timer_(io) {}
+    : io_(io), cache_(std::move(cache_dir), keep_files), send_(std::move(send)), timeout_(reply_timeout), timer_(io) {}
 
-std::optional<std::string> ModelFetcher::cached(const std::string& sha256) const {
-  const auto path = (fs::path(dir_) / (sha256 + ".pt")).string();
-  std::error_code ec;
-  if (!wire::is_sha256_hex(sha256) || !fs::is_regular_file(path, ec)) return std::nullopt;
-  fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // recently used
-  return path;
-}
-
-// The least recently fetched or used files beyond keep_ go.
-void ModelFetcher::prune() {
-  std::vector<std::pair<fs::file_time_type, fs::path>> files;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir_, ec)) {
-    if (e.path().extension() == ".pt") files.emplace_back(e.last_write_time(ec), e.path());
-  }
-  if (files.size() <= static_cast<std::size_t>(keep_)) return;
-  std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (std::size_t i = static_cast<std::size_t>(keep_); i < files.size(); ++i) fs::remove(files[i].second, ec);
+void ModelFetcher::unpin(const std::string& sha256) {
+  const auto it = pins_.find(sha256);
+  if (it != pins_.end() && --it->second <= 0) pins_.erase(it);
 }
 
 void ModelFetcher::fetch(const std::string& sha256, Done done) {
-  if (!wire::is_sha256_hex(sha256)) return done("", "model_sha256 \"" + sha256 + "\" is not 64 hex digits");
-  if (auto p = cached(sha256)) return done(*p, "");
+  if (!is_sha256_hex(sha256)) return done("", "\"" + sha256 + "\" is not 64 hex digits");
+  if (auto p = cache_.find(sha256)) return done(*p, "");
   auto it = fetches_.find(sha256);
   if (it != fetches_.end()) {
     it->second.waiting.push_back(std::move(done));
     return;
   }
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec) return done("", "cannot create " + dir_ + ": " + ec.message());
+  if (fetches_.empty()) {
+    try {
+      cache_.open();
+    } catch (const std::exception& e) {
+      return done("", e.what());
+    }
+  }
   auto& f = fetches_[sha256];
   f.waiting.push_back(std::move(done));
   spdlog::info("fetching the model file {} from the leader", sha256);
@@ -82,12 +72,10 @@ bool ModelFetcher::on_reply(const wire::Envelope& env) {
     const auto chunk = wire::parse_body<wire::ModelFileChunkBody>(env);
     if (!f.writer) {
       if (chunk.sha256 != sha256) throw ProtocolError("the leader sent " + chunk.sha256 + " for " + sha256);
-      f.writer = std::make_unique<ChunkedFileWriter>((fs::path(dir_) / (sha256 + ".pt")).string(), chunk.size, sha256,
-                                                     wire::ModelUploadBody::kMaxFileBytes);
+      f.writer = std::make_unique<ChunkedFileWriter>(cache_.path(sha256), chunk.size, sha256,
+                                                     static_cast<std::int64_t>(kMaxModelFileBytes));
     }
-    const auto bytes = base64_decode(chunk.data);
-    if (bytes.empty() && !f.writer->complete()) throw ProtocolError("the leader sent no bytes at offset " + std::to_string(chunk.offset));
-    f.writer->append(chunk.offset, bytes);
+    f.writer->append(chunk.offset, base64_decode(chunk.data));
     if (!f.writer->complete()) {
       request(sha256, f, f.writer->offset());
       return true;
@@ -105,10 +93,13 @@ void ModelFetcher::finish(const std::string& sha256, const std::string& error) {
   if (it == fetches_.end()) return;
   auto waiting = std::move(it->second.waiting);
   fetches_.erase(it);  // an unfinished writer removes its part file
-  const std::string path = error.empty() ? (fs::path(dir_) / (sha256 + ".pt")).string() : "";
+  const std::string path = error.empty() ? cache_.path(sha256) : "";
   if (error.empty()) {
     spdlog::info("model file {} fetched", sha256);
-    prune();
+    std::set<std::string> pinned;
+    for (const auto& [sha, n] : pins_) pinned.insert(sha);
+    pinned.insert(sha256);
+    cache_.prune(pinned);
   } else {
     spdlog::error("cannot fetch the model file {}: {}", sha256, error);
   }

@@ -31,18 +31,20 @@ class ModelFetcher {
   using Done = std::function<void(const std::string& path, const std::string& error)>;
 
   /// `cache_dir` is created when the first file is fetched; it keeps the `keep_files`
-  /// most recently fetched or used files (a worker's own link to its file outlives the
-  /// cache's). `reply_timeout`: how long each window may take.
+  /// most recently fetched or used files besides the pinned ones (a worker's own link to
+  /// its file outlives the cache's). `reply_timeout`: how long each window may take.
   ModelFetcher(boost::asio::io_context& io, std::string cache_dir, Send send, int keep_files,
                std::chrono::milliseconds reply_timeout = std::chrono::seconds(30));
-
-  /// The cached copy of `sha256`, when it is complete.
-  std::optional<std::string> cached(const std::string& sha256) const;
 
   /// Gets `sha256` from the leader (unless it is cached: then `done` runs at once) and
   /// calls `done`. A fetch of the same content already running takes `done` too. A
   /// sha256 that is not 64 hex digits fails at once.
   void fetch(const std::string& sha256, Done done);
+
+  /// Keeps `sha256`'s cached file from being pruned until as many unpin() calls (a task
+  /// that waits for several files needs the first until the last has come).
+  void pin(const std::string& sha256) { ++pins_[sha256]; }
+  void unpin(const std::string& sha256);
 
   /// A reply from the leader: true when it answered one of this fetcher's requests.
   bool on_reply(const wire::Envelope& env);
@@ -60,13 +62,12 @@ class ModelFetcher {
   void request(const std::string& sha256, Fetch& f, std::int64_t offset);
   void finish(const std::string& sha256, const std::string& error);
   void arm_timer();
-  void prune();
 
   boost::asio::io_context& io_;
-  std::string dir_;
+  ContentStore cache_;
   Send send_;
-  int keep_;
   std::chrono::milliseconds timeout_;
+  std::map<std::string, int> pins_;
   boost::asio::steady_timer timer_;
   std::map<std::string, Fetch> fetches_;  ///< by sha256
   std::uint64_t next_ = 1;

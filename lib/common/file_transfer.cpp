@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -42,7 +43,9 @@ std::string finish_hex(EVP_MD_CTX* ctx) {
   return out;
 }
 
-bool is_hex64(const std::string& s) {
+}  // namespace
+
+bool is_sha256_hex(const std::string& s) {
   if (s.size() != 64) return false;
   for (char c : s) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
@@ -50,7 +53,9 @@ bool is_hex64(const std::string& s) {
   return true;
 }
 
-}  // namespace
+struct ChunkedFileWriter::Hash {
+  MdCtx ctx = new_sha256();
+};
 
 std::string sha256_hex(std::span<const std::uint8_t> bytes) {
   auto ctx = new_sha256();
@@ -118,9 +123,10 @@ ChunkedFileWriter::ChunkedFileWriter(std::string path, std::int64_t size, std::s
     throw ProtocolError(path_ + ": announced size " + std::to_string(size) + " bytes is outside [0, " +
                         std::to_string(max_size) + "]");
   }
-  if (!is_hex64(sha256_)) throw ProtocolError(path_ + ": announced sha256 \"" + sha256_ + "\" is not 64 hex digits");
+  if (!is_sha256_hex(sha256_)) throw ProtocolError(path_ + ": announced sha256 \"" + sha256_ + "\" is not 64 hex digits");
   fd_ = ::open(part_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw IoError("cannot create " + part_ + ": " + std::strerror(errno));
+  hash_ = std::make_unique<Hash>();
 }
 
 ChunkedFileWriter::~ChunkedFileWriter() {
@@ -132,6 +138,10 @@ void ChunkedFileWriter::append(std::int64_t offset, std::span<const std::uint8_t
   if (offset != written_) {
     throw ProtocolError(path_ + ": a window at offset " + std::to_string(offset) + ", expected " +
                         std::to_string(written_));
+  }
+  if (bytes.empty() && written_ < size_) {
+    throw ProtocolError(path_ + ": an empty window at offset " + std::to_string(offset) + " of " +
+                        std::to_string(size_) + " bytes");
   }
   if (written_ + static_cast<std::int64_t>(bytes.size()) > size_) {
     throw ProtocolError(path_ + ": " + std::to_string(written_ + static_cast<std::int64_t>(bytes.size())) +
@@ -146,6 +156,7 @@ void ChunkedFileWriter::append(std::int64_t offset, std::span<const std::uint8_t
     }
     done += static_cast<std::size_t>(n);
   }
+  if (EVP_DigestUpdate(hash_->ctx.get(), bytes.data(), bytes.size()) != 1) throw Error("OpenSSL SHA-256 update failed");
   written_ += static_cast<std::int64_t>(bytes.size());
 }
 
@@ -158,7 +169,7 @@ void ChunkedFileWriter::finish() {
     throw IoError("cannot write " + part_ + ": " + std::strerror(errno));
   }
   fd_ = -1;
-  const std::string got = sha256_file_hex(part_);
+  const std::string got = finish_hex(hash_->ctx.get());
   if (got != sha256_) {
     throw ProtocolError(path_ + ": checksum mismatch: sha256 " + got + " received, " + sha256_ + " sent");
   }
@@ -166,6 +177,46 @@ void ChunkedFileWriter::finish() {
   std::filesystem::rename(part_, path_, ec);
   if (ec) throw IoError("cannot rename " + part_ + " to " + path_ + ": " + ec.message());
   finished_ = true;
+}
+
+ContentStore::ContentStore(std::string dir, int keep) : dir_(std::move(dir)), keep_(std::max(1, keep)) {}
+
+void ContentStore::open() const {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) throw IoError("cannot create " + dir_ + ": " + ec.message());
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    if (e.path().extension() == ".part") fs::remove(e.path(), ec);
+  }
+}
+
+std::string ContentStore::path(const std::string& sha256) const {
+  return (std::filesystem::path(dir_) / (sha256 + ".pt")).string();
+}
+
+std::optional<std::string> ContentStore::find(const std::string& sha256) const {
+  namespace fs = std::filesystem;
+  if (!is_sha256_hex(sha256)) return std::nullopt;
+  const auto p = path(sha256);
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) return std::nullopt;
+  fs::last_write_time(p, fs::file_time_type::clock::now(), ec);  // recently used
+  return p;
+}
+
+void ContentStore::prune(const std::set<std::string>& pinned) const {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<fs::file_time_type, fs::path>> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    if (e.path().extension() == ".pt") files.emplace_back(e.last_write_time(ec), e.path());
+  }
+  if (files.size() <= static_cast<std::size_t>(keep_)) return;
+  std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t i = static_cast<std::size_t>(keep_); i < files.size(); ++i) {
+    if (!pinned.count(files[i].second.stem().string())) fs::remove(files[i].second, ec);
+  }
 }
 
 }  // namespace dltrain

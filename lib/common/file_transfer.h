@@ -7,11 +7,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace dltrain {
+
+/// True when `s` is 64 lowercase hex digits (a SHA-256 as dltrain writes it).
+bool is_sha256_hex(const std::string& s);
 
 /// SHA-256 (FIPS 180-4) of `bytes`, as 64 lowercase hex digits.
 std::string sha256_hex(std::span<const std::uint8_t> bytes);
@@ -40,9 +46,9 @@ struct FileWindow {
 FileWindow read_file_window(const std::string& path, std::int64_t offset, std::int64_t max_bytes);
 
 /// Writes one file from windows received in order (offset 0, then each next offset) to
-/// `path`.part, and on finish() checks its size and SHA-256 against what the sender said
-/// and renames it to `path` (so that `path` exists only whole and checked). The part file
-/// is removed when the writer is destroyed unfinished.
+/// `path`.part, hashing them as they come, and on finish() checks its size and SHA-256
+/// against what the sender said and renames it to `path` (so that `path` exists only whole
+/// and checked). The part file is removed when the writer is destroyed unfinished.
 class ChunkedFileWriter {
  public:
   /// Starts `path`.part for a file of `size` bytes (at most `max_size`) whose SHA-256 is
@@ -54,7 +60,8 @@ class ChunkedFileWriter {
   ChunkedFileWriter& operator=(const ChunkedFileWriter&) = delete;
 
   /// Appends `bytes`, which must start at offset(). Throws ProtocolError for another
-  /// offset or bytes beyond the announced size, IoError when the write fails.
+  /// offset, bytes beyond the announced size, or an empty window while bytes are missing
+  /// (a sender that would never finish); IoError when the write fails.
   void append(std::int64_t offset, std::span<const std::uint8_t> bytes);
   /// Bytes written so far: where the next window starts.
   std::int64_t offset() const { return written_; }
@@ -66,10 +73,37 @@ class ChunkedFileWriter {
   void finish();
 
  private:
+  struct Hash;
   std::string path_, part_, sha256_;
   std::int64_t size_ = 0, written_ = 0;
   int fd_ = -1;
   bool finished_ = false;
+  std::unique_ptr<Hash> hash_;
+};
+
+/// Files named by their content's SHA-256 in one directory, `<dir>/<sha256>.pt` (the model
+/// files that jobs upload, on the leader and in each agent's cache), of which the `keep`
+/// most recently stored or used stay. Files only enter whole, by rename, so a file found
+/// is complete. Thread-safety: none.
+class ContentStore {
+ public:
+  /// `keep` >= 1 (smaller values count as 1). Creates nothing yet.
+  ContentStore(std::string dir, int keep);
+  /// Creates the directory and removes part files an interrupted writer left. Throws
+  /// IoError naming the directory.
+  void open() const;
+  /// Where `sha256`'s file is or goes.
+  std::string path(const std::string& sha256) const;
+  /// `sha256`'s file when it is there (its use time refreshed), for a 64-hex-digit sha256.
+  std::optional<std::string> find(const std::string& sha256) const;
+  /// Removes the files beyond the `keep` most recently stored or used ones, except the
+  /// `pinned` ones (by sha256).
+  void prune(const std::set<std::string>& pinned = {}) const;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  int keep_;
 };
 
 }  // namespace dltrain

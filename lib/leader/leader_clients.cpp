@@ -36,7 +36,7 @@ std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const 
       uploaded = *path;
     }
     auto spec = parse_job_toml(*b.job_toml, b.base_dir, true, uploaded);
-    if (b.model_sha256) spec.model_sha256 = *b.model_sha256;
+    if (b.model_sha256 && spec.model == "torchscript") spec.model_sha256 = *b.model_sha256;
     if (!spec.init_from.empty() && !resolve_init_from(s, env.id, b, spec)) return std::nullopt;
     // A job whose PS shard cannot fit on any agent is refused now, not when it is placed.
     if (auto why = spec.workers_auto ? std::nullopt : ps_memory_problem(spec)) {

@@ -225,10 +225,11 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// True when `env` (a reply from an agent) answers a read_model_file; goes on.
   bool on_model_file_reply(const wire::Envelope& env);
   /// Ends `job`'s collection ("" = stored) and lets the job end.
-  void end_collection(const std::string& job, const std::string& error);
+  void end_collection(std::string job, const std::string& error);
   /// Ends the collections whose agent did not answer in time.
   void expire_model_requests();
-  /// The stored models (of `job` when given), newest first, as JSON manifests.
+  /// The stored models (of `job` when given), newest first, as JSON manifests (at most
+  /// 1,000: the latest).
   json models_json(const std::optional<std::string>& job) const;
   /// `models {job?}` → the stored models and the jobs whose model is being collected.
   void on_models(const SessionPtr& s, const wire::Envelope& env);

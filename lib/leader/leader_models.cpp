@@ -22,8 +22,6 @@ namespace {
 
 /// How long the leader waits for one window of a model file from an agent.
 constexpr std::chrono::seconds kModelReplyTimeout{30};
-/// The largest model file the leader accepts, bytes (ResNet-18's state_dict is 45 MB).
-constexpr std::int64_t kMaxModelFileBytes = std::int64_t{4} << 30;
 
 }  // namespace
 
@@ -89,7 +87,7 @@ bool Leader::Impl::on_model_file_reply(const wire::Envelope& env) {
     const auto chunk = wire::parse_body<wire::ModelFileChunkBody>(env);
     if (!c.writer) {
       c.writer = std::make_unique<ChunkedFileWriter>((std::filesystem::path(c.staging) / c.req.file).string(),
-                                                     chunk.size, chunk.sha256, kMaxModelFileBytes);
+                                                     chunk.size, chunk.sha256, wire::ModelUploadBody::kMaxFileBytes);
       c.sha256 = chunk.sha256;
     }
     c.writer->append(chunk.offset, base64_decode(chunk.data));
@@ -106,8 +104,11 @@ bool Leader::Impl::on_model_file_reply(const wire::Envelope& env) {
       std::ifstream in(std::filesystem::path(c.staging) / "metadata.json");
       const json meta = json::parse(in);
       for (const auto& f : meta.value("files", json::array())) {
-        if (f.is_string() && wire::is_model_file(f.get<std::string>()) && f != "metadata.json") {
-          c.pending.push_back(f.get<std::string>());
+        if (!f.is_string()) continue;
+        const auto name = f.get<std::string>();
+        if (wire::is_model_file(name) && name != "metadata.json" &&
+            std::find(c.pending.begin(), c.pending.end(), name) == c.pending.end()) {
+          c.pending.push_back(name);
         }
       }
     }
@@ -129,11 +130,17 @@ bool Leader::Impl::on_model_file_reply(const wire::Envelope& env) {
   return true;
 }
 
-void Leader::Impl::end_collection(const std::string& job, const std::string& error) {
+// `job` by value: callers pass the Collecting's own, which the erase destroys.
+void Leader::Impl::end_collection(std::string job, const std::string& error) {
   const auto it = collecting.find(job);
   if (it != collecting.end()) {
     const std::string checkpoint = it->second.manifest.checkpoint;
+    const std::string staging = it->second.staging;
     collecting.erase(it);  // a writer left unfinished removes its part file
+    if (!error.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(staging, ec);  // the files that did arrive
+    }
     const auto jit = jobs.find(job);
     if (jit == jobs.end()) return;
     JobRec& j = jit->second;
@@ -161,9 +168,14 @@ void Leader::Impl::expire_model_requests() {
 }
 
 json Leader::Impl::models_json(const std::optional<std::string>& job) const {
+  // A reply stays well inside the 4 MiB message limit: a manifest is ~400 bytes.
+  constexpr std::size_t kMaxListed = 1000;
   json out = json::array();
   if (!models) return out;
-  for (const auto& m : models->list(job)) out.push_back(m.to_json());
+  for (const auto& m : models->list(job)) {
+    if (out.size() >= kMaxListed) break;
+    out.push_back(m.to_json());
+  }
   return out;
 }
 
@@ -229,7 +241,9 @@ void Leader::Impl::on_model_upload(const SessionPtr& s, const wire::Envelope& en
   // The files of the jobs that may still start a worker stay, whatever the retention.
   std::set<std::string> keep;
   for (const auto& [id, j] : jobs) {
-    if (!j.terminal() && !j.spec.model_sha256.empty()) keep.insert(j.spec.model_sha256);
+    if (j.terminal()) continue;
+    if (!j.spec.model_sha256.empty()) keep.insert(j.spec.model_sha256);
+    if (!j.spec.init_sha256.empty()) keep.insert(j.spec.init_sha256);
   }
   try {
     wire::ModelUploadState st;

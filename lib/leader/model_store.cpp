@@ -9,6 +9,7 @@
 
 #include "common/errors.h"
 #include "common/file_transfer.h"
+#include "job/job_spec.h"
 
 namespace dltrain::leader {
 
@@ -164,39 +165,27 @@ struct UploadStore::InFlight {
   ChunkedFileWriter writer;
   std::chrono::steady_clock::time_point last;
   InFlight(const std::string& path, std::int64_t size, const std::string& sha256)
-      : writer(path, size, sha256, std::int64_t{2} << 30), last(std::chrono::steady_clock::now()) {}
+      : writer(path, size, sha256, static_cast<std::int64_t>(kMaxModelFileBytes)), last(std::chrono::steady_clock::now()) {}
 };
 
-UploadStore::UploadStore(std::string root, int retention) : root_(std::move(root)), retention_(std::max(1, retention)) {
-  std::error_code ec;
-  fs::create_directories(root_, ec);
-  if (ec) throw IoError("cannot create the upload store " + root_ + ": " + ec.message());
-  for (const auto& e : fs::directory_iterator(root_, ec)) {
-    if (e.path().extension() == ".part") fs::remove(e.path(), ec);
-  }
-}
+UploadStore::UploadStore(std::string root, int retention) : files_(std::move(root), retention) { files_.open(); }
 
 UploadStore::~UploadStore() = default;
 
-std::optional<std::string> UploadStore::find(const std::string& sha256) {
-  const fs::path p = fs::path(root_) / (sha256 + ".pt");
-  std::error_code ec;
-  if (!fs::is_regular_file(p, ec)) return std::nullopt;
-  fs::last_write_time(p, fs::file_time_type::clock::now(), ec);  // recently used
-  return p.string();
-}
-
 std::int64_t UploadStore::put(const std::string& sha256, std::int64_t size, std::int64_t offset,
                               std::span<const std::uint8_t> bytes, const std::set<std::string>& keep) {
-  if (find(sha256)) return size;
+  if (files_.find(sha256)) return size;
   auto it = in_flight_.find(sha256);
   if (offset == 0 && bytes.empty()) {
-    if (it != in_flight_.end()) in_flight_.erase(it);
+    if (it != in_flight_.end()) {
+      it->second->last = std::chrono::steady_clock::now();
+      return it->second->writer.offset();  // another client's upload of the same content: go on with it
+    }
     if (in_flight_.size() >= kMaxInFlight) {
       throw ProtocolError("the leader takes " + std::to_string(kMaxInFlight) +
                           " model uploads at once; try again when one has finished");
     }
-    in_flight_[sha256] = std::make_unique<InFlight>((fs::path(root_) / (sha256 + ".pt")).string(), size, sha256);
+    in_flight_[sha256] = std::make_unique<InFlight>(files_.path(sha256), size, sha256);
     return 0;
   }
   if (it == in_flight_.end()) {
@@ -204,6 +193,7 @@ std::int64_t UploadStore::put(const std::string& sha256, std::int64_t size, std:
   }
   auto& f = *it->second;
   f.last = std::chrono::steady_clock::now();
+  if (offset != f.writer.offset()) return f.writer.offset();  // not the window the upload is at
   try {
     f.writer.append(offset, bytes);
     if (!f.writer.complete()) return f.writer.offset();
@@ -213,13 +203,15 @@ std::int64_t UploadStore::put(const std::string& sha256, std::int64_t size, std:
     throw;
   }
   in_flight_.erase(sha256);
-  prune(keep);
+  auto pinned = keep;
+  pinned.insert(sha256);
+  files_.prune(pinned);
   return size;
 }
 
 std::string UploadStore::adopt(const std::string& path, const std::string& sha256) {
-  if (auto p = find(sha256)) return *p;
-  const fs::path dst = fs::path(root_) / (sha256 + ".pt");
+  if (auto p = files_.find(sha256)) return *p;
+  const fs::path dst = files_.path(sha256);
   const fs::path part = dst.string() + ".part";
   std::error_code ec;
   fs::copy_file(path, part, fs::copy_options::overwrite_existing, ec);
@@ -236,21 +228,6 @@ std::string UploadStore::adopt(const std::string& path, const std::string& sha25
 void UploadStore::expire(std::chrono::seconds idle) {
   const auto now = std::chrono::steady_clock::now();
   std::erase_if(in_flight_, [&](const auto& kv) { return now - kv.second->last > idle; });
-}
-
-void UploadStore::prune(const std::set<std::string>& keep) {
-  std::vector<std::pair<fs::file_time_type, fs::path>> files;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root_, ec)) {
-    if (e.path().extension() == ".pt") files.emplace_back(e.last_write_time(ec), e.path());
-  }
-  if (files.size() <= static_cast<std::size_t>(retention_)) return;
-  std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (std::size_t i = static_cast<std::size_t>(retention_); i < files.size(); ++i) {
-    if (keep.count(files[i].second.stem().string())) continue;
-    spdlog::info("upload store: removing {} (model_retention = {} files)", files[i].second.string(), retention_);
-    fs::remove(files[i].second, ec);
-  }
 }
 
 }  // namespace dltrain::leader

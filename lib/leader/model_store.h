@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/file_transfer.h"
+
 namespace dltrain::leader {
 
 /// One file of a stored model.
@@ -87,10 +89,12 @@ class ModelStore {
 };
 
 /// The model files clients upload with their jobs (model = "torchscript", `dltrain
-/// submit`), one per content: <root>/<sha256>.pt. An upload arrives in windows, in order,
-/// and is kept only whole and matching its SHA-256; a file that is already there is not
-/// sent again. Bounded: at most kMaxInFlight uploads at once (an idle one is dropped),
-/// and the least recently used stored files beyond `retention` are removed.
+/// submit`) and the trained state_dicts jobs start from (init_from), one per content:
+/// <root>/<sha256>.pt (a ContentStore). An upload arrives in windows, in order, and is
+/// kept only whole and matching its SHA-256; a file that is already there is not sent
+/// again, and two clients uploading the same content share one upload. Bounded: at most
+/// kMaxInFlight uploads at once (an idle one is dropped), and the least recently used
+/// stored files beyond `retention` are removed, except those of jobs not yet ended.
 class UploadStore {
  public:
   static constexpr std::size_t kMaxInFlight = 8;
@@ -99,14 +103,16 @@ class UploadStore {
   ~UploadStore();
 
   /// The stored file of `sha256`, if complete (its use time is refreshed).
-  std::optional<std::string> find(const std::string& sha256);
+  std::optional<std::string> find(const std::string& sha256) { return files_.find(sha256); }
 
   /// Takes window [offset, offset + bytes.size()) of the upload of `sha256`, a file of
-  /// `size` bytes; an empty window at offset 0 asks where to begin (and starts the upload
-  /// over). Returns the offset of the next window wanted, `size` once the file is stored
-  /// (then the least recently used files beyond the retention, except those in `keep`,
-  /// are removed). Throws ProtocolError for a window out of order, bytes beyond `size`, a
-  /// file that does not match `sha256` (it is dropped), or too many uploads at once;
+  /// `size` bytes. An empty window at offset 0 asks where to begin: a new upload, the
+  /// offset an upload of the same content in progress has reached, or `size` when the
+  /// file is stored. A window at another offset than the upload's is not taken. Returns
+  /// the offset of the next window wanted, `size` once the file is stored (then the
+  /// least recently used files beyond the retention, except those in `keep`, are
+  /// removed). Throws ProtocolError for bytes beyond `size`, a file that does not match
+  /// `sha256` (it is dropped), no upload in progress, or too many uploads at once;
   /// IoError when a file cannot be written.
   std::int64_t put(const std::string& sha256, std::int64_t size, std::int64_t offset,
                    std::span<const std::uint8_t> bytes, const std::set<std::string>& keep = {});
@@ -121,9 +127,7 @@ class UploadStore {
 
  private:
   struct InFlight;
-  void prune(const std::set<std::string>& keep);
-  std::string root_;
-  int retention_;
+  ContentStore files_;
   std::map<std::string, std::unique_ptr<InFlight>> in_flight_;  ///< by sha256
 };
 

@@ -2,7 +2,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 
 #include "common/errors.h"
 #include "data/augment.h"
@@ -14,12 +13,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-std::string shape_of(const torch::Tensor& t) {
-  std::string out = "[";
-  for (std::int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.size(d));
-  return out + "]";
-}
 
 template <typename T>
 T meta_field(const json& meta, const char* key, const std::string& file) {
@@ -35,20 +28,17 @@ T meta_field(const json& meta, const char* key, const std::string& file) {
 
 void load_state_dict(const Model& m, const c10::Dict<c10::IValue, c10::IValue>& state, const std::string& source) {
   torch::NoGradGuard ng;
-  const auto assign = [&](const std::string& key, torch::Tensor& dst) {
-    const std::string name = exported_name(m.name, key);
+  for (auto& [name, dst] : named_tensors(m)) {
     const auto it = state.find(c10::IValue(name));
     if (it == state.end()) throw ConfigError("state_dict", source + " has no tensor \"" + name + "\"");
     if (!it->value().isTensor()) throw ConfigError("state_dict", source + ": \"" + name + "\" is not a tensor");
     const auto src = it->value().toTensor();
     if (src.sizes() != dst.sizes()) {
-      throw ConfigError("state_dict", source + ": \"" + name + "\" is " + shape_of(src) + ", the model's is " +
-                                          shape_of(dst));
+      throw ConfigError("state_dict", source + ": \"" + name + "\" is " + shape_string(src) + ", the model's is " +
+                                          shape_string(dst));
     }
     dst.copy_(src);
-  };
-  for (auto& p : m.module->named_parameters(true)) assign(p.key(), p.value());
-  for (auto& b : m.module->named_buffers(true)) assign(b.key(), b.value());
+  }
 }
 
 LoadedModel load_model_dir(const std::string& dir) {
@@ -75,24 +65,14 @@ LoadedModel load_model_dir(const std::string& dir) {
   }
   m.class_names = m.meta.value("class_names", std::vector<std::string>{});
   m.class_names.resize(static_cast<std::size_t>(m.classes));
-  const std::string script = (fs::path(dir) / "model.pt").string();
-  if (fs::exists(script)) {
-    m.model = load_torchscript_model(script, m.channels, m.classes, m.image_size);
+  // What the metadata says the model is decides which file is read (a model.pt left in
+  // the directory by another model is not this one).
+  if (m.name == "torchscript") {
+    m.model = load_torchscript_model((fs::path(dir) / "model.pt").string(), m.channels, m.classes, m.image_size);
   } else {
     m.model = make_model(m.name, m.channels, m.classes, m.image_size);
     const std::string sd = (fs::path(dir) / "state_dict.pt").string();
-    std::ifstream f(sd, std::ios::binary);
-    if (!f) throw ConfigError("model", sd + " does not exist");
-    const std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    c10::IValue v;
-    try {
-      v = torch::pickle_load(bytes);
-    } catch (const c10::Error& e) {
-      const std::string what = e.what();
-      throw ConfigError("model", sd + " is not a state_dict that torch::pickle_load reads: " + what.substr(0, what.find('\n')));
-    }
-    if (!v.isGenericDict()) throw ConfigError("model", sd + " is not a dict of tensors");
-    load_state_dict(m.model, v.toGenericDict(), sd);
+    load_state_dict(m.model, read_state_dict(sd, "model", sd), sd);
   }
   m.model.module->eval();
   return m;

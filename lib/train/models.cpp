@@ -219,13 +219,42 @@ std::string first_line(const std::string& what) {
   return nl == std::string::npos ? what : what.substr(0, nl);
 }
 
-std::string shape_of(const torch::Tensor& t) {
+
+}  // namespace
+
+std::string shape_string(const torch::Tensor& t) {
   std::string out = "[";
   for (std::int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.size(d));
   return out + "]";
 }
 
-}  // namespace
+std::vector<std::pair<std::string, torch::Tensor>> named_tensors(const Model& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  if (auto* scripted = dynamic_cast<ScriptedModelImpl*>(model.module.get())) {
+    for (const auto& p : scripted->script.named_parameters(true)) out.emplace_back(p.name, p.value);
+    for (const auto& b : scripted->script.named_buffers(true)) out.emplace_back(b.name, b.value);
+  } else {
+    for (const auto& p : model.module->named_parameters(true)) out.emplace_back(exported_name(model.name, p.key()), p.value());
+    for (const auto& b : model.module->named_buffers(true)) out.emplace_back(exported_name(model.name, b.key()), b.value());
+  }
+  return out;
+}
+
+c10::Dict<c10::IValue, c10::IValue> read_state_dict(const std::string& path, const std::string& field,
+                                                    const std::string& name) {
+  const auto refuse = [&](const std::string& why) { throw ConfigError(field, name + ": " + why); };
+  std::ifstream in(path, std::ios::binary);
+  if (!in) refuse("cannot read " + path);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  c10::IValue v;
+  try {
+    v = torch::pickle_load(bytes);
+  } catch (const c10::Error& e) {
+    refuse("not a state_dict that torch::pickle_load reads: " + first_line(e.what()));
+  }
+  if (!v.isGenericDict()) refuse("not a dict of tensors");
+  return v.toGenericDict();
+}
 
 Model load_torchscript_model(const std::string& path, std::int64_t channels, std::int64_t classes,
                              std::int64_t image_size, const std::string& name) {
@@ -268,12 +297,12 @@ Model load_torchscript_model(const std::string& path, std::int64_t channels, std
     try {
       out = module->forward(torch::zeros(in_shape));
     } catch (const std::exception& e) {
-      refuse("forward fails on the job's input shape " + shape_of(torch::zeros(in_shape)) + ": " + first_line(e.what()));
+      refuse("forward fails on the job's input shape " + shape_string(torch::zeros(in_shape)) + ": " + first_line(e.what()));
     }
     module->train(true);
   }
   if (out.dim() != 2 || out.size(0) != 2 || out.size(1) != classes) {
-    refuse("forward returns " + shape_of(out) + " for input " + shape_of(torch::zeros(in_shape)) + "; expected [2, " +
+    refuse("forward returns " + shape_string(out) + " for input " + shape_string(torch::zeros(in_shape)) + "; expected [2, " +
            std::to_string(classes) + "] (batch, classes: one logit per class of the data set)");
   }
   Model m;
@@ -292,17 +321,7 @@ std::vector<std::string> save_model_files(const Model& model, const std::string&
   c10::Dict<std::string, torch::Tensor> state;
   auto* scripted = dynamic_cast<ScriptedModelImpl*>(model.module.get());
   torch::NoGradGuard ng;
-  if (scripted != nullptr) {
-    for (const auto& p : scripted->script.named_parameters(true)) state.insert(p.name, p.value.detach().cpu());
-    for (const auto& b : scripted->script.named_buffers(true)) state.insert(b.name, b.value.detach().cpu());
-  } else {
-    for (const auto& p : model.module->named_parameters(true)) {
-      state.insert(exported_name(model.name, p.key()), p.value().detach().cpu());
-    }
-    for (const auto& b : model.module->named_buffers(true)) {
-      state.insert(exported_name(model.name, b.key()), b.value().detach().cpu());
-    }
-  }
+  for (const auto& [key, t] : named_tensors(model)) state.insert(key, t.detach().cpu());
   const auto write = [&](const std::string& name, const std::vector<char>& bytes) {
     const std::string path = (fs::path(dir) / name).string();
     const std::string tmp = path + ".tmp";
@@ -331,26 +350,8 @@ std::vector<std::string> save_model_files(const Model& model, const std::string&
 }
 
 std::string init_from_state_dict(const Model& model, const std::string& path, const std::string& name) {
-  const auto refuse = [&](const std::string& why) { throw ConfigError("init_from", name + ": " + why); };
-  std::ifstream in(path, std::ios::binary);
-  if (!in) refuse("cannot read its state_dict.pt");
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  c10::IValue v;
-  try {
-    v = torch::pickle_load(bytes);
-  } catch (const c10::Error& e) {
-    refuse("its state_dict.pt is not one that torch::pickle_load reads: " + first_line(e.what()));
-  }
-  if (!v.isGenericDict()) refuse("its state_dict.pt is not a dict of tensors");
-  const auto state = v.toGenericDict();
-  std::vector<std::pair<std::string, torch::Tensor>> targets;
-  if (auto* scripted = dynamic_cast<ScriptedModelImpl*>(model.module.get())) {
-    for (const auto& p : scripted->script.named_parameters(true)) targets.emplace_back(p.name, p.value);
-    for (const auto& b : scripted->script.named_buffers(true)) targets.emplace_back(b.name, b.value);
-  } else {
-    for (const auto& p : model.module->named_parameters(true)) targets.emplace_back(exported_name(model.name, p.key()), p.value());
-    for (const auto& b : model.module->named_buffers(true)) targets.emplace_back(exported_name(model.name, b.key()), b.value());
-  }
+  const auto state = read_state_dict(path, "init_from", name + "'s state_dict.pt");
+  auto targets = named_tensors(model);
   torch::NoGradGuard ng;
   std::size_t taken = 0;
   std::string fresh;
@@ -362,13 +363,15 @@ std::string init_from_state_dict(const Model& model, const std::string& path, co
     }
     const auto src = it->value().toTensor();
     if (src.sizes() != dst.sizes()) {
-      fresh += (fresh.empty() ? "" : ", ") + key + " " + shape_of(dst) + " (the file's " + shape_of(src) + ")";
+      fresh += (fresh.empty() ? "" : ", ") + key + " " + shape_string(dst) + " (the file's " + shape_string(src) + ")";
       continue;
     }
     dst.copy_(src.to(dst.dtype()));
     ++taken;
   }
-  if (taken == 0) refuse("none of its tensors fits this job's network (another model?)");
+  if (taken == 0) {
+    throw ConfigError("init_from", name + ": none of its tensors fits this job's network (another model?)");
+  }
   return std::to_string(taken) + " of " + std::to_string(targets.size()) + " tensors from " + name +
          (fresh.empty() ? "" : "; new: " + fresh);
 }

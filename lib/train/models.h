@@ -130,6 +130,19 @@ Model load_torchscript_model(const std::string& path, std::int64_t channels, std
 /// Returns the files written. Throws IoError naming the file that could not be written.
 std::vector<std::string> save_model_files(const Model& model, const std::string& dir);
 
+/// "[2, 1, 28, 28]": `t`'s shape, for messages.
+std::string shape_string(const torch::Tensor& t);
+
+/// `model`'s parameters, then its buffers, each under the name its state_dict.pt gives it
+/// (a TorchScript model's Python names; a built-in's exported_name), sharing storage with
+/// the model's own tensors.
+std::vector<std::pair<std::string, torch::Tensor>> named_tensors(const Model& model);
+
+/// The dict of tensors in the state_dict.pt at `path` (torch::pickle_load). Throws
+/// ConfigError(field, "NAME: …") when it cannot be read or is not a dict.
+c10::Dict<c10::IValue, c10::IValue> read_state_dict(const std::string& path, const std::string& field,
+                                                    const std::string& name);
+
 /// Starts `model` from a trained model's state_dict.pt at `path` (init_from, fine-tuning):
 /// each parameter and buffer whose name (as save_model_files writes them) and shape match
 /// takes the file's values; one whose shape differs (the classifier of a data set with

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/file_transfer.h"
 #include "common/host_port.h"
 #include "job/job_spec.h"
 #include "common/secret.h"
@@ -133,11 +134,6 @@ void ModelFileRequestBody::check(const std::string& type) const {
     throw BodyError("max_bytes", type + " field \"max_bytes\": expected 1 to " + std::to_string(kMaxBytes) + ", got " +
                                      std::to_string(max_bytes));
   }
-}
-
-bool is_sha256_hex(const std::string& s) {
-  return s.size() == 64 &&
-         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 void ModelUploadBody::check(const std::string& type) const {

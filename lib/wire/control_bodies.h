@@ -25,6 +25,7 @@
 
 #include "common/errors.h"
 #include "common/json_fields.h"
+#include "job/job_spec.h"
 #include "wire/control.h"
 
 namespace dltrain::wire {
@@ -302,7 +303,7 @@ struct ModelsQueryBody : json_fields::Fields<ModelsQueryBody> {
 /// windows come in order. Answered by ModelUploadState.
 struct ModelUploadBody : json_fields::Fields<ModelUploadBody> {
   static constexpr std::int64_t kMaxBytes = 1 << 20;         ///< file bytes per window
-  static constexpr std::int64_t kMaxFileBytes = std::int64_t{2} << 30;  ///< as job/job_spec.h's kMaxModelFileBytes
+  static constexpr std::int64_t kMaxFileBytes = static_cast<std::int64_t>(kMaxModelFileBytes);  ///< job/job_spec.h's
   std::string sha256;       ///< of the whole file, 64 lowercase hex digits; required
   std::int64_t size = 0;    ///< of the whole file, bytes, [1, kMaxFileBytes]
   std::int64_t offset = 0;  ///< where `data` starts, bytes
@@ -339,9 +340,6 @@ struct ModelDownloadBody : json_fields::Fields<ModelDownloadBody> {
   /// BodyError for a sha256 that is not 64 hex digits, an offset < 0, max_bytes out of range.
   void check(const std::string& type) const;
 };
-
-/// True when `s` is 64 lowercase hex digits (a SHA-256 as dltrain writes it).
-bool is_sha256_hex(const std::string& s);
 
 /// auth (dashboard → leader): the first message of a /v1/dashboard session, which a
 /// browser opens without an Authorization header (a page's WebSocket cannot set one).

@@ -142,8 +142,9 @@ leader::ModelManifest manifest(const std::string& job, double created, const std
   m.epochs = 3;
   m.created_unix = created;
   m.agent = "a1";
-  write(fs::path(staging) / "metadata.json", "{\"job\": \"" + job + "\"}");
-  m.files.push_back({"metadata.json", static_cast<std::int64_t>(14 + job.size()), "00"});
+  const auto path = fs::path(staging) / "metadata.json";
+  write(path, "{\"job\": \"" + job + "\"}");
+  m.files.push_back({"metadata.json", static_cast<std::int64_t>(fs::file_size(path)), sha256_file_hex(path.string())});
   return m;
 }
 
@@ -167,7 +168,7 @@ TEST(ModelStore, CommitListsReopensAndKeepsTheLatestJobs) {
     EXPECT_FALSE(store.find("job-1", "last"));
     EXPECT_FALSE(fs::exists(fs::path(root) / "job-1"));
     EXPECT_EQ(store.list("job-2").size(), 1u);
-    EXPECT_EQ(store.list("job-2")[0].bytes(), 19);
+    EXPECT_EQ(store.list("job-2")[0].bytes(), 16);  // {"job": "job-2"}
     // An interrupted collection: staged, never committed.
     store.staging_dir("job-4", "last");
   }
@@ -182,6 +183,38 @@ TEST(ModelStore, CommitListsReopensAndKeepsTheLatestJobs) {
   EXPECT_EQ(list[0].files[0].name, "metadata.json");
   EXPECT_FALSE(fs::exists(fs::path(root) / "job-9"));
   EXPECT_FALSE(fs::exists(fs::path(root) / ".staging"));
+}
+
+TEST(UploadStore, TwoClientsShareOneUploadAndAFileIsKeptOnlyWhole) {
+  TempDir d;
+  leader::UploadStore store((d.path / "uploads").string(), 2);
+  const std::string text(3000, 'x');
+  const auto sha = sha256_hex(bytes_of(text));
+  const auto window = [&](std::int64_t at, std::int64_t n) { return bytes_of(text).subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(n)); };
+  EXPECT_EQ(store.put(sha, 3000, 0, {}), 0);           // a new upload
+  EXPECT_EQ(store.put(sha, 3000, 0, window(0, 1000)), 1000);
+  EXPECT_EQ(store.put(sha, 3000, 0, {}), 1000);        // a second client joins where it is
+  EXPECT_EQ(store.put(sha, 3000, 0, window(0, 1000)), 1000);  // a window it has: not taken
+  EXPECT_FALSE(store.find(sha));
+  EXPECT_EQ(store.put(sha, 3000, 1000, window(1000, 2000)), 3000);
+  ASSERT_TRUE(store.find(sha));
+  EXPECT_EQ(read(*store.find(sha)), text);
+  EXPECT_EQ(store.put(sha, 3000, 0, {}), 3000);        // stored: nothing more to send
+  // Bytes that do not match the announced SHA-256 are dropped with the upload.
+  const std::string other = std::string(10, 'y');
+  EXPECT_EQ(store.put(sha256_hex(bytes_of("something else")), 10, 0, {}), 0);
+  EXPECT_THROW(store.put(sha256_hex(bytes_of("something else")), 10, 0, bytes_of(other)), ProtocolError);
+  EXPECT_THROW(store.put(sha256_hex(bytes_of("something else")), 10, 0, bytes_of(other)), ProtocolError);  // gone
+  EXPECT_FALSE(store.find(sha256_hex(bytes_of("something else"))));
+  // Retention 2: the least recently used file goes, unless a live job pins it.
+  for (const std::string t : {"a", "b", "c"}) {
+    const auto h = sha256_hex(bytes_of(t));
+    store.put(h, 1, 0, {});
+    store.put(h, 1, 0, bytes_of(t), {sha});
+  }
+  EXPECT_TRUE(store.find(sha));                         // pinned while "c" came
+  EXPECT_FALSE(store.find(sha256_hex(bytes_of("a"))));  // the oldest unpinned
+  EXPECT_TRUE(store.find(sha256_hex(bytes_of("c"))));
 }
 
 }  // namespace
