@@ -135,7 +135,9 @@ int main(int argc, char** argv) {
              "file checked against its SHA-256");
   model_get_cmd->add_option("JOB", job_id, "job id")->required();
   model_get_cmd->add_option("-o,--output", model_get_opt.dir, "directory to write into (default: ./JOB-model)");
-  model_get_cmd->add_option("--checkpoint", model_get_opt.checkpoint, "which of the job's models")->capture_default_str();
+  model_get_cmd->add_option("--checkpoint", model_get_opt.checkpoint,
+                             "which of the job's models: last, best, or N (after epoch N; [checkpoint] in the job)")
+      ->capture_default_str();
   model_get_cmd->add_flag("--json", as_json, "JSON output");
   // Run by dltrain-model (LibTorch), beside this program: main() hands them over before
   // parsing; declared here for --help.

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -96,7 +98,12 @@ int models(control::BlockingControlClient& c, const CommandOptions& opt, bool as
   return kExitOk;
 }
 
-int model_get(control::BlockingControlClient& c, const CommandOptions& opt, const ModelGetOptions& mo, bool as_json) {
+int model_get(control::BlockingControlClient& c, const CommandOptions& opt, const ModelGetOptions& given, bool as_json) {
+  ModelGetOptions mo = given;
+  // --checkpoint 3: the model after epoch 3.
+  if (!mo.checkpoint.empty() && std::all_of(mo.checkpoint.begin(), mo.checkpoint.end(), ::isdigit)) {
+    mo.checkpoint = "epoch-" + mo.checkpoint;
+  }
   const json r = stored_models(c, opt);
   json manifest;
   std::string kept;

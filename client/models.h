@@ -13,7 +13,7 @@ namespace dltrain::client {
 /// `dltrain model get` options.
 struct ModelGetOptions {
   std::string dir;                   ///< -o: where the files go; "" = ./<job>-model
-  std::string checkpoint = "last";   ///< --checkpoint: which of the job's models
+  std::string checkpoint = "last";   ///< --checkpoint: "last", "best", "epoch-N" or N
 };
 
 /// `dltrain models`: the models the leader keeps (of `opt.job_id` when set), newest first,

@@ -110,6 +110,10 @@ void Link::reply(const std::string& id) {
   if (is_open()) send(wire::make_reply(id, json::object()));
 }
 
+void Link::reply_error(const std::string& id, const std::string& code, const std::string& message) {
+  if (is_open()) send(wire::make_error(id, code, message));
+}
+
 void Link::close() {
   closing_ = true;
   if (client_) client_->close();

@@ -138,6 +138,8 @@ class Link : public std::enable_shared_from_this<Link> {
                bool always = false, std::function<void()> on_done = {});
   /// Answers a request of the leader (start_task, stop_task) with an empty ok reply.
   void reply(const std::string& id);
+  /// Answers a request of the leader with an error reply (`code`: wire::error_code).
+  void reply_error(const std::string& id, const std::string& code, const std::string& message);
   /// Closes the session; its end is then not an error.
   void close();
   /// Connected and not closing.

@@ -103,6 +103,13 @@ void SimAgent::on_incoming(const wire::Envelope& env) {
       link_->reply(env.id);
       return stop_task(b);
     }
+    if (env.type == "read_model_file") {
+      // A simulated worker trains nothing and writes no model: the real agent's answer
+      // for a task that left none (the leader then ends the job without a model).
+      const auto b = wire::parse_body<wire::ModelFileRequestBody>(env);
+      return link_->reply_error(env.id, wire::error_code::kNotFound,
+                                b.task + " of " + b.job + " left no " + b.file + " (a simulated task)");
+    }
   } catch (const std::exception& e) {
     run_.errors.add("bad_" + env.type, name_ + ": " + e.what());
     return;

@@ -583,11 +583,13 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   // A window of a file of the model a worker wrote when its job ended (the leader
   // collects it, leader/leader_models.cpp); the reply to request `id`.
   std::string read_model_file(const std::string& id, const wire::ModelFileRequestBody& b) const {
-    const std::string path = model_file_path(opt, b.job, b.task, b.generation, b.file);
+    const std::string path = model_file_path(opt, b.job, b.task, b.generation, b.checkpoint, b.file);
     std::error_code ec;
     if (!fs::is_regular_file(path, ec)) {
       return wire::make_error(id, wire::error_code::kNotFound,
-                              b.task + " of " + b.job + " left no " + b.file + " on agent " + opt.name, "file");
+                              b.task + " of " + b.job + " left no " + b.file + " of its model \"" + b.checkpoint +
+                                  "\" on agent " + opt.name,
+                              "file");
     }
     const auto w = read_file_window(path, b.offset, b.max_bytes);
     wire::ModelFileChunkBody c;

@@ -34,8 +34,8 @@ std::string step_trace_path(const config::AgentOptions& opt, const std::string& 
 }
 
 std::string model_file_path(const config::AgentOptions& opt, const std::string& job, const std::string& name,
-                            std::uint32_t generation, const std::string& file) {
-  return (task_dir(opt, job, name, generation) / "model" / file).string();
+                            std::uint32_t generation, const std::string& checkpoint, const std::string& file) {
+  return (task_dir(opt, job, name, generation) / (checkpoint == "last" ? "model" : "model-" + checkpoint) / file).string();
 }
 
 namespace {

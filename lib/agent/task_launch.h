@@ -54,9 +54,11 @@ inline constexpr const char* kStepTraceFile = "step_trace.json";
 std::string step_trace_path(const config::AgentOptions& opt, const std::string& job, const std::string& name,
                             std::uint32_t generation);
 
-/// Where worker `name` of `generation` of `job` wrote the trained model's file `file`
-/// (wire::kModelFiles): model/ in its task directory (daemon/worker_main.cpp).
+/// Where worker `name` of `generation` of `job` wrote the file `file` (wire::kModelFiles)
+/// of the trained model's checkpoint `checkpoint`: model/ in its task directory for
+/// "last" (daemon/worker_main.cpp), model-<checkpoint>/ for the others ("best",
+/// "epoch-N"). `checkpoint` must be a safe path component (the request's check).
 std::string model_file_path(const config::AgentOptions& opt, const std::string& job, const std::string& name,
-                            std::uint32_t generation, const std::string& file);
+                            std::uint32_t generation, const std::string& checkpoint, const std::string& file);
 
 }  // namespace dltrain::agent

@@ -70,6 +70,14 @@ const KeyTable<OptimizerSpec>& optimizer_keys() {
   return keys;
 }
 
+const KeyTable<CheckpointSpec>& checkpoint_keys() {
+  static const KeyTable<CheckpointSpec> keys{
+      {"every_epochs", int_key(&CheckpointSpec::every_epochs, 0, 1000)},
+      {"best", bool_key(&CheckpointSpec::best)},
+  };
+  return keys;
+}
+
 const KeyTable<data::AugmentSpec>& augment_keys() {
   using data::AugmentSpec;
   static const KeyTable<AugmentSpec> keys{
@@ -222,6 +230,7 @@ const KeyTable<JobSpec>& job_keys() {
        }},
       {"queue_timeout", duration_key(&JobSpec::queue_timeout_seconds, "10m", 1, 30 * 86400.0, "[1s, 30d]")},
       {"optimizer", table_key(&JobSpec::optimizer, optimizer_keys()), true},
+      {"checkpoint", table_key(&JobSpec::checkpoint, checkpoint_keys()), true},
       {"compression", table_key(&JobSpec::compression, compression_keys()), true},
       {"planner",
        [](JobSpec& s, const Node& n, const std::string& k) { read_keys(get_table(n, k), k + ".", planner_keys(), s); },
@@ -477,6 +486,11 @@ void optimizer_fields(S& o, V&& v) {
 }
 
 template <typename S, typename V>
+void checkpoint_fields(S& c, V&& v) {
+  v("every_epochs", c.every_epochs), v("best", c.best);
+}
+
+template <typename S, typename V>
 void compression_fields(S& c, V&& v) {
   v("method", c.method), v("ratio", c.ratio), v("downlink_ratio", c.downlink_ratio),
       v("warmup_epochs", c.warmup_epochs), v("momentum", c.momentum), v("clip_norm", c.clip_norm),
@@ -506,6 +520,7 @@ void job_fields(S& s, V&& v) {
       v("init_sha256", s.init_sha256, opt);
   v.nested("optimizer", s.optimizer, [](auto& o, auto&& w) { optimizer_fields(o, w); });
   v.nested("compression", s.compression, [](auto& c, auto&& w) { compression_fields(c, w); }, opt);
+  v.nested("checkpoint", s.checkpoint, [](auto& c, auto&& w) { checkpoint_fields(c, w); }, opt);
   v("workers_auto", s.workers_auto, opt), v("batch_auto", s.batch_auto, opt),
       v("target_accuracy", s.target_accuracy, opt), v("deadline_seconds", s.deadline_seconds, opt),
       v("queue_timeout_seconds", s.queue_timeout_seconds, opt),

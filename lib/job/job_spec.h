@@ -12,6 +12,14 @@
 
 namespace dltrain {
 
+/// [checkpoint]: the models a job keeps besides its last one (docs/training.md, "The
+/// trained model"), each written by worker 0 at an evaluation and collected by the leader
+/// when the job ends.
+struct CheckpointSpec {
+  int every_epochs = 0;  ///< also the model after every N epochs ("epoch-N"), [0, 1000]; 0 = none
+  bool best = false;     ///< also the model of the best test accuracy so far ("best")
+};
+
 /// Optimizer settings applied by the PS shards (momentum SGD) and the learning-rate
 /// schedule the workers follow.
 struct OptimizerSpec {
@@ -125,6 +133,7 @@ struct JobSpec {
   /// of ps.timeout.
   double barrier_timeout_seconds = 0;
   OptimizerSpec optimizer;
+  CheckpointSpec checkpoint;
   compress::CompressionSpec compression;  ///< [compression]; method none = dense ASGD
 
   // Planner (docs/planner.md).

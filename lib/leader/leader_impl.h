@@ -214,7 +214,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
     std::string staging;                ///< where the files go (ModelStore::staging_dir)
     std::unique_ptr<ChunkedFileWriter> writer;  ///< req.file, from its first window on
     std::string sha256;                 ///< req.file's, as its agent said
-    ModelManifest manifest;             ///< what is collected so far
+    ModelManifest manifest;             ///< the checkpoint being collected, so far
+    std::vector<std::string> checkpoints_left;  ///< named by the last model's metadata
+    bool last_stored = false;           ///< the "last" model is in the store
   };
   std::map<std::string, Collecting> collecting;  ///< by job
   /// Starts collecting succeeding `j`'s model (every task exited): true while it is
@@ -222,6 +224,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// done and its error said, when there is nothing to collect.
   bool collect_model(JobRec& j);
   void request_model_window(Collecting& c);
+  void take_model_metadata(Collecting& c);
   /// True when `env` (a reply from an agent) answers a read_model_file; goes on.
   bool on_model_file_reply(const wire::Envelope& env);
   /// Ends `job`'s collection ("" = stored) and lets the job end.

@@ -7,6 +7,7 @@
 // not the job: the summary says why. Clients list the models (`models`) and read them
 // (`model_read`) from the store, which outlives the agents' task directories.
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <set>
 #include <fstream>
@@ -99,19 +100,7 @@ bool Leader::Impl::on_model_file_reply(const wire::Envelope& env) {
     c.writer->finish();
     c.manifest.files.push_back({c.req.file, c.writer->offset(), c.sha256});
     c.writer.reset();
-    if (c.req.file == "metadata.json") {
-      // The files the worker says it wrote (a built-in model has no model.pt).
-      std::ifstream in(std::filesystem::path(c.staging) / "metadata.json");
-      const json meta = json::parse(in);
-      for (const auto& f : meta.value("files", json::array())) {
-        if (!f.is_string()) continue;
-        const auto name = f.get<std::string>();
-        if (wire::is_model_file(name) && name != "metadata.json" &&
-            std::find(c.pending.begin(), c.pending.end(), name) == c.pending.end()) {
-          c.pending.push_back(name);
-        }
-      }
-    }
+    if (c.req.file == "metadata.json") take_model_metadata(c);
     if (!c.pending.empty()) {
       c.req.file = c.pending.front();
       c.pending.erase(c.pending.begin());
@@ -121,8 +110,22 @@ bool Leader::Impl::on_model_file_reply(const wire::Envelope& env) {
     }
     c.manifest.created_unix = unix_now();
     models->commit(c.manifest);
-    spdlog::info("job {}: trained model stored ({} files, {} bytes)", c.job, c.manifest.files.size(),
-                 c.manifest.bytes());
+    spdlog::info("job {}: trained model \"{}\" stored ({} files, {} bytes)", c.job, c.manifest.checkpoint,
+                 c.manifest.files.size(), c.manifest.bytes());
+    if (c.manifest.checkpoint == "last") c.last_stored = true;
+    if (!c.checkpoints_left.empty()) {
+      // The next checkpoint beside the last model: its own directory, metadata first.
+      const std::string next = c.checkpoints_left.front();
+      c.checkpoints_left.erase(c.checkpoints_left.begin());
+      c.manifest.checkpoint = next;
+      c.manifest.files.clear();
+      c.staging = models->staging_dir(c.job, next);
+      c.req.checkpoint = next;
+      c.req.file = "metadata.json";
+      c.req.offset = 0;
+      request_model_window(c);
+      return true;
+    }
     end_collection(c.job, "");
   } catch (const std::exception& e) {
     end_collection(c.job, "collecting the model from agent " + c.agent + ": " + e.what());
@@ -130,11 +133,45 @@ bool Leader::Impl::on_model_file_reply(const wire::Envelope& env) {
   return true;
 }
 
+// What a checkpoint's metadata.json (just collected) says: the files the worker wrote
+// (a built-in model has no model.pt), the epoch and accuracy of a checkpoint other than
+// the last, and, in the last one's, the other checkpoints to collect.
+void Leader::Impl::take_model_metadata(Collecting& c) {
+  std::ifstream in(std::filesystem::path(c.staging) / "metadata.json");
+  const json meta = json::parse(in);
+  for (const auto& f : meta.value("files", json::array())) {
+    if (!f.is_string()) continue;
+    const auto name = f.get<std::string>();
+    if (wire::is_model_file(name) && name != "metadata.json" &&
+        std::find(c.pending.begin(), c.pending.end(), name) == c.pending.end()) {
+      c.pending.push_back(name);
+    }
+  }
+  if (c.manifest.checkpoint != "last") {
+    if (meta.contains("test_accuracy") && meta["test_accuracy"].is_number()) {
+      c.manifest.test_accuracy = meta["test_accuracy"].get<double>();
+    }
+    if (meta.contains("epoch") && meta["epoch"].is_number_integer()) c.manifest.epochs = meta["epoch"].get<int>();
+    return;
+  }
+  for (const auto& cp : meta.value("checkpoints", json::array())) {
+    // A checkpoint names a directory on the agent and here: a safe, short name only.
+    if (!cp.is_string()) continue;
+    const auto name = cp.get<std::string>();
+    const bool safe = !name.empty() && name.size() <= 64 && name != "." && name != ".." && name != "last" &&
+                      std::all_of(name.begin(), name.end(), [](char ch) {
+                        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
+                      });
+    if (safe) c.checkpoints_left.push_back(name);
+  }
+}
+
 // `job` by value: callers pass the Collecting's own, which the erase destroys.
 void Leader::Impl::end_collection(std::string job, const std::string& error) {
   const auto it = collecting.find(job);
   if (it != collecting.end()) {
-    const std::string checkpoint = it->second.manifest.checkpoint;
+    // The last model, once stored, is the job's, whatever became of another checkpoint.
+    const std::string checkpoint = it->second.last_stored ? "last" : "";
     const std::string staging = it->second.staging;
     collecting.erase(it);  // a writer left unfinished removes its part file
     if (!error.empty()) {
@@ -145,11 +182,10 @@ void Leader::Impl::end_collection(std::string job, const std::string& error) {
     if (jit == jobs.end()) return;
     JobRec& j = jit->second;
     j.model.done = true;
-    if (error.empty()) {
-      j.model.checkpoint = checkpoint;
-    } else {
+    j.model.checkpoint = checkpoint;
+    if (!error.empty()) {
       j.model.error = error;
-      spdlog::warn("job {}: no trained model kept: {}", job, error);
+      spdlog::warn("job {}: {} trained model kept: {}", job, checkpoint.empty() ? "no" : "not every", error);
     }
     maybe_finish(j);
   }

@@ -153,7 +153,14 @@ class WorkerLoop {
   void finish();
   void evaluate_on_test(wire::events::EpochEnd& ev);
   [[noreturn]] void stopped();
-  void save_artifact() noexcept;
+  /// Rank 0: the model it last evaluated, as checkpoint `checkpoint` ("last", "best",
+  /// "epoch-N"), into cfg_.artifact_dir ("last") or the directory beside it named
+  /// model-<checkpoint>.
+  void save_artifact(const std::string& checkpoint) noexcept;
+  /// Rank 0 after an evaluation: the [checkpoint] models the job asks for.
+  void save_checkpoints(int epoch) noexcept;
+  /// The checkpoints written beside "last" (directories model-<name> with a metadata.json).
+  std::vector<std::string> written_checkpoints() const;
   void done();
   // The step timeline (wire/step_trace.h): phase i of the step in progress begins at
   // rep_.step.t[i]; a finished step goes into the ring, which is written to cfg_.trace_path
@@ -189,6 +196,7 @@ class WorkerLoop {
   std::int64_t global_step_ = 0;
   double pulled_at_ = 0;  // when params_ last took the PS's values (Unix time, s)
   double final_accuracy_ = -1.0;
+  double best_accuracy_ = -1.0;  ///< of the "best" checkpoint written (-1: none yet)
   double last_density_ = 1.0;
   bool stop_ = false;
 

@@ -121,7 +121,10 @@ void WorkerLoop::end_epoch(int epoch, double epoch_seconds) {
   ev.images_per_sec = static_cast<double>(n_) / epoch_seconds;
   if (feed_->streaming()) ev.data_wait_seconds = rep_.epoch_wait;
   if (epoch + 1 == spec_.epochs || stop_) finish();
-  if (cfg_.rank == 0) evaluate_on_test(ev);
+  if (cfg_.rank == 0) {
+    evaluate_on_test(ev);
+    save_checkpoints(epoch);
+  }
   if (feed_->streaming()) ev.skipped_images = feed_->skipped_images();
   report_skipped_images();
   ev.bytes_pushed = ex_.client->bytes_pushed();
@@ -203,14 +206,17 @@ void WorkerLoop::stopped() {
   throw Stopped("worker " + std::to_string(cfg_.rank) + ": stopped at step " + std::to_string(global_step_));
 }
 
-// Rank 0 at the job's end: the model it last evaluated (the PS's parameters of that
-// evaluation's dense pull, its BatchNorm statistics), which is what the job's test
-// accuracy is of, written beside a metadata file. A model that cannot be written costs
-// the files, not the job: a warning.
-void WorkerLoop::save_artifact() noexcept {
+// Rank 0 at the job's end ("last"), and at the evaluations [checkpoint] asks for: the
+// model it last evaluated (the PS's parameters of that evaluation's dense pull, its
+// BatchNorm statistics), which is what the reported test accuracy is of, written beside a
+// metadata file. A model that cannot be written costs the files, not the job: a warning.
+void WorkerLoop::save_artifact(const std::string& checkpoint) noexcept {
   if (cfg_.artifact_dir.empty() || cfg_.rank != 0) return;
+  const std::string dir = checkpoint == "last"
+                              ? cfg_.artifact_dir
+                              : (std::filesystem::path(cfg_.artifact_dir).parent_path() / ("model-" + checkpoint)).string();
   try {
-    const auto files = save_model_files(model_, cfg_.artifact_dir);
+    const auto files = save_model_files(model_, dir);
     const auto info = feed_->info();
     nlohmann::json meta{{"model", spec_.model},
                         {"classes", feed_->classes()},
@@ -222,9 +228,14 @@ void WorkerLoop::save_artifact() noexcept {
                         {"std", info.std},
                         {"dataset", spec_.dataset},
                         {"epochs", spec_.epochs},
+                        {"epoch", epochs_finished_},
+                        {"checkpoint", checkpoint},
                         {"job", nlohmann::json(spec_)}};
     if (!spec_.model_file.empty()) meta["model_file"] = spec_.model_file;
     if (final_accuracy_ >= 0) meta["test_accuracy"] = final_accuracy_;
+    // The last model names the others beside it, for whoever collects them (the leader):
+    // those in its directory, which a restarted worker 0 finds too.
+    if (checkpoint == "last") meta["checkpoints"] = written_checkpoints();
     meta["files"] = nlohmann::json::array();
     meta["sha256"] = nlohmann::json::object();
     for (const auto& f : files) {
@@ -232,15 +243,50 @@ void WorkerLoop::save_artifact() noexcept {
       meta["files"].push_back(name);
       meta["sha256"][name] = sha256_file_hex(f);
     }
-    std::ofstream(std::filesystem::path(cfg_.artifact_dir) / "metadata.json") << meta.dump(1) << "\n";
-    spdlog::info("trained model written to {} ({})", cfg_.artifact_dir, fmt::join(meta["files"], ", "));
+    std::ofstream(std::filesystem::path(dir) / "metadata.json") << meta.dump(1) << "\n";
+    spdlog::info("trained model ({}) written to {} ({})", checkpoint, dir, fmt::join(meta["files"], ", "));
   } catch (const std::exception& e) {
-    spdlog::warn("the trained model was not written to {}: {}", cfg_.artifact_dir, e.what());
+    spdlog::warn("the trained model ({}) was not written to {}: {}", checkpoint, dir, e.what());
   }
 }
 
+std::vector<std::string> WorkerLoop::written_checkpoints() const {
+  namespace fs = std::filesystem;
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(cfg_.artifact_dir).parent_path(), ec)) {
+    const auto name = e.path().filename().string();
+    if (name.rfind("model-", 0) == 0 && fs::is_regular_file(e.path() / "metadata.json", ec)) names.push_back(name.substr(6));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void WorkerLoop::save_checkpoints(int epoch) noexcept {
+  const auto& c = spec_.checkpoint;
+  if (final_accuracy_ < 0) return;
+  if (c.best && best_accuracy_ < 0) {
+    // A restarted worker 0 goes on from the best model it had written.
+    try {
+      std::ifstream in(std::filesystem::path(cfg_.artifact_dir).parent_path() / "model-best" / "metadata.json");
+      if (in) best_accuracy_ = nlohmann::json::parse(in).value("test_accuracy", -1.0);
+    } catch (const std::exception&) {
+      best_accuracy_ = -1.0;
+    }
+  }
+  // epochs_finished_ is set after this epoch's event; the metadata's "epoch" is this one.
+  const int done_epochs = epochs_finished_;
+  epochs_finished_ = epoch + 1;
+  if (c.every_epochs > 0 && (epoch + 1) % c.every_epochs == 0) save_artifact("epoch-" + std::to_string(epoch + 1));
+  if (c.best && final_accuracy_ > best_accuracy_) {
+    best_accuracy_ = final_accuracy_;
+    save_artifact("best");
+  }
+  epochs_finished_ = done_epochs;
+}
+
 void WorkerLoop::done() {
-  save_artifact();
+  save_artifact("last");
   wire::events::Done ev;
   ev.rank = cfg_.rank;
   if (final_accuracy_ >= 0) ev.test_accuracy = final_accuracy_;

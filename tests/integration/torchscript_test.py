@@ -388,6 +388,32 @@ warmup_epochs = 0.2
         self.assertEqual(got["type"], "torchvision.models.resnet")
         self.assert_evaluates_to(d, summary["test_accuracy"], 500, delta=0.01)
 
+    def test_checkpoints_every_epoch_and_the_best_are_kept(self):
+        path = self.builtin_job("checkpoints", [("epochs = 2", "epochs = 3"),
+                                               ("[optimizer]", "[checkpoint]\nevery_epochs = 2\nbest = true\n\n[optimizer]")])
+        rc, summary, out = self.submit(path)
+        self.assertEqual(rc, 0, out)
+        accuracies = self.epoch_accuracies(out)
+        self.assertEqual(len(accuracies), 3, out)
+        r = self.dltrain("models", summary["job"], "--json")
+        kept = {m["checkpoint"]: m for m in json.loads(r.stdout)["models"]}
+        self.assertEqual(set(kept), {"last", "best", "epoch-2"}, r.stdout)
+        # Each is the model of its evaluation: its accuracy is that epoch's, and
+        # dltrain evaluate measures the same on the model downloaded.
+        self.assertEqual(kept["epoch-2"]["epochs"], 2)
+        self.assertAlmostEqual(kept["epoch-2"]["test_accuracy"], accuracies[1], delta=1e-9)
+        self.assertAlmostEqual(kept["best"]["test_accuracy"], max(accuracies), delta=1e-9)
+        self.assertEqual(kept["best"]["epochs"], accuracies.index(max(accuracies)) + 1)
+        self.assertAlmostEqual(kept["last"]["test_accuracy"], accuracies[2], delta=1e-9)
+        d = os.path.join(self.root, "downloaded", "checkpoint-2")
+        r = self.dltrain("model", "get", summary["job"], "--checkpoint", "2", "-o", d)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(json.load(open(os.path.join(d, "metadata.json")))["epoch"], 2)
+        self.assert_evaluates_to(d, accuracies[1])
+        r = self.dltrain("model", "get", summary["job"], "--checkpoint", "1", "-o", d)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn('no model "epoch-1" of %s is kept (its models: ' % summary["job"], r.stderr)
+
     def test_init_from_a_job_starts_at_its_accuracy(self):
         summary, _ = self.trained_builtin()
         # One more epoch at a small learning rate: the first evaluation is the starting

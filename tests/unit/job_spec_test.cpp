@@ -366,6 +366,20 @@ TEST(JobSpec, AnUploadedModelFileIsCheckedInTheUsersPathsSteadAndStartingPointsA
   }
 }
 
+TEST(JobSpec, CheckpointsAreOptionalSettingsThatAreStored) {
+  const auto none = parse_job_toml(kData);
+  EXPECT_EQ(none.checkpoint.every_epochs, 0);
+  EXPECT_FALSE(none.checkpoint.best);
+  const auto s = parse_job_toml(kData + "[checkpoint]\nevery_epochs = 2\nbest = true\n");
+  EXPECT_EQ(s.checkpoint.every_epochs, 2);
+  EXPECT_TRUE(s.checkpoint.best);
+  const auto back = job_from_json(nlohmann::json(s));
+  EXPECT_EQ(back.checkpoint.every_epochs, 2);
+  EXPECT_TRUE(back.checkpoint.best);
+  EXPECT_EQ(reject(kData + "[checkpoint]\nevery_epochs = -1\n").first, "checkpoint.every_epochs");
+  EXPECT_EQ(reject(kData + "[checkpoint]\nlatest = true\n").first, "checkpoint.latest");
+}
+
 TEST(JobSpec, EvalBatchSizeIsASettingFromOneTo65536AndIsStored) {
   EXPECT_EQ(parse_job_toml(kData).eval_batch_size, 128);  // the documented default
   const auto s = parse_job_toml(kData + "eval_batch_size = 500\n");
