@@ -79,6 +79,24 @@ std::string submit_and_print(control::BlockingControlClient& c, const json& requ
   return id;
 }
 
+int resume(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json) {
+  auto r = c.request("resume", {{"job", opt.job_id}, {"follow", opt.follow}}, opt.timeout);
+  const std::string id = r.value("job", "");
+  if (as_json) {
+    json line{{"event", "submitted"}, {"job", id}, {"state", r.value("state", "")}};
+    for (const char* k : {"resumed_from", "checkpoint", "resume_epoch", "warning"}) {
+      if (r.contains(k)) line[k] = r[k];
+    }
+    std::cout << line.dump() << std::endl;
+  } else {
+    std::cout << id << " submitted (" << r.value("state", "") << ") to " << opt.leader << ": resumes "
+              << r.value("resumed_from", opt.job_id) << " from its checkpoint " << r.value("checkpoint", "?")
+              << " at epoch " << r.value("resume_epoch", 0) + 1 << std::endl;
+    if (r.contains("warning")) std::cerr << "dltrain: warning: " << id << " " << r.value("warning", "") << std::endl;
+  }
+  return opt.follow ? follow_job(c, id, as_json) : kExitOk;
+}
+
 int plan(control::BlockingControlClient& c, const json& request, const CommandOptions& opt, bool as_json) {
   auto r = c.request("plan", with_uploaded_model(c, request, opt, true), opt.timeout);
   if (as_json) {

@@ -83,6 +83,14 @@ int submit(control::BlockingControlClient& c, const nlohmann::json& request, con
 std::string submit_and_print(control::BlockingControlClient& c, const nlohmann::json& request,
                              const CommandOptions& opt, bool as_json);
 
+/// `dltrain resume JOB` (opt.job_id): asks the leader for a new job that continues failed
+/// or cancelled JOB from its latest epoch checkpoint, and prints the new job's id, the
+/// checkpoint and the epoch it starts at; with `opt.follow`, then its events as
+/// follow_job() does. Returns kExitOk, or with `opt.follow` the new job's
+/// exit_for_state(). Throws as submit() does (RemoteError when the leader refuses: JOB
+/// is running or succeeded, or no checkpoint of it is kept).
+int resume(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json);
+
 /// `dltrain plan`: the planner's decision for `request` (job_request()) without running
 /// anything. Returns kExitOk when it is feasible, kExitJobFailed when not (kExitOk with
 /// `as_json`). Throws as submit() does.

@@ -53,6 +53,12 @@ int main(int argc, char** argv) {
   submit->add_option("JOB_FILE", job_file, "job file (TOML), e.g. configs/jobs/fashion-mnist.toml")->required();
   submit->add_flag("-f,--follow", follow_flag, "print progress until the job ends; exit 1 unless it succeeds");
   submit->add_flag("--json", as_json, "one JSON object per line");
+  auto* resume_cmd = app.add_subcommand(
+      "resume", "continue a failed or cancelled job as a new job, from its latest epoch checkpoint ([checkpoint] "
+                "every_epochs), at the epoch it reached; with --follow, print progress until it ends");
+  resume_cmd->add_option("JOB", job_id, "the failed or cancelled job, e.g. job-3")->required();
+  resume_cmd->add_flag("-f,--follow", follow_flag, "print progress until the new job ends; exit 1 unless it succeeds");
+  resume_cmd->add_flag("--json", as_json, "one JSON object per line");
   auto* status = app.add_subcommand("status", "show one job, or every job");
   status->add_option("JOB", job_id, "job id, e.g. job-1");
   status->add_flag("--json", as_json, "JSON output");
@@ -251,6 +257,7 @@ int main(int argc, char** argv) {
                                               dltrain::control::TlsClientOptions{target.ca_file, "", target.ca_source});
     if (submit->parsed()) return client::submit(c, request, opt, as_json);
     if (plan_cmd->parsed()) return client::plan(c, request, opt, as_json);
+    if (resume_cmd->parsed()) return client::resume(c, opt, as_json);
     if (history_cmd->parsed()) return client::history(c, opt, as_json);
     if (follow_cmd->parsed()) return client::follow(c, opt, as_json);
     if (status->parsed()) return client::status(c, opt, as_json);

@@ -150,6 +150,11 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
                                  {"warmup_epochs", j.spec.compression.warmup_epochs},
                                  {"warmup_schedule", j.spec.compression.warmup_schedule}};
   out["submitted_at"] = j.submitted_unix;
+  if (!j.resumed_from.empty()) {
+    out["resumed_from"] = j.resumed_from;
+    out["resume_checkpoint"] = j.resume_checkpoint;
+    out["resume_epoch"] = j.resume_epoch;
+  }
   out["generation"] = j.generation;
   out["reassignments"] = j.recovery.reassignments;
   if (!j.recovery.reason.empty()) out["recovery_reason"] = j.recovery.reason;
@@ -224,6 +229,9 @@ JobRec job_from_record(std::uint64_t num, const json& r) {
   j.error = r.value("error", "");
   if (r.contains("failure") && r["failure"].is_object()) j.failure = wire::events::Failure::from_json(r["failure"]);
   j.profile_of = r.value("profile_of", "");
+  j.resumed_from = r.value("resumed_from", "");
+  j.resume_checkpoint = r.value("resume_checkpoint", "");
+  j.resume_epoch = r.value("resume_epoch", 0);
   // Both absent from records written before jobs had secrets.
   j.generation = r.value("generation", 1u);
   j.secret = r.value("secret", "");

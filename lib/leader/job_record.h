@@ -99,6 +99,11 @@ struct JobRec {
   std::vector<TaskRec> tasks;
   double test_accuracy = -1;
   int epochs_done = 0;
+  /// A resumed job (`dltrain resume`, leader_models.cpp): the job it continues, that job's
+  /// checkpoint it starts from ("epoch-4") and the epochs that checkpoint had finished,
+  /// [1, spec.epochs): its workers start at that epoch. Empty / 0 for any other job.
+  std::string resumed_from, resume_checkpoint;
+  int resume_epoch = 0;
   std::map<int, std::uint64_t> pushed, pulled;  ///< each worker's count in this generation
   std::uint64_t pushed_before = 0, pulled_before = 0;  ///< earlier generations' and leaders' counts
   std::map<int, double> images_per_sec;
@@ -122,7 +127,9 @@ struct JobRec {
   /// 0's agent once every task of a succeeding job exited, before it is succeeded.
   struct ModelCollection {
     bool done = false;        ///< collected, failed, or nothing to collect: the job may end
-    std::string checkpoint;   ///< the stored model's name ("last"), "" when none
+    /// The stored model's name: "last" for a succeeded job, the latest epoch checkpoint
+    /// ("epoch-4") for a failed or cancelled one; "" when none.
+    std::string checkpoint;
     std::string error;        ///< why none was stored
   } model;
   std::vector<std::weak_ptr<control::Session>> followers;

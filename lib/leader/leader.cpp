@@ -235,6 +235,8 @@ void Leader::Impl::launch(JobRec& j, const std::vector<Placed>& placement) {
     t.index = index;
     t.agent = placement[k].agent;
     t.gpus = placement[k].gpus;
+    // A resumed job's workers start after the epochs its checkpoint had finished.
+    if (kind == TaskKind::kWorker) t.epochs_done = j.resume_epoch;
     ++k;
     j.tasks.push_back(t);
   };
@@ -341,8 +343,9 @@ void Leader::Impl::maybe_finish(JobRec& j) {
   for (auto& t : j.tasks) {
     if (t.state != TaskState::kExited) return;
   }
-  // A succeeding job's model is collected before it succeeds (leader_models.cpp).
-  if (j.failing_state == JobState::kSucceeded && !j.model.done && collect_model(j)) return;
+  // A succeeding job's model, a failing or cancelled one's latest checkpoint, is
+  // collected before it ends (leader_models.cpp).
+  if (!j.model.done && collect_model(j)) return;
   j.ended = Clock::now();
   if (j.failing_state == JobState::kSucceeded) record_final(j);
   set_state(j, *j.failing_state);

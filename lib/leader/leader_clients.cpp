@@ -100,6 +100,7 @@ void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& 
   if (env.type == "models") return on_models(s, env);
   if (env.type == "model_read") return on_model_read(s, env);
   if (env.type == "model_upload") return on_model_upload(s, env);
+  if (env.type == "resume") return on_resume(s, env);
   if (env.type == "series") return on_series(s, env);
   if (env.type == "events") return on_events(s, env);
   if (env.type == "status" || env.type == "cancel" || env.type == "follow") {
@@ -159,18 +160,22 @@ void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
   const auto b = wire::parse_body<wire::SubmitBody>(env);
   const auto parsed = parse_submitted(s, env, b);
   if (!parsed) return;
-  const JobSpec& spec = *parsed;
-  if (const auto why = gpu_refusal(spec)) {
-    return reply_error(s, env.id, wire::error_code::kInfeasible, *why, "gpus_per_worker");
-  }
   JobRec j;
-  j.spec = spec;
+  j.spec = *parsed;
+  accept_job(s, env.id, std::move(j), b.follow, json::object());
+}
+
+void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRec j, bool follow, const json& extra) {
+  const JobSpec spec = j.spec;  // a copy: j moves into the job table below
+  if (const auto why = gpu_refusal(spec)) {
+    return reply_error(s, req, wire::error_code::kInfeasible, *why, "gpus_per_worker");
+  }
   const bool automatic = spec.workers_auto || spec.batch_auto;
   std::optional<planner::Plan> p;
   if (automatic) {
     p = plan_for(spec, 0);
     if (!p->feasible && p->explore.empty()) {
-      return reply_error(s, env.id, wire::error_code::kInfeasible, "planner: " + p->explanation);
+      return reply_error(s, req, wire::error_code::kInfeasible, "planner: " + p->explanation);
     }
   }
   j.num = next_job++;
@@ -178,7 +183,7 @@ void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
   j.submitted = Clock::now();
   j.submitted_unix = unix_now();
   j.secret = new_job_secret_hex();
-  if (b.follow) j.followers.push_back(s);
+  if (follow) j.followers.push_back(s);
   const std::string id = j.id;
   if (db) {
     // A job is accepted only once it is stored: a leader restarted later must know it.
@@ -192,7 +197,7 @@ void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
     } catch (const std::exception& e) {
       --next_job;
       spdlog::error("job submission refused: the state database cannot store it: {}", e.what());
-      return reply_error(s, env.id, wire::error_code::kUnavailable,
+      return reply_error(s, req, wire::error_code::kUnavailable,
                          std::string("the leader cannot store the job, so it does not accept it: ") + e.what() +
                              ". Running jobs carry on; list, status and history still answer");
     }
@@ -200,30 +205,38 @@ void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
   jobs.emplace(id, std::move(j));
   job_order.push_back(id);
   auto& job = jobs.at(id);
-  spdlog::info("job {} ({}) submitted: {} workers, {} PS shards, batch {}, {} epochs", id, spec.name,
-               spec.workers_auto ? "auto" : std::to_string(spec.workers), spec.ps_shards,
-               spec.batch_auto ? "auto" : std::to_string(spec.batch_size), spec.epochs);
+  spdlog::info("job {} ({}) submitted: {} workers, {} PS shards, batch {}, {} epochs{}", id, job.spec.name,
+               job.spec.workers_auto ? "auto" : std::to_string(job.spec.workers), job.spec.ps_shards,
+               job.spec.batch_auto ? "auto" : std::to_string(job.spec.batch_size), job.spec.epochs,
+               job.resumed_from.empty() ? std::string()
+                                        : ", resuming " + job.resumed_from + " from its checkpoint " +
+                                              job.resume_checkpoint + " at epoch " + std::to_string(job.resume_epoch + 1));
+  json r = extra;
+  r["job"] = id;
   if (automatic && !p->explore.empty()) {
     job.plan = planner::to_json(*p);
-    reply(s, env.id, {{"job", id}, {"state", to_string(JobState::kExploring)}});
+    r["state"] = to_string(JobState::kExploring);
+    reply(s, req, r);
     explore(job, p->explore);
   } else if (automatic) {
-    reply(s, env.id, {{"job", id}, {"state", to_string(JobState::kQueued)}, {"plan", planner::to_json(*p)}});
+    r["state"] = to_string(JobState::kQueued);
+    r["plan"] = planner::to_json(*p);
+    reply(s, req, r);
     job.state = JobState::kPlanning;
     decide(job);
   } else {
     enqueue(job);
     save(job);
-    json r{{"job", id}, {"state", to_string(JobState::kQueued)}};
+    r["state"] = to_string(JobState::kQueued);
     const auto q = queue_status(job);
     if (!q.fits_cluster) {
       // It waits for agents to join (or its queue_timeout); say so now, not never.
-      r["warning"] = "needs " + std::to_string(q.cores_needed) +
-                     " cores (" + std::to_string(spec.workers + spec.ps_shards) + " tasks x " +
-                     std::to_string(spec.threads_per_task) + "), more than the " + std::to_string(q.cores_total) +
+      r["warning"] = "needs " + std::to_string(q.cores_needed) + " cores (" +
+                     std::to_string(job.spec.workers + job.spec.ps_shards) + " tasks x " +
+                     std::to_string(job.spec.threads_per_task) + "), more than the " + std::to_string(q.cores_total) +
                      " cores of the agents registered now; it waits in the queue until agents join";
     }
-    reply(s, env.id, r);
+    reply(s, req, r);
   }
   try_schedule();
 }

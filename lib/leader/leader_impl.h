@@ -179,6 +179,12 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   std::optional<JobSpec> parse_submitted(const SessionPtr& s, const wire::Envelope& env, const wire::SubmitBody& b);
   void on_client_message(const SessionPtr& s, const wire::Envelope& env);
   void on_submit(const SessionPtr& s, const wire::Envelope& env);
+  /// Stores and queues (or plans) new job `j` (its spec checked), replies to request `id`
+  /// with its id and state plus `extra`; with `follow`, `s` gets its events.
+  void accept_job(const SessionPtr& s, const std::string& id, JobRec j, bool follow, const json& extra);
+  /// `resume {job, follow}` (leader_models.cpp): a new job continuing a failed or cancelled
+  /// one from its latest epoch checkpoint in the model store.
+  void on_resume(const SessionPtr& s, const wire::Envelope& env);
   void on_cancel(const SessionPtr& s, const wire::Envelope& env, JobRec& j);
   json agents_json() const;
 
@@ -216,12 +222,14 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
     std::string sha256;                 ///< req.file's, as its agent said
     ModelManifest manifest;             ///< the checkpoint being collected, so far
     std::vector<std::string> checkpoints_left;  ///< named by the last model's metadata
-    bool last_stored = false;           ///< the "last" model is in the store
+    std::string stored;                 ///< the first checkpoint stored (the job's model), "" before
   };
   std::map<std::string, Collecting> collecting;  ///< by job
-  /// Starts collecting succeeding `j`'s model (every task exited): true while it is
-  /// being collected (maybe_finish is called again when it ends); false, with j.model
-  /// done and its error said, when there is nothing to collect.
+  /// Starts collecting `j`'s model once every task exited: a succeeding job's "last" model
+  /// and the checkpoints its metadata names; a failing or cancelled job's latest epoch
+  /// checkpoint (what `dltrain resume` starts from). True while it is being collected
+  /// (maybe_finish is called again when it ends); false, with j.model done and its error
+  /// said, when there is nothing to collect.
   bool collect_model(JobRec& j);
   void request_model_window(Collecting& c);
   void take_model_metadata(Collecting& c);

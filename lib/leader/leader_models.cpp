@@ -35,8 +35,19 @@ bool Leader::Impl::collect_model(JobRec& j) {
     return false;
   };
   if (!j.profile_of.empty()) return skip("");  // an exploration run's model is nobody's
-  if (!models) return skip("the leader has no state directory to keep it in");
+  const bool succeeding = j.failing_state == JobState::kSucceeded;
   const TaskRec* t = j.find_task("worker-0");
+  // A failed or cancelled job leaves its latest epoch checkpoint (what `dltrain resume`
+  // starts from), written before worker 0 reported that epoch's end; none when it wrote
+  // none, or none since it was resumed (that one is its predecessor's).
+  std::string checkpoint = "last";
+  if (!succeeding) {
+    const int every = j.spec.checkpoint.every_epochs;
+    const int reached = t == nullptr || every <= 0 ? 0 : t->epochs_done / every * every;
+    if (reached <= j.resume_epoch) return skip("");
+    checkpoint = "epoch-" + std::to_string(reached);
+  }
+  if (!models) return skip("the leader has no state directory to keep it in");
   if (t == nullptr || t->agent.empty()) return skip("the job has no worker-0");
   const auto a = agents.find(t->agent);
   const auto session = a == agents.end() || a->second.lost ? nullptr : a->second.session.lock();
@@ -48,19 +59,21 @@ bool Leader::Impl::collect_model(JobRec& j) {
   c.req.task = t->name;
   c.req.generation = j.generation;
   c.req.file = "metadata.json";
+  c.req.checkpoint = checkpoint;
   c.manifest.job = j.id;
-  c.manifest.checkpoint = "last";
+  c.manifest.checkpoint = checkpoint;
   c.manifest.model = j.spec.model;
   c.manifest.dataset = j.spec.dataset;
   if (j.test_accuracy >= 0) c.manifest.test_accuracy = j.test_accuracy;
   c.manifest.epochs = j.epochs_done;
   c.manifest.agent = t->agent;
   try {
-    c.staging = models->staging_dir(j.id, "last");
+    c.staging = models->staging_dir(j.id, checkpoint);
   } catch (const std::exception& e) {
     return skip(e.what());
   }
-  spdlog::info("job {}: collecting the trained model from agent {}", j.id, c.agent);
+  spdlog::info("job {}: collecting {} from agent {}", j.id,
+               succeeding ? std::string("the trained model") : "its latest checkpoint, " + checkpoint, c.agent);
   auto& stored = collecting[j.id] = std::move(c);
   request_model_window(stored);
   return true;
@@ -112,13 +125,16 @@ bool Leader::Impl::on_model_file_reply(const wire::Envelope& env) {
     models->commit(c.manifest);
     spdlog::info("job {}: trained model \"{}\" stored ({} files, {} bytes)", c.job, c.manifest.checkpoint,
                  c.manifest.files.size(), c.manifest.bytes());
-    if (c.manifest.checkpoint == "last") c.last_stored = true;
+    if (c.stored.empty()) c.stored = c.manifest.checkpoint;
     if (!c.checkpoints_left.empty()) {
-      // The next checkpoint beside the last model: its own directory, metadata first.
+      // The next checkpoint beside the last model: its own directory, metadata first;
+      // its epoch and accuracy are its metadata's.
       const std::string next = c.checkpoints_left.front();
       c.checkpoints_left.erase(c.checkpoints_left.begin());
       c.manifest.checkpoint = next;
       c.manifest.files.clear();
+      c.manifest.test_accuracy.reset();
+      c.manifest.epochs = 0;
       c.staging = models->staging_dir(c.job, next);
       c.req.checkpoint = next;
       c.req.file = "metadata.json";
@@ -154,15 +170,24 @@ void Leader::Impl::take_model_metadata(Collecting& c) {
     if (meta.contains("epoch") && meta["epoch"].is_number_integer()) c.manifest.epochs = meta["epoch"].get<int>();
     return;
   }
+  // As many as [checkpoint] can have asked for (every epochs_every-th epoch and "best"),
+  // each once: a worker's metadata cannot make the leader fetch more.
+  const auto jit = jobs.find(c.job);
+  const int every = jit == jobs.end() ? 0 : jit->second.spec.checkpoint.every_epochs;
+  const std::size_t most = (every > 0 ? static_cast<std::size_t>(jit->second.spec.epochs / every) : 0) + 1;
   for (const auto& cp : meta.value("checkpoints", json::array())) {
-    // A checkpoint names a directory on the agent and here: a safe, short name only.
+    if (c.checkpoints_left.size() >= most) break;
     if (!cp.is_string()) continue;
     const auto name = cp.get<std::string>();
-    const bool safe = !name.empty() && name.size() <= 64 && name != "." && name != ".." && name != "last" &&
-                      std::all_of(name.begin(), name.end(), [](char ch) {
-                        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
-                      });
-    if (safe) c.checkpoints_left.push_back(name);
+    // A checkpoint names a directory on the agent and here: a path component only.
+    try {
+      wire::check_path_name(name, "checkpoints", "metadata.json");
+    } catch (const ProtocolError&) {
+      continue;
+    }
+    if (name != "last" && std::find(c.checkpoints_left.begin(), c.checkpoints_left.end(), name) == c.checkpoints_left.end()) {
+      c.checkpoints_left.push_back(name);
+    }
   }
 }
 
@@ -170,8 +195,10 @@ void Leader::Impl::take_model_metadata(Collecting& c) {
 void Leader::Impl::end_collection(std::string job, const std::string& error) {
   const auto it = collecting.find(job);
   if (it != collecting.end()) {
-    // The last model, once stored, is the job's, whatever became of another checkpoint.
-    const std::string checkpoint = it->second.last_stored ? "last" : "";
+    // The first model stored ("last", or a failed job's epoch checkpoint) is the job's,
+    // whatever became of another checkpoint.
+    const std::string checkpoint = it->second.stored;
+    const std::string failed = it->second.manifest.checkpoint;
     const std::string staging = it->second.staging;
     collecting.erase(it);  // a writer left unfinished removes its part file
     if (!error.empty()) {
@@ -184,7 +211,8 @@ void Leader::Impl::end_collection(std::string job, const std::string& error) {
     j.model.done = true;
     j.model.checkpoint = checkpoint;
     if (!error.empty()) {
-      j.model.error = error;
+      // With the job's model kept, the error is of another checkpoint: it says which.
+      j.model.error = checkpoint.empty() ? error : "checkpoint \"" + failed + "\" not kept: " + error;
       spdlog::warn("job {}: {} trained model kept: {}", job, checkpoint.empty() ? "no" : "not every", error);
     }
     maybe_finish(j);
@@ -325,6 +353,119 @@ bool Leader::Impl::resolve_init_from(const SessionPtr& s, const std::string& id,
   }
   spec.init_sha256 = f->sha256;
   return true;
+}
+
+namespace {
+
+/// The epoch of checkpoint name "epoch-N" (N >= 1), else 0.
+int checkpoint_epoch(const std::string& name) {
+  constexpr std::string_view kPrefix = "epoch-";
+  if (name.size() <= kPrefix.size() || name.size() > kPrefix.size() + 6 || name.rfind(kPrefix, 0) != 0) return 0;
+  int n = 0;
+  for (std::size_t i = kPrefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return 0;
+    n = n * 10 + (name[i] - '0');
+  }
+  return n;
+}
+
+}  // namespace
+
+// `dltrain resume JOB`: the job's configuration (as planned, so that the schedule and the
+// data shards are the ones the checkpoint was trained with), its latest epoch checkpoint's
+// state_dict as init_from, and its workers starting at that checkpoint's epoch
+// (leader.cpp, launch), where the learning-rate schedule and each epoch's data order
+// follow from the epoch (train/trainer.cpp). A resumed job cancelled before it wrote a
+// checkpoint of its own resumes from the one it started from.
+void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
+  const auto b = wire::parse_body<wire::ResumeBody>(env);
+  const auto refuse = [&](const char* code, const std::string& why) { reply_error(s, env.id, code, "resume: " + why, "job"); };
+  if (!models || !uploads) {
+    return refuse(wire::error_code::kUnavailable, "the leader has no state directory: it keeps no checkpoints");
+  }
+  const auto jit = jobs.find(b.job);
+  if (jit != jobs.end()) {
+    const JobRec& j = jit->second;
+    if (!j.profile_of.empty()) return refuse(wire::error_code::kConflict, b.job + " is an exploration run of " + j.profile_of);
+    if (!j.terminal()) {
+      return refuse(wire::error_code::kConflict, b.job + " is " + std::string(to_string(j.state)) +
+                                                     ": resume continues a failed or cancelled job (dltrain cancel " +
+                                                     b.job + " first)");
+    }
+    if (j.state == JobState::kSucceeded) {
+      return refuse(wire::error_code::kConflict, b.job + " succeeded: nothing is left to train (init_from = \"" + b.job +
+                                                     "\" starts a new job from its model)");
+    }
+  }
+  if (collecting.count(b.job)) {
+    return refuse(wire::error_code::kUnavailable, "the latest checkpoint of " + b.job + " is being collected from agent " +
+                                                      collecting.at(b.job).agent + "; try again in a moment");
+  }
+  // The latest epoch checkpoint of the job, else of the job it resumed, and so on.
+  std::optional<ModelManifest> from;
+  std::string origin = b.job;
+  for (int hop = 0; hop < 16 && !from; ++hop) {
+    for (const auto& m : models->list(origin)) {
+      if (checkpoint_epoch(m.checkpoint) > (from ? checkpoint_epoch(from->checkpoint) : 0)) from = m;
+    }
+    const auto oj = jobs.find(origin);
+    if (from || oj == jobs.end() || oj->second.resumed_from.empty()) break;
+    origin = oj->second.resumed_from;
+  }
+  if (!from) {
+    if (jit == jobs.end() && models->list(b.job).empty()) return refuse(wire::error_code::kNotFound, "no job "" + b.job + """);
+    if (jit == jobs.end() && models->find(b.job, "last")) {
+      return refuse(wire::error_code::kConflict, b.job + " succeeded: nothing is left to train");
+    }
+    std::string why = "the leader keeps no epoch checkpoint of " + b.job +
+                      ": a job leaves one to resume from when its job file asks for [checkpoint] every_epochs = N and "
+                      "it finished N epochs";
+    if (jit != jobs.end() && !jit->second.model.error.empty()) why += " (" + jit->second.model.error + ")";
+    return refuse(wire::error_code::kNotFound, why);
+  }
+  JobRec j;
+  try {
+    // The job as it ran; the checkpoint's metadata holds it when the leader no longer does.
+    if (const auto oj = jobs.find(from->job); oj != jobs.end()) {
+      j.spec = oj->second.spec;
+    } else {
+      std::ifstream in(models->file_path(from->job, from->checkpoint, "metadata.json"));
+      j.spec = job_from_json(json::parse(in).at("job"));
+    }
+  } catch (const std::exception& e) {
+    return refuse(wire::error_code::kInternal, "the configuration of " + from->job + " cannot be read: " + e.what());
+  }
+  j.spec.workers_auto = j.spec.batch_auto = false;
+  j.resume_epoch = checkpoint_epoch(from->checkpoint);
+  j.resume_checkpoint = from->checkpoint;
+  j.resumed_from = from->job;
+  if (j.resume_epoch >= j.spec.epochs) {
+    return refuse(wire::error_code::kConflict, from->job + "'s checkpoint " + from->checkpoint + " is of its last epoch: nothing is left to train");
+  }
+  // Its files: the checkpoint's state_dict to start from and, for a TorchScript model, its
+  // model.pt (the network itself, its values those of the state_dict), kept as uploads.
+  const auto file_of = [&](const std::string& name) -> std::optional<ModelFileInfo> {
+    const auto f = std::find_if(from->files.begin(), from->files.end(), [&](const ModelFileInfo& x) { return x.name == name; });
+    if (f == from->files.end()) return std::nullopt;
+    return *f;
+  };
+  try {
+    const auto sd = file_of("state_dict.pt");
+    if (!sd) return refuse(wire::error_code::kNotFound, from->job + "'s checkpoint " + from->checkpoint + " has no state_dict.pt");
+    uploads->adopt(models->file_path(from->job, from->checkpoint, sd->name), sd->sha256);
+    j.spec.init_sha256 = sd->sha256;
+    j.spec.init_from = from->job;
+    if (j.spec.model == "torchscript") {
+      const auto pt = file_of("model.pt");
+      if (!pt) return refuse(wire::error_code::kNotFound, from->job + "'s checkpoint " + from->checkpoint + " has no model.pt");
+      uploads->adopt(models->file_path(from->job, from->checkpoint, pt->name), pt->sha256);
+      j.spec.model_sha256 = pt->sha256;
+    }
+  } catch (const std::exception& e) {
+    return refuse(wire::error_code::kInternal, e.what());
+  }
+  const json extra{{"resumed_from", j.resumed_from}, {"checkpoint", j.resume_checkpoint}, {"resume_epoch", j.resume_epoch}};
+  accept_job(s, env.id, std::move(j), b.follow, extra);
 }
 
 void Leader::Impl::on_model_download(const SessionPtr& s, const wire::Envelope& env) {

@@ -133,7 +133,8 @@ void Leader::Impl::record_epoch(JobRec& j, const events::EpochEnd& ev) {
 }
 
 void Leader::Impl::record_final(JobRec& j) {
-  if (!db) return;
+  // A resumed job trained only its last epochs: its wall time is not the configuration's.
+  if (!db || j.resume_epoch > 0) return;
   auto base = planner::base_observation(j.spec, j.id, agents.hardware_class(j.spec.device == "cuda"));
   std::optional<store::Observation> o;
   if (j.spec.profile) {

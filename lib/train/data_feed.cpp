@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <set>
 
 #include "common/errors.h"
@@ -40,7 +41,8 @@ std::vector<std::string> published_class_names(const std::string& dataset) {
 /// (i ≡ rank mod workers) shuffled every epoch by the worker's generator.
 class TensorFeed final : public DataFeed {
  public:
-  TensorFeed(JobSpec spec, int rank, torch::Generator gen) : spec_(std::move(spec)), rank_(rank), gen_(std::move(gen)) {
+  TensorFeed(JobSpec spec, int rank, torch::Generator gen)
+      : spec_(std::move(spec)), rank_(rank), gen_(std::move(gen)), base_seed_(gen_.current_seed()) {
     data::Split train = data::load_split(spec_.data_dir, "train", spec_.train_samples);
     train_total_ = train.images.count;
     std::tie(x_, y_) = to_tensors(train, spec_.dataset);
@@ -69,7 +71,14 @@ class TensorFeed final : public DataFeed {
     d.class_names = published_class_names(spec_.dataset);
     return d;
   }
-  void start_epoch(int) override {
+  // Each epoch's order is a function of the job's seed, the rank and the epoch alone (the
+  // first epoch's is the generator's own): a worker that starts at a later epoch (a
+  // restart, `dltrain resume`) sees the order an uninterrupted run saw there.
+  void start_epoch(int epoch) override {
+    {
+      std::lock_guard<std::mutex> lock(gen_.mutex());
+      gen_.set_current_seed(base_seed_ + static_cast<std::uint64_t>(epoch) * 0x9E3779B97F4A7C15ULL);
+    }
     perm_ = torch::randperm(x_.size(0), gen_, torch::kInt64);
     pos_ = 0;
   }
@@ -92,6 +101,7 @@ class TensorFeed final : public DataFeed {
   const JobSpec spec_;  // with apply_data_defaults applied
   int rank_;
   torch::Generator gen_;
+  std::uint64_t base_seed_;  ///< gen_'s seed as given: the first epoch's
   std::int64_t train_total_ = 0;
   torch::Tensor x_, y_, test_x_, test_y_, perm_;
   std::int64_t pos_ = 0;

@@ -209,6 +209,22 @@ struct SubmitBody : json_fields::Fields<SubmitBody> {
   void check(const std::string& type) const;
 };
 
+/// resume (client → leader): a new job that continues a failed or cancelled one from the
+/// latest epoch checkpoint the leader keeps of it ([checkpoint] every_epochs), with its
+/// configuration, at the epoch that checkpoint was written after. The reply is submit's,
+/// plus {"resumed_from", "checkpoint", "resume_epoch"}; a job with no such checkpoint, or
+/// one that is running or succeeded, is refused naming why (docs/training.md, "Resuming").
+struct ResumeBody : json_fields::Fields<ResumeBody> {
+  std::string job;      ///< the job to continue, "job-3"; a path component (check_path_name)
+  bool follow = false;  ///< send this session the new job's events
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job", s.job), v("follow", s.follow);
+  }
+  /// BodyError when job is not a path component.
+  void check(const std::string& type) const { check_path_name(job, "job", type); }
+};
+
 /// status, cancel and follow (client → leader). status without a job lists every job.
 struct JobQueryBody : json_fields::Fields<JobQueryBody> {
   std::optional<std::string> job;  ///< "job-3"
