@@ -38,15 +38,19 @@ std::string when(double unix_seconds) {
   return out.str();
 }
 
-// The job's stored models, waiting while the leader still collects them (a job that has
-// just succeeded has its model already; one still running will not have it soon).
-json stored_models(control::BlockingControlClient& c, const CommandOptions& opt) {
+// The job's stored models once `checkpoint` is among them or the leader collects none of
+// them any more (a job that has just succeeded has its last model already, its other
+// checkpoints may follow; one still running will not have it soon).
+json stored_models(control::BlockingControlClient& c, const CommandOptions& opt, const std::string& checkpoint) {
   const auto deadline = std::chrono::steady_clock::now() + opt.timeout;
   bool said = false;
   for (;;) {
     json r = c.request("models", {{"job", opt.job_id}}, opt.timeout);
     const bool busy = !r.value("collecting", json::array()).empty();
-    if (!r.value("models", json::array()).empty() || !busy) return r;
+    const auto listed = r.value("models", json::array());
+    const bool there = std::any_of(listed.begin(), listed.end(),
+                                   [&](const json& m) { return m.value("checkpoint", "") == checkpoint; });
+    if (there || !busy) return r;
     if (std::chrono::steady_clock::now() >= deadline) {
       throw control::RemoteError(wire::error_code::kUnavailable,
                                  "the leader was still collecting the model of " + opt.job_id + " after " +
@@ -101,10 +105,11 @@ int models(control::BlockingControlClient& c, const CommandOptions& opt, bool as
 int model_get(control::BlockingControlClient& c, const CommandOptions& opt, const ModelGetOptions& given, bool as_json) {
   ModelGetOptions mo = given;
   // --checkpoint 3: the model after epoch 3.
-  if (!mo.checkpoint.empty() && std::all_of(mo.checkpoint.begin(), mo.checkpoint.end(), ::isdigit)) {
+  if (!mo.checkpoint.empty() &&
+      std::all_of(mo.checkpoint.begin(), mo.checkpoint.end(), [](unsigned char ch) { return std::isdigit(ch); })) {
     mo.checkpoint = "epoch-" + mo.checkpoint;
   }
-  const json r = stored_models(c, opt);
+  const json r = stored_models(c, opt, mo.checkpoint);
   json manifest;
   std::string kept;
   for (const auto& m : r.value("models", json::array())) {

@@ -127,8 +127,16 @@ void print_summary(std::ostream& out, const events::Summary& e, const std::strin
   if (e.skipped_images && *e.skipped_images > 0) out << "\n  skipped " << *e.skipped_images << " unreadable images";
   if (e.error) out << "\n  error: " << *e.error;
   if (e.failure) print_failure(out, *e.failure);
-  if (e.model_checkpoint) out << "\n  trained model kept by the leader: dltrain model get " << job << " -o DIR";
-  if (e.model_error) out << "\n  no trained model kept: " << *e.model_error;
+  if (e.model_checkpoint && *e.model_checkpoint == "last") {
+    out << "\n  trained model kept by the leader: dltrain model get " << job << " -o DIR";
+  } else if (e.model_checkpoint) {
+    // A failed or cancelled job's latest epoch checkpoint ("epoch-4").
+    const std::string& cp = *e.model_checkpoint;
+    out << "\n  checkpoint " << cp << " kept by the leader: dltrain resume " << job
+        << " continues from it; dltrain model get " << job << " --checkpoint "
+        << (cp.rfind("epoch-", 0) == 0 ? cp.substr(6) : cp) << " -o DIR downloads it";
+  }
+  if (e.model_error) out << "\n  " << (e.model_checkpoint ? "not every checkpoint kept: " : "no trained model kept: ") << *e.model_error;
   out << std::endl;
 }
 
@@ -264,7 +272,14 @@ void print_job_status(std::ostream& out, json r) {
         << r.value("job", "") << (m.value("checkpoint", "") == "last" ? "" : " --checkpoint " + m.value("checkpoint", ""))
         << " -o DIR" << std::endl;
   }
-  if (r.contains("model_error")) out << "  no trained model kept: " << r.value("model_error", "") << std::endl;
+  if (r.contains("model_error")) {
+    out << "  " << (r.contains("models") ? "not every checkpoint kept: " : "no trained model kept: ")
+        << r.value("model_error", "") << std::endl;
+  }
+  if (r.contains("resumed_from")) {
+    out << "  resumes " << r.value("resumed_from", "") << " from its checkpoint " << r.value("resume_checkpoint", "")
+        << " (epoch " << r.value("resume_epoch", 0) + 1 << " on)" << std::endl;
+  }
   if (r.value("state", "") == "queued") {
     out << "  waiting: position " << r.value("queue_position", 0) << " in the queue, needs "
         << r.value("cores_needed", 0) << " cores, " << r.value("cores_free", 0) << " free";

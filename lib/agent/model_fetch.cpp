@@ -96,6 +96,7 @@ void ModelFetcher::finish(const std::string& sha256, const std::string& error) {
   const std::string path = error.empty() ? cache_.path(sha256) : "";
   if (error.empty()) {
     spdlog::info("model file {} fetched", sha256);
+    cache_.touch(sha256);
     std::set<std::string> pinned;
     for (const auto& [sha, n] : pins_) pinned.insert(sha);
     pinned.insert(sha256);

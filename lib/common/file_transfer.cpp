@@ -124,9 +124,9 @@ ChunkedFileWriter::ChunkedFileWriter(std::string path, std::int64_t size, std::s
                         std::to_string(max_size) + "]");
   }
   if (!is_sha256_hex(sha256_)) throw ProtocolError(path_ + ": announced sha256 \"" + sha256_ + "\" is not 64 hex digits");
+  hash_ = std::make_unique<Hash>();  // first: should it throw, no file is left behind
   fd_ = ::open(part_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw IoError("cannot create " + part_ + ": " + std::strerror(errno));
-  hash_ = std::make_unique<Hash>();
 }
 
 ChunkedFileWriter::~ChunkedFileWriter() {
@@ -164,11 +164,11 @@ void ChunkedFileWriter::finish() {
   if (written_ != size_) {
     throw ProtocolError(path_ + ": " + std::to_string(written_) + " of " + std::to_string(size_) + " bytes received");
   }
-  if (::fsync(fd_) != 0 || ::close(fd_) != 0) {
-    fd_ = -1;
-    throw IoError("cannot write " + part_ + ": " + std::strerror(errno));
-  }
+  // The descriptor is closed whatever fsync says (close's own error counts as well).
+  int err = ::fsync(fd_) != 0 ? errno : 0;
+  if (::close(fd_) != 0 && err == 0) err = errno;
   fd_ = -1;
+  if (err != 0) throw IoError("cannot write " + part_ + ": " + std::strerror(err));
   const std::string got = finish_hex(hash_->ctx.get());
   if (got != sha256_) {
     throw ProtocolError(path_ + ": checksum mismatch: sha256 " + got + " received, " + sha256_ + " sent");
@@ -205,6 +205,11 @@ std::optional<std::string> ContentStore::find(const std::string& sha256) const {
   return p;
 }
 
+void ContentStore::touch(const std::string& sha256) const {
+  std::error_code ec;
+  std::filesystem::last_write_time(path(sha256), std::filesystem::file_time_type::clock::now(), ec);
+}
+
 void ContentStore::prune(const std::set<std::string>& pinned) const {
   namespace fs = std::filesystem;
   std::vector<std::pair<fs::file_time_type, fs::path>> files;
@@ -213,7 +218,11 @@ void ContentStore::prune(const std::set<std::string>& pinned) const {
     if (e.path().extension() == ".pt") files.emplace_back(e.last_write_time(ec), e.path());
   }
   if (files.size() <= static_cast<std::size_t>(keep_)) return;
-  std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  // Newest first; equal times in name order, so that the choice does not depend on the
+  // directory's order.
+  std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
   for (std::size_t i = static_cast<std::size_t>(keep_); i < files.size(); ++i) {
     if (!pinned.count(files[i].second.stem().string())) fs::remove(files[i].second, ec);
   }

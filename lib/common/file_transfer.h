@@ -96,6 +96,9 @@ class ContentStore {
   std::string path(const std::string& sha256) const;
   /// `sha256`'s file when it is there (its use time refreshed), for a 64-hex-digit sha256.
   std::optional<std::string> find(const std::string& sha256) const;
+  /// Marks `sha256`'s file (just stored) as the most recently used, to the nanosecond (the
+  /// time a write leaves is the kernel's coarse clock's, which ties within milliseconds).
+  void touch(const std::string& sha256) const;
   /// Removes the files beyond the `keep` most recently stored or used ones, except the
   /// `pinned` ones (by sha256).
   void prune(const std::set<std::string>& pinned = {}) const;

@@ -203,6 +203,7 @@ std::int64_t UploadStore::put(const std::string& sha256, std::int64_t size, std:
     throw;
   }
   in_flight_.erase(sha256);
+  files_.touch(sha256);
   auto pinned = keep;
   pinned.insert(sha256);
   files_.prune(pinned);
@@ -222,6 +223,7 @@ std::string UploadStore::adopt(const std::string& path, const std::string& sha25
   }
   fs::rename(part, dst, ec);
   if (ec) throw IoError("cannot rename " + part.string() + ": " + ec.message());
+  files_.touch(sha256);
   return dst.string();
 }
 

@@ -243,7 +243,17 @@ void WorkerLoop::save_artifact(const std::string& checkpoint) noexcept {
       meta["files"].push_back(name);
       meta["sha256"][name] = sha256_file_hex(f);
     }
-    std::ofstream(std::filesystem::path(dir) / "metadata.json") << meta.dump(1) << "\n";
+    // Whole or not at all: the metadata names the files the leader collects, so a
+    // metadata.json cut short (a full disk) must not stand beside them.
+    const auto path = std::filesystem::path(dir) / "metadata.json";
+    const auto part = std::filesystem::path(dir) / "metadata.json.part";
+    {
+      std::ofstream out(part, std::ios::trunc);
+      out << meta.dump(1) << "\n";
+      out.flush();
+      if (!out) throw IoError("cannot write " + part.string());
+    }
+    std::filesystem::rename(part, path);
     spdlog::info("trained model ({}) written to {} ({})", checkpoint, dir, fmt::join(meta["files"], ", "));
   } catch (const std::exception& e) {
     spdlog::warn("the trained model ({}) was not written to {}: {}", checkpoint, dir, e.what());

@@ -13,6 +13,7 @@ Exit status 77 (skipped) without /usr/bin/python3's torch or the data set.
 """
 import glob
 import json
+import math
 import os
 import shutil
 import signal
@@ -413,6 +414,90 @@ warmup_epochs = 0.2
         r = self.dltrain("model", "get", summary["job"], "--checkpoint", "1", "-o", d)
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn('no model "epoch-1" of %s is kept (its models: ' % summary["job"], r.stderr)
+
+    def resumable_job(self, name):
+        """8 BSP epochs of the built-in CNN with a checkpoint every 2 epochs."""
+        return self.builtin_job(name, [("epochs = 2", "epochs = 8\nsync = \"sync\""),
+                                       ("test_samples = 2000", "test_samples = 10000"),
+                                       ("[optimizer]", "[checkpoint]\nevery_epochs = 2\n\n[optimizer]")])
+
+    def test_resume_of_a_job_cancelled_at_epoch_4_ends_where_the_straight_run_does(self):
+        rc, straight, out = self.submit(self.resumable_job("straight"), timeout=900)
+        self.assertEqual(rc, 0, out)
+        straight_epochs = [e for e in map(json.loads, filter(lambda l: l.startswith("{"), out.splitlines()))
+                           if e.get("event") == "epoch_end" and e.get("rank") == 0]
+        self.assertEqual([e["epoch"] for e in straight_epochs], list(range(1, 9)), out)
+        # The same job, cancelled once worker 0 has finished epoch 4 of 8.
+        r = self.dltrain("submit", self.resumable_job("cancelled"), "--json")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        job = json.loads(r.stdout.splitlines()[-1])["job"]
+        follow = subprocess.Popen([os.path.join(BUILD, "bin", "dltrain"), "follow", job, "--json"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env)
+        seen = []
+        try:
+            deadline = time.monotonic() + 600
+            for line in follow.stdout:
+                self.assertLess(time.monotonic(), deadline, "epoch 4 did not end in 600 s: " + "".join(seen))
+                seen.append(line)
+                ev = json.loads(line) if line.startswith("{") else {}
+                self.assertNotEqual(ev.get("event"), "summary", "the job ended before epoch 4: " + "".join(seen))
+                if ev.get("event") == "epoch_end" and ev.get("rank") == 0 and ev["epoch"] == 4:
+                    break
+            # The premise: the job runs and has epochs left.
+            r = self.dltrain("status", job, "--json")
+            self.assertEqual(json.loads(r.stdout)["state"], "running", r.stdout)
+            r = self.dltrain("cancel", job)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            summary = None
+            for line in follow.stdout:
+                if line.startswith("{") and json.loads(line).get("event") == "summary":
+                    summary = json.loads(line)
+                    break
+        finally:
+            follow.kill()
+            follow.wait()
+        self.assertEqual(summary["state"], "cancelled", summary)
+        self.assertLess(summary["epochs"], 8, summary)
+        # The leader kept its latest epoch checkpoint (its model; nothing "last").
+        self.assertEqual(summary.get("model_checkpoint"), "epoch-4", summary)
+        r = self.dltrain("models", job, "--json")
+        self.assertEqual([m["checkpoint"] for m in json.loads(r.stdout)["models"]], ["epoch-4"], r.stdout)
+        # Resume: a new job from epoch 5 on, with the schedule where it was.
+        r = self.dltrain("resume", job, "--follow", "--json", timeout=900)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        events = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+        self.assertEqual(events[0]["resumed_from"], job, r.stdout)
+        self.assertEqual(events[0]["checkpoint"], "epoch-4", r.stdout)
+        self.assertEqual(events[0]["resume_epoch"], 4, r.stdout)
+        resumed = [e for e in events if e.get("event") == "epoch_end" and e.get("rank") == 0]
+        self.assertEqual([e["epoch"] for e in resumed], [5, 6, 7, 8], r.stdout)
+        # It starts from the checkpoint, not from scratch: epoch 5's training loss is the
+        # straight run's epoch 5 loss, give or take the momentum it starts without
+        # (a fresh network's first epoch loss is several times larger).
+        self.assertAlmostEqual(resumed[0]["train_loss"], straight_epochs[4]["train_loss"],
+                               delta=0.1 * straight_epochs[4]["train_loss"])
+        # The learning rate of every step reported is the cosine schedule's at its place
+        # in the 8 epochs (lr 0.01, warm-up 0.2 epochs), none of epochs 1-4.
+        progress = [e for e in events if e.get("event") == "progress"]
+        self.assertTrue(progress, r.stdout)
+        for e in progress:
+            self.assertGreaterEqual(e["epoch"], 5, e)
+            pos = e["epoch"] - 1 + (e["step"] - 1) / e["steps_per_epoch"]
+            expected = 0.01 * 0.5 * (1 + math.cos(math.pi * (pos - 0.2) / (8 - 0.2)))
+            self.assertAlmostEqual(e["lr"], expected, delta=1e-6 * 0.01, msg=e)
+        summary = events[-1]
+        self.assertEqual(summary["event"], "summary", r.stdout)
+        self.assertEqual(summary["state"], "succeeded", r.stdout)
+        self.assertEqual(summary["epochs"], 8, r.stdout)
+        self.assertAlmostEqual(summary["test_accuracy"], straight["test_accuracy"], delta=0.005,
+                               msg="resumed %s, straight %s" % (summary["test_accuracy"], straight["test_accuracy"]))
+        # A job that succeeded has nothing to resume; one never checkpointed cannot be.
+        r = self.dltrain("resume", summary["job"])
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("succeeded: nothing is left to train", r.stderr)
+        r = self.dltrain("resume", "job-999999")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn('no job "job-999999"', r.stderr)
 
     def test_init_from_a_job_starts_at_its_accuracy(self):
         summary, _ = self.trained_builtin()
