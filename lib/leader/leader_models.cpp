@@ -413,7 +413,7 @@ void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
     origin = oj->second.resumed_from;
   }
   if (!from) {
-    if (jit == jobs.end() && models->list(b.job).empty()) return refuse(wire::error_code::kNotFound, "no job "" + b.job + """);
+    if (jit == jobs.end() && models->list(b.job).empty()) return refuse(wire::error_code::kNotFound, "no job \"" + b.job + "\"");
     if (jit == jobs.end() && models->find(b.job, "last")) {
       return refuse(wire::error_code::kConflict, b.job + " succeeded: nothing is left to train");
     }

@@ -456,6 +456,7 @@ warmup_epochs = 0.2
         finally:
             follow.kill()
             follow.wait()
+            follow.stdout.close()
         self.assertEqual(summary["state"], "cancelled", summary)
         self.assertLess(summary["epochs"], 8, summary)
         # The leader kept its latest epoch checkpoint (its model; nothing "last").
@@ -489,6 +490,9 @@ warmup_epochs = 0.2
         self.assertEqual(summary["event"], "summary", r.stdout)
         self.assertEqual(summary["state"], "succeeded", r.stdout)
         self.assertEqual(summary["epochs"], 8, r.stdout)
+        print("\n  straight run %.4f, cancelled at epoch %d and resumed %.4f; epoch 5 training loss %.4f and %.4f"
+              % (straight["test_accuracy"], events[0]["resume_epoch"], summary["test_accuracy"],
+                 straight_epochs[4]["train_loss"], resumed[0]["train_loss"]), file=sys.stderr)
         self.assertAlmostEqual(summary["test_accuracy"], straight["test_accuracy"], delta=0.005,
                                msg="resumed %s, straight %s" % (summary["test_accuracy"], straight["test_accuracy"]))
         # A job that succeeded has nothing to resume; one never checkpointed cannot be.
