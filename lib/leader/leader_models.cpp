@@ -23,6 +23,9 @@ namespace {
 
 /// How long the leader waits for one window of a model file from an agent.
 constexpr std::chrono::seconds kModelReplyTimeout{30};
+/// The largest metadata.json the leader collects (a worker's is a few KiB; 10,000 class
+/// names fit).
+constexpr std::int64_t kMaxMetadataBytes = 1 << 20;
 
 }  // namespace
 
@@ -100,8 +103,11 @@ bool Leader::Impl::on_model_file_reply(const wire::Envelope& env) {
   try {
     const auto chunk = wire::parse_body<wire::ModelFileChunkBody>(env);
     if (!c.writer) {
+      // A metadata file is small (the job's spec, class names, checksums): one that is not
+      // is refused before the leader parses it.
+      const std::int64_t most = c.req.file == "metadata.json" ? kMaxMetadataBytes : wire::ModelUploadBody::kMaxFileBytes;
       c.writer = std::make_unique<ChunkedFileWriter>((std::filesystem::path(c.staging) / c.req.file).string(),
-                                                     chunk.size, chunk.sha256, wire::ModelUploadBody::kMaxFileBytes);
+                                                     chunk.size, chunk.sha256, most);
       c.sha256 = chunk.sha256;
     }
     c.writer->append(chunk.offset, base64_decode(chunk.data));

@@ -392,7 +392,7 @@ warmup_epochs = 0.2
     def test_checkpoints_every_epoch_and_the_best_are_kept(self):
         path = self.builtin_job("checkpoints", [("epochs = 2", "epochs = 3"),
                                                ("[optimizer]", "[checkpoint]\nevery_epochs = 2\nbest = true\n\n[optimizer]")])
-        rc, summary, out = self.submit(path)
+        rc, summary, out = self.submit(path, timeout=600)
         self.assertEqual(rc, 0, out)
         accuracies = self.epoch_accuracies(out)
         self.assertEqual(len(accuracies), 3, out)
