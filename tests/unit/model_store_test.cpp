@@ -133,6 +133,22 @@ TEST(ModelFileRequest, NamesOnlyTheModelsFiles) {
   EXPECT_THROW(wire::parse_body<wire::ModelFileRequestBody>(env), wire::BodyError);
 }
 
+TEST(ResumeRequest, NamesOneJob) {
+  wire::Envelope env;
+  env.type = "resume";
+  env.body = {{"job", "job-4"}};
+  const auto b = wire::parse_body<wire::ResumeBody>(env);
+  EXPECT_EQ(b.job, "job-4");
+  EXPECT_FALSE(b.follow);
+  env.body = nlohmann::json::object();
+  EXPECT_THROW(wire::parse_body<wire::ResumeBody>(env), wire::BodyError);
+  env.body = {{"job", "../job-4"}, {"follow", true}};
+  EXPECT_EQ(message_of<wire::BodyError>([&] { wire::parse_body<wire::ResumeBody>(env); }),
+            "resume field \"job\": \"../job-4\" is not a valid name (letters, digits, '-', '_' and '.'; not \".\" or \"..\")");
+  env.body = {{"job", 4}};
+  EXPECT_THROW(wire::parse_body<wire::ResumeBody>(env), wire::BodyError);
+}
+
 leader::ModelManifest manifest(const std::string& job, double created, const std::string& staging) {
   leader::ModelManifest m;
   m.job = job;

@@ -1,0 +1,239 @@
+#include "ha/election.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+namespace dltrain::ha {
+
+using json = nlohmann::json;
+
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+LeaderElection::LeaderElection(EtcdOptions etcd, ElectionOptions options, Callbacks callbacks)
+    : etcd_opt_(std::move(etcd)), opt_(std::move(options)), cb_(std::move(callbacks)) {
+  if (opt_.candidate.empty()) throw ConfigError("name", "a leader candidate needs a name");
+  if (opt_.ttl_seconds < 2 || opt_.ttl_seconds > 300) {
+    throw ConfigError("lease_ttl", "expected 2 to 300 seconds, got " + std::to_string(opt_.ttl_seconds));
+  }
+  const auto ttl = std::chrono::milliseconds(1000LL * opt_.ttl_seconds);
+  if (opt_.safety_margin.count() <= 0 || opt_.safety_margin > ttl / 2) {
+    throw ConfigError("lease_safety_margin", "expected more than 0 and at most half the TTL (" +
+                                                 std::to_string(ttl.count() / 2) + " ms), got " +
+                                                 std::to_string(opt_.safety_margin.count()) + " ms");
+  }
+  check_endpoints(etcd_opt_.endpoints);
+}
+
+LeaderElection::~LeaderElection() { stop(); }
+
+void LeaderElection::start() {
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { run(); });
+}
+
+void LeaderElection::stop() {
+  stopping_ = true;
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool LeaderElection::serving() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return term_ != 0 && Clock::now() < valid_until_;
+}
+
+std::int64_t LeaderElection::term() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return term_ != 0 && Clock::now() < valid_until_ ? term_ : 0;
+}
+
+std::optional<LeaderInfo> LeaderElection::leader() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return leader_;
+}
+
+std::string LeaderElection::to_value(const LeaderInfo& info) {
+  return json{{"candidate", info.candidate}, {"address", info.address}, {"since_unix", info.since_unix}}.dump();
+}
+
+LeaderInfo LeaderElection::from_value(const std::string& value, std::int64_t term) {
+  const json j = json::parse(value, nullptr, false);
+  if (!j.is_object() || !j.contains("candidate") || !j["candidate"].is_string()) {
+    throw ProtocolError("the election key's value is not a dltrain leader's: " + value.substr(0, 200));
+  }
+  LeaderInfo info;
+  info.candidate = j["candidate"].get<std::string>();
+  info.address = j.value("address", "");
+  info.since_unix = j.value("since_unix", 0.0);
+  info.term = term;
+  return info;
+}
+
+bool LeaderElection::wait_for(std::chrono::milliseconds d) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, d, [this] { return stopping_.load(); });
+  return !stopping_;
+}
+
+void LeaderElection::run() {
+  std::unique_ptr<EtcdClient> etcd;
+  std::chrono::milliseconds backoff{250};
+  while (!stopping_) {
+    try {
+      if (!etcd) etcd = std::make_unique<EtcdClient>(etcd_opt_);
+      campaign_once(*etcd);
+      backoff = std::chrono::milliseconds(250);
+    } catch (const std::exception& e) {
+      // etcd unreachable (no quorum, every member down), or a reply it could not read:
+      // try again, less often, saying why each time.
+      if (cb_.trouble) cb_.trouble(e.what());
+      wait_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+    }
+  }
+}
+
+// One attempt: take a lease, try to create the key; serve until deposed, or watch the
+// serving candidate's key until it goes.
+void LeaderElection::campaign_once(EtcdClient& etcd) {
+  const auto granted_at = Clock::now();  // the lease lives at least TTL after this on etcd
+  const std::int64_t lease = etcd.lease_grant(opt_.ttl_seconds);
+  LeaderInfo me{opt_.candidate, opt_.address, 0, unix_now()};
+  EtcdClient::TxnResult r;
+  try {
+    r = etcd.create(opt_.key, to_value(me), lease);
+  } catch (...) {
+    try {
+      etcd.lease_revoke(lease);
+    } catch (const std::exception&) {
+      // it expires by itself
+    }
+    throw;
+  }
+  if (r.succeeded) {
+    serve(etcd, lease, granted_at, r.revision);
+    return;
+  }
+  etcd.lease_revoke(lease);  // not needed: another candidate serves
+  if (!r.current) return;    // deleted in between: try again at once
+  const std::int64_t term = r.current->create_revision;
+  LeaderInfo other;
+  try {
+    other = from_value(r.current->value, term);
+  } catch (const ProtocolError& e) {
+    other.candidate = "?";
+    if (cb_.trouble) cb_.trouble(e.what());
+  }
+  bool changed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    changed = !leader_ || leader_->term != term;
+    leader_ = other;
+  }
+  if (changed && cb_.standing_by) cb_.standing_by(other);
+  // Watch from the revision after the one we read, so that no deletion is missed; a short
+  // wait in a loop lets stop() end it.
+  std::int64_t from = r.revision + 1;
+  const auto wait = std::chrono::milliseconds(std::min(2000, 500 * opt_.ttl_seconds));
+  while (!stopping_) {
+    const auto events = etcd.watch(opt_.key, from, wait);
+    for (const auto& e : events) {
+      if (e.deleted) return;  // the leader resigned or its lease expired: campaign
+      from = std::max(from, e.kv.mod_revision + 1);
+    }
+    if (events.empty()) {
+      // Nothing within the wait: make sure the key is still there (a watch on a
+      // compacted revision would never see its deletion).
+      const auto kv = etcd.get(opt_.key);
+      if (!kv || kv->create_revision != term) return;
+    }
+  }
+}
+
+void LeaderElection::serve(EtcdClient& etcd, std::int64_t lease, Clock::time_point granted_at, std::int64_t term) {
+  const auto ttl = std::chrono::milliseconds(1000LL * opt_.ttl_seconds);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    term_ = term;
+    valid_until_ = granted_at + ttl - opt_.safety_margin;
+    leader_ = LeaderInfo{opt_.candidate, opt_.address, term, unix_now()};
+  }
+  spdlog::info("leader election: {} serves, term {} (lease {:x}, TTL {} s)", opt_.candidate, term, lease,
+               opt_.ttl_seconds);
+  if (cb_.elected) cb_.elected(term);
+  std::string why;
+  while (why.empty()) {
+    if (stopping_) {
+      why = "stopping";
+      break;
+    }
+    // Renew every TTL/3; never sleep past the moment the lease might expire.
+    Clock::time_point until;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      until = valid_until_;
+    }
+    const auto now = Clock::now();
+    if (now >= until) {
+      why = "its lease could not be renewed within " + std::to_string(opt_.ttl_seconds) + " s minus the margin";
+      break;
+    }
+    const auto next = std::min<Clock::duration>(ttl / 3, until - now);
+    wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(next));
+    if (stopping_) continue;
+    const auto sent = Clock::now();
+    if (sent >= until) continue;  // woke too late (a paused process): deposed above
+    try {
+      const auto left = etcd.lease_keepalive(lease);
+      if (left <= 0) {
+        why = "its lease expired on etcd";
+        break;
+      }
+      const auto kv = etcd.get(opt_.key);
+      if (!kv || kv->create_revision != term) {
+        why = "the election key is no longer its own";
+        break;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      valid_until_ = std::max(valid_until_, sent + ttl - opt_.safety_margin);
+    } catch (const std::exception& e) {
+      // Keep trying until the lease may have expired: a member may be back in time.
+      if (cb_.trouble) cb_.trouble(std::string("renewing the lease: ") + e.what());
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    term_ = 0;
+    valid_until_ = {};
+    leader_.reset();
+  }
+  if (why == "stopping") {
+    // Resign: only this term's key, so that a standby serves at once.
+    try {
+      etcd.erase_if(opt_.key, term);
+      etcd.lease_revoke(lease);
+      spdlog::info("leader election: {} resigned (term {})", opt_.candidate, term);
+    } catch (const std::exception& e) {
+      spdlog::warn("leader election: {} could not resign (its lease expires in at most {} s): {}", opt_.candidate,
+                   opt_.ttl_seconds, e.what());
+    }
+  } else {
+    spdlog::warn("leader election: {} no longer serves (term {}): {}", opt_.candidate, term, why);
+    try {
+      etcd.lease_revoke(lease);
+    } catch (const std::exception&) {
+      // expired already, or etcd is away: it expires by itself
+    }
+  }
+  if (cb_.deposed) cb_.deposed(why);
+}
+
+}  // namespace dltrain::ha

@@ -1,0 +1,103 @@
+// Leader election on etcd (etcd's election recipe, over ha/etcd_client.h): each
+// candidate takes a lease with a TTL, and tries to create the election key attached to
+// it with a compare-and-swap transaction (the key's create_revision must be 0); the one
+// whose create succeeds serves, and the key's create_revision is its *term* (a number no
+// earlier leader had). The others watch the key and try again when it is deleted — when
+// the leader resigns, or its lease expires because it stopped renewing it (its machine
+// died, its process was paused, it lost its etcd quorum). docs/ha.md.
+//
+// Fencing. A leader can never know that its lease is alive *now*, only that etcd had not
+// expired it when the last renewal was sent: the lease lives at least TTL seconds after
+// that send on etcd's side. serving() is therefore true only until that send time plus
+// TTL minus a safety margin (the monotonic clock: a paused process that wakes finds its
+// time gone), so a leader stops issuing orders before its lease can have expired on the
+// server; writes it makes to etcd are conditional on the election key still having its
+// term (EtcdClient::put_if), so a stale leader's writes are refused by etcd itself.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "ha/etcd_client.h"
+
+namespace dltrain::ha {
+
+/// One candidate's settings.
+struct ElectionOptions {
+  std::string key = "/dltrain/leader";  ///< the election key (one per dltrain cluster)
+  std::string candidate;                ///< this candidate's name (its agent name), non-empty
+  std::string address;                  ///< where it serves when elected, "HOST:PORT"
+  int ttl_seconds = 10;                 ///< the lease's TTL, [2, 300]; renewed every TTL/3
+  /// How long before its lease could expire on etcd a leader stops serving (clock rate
+  /// differences, the time a renewal takes to reach etcd), in (0, TTL/2].
+  std::chrono::milliseconds safety_margin{1000};
+};
+
+/// Who serves, as the election key says.
+struct LeaderInfo {
+  std::string candidate, address;
+  std::int64_t term = 0;     ///< the key's create_revision
+  double since_unix = 0;     ///< when it was elected, seconds since the epoch (its own clock)
+};
+
+/// A candidate campaigning on its own thread. Callbacks run on that thread, in order.
+/// serving(), term() and leader() are thread-safe.
+class LeaderElection {
+ public:
+  struct Callbacks {
+    std::function<void(std::int64_t term)> elected;       ///< this candidate serves from now
+    std::function<void(const std::string& why)> deposed; ///< it no longer does (it stopped already)
+    std::function<void(const LeaderInfo&)> standing_by;   ///< another candidate serves (on each change)
+    std::function<void(const std::string& why)> trouble;  ///< etcd cannot be reached; it keeps trying
+  };
+  /// Throws ConfigError for an empty candidate name, a TTL outside [2, 300] or a safety
+  /// margin outside (0, TTL/2], and what EtcdClient's constructor throws.
+  LeaderElection(EtcdOptions etcd, ElectionOptions options, Callbacks callbacks);
+  /// stop().
+  ~LeaderElection();
+  LeaderElection(const LeaderElection&) = delete;
+  LeaderElection& operator=(const LeaderElection&) = delete;
+
+  /// Starts campaigning (once).
+  void start();
+  /// Stops: a leader resigns (deletes its key and revokes its lease, so a standby takes
+  /// over at once instead of after the TTL). Joins the thread; idempotent.
+  void stop();
+
+  /// True while this candidate serves and its lease is certainly alive on etcd.
+  bool serving() const;
+  /// This candidate's term while it serves, else 0.
+  std::int64_t term() const;
+  /// The leader as last seen (this candidate when it serves), or nullopt.
+  std::optional<LeaderInfo> leader() const;
+  /// The election key's value for `info` (JSON), and back. from_value throws ProtocolError.
+  static std::string to_value(const LeaderInfo& info);
+  static LeaderInfo from_value(const std::string& value, std::int64_t term);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void run();
+  void campaign_once(EtcdClient& etcd);
+  void serve(EtcdClient& etcd, std::int64_t lease, Clock::time_point granted_at, std::int64_t term);
+  bool wait_for(std::chrono::milliseconds d);  // false when stopping
+
+  EtcdOptions etcd_opt_;
+  ElectionOptions opt_;
+  Callbacks cb_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::int64_t term_ = 0;                  // guarded by mu_
+  Clock::time_point valid_until_{};        // guarded by mu_
+  std::optional<LeaderInfo> leader_;       // guarded by mu_
+};
+
+}  // namespace dltrain::ha

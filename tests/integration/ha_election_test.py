@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""Leader election on a real etcd (lib/ha/election.h, docs/ha.md).
+
+Each case starts its own etcd from Debian's etcd-server package on loopback — one member,
+or a three-member cluster — and leader candidates (bin/ha_candidate, which campaigns with
+ha::LeaderElection and, while it serves, writes "orders" fenced by its term). The
+assertions are on etcd's own records: an order is a key /dltrain-test/orders/<term>/<seq>
+whose create_revision etcd assigned, and a leader's term is the revision at which it
+created the election key, so "no order of the old term after the new term began" is a
+comparison of etcd revisions, not of anybody's clock.
+
+Usage: ha_election_test.py BUILD_DIR [unittest args]. Exit status 77 (skipped) without
+/usr/bin/etcd.
+"""
+import base64
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+BUILD = None
+ETCD = "/usr/bin/etcd"
+ETCDCTL = "/usr/bin/etcdctl"
+SKIP = 77
+TTL = 3
+
+
+def free_port():
+    """A loopback port the kernel picked (bound to port 0, then released for etcd). etcd
+    itself cannot be given port 0: every member must know its peers' addresses before any
+    starts, and its JSON gateway dials its own gRPC server at the listen address it was
+    given (with port 0 the gateway answers every request "dial tcp 127.0.0.1:0: connect:
+    connection refused")."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Member:
+    """One etcd member on loopback ports of its own."""
+
+    def __init__(self, root, name, peer_port, cluster):
+        self.name, self.peer_port, self.cluster = name, peer_port, cluster
+        self.dir = os.path.join(root, name)
+        self.log_path = os.path.join(root, name + ".log")
+        self.proc = None
+        self.url = "http://127.0.0.1:%d" % free_port()
+
+    def start(self, state="new"):
+        log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(
+            [ETCD, "--name", self.name, "--data-dir", self.dir,
+             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
+             "--listen-peer-urls", "http://127.0.0.1:%d" % self.peer_port,
+             "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % self.peer_port,
+             "--initial-cluster", self.cluster, "--initial-cluster-state", state,
+             "--initial-cluster-token", "dltrain-test"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+
+    def wait_url(self, deadline):
+        while time.monotonic() < deadline:
+            with open(self.log_path) as f:
+                if "serving insecure client requests on " + self.url[len("http://"):] in f.read():
+                    return self.url
+            if self.proc.poll() is not None:
+                raise AssertionError("etcd %s exited: %s" % (self.name, open(self.log_path).read()[-3000:]))
+            time.sleep(0.1)
+        raise AssertionError("etcd %s did not serve clients: %s" % (self.name, open(self.log_path).read()[-3000:]))
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Candidate:
+    """bin/ha_candidate with its JSON lines read on a thread."""
+
+    def __init__(self, name, endpoints, *extra):
+        self.name = name
+        self.proc = subprocess.Popen(
+            [os.path.join(BUILD, "bin", "ha_candidate"), "--etcd", ",".join(endpoints), "--name", name,
+             "--ttl", str(TTL), "--margin-ms", "500", "--order-ms", "100", "--request-ms", "700"] + list(extra),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines = queue.Queue()
+        self.seen = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                ev = {"event": "text", "text": line}
+            ev["at"] = time.monotonic()
+            self.lines.put(ev)
+
+    def wait(self, pred, timeout, what, since=None):
+        """The first event `pred` accepts: among those already read (from `since`, a
+        monotonic time, on; None: only new ones), else the next within `timeout` s."""
+        if since is not None:
+            for ev in self.seen:
+                if ev["at"] >= since and pred(ev):
+                    return ev
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                ev = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            self.seen.append(ev)
+            if pred(ev):
+                return ev
+        raise AssertionError("%s: no %s within %.0f s; saw %s" % (self.name, what, timeout, self.seen[-20:]))
+
+    def drain(self):
+        while True:
+            try:
+                self.seen.append(self.lines.get_nowait())
+            except queue.Empty:
+                return self.seen
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+
+
+def kv_range(url, prefix):
+    """etcd's keys under `prefix` with their create revisions, through its JSON gateway."""
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    body = json.dumps({"key": base64.b64encode(prefix.encode()).decode(),
+                       "range_end": base64.b64encode(end.encode()).decode()}).encode()
+    for attempt in range(50):  # a member answers 503 while its cluster elects a raft leader
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url + "/v3/kv/range", data=body), timeout=10) as r:
+                out = json.load(r)
+            break
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or attempt == 49:
+                raise
+            time.sleep(0.2)
+    return [(base64.b64decode(kv["key"]).decode(), int(kv["create_revision"])) for kv in out.get("kvs", [])]
+
+
+def missing_prerequisites():
+    if not os.access(ETCD, os.X_OK):
+        return ETCD + " is missing (Debian's etcd-server; scripts/setup installs it for the tests)"
+    return None
+
+
+class Election(unittest.TestCase):
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="dltrain-ha-test-")
+        self.members = []
+        self.candidates = []
+
+    def tearDown(self):
+        for c in self.candidates:
+            c.stop()
+        for m in self.members:
+            m.kill()
+        if not os.environ.get("DLTRAIN_KEEP_TEST_DIR"):
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def etcd(self, n):
+        """n members (a cluster of their own); their client URLs."""
+        ports = [free_port() for _ in range(n)]
+        cluster = ",".join("m%d=http://127.0.0.1:%d" % (i, p) for i, p in enumerate(ports))
+        self.members = [Member(self.root, "m%d" % i, p, cluster) for i, p in enumerate(ports)]
+        for m in self.members:
+            m.start()
+        deadline = time.monotonic() + 60
+        return [m.wait_url(deadline) for m in self.members]
+
+    def candidate(self, name, endpoints, *extra):
+        c = Candidate(name, endpoints, *extra)
+        self.candidates.append(c)
+        return c
+
+    def two_candidates(self, endpoints):
+        """Two candidates; (the serving one, its term, the standby)."""
+        a, b = self.candidate("a", endpoints), self.candidate("b", endpoints)
+        first = None
+        deadline = time.monotonic() + 30
+        while first is None and time.monotonic() < deadline:
+            for c in (a, b):
+                try:
+                    ev = c.lines.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                c.seen.append(ev)
+                if ev["event"] == "serving":
+                    first = (c, ev["term"])
+                    break
+        self.assertIsNotNone(first, "nobody serves: %s %s" % (a.seen, b.seen))
+        leader, term = first
+        standby = b if leader is a else a
+        ev = standby.wait(lambda e: e["event"] == "standing_by", 15, "standing_by", since=0)
+        self.assertEqual((ev["leader"], ev["term"]), (leader.name, term))
+        # The premise of what follows: the leader serves and issues orders.
+        leader.wait(lambda e: e["event"] == "order" and e["term"] == term, 10, "order")
+        return leader, term, standby
+
+    def test_sigkill_of_the_leader_a_standby_serves_within_the_ttl_plus_5_s(self):
+        urls = self.etcd(1)
+        leader, term, standby = self.two_candidates(urls)
+        self.assertIsNone(leader.proc.poll())
+        killed_at = time.monotonic()
+        leader.proc.kill()
+        ev = standby.wait(lambda e: e["event"] == "serving", TTL + 5, "serving after the leader's SIGKILL")
+        self.assertLessEqual(ev["at"] - killed_at, TTL + 5)
+        self.assertGreater(ev["term"], term)
+        standby.wait(lambda e: e["event"] == "order" and e["term"] == ev["term"], 5, "order of the new term")
+        # Every order of the old term was made before the new term began.
+        old = kv_range(urls[0], "/dltrain-test/orders/%d/" % term)
+        self.assertTrue(old)
+        self.assertTrue(all(rev < ev["term"] for _, rev in old), (old, ev["term"]))
+
+    def test_a_paused_leader_is_replaced_and_after_sigcont_changes_nothing(self):
+        urls = self.etcd(1)
+        leader, term, standby = self.two_candidates(urls)
+        os.kill(leader.proc.pid, signal.SIGSTOP)
+        ev = standby.wait(lambda e: e["event"] == "serving", TTL + 5, "serving while the leader is stopped")
+        new_term = ev["term"]
+        self.assertGreater(new_term, term)
+        standby.wait(lambda e: e["event"] == "order" and e["term"] == new_term, 5, "order of the new term")
+        time.sleep(1)  # stopped for longer than its lease: TTL + 1 s at least
+        os.kill(leader.proc.pid, signal.SIGCONT)
+        leader.wait(lambda e: e["event"] == "deposed", 10, "deposed after SIGCONT")
+        time.sleep(1)  # it would have sent ~10 orders by now had it not stepped down
+        # An order it had sent just before it was stopped may be answered after SIGCONT;
+        # etcd made it before the new term began.
+        woke = [e for e in leader.drain() if e.get("at", 0) > ev["at"]]
+        self.assertFalse([e for e in woke if e["event"] == "order" and e["revision"] >= new_term], woke)
+        # etcd's record: no order of the old term after the new one began, and the new
+        # leader's orders go on.
+        old = kv_range(urls[0], "/dltrain-test/orders/%d/" % term)
+        self.assertTrue(all(rev < new_term for _, rev in old), (old, new_term))
+        before = len(kv_range(urls[0], "/dltrain-test/orders/%d/" % new_term))
+        time.sleep(1)
+        self.assertGreater(len(kv_range(urls[0], "/dltrain-test/orders/%d/" % new_term)), before)
+        # The old leader stands by behind the new one.
+        ev = leader.wait(lambda e: e["event"] == "standing_by", 10, "standing_by", since=0)
+        self.assertEqual(ev["term"], new_term)
+
+    def test_one_etcd_member_killed_changes_nothing(self):
+        urls = self.etcd(3)
+        leader, term, standby = self.two_candidates(urls)
+        killed_at = time.monotonic()
+        self.members[0].kill()  # the endpoint both candidates try first
+        before = len(kv_range(urls[1], "/dltrain-test/orders/%d/" % term))
+        time.sleep(2 * TTL)
+        changes = [e for e in leader.drain() + standby.drain()
+                   if e["at"] >= killed_at and e["event"] in ("serving", "deposed", "standing_by")]
+        self.assertFalse(changes, leader.seen[-10:] + standby.seen[-10:])
+        self.assertGreater(len(kv_range(urls[1], "/dltrain-test/orders/%d/" % term)), before + 5)
+
+    def test_quorum_lost_the_leader_stops_ordering_and_the_cluster_resumes_when_it_returns(self):
+        urls = self.etcd(3)
+        leader, term, standby = self.two_candidates(urls)
+        last_orders = kv_range(urls[2], "/dltrain-test/orders/%d/" % term)
+        self.members[0].kill()
+        self.members[1].kill()
+        lost_at = time.monotonic()
+        ev = leader.wait(lambda e: e["event"] == "deposed", TTL + 5, "deposed without quorum")
+        self.assertLessEqual(ev["at"] - lost_at, TTL + 5)
+        # Without a quorum etcd takes no writes: nothing was ordered since, and the
+        # leader holds its orders back.
+        leader.wait(lambda e: e["event"] == "held_back", 5, "held_back", since=lost_at)
+        self.members[0].start("existing")
+        self.members[1].start("existing")
+        # Quorum back: someone serves again, with a new term, and nothing was lost.
+        deadline = time.monotonic() + 60
+        serving = None
+        while serving is None and time.monotonic() < deadline:
+            for c in (leader, standby):
+                try:
+                    e = c.lines.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                c.seen.append(e)
+                if e["event"] == "serving":
+                    serving = (c, e["term"])
+        self.assertIsNotNone(serving, leader.seen[-10:] + standby.seen[-10:])
+        self.assertGreater(serving[1], term)
+        kept = kv_range(urls[2], "/dltrain-test/orders/%d/" % term)
+        self.assertTrue(set(last_orders) <= set(kept))
+        serving[0].wait(lambda e: e["event"] == "order" and e["term"] == serving[1], 10, "order after quorum returned")
+
+    def test_a_wrong_endpoint_or_wrong_credentials_are_clear_errors_at_start(self):
+        closed = "http://127.0.0.1:%d" % free_port()
+        c = self.candidate("x", [closed])
+        self.assertEqual(c.proc.wait(timeout=30), 2)
+        ev = c.wait(lambda e: e["event"] == "error", 5, "error")
+        self.assertIn(closed, ev["message"])
+        self.assertIn("Connection refused", ev["message"])
+        c = self.candidate("y", ["ftp://127.0.0.1:2379"])
+        self.assertEqual(c.proc.wait(timeout=30), 2)
+        ev = c.wait(lambda e: e["event"] == "error", 5, "error")
+        self.assertIn('endpoint "ftp://127.0.0.1:2379": expected http://HOST:PORT or https://HOST:PORT', ev["message"])
+        urls = self.etcd(1)
+        for args in (["user", "add", "root:right-password"], ["auth", "enable"]):
+            r = subprocess.run([ETCDCTL, "--endpoints", urls[0]] + args, capture_output=True, text=True, timeout=30,
+                               env=dict(os.environ, ETCDCTL_API="3"))
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        c = self.candidate("z", urls, "--user", "root", "--password", "wrong")
+        self.assertEqual(c.proc.wait(timeout=30), 2)
+        ev = c.wait(lambda e: e["event"] == "error", 5, "error")
+        self.assertIn("authentication failed", ev["message"])
+        self.assertIn(urls[0], ev["message"])
+        c = self.candidate("w", urls, "--user", "root", "--password", "right-password")
+        c.wait(lambda e: e["event"] == "serving", 15, "serving with the right credentials")
+        c.wait(lambda e: e["event"] == "order", 5, "order with the right credentials")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    BUILD = os.path.abspath(sys.argv.pop(1))
+    why = missing_prerequisites()
+    if why:
+        print("skipped: " + why)
+        sys.exit(SKIP)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    unittest.main(verbosity=2)
