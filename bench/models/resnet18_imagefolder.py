@@ -12,7 +12,7 @@ averaged over the epochs), the wall time; and the images/s ratio scripted / buil
 The trained TorchScript model is downloaded and loaded back into torchvision's resnet18
 (its state_dict.pt, strictly), which must give the job's accuracy on the test images.
 
-Usage: bench/models/resnet18_imagefolder.py [--epochs 2] [--train 6000] [--test 1000]
+Usage: bench/models/resnet18_imagefolder.py [--epochs 3] [--train 6000] [--test 1000]
            [--out bench/results/resnet18-imagefolder.json]
 Needs the build (scripts/setup) and /usr/bin/python3 with torch and torchvision.
 """
@@ -84,7 +84,7 @@ seed = 1
 crop_padding = 4
 
 [optimizer]
-lr = 0.05
+lr = 0.02
 momentum = 0.9
 weight_decay = 5e-4
 lr_schedule = "cosine"
@@ -109,7 +109,7 @@ def run(client, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--train", type=int, default=6000)
     ap.add_argument("--test", type=int, default=1000)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "resnet18-imagefolder.json"))
