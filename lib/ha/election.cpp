@@ -29,7 +29,7 @@ LeaderElection::LeaderElection(EtcdOptions etcd, ElectionOptions options, Callba
                                                  std::to_string(ttl.count() / 2) + " ms), got " +
                                                  std::to_string(opt_.safety_margin.count()) + " ms");
   }
-  check_endpoints(etcd_opt_.endpoints);
+  EtcdClient check(etcd_opt_);  // the endpoints and TLS files, now rather than on its thread
 }
 
 LeaderElection::~LeaderElection() { stop(); }
@@ -40,7 +40,10 @@ void LeaderElection::start() {
 }
 
 void LeaderElection::stop() {
-  stopping_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // under the lock: a waiter cannot miss it
+    stopping_ = true;
+  }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
@@ -66,7 +69,9 @@ std::string LeaderElection::to_value(const LeaderInfo& info) {
 
 LeaderInfo LeaderElection::from_value(const std::string& value, std::int64_t term) {
   const json j = json::parse(value, nullptr, false);
-  if (!j.is_object() || !j.contains("candidate") || !j["candidate"].is_string()) {
+  const auto is = [&](const char* k, bool (json::*test)() const noexcept) { return !j.contains(k) || (j[k].*test)(); };
+  if (!j.is_object() || !j.contains("candidate") || !j["candidate"].is_string() || !is("address", &json::is_string) ||
+      !is("since_unix", &json::is_number)) {
     throw ProtocolError("the election key's value is not a dltrain leader's: " + value.substr(0, 200));
   }
   LeaderInfo info;
@@ -132,6 +137,12 @@ void LeaderElection::campaign_once(EtcdClient& etcd) {
     other.candidate = "?";
     if (cb_.trouble) cb_.trouble(e.what());
   }
+  if (other.candidate == opt_.candidate) {
+    // Its own key of an earlier term (a resignation or a revoke that did not reach etcd):
+    // nobody serves behind it. Delete that term's key and campaign again.
+    etcd.erase_if(opt_.key, term);
+    return;
+  }
   bool changed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -144,16 +155,20 @@ void LeaderElection::campaign_once(EtcdClient& etcd) {
   std::int64_t from = r.revision + 1;
   const auto wait = std::chrono::milliseconds(std::min(2000, 500 * opt_.ttl_seconds));
   while (!stopping_) {
+    const auto began = Clock::now();
     const auto events = etcd.watch(opt_.key, from, wait);
     for (const auto& e : events) {
       if (e.deleted) return;  // the leader resigned or its lease expired: campaign
       from = std::max(from, e.kv.mod_revision + 1);
     }
     if (events.empty()) {
-      // Nothing within the wait: make sure the key is still there (a watch on a
-      // compacted revision would never see its deletion).
+      // Nothing within the wait (or the watch was cancelled: its revision compacted):
+      // make sure the key is still there, then watch from now on — a deletion between
+      // this read and that watch is found by the next read, one wait later.
       const auto kv = etcd.get(opt_.key);
       if (!kv || kv->create_revision != term) return;
+      from = 0;
+      if (Clock::now() - began < wait / 2) wait_for(std::chrono::milliseconds(250));  // cancelled early: no spin
     }
   }
 }
@@ -168,8 +183,15 @@ void LeaderElection::serve(EtcdClient& etcd, std::int64_t lease, Clock::time_poi
   }
   spdlog::info("leader election: {} serves, term {} (lease {:x}, TTL {} s)", opt_.candidate, term, lease,
                opt_.ttl_seconds);
-  if (cb_.elected) cb_.elected(term);
+  if (cb_.elected) {
+    try {
+      cb_.elected(term);
+    } catch (const std::exception& e) {
+      spdlog::error("leader election: the elected callback failed: {}", e.what());  // the term goes on
+    }
+  }
   std::string why;
+  bool failed = false;  // the last renewal failed: try again soon, not after TTL/3
   while (why.empty()) {
     if (stopping_) {
       why = "stopping";
@@ -186,7 +208,8 @@ void LeaderElection::serve(EtcdClient& etcd, std::int64_t lease, Clock::time_poi
       why = "its lease could not be renewed within " + std::to_string(opt_.ttl_seconds) + " s minus the margin";
       break;
     }
-    const auto next = std::min<Clock::duration>(ttl / 3, until - now);
+    const Clock::duration every = failed ? Clock::duration(std::chrono::milliseconds(250)) : Clock::duration(ttl / 3);
+    const auto next = std::min<Clock::duration>(every, until - now);
     wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(next));
     if (stopping_) continue;
     const auto sent = Clock::now();
@@ -202,10 +225,15 @@ void LeaderElection::serve(EtcdClient& etcd, std::int64_t lease, Clock::time_poi
         why = "the election key is no longer its own";
         break;
       }
+      // Losing the lease is final for a term: a renewal whose answer came after the
+      // window closed (serving() went false meanwhile) does not reopen it.
+      if (Clock::now() >= until) continue;
+      failed = false;
       std::lock_guard<std::mutex> lock(mu_);
       valid_until_ = std::max(valid_until_, sent + ttl - opt_.safety_margin);
     } catch (const std::exception& e) {
       // Keep trying until the lease may have expired: a member may be back in time.
+      failed = true;
       if (cb_.trouble) cb_.trouble(std::string("renewing the lease: ") + e.what());
     }
   }

@@ -42,15 +42,20 @@ struct ElectionOptions {
 
 /// Who serves, as the election key says.
 struct LeaderInfo {
-  std::string candidate, address;
+  std::string candidate;     ///< its name (ElectionOptions::candidate)
+  std::string address;       ///< where it serves, "HOST:PORT"
   std::int64_t term = 0;     ///< the key's create_revision
   double since_unix = 0;     ///< when it was elected, seconds since the epoch (its own clock)
 };
 
 /// A candidate campaigning on its own thread. Callbacks run on that thread, in order.
-/// serving(), term() and leader() are thread-safe.
+/// serving(), term() and leader() are thread-safe. serving() is the authority: it turns
+/// false the moment the lease may no longer be alive, while `deposed` comes when the
+/// thread notices (up to a request timeout per endpoint later).
 class LeaderElection {
  public:
+  /// What the candidate is told; each may be empty. They run on the election's thread and
+  /// should not block; an exception from `elected` is logged and the term goes on.
   struct Callbacks {
     std::function<void(std::int64_t term)> elected;       ///< this candidate serves from now
     std::function<void(const std::string& why)> deposed; ///< it no longer does (it stopped already)
@@ -58,7 +63,8 @@ class LeaderElection {
     std::function<void(const std::string& why)> trouble;  ///< etcd cannot be reached; it keeps trying
   };
   /// Throws ConfigError for an empty candidate name, a TTL outside [2, 300] or a safety
-  /// margin outside (0, TTL/2], and what EtcdClient's constructor throws.
+  /// margin outside (0, TTL/2], and what EtcdClient's constructor throws (bad endpoints,
+  /// unreadable TLS files); it does not reach etcd (EtcdClient::check does).
   LeaderElection(EtcdOptions etcd, ElectionOptions options, Callbacks callbacks);
   /// stop().
   ~LeaderElection();
@@ -71,7 +77,11 @@ class LeaderElection {
   /// over at once instead of after the TTL). Joins the thread; idempotent.
   void stop();
 
-  /// True while this candidate serves and its lease is certainly alive on etcd.
+  /// True while this candidate serves and its lease cannot have expired on etcd: until
+  /// the last successful renewal's send time + TTL − safety margin, on the monotonic
+  /// clock (which stops while the machine is suspended: after a resume, rely on fenced
+  /// writes). An action checked before a pause can still run after it; only writes fenced
+  /// by the term (EtcdClient::put_if) are refused then.
   bool serving() const;
   /// This candidate's term while it serves, else 0.
   std::int64_t term() const;

@@ -1,9 +1,12 @@
 #include "ha/etcd_client.h"
 
 #include <algorithm>
-#include <thread>
+#include <cctype>
+#include <exception>
+#include <limits>
 
 #include <boost/asio/connect.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
@@ -198,18 +201,32 @@ struct EtcdClient::Impl {
         done = on_line(j.contains("result") ? j["result"] : j);
       }
     };
-    auto on_chunk = [&](std::uint64_t, beast::string_view data, beast::error_code&) -> std::size_t {
-      take(std::string_view(data.data(), data.size()));
-      return data.size();
-    };
-    parser.on_chunk_body(on_chunk);  // the parser keeps a reference: on_chunk outlives the reads
     run([&](auto h) { http::async_read_header(stream, buf, parser, h); });
     if (parser.get().result_int() != 200) {
+      // An error: its body is one JSON object, read whole.
       run([&](auto h) { http::async_read(stream, buf, parser, h); });
       return reply_of(parser.get().result_int(), parser.get().body(), u);
     }
+    // No exception may leave the parser's callback (it runs inside Asio's handlers): it
+    // is kept, the read ends, and it is thrown here.
+    std::exception_ptr failed;
+    auto on_chunk = [&](std::uint64_t, beast::string_view data, beast::error_code& ec) -> std::size_t {
+      try {
+        take(std::string_view(data.data(), data.size()));
+      } catch (...) {
+        failed = std::current_exception();
+        ec = http::error::bad_chunk;
+      }
+      return data.size();
+    };
+    parser.on_chunk_body(on_chunk);  // the parser keeps a reference: on_chunk outlives the reads
     while (!done && !parser.is_done()) {
-      run([&](auto h) { http::async_read_some(stream, buf, parser, h); });
+      try {
+        run([&](auto h) { http::async_read_some(stream, buf, parser, h); });
+      } catch (const beast::system_error&) {
+        if (failed) std::rethrow_exception(failed);
+        throw;
+      }
       if (!parser.chunked() && !parser.get().body().empty()) {  // an unchunked stream: the body grows
         std::string data;
         data.swap(parser.get().body());
@@ -243,11 +260,33 @@ struct EtcdClient::Impl {
   // One request to endpoint `u`, with `timeout` over the whole exchange.
   json request_one(const Url& u, const std::string& path, const json& body, std::chrono::milliseconds timeout,
                    const std::function<bool(const json&)>& on_line) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     tcp::resolver resolver(io);
-    const auto results = resolver.resolve(u.host, u.port);
+    tcp::resolver::results_type results;
+    {
+      // The name lookup is bounded too (a resolver that is away during a partition).
+      asio::steady_timer limit(io, deadline);
+      limit.async_wait([&resolver](const beast::error_code& ec) {
+        if (!ec) resolver.cancel();
+      });
+      try {
+        run([&](auto h) {
+          resolver.async_resolve(u.host, u.port, [&results, h](const beast::error_code& ec, tcp::resolver::results_type r) mutable {
+            results = std::move(r);
+            h(ec);
+          });
+        });
+      } catch (const beast::system_error& e) {
+        if (e.code() == asio::error::operation_aborted) throw beast::system_error(beast::error::timeout);
+        throw;
+      }
+      limit.cancel();
+      io.restart();
+      io.poll();  // the cancelled timer's handler
+    }
     if (!u.tls) {
       beast::tcp_stream stream(io);
-      stream.expires_after(timeout);  // a deadline for every operation below
+      stream.expires_at(deadline);  // a deadline for every operation below
       run([&](auto h) { stream.async_connect(results, h); });
       auto r = exchange(stream, u, path, body, on_line);
       beast::error_code ec;
@@ -259,7 +298,7 @@ struct EtcdClient::Impl {
       throw IoError("etcd: cannot set the TLS server name " + u.host);
     }
     stream.set_verify_callback(ssl::host_name_verification(u.host));
-    beast::get_lowest_layer(stream).expires_after(timeout);
+    beast::get_lowest_layer(stream).expires_at(deadline);
     run([&](auto h) { beast::get_lowest_layer(stream).async_connect(results, h); });
     run([&](auto h) { stream.async_handshake(ssl::stream_base::client, h); });
     auto r = exchange(stream, u, path, body, on_line);

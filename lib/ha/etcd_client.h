@@ -78,7 +78,7 @@ class EtcdClient {
   EtcdClient& operator=(const EtcdClient&) = delete;
 
   /// Reaches a member (authenticating when a user is set) and returns its status line
-  /// ("etcd 3.4.23 at http://…, cluster …, leader member …"). Throws EtcdError saying, for
+  /// ("etcd 3.4.23 at http://…, cluster …, raft leader member …"). Throws EtcdError saying, for
   /// each endpoint, why it could not: a wrong address, TLS, credentials.
   std::string check();
 

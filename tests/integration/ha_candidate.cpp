@@ -38,7 +38,6 @@ int main(int argc, char** argv) {
   ha::ElectionOptions el;
   int order_ms = 100;
   int margin_ms = 500;
-  std::string endpoints;
   app.add_option("--etcd", etcd.endpoints, "etcd client URLs")->required()->delimiter(',');
   app.add_option("--user", etcd.user, "etcd user");
   app.add_option("--password", etcd.password, "etcd password");
