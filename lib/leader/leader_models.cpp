@@ -27,6 +27,18 @@ constexpr std::chrono::seconds kModelReplyTimeout{30};
 /// names fit).
 constexpr std::int64_t kMaxMetadataBytes = 1 << 20;
 
+/// The epoch of checkpoint name "epoch-N" (N >= 1), else 0.
+int checkpoint_epoch(const std::string& name) {
+  constexpr std::string_view kPrefix = "epoch-";
+  if (name.size() <= kPrefix.size() || name.size() > kPrefix.size() + 6 || name.rfind(kPrefix, 0) != 0) return 0;
+  int n = 0;
+  for (std::size_t i = kPrefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return 0;
+    n = n * 10 + (name[i] - '0');
+  }
+  return n;
+}
+
 }  // namespace
 
 bool Leader::Impl::collect_model(JobRec& j) {
@@ -97,6 +109,32 @@ bool Leader::Impl::on_model_file_reply(const wire::Envelope& env) {
   if (it == collecting.end()) return false;
   Collecting& c = it->second;
   if (!env.ok) {
+    // A failed or cancelled job's latest epoch checkpoint that its worker 0 did not leave
+    // in this generation's directory (it was re-assigned since, or the write failed): the
+    // one before it, down to where the job started.
+    const auto jit = jobs.find(c.job);
+    if (jit != jobs.end() && c.stored.empty() && c.req.offset == 0 && c.req.file == "metadata.json" &&
+        env.error.value("code", std::string()) == wire::error_code::kNotFound && !c.writer &&
+        jit->second.failing_state != JobState::kSucceeded) {
+      const int every = jit->second.spec.checkpoint.every_epochs;
+      const int k = checkpoint_epoch(c.manifest.checkpoint) - every;
+      if (every > 0 && k > jit->second.resume_epoch) {
+        const std::string next = "epoch-" + std::to_string(k);
+        spdlog::info("job {}: agent {} has no checkpoint {}; trying {}", c.job, c.agent, c.manifest.checkpoint, next);
+        std::error_code ec;
+        std::filesystem::remove_all(c.staging, ec);
+        try {
+          c.staging = models->staging_dir(c.job, next);
+        } catch (const std::exception& e) {
+          end_collection(c.job, e.what());
+          return true;
+        }
+        c.manifest.checkpoint = next;
+        c.req.checkpoint = next;
+        request_model_window(c);
+        return true;
+      }
+    }
     end_collection(c.job, "agent " + c.agent + ": " + env.error.value("message", std::string("?")));
     return true;
   }
@@ -227,14 +265,17 @@ void Leader::Impl::end_collection(std::string job, const std::string& error) {
 
 void Leader::Impl::expire_model_requests() {
   const auto now = Clock::now();
-  std::vector<std::string> late;
+  std::vector<std::pair<std::string, std::string>> ended;  // job, why
   for (const auto& [job, c] : collecting) {
-    if (c.deadline <= now) late.push_back(job);
+    const auto a = agents.find(c.agent);
+    if (a == agents.end() || a->second.lost) {
+      ended.emplace_back(job, "agent " + c.agent + " was lost while its model was collected");
+    } else if (c.deadline <= now) {
+      ended.emplace_back(job, "agent " + c.agent + " did not send the model within " +
+                                  std::to_string(kModelReplyTimeout.count()) + " s");
+    }
   }
-  for (const auto& job : late) {
-    end_collection(job, "agent " + collecting.at(job).agent + " did not send the model within " +
-                            std::to_string(kModelReplyTimeout.count()) + " s");
-  }
+  for (const auto& [job, why] : ended) end_collection(job, why);
 }
 
 json Leader::Impl::models_json(const std::optional<std::string>& job) const {
@@ -361,22 +402,6 @@ bool Leader::Impl::resolve_init_from(const SessionPtr& s, const std::string& id,
   return true;
 }
 
-namespace {
-
-/// The epoch of checkpoint name "epoch-N" (N >= 1), else 0.
-int checkpoint_epoch(const std::string& name) {
-  constexpr std::string_view kPrefix = "epoch-";
-  if (name.size() <= kPrefix.size() || name.size() > kPrefix.size() + 6 || name.rfind(kPrefix, 0) != 0) return 0;
-  int n = 0;
-  for (std::size_t i = kPrefix.size(); i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return 0;
-    n = n * 10 + (name[i] - '0');
-  }
-  return n;
-}
-
-}  // namespace
-
 // `dltrain resume JOB`: the job's configuration (as planned, so that the schedule and the
 // data shards are the ones the checkpoint was trained with), its latest epoch checkpoint's
 // state_dict as init_from, and its workers starting at that checkpoint's epoch
@@ -387,7 +412,17 @@ void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
   const auto b = wire::parse_body<wire::ResumeBody>(env);
   const auto refuse = [&](const char* code, const std::string& why) { reply_error(s, env.id, code, "resume: " + why, "job"); };
   if (!models || !uploads) {
-    return refuse(wire::error_code::kUnavailable, "the leader has no state directory: it keeps no checkpoints");
+    return refuse(wire::error_code::kConflict, "the leader has no state directory: it keeps no checkpoints");
+  }
+  if (collecting.count(b.job)) {
+    return refuse(wire::error_code::kUnavailable, "the latest checkpoint of " + b.job + " is being collected from agent " +
+                                                      collecting.at(b.job).agent + "; try again in a moment");
+  }
+  // A job whose last model the leader keeps succeeded, whether or not it still keeps the
+  // job itself.
+  if (models->find(b.job, "last")) {
+    return refuse(wire::error_code::kConflict, b.job + " succeeded: nothing is left to train (init_from = \"" + b.job +
+                                                   "\" starts a new job from its model)");
   }
   const auto jit = jobs.find(b.job);
   if (jit != jobs.end()) {
@@ -403,10 +438,6 @@ void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
                                                      "\" starts a new job from its model)");
     }
   }
-  if (collecting.count(b.job)) {
-    return refuse(wire::error_code::kUnavailable, "the latest checkpoint of " + b.job + " is being collected from agent " +
-                                                      collecting.at(b.job).agent + "; try again in a moment");
-  }
   // The latest epoch checkpoint of the job, else of the job it resumed, and so on.
   std::optional<ModelManifest> from;
   std::string origin = b.job;
@@ -420,9 +451,6 @@ void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
   }
   if (!from) {
     if (jit == jobs.end() && models->list(b.job).empty()) return refuse(wire::error_code::kNotFound, "no job \"" + b.job + "\"");
-    if (jit == jobs.end() && models->find(b.job, "last")) {
-      return refuse(wire::error_code::kConflict, b.job + " succeeded: nothing is left to train");
-    }
     std::string why = "the leader keeps no epoch checkpoint of " + b.job +
                       ": a job leaves one to resume from when its job file asks for [checkpoint] every_epochs = N and "
                       "it finished N epochs";
@@ -442,6 +470,8 @@ void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
     return refuse(wire::error_code::kInternal, "the configuration of " + from->job + " cannot be read: " + e.what());
   }
   j.spec.workers_auto = j.spec.batch_auto = false;
+  // As a submit is: a PS shard that fits no agent now is refused now.
+  if (auto why = ps_memory_problem(j.spec)) return refuse(wire::error_code::kInvalidJob, *why);
   j.resume_epoch = checkpoint_epoch(from->checkpoint);
   j.resume_checkpoint = from->checkpoint;
   j.resumed_from = from->job;

@@ -15,11 +15,13 @@ import glob
 import json
 import math
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -433,13 +435,27 @@ warmup_epochs = 0.2
         job = json.loads(r.stdout.splitlines()[-1])["job"]
         follow = subprocess.Popen([os.path.join(BUILD, "bin", "dltrain"), "follow", job, "--json"],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env)
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(l) for l in follow.stdout] + [lines.put(None)], daemon=True).start()
         seen = []
+
+        def next_event(deadline, what):
+            """The next JSON line of `dltrain follow`, by the monotonic `deadline`."""
+            while True:
+                try:
+                    line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+                except queue.Empty:
+                    line = None
+                self.assertIsNotNone(line, "no %s: %s" % (what, "".join(seen)))
+                seen.append(line)
+                if line.startswith("{"):
+                    return json.loads(line)
+
+        summary = None
         try:
             deadline = time.monotonic() + 600
-            for line in follow.stdout:
-                self.assertLess(time.monotonic(), deadline, "epoch 4 did not end in 600 s: " + "".join(seen))
-                seen.append(line)
-                ev = json.loads(line) if line.startswith("{") else {}
+            while True:
+                ev = next_event(deadline, "end of epoch 4 within 600 s")
                 self.assertNotEqual(ev.get("event"), "summary", "the job ended before epoch 4: " + "".join(seen))
                 if ev.get("event") == "epoch_end" and ev.get("rank") == 0 and ev["epoch"] == 4:
                     break
@@ -448,11 +464,11 @@ warmup_epochs = 0.2
             self.assertEqual(json.loads(r.stdout)["state"], "running", r.stdout)
             r = self.dltrain("cancel", job)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            summary = None
-            for line in follow.stdout:
-                if line.startswith("{") and json.loads(line).get("event") == "summary":
-                    summary = json.loads(line)
-                    break
+            deadline = time.monotonic() + 120
+            while summary is None:
+                ev = next_event(deadline, "summary within 120 s of the cancel")
+                if ev.get("event") == "summary":
+                    summary = ev
         finally:
             follow.kill()
             follow.wait()
