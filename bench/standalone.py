@@ -1,6 +1,7 @@
 """A standalone dltrain cluster for the benchmarks (`dltrain-agent --standalone`).
 
-start_cluster(state, agents, extra_args) starts one with its state and logs under the
+run_job(client, path, timeout) submits a job file, follows it to its summary and returns
+its figures. start_cluster(state, agents, extra_args) starts one with its state and logs under the
 directory `state` and waits until it has written its client settings; it returns the
 process, the `dltrain` command line that reaches its leader (a list), and those settings
 (client.json: leader, client_token, metrics_endpoint). It exits the benchmark with the
@@ -9,6 +10,7 @@ log's name when the cluster ends early or is not ready within 60 s.
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -37,3 +39,21 @@ def start_cluster(state, agents=3, extra_args=()):
         settings = json.load(f)
     client = [os.path.join(BIN, "dltrain"), "--leader", settings["leader"], "--token", settings["client_token"]]
     return proc, client, settings
+
+
+def run_job(client, path, timeout=3600):
+    """`dltrain submit PATH --follow --json` on the cluster `client` reaches: the job's id,
+    final test accuracy and wall time, and its training images/s (the workers' epoch_end
+    figures summed per epoch, averaged over the epochs). Exits the benchmark with the
+    output's end when the job does not succeed."""
+    r = subprocess.run(client + ["submit", path, "--follow", "--json"], capture_output=True, text=True, timeout=timeout)
+    events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    summary = next((e for e in events if e.get("event") == "summary"), None)
+    if r.returncode != 0 or summary is None:
+        sys.exit("%s failed (%d): %s" % (path, r.returncode, r.stdout[-2000:] + r.stderr[-2000:]))
+    per_epoch = {}
+    for e in events:
+        if e.get("event") == "epoch_end" and "images_per_sec" in e:
+            per_epoch[e["epoch"]] = per_epoch.get(e["epoch"], 0.0) + e["images_per_sec"]
+    return {"job": summary["job"], "test_accuracy": summary["test_accuracy"], "wall_seconds": summary["wall_seconds"],
+            "images_per_sec": statistics.mean(per_epoch.values())}

@@ -19,13 +19,12 @@ Needs the build (scripts/setup) and /usr/bin/python3 with torch and torchvision.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from standalone import ROOT, start_cluster  # noqa: E402
+from standalone import ROOT, run_job, start_cluster  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 
@@ -93,20 +92,6 @@ warmup_epochs = 0.3
     return path
 
 
-def run(client, path):
-    r = subprocess.run(client + ["submit", path, "--follow", "--json"], capture_output=True, text=True, timeout=7200)
-    events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
-    summary = next((e for e in events if e.get("event") == "summary"), None)
-    if r.returncode != 0 or summary is None:
-        sys.exit("%s failed (%d): %s" % (path, r.returncode, r.stdout[-2000:] + r.stderr[-2000:]))
-    per_epoch = {}
-    for e in events:
-        if e.get("event") == "epoch_end" and "images_per_sec" in e:
-            per_epoch[e["epoch"]] = per_epoch.get(e["epoch"], 0.0) + e["images_per_sec"]
-    return {"job": summary["job"], "test_accuracy": summary["test_accuracy"], "wall_seconds": summary["wall_seconds"],
-            "images_per_sec": statistics.mean(per_epoch.values())}
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--epochs", type=int, default=3)
@@ -122,7 +107,7 @@ def main():
                                      "--train", str(a.train), "--test", str(a.test)], check=True, capture_output=True)
         model = os.path.join(work, "resnet18.pt")
         subprocess.run([PYTHON, "-c", MAKE, model], check=True)
-        scripted = run(client, job_file(work, data, a.epochs, model))
+        scripted = run_job(client, job_file(work, data, a.epochs, model), timeout=7200)
         print("scripted torchvision resnet18: %.4f at %.1f img/s, %.0f s"
               % (scripted["test_accuracy"], scripted["images_per_sec"], scripted["wall_seconds"]), flush=True)
         got = os.path.join(work, "model")
@@ -131,7 +116,7 @@ def main():
         loaded = json.loads(r.stdout.strip().splitlines()[-1])
         print("its state_dict.pt in torchvision's resnet18: %.4f on %d test images"
               % (loaded["accuracy"], loaded["images"]), flush=True)
-        builtin = run(client, job_file(work, data, a.epochs, None))
+        builtin = run_job(client, job_file(work, data, a.epochs, None), timeout=7200)
         print("built-in resnet18: %.4f at %.1f img/s, %.0f s"
               % (builtin["test_accuracy"], builtin["images_per_sec"], builtin["wall_seconds"]), flush=True)
     finally:

@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from standalone import ROOT, start_cluster  # noqa: E402
+from standalone import ROOT, run_job, start_cluster  # noqa: E402
 
 MAKE = r'''
 import sys, torch
@@ -47,21 +47,6 @@ def job_file(directory, seed, epochs, model_file):
     return path
 
 
-def run(client, path):
-    r = subprocess.run(client + ["submit", path, "--follow", "--json"], capture_output=True, text=True, timeout=3600)
-    events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
-    summary = next((e for e in events if e.get("event") == "summary"), None)
-    if r.returncode != 0 or summary is None:
-        sys.exit("%s failed (%d): %s" % (path, r.returncode, r.stdout[-2000:] + r.stderr[-2000:]))
-    per_epoch = {}
-    for e in events:
-        if e.get("event") == "epoch_end" and "images_per_sec" in e:
-            per_epoch.setdefault(e["epoch"], 0.0)
-            per_epoch[e["epoch"]] += e["images_per_sec"]
-    return {"job": summary["job"], "test_accuracy": summary["test_accuracy"], "wall_seconds": summary["wall_seconds"],
-            "images_per_sec": statistics.mean(per_epoch.values())}
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
@@ -75,8 +60,8 @@ def main():
         for seed in a.seeds:
             model = os.path.join(work, "cnn-%d.pt" % seed)
             subprocess.run(["/usr/bin/python3", "-c", MAKE, model, str(seed), os.path.join(ROOT, "python")], check=True)
-            builtin = run(client, job_file(work, seed, a.epochs, None))
-            scripted = run(client, job_file(work, seed, a.epochs, model))
+            builtin = run_job(client, job_file(work, seed, a.epochs, None))
+            scripted = run_job(client, job_file(work, seed, a.epochs, model))
             row = {"seed": seed, "builtin": builtin, "torchscript": scripted,
                    "images_per_sec_ratio": scripted["images_per_sec"] / builtin["images_per_sec"],
                    "accuracy_difference": scripted["test_accuracy"] - builtin["test_accuracy"]}

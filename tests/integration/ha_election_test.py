@@ -206,23 +206,25 @@ class Election(unittest.TestCase):
         self.candidates.append(c)
         return c
 
-    def two_candidates(self, endpoints):
-        """Two candidates; (the serving one, its term, the standby)."""
-        a, b = self.candidate("a", endpoints), self.candidate("b", endpoints)
-        first = None
-        deadline = time.monotonic() + 30
-        while first is None and time.monotonic() < deadline:
-            for c in (a, b):
+    def first_serving(self, candidates, timeout):
+        """(the candidate, its term) of the first "serving" any of `candidates` prints
+        within `timeout` s (the others' lines meanwhile are kept in their `seen`)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for c in candidates:
                 try:
                     ev = c.lines.get(timeout=0.05)
                 except queue.Empty:
                     continue
                 c.seen.append(ev)
                 if ev["event"] == "serving":
-                    first = (c, ev["term"])
-                    break
-        self.assertIsNotNone(first, "nobody serves: %s %s" % (a.seen, b.seen))
-        leader, term = first
+                    return c, ev["term"]
+        self.fail("nobody serves within %d s: %s" % (timeout, [c.seen[-10:] for c in candidates]))
+
+    def two_candidates(self, endpoints):
+        """Two candidates; (the serving one, its term, the standby)."""
+        a, b = self.candidate("a", endpoints), self.candidate("b", endpoints)
+        leader, term = self.first_serving((a, b), 30)
         standby = b if leader is a else a
         ev = standby.wait(lambda e: e["event"] == "standing_by", 15, "standing_by", since=0)
         self.assertEqual((ev["leader"], ev["term"]), (leader.name, term))
@@ -305,18 +307,7 @@ class Election(unittest.TestCase):
         self.members[0].start("existing")
         self.members[1].start("existing")
         # Quorum back: someone serves again, with a new term, and nothing was lost.
-        deadline = time.monotonic() + 60
-        serving = None
-        while serving is None and time.monotonic() < deadline:
-            for c in (leader, standby):
-                try:
-                    e = c.lines.get(timeout=0.05)
-                except queue.Empty:
-                    continue
-                c.seen.append(e)
-                if e["event"] == "serving":
-                    serving = (c, e["term"])
-        self.assertIsNotNone(serving, leader.seen[-10:] + standby.seen[-10:])
+        serving = self.first_serving((leader, standby), 60)
         self.assertGreater(serving[1], term)
         kept = kv_range(urls[2], "/dltrain-test/orders/%d/" % term)
         self.assertTrue(set(last_orders) <= set(kept))
