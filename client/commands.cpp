@@ -141,6 +141,7 @@ int list(control::BlockingControlClient& c, const CommandOptions& opt, bool as_j
   if (as_json) {
     std::cout << r["jobs"].dump() << std::endl;
   } else {
+    print_leader(std::cout, r.value("leader", json::object()));
     print_job_list(std::cout, r["jobs"]);
   }
   // On stderr, so that --json output stays one JSON document.
@@ -170,6 +171,7 @@ int agents(control::BlockingControlClient& c, const CommandOptions& opt, bool as
   if (as_json) {
     std::cout << r["agents"].dump() << std::endl;
   } else {
+    print_leader(std::cout, r.value("leader", json::object()));
     print_agents(std::cout, r["agents"]);
   }
   return kExitOk;

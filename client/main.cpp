@@ -35,7 +35,9 @@ int main(int argc, char** argv) {
   int timeout_s = 30;
   bool as_json = false;
   std::string ca_file;
-  app.add_option("--leader", leader, "leader URL, ws://HOST:PORT or wss://HOST:PORT (TLS)");
+  app.add_option("--leader", leader,
+                 "leader URL, ws://HOST:PORT or wss://HOST:PORT (TLS); with HA the candidates' URLs separated by "
+                 "commas: the one that serves answers");
   app.add_option("--token", token, "client bearer token");
   app.add_option("--ca-file", ca_file,
                  "wss:// only: CA certificates (PEM) to verify the leader with (default: DLTRAIN_CA_FILE, the "
@@ -253,8 +255,16 @@ int main(int argc, char** argv) {
   try {
     nlohmann::json request;  // submit and plan: read before connecting, so a bad path is named as such
     if (submit->parsed() || plan_cmd->parsed()) request = client::job_request(job_file, follow_flag);
-    dltrain::control::BlockingControlClient c(target.leader, target.token, timeout,
-                                              dltrain::control::TlsClientOptions{target.ca_file, "", target.ca_source});
+    // One leader, or the HA candidates (comma-separated): the first that answers, retried
+    // for up to --timeout while a failover runs, each try said on stderr.
+    const auto urls = dltrain::control::split_leader_urls(target.leader, "leader");
+    auto [conn, at] = dltrain::control::connect_first(
+        urls, target.token, timeout, urls.size() > 1 ? std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(5)) : timeout,
+        dltrain::control::TlsClientOptions{target.ca_file, "", target.ca_source},
+        [&](const std::string& m) { if (urls.size() > 1) std::cerr << "dltrain: " << m << "\n"; });
+    target.leader = urls[at];
+    opt.leader = urls[at];
+    auto& c = *conn;
     if (submit->parsed()) return client::submit(c, request, opt, as_json);
     if (plan_cmd->parsed()) return client::plan(c, request, opt, as_json);
     if (resume_cmd->parsed()) return client::resume(c, opt, as_json);

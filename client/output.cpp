@@ -1,5 +1,6 @@
 #include "output.h"
 
+#include <ctime>
 #include <iomanip>
 #include <optional>
 #include <sstream>
@@ -327,6 +328,29 @@ void print_history(std::ostream& out, json r) {
     if (o.value("final_accuracy", -1.0) >= 0) out << "  final accuracy " << fmt(o.value("final_accuracy", 0.0), 4);
     out << std::endl;
   }
+}
+
+void print_leader(std::ostream& out, const json& leader) {
+  if (!leader.is_object() || !leader.value("ha", false)) return;
+  const auto utc = [](double unix_s) {
+    const std::time_t t = static_cast<std::time_t>(unix_s);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    return std::string(buf);
+  };
+  out << "leader: " << leader.value("name", "?") << " serves, term " << leader.value("term", std::int64_t{0})
+      << ", since " << utc(leader.value("since_unix", 0.0));
+  std::string others;
+  for (const auto& c : leader.value("candidates", json::array())) {
+    if (c.value("candidate", "") == leader.value("name", "")) continue;
+    others += (others.empty() ? "" : ", ") + c.value("candidate", "?") + " (" + c.value("state", "?") + ", " +
+              c.value("address", "?") + ")";
+  }
+  if (!others.empty()) out << "; other candidates: " << others;
+  if (leader.contains("candidates_error")) out << "; candidates unknown: " << leader.value("candidates_error", "");
+  out << "\n";
 }
 
 void print_agents(std::ostream& out, const json& agents) {

@@ -50,6 +50,11 @@ void print_plan(std::ostream& out, nlohmann::json plan);
 /// the leader's reply to a "history" request.
 void print_history(std::ostream& out, nlohmann::json history);
 
+/// `dltrain status` and `agents` with HA (docs/ha.md): who serves, its term and since
+/// when (UTC), and each other candidate's state, as one line; nothing for a single leader.
+/// `leader` is the reply's "leader" object.
+void print_leader(std::ostream& out, const nlohmann::json& leader);
+
 /// `dltrain agents`: one line per agent (id, state, address, free/total cores, memory in
 /// MiB, hardware class). `agents` is a JSON array.
 void print_agents(std::ostream& out, const nlohmann::json& agents);

@@ -17,6 +17,7 @@
 #include "agent/notify.h"
 #include "config/options.h"
 #include "agent/gpus.h"
+#include "candidate.h"
 #include "standalone.h"
 #include "control/metrics_server.h"
 #include "common/errors.h"
@@ -36,7 +37,9 @@ int run_daemon(const dltrain::config::AgentOptions& opt, const std::string& conf
   asio::io_context io;
   dltrain::agent::SystemdNotifier notifier(io);
   std::optional<dltrain::leader::Leader> leader;
+  std::optional<dltrain::daemon::Candidacy> candidacy;  // leader = true with [ha]: docs/ha.md
   std::optional<dltrain::agent::Agent> agent;
+  const bool ha = opt.leader && opt.ha.enabled();
   auto agent_opt = opt;
   if (!opt.leader || opt.host_tasks) {
     // The GPUs it offers, found before anything starts: a listed GPU that is missing is a
@@ -50,7 +53,14 @@ int run_daemon(const dltrain::config::AgentOptions& opt, const std::string& conf
       spdlog::info("{}", dltrain::agent::describe_gpus(found, agent_opt.gpu_devices));
     }
   }
-  if (opt.leader) {
+  if (ha) {
+    // A candidate: it leads only while elected; its own agent follows whichever
+    // candidate serves (leader_url lists them all).
+    candidacy.emplace(io, opt, notifier);
+    candidacy->start();
+    notifier.ready("leader candidate " + opt.name + ": campaigning through etcd " + opt.ha.etcd.front() +
+                   (opt.ha.etcd.size() > 1 ? " (+" + std::to_string(opt.ha.etcd.size() - 1) + ")" : ""));
+  } else if (opt.leader) {
     leader.emplace(io, opt);
     leader->start();
     std::string host = opt.listen_address == "0.0.0.0" || opt.listen_address == "::" ? "127.0.0.1" : opt.listen_address;
@@ -61,7 +71,7 @@ int run_daemon(const dltrain::config::AgentOptions& opt, const std::string& conf
     agent_opt.leader_url = (tls ? "wss://" : "ws://") + host + ":" + std::to_string(leader->port());
     if (tls) agent_opt.tls_pinned_cert_file = opt.tls_cert_file;
   }
-  if (opt.leader) {
+  if (opt.leader && !ha) {
     // READY once the control endpoint listens.
     notifier.ready("leader listening on " + opt.listen_address + ":" + std::to_string(leader->port()) +
                    (opt.tls_cert_file.empty() ? "" : " (TLS)"));
@@ -72,8 +82,12 @@ int run_daemon(const dltrain::config::AgentOptions& opt, const std::string& conf
   if (!opt.metrics_address.empty()) {
     metrics.emplace(io, dltrain::control::MetricsServerOptions{opt.metrics_address, opt.metrics_port, opt.metrics_token},
                     std::vector<dltrain::control::MetricsCollector>{
-                        [&leader](dltrain::control::MetricsBuilder& b) {
+                        [&leader, &candidacy](dltrain::control::MetricsBuilder& b) {
                           if (leader) leader->collect_metrics(b);
+                          if (candidacy) {
+                            candidacy->collect_metrics(b);
+                            if (auto* l = candidacy->leader()) l->collect_metrics(b);
+                          }
                         },
                         [&agent](dltrain::control::MetricsBuilder& b) {
                           if (agent) agent->collect_metrics(b);
@@ -127,6 +141,7 @@ int run_daemon(const dltrain::config::AgentOptions& opt, const std::string& conf
     auto finish = [&] {
       if (metrics) metrics->stop();
       if (leader) leader->stop();
+      if (candidacy) candidacy->stop();  // resigns: a standby serves at once
       io.stop();
     };
     if (agent) {
@@ -242,9 +257,14 @@ int main(int argc, char** argv) {
       ip("task_bind_address", opt.task_bind_address);
       if (!opt.metrics_address.empty()) ip("metrics_address", opt.metrics_address);
       if (opt.gpus) dltrain::agent::select_gpus(dltrain::agent::discover_gpus(opt.nvml_library), opt.gpus);
+      std::string urls;
+      for (const auto& u : opt.leader_urls) urls += (urls.empty() ? "" : ", ") + u;
       std::cout << "dltrain-agent: " << config << " is valid: "
-                << (opt.leader ? "the leader, control port " + std::to_string(opt.listen_port)
-                               : "agent " + opt.name + " of the leader at " + opt.leader_url)
+                << (opt.leader && opt.ha.enabled()
+                        ? "leader candidate " + opt.name + " (control port " + std::to_string(opt.listen_port) +
+                              ", etcd " + opt.ha.etcd.front() + (opt.ha.etcd.size() > 1 ? ", ..." : "") + ")"
+                    : opt.leader ? "the leader, control port " + std::to_string(opt.listen_port)
+                                 : "agent " + opt.name + " of the leader at " + urls)
                 << ", state in " << opt.state_dir << "\n";
       return 0;
     }

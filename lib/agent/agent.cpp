@@ -88,6 +88,13 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   asio::steady_timer hb_timer, retry_timer, log_timer;
   std::chrono::milliseconds backoff{500};
   bool registered = false, ever_registered = false, shutting_down = false;
+  // The leader candidates it may register with (opt.leader_urls) and the one it tries
+  // now; the newest term it has registered under (docs/ha.md "Fencing": a leader or an
+  // order of an older term is refused); when it last heard from the leader.
+  std::size_t url_at = 0;
+  std::int64_t max_term = 0;
+  std::chrono::steady_clock::time_point last_heard{};
+  std::uint64_t stale_refused = 0;  // registrations and orders refused for an older term
   std::map<std::string, Task> tasks;  // key job/task
   // Tasks that ended while the leader was away, their exit still in the outbox (key →
   // generation): a registration lists them so that the leader waits for those exits
@@ -135,19 +142,39 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     outbox.push_back(std::move(text));
   }
 
+  const std::string& url() const { return opt.leader_urls[url_at]; }
+
+  // The link to url() failed (`why`): the next candidate at once, or, after the last one,
+  // the first again after the back-off.
+  void next_leader(const std::string& why) {
+    if (shutting_down) return;
+    const std::size_t n = opt.leader_urls.size();
+    const std::string tried = url();
+    url_at = (url_at + 1) % n;
+    if (n > 1 && url_at != 0) {
+      spdlog::warn("leader at {}: {}; trying {}", tried, why, url());
+      retry_timer.expires_after(std::chrono::milliseconds(100));
+      retry_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
+        if (auto self = w.lock(); self && !ec) self->connect();
+      });
+      return;
+    }
+    spdlog::warn("leader at {}: {}; trying {} in {} ms", tried, why, url(), backoff.count());
+    schedule_reconnect();
+  }
+
   void connect() {
     if (shutting_down) return;
     registered = false;
     try {
       link = std::make_shared<control::ControlClient>(
-          io, opt.leader_url, opt.agent_token, control::PeerKind::kAgent,
+          io, url(), opt.agent_token, control::PeerKind::kAgent,
           control::TlsClientOptions{opt.tls_ca_file, opt.tls_pinned_cert_file, "tls_ca_file"});
     } catch (const std::exception& e) {
       // A CA file that became unreadable: say so and try again later, tasks running on.
-      spdlog::error("cannot set up the connection to the leader at {}: {} (retrying in {} ms)", opt.leader_url,
-                    e.what(), backoff.count());
+      spdlog::error("cannot set up the connection to the leader at {}: {}", url(), e.what());
       link.reset();
-      return schedule_reconnect();
+      return next_leader("no connection set up");
     }
     std::weak_ptr<Impl> w = weak_from_this();
     link->on_message = [w](const std::string& text) {
@@ -155,25 +182,25 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     };
     link->on_close = [w](const std::string& reason) {
       if (auto self = w.lock()) {
-        spdlog::warn("lost the leader ({}); reconnecting", reason);
         self->registered = false;
         self->fetcher.fail_all("the connection to the leader was lost (" + reason + ")");
         self->hb_timer.cancel();
-        self->schedule_reconnect();
+        self->next_leader("lost the connection (" + reason + ")");
       }
     };
     link->connect(std::chrono::seconds(10), [w](std::exception_ptr e) {
       auto self = w.lock();
       if (!self) return;
       if (e) {
+        std::string why = "unreachable";
         try {
           std::rethrow_exception(e);
         } catch (const std::exception& ex) {
-          spdlog::warn("cannot reach the leader at {}: {} (retrying in {} ms)", self->opt.leader_url, ex.what(),
-                       self->backoff.count());
+          why = std::string("unreachable: ") + ex.what();
         }
-        return self->schedule_reconnect();
+        return self->next_leader(why);
       }
+      self->last_heard = std::chrono::steady_clock::now();
       self->do_register();
     });
   }
@@ -211,6 +238,17 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     hb_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
       auto self = w.lock();
       if (!self || ec || !self->registered) return;
+      // A leader that stopped answering (its process paused, its machine gone without a
+      // FIN) is left after heartbeat_timeout rather than the session's idle timeout.
+      const auto silent = std::chrono::steady_clock::now() - self->last_heard;
+      if (silent > self->opt.heartbeat_timeout) {
+        self->registered = false;
+        self->link->close();
+        self->fetcher.fail_all("the leader stopped answering");
+        return self->next_leader("no answer for " +
+                                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
+                                 " ms");
+      }
       self->link->send(wire::make_request("a" + std::to_string(self->next_req++), "heartbeat",
                                           {{"running_tasks", self->tasks.size()}}));
       self->heartbeat();
@@ -225,16 +263,29 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       spdlog::warn("bad message from the leader: {}", e.what());
       return;
     }
+    last_heard = std::chrono::steady_clock::now();
     if (env.type == "reply") {
       if (env.id == "register") {
         if (!env.ok) {
-          spdlog::error("the leader refused registration: {}", env.error.value("message", "?"));
+          spdlog::error("the leader at {} refused registration: {}", url(), env.error.value("message", "?"));
           link->close();
-          return schedule_reconnect();
+          return next_leader("registration refused");
         }
+        const std::int64_t term = env.body.value("term", std::int64_t{0});
+        if (term < max_term) {
+          // A deposed leader that has not noticed yet: nothing from it is taken.
+          ++stale_refused;
+          spdlog::error("refusing the leader at {} ({}): its term {} is older than term {} this agent registered "
+                        "under",
+                        url(), env.body.value("leader", "?"), term, max_term);
+          link->close();
+          return next_leader("a leader of an older term");
+        }
+        max_term = term;
         registered = true;
         backoff = std::chrono::milliseconds(500);
-        spdlog::info("registered with the leader at {} as {} ({} cores)", opt.leader_url, opt.name, opt.cores);
+        spdlog::info("registered with the leader {} at {} as {} ({} cores){}", env.body.value("leader", "?"), url(),
+                     opt.name, opt.cores, term > 0 ? ", term " + std::to_string(term) : "");
         while (!outbox.empty()) {
           link->send(std::move(outbox.front()));
           outbox.pop_front();
@@ -252,11 +303,23 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       }
       return;
     }
+    if (env.term < max_term) {
+      ++stale_refused;
+      spdlog::error("refused {} {} from the leader at {}: term {} is older than term {} this agent follows", env.type,
+                    env.id, url(), env.term, max_term);
+      link->send(wire::make_error(env.id, wire::error_code::kConflict,
+                                  "term " + std::to_string(env.term) + " is older than term " +
+                                      std::to_string(max_term) + ", which this agent follows",
+                                  "term"));
+      return;
+    }
     try {
       if (env.type == "start_task") {
+        if (env.term > 0) spdlog::info("start_task {} from term {}", env.id, env.term);
         start_task(wire::parse_body<wire::StartTaskBody>(env));
         link->send(wire::make_reply(env.id, json::object()));
       } else if (env.type == "stop_task") {
+        if (env.term > 0) spdlog::info("stop_task {} from term {}", env.id, env.term);
         stop_task(wire::parse_body<wire::TaskRefBody>(env));
         link->send(wire::make_reply(env.id, json::object()));
       } else if (env.type == "read_log") {
@@ -654,6 +717,8 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     a.gpus = opt.gpu_devices;
     a.task_restarts = task_restarts;
     a.leader_connected = link && link->is_open() && registered;
+    a.leader_term = max_term;
+    a.stale_refused = stale_refused;
     for (const auto& [k, t] : tasks) {
       a.cores_used += t.launch.threads;
       a.gpus_used += static_cast<int>(t.launch.gpus.size());
@@ -674,7 +739,13 @@ Agent::~Agent() = default;
 void Agent::collect_metrics(control::MetricsBuilder& out) const { impl_->collect(out); }
 
 void Agent::start() {
-  control::parse_leader_url(impl_->opt.leader_url, "leader_url");
+  // leader_url set by a program (the daemon's own agent, a standalone cluster, a test)
+  // stands for the list when the list does not hold it.
+  auto& urls = impl_->opt.leader_urls;
+  if (std::find(urls.begin(), urls.end(), impl_->opt.leader_url) == urls.end()) urls = {impl_->opt.leader_url};
+  for (std::size_t i = 0; i < urls.size(); ++i) {
+    control::parse_leader_url(urls[i], urls.size() == 1 ? "leader_url" : "leader_url[" + std::to_string(i) + "]");
+  }
   std::error_code ec;
   fs::create_directories(impl_->opt.state_dir, ec);
   if (ec) throw ConfigError("state_dir", "cannot create \"" + impl_->opt.state_dir + "\": " + ec.message());

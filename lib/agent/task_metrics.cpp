@@ -167,6 +167,12 @@ void add_agent_metrics(control::MetricsBuilder& out, const AgentFigures& a) {
   out.counter("dltrain_agent_task_restarts_total", "Restarts of dead tasks since the agent started", l,
               static_cast<double>(a.task_restarts));
   out.gauge("dltrain_agent_leader_connected", "1 while registered with the leader", l, a.leader_connected ? 1 : 0);
+  out.gauge("dltrain_agent_leader_term",
+            "The newest leader term this agent registered under (docs/ha.md); 0 with a single leader", l,
+            static_cast<double>(a.leader_term));
+  out.counter("dltrain_agent_stale_leader_refusals_total",
+              "Registrations and orders refused because their leader term was older than one already followed", l,
+              static_cast<double>(a.stale_refused));
 }
 
 }  // namespace dltrain::agent

@@ -62,6 +62,8 @@ struct AgentFigures {
   int workers_running = 0, ps_running = 0;  ///< running task processes by role
   std::uint64_t task_restarts = 0;  ///< restarts of dead tasks since the agent started
   bool leader_connected = false; ///< registered with the leader now
+  std::int64_t leader_term = 0;  ///< the newest leader term registered under (HA; 0: a single leader)
+  std::uint64_t stale_refused = 0;  ///< registrations and orders refused for an older leader term
 };
 
 /// Adds the agent families (dltrain_agent_*) to `out`.

@@ -75,7 +75,23 @@ std::map<std::string, Handler> key_handlers(const std::function<std::string(cons
       // An agent without a name cannot register (nor name its log): refused here.
       {"name", [](AgentOptions& o, const Node& n, const std::string& k) { o.name = get_string(n, k); }},
       {"leader", flag(&AgentOptions::leader)},
-      {"leader_url", str(&AgentOptions::leader_url)},
+      {"leader_url",
+       [](AgentOptions& o, const Node& n, const std::string& k) {
+         // One URL, or the HA candidates' URLs: the agent follows whichever serves.
+         o.leader_urls.clear();
+         if (const auto* arr = n.as_array()) {
+           if (arr->empty()) throw ConfigError(k, "expected at least one URL");
+           for (std::size_t i = 0; i < arr->size(); ++i) {
+             o.leader_urls.push_back(get_string((*arr)[i], k + "[" + std::to_string(i) + "]"));
+           }
+         } else if (n.is_string()) {
+           o.leader_urls.push_back(get_string(n, k));
+         } else {
+           throw ConfigError(k, "expected a URL such as \"ws://HOST:7070\" or a list of them, got " +
+                                    toml_fields::type_name(n));
+         }
+         o.leader_url = o.leader_urls.front();
+       }},
       {"listen_address", str(&AgentOptions::listen_address)},
       {"listen_port",
        [](AgentOptions& o, const Node& n, const std::string& k) {
@@ -168,6 +184,81 @@ std::map<std::string, Handler> key_handlers(const std::function<std::string(cons
   };
 }
 
+// Makes a path relative to `base_dir` (the configuration's directory) absolute.
+std::function<std::string(const std::string&)> resolve_in(const std::string& base_dir) {
+  return [base_dir](const std::string& p) {
+    std::filesystem::path path(p);
+    return (path.is_relative() ? std::filesystem::path(base_dir) / path : path).string();
+  };
+}
+
+// The [ha] table (HaOptions): every key, each checked as it is read.
+void read_ha(const toml::table& t, const std::function<std::string(const std::string&)>& resolve, HaOptions& ha) {
+  using toml_fields::Key;
+  const auto file = [resolve](std::string HaOptions::*f) {
+    return [f, resolve](HaOptions& o, const Node& n, const std::string& k) { o.*f = resolve(get_string(n, k)); };
+  };
+  const toml_fields::KeyTable<HaOptions> keys{
+      {"etcd",
+       [](HaOptions& o, const Node& n, const std::string& k) {
+         const auto* arr = n.as_array();
+         if (!arr || arr->empty()) {
+           throw ConfigError(k, "expected a list of etcd client URLs such as [\"http://10.0.0.1:2379\"], got " +
+                                    (arr ? std::string("an empty list") : toml_fields::type_name(n)));
+         }
+         o.etcd.clear();
+         for (std::size_t i = 0; i < arr->size(); ++i) {
+           const std::string f = k + "[" + std::to_string(i) + "]";
+           const std::string url = get_string((*arr)[i], f);
+           if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0) {
+             throw ConfigError(f, "expected http://HOST:PORT or https://HOST:PORT, got \"" + url + "\"");
+           }
+           o.etcd.push_back(url);
+         }
+       }},
+      {"user", [](HaOptions& o, const Node& n, const std::string& k) { o.user = get_string(n, k); }},
+      {"password", [](HaOptions& o, const Node& n, const std::string& k) { o.password = get_string(n, k); }},
+      {"password_file",
+       [resolve](HaOptions& o, const Node& n, const std::string& k) {
+         o.password = read_private_file(resolve(get_string(n, k)), k);
+       }},
+      {"ca_file", file(&HaOptions::ca_file)},
+      {"cert_file", file(&HaOptions::cert_file)},
+      {"key_file", file(&HaOptions::key_file)},
+      {"lease_ttl",
+       [](HaOptions& o, const Node& n, const std::string& k) {
+         const double sec = toml_fields::get_duration(n, k, "10s");
+         if (sec < 2 || sec > 300 || sec != static_cast<double>(static_cast<int>(sec))) {
+           throw ConfigError(k, "expected whole seconds from 2s to 300s, got \"" + toml_fields::render(n) + "\"");
+         }
+         o.lease_ttl_seconds = static_cast<int>(sec);
+       }},
+      {"prefix",
+       [](HaOptions& o, const Node& n, const std::string& k) {
+         const std::string v = get_string(n, k);
+         if (v.front() != '/' || v.back() == '/') {
+           throw ConfigError(k, "expected a key prefix such as \"/dltrain\" (starting with /, not ending with /), got \"" +
+                                    v + "\"");
+         }
+         o.prefix = v;
+       }},
+      {"request_timeout",
+       [](HaOptions& o, const Node& n, const std::string& k) { o.request_timeout = duration_ms(n, k, 100); }},
+  };
+  HaOptions out;
+  toml_fields::read_keys(t, "ha.", keys, out);
+  if (out.etcd.empty()) throw ConfigError("ha.etcd", "required in [ha]: the etcd members' client URLs");
+  if (out.user.empty() != out.password.empty()) {
+    throw ConfigError(out.user.empty() ? "ha.user" : "ha.password", "etcd credentials need both user and password "
+                                                                    "(or password_file)");
+  }
+  if (out.cert_file.empty() != out.key_file.empty()) {
+    throw ConfigError(out.cert_file.empty() ? "ha.cert_file" : "ha.key_file", "a client certificate needs both "
+                                                                              "cert_file and key_file");
+  }
+  ha = std::move(out);
+}
+
 }  // namespace
 
 AgentOptions parse_agent_options(const std::string& text, const std::string& base_dir) {
@@ -176,12 +267,13 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   o.name = host;
-  const auto handlers = key_handlers([&](const std::string& p) {
-    std::filesystem::path path(p);
-    return (path.is_relative() ? std::filesystem::path(base_dir) / path : path).string();
-  });
+  const auto handlers = key_handlers(resolve_in(base_dir));
   for (auto&& [key, node] : root) {
     const std::string k(key.str());
+    if (k == "ha") {
+      read_ha(toml_fields::get_table(node, k), resolve_in(base_dir), o.ha);
+      continue;
+    }
     if (k == "prices") {
       o.prices.clear();
       for (auto&& [ck, cv] : toml_fields::get_table(node, k)) {
@@ -210,6 +302,14 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
     throw ConfigError("metrics_token", "required when metrics_address (\"" + o.metrics_address +
                                            "\") is not a loopback address (or metrics_token_file): anyone who "
                                            "reaches it could read the metrics");
+  }
+  if (o.ha.enabled() && o.host_tasks && !root.contains("leader_url")) {
+    throw ConfigError("leader_url", "a leader candidate that hosts tasks (host_tasks = true) lists every candidate's "
+                                    "URL here, so that its agent follows whichever serves (or host_tasks = false)");
+  }
+  if (o.ha.enabled() && !o.leader) {
+    throw ConfigError("ha", "only a leader candidate (leader = true) takes part in the election; an agent lists the "
+                            "candidates' URLs in leader_url");
   }
   if (o.heartbeat_timeout <= o.heartbeat_interval) {
     throw ConfigError("heartbeat_timeout", "must be longer than heartbeat_interval");

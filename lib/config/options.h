@@ -12,11 +12,37 @@
 
 namespace dltrain::config {
 
+/// A leader candidate's [ha] table: leadership through an etcd election, the leader's
+/// state in etcd (docs/ha.md). Absent (empty `etcd`): the single leader with RocksDB.
+struct HaOptions {
+  /// Client URLs of the etcd members, "http://HOST:PORT" or "https://HOST:PORT".
+  std::vector<std::string> etcd;
+  std::string user;      ///< etcd user (RBAC); empty: none
+  std::string password;  ///< its password (or password_file)
+  /// https:// members: CA certificates to verify them with (empty: the system's), and a
+  /// client certificate and key when etcd asks for one (PEM).
+  std::string ca_file, cert_file, key_file;
+  /// TTL of the leader's etcd lease, [2 s, 300 s] whole seconds: a standby serves at most
+  /// this long (plus one election) after the serving leader's machine died.
+  int lease_ttl_seconds = 10;
+  /// Prefix of every key dltrain writes ("/dltrain": /dltrain/leader, /dltrain/state/...):
+  /// one per dltrain cluster sharing an etcd.
+  std::string prefix = "/dltrain";
+  /// The longest one etcd request may take on one member.
+  std::chrono::milliseconds request_timeout{2000};
+  bool enabled() const { return !etcd.empty(); }
+};
+
 /// Options of one dltrain-agent. See configs/agent.toml and configs/leader.toml.
 struct AgentOptions {
   std::string name;                        ///< defaults to the host name
   bool leader = false;                     ///< this agent is the leader
-  std::string leader_url = "ws://127.0.0.1:7070";  ///< agents: where the leader listens
+  std::string leader_url = "ws://127.0.0.1:7070";  ///< agents: where the leader listens (leader_urls[0])
+  /// Agents: every address a leader may serve at (the key leader_url, a string or a list
+  /// of the HA candidates' URLs); the agent follows whichever serves. Never empty.
+  std::vector<std::string> leader_urls{"ws://127.0.0.1:7070"};
+  /// Leader candidates: [ha] (docs/ha.md); disabled by default.
+  HaOptions ha;
   std::string listen_address = "127.0.0.1";  ///< leader: control endpoint address
   std::uint16_t listen_port = 7070;        ///< leader: control endpoint port (0 = ephemeral)
   std::string advertise_address = "127.0.0.1";  ///< address workers use to reach this agent's PS tasks

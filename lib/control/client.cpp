@@ -1,6 +1,8 @@
 #include "control/client.h"
 
+#include <map>
 #include <optional>
+#include <thread>
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
@@ -412,6 +414,74 @@ std::string default_standalone_client_file() {
     base = std::string(home != nullptr && *home != '\0' ? home : "/root") + "/.local/state";
   }
   return base + "/dltrain/standalone.json";
+}
+
+std::vector<std::string> split_leader_urls(const std::string& value, const std::string& field) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    const auto comma = value.find(',', start);
+    std::string part = value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const auto b = part.find_first_not_of(" \t"), e = part.find_last_not_of(" \t");
+    part = b == std::string::npos ? "" : part.substr(b, e - b + 1);
+    if (part.empty()) throw ConfigError(field, "an empty leader URL in \"" + value + "\"");
+    out.push_back(std::move(part));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::pair<std::unique_ptr<BlockingControlClient>, std::size_t> connect_first(
+    const std::vector<std::string>& urls, const std::string& token, std::chrono::milliseconds total,
+    std::chrono::milliseconds per_try, const TlsClientOptions& tls, const std::function<void(const std::string&)>& say) {
+  if (urls.empty()) throw ConfigError("leader", "no leader URL");
+  const auto deadline = std::chrono::steady_clock::now() + total;
+  std::map<std::string, std::string> why;  // the latest failure of each URL
+  bool all_timeouts = true;
+  for (std::size_t round = 0;; ++round) {
+    for (std::size_t i = 0; i < urls.size(); ++i) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto budget = std::max(std::chrono::milliseconds(100), std::min(per_try, left));
+      std::string failed;
+      try {
+        return {std::make_unique<BlockingControlClient>(urls[i], token, budget, tls), i};
+      } catch (const AuthError&) {
+        throw;
+      } catch (const IoError& e) {
+        failed = e.what();
+        all_timeouts = false;
+      } catch (const TimeoutError& e) {
+        failed = e.what();
+      }
+      {
+        why[urls[i]] = failed;
+        const auto& e = failed;
+        const bool more = std::chrono::steady_clock::now() < deadline;
+        if (say && (urls.size() > 1 || more)) {
+          say("leader at " + urls[i] + ": " + e +
+              (!more ? "" : i + 1 < urls.size() ? "; trying " + urls[i + 1] : "; trying again from " + urls[0]));
+        }
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        std::string msg = urls.size() == 1 ? why.begin()->second : "no leader answered within " +
+                                                                         std::to_string(total.count() / 1000) + " s (";
+        if (urls.size() > 1) {
+          bool first = true;
+          for (const auto& u : urls) {
+            if (!why.count(u)) continue;
+            msg += (first ? "" : "; ") + u + ": " + why[u];
+            first = false;
+          }
+          msg += ")";
+        }
+        if (all_timeouts) throw TimeoutError(msg);
+        throw IoError(msg);
+      }
+    }
+    std::this_thread::sleep_for(std::min(std::chrono::milliseconds(500), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                            deadline - std::chrono::steady_clock::now())));
+  }
 }
 
 }  // namespace dltrain::control

@@ -10,6 +10,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
@@ -124,6 +126,22 @@ class RemoteError : public std::runtime_error {
 }  // namespace dltrain::control
 
 namespace dltrain::control {
+
+/// The URLs of a leader setting: one URL, or the HA candidates' URLs separated by commas
+/// ("ws://a:7070,ws://b:7070"; blanks around each are dropped). Throws ConfigError(field)
+/// for an empty one.
+std::vector<std::string> split_leader_urls(const std::string& value, const std::string& field);
+
+/// A connection to the first of `urls` (the HA candidates: only the serving one listens)
+/// that answers: tries each in turn within `per_try`, round after round (0.5 s apart) for
+/// up to `total`, and tells `say` (may be empty) about each failed try, e.g. "leader at
+/// ws://a:7070: Connection refused; trying ws://b:7070". Returns the client and the
+/// index of its URL. Throws AuthError at once (a wrong token is wrong everywhere);
+/// after `total`, IoError naming each URL and why it failed (TimeoutError when every
+/// try timed out).
+std::pair<std::unique_ptr<BlockingControlClient>, std::size_t> connect_first(
+    const std::vector<std::string>& urls, const std::string& token, std::chrono::milliseconds total,
+    std::chrono::milliseconds per_try, const TlsClientOptions& tls, const std::function<void(const std::string&)>& say);
 
 /// Where a standalone cluster writes, and the client finally looks for, the leader's URL
 /// and client token: $XDG_STATE_HOME/dltrain/standalone.json, with XDG_STATE_HOME

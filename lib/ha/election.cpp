@@ -82,6 +82,27 @@ LeaderInfo LeaderElection::from_value(const std::string& value, std::int64_t ter
   return info;
 }
 
+json LeaderElection::candidates(EtcdClient& etcd, const std::string& prefix) {
+  json out = json::array();
+  for (const auto& kv : etcd.get_prefix(prefix)) {
+    json j = json::parse(kv.value, nullptr, false);
+    if (j.is_object()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+void LeaderElection::announce(EtcdClient& etcd, std::int64_t lease, const char* state) {
+  if (opt_.candidates_prefix.empty()) return;
+  try {
+    etcd.put(opt_.candidates_prefix + opt_.candidate,
+             json{{"candidate", opt_.candidate}, {"address", opt_.address}, {"state", state}, {"since_unix", unix_now()}}
+                 .dump(),
+             lease);
+  } catch (const std::exception& e) {
+    if (cb_.trouble) cb_.trouble(std::string("announcing this candidate: ") + e.what());
+  }
+}
+
 bool LeaderElection::wait_for(std::chrono::milliseconds d) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, d, [this] { return stopping_.load(); });
@@ -110,7 +131,7 @@ void LeaderElection::run() {
 // serving candidate's key until it goes.
 void LeaderElection::campaign_once(EtcdClient& etcd) {
   const auto granted_at = Clock::now();  // the lease lives at least TTL after this on etcd
-  const std::int64_t lease = etcd.lease_grant(opt_.ttl_seconds);
+  std::int64_t lease = etcd.lease_grant(opt_.ttl_seconds);
   LeaderInfo me{opt_.candidate, opt_.address, 0, unix_now()};
   EtcdClient::TxnResult r;
   try {
@@ -124,10 +145,23 @@ void LeaderElection::campaign_once(EtcdClient& etcd) {
     throw;
   }
   if (r.succeeded) {
+    announce(etcd, lease, "serving");
     serve(etcd, lease, granted_at, r.revision);
     return;
   }
-  etcd.lease_revoke(lease);  // not needed: another candidate serves
+  // Another candidate serves: this lease now carries only the announcement, renewed while
+  // it stands by and revoked (the announcement with it) before it campaigns again.
+  struct Revoke {
+    EtcdClient& etcd;
+    std::int64_t lease;
+    ~Revoke() {
+      try {
+        etcd.lease_revoke(lease);
+      } catch (const std::exception&) {
+        // it expires by itself
+      }
+    }
+  } revoke{etcd, lease};
   if (!r.current) return;    // deleted in between: try again at once
   const std::int64_t term = r.current->create_revision;
   LeaderInfo other;
@@ -150,12 +184,18 @@ void LeaderElection::campaign_once(EtcdClient& etcd) {
     leader_ = other;
   }
   if (changed && cb_.standing_by) cb_.standing_by(other);
+  announce(etcd, lease, "standing by");
   // Watch from the revision after the one we read, so that no deletion is missed; a short
   // wait in a loop lets stop() end it.
   std::int64_t from = r.revision + 1;
-  const auto wait = std::chrono::milliseconds(std::min(2000, 500 * opt_.ttl_seconds));
+  // At most TTL/3 between renewals of the announcement's lease.
+  const auto wait = std::chrono::milliseconds(std::min(2000, 1000 * opt_.ttl_seconds / 3));
   while (!stopping_) {
     const auto began = Clock::now();
+    if (!opt_.candidates_prefix.empty() && etcd.lease_keepalive(lease) <= 0) {
+      announce(etcd, lease = etcd.lease_grant(opt_.ttl_seconds), "standing by");  // it had expired (a pause)
+      revoke.lease = lease;
+    }
     const auto events = etcd.watch(opt_.key, from, wait);
     for (const auto& e : events) {
       if (e.deleted) return;  // the leader resigned or its lease expired: campaign

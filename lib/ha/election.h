@@ -25,6 +25,8 @@
 #include <string>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "ha/etcd_client.h"
 
 namespace dltrain::ha {
@@ -35,6 +37,10 @@ struct ElectionOptions {
   std::string candidate;                ///< this candidate's name (its agent name), non-empty
   std::string address;                  ///< where it serves when elected, "HOST:PORT"
   int ttl_seconds = 10;                 ///< the lease's TTL, [2, 300]; renewed every TTL/3
+  /// Where each candidate announces itself while it campaigns (PREFIX/candidates/, its key
+  /// NAME holding {"candidate", "address", "state": "serving"|"standing by", "since_unix"}
+  /// on its lease, so a dead candidate's key goes with it); empty: not announced.
+  std::string candidates_prefix;
   /// How long before its lease could expire on etcd a leader stops serving (clock rate
   /// differences, the time a renewal takes to reach etcd), in (0, TTL/2].
   std::chrono::milliseconds safety_margin{1000};
@@ -87,6 +93,9 @@ class LeaderElection {
   std::int64_t term() const;
   /// The leader as last seen (this candidate when it serves), or nullopt.
   std::optional<LeaderInfo> leader() const;
+  /// The candidates announced under `prefix` (ElectionOptions::candidates_prefix), as a
+  /// JSON array of their values, by name. Throws EtcdError.
+  static nlohmann::json candidates(EtcdClient& etcd, const std::string& prefix);
   /// The election key's value for `info` (JSON), and back. from_value throws ProtocolError.
   static std::string to_value(const LeaderInfo& info);
   static LeaderInfo from_value(const std::string& value, std::int64_t term);
@@ -97,6 +106,9 @@ class LeaderElection {
   void campaign_once(EtcdClient& etcd);
   void serve(EtcdClient& etcd, std::int64_t lease, Clock::time_point granted_at, std::int64_t term);
   bool wait_for(std::chrono::milliseconds d);  // false when stopping
+  /// Puts this candidate's announcement (state "serving" or "standing by") on `lease`;
+  /// a failure is only told (trouble): the election does not depend on it.
+  void announce(EtcdClient& etcd, std::int64_t lease, const char* state);
 
   EtcdOptions etcd_opt_;
   ElectionOptions opt_;

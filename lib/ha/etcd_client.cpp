@@ -428,11 +428,26 @@ EtcdClient::TxnResult EtcdClient::create(const std::string& key, const std::stri
 
 EtcdClient::TxnResult EtcdClient::put_if(const std::string& guard, std::int64_t guard_revision, const std::string& key,
                                          const std::string& value) {
+  return fenced(guard, guard_revision, {TxnOp::put(key, value)});
+}
+
+EtcdClient::TxnResult EtcdClient::fenced(const std::string& guard, std::int64_t guard_revision,
+                                         const std::vector<TxnOp>& ops) {
+  json success = json::array();
+  for (const auto& op : ops) {
+    if (op.kind == TxnOp::kPut) {
+      success.push_back({{"request_put", {{"key", b64(op.key)}, {"value", b64(op.value)}}}});
+    } else {
+      json del{{"key", b64(op.key)}};
+      if (op.kind == TxnOp::kDeletePrefix) del["range_end"] = b64(prefix_end(op.key));
+      success.push_back({{"request_delete_range", del}});
+    }
+  }
   const json body{{"compare", json::array({{{"key", b64(guard)},
                                              {"target", "CREATE"},
                                              {"result", "EQUAL"},
                                              {"create_revision", std::to_string(guard_revision)}}})},
-                  {"success", json::array({{{"request_put", {{"key", b64(key)}, {"value", b64(value)}}}}})},
+                  {"success", success},
                   {"failure", json::array({{{"request_range", {{"key", b64(guard)}}}}})}};
   return txn_result(impl_->request("/v3/kv/txn", body));
 }
@@ -444,6 +459,15 @@ bool EtcdClient::erase_if(const std::string& key, std::int64_t revision) {
                                              {"create_revision", std::to_string(revision)}}})},
                   {"success", json::array({{{"request_delete_range", {{"key", b64(key)}}}}})}};
   return impl_->request("/v3/kv/txn", body).value("succeeded", false);
+}
+
+void EtcdClient::compact(std::int64_t revision) {
+  try {
+    impl_->request("/v3/kv/compaction", {{"revision", std::to_string(revision)}});
+  } catch (const EtcdError& e) {
+    // "mvcc: required revision has been compacted": done already, by us or etcd's own.
+    if (std::string(e.what()).find("compacted") == std::string::npos) throw;
+  }
 }
 
 std::int64_t EtcdClient::lease_grant(int ttl_seconds) {

@@ -104,9 +104,26 @@ class EtcdClient {
   /// fenced write: it fails once another leader created the election key `guard`).
   TxnResult put_if(const std::string& guard, std::int64_t guard_revision, const std::string& key,
                    const std::string& value);
+  /// One operation of a fenced transaction.
+  struct TxnOp {
+    enum Kind { kPut, kDelete, kDeletePrefix } kind = kPut;
+    std::string key, value;  ///< value: kPut only; kDeletePrefix deletes every key under `key`
+    static TxnOp put(std::string k, std::string v) { return {kPut, std::move(k), std::move(v)}; }
+    static TxnOp erase(std::string k) { return {kDelete, std::move(k), {}}; }
+    static TxnOp erase_prefix(std::string k) { return {kDeletePrefix, std::move(k), {}}; }
+  };
+  /// Runs `ops` in one transaction (all or none) only while `guard` has create_revision
+  /// `guard_revision`; on failure `current` is the guard as it is. etcd limits a
+  /// transaction to 128 operations and a request to 1.5 MiB (its defaults).
+  TxnResult fenced(const std::string& guard, std::int64_t guard_revision, const std::vector<TxnOp>& ops);
   /// Deletes `key` only while it has create_revision `revision` (resigning: it removes
   /// only this leader's key).
   bool erase_if(const std::string& key, std::int64_t revision);
+
+  /// Discards etcd's history of key versions before `revision` (/v3/kv/compaction): what
+  /// keeps its database from growing with every write. A revision already compacted is not
+  /// an error.
+  void compact(std::int64_t revision);
 
   /// A new lease of `ttl_seconds` (>= 1); returns its id.
   std::int64_t lease_grant(int ttl_seconds);

@@ -63,7 +63,29 @@ std::vector<JobRec*> Leader::Impl::jobs_in_order() {
 void Leader::Impl::send_agent(const std::string& agent_id, const std::string& type, const json& body) {
   auto it = agents.find(agent_id);
   if (it == agents.end()) return;
-  if (auto s = it->second.session.lock()) s->send(wire::make_request("l" + std::to_string(next_req++), type, body));
+  if (auto s = it->second.session.lock()) order(s, "l" + std::to_string(next_req++), type, body);
+}
+
+bool Leader::Impl::order(const SessionPtr& s, const std::string& id, const std::string& type, const json& body) {
+  if (!serving()) {
+    spdlog::warn("not serving any more (term {} may be over): {} to {} held back", ha.term, type, s->peer());
+    return false;
+  }
+  s->send(wire::make_request(id, type, body, ha.term));
+  return true;
+}
+
+json Leader::Impl::leader_json() const {
+  json j{{"name", opt.name}, {"ha", ha.term > 0}, {"since_unix", started_unix}};
+  if (ha.term > 0) j["term"] = ha.term;
+  if (ha.candidates) {
+    try {
+      j["candidates"] = ha.candidates();
+    } catch (const std::exception& e) {
+      j["candidates_error"] = e.what();
+    }
+  }
+  return j;
 }
 
 // ---------------------------------------------------------------- helpers
@@ -459,6 +481,16 @@ void Leader::Impl::on_message(const SessionPtr& s, const std::string& text) {
     return;
   }
   ++counters.requests[s->kind() == PeerKind::kAgent ? "agent" : "client"];
+  if (!serving()) {
+    // A deposed leader (its term may be over) changes nothing: the peer tries the next
+    // candidate. Replies and events from agents are dropped; the new leader hears them.
+    if (!env.id.empty() && env.type != "reply") {
+      reply_error(s, env.id, wire::error_code::kUnavailable,
+                  "this leader candidate no longer serves (term " + std::to_string(ha.term) +
+                      " may be over): ask the serving one");
+    }
+    return;
+  }
   try {
     if (s->kind() == PeerKind::kAgent) {
       on_agent_message(s, env);
@@ -516,7 +548,8 @@ void Leader::Impl::check_heartbeats() {
   });
 }
 
-Leader::Leader(asio::io_context& io, const config::AgentOptions& opt) : impl_(std::make_shared<Impl>(io, opt)) {
+Leader::Leader(asio::io_context& io, const config::AgentOptions& opt, LeaderTerm term)
+    : impl_(std::make_shared<Impl>(io, opt, std::move(term))) {
   impl_->on_registered = &on_agent_registered;
 }
 
@@ -538,15 +571,25 @@ void Leader::start() {
   h.on_close = [w](const std::shared_ptr<Session>& s) {
     if (auto self = w.lock()) self->on_close(s);
   };
-  if (!impl_->opt.state_dir.empty()) {
+  impl_->started_unix =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (impl_->ha.open_store) {
+    // A candidate elected through etcd: the state every candidate shares, in etcd.
+    impl_->db = impl_->ha.open_store();
+  } else if (!impl_->opt.state_dir.empty()) {
     impl_->db = store::RocksDbStore::open((std::filesystem::path(impl_->opt.state_dir) / "db").string());
     if (impl_->db->read_only()) {
       spdlog::warn("the state database {} is on a read-only file system: the leader serves what it holds, and "
                    "refuses new jobs until it is remounted read-write and the agent restarted",
                    impl_->db->location());
     }
+  }
+  if (impl_->db) {
     impl_->next_job = impl_->recovery.restore(*impl_->db, impl_->jobs, impl_->job_order);
     impl_->retire_jobs();  // a store kept by a leader with a larger job_retention
+    if (impl_->ha.term > 0) spdlog::info("leader state in {}: {} jobs", impl_->db->location(), impl_->jobs.size());
+  }
+  if (!impl_->opt.state_dir.empty()) {
     try {
       impl_->models = std::make_unique<ModelStore>((std::filesystem::path(impl_->opt.state_dir) / "models").string(),
                                                    impl_->opt.model_retention);

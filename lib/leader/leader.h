@@ -8,12 +8,33 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include <boost/asio/io_context.hpp>
 
 #include "config/options.h"
 #include "control/metrics_server.h"
+#include "store/store.h"
 
 namespace dltrain::leader {
+
+/// What a leader elected through etcd works with (docs/ha.md); the default is a single
+/// leader: no term, always serving, its state in RocksDB under state_dir.
+struct LeaderTerm {
+  /// The term it serves (the etcd election key's create revision, > 0), sent with every
+  /// order to an agent and in the registration reply; 0: a single leader.
+  std::int64_t term = 0;
+  /// False once the term may be over (LeaderElection::serving()): from then on no order
+  /// is sent and every request is refused as unavailable. Called on the io thread before
+  /// each order; empty: always serving.
+  std::function<bool()> serving;
+  /// Opens the store of the leader's state (an ha::EtcdStore fenced by `term`) in
+  /// Leader::start; empty: RocksDB under state_dir. Throws StoreError.
+  std::function<std::unique_ptr<store::Store>()> open_store;
+  /// The candidates as the election sees them, for `status` and `agents`: a JSON array
+  /// of {"candidate", "address", "state": "serving"|"standing by", "since_unix"}.
+  std::function<nlohmann::json()> candidates;
+};
 
 /// Runs the leader's control endpoint and job logic on `io` (single-threaded: every
 /// callback runs on the thread that runs `io`, so the leader's state needs no locks).
@@ -25,7 +46,7 @@ class Leader {
  public:
   /// Uses opt.listen_address/listen_port, the two tokens, the heartbeat settings and
   /// task_stop_grace.
-  Leader(boost::asio::io_context& io, const config::AgentOptions& opt);
+  Leader(boost::asio::io_context& io, const config::AgentOptions& opt, LeaderTerm term = {});
   ~Leader();
   Leader(const Leader&) = delete;
   Leader& operator=(const Leader&) = delete;

@@ -121,8 +121,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
       a.orphans[orphan_key(jid, tname, rt.generation)] = hold;  // its exit report frees them
     } else if (!live) {
       a.orphans[orphan_key(jid, tname, rt.generation)] = hold;
-      s->send(wire::make_request("l" + std::to_string(next_req++), "stop_task",
-                                 wire::TaskRefBody{{}, jid, tname, rt.generation}.to_json()));
+      order(s, "l" + std::to_string(next_req++), "stop_task", wire::TaskRefBody{{}, jid, tname, rt.generation}.to_json());
       spdlog::warn("agent {} still runs {}/{}, which the leader no longer counts on: stopping it", name, jid, tname);
     }
   }
@@ -155,7 +154,9 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   agent_by_session[s->id()] = name;
   spdlog::info("agent {} registered from {} ({} cores, {} MiB, {} GPUs, advertises {})", name, s->peer(), cores,
                a.memory_mb, a.gpus.size(), a.address);
-  reply(s, env.id, {{"agent_id", name}, {"heartbeat_interval_ms", opt.heartbeat_interval.count()}});
+  json welcome{{"agent_id", name}, {"heartbeat_interval_ms", opt.heartbeat_interval.count()}, {"leader", opt.name}};
+  if (ha.term > 0) welcome["term"] = ha.term;  // the agent refuses a leader of an older term than it knows
+  reply(s, env.id, welcome);
   if (on_registered && *on_registered) (*on_registered)();
   for (auto& [jid, why] : gone) recovery.tasks_gone(jobs.at(jid), why);
   // A restored job whose agents are all back is adopted now.

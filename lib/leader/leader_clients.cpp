@@ -93,9 +93,13 @@ void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& 
     for (auto it = latest.rbegin(); it != latest.rend(); ++it) arr.push_back(std::move(*it));
     const std::size_t total = job_order.size();
     return reply(s, env.id,
-                 {{"jobs", std::move(arr)}, {"total", total}, {"omitted", total - latest.size()}, {"size_bound", size_bound}});
+                 {{"jobs", std::move(arr)},
+                  {"total", total},
+                  {"omitted", total - latest.size()},
+                  {"size_bound", size_bound},
+                  {"leader", leader_json()}});
   }
-  if (env.type == "agents") return reply(s, env.id, {{"agents", agents_json()}});
+  if (env.type == "agents") return reply(s, env.id, {{"agents", agents_json()}, {"leader", leader_json()}});
   if (env.type == "logs") return on_logs(s, env);
   if (env.type == "models") return on_models(s, env);
   if (env.type == "model_read") return on_model_read(s, env);

@@ -66,6 +66,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   std::uint64_t next_req = 1;
   std::function<void()>* on_registered = nullptr;
   std::unique_ptr<store::Store> db;
+  /// The term it serves and how it knows it still does (leader.h; a single leader: term 0).
+  LeaderTerm ha;
+  double started_unix = 0;  ///< when this leader started serving, seconds since the epoch
   /// Cumulative counts since this leader process started, for its metrics.
   struct Counters {
     std::uint64_t plans = 0;             ///< planner decisions for automatic jobs
@@ -85,8 +88,8 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   };
   std::map<std::string, PendingLog> pending_logs;
 
-  Impl(boost::asio::io_context& i, const config::AgentOptions& o)
-      : io(i), opt(o), hb_timer(i), recovery(recovery_options(o), agents, *this) {}
+  Impl(boost::asio::io_context& i, const config::AgentOptions& o, LeaderTerm t)
+      : io(i), opt(o), hb_timer(i), recovery(recovery_options(o), agents, *this), ha(std::move(t)) {}
   /// Recovery's bounds from the agent's options (task_max_restarts bounds re-assignments).
   static RecoveryOptions recovery_options(const config::AgentOptions& o) {
     return {o.task_max_restarts, o.task_stop_grace, o.heartbeat_timeout, o.reassign_timeout};
@@ -113,6 +116,15 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// The leader's jobs in submission order (for Recovery::agent_lost).
   std::vector<JobRec*> jobs_in_order();
   void send_agent(const std::string& agent_id, const std::string& type, const json& body);
+  /// True while this leader may act (leader.h LeaderTerm::serving; a single leader: always).
+  bool serving() const { return !ha.serving || ha.serving(); }
+  /// The one way an order (a request) reaches an agent: with this leader's term, and
+  /// only while it serves; false (logged) when it was held back because the term may be
+  /// over (docs/ha.md "Fencing").
+  bool order(const SessionPtr& s, const std::string& id, const std::string& type, const json& body);
+  /// Who leads, for `status` and `agents`: this leader's name, term, since when, and the
+  /// election's candidates ({"ha": false} fields only for a single leader).
+  json leader_json() const;
   static void reply(const SessionPtr& s, const std::string& id, const json& body);
   /// Sends an error reply and counts it (dltrain_leader_control_errors_total).
   void reply_error(const SessionPtr& s, const std::string& id, const std::string& code, const std::string& msg,

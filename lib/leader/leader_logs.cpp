@@ -38,7 +38,7 @@ void Leader::Impl::on_logs(const SessionPtr& s, const wire::Envelope& env) {
   b.generation = j.generation;
   const std::string id = "log-" + std::to_string(next_req++);
   pending_logs[id] = PendingLog{s, env.id, t->agent, t->state != TaskState::kExited, Clock::now() + kLogReplyTimeout};
-  session->send(wire::make_request(id, "read_log", b.to_json()));
+  order(session, id, "read_log", b.to_json());
 }
 
 bool Leader::Impl::on_log_reply(const wire::Envelope& env) {

@@ -100,7 +100,7 @@ void Leader::Impl::request_model_window(Collecting& c) {
   const auto a = agents.find(c.agent);
   const auto session = a == agents.end() || a->second.lost ? nullptr : a->second.session.lock();
   if (!session) return end_collection(c.job, "agent " + c.agent + " went away while its model was collected");
-  session->send(wire::make_request(c.req_id, "read_model_file", c.req.to_json()));
+  order(session, c.req_id, "read_model_file", c.req.to_json());
 }
 
 bool Leader::Impl::on_model_file_reply(const wire::Envelope& env) {

@@ -73,12 +73,21 @@ Envelope parse_envelope(const std::string& text) {
       env.error = *e;
     }
   }
+  if (auto term = j.find("term"); term != j.end() && !term->is_null()) {
+    if (!term->is_number_integer() || (term->is_number_unsigned() ? term->get<std::uint64_t>() > INT64_MAX
+                                                                   : term->get<std::int64_t>() < 0)) {
+      throw ProtocolError("control message field \"term\": expected a non-negative integer (a leader's term)");
+    }
+    env.term = term->get<std::int64_t>();
+  }
   return env;
 }
 
-std::string make_request(const std::string& id, const std::string& type, const nlohmann::json& body) {
-  return nlohmann::json{{"v", kControlVersion}, {"id", id}, {"type", type}, {"body", body}}.dump(
-      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+std::string make_request(const std::string& id, const std::string& type, const nlohmann::json& body,
+                         std::int64_t term) {
+  nlohmann::json j{{"v", kControlVersion}, {"id", id}, {"type", type}, {"body", body}};
+  if (term > 0) j["term"] = term;
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string make_reply(const std::string& id, const nlohmann::json& body) {

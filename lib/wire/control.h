@@ -6,9 +6,12 @@
 // Error:     {"v": 1, "id": "<same id>", "type": "reply", "ok": false,
 //             "error": {"code": "<ErrorCode>", "message": "...", "field": "..."}}
 // Event:     {"v": 1, "type": "event", "body": {...}}   (unsolicited, no id)
+// An order from a leader elected through etcd (docs/ha.md) also carries its term:
+//            {"v": 1, "id": ..., "type": "start_task", "term": 42, "body": {...}}
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -51,6 +54,9 @@ struct Envelope {
   nlohmann::json body = nlohmann::json::object();
   bool ok = true;                 ///< replies only
   nlohmann::json error;           ///< replies with ok == false
+  /// The sending leader's term (docs/ha.md "Fencing"): the create revision of the etcd
+  /// election key it won, > 0; 0 when absent (a single leader without [ha], any other peer).
+  std::int64_t term = 0;
 };
 
 /// Parses JSON text from a peer (a control message, a task's event line). Throws
@@ -66,7 +72,9 @@ Envelope parse_envelope(const std::string& text);
 
 /// Builders. All return compact JSON text; bytes in a string that are not UTF-8 (a
 /// task's log line, say) are written as U+FFFD rather than thrown about.
-std::string make_request(const std::string& id, const std::string& type, const nlohmann::json& body);
+/// `term` > 0 adds the sending leader's term (Envelope::term); 0 leaves it out.
+std::string make_request(const std::string& id, const std::string& type, const nlohmann::json& body,
+                         std::int64_t term = 0);
 std::string make_reply(const std::string& id, const nlohmann::json& body);
 std::string make_error(const std::string& id, const std::string& code, const std::string& message,
                        const std::string& field = "");

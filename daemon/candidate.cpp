@@ -1,0 +1,151 @@
+#include "candidate.h"
+
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/errors.h"
+#include "ha/etcd_store.h"
+
+namespace dltrain::daemon {
+
+namespace asio = boost::asio;
+
+namespace {
+
+std::string serve_address(const config::AgentOptions& opt) {
+  std::string host = opt.advertise_address;
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  return host + ":" + std::to_string(opt.listen_port);
+}
+
+}  // namespace
+
+Candidacy::Candidacy(asio::io_context& io, const config::AgentOptions& opt, agent::SystemdNotifier& notifier)
+    : io_(io), opt_(opt), notifier_(notifier) {
+  etcd_.endpoints = opt.ha.etcd;
+  etcd_.user = opt.ha.user;
+  etcd_.password = opt.ha.password;
+  etcd_.ca_file = opt.ha.ca_file;
+  etcd_.cert_file = opt.ha.cert_file;
+  etcd_.key_file = opt.ha.key_file;
+  etcd_.request_timeout = opt.ha.request_timeout;
+  key_ = opt.ha.prefix + "/leader";
+  candidates_prefix_ = opt.ha.prefix + "/candidates/";
+  if (opt.listen_port == 0) {
+    throw ConfigError("listen_port", "a leader candidate ([ha]) needs a fixed port: agents and clients list it");
+  }
+  ha::ElectionOptions el;
+  el.key = key_;
+  el.candidate = opt.name;
+  el.address = serve_address(opt);
+  el.ttl_seconds = opt.ha.lease_ttl_seconds;
+  el.safety_margin = std::chrono::milliseconds(std::min(1000, 250 * opt.ha.lease_ttl_seconds));
+  el.candidates_prefix = candidates_prefix_;
+  // Callbacks run on the election's thread: each is posted to the daemon's loop, where
+  // the leader lives. `alive_` drops what arrives after this object is gone.
+  std::weak_ptr<bool> alive = alive_;
+  ha::LeaderElection::Callbacks cb;
+  cb.elected = [this, alive](std::int64_t term) {
+    asio::post(io_, [this, alive, term] {
+      if (alive.lock()) become_leader(term);
+    });
+  };
+  cb.deposed = [this, alive](const std::string& why) {
+    asio::post(io_, [this, alive, why] {
+      if (alive.lock()) step_down(why);
+    });
+  };
+  cb.standing_by = [this, alive](const ha::LeaderInfo& l) {
+    asio::post(io_, [this, alive, l] {
+      if (!alive.lock()) return;
+      spdlog::info("standing by: {} serves at {} (term {})", l.candidate, l.address, l.term);
+      notifier_.status("standing by: " + l.candidate + " serves at " + l.address + " (term " + std::to_string(l.term) + ")");
+    });
+  };
+  cb.trouble = [](const std::string& why) { spdlog::warn("leader election: {}", why); };
+  try {
+    election_ = std::make_unique<ha::LeaderElection>(etcd_, el, std::move(cb));
+  } catch (const ConfigError& e) {
+    throw ConfigError("ha." + e.field(), e.what());
+  }
+}
+
+Candidacy::~Candidacy() { stop(); }
+
+void Candidacy::start() {
+  try {
+    ha::EtcdClient probe(etcd_);
+    spdlog::info("leader candidate {}: {}", opt_.name, probe.check());
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw ConfigError("ha.etcd", std::string("etcd cannot be used: ") + e.what());
+  }
+  election_->start();
+}
+
+void Candidacy::stop() {
+  alive_.reset();
+  if (leader_) {
+    leader_->stop();
+    leader_.reset();
+  }
+  if (election_) election_->stop();  // resigns when it serves
+}
+
+void Candidacy::become_leader(std::int64_t term) {
+  if (election_->term() != term) return;  // that term is over already
+  ha::EtcdOptions etcd = etcd_;
+  const std::string prefix = opt_.ha.prefix, key = key_, candidates = candidates_prefix_;
+  std::weak_ptr<bool> alive = alive_;
+  leader::LeaderTerm t;
+  t.term = term;
+  t.serving = [this, term] { return election_->term() == term; };
+  t.open_store = [this, etcd, prefix, key, term, alive]() -> std::unique_ptr<store::Store> {
+    return std::make_unique<ha::EtcdStore>(etcd, prefix, key, term, [this, alive](const std::string& why) {
+      // On the io thread already (the leader writes from it); stepping down is posted so
+      // that the write's caller finishes first.
+      asio::post(io_, [this, alive, why] {
+        if (alive.lock()) step_down(why);
+      });
+    });
+  };
+  t.candidates = [etcd, candidates] {
+    ha::EtcdClient c(etcd);
+    return ha::LeaderElection::candidates(c, candidates);
+  };
+  try {
+    leader_.emplace(io_, opt_, std::move(t));
+    leader_->start();
+    term_ = term;
+  } catch (const std::exception& e) {
+    // It cannot lead (its port taken, etcd unreadable): give the term up so that another
+    // candidate leads, and campaign again.
+    spdlog::error("elected (term {}) but the leader cannot start: {}; resigning", term, e.what());
+    leader_.reset();
+    election_->stop();
+    election_ = nullptr;
+    throw IoError(std::string("the leader cannot start: ") + e.what());
+  }
+  spdlog::info("serving as the leader on {}:{}, term {}", opt_.listen_address, leader_->port(), term);
+  notifier_.status("serving as the leader, term " + std::to_string(term));
+}
+
+void Candidacy::step_down(const std::string& why) {
+  if (!leader_) return;
+  spdlog::warn("stepping down (term {}): {}; standing by", term_, why);
+  leader_->stop();
+  leader_.reset();
+  term_ = 0;
+  notifier_.status("standing by (stepped down: " + why + ")");
+}
+
+void Candidacy::collect_metrics(control::MetricsBuilder& out) const {
+  const control::MetricLabels l{{"candidate", opt_.name}};
+  out.gauge("dltrain_ha_serving", "1 while this leader candidate serves as the leader (docs/ha.md), 0 standing by", l,
+            leader_ ? 1 : 0);
+  out.gauge("dltrain_ha_term", "The term this candidate serves (the etcd election key's create revision); 0 standing by",
+            l, static_cast<double>(term_));
+}
+
+}  // namespace dltrain::daemon
