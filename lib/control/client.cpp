@@ -458,7 +458,8 @@ std::pair<std::unique_ptr<BlockingControlClient>, std::size_t> connect_first(
         why[urls[i]] = failed;
         const auto& e = failed;
         const bool more = std::chrono::steady_clock::now() < deadline;
-        if (say && (urls.size() > 1 || more)) {
+        // Each URL's failure in the first round; then one line per round every 5 s.
+        if (say && (urls.size() > 1 || more) && (round == 0 || (i == 0 && round % 10 == 0))) {
           say("leader at " + urls[i] + ": " + e +
               (!more ? "" : i + 1 < urls.size() ? "; trying " + urls[i + 1] : "; trying again from " + urls[0]));
         }

@@ -12,79 +12,25 @@ comparison of etcd revisions, not of anybody's clock.
 Usage: ha_election_test.py BUILD_DIR [unittest args]. Exit status 77 (skipped) without
 /usr/bin/etcd.
 """
-import base64
 import json
 import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import unittest
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from etcd_cluster import free_port, is_raft_leader, kv_range, missing_prerequisites, start_cluster  # noqa: E402
 
 BUILD = None
-ETCD = "/usr/bin/etcd"
 ETCDCTL = "/usr/bin/etcdctl"
 SKIP = 77
 TTL = 3
-
-
-def free_port():
-    """A loopback port the kernel picked (bound to port 0, then released for etcd). etcd
-    itself cannot be given port 0: every member must know its peers' addresses before any
-    starts, and its JSON gateway dials its own gRPC server at the listen address it was
-    given (with port 0 the gateway answers every request "dial tcp 127.0.0.1:0: connect:
-    connection refused")."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Member:
-    """One etcd member on loopback ports of its own."""
-
-    def __init__(self, root, name, peer_port, cluster):
-        self.name, self.peer_port, self.cluster = name, peer_port, cluster
-        self.dir = os.path.join(root, name)
-        self.log_path = os.path.join(root, name + ".log")
-        self.proc = None
-        self.url = "http://127.0.0.1:%d" % free_port()
-
-    def start(self, state="new"):
-        log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(
-            [ETCD, "--name", self.name, "--data-dir", self.dir,
-             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
-             "--listen-peer-urls", "http://127.0.0.1:%d" % self.peer_port,
-             "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % self.peer_port,
-             "--initial-cluster", self.cluster, "--initial-cluster-state", state,
-             "--initial-cluster-token", "dltrain-test"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-
-    def wait_url(self, deadline):
-        while time.monotonic() < deadline:
-            try:  # etcd's health endpoint: true once the member has joined a cluster with a leader
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if json.load(r).get("health") in ("true", True):
-                        return self.url
-            except (OSError, ValueError):
-                pass
-            if self.proc.poll() is not None:
-                raise AssertionError("etcd %s exited: %s" % (self.name, open(self.log_path).read()[-3000:]))
-            time.sleep(0.1)
-        raise AssertionError("etcd %s did not serve clients: %s" % (self.name, open(self.log_path).read()[-3000:]))
-
-    def kill(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 class Candidate:
@@ -146,37 +92,6 @@ class Candidate:
         self.proc.stdout.close()
 
 
-def kv_range(url, prefix):
-    """etcd's keys under `prefix` with their create revisions, through its JSON gateway."""
-    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-    body = json.dumps({"key": base64.b64encode(prefix.encode()).decode(),
-                       "range_end": base64.b64encode(end.encode()).decode()}).encode()
-    for attempt in range(50):  # a member answers 503 while its cluster elects a raft leader
-        try:
-            with urllib.request.urlopen(urllib.request.Request(url + "/v3/kv/range", data=body), timeout=10) as r:
-                out = json.load(r)
-            break
-        except urllib.error.HTTPError as e:
-            if e.code != 503 or attempt == 49:
-                raise
-            time.sleep(0.2)
-    return [(base64.b64decode(kv["key"]).decode(), int(kv["create_revision"])) for kv in out.get("kvs", [])]
-
-
-def is_raft_leader(url):
-    """Whether the member at `url` leads its cluster's raft (/v3/maintenance/status)."""
-    req = urllib.request.Request(url + "/v3/maintenance/status", data=b"{}")
-    with urllib.request.urlopen(req, timeout=10) as r:
-        st = json.load(r)
-    return st.get("leader") == st["header"]["member_id"]
-
-
-def missing_prerequisites():
-    if not os.access(ETCD, os.X_OK):
-        return ETCD + " is missing (Debian's etcd-server; scripts/setup installs it for the tests)"
-    return None
-
-
 class Election(unittest.TestCase):
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="dltrain-ha-test-")
@@ -193,13 +108,8 @@ class Election(unittest.TestCase):
 
     def etcd(self, n):
         """n members (a cluster of their own); their client URLs."""
-        ports = [free_port() for _ in range(n)]
-        cluster = ",".join("m%d=http://127.0.0.1:%d" % (i, p) for i, p in enumerate(ports))
-        self.members = [Member(self.root, "m%d" % i, p, cluster) for i, p in enumerate(ports)]
-        for m in self.members:
-            m.start()
-        deadline = time.monotonic() + 60
-        return [m.wait_url(deadline) for m in self.members]
+        self.members, urls = start_cluster(self.root, n)
+        return urls
 
     def candidate(self, name, endpoints, *extra):
         c = Candidate(name, endpoints, *extra)
