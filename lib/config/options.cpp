@@ -303,13 +303,13 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
                                            "\") is not a loopback address (or metrics_token_file): anyone who "
                                            "reaches it could read the metrics");
   }
-  if (o.ha.enabled() && o.host_tasks && !root.contains("leader_url")) {
-    throw ConfigError("leader_url", "a leader candidate that hosts tasks (host_tasks = true) lists every candidate's "
-                                    "URL here, so that its agent follows whichever serves (or host_tasks = false)");
-  }
   if (o.ha.enabled() && !o.leader) {
     throw ConfigError("ha", "only a leader candidate (leader = true) takes part in the election; an agent lists the "
                             "candidates' URLs in leader_url");
+  }
+  if (o.ha.enabled() && o.host_tasks && !root.contains("leader_url")) {
+    throw ConfigError("leader_url", "a leader candidate that hosts tasks (host_tasks = true) lists every candidate's "
+                                    "URL here, so that its agent follows whichever serves (or host_tasks = false)");
   }
   if (o.heartbeat_timeout <= o.heartbeat_interval) {
     throw ConfigError("heartbeat_timeout", "must be longer than heartbeat_interval");

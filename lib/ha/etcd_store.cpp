@@ -36,8 +36,14 @@ std::optional<std::uint64_t> last_number(const std::string& key) {
 }  // namespace
 
 EtcdStore::EtcdStore(EtcdOptions etcd, std::string prefix, std::string guard, std::int64_t term,
-                     std::function<void(const std::string&)> on_fenced)
-    : root_(std::move(prefix) + "/state/"), guard_(std::move(guard)), term_(term), on_fenced_(std::move(on_fenced)) {
+                     std::function<void(const std::string&)> on_fenced, Limits limits)
+    : root_(std::move(prefix) + "/state/"),
+      guard_(std::move(guard)),
+      term_(term),
+      limits_(limits),
+      on_fenced_(std::move(on_fenced)) {
+  limits_.events_per_job = std::max<std::uint64_t>(1, limits_.events_per_job);
+  limits_.observations = std::max<std::uint64_t>(1, limits_.observations);
   std::string eps;
   for (const auto& e : etcd.endpoints) eps += (eps.empty() ? "" : ",") + e;
   location_ = "etcd " + eps + " under " + root_ + " (term " + std::to_string(term_) + ")";
@@ -99,7 +105,9 @@ void EtcdStore::add_observation(const store::Observation& o) {
   std::lock_guard<std::mutex> lock(mu_);
   check_size("an observation", value);
   std::vector<Op> ops{Op::put(root_ + "history/" + num(history_seq_), value)};
-  if (history_seq_ >= kMaxObservations) ops.push_back(Op::erase(root_ + "history/" + num(history_seq_ - kMaxObservations)));
+  if (history_seq_ >= limits_.observations) {
+    ops.push_back(Op::erase(root_ + "history/" + num(history_seq_ - limits_.observations)));
+  }
   write("adding an observation", ops);
   ++history_seq_;
 }
@@ -148,7 +156,7 @@ void EtcdStore::append_event(std::uint64_t job, const json& event) {
   if (it == event_seq_.end()) it = event_seq_.emplace(job, next_seq(dir)).first;
   const std::uint64_t seq = it->second;
   std::vector<Op> ops{Op::put(root_ + dir + num(seq), value)};
-  if (seq >= kMaxEventsPerJob) ops.push_back(Op::erase(root_ + dir + num(seq - kMaxEventsPerJob)));
+  if (seq >= limits_.events_per_job) ops.push_back(Op::erase(root_ + dir + num(seq - limits_.events_per_job)));
   write("appending an event", ops);
   ++it->second;
 }

@@ -11,8 +11,8 @@
 //   events/<number>/<seq>    one event of job <number> (JSON)
 //   meta/<name>              a named value
 // Bounds, within etcd's limits (a request of at most 1.5 MiB, a database of at most its
-// quota, 2 GiB by default): a value of at most kMaxValueBytes; the latest kMaxEventsPerJob
-// events of a job and the latest kMaxObservations observations (older ones are deleted in
+// quota, 2 GiB by default): a value of at most kMaxValueBytes; the latest 2,000 events
+// of a job and the latest 20,000 observations (EtcdStore::Limits) (older ones are deleted in
 // the same transaction that adds a new one); and every kCompactEvery writes the store
 // compacts etcd's revision history older than kCompactEvery revisions.
 #pragma once
@@ -29,14 +29,20 @@
 
 namespace dltrain::ha {
 
+/// How much an EtcdStore keeps (each >= 1): older events and observations are deleted as
+/// new ones are added.
+struct EtcdStoreLimits {
+  std::uint64_t events_per_job = 2000;  ///< the latest kept per job
+  std::uint64_t observations = 20000;   ///< the latest kept
+};
+
 /// A Store in etcd, its writes fenced by a term. Thread-safe (one mutex around one
 /// EtcdClient: the leader writes from one thread).
 class EtcdStore : public store::Store {
  public:
   static constexpr std::size_t kMaxValueBytes = 1u << 20;   ///< one record or event, bytes
-  static constexpr std::uint64_t kMaxEventsPerJob = 2000;   ///< the latest kept per job
-  static constexpr std::uint64_t kMaxObservations = 20000;  ///< the latest kept
   static constexpr std::uint64_t kCompactEvery = 1000;      ///< writes between compactions
+  using Limits = EtcdStoreLimits;
 
   /// A store under `prefix` + "/state/" whose writes are applied only while the key
   /// `guard` (the election key) has create revision `term` (> 0). `on_fenced` (may be
@@ -44,7 +50,7 @@ class EtcdStore : public store::Store {
   /// guard has changed: this leader's term is over. Reads the sequence numbers it
   /// continues from; throws StoreError when etcd cannot be read.
   EtcdStore(EtcdOptions etcd, std::string prefix, std::string guard, std::int64_t term,
-            std::function<void(const std::string& why)> on_fenced = {});
+            std::function<void(const std::string& why)> on_fenced = {}, EtcdStoreLimits limits = {});
 
   void add_observation(const store::Observation& o) override;
   std::vector<store::Observation> history(const std::string& model = "", const std::string& dataset = "") const override;
@@ -73,6 +79,7 @@ class EtcdStore : public store::Store {
 
   std::string root_, guard_, location_;
   std::int64_t term_;
+  Limits limits_;
   std::function<void(const std::string&)> on_fenced_;
   mutable std::mutex mu_;
   mutable std::unique_ptr<EtcdClient> etcd_;  // guarded by mu_

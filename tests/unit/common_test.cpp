@@ -65,6 +65,55 @@ TEST(JsonFields, WrongTypesThrowAndAbsentFieldsKeepDefaults) {
   EXPECT_EQ(events::Restarting::from_json(json::object()).reason, "died");
 }
 
+// [ha] (docs/ha.md): a leader candidate's etcd settings, each checked and named; agents
+// list the candidates in leader_url.
+TEST(AgentOptions, HaSettingsAreReadAndEachMistakeIsNamed) {
+  const std::string cand = "agent_token = \"t\"\nclient_token = \"c\"\nleader = true\nhost_tasks = false\n";
+  const auto o = config::parse_agent_options(
+      cand + "[ha]\netcd = [\"http://10.0.0.1:2379\", \"https://10.0.0.2:2379\"]\nuser = \"dltrain\"\n"
+             "password = \"pw\"\nlease_ttl = \"15s\"\nprefix = \"/team-a\"\nca_file = \"ca.pem\"\n",
+      "/etc/dltrain");
+  EXPECT_TRUE(o.ha.enabled());
+  EXPECT_EQ(o.ha.etcd, (std::vector<std::string>{"http://10.0.0.1:2379", "https://10.0.0.2:2379"}));
+  EXPECT_EQ(o.ha.user, "dltrain");
+  EXPECT_EQ(o.ha.password, "pw");
+  EXPECT_EQ(o.ha.lease_ttl_seconds, 15);
+  EXPECT_EQ(o.ha.prefix, "/team-a");
+  EXPECT_EQ(o.ha.ca_file, "/etc/dltrain/ca.pem");
+  EXPECT_FALSE(config::parse_agent_options(cand, "/").ha.enabled());
+  const auto error = [&](const std::string& ha, const std::string& head = "") {
+    return message_of<ConfigError>([&] { config::parse_agent_options((head.empty() ? cand : head) + ha, "/"); });
+  };
+  EXPECT_EQ(error("[ha]\nlease_ttl = \"10s\"\n"), "ha.etcd: required in [ha]: the etcd members' client URLs");
+  EXPECT_EQ(error("[ha]\netcd = []\n"),
+            "ha.etcd: expected a list of etcd client URLs such as [\"http://10.0.0.1:2379\"], got an empty list");
+  EXPECT_EQ(error("[ha]\netcd = [\"10.0.0.1:2379\"]\n"),
+            "ha.etcd[0]: expected http://HOST:PORT or https://HOST:PORT, got \"10.0.0.1:2379\"");
+  EXPECT_EQ(error("[ha]\netcd = [\"http://e:2379\"]\nlease_ttl = \"1s\"\n"),
+            "ha.lease_ttl: expected whole seconds from 2s to 300s, got \"\"1s\"\"");
+  EXPECT_EQ(error("[ha]\netcd = [\"http://e:2379\"]\nuser = \"u\"\n"),
+            "ha.password: etcd credentials need both user and password (or password_file)");
+  EXPECT_EQ(error("[ha]\netcd = [\"http://e:2379\"]\nprefix = \"dltrain/\"\n"),
+            "ha.prefix: expected a key prefix such as \"/dltrain\" (starting with /, not ending with /), got "
+            "\"dltrain/\"");
+  EXPECT_EQ(error("[ha]\netcd = [\"http://e:2379\"]\nttl = \"5s\"\n").rfind("ha.ttl: unknown key (expected etcd, ", 0), 0u);
+  EXPECT_EQ(error("[ha]\netcd = [\"http://e:2379\"]\n", "agent_token = \"t\"\n"),
+            "ha: only a leader candidate (leader = true) takes part in the election; an agent lists the candidates' "
+            "URLs in leader_url");
+  EXPECT_EQ(error("[ha]\netcd = [\"http://e:2379\"]\n", "agent_token = \"t\"\nclient_token = \"c\"\nleader = true\n"),
+            "leader_url: a leader candidate that hosts tasks (host_tasks = true) lists every candidate's URL here, so "
+            "that its agent follows whichever serves (or host_tasks = false)");
+  // An agent of HA candidates lists their URLs; one URL stays a list of one.
+  const auto a = config::parse_agent_options(
+      "agent_token = \"t\"\nleader_url = [\"ws://10.0.0.1:7070\", \"ws://10.0.0.2:7070\"]\n", "/");
+  EXPECT_EQ(a.leader_urls, (std::vector<std::string>{"ws://10.0.0.1:7070", "ws://10.0.0.2:7070"}));
+  EXPECT_EQ(a.leader_url, "ws://10.0.0.1:7070");
+  EXPECT_EQ(config::parse_agent_options("agent_token = \"t\"\nleader_url = \"ws://h:1\"\n", "/").leader_urls,
+            std::vector<std::string>{"ws://h:1"});
+  EXPECT_EQ(message_of<ConfigError>([] { config::parse_agent_options("agent_token = \"t\"\nleader_url = []\n", "/"); }),
+            "leader_url: expected at least one URL");
+}
+
 TEST(AgentOptions, KeysWrittenBelowThePricesTableAreNamedAsMisplaced) {
   // configs/leader.toml ends with [prices]: a key appended to it lands in that table.
   EXPECT_EQ(message_of<ConfigError>([] {

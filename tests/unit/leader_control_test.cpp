@@ -419,6 +419,136 @@ TEST(AgentRequests, MalformedStartTaskIsRefusedNamingTheFieldAndTheAgentCarriesO
   EXPECT_TRUE(r->ok) << r->error.dump();
 }
 
+namespace {
+
+// A leader candidate played by hand for the agent's fencing test: a control server on
+// 127.0.0.1 whose registration reply carries `term`, recording what its agents send.
+struct TermLeader {
+  TermLeader(asio::io_context& io, std::int64_t term, std::uint16_t port = 0) : term(term) {
+    control::ControlServerOptions so;
+    so.port = port;
+    so.agent_token = "agent-secret";
+    so.client_token = "client-secret";
+    control::ControlHandler h;
+    h.on_message = [this](const std::shared_ptr<control::Session>& s, const std::string& text) {
+      session = s;
+      auto env = wire::parse_envelope(text);
+      if (env.type == "register") {
+        s->send(wire::make_reply(env.id, {{"agent_id", "a"}, {"heartbeat_interval_ms", 500}, {"leader", "l"},
+                                          {"term", this->term}}));
+      }
+      if (env.type == "heartbeat") s->send(wire::make_reply(env.id, nlohmann::json::object()));
+      got.push_back(env);
+    };
+    h.on_close = [this](const std::shared_ptr<control::Session>&) { ++closed; };
+    server = std::make_unique<control::ControlServer>(io, so, h);
+    server->start();
+  }
+  std::string url() const { return "ws://127.0.0.1:" + std::to_string(server->port()); }
+
+  std::int64_t term;
+  std::unique_ptr<control::ControlServer> server;
+  std::shared_ptr<control::Session> session;
+  std::deque<wire::Envelope> got;
+  int closed = 0;
+};
+
+// Runs `io` until `done` holds, for at most 15 s; whether it did.
+bool run_until(asio::io_context& io, const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    io.restart();
+    io.run_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+std::optional<wire::Envelope> take(std::deque<wire::Envelope>& got, const std::function<bool(const wire::Envelope&)>& m) {
+  const auto it = std::find_if(got.begin(), got.end(), m);
+  if (it == got.end()) return std::nullopt;
+  auto e = *it;
+  got.erase(it);
+  return e;
+}
+
+double metric(agent::Agent& a, const std::string& name) {
+  control::MetricsBuilder b;
+  a.collect_metrics(b);
+  for (const auto& f : b.families()) {
+    if (f.name == name && !f.metric.empty()) {
+      const auto& m = f.metric.front();
+      return f.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+// docs/ha.md "Fencing", on the agent: it follows the candidates in leader_url in turn,
+// and once it registered under a term it refuses an order of an older term (answering
+// why) and a leader that registers it under an older term (a deposed leader that has
+// not noticed yet), going on to the next candidate.
+TEST(AgentFencing, OrdersAndLeadersOfAnOlderTermAreRefused) {
+  asio::io_context io;
+  auto old_leader = std::make_unique<TermLeader>(io, 5);
+  TermLeader new_leader(io, 9);
+  const auto old_port = old_leader->server->port();
+  TempDir dir;
+  config::AgentOptions o;
+  o.name = "fenced-agent";
+  o.leader_urls = {old_leader->url(), new_leader.url()};
+  o.leader_url = o.leader_urls.front();
+  o.agent_token = "agent-secret";
+  o.state_dir = (dir.path / "state").string();
+  o.cores = 2;
+  o.heartbeat_interval = std::chrono::milliseconds(200);
+  o.heartbeat_timeout = std::chrono::milliseconds(2000);
+  agent::Agent a(io, o);
+  a.start();
+  const auto is = [](const char* type) { return [type](const wire::Envelope& e) { return e.type == type; }; };
+  const auto reply_to = [](const std::string& id) {
+    return [id](const wire::Envelope& e) { return e.type == "reply" && e.id == id; };
+  };
+  // The first candidate serves (term 5): its orders are taken.
+  ASSERT_TRUE(run_until(io, [&] { return take(old_leader->got, is("register")).has_value(); }));
+  const auto stop = wire::TaskRefBody{{}, "job-1", "ps-0", 1}.to_json();
+  old_leader->session->send(wire::make_request("o1", "stop_task", stop, 5));
+  std::optional<wire::Envelope> r;
+  ASSERT_TRUE(run_until(io, [&] { return (r = take(old_leader->got, reply_to("o1"))).has_value(); }));
+  EXPECT_TRUE(r->ok) << r->error.dump();
+  EXPECT_EQ(metric(a, "dltrain_agent_leader_term"), 5);
+
+  // It goes away; the agent registers with the next candidate, under term 9.
+  old_leader.reset();
+  ASSERT_TRUE(run_until(io, [&] { return take(new_leader.got, is("register")).has_value(); }));
+  ASSERT_TRUE(run_until(io, [&] { return metric(a, "dltrain_agent_leader_term") == 9; }));
+  // An order of term 5 is refused, naming both terms; one of term 9 is taken.
+  new_leader.session->send(wire::make_request("n1", "stop_task", stop, 5));
+  ASSERT_TRUE(run_until(io, [&] { return (r = take(new_leader.got, reply_to("n1"))).has_value(); }));
+  EXPECT_FALSE(r->ok);
+  EXPECT_EQ(r->error.value("code", ""), "conflict");
+  EXPECT_EQ(r->error.value("field", ""), "term");
+  EXPECT_EQ(r->error.value("message", ""), "term 5 is older than term 9, which this agent follows");
+  new_leader.session->send(wire::make_request("n2", "stop_task", stop, 9));
+  ASSERT_TRUE(run_until(io, [&] { return (r = take(new_leader.got, reply_to("n2"))).has_value(); }));
+  EXPECT_TRUE(r->ok) << r->error.dump();
+  EXPECT_EQ(metric(a, "dltrain_agent_stale_leader_refusals_total"), 1);
+
+  // The old leader back on its address, still believing in term 5, and the new one gone:
+  // the agent is registered by the old one but refuses it (the session is closed, no
+  // heartbeat follows) and keeps trying the candidates.
+  old_leader = std::make_unique<TermLeader>(io, 5, old_port);
+  new_leader.server->stop();
+  ASSERT_TRUE(run_until(io, [&] { return take(old_leader->got, is("register")).has_value(); }));
+  ASSERT_TRUE(run_until(io, [&] { return metric(a, "dltrain_agent_stale_leader_refusals_total") >= 2; }));
+  ASSERT_TRUE(run_until(io, [&] { return old_leader->closed > 0; }));
+  EXPECT_FALSE(take(old_leader->got, is("heartbeat")).has_value());
+  EXPECT_EQ(metric(a, "dltrain_agent_leader_term"), 9);
+  EXPECT_EQ(metric(a, "dltrain_agent_leader_connected"), 0);
+}
+
 // Found by LeakSanitizer (scripts/test --sanitize=address,undefined) in
 // LeaderAgents.ASecondAgentWithTheSameNameIsRefusedWithTheFix: a client's read and write
 // loops held themselves (a std::function capturing its own shared_ptr), released only

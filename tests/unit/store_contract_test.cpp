@@ -17,8 +17,10 @@
 #include "support/observations.h"
 #include "support/temp_dir.h"
 
+#include "ha/etcd_store.h"
 #include "store/rocksdb_store.h"
 #include "store/store.h"
+#include "support/etcd.h"
 
 using dltrain::store::Observation;
 using dltrain::store::Store;
@@ -36,14 +38,33 @@ struct Backend {
 // Its name in GoogleTest's output (not its bytes).
 void PrintTo(const Backend& b, std::ostream* os) { *os << b.name; }
 
+// The term that fences an etcd store at `prefix`: the create revision of its election
+// key, created by the first opening (as a leader's election would).
+std::int64_t term_at(const std::string& prefix) {
+  dltrain::ha::EtcdClient c(dltrain::testing::EtcdServer::shared()->options());
+  const auto r = c.create(prefix + "/leader", "{\"candidate\":\"test\"}", 0);
+  return r.succeeded ? r.revision : r.current->create_revision;
+}
+
 const std::vector<Backend> kBackends = {
     {"rocksdb", [](const std::filesystem::path& dir) -> std::unique_ptr<Store> {
        return dltrain::store::RocksDbStore::open((dir / "db").string());
+     }},
+    // The leader's state with [ha] (docs/ha.md): a real etcd; every location a key prefix.
+    {"etcd", [](const std::filesystem::path& dir) -> std::unique_ptr<Store> {
+       const std::string prefix = "/contract/" + dir.filename().string();
+       return std::make_unique<dltrain::ha::EtcdStore>(dltrain::testing::EtcdServer::shared()->options(), prefix,
+                                                       prefix + "/leader", term_at(prefix));
      }},
 };
 
 class StoreContract : public ::testing::TestWithParam<Backend> {
  protected:
+  void SetUp() override {
+    if (GetParam().name == "etcd" && !dltrain::testing::EtcdServer::shared()) {
+      GTEST_SKIP() << "/usr/bin/etcd is missing (Debian's etcd-server; scripts/setup installs it)";
+    }
+  }
   std::unique_ptr<Store> open() { return GetParam().open(dir_.path); }
   TempDir dir_;
 };
@@ -187,3 +208,69 @@ TEST_P(StoreContract, ConcurrentWritersLoseNothingAndKeepEachWritersOrder) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, StoreContract, ::testing::ValuesIn(kBackends),
                          [](const ::testing::TestParamInfo<Backend>& info) { return info.param.name; });
+
+// Beyond the contract, what only the etcd backend does: a write of a leader whose term is
+// over (the election key re-created by another) is refused by etcd and changes nothing,
+// and the oldest events and observations beyond its limits go as new ones come.
+TEST(EtcdStore, AWriteAfterTheTermEndedIsRefusedAndChangesNothing) {
+  auto* etcd = dltrain::testing::EtcdServer::shared();
+  if (!etcd) GTEST_SKIP() << "/usr/bin/etcd is missing";
+  TempDir dir;
+  const std::string prefix = "/fenced/" + dir.path.filename().string();
+  const auto term = term_at(prefix);
+  std::string fenced_why;
+  dltrain::ha::EtcdStore s(etcd->options(), prefix, prefix + "/leader", term,
+                           [&](const std::string& why) { fenced_why = why; });
+  s.put_job(1, {{"state", "running"}});
+  // Another leader's term: the key deleted (its lease expired) and created again.
+  dltrain::ha::EtcdClient c(etcd->options());
+  c.erase(prefix + "/leader");
+  const auto next = c.create(prefix + "/leader", "{\"candidate\":\"other\"}", 0);
+  ASSERT_TRUE(next.succeeded);
+  try {
+    s.put_job(1, {{"state", "failed"}});
+    FAIL() << "a stale leader's write was applied";
+  } catch (const dltrain::store::StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("this leader's term " + std::to_string(term) + " is over (term " +
+                                         std::to_string(next.revision) + " serves)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fenced_why.empty());
+  EXPECT_THROW(s.append_event(1, {{"event", "x"}}), dltrain::store::StoreError);
+  EXPECT_THROW(s.delete_job(1), dltrain::store::StoreError);
+  // What the new leader reads: the record as the old term left it, no event.
+  dltrain::ha::EtcdStore now(etcd->options(), prefix, prefix + "/leader", next.revision);
+  const auto jobs = now.jobs();
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].second["state"], "running");
+  EXPECT_TRUE(now.events(1).empty());
+}
+
+TEST(EtcdStore, KeepsTheLatestEventsAndObservationsWithinItsLimits) {
+  auto* etcd = dltrain::testing::EtcdServer::shared();
+  if (!etcd) GTEST_SKIP() << "/usr/bin/etcd is missing";
+  TempDir dir;
+  const std::string prefix = "/limits/" + dir.path.filename().string();
+  dltrain::ha::EtcdStore::Limits limits;
+  limits.events_per_job = 3;
+  limits.observations = 2;
+  {
+    dltrain::ha::EtcdStore s(etcd->options(), prefix, prefix + "/leader", term_at(prefix), {}, limits);
+    for (int i = 0; i < 5; ++i) s.append_event(7, {{"n", i}});
+    for (int i = 0; i < 3; ++i) s.add_observation(observation("cnn", "fashion-mnist", 1000.0 + i, i + 1));
+  }
+  // Reopened: the sequence goes on after the largest kept.
+  dltrain::ha::EtcdStore s(etcd->options(), prefix, prefix + "/leader", term_at(prefix), {}, limits);
+  s.append_event(7, {{"n", 5}});
+  const auto ev = s.events(7);
+  ASSERT_EQ(ev.size(), 3u);
+  EXPECT_EQ(ev[0]["n"], 3);
+  EXPECT_EQ(ev[2]["n"], 5);
+  const auto h = s.history();
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0].workers, 2);
+  EXPECT_EQ(h[1].workers, 3);
+  EXPECT_THROW(s.put_meta("big", std::string(dltrain::ha::EtcdStore::kMaxValueBytes + 1, 'x')),
+               dltrain::store::StoreError);
+}

@@ -181,6 +181,25 @@ TEST(ControlEnvelope, ParsesRequestsRepliesAndErrors) {
   EXPECT_TRUE(ev.id.empty());
 }
 
+// An order of a leader elected through etcd carries its term (docs/ha.md "Fencing"); any
+// other message has none (0).
+TEST(ControlEnvelope, TheTermOfALeaderIsCarriedAndCheckedWhenPresent) {
+  EXPECT_EQ(parse_envelope(make_request("l1", "start_task", nlohmann::json::object(), 42)).term, 42);
+  EXPECT_EQ(parse_envelope(make_request("l1", "start_task", nlohmann::json::object())).term, 0);
+  EXPECT_EQ(make_request("l1", "stop_task", nlohmann::json::object()).find("term"), std::string::npos);
+  for (const char* bad : {R"({"v":1,"id":"1","type":"start_task","term":-1})",
+                          R"({"v":1,"id":"1","type":"start_task","term":"42"})",
+                          R"({"v":1,"id":"1","type":"start_task","term":1.5})",
+                          R"({"v":1,"id":"1","type":"start_task","term":18446744073709551615})"}) {
+    try {
+      parse_envelope(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const dltrain::ProtocolError& e) {
+      EXPECT_STREQ(e.what(), "control message field \"term\": expected a non-negative integer (a leader's term)");
+    }
+  }
+}
+
 TEST(ControlEnvelope, RejectsMalformedMessagesWithTheField) {
   auto msg = [](const std::string& text) {
     try {
