@@ -175,6 +175,7 @@
     $("token").value = "";
     const main = $("main");
     main.replaceChildren(
+      el("p", { id: "leader", hidden: true }),
       el("section", { id: "agents-section" }, el("h2", {}, "Agents"), el("div", { id: "agents" })),
       el("section", { id: "jobs-section" }, el("h2", {}, "Jobs"), el("div", { id: "jobs" })),
       el("section", { id: "job" }));
@@ -195,6 +196,7 @@
       const [a, l] = await Promise.all([request("agents"), request("list", { limit: 200 })]);
       agents = a.agents || [];
       jobs = l.jobs || [];
+      renderLeader(a.leader);
       renderAgents();
       renderJobs();
       if (!selected && jobs.length) {
@@ -211,6 +213,23 @@
     return el("table", { id },
       el("thead", {}, el("tr", {}, ...headers.map((h) => el("th", {}, h)))),
       el("tbody", {}, ...rows));
+  }
+
+  // With HA (docs/ha.md): which candidate serves, its term and since when, and the others.
+  function renderLeader(leader) {
+    const box = $("leader");
+    if (!box) return;
+    if (!leader || !leader.ha) {
+      box.hidden = true;
+      return;
+    }
+    const others = (leader.candidates || []).filter((c) => c.candidate !== leader.name)
+      .map((c) => `${c.candidate} (${c.state}, ${c.address})`);
+    box.replaceChildren(
+      el("strong", {}, "Leader: "),
+      `${leader.name} serves, term ${leader.term}, since ${new Date(leader.since_unix * 1000).toISOString()}`,
+      others.length ? "; other candidates: " + others.join(", ") : "; no other candidate");
+    box.hidden = false;
   }
 
   function renderAgents() {

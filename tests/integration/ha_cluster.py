@@ -170,6 +170,13 @@ log_level = "info"
         raise AssertionError("no candidate serves within %.0f s: %s" %
                              (timeout, {c.name: c.log()[-2000:] for c in self.candidates}))
 
+    def current_leader(self):
+        """(the candidate, its term) that serves, as `dltrain status` says."""
+        m = re.search(r"^leader: (\S+) serves, term (\d+)", self.client("status").stdout, re.M)
+        if not m:
+            raise AssertionError("dltrain status names no leader")
+        return next(c for c in self.candidates if c.name == m.group(1)), int(m.group(2))
+
     def client(self, *args, timeout=120, check=True):
         r = subprocess.run([os.path.join(self.build, "bin", "dltrain")] + list(args), env=self.env,
                            capture_output=True, text=True, timeout=timeout)
