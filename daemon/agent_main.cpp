@@ -105,7 +105,10 @@ int run_daemon(const dltrain::config::AgentOptions& opt, const std::string& conf
     if (!opt.leader) {
       // READY once registered with the leader.
       agent->on_registered = [&notifier, &agent_opt] {
-        notifier.ready("registered with the leader at " + agent_opt.leader_url + " as " + agent_opt.name + " (" +
+        notifier.ready("registered with the leader" +
+                       (agent_opt.leader_urls.size() > 1 ? std::string(" (one of the candidates in leader_url)")
+                                                         : " at " + agent_opt.leader_url) +
+                       " as " + agent_opt.name + " (" +
                        std::to_string(agent_opt.cores) + " cores)");
       };
     }
@@ -159,7 +162,8 @@ int run_daemon(const dltrain::config::AgentOptions& opt, const std::string& conf
 int main(int argc, char** argv) {
   CLI::App app{"dltrain-agent " DLTRAIN_VERSION
                ": the dltrain daemon. Runs PS shard and worker tasks for the leader; with leader = true in its\n"
-               "configuration it is the leader. With --standalone it starts a leader and N agents on this machine."};
+               "configuration it is the leader, and with an [ha] table too a leader candidate elected through etcd\n"
+               "(docs/ha.md). With --standalone it starts a leader and N agents on this machine."};
   std::string config = "/etc/dltrain/agent.toml";
   std::string log_level;
   bool standalone = false;

@@ -436,6 +436,8 @@ std::pair<std::unique_ptr<BlockingControlClient>, std::size_t> connect_first(
     const std::vector<std::string>& urls, const std::string& token, std::chrono::milliseconds total,
     std::chrono::milliseconds per_try, const TlsClientOptions& tls, const std::function<void(const std::string&)>& say) {
   if (urls.empty()) throw ConfigError("leader", "no leader URL");
+  // One leader: one try, failing as it always has (no round of retries).
+  if (urls.size() == 1) return {std::make_unique<BlockingControlClient>(urls[0], token, total, tls), 0};
   const auto deadline = std::chrono::steady_clock::now() + total;
   std::map<std::string, std::string> why;  // the latest failure of each URL
   bool all_timeouts = true;

@@ -136,7 +136,8 @@ std::vector<std::string> split_leader_urls(const std::string& value, const std::
 /// that answers: tries each in turn within `per_try`, round after round (0.5 s apart) for
 /// up to `total`, and tells `say` (may be empty) about each failed try, e.g. "leader at
 /// ws://a:7070: Connection refused; trying ws://b:7070". Returns the client and the
-/// index of its URL. Throws AuthError at once (a wrong token is wrong everywhere);
+/// index of its URL. A single URL is tried once, within `total` (BlockingControlClient's
+/// errors as they are). Throws AuthError at once (a wrong token is wrong everywhere);
 /// after `total`, IoError naming each URL and why it failed (TimeoutError when every
 /// try timed out).
 std::pair<std::unique_ptr<BlockingControlClient>, std::size_t> connect_first(
