@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/failure.h"
+#include "agent/leader_candidates.h"
 #include "agent/model_fetch.h"
 #include "agent/supervisor.h"
 #include "agent/task_launch.h"
@@ -88,13 +89,10 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   asio::steady_timer hb_timer, retry_timer, log_timer;
   std::chrono::milliseconds backoff{500};
   bool registered = false, ever_registered = false, shutting_down = false;
-  // The leader candidates it may register with (opt.leader_urls) and the one it tries
-  // now; the newest term it has registered under (docs/ha.md "Fencing": a leader or an
-  // order of an older term is refused); when it last heard from the leader.
-  std::size_t url_at = 0;
-  std::int64_t max_term = 0;
+  // The leader candidates it may register with and the newest term it registered under
+  // (leader_candidates.h); when it last heard from the leader.
+  std::optional<LeaderCandidates> leaders;  // set by start()
   std::chrono::steady_clock::time_point last_heard{};
-  std::uint64_t stale_refused = 0;  // registrations and orders refused for an older term
   std::map<std::string, Task> tasks;  // key job/task
   // Tasks that ended while the leader was away, their exit still in the outbox (key →
   // generation): a registration lists them so that the leader waits for those exits
@@ -142,16 +140,14 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     outbox.push_back(std::move(text));
   }
 
-  const std::string& url() const { return opt.leader_urls[url_at]; }
+  const std::string& url() const { return leaders->url(); }
 
   // The link to url() failed (`why`): the next candidate at once, or, after the last one,
   // the first again after the back-off.
   void next_leader(const std::string& why) {
     if (shutting_down) return;
-    const std::size_t n = opt.leader_urls.size();
     const std::string tried = url();
-    url_at = (url_at + 1) % n;
-    if (n > 1 && url_at != 0) {
+    if (!leaders->advance()) {
       spdlog::warn("leader at {}: {}; trying {}", tried, why, url());
       retry_timer.expires_after(std::chrono::milliseconds(100));
       retry_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
@@ -272,16 +268,12 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
           return next_leader("registration refused");
         }
         const std::int64_t term = env.body.value("term", std::int64_t{0});
-        if (term < max_term) {
+        if (const auto why = leaders->registered(term)) {
           // A deposed leader that has not noticed yet: nothing from it is taken.
-          ++stale_refused;
-          spdlog::error("refusing the leader at {} ({}): its term {} is older than term {} this agent registered "
-                        "under",
-                        url(), env.body.value("leader", "?"), term, max_term);
+          spdlog::error("refusing the leader at {} ({}): {}", url(), env.body.value("leader", "?"), *why);
           link->close();
           return next_leader("a leader of an older term");
         }
-        max_term = term;
         registered = true;
         backoff = std::chrono::milliseconds(500);
         spdlog::info("registered with the leader {} at {} as {} ({} cores){}", env.body.value("leader", "?"), url(),
@@ -303,14 +295,9 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       }
       return;
     }
-    if (env.term < max_term) {
-      ++stale_refused;
-      spdlog::error("refused {} {} from the leader at {}: term {} is older than term {} this agent follows", env.type,
-                    env.id, url(), env.term, max_term);
-      link->send(wire::make_error(env.id, wire::error_code::kConflict,
-                                  "term " + std::to_string(env.term) + " is older than term " +
-                                      std::to_string(max_term) + ", which this agent follows",
-                                  "term"));
+    if (const auto why = leaders->order(env.term)) {
+      spdlog::error("refused {} {} from the leader at {}: {}", env.type, env.id, url(), *why);
+      link->send(wire::make_error(env.id, wire::error_code::kConflict, *why, "term"));
       return;
     }
     try {
@@ -717,8 +704,8 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     a.gpus = opt.gpu_devices;
     a.task_restarts = task_restarts;
     a.leader_connected = link && link->is_open() && registered;
-    a.leader_term = max_term;
-    a.stale_refused = stale_refused;
+    a.leader_term = leaders ? leaders->newest_term() : 0;
+    a.stale_refused = leaders ? leaders->refused() : 0;
     for (const auto& [k, t] : tasks) {
       a.cores_used += t.launch.threads;
       a.gpus_used += static_cast<int>(t.launch.gpus.size());
@@ -746,6 +733,7 @@ void Agent::start() {
   for (std::size_t i = 0; i < urls.size(); ++i) {
     control::parse_leader_url(urls[i], urls.size() == 1 ? "leader_url" : "leader_url[" + std::to_string(i) + "]");
   }
+  impl_->leaders.emplace(urls);
   std::error_code ec;
   fs::create_directories(impl_->opt.state_dir, ec);
   if (ec) throw ConfigError("state_dir", "cannot create \"" + impl_->opt.state_dir + "\": " + ec.message());

@@ -377,8 +377,8 @@ std::optional<KeyValue> EtcdClient::get(const std::string& key) {
   return kv_of(kvs.at(0));
 }
 
-std::vector<KeyValue> EtcdClient::get_prefix(const std::string& prefix, std::int64_t limit) {
-  json body{{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}};
+std::vector<KeyValue> EtcdClient::get_prefix(const std::string& prefix, std::int64_t limit, const std::string& from) {
+  json body{{"key", b64(from.empty() ? prefix : from)}, {"range_end", b64(prefix_end(prefix))}};
   if (limit > 0) body["limit"] = std::to_string(limit);
   const json r = impl_->request("/v3/kv/range", body);
   std::vector<KeyValue> out;

@@ -54,8 +54,19 @@ EtcdStore::EtcdStore(EtcdOptions etcd, std::string prefix, std::string guard, st
 }
 
 std::vector<KeyValue> EtcdStore::read(const std::string& sub, const char* what) const {
+  // In pages, so that no reply approaches the gateway's message limits (the history
+  // holds up to 20,000 observations).
+  constexpr std::int64_t kPage = 500;
+  std::vector<KeyValue> out;
   try {
-    return etcd_->get_prefix(root_ + sub);
+    std::string from;
+    for (;;) {
+      auto page = etcd_->get_prefix(root_ + sub, kPage, from);
+      const bool last = static_cast<std::int64_t>(page.size()) < kPage;
+      if (!page.empty()) from = page.back().key + std::string(1, '\0');
+      for (auto& kv : page) out.push_back(std::move(kv));
+      if (last) return out;
+    }
   } catch (const std::exception& e) {
     throw store::StoreError(location_ + ": " + what + " failed: " + e.what());
   }

@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "agent/agent.h"
+#include "agent/leader_candidates.h"
 #include "leader/leader.h"
 #include "common/errors.h"
 #include "job/job_spec.h"
@@ -485,6 +486,31 @@ double metric(agent::Agent& a, const std::string& name) {
 }
 
 }  // namespace
+
+// The agent's choice of leader alone: its candidates in turn, a new round after the last,
+// and the newest term registered under, below which registrations and orders are refused.
+TEST(AgentFencing, TheCandidatesAreTriedInTurnAndOlderTermsRefused) {
+  agent::LeaderCandidates c({"ws://a:1", "ws://b:1", "ws://c:1"});
+  EXPECT_EQ(c.url(), "ws://a:1");
+  EXPECT_FALSE(c.advance());
+  EXPECT_EQ(c.url(), "ws://b:1");
+  EXPECT_FALSE(c.advance());
+  EXPECT_TRUE(c.advance());  // back to the first: a new round
+  EXPECT_EQ(c.url(), "ws://a:1");
+  agent::LeaderCandidates one({"ws://a:1"});
+  EXPECT_TRUE(one.advance());
+  EXPECT_EQ(one.url(), "ws://a:1");
+
+  EXPECT_FALSE(c.order(0));         // a single leader's orders carry no term
+  EXPECT_FALSE(c.registered(7));
+  EXPECT_FALSE(c.order(7));
+  EXPECT_FALSE(c.registered(12));  // a newer leader
+  EXPECT_EQ(c.order(7).value_or(""), "term 7 is older than term 12, which this agent follows");
+  EXPECT_EQ(c.registered(7).value_or(""), "its term 7 is older than term 12 this agent registered under");
+  EXPECT_FALSE(c.order(12));
+  EXPECT_EQ(c.newest_term(), 12);
+  EXPECT_EQ(c.refused(), 2u);
+}
 
 // docs/ha.md "Fencing", on the agent: it follows the candidates in leader_url in turn,
 // and once it registered under a term it refuses an order of an older term (answering

@@ -274,3 +274,16 @@ TEST(EtcdStore, KeepsTheLatestEventsAndObservationsWithinItsLimits) {
   EXPECT_THROW(s.put_meta("big", std::string(dltrain::ha::EtcdStore::kMaxValueBytes + 1, 'x')),
                dltrain::store::StoreError);
 }
+
+// Reads come in pages of 500 keys: 1,001 events come back whole and in order.
+TEST(EtcdStore, ReadsMoreKeysThanOnePageHolds) {
+  auto* etcd = dltrain::testing::EtcdServer::shared();
+  if (!etcd) GTEST_SKIP() << "/usr/bin/etcd is missing";
+  TempDir dir;
+  const std::string prefix = "/pages/" + dir.path.filename().string();
+  dltrain::ha::EtcdStore s(etcd->options(), prefix, prefix + "/leader", term_at(prefix));
+  for (int i = 0; i < 1001; ++i) s.append_event(3, {{"n", i}});
+  const auto ev = s.events(3);
+  ASSERT_EQ(ev.size(), 1001u);
+  for (int i = 0; i < 1001; ++i) ASSERT_EQ(ev[i]["n"], i);
+}
