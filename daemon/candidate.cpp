@@ -21,7 +21,7 @@ std::string serve_address(const config::AgentOptions& opt) {
 }  // namespace
 
 Candidacy::Candidacy(asio::io_context& io, const config::AgentOptions& opt, agent::SystemdNotifier& notifier)
-    : io_(io), opt_(opt), notifier_(notifier) {
+    : io_(io), opt_(opt), notifier_(notifier), retry_timer_(io) {
   etcd_.endpoints = opt.ha.etcd;
   etcd_.user = opt.ha.user;
   etcd_.password = opt.ha.password;
@@ -34,13 +34,20 @@ Candidacy::Candidacy(asio::io_context& io, const config::AgentOptions& opt, agen
   if (opt.listen_port == 0) {
     throw ConfigError("listen_port", "a leader candidate ([ha]) needs a fixed port: agents and clients list it");
   }
-  ha::ElectionOptions el;
-  el.key = key_;
-  el.candidate = opt.name;
-  el.address = serve_address(opt);
-  el.ttl_seconds = opt.ha.lease_ttl_seconds;
-  el.safety_margin = std::chrono::milliseconds(std::min(1000, 250 * opt.ha.lease_ttl_seconds));
-  el.candidates_prefix = candidates_prefix_;
+  election_opt_.key = key_;
+  election_opt_.candidate = opt.name;
+  election_opt_.address = serve_address(opt);
+  election_opt_.ttl_seconds = opt.ha.lease_ttl_seconds;
+  election_opt_.safety_margin = std::chrono::milliseconds(std::min(1000, 250 * opt.ha.lease_ttl_seconds));
+  election_opt_.candidates_prefix = candidates_prefix_;
+  try {
+    election_ = make_election();
+  } catch (const ConfigError& e) {
+    throw ConfigError("ha." + e.field(), e.what());
+  }
+}
+
+std::unique_ptr<ha::LeaderElection> Candidacy::make_election() {
   // Callbacks run on the election's thread: each is posted to the daemon's loop, where
   // the leader lives. `alive_` drops what arrives after this object is gone.
   std::weak_ptr<bool> alive = alive_;
@@ -50,9 +57,9 @@ Candidacy::Candidacy(asio::io_context& io, const config::AgentOptions& opt, agen
       if (alive.lock()) become_leader(term);
     });
   };
-  cb.deposed = [this, alive](const std::string& why) {
-    asio::post(io_, [this, alive, why] {
-      if (alive.lock()) step_down(why);
+  cb.deposed = [this, alive](std::int64_t term, const std::string& why) {
+    asio::post(io_, [this, alive, term, why] {
+      if (alive.lock()) step_down(term, why);
     });
   };
   cb.standing_by = [this, alive](const ha::LeaderInfo& l) {
@@ -63,11 +70,7 @@ Candidacy::Candidacy(asio::io_context& io, const config::AgentOptions& opt, agen
     });
   };
   cb.trouble = [](const std::string& why) { spdlog::warn("leader election: {}", why); };
-  try {
-    election_ = std::make_unique<ha::LeaderElection>(etcd_, el, std::move(cb));
-  } catch (const ConfigError& e) {
-    throw ConfigError("ha." + e.field(), e.what());
-  }
+  return std::make_unique<ha::LeaderElection>(etcd_, election_opt_, std::move(cb));
 }
 
 Candidacy::~Candidacy() { stop(); }
@@ -86,6 +89,7 @@ void Candidacy::start() {
 
 void Candidacy::stop() {
   alive_.reset();
+  retry_timer_.cancel();
   if (leader_) {
     leader_->stop();
     leader_.reset();
@@ -94,45 +98,50 @@ void Candidacy::stop() {
 }
 
 void Candidacy::become_leader(std::int64_t term) {
-  if (election_->term() != term) return;  // that term is over already
+  if (!election_ || election_->term() != term || leader_) return;  // that term is over already
   ha::EtcdOptions etcd = etcd_;
-  const std::string prefix = opt_.ha.prefix, key = key_, candidates = candidates_prefix_;
+  const std::string prefix = opt_.ha.prefix, key = key_;
   std::weak_ptr<bool> alive = alive_;
   leader::LeaderTerm t;
   t.term = term;
-  t.serving = [this, term] { return election_->term() == term; };
+  ha::LeaderElection* election = election_.get();  // outlives the leader: stop() ends the leader first
+  t.serving = [election, term] { return election->term() == term; };
   t.open_store = [this, etcd, prefix, key, term, alive]() -> std::unique_ptr<store::Store> {
-    return std::make_unique<ha::EtcdStore>(etcd, prefix, key, term, [this, alive](const std::string& why) {
+    return std::make_unique<ha::EtcdStore>(etcd, prefix, key, term, [this, alive, term](const std::string& why) {
       // On the io thread already (the leader writes from it); stepping down is posted so
       // that the write's caller finishes first.
-      asio::post(io_, [this, alive, why] {
-        if (alive.lock()) step_down(why);
+      asio::post(io_, [this, alive, term, why] {
+        if (alive.lock()) step_down(term, why);
       });
     });
   };
-  t.candidates = [etcd, candidates] {
-    ha::EtcdClient c(etcd);
-    return ha::LeaderElection::candidates(c, candidates);
-  };
+  // The candidates as the election's thread last read them: no etcd request on the loop.
+  t.candidates = [election] { return election->candidates(); };
   try {
     leader_.emplace(io_, opt_, std::move(t));
     leader_->start();
     term_ = term;
   } catch (const std::exception& e) {
     // It cannot lead (its port taken, etcd unreadable): give the term up so that another
-    // candidate leads, and campaign again.
-    spdlog::error("elected (term {}) but the leader cannot start: {}; resigning", term, e.what());
+    // candidate leads, and campaign again after a pause.
+    spdlog::error("elected (term {}) but the leader cannot start: {}; resigning, campaigning again in 10 s", term,
+                  e.what());
+    notifier_.status("the leader could not start: " + std::string(e.what()));
     leader_.reset();
     election_->stop();
-    election_ = nullptr;
-    throw IoError(std::string("the leader cannot start: ") + e.what());
+    election_ = make_election();
+    retry_timer_.expires_after(std::chrono::seconds(10));
+    retry_timer_.async_wait([this, alive](boost::system::error_code ec) {
+      if (!ec && alive.lock() && election_) election_->start();
+    });
+    return;
   }
   spdlog::info("serving as the leader on {}:{}, term {}", opt_.listen_address, leader_->port(), term);
   notifier_.status("serving as the leader, term " + std::to_string(term));
 }
 
-void Candidacy::step_down(const std::string& why) {
-  if (!leader_) return;
+void Candidacy::step_down(std::int64_t term, const std::string& why) {
+  if (!leader_ || term != term_) return;
   spdlog::warn("stepping down (term {}): {}; standing by", term_, why);
   leader_->stop();
   leader_.reset();

@@ -10,6 +10,7 @@
 #include <string>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "agent/notify.h"
 #include "config/options.h"
@@ -41,8 +42,15 @@ class Candidacy {
   void collect_metrics(control::MetricsBuilder& out) const;
 
  private:
+  /// A new election with this candidate's settings (its callbacks posted to io_).
+  std::unique_ptr<ha::LeaderElection> make_election();
   void become_leader(std::int64_t term);
-  void step_down(const std::string& why);
+  /// Stops the leader of `term` (a later term's leader is left alone: a notice about an
+  /// earlier term can arrive after this candidate was elected again).
+  void step_down(std::int64_t term, const std::string& why);
+
+  ha::ElectionOptions election_opt_;
+  boost::asio::steady_timer retry_timer_;  ///< a new campaign after the leader could not start
 
   boost::asio::io_context& io_;
   config::AgentOptions opt_;

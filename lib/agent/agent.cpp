@@ -173,8 +173,10 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       return next_leader("no connection set up");
     }
     std::weak_ptr<Impl> w = weak_from_this();
-    link->on_message = [w](const std::string& text) {
-      if (auto self = w.lock()) self->on_message(text);
+    // Only the current link's messages count: one left (a silent or refused leader) may
+    // still deliver what was on its way while it closes.
+    link->on_message = [w, current = link.get()](const std::string& text) {
+      if (auto self = w.lock(); self && self->link.get() == current) self->on_message(text);
     };
     link->on_close = [w](const std::string& reason) {
       if (auto self = w.lock()) {
@@ -270,7 +272,9 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
         const std::int64_t term = env.body.value("term", std::int64_t{0});
         if (const auto why = leaders->registered(term)) {
           // A deposed leader that has not noticed yet: nothing from it is taken.
-          spdlog::error("refusing the leader at {} ({}): {}", url(), env.body.value("leader", "?"), *why);
+          spdlog::error("refusing the leader at {} ({}): {} (after etcd was recreated from scratch, its terms start "
+                        "again: restart this agent)",
+                        url(), env.body.value("leader", "?"), *why);
           link->close();
           return next_leader("a leader of an older term");
         }

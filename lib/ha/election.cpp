@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/secret.h"
+
 namespace dltrain::ha {
 
 using json = nlohmann::json;
@@ -30,6 +32,8 @@ LeaderElection::LeaderElection(EtcdOptions etcd, ElectionOptions options, Callba
                                                  std::to_string(opt_.safety_margin.count()) + " ms");
   }
   EtcdClient check(etcd_opt_);  // the endpoints and TLS files, now rather than on its thread
+  static const char* hex = "0123456789abcdef";
+  for (const auto b : random_bytes(8)) instance_ += std::string{hex[b >> 4], hex[b & 15]};
 }
 
 LeaderElection::~LeaderElection() { stop(); }
@@ -64,25 +68,33 @@ std::optional<LeaderInfo> LeaderElection::leader() const {
 }
 
 std::string LeaderElection::to_value(const LeaderInfo& info) {
-  return json{{"candidate", info.candidate}, {"address", info.address}, {"since_unix", info.since_unix}}.dump();
+  return json{{"candidate", info.candidate}, {"address", info.address}, {"since_unix", info.since_unix},
+              {"instance", info.instance}}
+      .dump();
 }
 
 LeaderInfo LeaderElection::from_value(const std::string& value, std::int64_t term) {
   const json j = json::parse(value, nullptr, false);
   const auto is = [&](const char* k, bool (json::*test)() const noexcept) { return !j.contains(k) || (j[k].*test)(); };
   if (!j.is_object() || !j.contains("candidate") || !j["candidate"].is_string() || !is("address", &json::is_string) ||
-      !is("since_unix", &json::is_number)) {
+      !is("since_unix", &json::is_number) || !is("instance", &json::is_string)) {
     throw ProtocolError("the election key's value is not a dltrain leader's: " + value.substr(0, 200));
   }
   LeaderInfo info;
   info.candidate = j["candidate"].get<std::string>();
   info.address = j.value("address", "");
   info.since_unix = j.value("since_unix", 0.0);
+  info.instance = j.value("instance", "");
   info.term = term;
   return info;
 }
 
-json LeaderElection::candidates(EtcdClient& etcd, const std::string& prefix) {
+json LeaderElection::candidates() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return candidates_;
+}
+
+json LeaderElection::read_candidates(EtcdClient& etcd, const std::string& prefix) {
   json out = json::array();
   for (const auto& kv : etcd.get_prefix(prefix)) {
     json j = json::parse(kv.value, nullptr, false);
@@ -100,6 +112,17 @@ void LeaderElection::announce(EtcdClient& etcd, std::int64_t lease, const char* 
              lease);
   } catch (const std::exception& e) {
     if (cb_.trouble) cb_.trouble(std::string("announcing this candidate: ") + e.what());
+  }
+}
+
+void LeaderElection::refresh_candidates(EtcdClient& etcd) {
+  if (opt_.candidates_prefix.empty()) return;
+  try {
+    auto list = read_candidates(etcd, opt_.candidates_prefix);
+    std::lock_guard<std::mutex> lock(mu_);
+    candidates_ = std::move(list);
+  } catch (const std::exception& e) {
+    if (cb_.trouble) cb_.trouble(std::string("reading the candidates: ") + e.what());
   }
 }
 
@@ -132,7 +155,7 @@ void LeaderElection::run() {
 void LeaderElection::campaign_once(EtcdClient& etcd) {
   const auto granted_at = Clock::now();  // the lease lives at least TTL after this on etcd
   std::int64_t lease = etcd.lease_grant(opt_.ttl_seconds);
-  LeaderInfo me{opt_.candidate, opt_.address, 0, unix_now()};
+  LeaderInfo me{opt_.candidate, opt_.address, 0, unix_now(), instance_};
   EtcdClient::TxnResult r;
   try {
     r = etcd.create(opt_.key, to_value(me), lease);
@@ -171,11 +194,15 @@ void LeaderElection::campaign_once(EtcdClient& etcd) {
     other.candidate = "?";
     if (cb_.trouble) cb_.trouble(e.what());
   }
-  if (other.candidate == opt_.candidate) {
+  if (other.instance == instance_) {
     // Its own key of an earlier term (a resignation or a revoke that did not reach etcd):
     // nobody serves behind it. Delete that term's key and campaign again.
     etcd.erase_if(opt_.key, term);
     return;
+  }
+  if (other.candidate == opt_.candidate && cb_.trouble) {
+    cb_.trouble("another process serves as candidate \"" + opt_.candidate +
+                "\": every candidate needs a name of its own (name, or --name)");
   }
   bool changed = false;
   {
@@ -219,10 +246,11 @@ void LeaderElection::serve(EtcdClient& etcd, std::int64_t lease, Clock::time_poi
     std::lock_guard<std::mutex> lock(mu_);
     term_ = term;
     valid_until_ = granted_at + ttl - opt_.safety_margin;
-    leader_ = LeaderInfo{opt_.candidate, opt_.address, term, unix_now()};
+    leader_ = LeaderInfo{opt_.candidate, opt_.address, term, unix_now(), instance_};
   }
   spdlog::info("leader election: {} serves, term {} (lease {:x}, TTL {} s)", opt_.candidate, term, lease,
                opt_.ttl_seconds);
+  refresh_candidates(etcd);
   if (cb_.elected) {
     try {
       cb_.elected(term);
@@ -269,8 +297,11 @@ void LeaderElection::serve(EtcdClient& etcd, std::int64_t lease, Clock::time_poi
       // window closed (serving() went false meanwhile) does not reopen it.
       if (Clock::now() >= until) continue;
       failed = false;
-      std::lock_guard<std::mutex> lock(mu_);
-      valid_until_ = std::max(valid_until_, sent + ttl - opt_.safety_margin);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        valid_until_ = std::max(valid_until_, sent + ttl - opt_.safety_margin);
+      }
+      refresh_candidates(etcd);
     } catch (const std::exception& e) {
       // Keep trying until the lease may have expired: a member may be back in time.
       failed = true;
@@ -301,7 +332,7 @@ void LeaderElection::serve(EtcdClient& etcd, std::int64_t lease, Clock::time_poi
       // expired already, or etcd is away: it expires by itself
     }
   }
-  if (cb_.deposed) cb_.deposed(why);
+  if (cb_.deposed) cb_.deposed(term, why);
 }
 
 }  // namespace dltrain::ha

@@ -52,6 +52,9 @@ struct LeaderInfo {
   std::string address;       ///< where it serves, "HOST:PORT"
   std::int64_t term = 0;     ///< the key's create_revision
   double since_unix = 0;     ///< when it was elected, seconds since the epoch (its own clock)
+  /// This candidate process's random id: tells apart two candidates given the same name
+  /// (its own key of an earlier term is deleted; another's with its name is not).
+  std::string instance;
 };
 
 /// A candidate campaigning on its own thread. Callbacks run on that thread, in order.
@@ -64,7 +67,8 @@ class LeaderElection {
   /// should not block; an exception from `elected` is logged and the term goes on.
   struct Callbacks {
     std::function<void(std::int64_t term)> elected;       ///< this candidate serves from now
-    std::function<void(const std::string& why)> deposed; ///< it no longer does (it stopped already)
+    /// The term `term` is over (serving() already false): why.
+    std::function<void(std::int64_t term, const std::string& why)> deposed;
     std::function<void(const LeaderInfo&)> standing_by;   ///< another candidate serves (on each change)
     std::function<void(const std::string& why)> trouble;  ///< etcd cannot be reached; it keeps trying
   };
@@ -95,7 +99,10 @@ class LeaderElection {
   std::optional<LeaderInfo> leader() const;
   /// The candidates announced under `prefix` (ElectionOptions::candidates_prefix), as a
   /// JSON array of their values, by name. Throws EtcdError.
-  static nlohmann::json candidates(EtcdClient& etcd, const std::string& prefix);
+  static nlohmann::json read_candidates(EtcdClient& etcd, const std::string& prefix);
+  /// The announced candidates as this candidate last read them (at each renewal while it
+  /// serves): no request; an empty array before the first read or without a prefix.
+  nlohmann::json candidates() const;
   /// The election key's value for `info` (JSON), and back. from_value throws ProtocolError.
   static std::string to_value(const LeaderInfo& info);
   static LeaderInfo from_value(const std::string& value, std::int64_t term);
@@ -109,6 +116,8 @@ class LeaderElection {
   /// Puts this candidate's announcement (state "serving" or "standing by") on `lease`;
   /// a failure is only told (trouble): the election does not depend on it.
   void announce(EtcdClient& etcd, std::int64_t lease, const char* state);
+  /// Reads the announced candidates into candidates_ (a failure is only told).
+  void refresh_candidates(EtcdClient& etcd);
 
   EtcdOptions etcd_opt_;
   ElectionOptions opt_;
@@ -120,6 +129,8 @@ class LeaderElection {
   std::int64_t term_ = 0;                  // guarded by mu_
   Clock::time_point valid_until_{};        // guarded by mu_
   std::optional<LeaderInfo> leader_;       // guarded by mu_
+  nlohmann::json candidates_ = nlohmann::json::array();  // guarded by mu_
+  std::string instance_;                   // this process's LeaderInfo::instance
 };
 
 }  // namespace dltrain::ha

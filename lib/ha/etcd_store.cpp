@@ -106,7 +106,15 @@ void EtcdStore::write(const char* what, const std::vector<Op>& ops) {
     try {
       etcd_->compact(r.revision - static_cast<std::int64_t>(kCompactEvery));
     } catch (const std::exception& e) {
-      spdlog::warn("{}: compaction failed (retried after {} more writes): {}", location_, kCompactEvery, e.what());
+      // etcd allows compaction to its root role only once authentication is on: then etcd's
+      // own --auto-compaction-mode must do it (docs/ha.md). Said once per store.
+      if (!compaction_warned_) {
+        compaction_warned_ = true;
+        spdlog::warn("{}: compacting etcd's history failed ({}); unless etcd compacts by itself "
+                     "(--auto-compaction-mode=revision --auto-compaction-retention=1000), its database grows with "
+                     "every write",
+                     location_, e.what());
+      }
     }
   }
 }

@@ -86,6 +86,7 @@ class EtcdStore : public store::Store {
   std::uint64_t history_seq_ = 0;                         // guarded by mu_
   std::map<std::uint64_t, std::uint64_t> event_seq_;      // job → next seq; guarded by mu_
   std::uint64_t writes_ = 0;                              // guarded by mu_
+  bool compaction_warned_ = false;                        // guarded by mu_
 };
 
 }  // namespace dltrain::ha

@@ -530,6 +530,9 @@ void Leader::Impl::check_heartbeats() {
   hb_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
     auto self = w.lock();
     if (!self || ec) return;
+    // A leader whose term may be over judges nothing: its agents talk to the next leader
+    // now, and what it would conclude (an agent lost, a job to re-assign) is not its to say.
+    if (!self->serving()) return self->check_heartbeats();
     const auto now = Clock::now();
     self->expire_log_requests();
     self->expire_model_requests();

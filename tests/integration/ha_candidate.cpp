@@ -67,7 +67,9 @@ int main(int argc, char** argv) {
         etcd, el,
         ha::LeaderElection::Callbacks{
             [&](std::int64_t term) { say({{"event", "serving"}, {"name", el.candidate}, {"term", term}}); },
-            [&](const std::string& why) { say({{"event", "deposed"}, {"name", el.candidate}, {"why", why}}); },
+            [&](std::int64_t, const std::string& why) {
+              say({{"event", "deposed"}, {"name", el.candidate}, {"why", why}});
+            },
             [&](const ha::LeaderInfo& l) {
               say({{"event", "standing_by"}, {"name", el.candidate}, {"leader", l.candidate}, {"term", l.term}});
             },

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -87,14 +88,20 @@ class Failover(unittest.TestCase):
         leader.proc.kill()
         killed = time.monotonic()
         leader.proc.wait()
-        # A job submitted during the failover: refused with a retryable error (exit 3,
-        # "unavailable"/unreachable), or accepted once.
-        late = c.client("submit", c.job_file("late", epochs=1), check=False, timeout=120)
+        # A job submitted during the failover (beside the measurement, on a thread):
+        # refused with a retryable error (exit 3, unreachable/unavailable), or accepted once.
+        late_file = c.job_file("late", epochs=1)
+        result = {}
+        submitter = threading.Thread(target=lambda: result.update(
+            r=c.client("submit", late_file, check=False, timeout=120)))
+        submitter.start()
         new, new_term = c.serving(TTL + 5, exclude=(leader,), since=since)
+        self.assertLessEqual(time.monotonic() - killed, TTL + 5 + 0.5)  # + the 50 ms polling, with margin
         self.assertIs(new, standby)
         self.assertGreater(new_term, term)
-        _, seen = new.wait_log(c.SERVING, 1, since=since[new.name])
-        self.assertLessEqual(seen - killed, TTL + 5)
+        submitter.join(150)
+        self.assertFalse(submitter.is_alive(), "the submit during the failover did not end")
+        late = result["r"]
         expected = {job: "long"}
         if late.returncode == 0:
             m = re.search(r"(job-\d+) submitted", late.stdout)
@@ -140,9 +147,9 @@ class Failover(unittest.TestCase):
             m, _ = a.wait_log(r"registered with the leader %s .* term %d" % (new.name, new_term), 1)
             late = [(o, t) for at, o, t in self.agent_orders(a) if at > m.start() and t < new_term]
             self.assertEqual(late, [], a.log()[-3000:])
-        refused = [line for a in c.agents for line in a.log().splitlines() if "is older than term" in line]
-        for line in refused:
-            self.assertRegex(line, r"term %d is older than term %d" % (term, new_term))
+        # (The woken leader holds its orders back before they reach the wire, so none
+        # arrives here to be refused; an agent's refusal of one that would is asserted in
+        # tests/unit/leader_control_test.cpp, AgentFencing, with the leaders played by hand.)
         self.assert_no_job_lost_or_run_twice({job: "paused"})
 
     def test_etcd_member_killed_then_quorum_lost_and_back(self):

@@ -72,12 +72,13 @@ TEST(LeaderElection, ANewCandidateDoesNotServe) {
 }
 
 TEST(LeaderElection, TheKeysValueNamesTheCandidateAndItsAddress) {
-  ha::LeaderInfo info{"agent-2", "10.0.0.2:7070", 0, 1764900000.5};
+  ha::LeaderInfo info{"agent-2", "10.0.0.2:7070", 0, 1764900000.5, "0123456789abcdef"};
   const auto back = ha::LeaderElection::from_value(ha::LeaderElection::to_value(info), 42);
   EXPECT_EQ(back.candidate, "agent-2");
   EXPECT_EQ(back.address, "10.0.0.2:7070");
   EXPECT_EQ(back.term, 42);
   EXPECT_DOUBLE_EQ(back.since_unix, 1764900000.5);
+  EXPECT_EQ(back.instance, "0123456789abcdef");  // two candidates named alike are told apart
   EXPECT_EQ(message_of<ProtocolError>([] { ha::LeaderElection::from_value("{\"x\":1}", 1); }),
             "the election key's value is not a dltrain leader's: {\"x\":1}");
   EXPECT_THROW(ha::LeaderElection::from_value("not json", 1), ProtocolError);
