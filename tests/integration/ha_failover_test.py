@@ -115,7 +115,13 @@ class Failover(unittest.TestCase):
         size = leader.log_size()
         leader.start()
         leader.wait_log(r"standing by: %s serves" % new.name, 30, since=size)
-        out = c.client("status").stdout
+        # The serving candidate reads the announcements at each lease renewal (TTL/3).
+        deadline = time.monotonic() + 10
+        while True:
+            out = c.client("status").stdout
+            if re.search(r"other candidates: %s \(standing by" % leader.name, out) or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
         self.assertIn("leader: %s serves, term %d" % (new.name, new_term), out)
         self.assertRegex(out, r"other candidates: %s \(standing by" % leader.name)
         self.assert_no_job_lost_or_run_twice(expected)
