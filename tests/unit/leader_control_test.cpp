@@ -423,35 +423,48 @@ TEST(AgentRequests, MalformedStartTaskIsRefusedNamingTheFieldAndTheAgentCarriesO
 namespace {
 
 // A leader candidate played by hand for the agent's fencing test: a control server on
-// 127.0.0.1 whose registration reply carries `term`, recording what its agents send.
+// 127.0.0.1 whose registration reply carries `term`, recording what its agents send. What
+// the server's handlers touch is shared with them, so that a handler completing after the
+// candidate is gone (a session's close) finds it alive.
 struct TermLeader {
-  TermLeader(asio::io_context& io, std::int64_t term, std::uint16_t port = 0) : term(term) {
+  struct Seen {
+    std::int64_t term = 0;
+    std::shared_ptr<control::Session> session;
+    std::deque<wire::Envelope> got;
+    int closed = 0;
+  };
+  TermLeader(asio::io_context& io, std::int64_t term, std::uint16_t port = 0) : seen(std::make_shared<Seen>()) {
+    seen->term = term;
     control::ControlServerOptions so;
     so.port = port;
     so.agent_token = "agent-secret";
     so.client_token = "client-secret";
     control::ControlHandler h;
-    h.on_message = [this](const std::shared_ptr<control::Session>& s, const std::string& text) {
-      session = s;
+    h.on_message = [st = seen](const std::shared_ptr<control::Session>& s, const std::string& text) {
+      st->session = s;
       auto env = wire::parse_envelope(text);
       if (env.type == "register") {
         s->send(wire::make_reply(env.id, {{"agent_id", "a"}, {"heartbeat_interval_ms", 500}, {"leader", "l"},
-                                          {"term", this->term}}));
+                                          {"term", st->term}}));
       }
       if (env.type == "heartbeat") s->send(wire::make_reply(env.id, nlohmann::json::object()));
-      got.push_back(env);
+      st->got.push_back(env);
     };
-    h.on_close = [this](const std::shared_ptr<control::Session>&) { ++closed; };
+    h.on_close = [st = seen](const std::shared_ptr<control::Session>&) { ++st->closed; };
     server = std::make_unique<control::ControlServer>(io, so, h);
     server->start();
   }
+  ~TermLeader() {
+    server->stop();
+    seen->session.reset();
+  }
   std::string url() const { return "ws://127.0.0.1:" + std::to_string(server->port()); }
 
-  std::int64_t term;
+  std::shared_ptr<Seen> seen;
   std::unique_ptr<control::ControlServer> server;
-  std::shared_ptr<control::Session> session;
-  std::deque<wire::Envelope> got;
-  int closed = 0;
+  std::deque<wire::Envelope>& got = seen->got;
+  std::shared_ptr<control::Session>& session = seen->session;
+  int& closed = seen->closed;
 };
 
 // Runs `io` until `done` holds, for at most 15 s; whether it did.
