@@ -229,7 +229,7 @@ void read_ha(const toml::table& t, const std::function<std::string(const std::st
        [](HaOptions& o, const Node& n, const std::string& k) {
          const double sec = toml_fields::get_duration(n, k, "10s");
          if (sec < 2 || sec > 300 || sec != static_cast<double>(static_cast<int>(sec))) {
-           throw ConfigError(k, "expected whole seconds from 2s to 300s, got \"" + toml_fields::render(n) + "\"");
+           throw ConfigError(k, "expected whole seconds from 2s to 300s, got " + toml_fields::render(n));
          }
          o.lease_ttl_seconds = static_cast<int>(sec);
        }},

@@ -440,6 +440,7 @@ std::pair<std::unique_ptr<BlockingControlClient>, std::size_t> connect_first(
   if (urls.size() == 1) return {std::make_unique<BlockingControlClient>(urls[0], token, total, tls), 0};
   const auto deadline = std::chrono::steady_clock::now() + total;
   std::map<std::string, std::string> why;  // the latest failure of each URL
+  std::vector<std::string> first_round;     // the first round's failures, said if it fails whole
   bool all_timeouts = true;
   for (std::size_t round = 0;; ++round) {
     for (std::size_t i = 0; i < urls.size(); ++i) {
@@ -460,10 +461,18 @@ std::pair<std::unique_ptr<BlockingControlClient>, std::size_t> connect_first(
         why[urls[i]] = failed;
         const auto& e = failed;
         const bool more = std::chrono::steady_clock::now() < deadline;
-        // Each URL's failure in the first round; then one line per round every 5 s.
-        if (say && (urls.size() > 1 || more) && (round == 0 || (i == 0 && round % 10 == 0))) {
-          say("leader at " + urls[i] + ": " + e +
-              (!more ? "" : i + 1 < urls.size() ? "; trying " + urls[i + 1] : "; trying again from " + urls[0]));
+        // Each URL's failure in the first round — said only once that round has failed
+        // whole (a standby's closed port is the normal state) — then one line per round
+        // every 5 s.
+        const std::string line = "leader at " + urls[i] + ": " + e +
+                                 (!more ? "" : i + 1 < urls.size() ? "; trying " + urls[i + 1] : "; trying again from " + urls[0]);
+        if (round == 0) {
+          first_round.push_back(line);
+          if (say && i + 1 == urls.size()) {
+            for (const auto& l : first_round) say(l);
+          }
+        } else if (say && i == 0 && round % 10 == 0) {
+          say(line);
         }
       }
       if (std::chrono::steady_clock::now() >= deadline) {

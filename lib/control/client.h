@@ -134,8 +134,9 @@ std::vector<std::string> split_leader_urls(const std::string& value, const std::
 
 /// A connection to the first of `urls` (the HA candidates: only the serving one listens)
 /// that answers: tries each in turn within `per_try`, round after round (0.5 s apart) for
-/// up to `total`, and tells `say` (may be empty) about each failed try, e.g. "leader at
-/// ws://a:7070: Connection refused; trying ws://b:7070". Returns the client and the
+/// up to `total`. When no URL answered in the first round, `say` (may be empty) is told
+/// about each failed try, e.g. "leader at ws://a:7070: Connection refused; trying
+/// ws://b:7070", and then once a round every 5 s; nothing when one answered at once. Returns the client and the
 /// index of its URL. A single URL is tried once, within `total` (BlockingControlClient's
 /// errors as they are). Throws AuthError at once (a wrong token is wrong everywhere);
 /// after `total`, IoError naming each URL and why it failed (TimeoutError when every

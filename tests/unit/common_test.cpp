@@ -90,7 +90,7 @@ TEST(AgentOptions, HaSettingsAreReadAndEachMistakeIsNamed) {
   EXPECT_EQ(error("[ha]\netcd = [\"10.0.0.1:2379\"]\n"),
             "ha.etcd[0]: expected http://HOST:PORT or https://HOST:PORT, got \"10.0.0.1:2379\"");
   EXPECT_EQ(error("[ha]\netcd = [\"http://e:2379\"]\nlease_ttl = \"1s\"\n"),
-            "ha.lease_ttl: expected whole seconds from 2s to 300s, got \"\"1s\"\"");
+            "ha.lease_ttl: expected whole seconds from 2s to 300s, got \"1s\"");
   EXPECT_EQ(error("[ha]\netcd = [\"http://e:2379\"]\nuser = \"u\"\n"),
             "ha.password: etcd credentials need both user and password (or password_file)");
   EXPECT_EQ(error("[ha]\netcd = [\"http://e:2379\"]\nprefix = \"dltrain/\"\n"),
