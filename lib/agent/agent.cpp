@@ -206,7 +206,9 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   void schedule_reconnect() {
     if (shutting_down) return;
     retry_timer.expires_after(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(10000));
+    // With several candidates a new leader may serve any moment: at most 2 s between rounds.
+    const auto cap = std::chrono::milliseconds(opt.leader_urls.size() > 1 ? 2000 : 10000);
+    backoff = std::min(backoff * 2, cap);
     retry_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
       if (auto self = w.lock(); self && !ec) self->connect();
     });
