@@ -21,6 +21,7 @@
 #include "standalone.h"
 #include "control/metrics_server.h"
 #include "common/errors.h"
+#include "common/host_port.h"
 #include "common/log.h"
 #include "dltrain/config.h"
 
@@ -63,12 +64,12 @@ int run_daemon(const dltrain::config::AgentOptions& opt, const std::string& conf
   } else if (opt.leader) {
     leader.emplace(io, opt);
     leader->start();
-    std::string host = opt.listen_address == "0.0.0.0" || opt.listen_address == "::" ? "127.0.0.1" : opt.listen_address;
-    if (host.find(':') != std::string::npos) host = "[" + host + "]";
+    const std::string host =
+        opt.listen_address == "0.0.0.0" || opt.listen_address == "::" ? "127.0.0.1" : opt.listen_address;
     // The agent inside the leader's process reaches it on its own address; over TLS it
     // trusts exactly the leader's certificate.
     const bool tls = !opt.tls_cert_file.empty();
-    agent_opt.leader_url = (tls ? "wss://" : "ws://") + host + ":" + std::to_string(leader->port());
+    agent_opt.leader_url = (tls ? "wss://" : "ws://") + dltrain::format_host_port(host, leader->port());
     if (tls) agent_opt.tls_pinned_cert_file = opt.tls_cert_file;
   }
   if (opt.leader && !ha) {
@@ -94,9 +95,7 @@ int run_daemon(const dltrain::config::AgentOptions& opt, const std::string& conf
                         }});
     metrics->start();
     const bool any = opt.metrics_address == "0.0.0.0" || opt.metrics_address == "::";
-    std::string host = any ? opt.advertise_address : opt.metrics_address;
-    if (host.find(':') != std::string::npos) host = "[" + host + "]";
-    agent_opt.metrics_endpoint = host + ":" + std::to_string(metrics->port());
+    agent_opt.metrics_endpoint = dltrain::format_host_port(any ? opt.advertise_address : opt.metrics_address, metrics->port());
     spdlog::info("metrics on http://{}/metrics{}", agent_opt.metrics_endpoint,
                  opt.metrics_token.empty() ? "" : " (bearer token required)");
   }
@@ -266,7 +265,8 @@ int main(int argc, char** argv) {
       std::cout << "dltrain-agent: " << config << " is valid: "
                 << (opt.leader && opt.ha.enabled()
                         ? "leader candidate " + opt.name + " (control port " + std::to_string(opt.listen_port) +
-                              ", etcd " + opt.ha.etcd.front() + (opt.ha.etcd.size() > 1 ? ", ..." : "") + ")"
+                              ", etcd " + opt.ha.etcd.front() + (opt.ha.etcd.size() > 1 ? ", ..." : "") +
+                              "; etcd itself is reached only at start)"
                     : opt.leader ? "the leader, control port " + std::to_string(opt.listen_port)
                                  : "agent " + opt.name + " of the leader at " + urls)
                 << ", state in " << opt.state_dir << "\n";

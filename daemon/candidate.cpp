@@ -4,21 +4,13 @@
 #include <spdlog/spdlog.h>
 
 #include "common/errors.h"
+#include "common/host_port.h"
 #include "ha/etcd_store.h"
 
 namespace dltrain::daemon {
 
 namespace asio = boost::asio;
 
-namespace {
-
-std::string serve_address(const config::AgentOptions& opt) {
-  std::string host = opt.advertise_address;
-  if (host.find(':') != std::string::npos) host = "[" + host + "]";
-  return host + ":" + std::to_string(opt.listen_port);
-}
-
-}  // namespace
 
 Candidacy::Candidacy(asio::io_context& io, const config::AgentOptions& opt, agent::SystemdNotifier& notifier)
     : io_(io), opt_(opt), notifier_(notifier), retry_timer_(io) {
@@ -36,7 +28,7 @@ Candidacy::Candidacy(asio::io_context& io, const config::AgentOptions& opt, agen
   }
   election_opt_.key = key_;
   election_opt_.candidate = opt.name;
-  election_opt_.address = serve_address(opt);
+  election_opt_.address = format_host_port(opt.advertise_address, opt.listen_port);
   election_opt_.ttl_seconds = opt.ha.lease_ttl_seconds;
   election_opt_.safety_margin = std::chrono::milliseconds(std::min(1000, 250 * opt.ha.lease_ttl_seconds));
   election_opt_.candidates_prefix = candidates_prefix_;

@@ -17,8 +17,10 @@
 
 #include "agent/failure.h"
 #include "agent/leader_candidates.h"
+#include "agent/outbox.h"
 #include "agent/model_fetch.h"
 #include "agent/supervisor.h"
+#include "agent/task_files.h"
 #include "agent/task_launch.h"
 #include "agent/task_logs.h"
 #include "common/file_transfer.h"
@@ -98,7 +100,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   // generation): a registration lists them so that the leader waits for those exits
   // instead of taking the tasks for lost.
   std::map<std::string, std::uint32_t> exits_pending;
-  std::deque<std::string> outbox;     // messages waiting for a link
+  Outbox outbox;                      // messages waiting for a link (outbox.h)
   std::deque<TaskMetrics> ended;      // metrics of tasks that exited for good, oldest first
   std::uint64_t task_restarts = 0;
   std::uint64_t next_req = 1;
@@ -124,20 +126,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   void send(const std::string& type, const json& body, bool droppable = false) {
     std::string text = wire::make_request("a" + std::to_string(next_req++), type, body);
     if (link && link->is_open() && registered) return link->send(std::move(text));
-    // Bounded while the leader is away: progress is dropped first (oldest first), then
-    // other events; exits are never dropped (the leader needs them to free cores).
-    constexpr std::size_t kMaxOutbox = 10000;
-    if (outbox.size() >= kMaxOutbox) {
-      auto victim = std::find_if(outbox.begin(), outbox.end(),
-                                 [](const std::string& m) { return m.find("\"progress\"") != std::string::npos; });
-      if (victim == outbox.end()) {
-        victim = std::find_if(outbox.begin(), outbox.end(),
-                              [](const std::string& m) { return m.find("\"task_exit\"") == std::string::npos; });
-      }
-      if (victim != outbox.end()) outbox.erase(victim);
-    }
-    if (droppable && outbox.size() >= kMaxOutbox) return;
-    outbox.push_back(std::move(text));
+    outbox.push(std::move(text), droppable);
   }
 
   const std::string& url() const { return leaders->url(); }
@@ -284,10 +273,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
         backoff = std::chrono::milliseconds(500);
         spdlog::info("registered with the leader {} at {} as {} ({} cores){}", env.body.value("leader", "?"), url(),
                      opt.name, opt.cores, term > 0 ? ", term " + std::to_string(term) : "");
-        while (!outbox.empty()) {
-          link->send(std::move(outbox.front()));
-          outbox.pop_front();
-        }
+        for (auto& m : outbox.take_all()) link->send(std::move(m));
         exits_pending.clear();
         heartbeat();
         if (!ever_registered) {
@@ -316,9 +302,12 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
         stop_task(wire::parse_body<wire::TaskRefBody>(env));
         link->send(wire::make_reply(env.id, json::object()));
       } else if (env.type == "read_log") {
-        link->send(wire::make_reply(env.id, read_log(wire::parse_body<wire::LogRequestBody>(env)).to_json()));
+        const auto b = wire::parse_body<wire::LogRequestBody>(env);
+        const auto running = tasks.find(b.job + "/" + b.task);
+        link->send(wire::make_reply(
+            env.id, read_task_log(opt, b, running == tasks.end() ? nullptr : &running->second.launch).to_json()));
       } else if (env.type == "read_model_file") {
-        link->send(read_model_file(env.id, wire::parse_body<wire::ModelFileRequestBody>(env)));
+        link->send(model_file_reply(opt, env.id, wire::parse_body<wire::ModelFileRequestBody>(env)));
       } else {
         link->send(wire::make_error(env.id, wire::error_code::kBadRequest, "unknown type \"" + env.type + "\"", "type"));
       }
@@ -607,71 +596,6 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       on_all_stopped = nullptr;
       f();
     }
-  }
-
-  // A window of a task's log (or, file "trace", of its step timeline): the running
-  // task's own, or the one its directory kept.
-  wire::LogChunkBody read_log(const wire::LogRequestBody& b) const {
-    const auto it = tasks.find(b.job + "/" + b.task);
-    const bool running = it != tasks.end();
-    std::string path;
-    if (b.file == wire::LogRequestBody::kTraceFile) {
-      path = step_trace_path(opt, b.job, b.task, running ? it->second.launch.generation : b.generation);
-    } else {
-      path = running ? it->second.launch.process.log_path : task_log_path(opt, b.job, b.task, b.generation);
-    }
-    const auto w = read_log_window(path, b.offset, static_cast<std::size_t>(b.tail),
-                                   static_cast<std::size_t>(b.max_bytes));
-    wire::LogChunkBody c;
-    c.job = b.job;
-    c.task = b.task;
-    c.agent = opt.name;
-    c.text = w.text;
-    c.offset = w.offset;
-    c.next_offset = w.next_offset;
-    c.size = w.size;
-    c.rotated = w.rotated;
-    c.exists = w.exists;
-    c.running = it != tasks.end();
-    return c;
-  }
-
-  // A window of a file of the model a worker wrote when its job ended (the leader
-  // collects it, leader/leader_models.cpp); the reply to request `id`.
-  std::string read_model_file(const std::string& id, const wire::ModelFileRequestBody& b) const {
-    const std::string path = model_file_path(opt, b.job, b.task, b.generation, b.checkpoint, b.file);
-    std::error_code ec;
-    if (!fs::is_regular_file(path, ec)) {
-      return wire::make_error(id, wire::error_code::kNotFound,
-                              b.task + " of " + b.job + " left no " + b.file + " of its model \"" + b.checkpoint +
-                                  "\" on agent " + opt.name,
-                              "file");
-    }
-    const auto w = read_file_window(path, b.offset, b.max_bytes);
-    wire::ModelFileChunkBody c;
-    c.job = b.job;
-    c.file = b.file;
-    c.offset = w.offset;
-    c.size = w.size;
-    c.data = base64_encode(w.bytes);
-    if (b.offset == 0) c.sha256 = model_file_sha256(path, b.file);
-    return wire::make_reply(id, c.to_json());
-  }
-
-  // The SHA-256 of a model file: the one its worker wrote into metadata.json beside it
-  // (hashing a large state_dict again would hold up this io thread), else computed.
-  static std::string model_file_sha256(const std::string& path, const std::string& file) {
-    if (file != "metadata.json") {
-      try {
-        std::ifstream in(fs::path(path).parent_path() / "metadata.json");
-        const auto meta = json::parse(in);
-        const auto sha = meta.at("sha256").at(file).get<std::string>();
-        if (is_sha256_hex(sha)) return sha;
-      } catch (const std::exception&) {
-        // no usable checksum there: compute it
-      }
-    }
-    return sha256_file_hex(path);
   }
 
   // Bounds every running task's log (task_log_max_bytes), every few seconds, whether

@@ -27,6 +27,10 @@ HostPort parse_host_port(std::string_view text, const std::string& field, const 
   return {host, static_cast<std::uint16_t>(p)};
 }
 
+std::string format_host_port(const std::string& host, std::uint16_t port) {
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
 bool is_loopback_address(const std::string& address) {
   in_addr v4{};
   if (::inet_pton(AF_INET, address.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;

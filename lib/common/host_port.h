@@ -20,6 +20,10 @@ struct HostPort {
 /// ConfigError(field, "port out of range in \"text\""). Thread-safe.
 HostPort parse_host_port(std::string_view text, const std::string& field, const std::string& form = "HOST:PORT");
 
+/// "HOST:PORT" for `host` (an IP literal or a name) and `port`, an IPv6 literal in
+/// brackets ("[::1]:7070"): what parse_host_port reads back, and the authority of a URL.
+std::string format_host_port(const std::string& host, std::uint16_t port);
+
 /// True when `address` is an IP literal of the loopback network: IPv4 127.0.0.0/8 or IPv6
 /// ::1 (a name such as "localhost" is not, nor is an IPv4-mapped IPv6 address). POSIX
 /// inet_pton, no resolver. Thread-safe.

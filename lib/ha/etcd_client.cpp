@@ -377,8 +377,10 @@ std::optional<KeyValue> EtcdClient::get(const std::string& key) {
   return kv_of(kvs.at(0));
 }
 
-std::vector<KeyValue> EtcdClient::get_prefix(const std::string& prefix, std::int64_t limit, const std::string& from) {
+std::vector<KeyValue> EtcdClient::get_prefix(const std::string& prefix, std::int64_t limit, const std::string& from,
+                                             bool keys_only) {
   json body{{"key", b64(from.empty() ? prefix : from)}, {"range_end", b64(prefix_end(prefix))}};
+  if (keys_only) body["keys_only"] = true;
   if (limit > 0) body["limit"] = std::to_string(limit);
   const json r = impl_->request("/v3/kv/range", body);
   std::vector<KeyValue> out;

@@ -86,7 +86,9 @@ class EtcdClient {
   std::optional<KeyValue> get(const std::string& key);
   /// The pairs whose key starts with `prefix`, in key order, at most `limit` (0: all),
   /// from key `from` on (empty: the first; a page after key K starts at K + '\0').
-  std::vector<KeyValue> get_prefix(const std::string& prefix, std::int64_t limit = 0, const std::string& from = "");
+  /// `keys_only`: the values are left out (KeyValue::value empty).
+  std::vector<KeyValue> get_prefix(const std::string& prefix, std::int64_t limit = 0, const std::string& from = "",
+                                   bool keys_only = false);
   /// Puts `value` at `key` (attached to `lease` when not 0); returns the revision.
   std::int64_t put(const std::string& key, const std::string& value, std::int64_t lease = 0);
   /// Deletes `key` (with `prefix`, every key under it); returns how many were deleted.

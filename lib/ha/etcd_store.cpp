@@ -53,7 +53,7 @@ EtcdStore::EtcdStore(EtcdOptions etcd, std::string prefix, std::string guard, st
   history_seq_ = next_seq("history/");
 }
 
-std::vector<KeyValue> EtcdStore::read(const std::string& sub, const char* what) const {
+std::vector<KeyValue> EtcdStore::read(const std::string& sub, const char* what, bool keys_only) const {
   // In pages, so that no reply approaches the gateway's message limits (the history
   // holds up to 20,000 observations).
   constexpr std::int64_t kPage = 500;
@@ -61,7 +61,7 @@ std::vector<KeyValue> EtcdStore::read(const std::string& sub, const char* what) 
   try {
     std::string from;
     for (;;) {
-      auto page = etcd_->get_prefix(root_ + sub, kPage, from);
+      auto page = etcd_->get_prefix(root_ + sub, kPage, from, keys_only);
       const bool last = static_cast<std::int64_t>(page.size()) < kPage;
       if (!page.empty()) from = page.back().key + std::string(1, '\0');
       for (auto& kv : page) out.push_back(std::move(kv));
@@ -74,7 +74,7 @@ std::vector<KeyValue> EtcdStore::read(const std::string& sub, const char* what) 
 
 std::uint64_t EtcdStore::next_seq(const std::string& sub) const {
   std::uint64_t next = 0;
-  for (const auto& kv : read(sub, "reading sequence numbers")) {
+  for (const auto& kv : read(sub, "reading sequence numbers", true)) {
     if (const auto n = last_number(kv.key)) next = std::max(next, *n + 1);
   }
   return next;

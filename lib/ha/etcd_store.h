@@ -71,8 +71,9 @@ class EtcdStore : public store::Store {
   /// Runs `ops` fenced by the term; throws StoreError naming `what` (and calls on_fenced
   /// when the term is over).
   void write(const char* what, const std::vector<EtcdClient::TxnOp>& ops);
-  /// Reads under `sub` (e.g. "jobs/"), converting etcd's errors.
-  std::vector<KeyValue> read(const std::string& sub, const char* what) const;
+  /// Reads under `sub` (e.g. "jobs/"), in pages, converting etcd's errors; `keys_only`:
+  /// without the values (what a sequence number needs).
+  std::vector<KeyValue> read(const std::string& sub, const char* what, bool keys_only = false) const;
   void check_size(const char* what, const std::string& value) const;
   /// The largest <seq> among the keys under `sub` + 1, 0 when there is none.
   std::uint64_t next_seq(const std::string& sub) const;

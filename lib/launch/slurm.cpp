@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/host_port.h"
 #include "job/job_spec.h"
 
 namespace dltrain::launch {
@@ -237,9 +238,7 @@ std::uint16_t port_for_job(const std::string& job_id) {
 std::string LaunchPlan::leader_url() const {
   auto it = addresses.find(leader_node);
   const std::string host = it == addresses.end() ? leader_node : it->second;
-  // An IPv6 literal goes in brackets in a URL.
-  const bool v6 = host.find(':') != std::string::npos;
-  return "ws://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  return "ws://" + format_host_port(host, static_cast<std::uint16_t>(port));
 }
 
 Environment LaunchPlan::to_environment() const {

@@ -12,6 +12,7 @@ import subprocess
 import time
 
 from etcd_cluster import free_port, start_cluster
+from job_files import mlp_job_toml
 
 DATA = "/usr/share/datasets/fashion-mnist"
 AGENT_TOKEN = "agent-secret-for-the-ha-test-0123456789"
@@ -187,24 +188,7 @@ log_level = "info"
     def job_file(self, name, epochs=3, train_samples=12000, workers=2):
         path = os.path.join(self.root, name + ".toml")
         with open(path, "w") as f:
-            f.write("""name = "%s"
-model = "mlp"
-dataset = "fashion-mnist"
-data_dir = "%s"
-epochs = %d
-workers = %d
-ps_shards = 1
-batch_size = 32
-train_samples = %d
-test_samples = 2000
-seed = 7
-
-[optimizer]
-lr = 0.05
-momentum = 0.9
-lr_schedule = "cosine"
-warmup_epochs = 0.2
-""" % (name, DATA, epochs, workers, train_samples))
+            f.write(mlp_job_toml(name, DATA, epochs, train_samples, workers))
         return path
 
     def status(self, job):

@@ -221,9 +221,10 @@ class Failover(unittest.TestCase):
                          ["user", "grant-role", "dltrain", "dltrain"], ["auth", "enable"]):
                 subprocess.run(etcdctl + args, check=True, capture_output=True, timeout=30, env=env)
             cases.append((urls[0], 'user = "dltrain"\npassword = "wrong"\n', r"ha\.etcd: .*authentication failed"))
-            for i, (endpoint, creds, expected) in enumerate(cases):
-                d = Daemon(BUILD, self.root, "bad-%d" % i, """
-name = "bad-%d"
+
+            def candidate(name, endpoint, ha_extra):
+                return Daemon(BUILD, self.root, name, """
+name = "%s"
 leader = true
 host_tasks = false
 listen_port = %d
@@ -232,25 +233,15 @@ agent_token = "a-token-of-enough-length-0123456789"
 client_token = "c-token-of-enough-length-0123456789"
 [ha]
 etcd = ["%s"]
-%s""" % (i, free_port(), os.path.join(self.root, "bad-%d" % i), endpoint, creds)).start()
+%s""" % (name, free_port(), os.path.join(self.root, name), endpoint, ha_extra)).start()
+
+            for i, (endpoint, creds, expected) in enumerate(cases):
+                d = candidate("bad-%d" % i, endpoint, creds)
                 d.proc.wait(timeout=60)
                 self.assertEqual(d.proc.returncode, 2, d.log())
                 self.assertRegex(d.log(), expected)
             # The right credentials: it serves.
-            d = Daemon(BUILD, self.root, "good", """
-name = "good"
-leader = true
-host_tasks = false
-listen_port = %d
-state_dir = "%s"
-agent_token = "a-token-of-enough-length-0123456789"
-client_token = "c-token-of-enough-length-0123456789"
-[ha]
-etcd = ["%s"]
-user = "dltrain"
-password = "right"
-lease_ttl = "3s"
-""" % (free_port(), os.path.join(self.root, "good"), urls[0])).start()
+            d = candidate("good", urls[0], 'user = "dltrain"\npassword = "right"\nlease_ttl = "3s"\n')
             try:
                 d.wait_log(HaCluster.SERVING, 30)
             finally:

@@ -26,6 +26,9 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from job_files import mlp_job_toml  # noqa: E402
+
 BUILD = None
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -253,24 +256,7 @@ class SlurmLauncher(unittest.TestCase):
     def write_job(self, name, epochs, data_dir=DATA, train_samples=12000):
         path = os.path.join(self.root, name + ".toml")
         with open(path, "w") as f:
-            f.write("""name = "%s"
-model = "mlp"
-dataset = "fashion-mnist"
-data_dir = "%s"
-epochs = %d
-workers = 2
-ps_shards = 1
-batch_size = 32
-train_samples = %d
-test_samples = 2000
-seed = 7
-
-[optimizer]
-lr = 0.05
-momentum = 0.9
-lr_schedule = "cosine"
-warmup_epochs = 0.2
-""" % (name, data_dir, epochs, train_samples))
+            f.write(mlp_job_toml(name, data_dir, epochs, train_samples))
         return path
 
     def sbatch(self, job_file=None):
