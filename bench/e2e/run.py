@@ -44,9 +44,16 @@ DGC = {"dltrain-dgc-10%": 0.1, "dltrain-dgc-1%": 0.01, "dltrain-dgc-0.1%": 0.001
        "dltrain-dgc-1%-bsp": 0.01, "dltrain-dgc-0.1%-bsp": 0.001}
 # Run only when named in --systems: DGC under `sync = "sync"` (BSP through the PS,
 # docs/training.md), the consistency model that trains best with a sparse uplink.
-BSP = {"dltrain-dgc-1%-bsp", "dltrain-dgc-0.1%-bsp"}
-SYSTEMS = ["plain", "torch", "ddp", "dltrain-1w", "dltrain-dense", *DGC]
-DEFAULT_SYSTEMS = [s for s in SYSTEMS if s not in BSP]
+BSP = {"dltrain-dgc-1%-bsp", "dltrain-dgc-0.1%-bsp", "dltrain-dense-bsp", "dltrain-powersgd-r4-bsp"}
+# DDP with PyTorch's own gradient compression (torch_ref.py --comm-hook), and dltrain's
+# low-rank method (compress/lowrank.h) at rank r: run only when named in --systems
+# (bench/e2e/compare.py runs them with each system's learning rate tuned).
+DDP = {"ddp": [], "ddp-fp16": ["--comm-hook", "fp16"],
+       "ddp-powersgd-r1": ["--comm-hook", "powersgd", "--powersgd-rank", "1"],
+       "ddp-powersgd-r4": ["--comm-hook", "powersgd", "--powersgd-rank", "4"]}
+POWERSGD = {"dltrain-powersgd-r1": 1, "dltrain-powersgd-r4": 4, "dltrain-powersgd-r4-bsp": 4}
+SYSTEMS = ["plain", "torch", *DDP, "dltrain-1w", "dltrain-dense", "dltrain-dense-bsp", *DGC, *POWERSGD]
+DEFAULT_SYSTEMS = ["plain", "torch", "ddp", "dltrain-1w", "dltrain-dense", *(s for s in DGC if s not in BSP)]
 SINGLE = {"plain", "torch"}  # one process, no network: run once per model and seed
 RATES = {"1gbit": "1gbit", "100mbit": "100mbit"}
 
@@ -94,18 +101,22 @@ def default_cap(results, model, link, system, peer_cap, cap):
 
 
 def job_toml(path, model, system, seed, size, workers, dgc_warmup=None, min_compress_bytes=0,
-             warmup_schedule="per_epoch"):
+             warmup_schedule="per_epoch", lr=None, downlink_ratio=0.01):
+    """The job file every system of a run reads. `lr`: the job's learning rate (default the
+    model's); `downlink_ratio`: the compressed dltrain systems' PS → worker density."""
     m = MODELS[model]
     lines = [f'name = "e2e-{model}-{system}-s{seed}"', f'model = "{model}"', 'dataset = "fashion-mnist"',
              f"epochs = {size['epochs'][model]}", f"workers = {workers}", "ps_shards = 1", "batch_size = 64",
              "threads_per_task = 1", f"train_samples = {size['train_samples'][model]}",
              f"test_samples = {size['test_samples']}", f"seed = {seed}",
              *(['sync = "sync"'] if system in BSP else []), "",
-             "[optimizer]", f"lr = {m['lr']}", "momentum = 0.9", "weight_decay = 5e-4", 'lr_schedule = "cosine"',
+             "[optimizer]", f"lr = {lr if lr is not None else m['lr']}", "momentum = 0.9", "weight_decay = 5e-4", 'lr_schedule = "cosine"',
              "warmup_epochs = 0.3", ""]
-    if system in DGC:
+    if system in DGC or system in POWERSGD:
         warmup = min(1.0, size["epochs"][model] / 2) if dgc_warmup is None else dgc_warmup
-        lines += ["[compression]", 'method = "dgc"', f"ratio = {DGC[system]}", "downlink_ratio = 0.01",
+        method = [f'method = "dgc"', f"ratio = {DGC[system]}"] if system in DGC else \
+            ['method = "powersgd"', f"rank = {POWERSGD[system]}"]
+        lines += ["[compression]", *method, f"downlink_ratio = {downlink_ratio}",
                   f"warmup_epochs = {warmup}", f'warmup_schedule = "{warmup_schedule}"']
         if min_compress_bytes:
             lines.append(f"min_compress_bytes = {min_compress_bytes}")
@@ -237,7 +248,8 @@ def run_local(cmds, hosts, cap, log_prefix, env=None):
 
 
 def run_reference(system, job, model, seed, link, links, args, workdir, cap=None):
-    n = args.workers if system == "ddp" else 1
+    ddp = system in DDP
+    n = args.workers if ddp else 1
     if system == "plain":
         cmds = [[os.path.join(BIN, "plain_loop"), job]]
     elif system == "torch":
@@ -245,15 +257,15 @@ def run_reference(system, job, model, seed, link, links, args, workdir, cap=None
     else:
         master = f"{links.address(0)}:29517" if links else f"127.0.0.1:{free_port('127.0.0.1')}"
         cmds = [[PYTHON, os.path.join(HERE, "torch_ref.py"), job, "--rank", str(r), "--world", str(n),
-                 "--master", master] for r in range(n)]
-    hosts = [f"dlt-h{r}" for r in range(n)] if (links and system == "ddp") else None
-    b0 = link_bytes(links) if system == "ddp" else None
+                 "--master", master, *DDP[system]] for r in range(n)]
+    hosts = [f"dlt-h{r}" for r in range(n)] if (links and ddp) else None
+    b0 = link_bytes(links) if ddp else None
     # gloo finds its interface from the host name, which is 127.0.0.1 inside a namespace.
     env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0" if hosts else "lo")
     cap = cap or args.cap_seconds
     t0, events, usage, capped, stopped_at = run_local(cmds, hosts, cap, os.path.join(workdir, f"{system}-{model}"),
                                           env)
-    b1 = link_bytes(links) if system == "ddp" else None
+    b1 = link_bytes(links) if ddp else None
     if any(u["exit_status"] != 0 and u["before_cap"] for u in usage):
         raise RuntimeError(f"{system} {model} on {link}: exit {[u['exit_status'] for u in usage]}; logs in {workdir}")
     rank0 = events[0]
@@ -262,19 +274,23 @@ def run_reference(system, job, model, seed, link, links, args, workdir, cap=None
     ips = [statistics.mean([e["images_per_sec"] for e in evs if e.get("event") == "epoch_end"] or [0])
            for evs in events]
     started = next((e for e in rank0 if e.get("event") == "started"), {})
+    # Launch to rank 0's first step (its process group up and its data loaded).
     rec = {"system": system, "model": model, "link": link, "seed": seed, "workers": n, "capped": capped,
            "cap_seconds": cap, "curve": curve, "final_accuracy": curve[-1]["test_accuracy"] if curve else None,
            "wall_seconds": max([e["arrival"] for evs in events for e in evs] + ([stopped_at] if stopped_at else []),
                                default=None),
            "images_per_sec_per_worker": statistics.mean(ips), "images_per_sec_total": sum(ips),
-           "processes": [{"process": "ddp-rank" if system == "ddp" else system, **u} for u in usage]}
-    if system == "ddp":
+           "first_step": {"seconds": started["arrival"], "load_seconds": started.get("load_seconds")} if started else None,
+           "processes": [{"process": "ddp-rank" if ddp else system, **u} for u in usage]}
+    if ddp:
         params = started.get("parameters", 0)
         steps_per_epoch = started.get("steps_per_epoch", 0)
         epochs_run = len(curve)
         worker_steps = n * steps_per_epoch * epochs_run
-        # Ring all-reduce (gloo): each rank sends and receives 2(N-1)/N of the fp32 gradient.
-        rec["bytes_per_step_analytic"] = 2 * 2 * (n - 1) / n * 4 * params
+        # Ring all-reduce (gloo): each rank sends and receives 2(N-1)/N of the gradient, fp32
+        # or (fp16_compress_hook) binary16; PowerSGD's factors depend on its layers: measured only.
+        if system in ("ddp", "ddp-fp16"):
+            rec["bytes_per_step_analytic"] = 2 * 2 * (n - 1) / n * (4 if system == "ddp" else 2) * params
         if b0 and worker_steps:
             rec["link_bytes_per_step"] = sum(b1[i] - b0[i] for i in range(n)) / worker_steps
     else:
@@ -288,7 +304,7 @@ def run_dltrain(cluster, system, job, model, seed, link, links, args, cap_second
     t0 = time.time()
     p = subprocess.Popen([os.path.join(BIN, "dltrain"), "--leader", cluster.url, "--token", cluster.token, "submit",
                           job, "--follow", "--json"], stdout=subprocess.PIPE, text=True)
-    curve, summary, ips, steps, job_id = [], None, {}, {}, None
+    curve, summary, ips, steps, job_id, first_step = [], None, {}, {}, None, None
     capped = False
 
     def cap():
@@ -309,6 +325,9 @@ def run_dltrain(cluster, system, job, model, seed, link, links, args, cap_second
                 kind = ev.get("event")
                 if kind == "submitted":
                     job_id = ev["job"]
+                elif kind == "started" and first_step is None:
+                    # The first worker holds the PS's parameters and starts its first step.
+                    first_step = {"seconds": t, "load_seconds": ev.get("load_seconds")}
                 elif kind == "epoch_end":
                     ips.setdefault(ev.get("rank", 0), []).append(ev["images_per_sec"])
                     if "test_accuracy" in ev:
@@ -338,6 +357,7 @@ def run_dltrain(cluster, system, job, model, seed, link, links, args, cap_second
            "images_per_sec_total": sum(per) if per else None,
            "bytes_per_step": (summary["bytes_pushed"] + summary["bytes_pulled"]) / total_steps if total_steps else None,
            "compression_after_warmup": summary.get("compression_ratio_after_warmup"),
+           "first_step": first_step,
            "processes": watch.processes()}
     if links and total_steps:
         # Worker hosts are the ones without the PS: the leader places tasks, so count
@@ -408,8 +428,10 @@ def tables(results, goodputs, args, size, targets_by_model):
                     to_t += f" (not reached in {sum(x is None for x in reached)} of {len(rs)}" + \
                         (f", stopped at {max(r['cap_seconds'] for r in rs)} s)" if capped else ")")
                 sock = mean_sd([r.get("bytes_per_step") for r in rs], "{:.0f}")
-                if system == "ddp":
+                if "bytes_per_step_analytic" in rs[0]:
                     sock = f"{rs[0]['bytes_per_step_analytic']:.0f} (ring, analytic)"
+                elif system in DDP:
+                    sock = "—"
                 md.append(
                     f"| {link} | {system} | {len(rs)} | {mean_sd([r['final_accuracy'] for r in rs])} | {to_t} | "
                     f"{mean_sd([r['seconds_to_0.85'] for r in rs], '{:.1f}')} | "
@@ -655,7 +677,7 @@ def main():
                                            args.dgc_warmup_schedule)
                             cap = args.cap_seconds if args.full or args.peers_to_the_end or not links else \
                                 default_cap(results, model, link, system, args.peer_cap_seconds, args.cap_seconds)
-                            if system == "ddp":
+                            if system in DDP:
                                 r = run_reference(system, job, model, seed, link, links, args, workdir, cap)
                             else:
                                 r = run_dltrain(cluster, system, job, model, seed, link, links, args, cap)

@@ -7,11 +7,16 @@ with the same normalisation, per-worker batch size, learning-rate schedule (line
 warm-up from lr/10, then cosine/step/constant), momentum SGD and weight decay, with
 `threads_per_task` intra-op threads. In DDP mode rank r trains on training images
 r, r+N, r+2N, ... (dltrain's worker sharding) and gradients are averaged across ranks
-every step (synchronous SGD); rank 0 evaluates after every epoch.
+every step (synchronous SGD); rank 0 evaluates after every epoch. `--comm-hook` gives DDP
+PyTorch's own gradient compression (torch.distributed.algorithms.ddp_comm_hooks):
+`fp16` (fp16_compress_hook: the all-reduce in binary16) or `powersgd` (powerSGD_hook,
+Vogels et al. 2019: rank `--powersgd-rank` with error feedback and warm start, after
+`--powersgd-start-iter` dense iterations; 2 is the least PyTorch accepts).
 
 Usage:
   torch_ref.py JOB.toml                                  # single process
   torch_ref.py JOB.toml --rank R --world N --master ADDR:PORT   # one DDP rank
+  torch_ref.py JOB.toml --rank R --world N --master ADDR:PORT --comm-hook powersgd --powersgd-rank 4
 Prints one JSON object per line ("started", "epoch_end", "done"), like bench/e2e/plain_loop.
 Needs Debian's python3-torch; it is a benchmark peer, not part of dltrain.
 """
@@ -32,6 +37,11 @@ def parse_args():
     ap.add_argument("--world", type=int, default=1)
     ap.add_argument("--master", default=None, help="ADDR:PORT of rank 0's rendezvous (DDP)")
     ap.add_argument("--max-seconds", type=float, default=0)
+    ap.add_argument("--comm-hook", choices=["none", "fp16", "powersgd"], default="none",
+                    help="DDP's gradient communication: plain fp32 all-reduce, fp16_compress_hook or powerSGD_hook")
+    ap.add_argument("--powersgd-rank", type=int, default=4, help="powerSGD_hook's matrix_approximation_rank")
+    ap.add_argument("--powersgd-start-iter", type=int, default=2,
+                    help="powerSGD_hook's start_powerSGD_iter: dense all-reduces before it (at least 2)")
     return ap.parse_args()
 
 
@@ -151,6 +161,14 @@ def main(args):
     torch.manual_seed(seed)
     model = make_model(job.get("model", "cnn"))
     net = nn.parallel.DistributedDataParallel(model) if ddp else model
+    if ddp and args.comm_hook == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        net.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif ddp and args.comm_hook == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                                            start_powerSGD_iter=args.powersgd_start_iter, random_seed=seed)
+        net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     sgd = torch.optim.SGD(net.parameters(), lr=opt.get("lr", 0.05), momentum=opt.get("momentum", 0.9),
                           weight_decay=opt.get("weight_decay", 5e-4))
     n = len(x)

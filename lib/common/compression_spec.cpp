@@ -13,7 +13,9 @@ Method parse_method(const std::string& name) {
   if (name == "dgc") return Method::kDgc;
   if (name == "randomk") return Method::kRandomk;
   if (name == "fp16") return Method::kFp16;
-  throw ConfigError("compression.method", "expected one of none | topk | dgc | randomk | fp16, got \"" + name + "\"");
+  if (name == "powersgd") return Method::kPowerSgd;
+  throw ConfigError("compression.method",
+                    "expected one of none | topk | dgc | randomk | fp16 | powersgd, got \"" + name + "\"");
 }
 
 std::string to_string(Method m) {
@@ -23,12 +25,14 @@ std::string to_string(Method m) {
     case Method::kDgc: return "dgc";
     case Method::kRandomk: return "randomk";
     case Method::kFp16: return "fp16";
+    case Method::kPowerSgd: return "powersgd";
   }
   return "?";
 }
 
 double density_at(const CompressionSpec& spec, double epoch_pos) {
   if (spec.warmup_epochs > 0 && epoch_pos < spec.warmup_epochs) {
+    if (spec.method == Method::kPowerSgd) return 1.0;
     int k = static_cast<int>(std::floor(epoch_pos));  // per_epoch: stage k is warm-up epoch k
     if (spec.warmup_schedule == "stages") {
       k = std::min(3, static_cast<int>(std::floor(epoch_pos / (spec.warmup_epochs / 4.0))));
@@ -36,6 +40,15 @@ double density_at(const CompressionSpec& spec, double epoch_pos) {
     return std::max(spec.ratio, std::pow(0.25, k + 1));
   }
   return spec.ratio;
+}
+
+double downlink_density(const CompressionSpec& spec, double epoch_pos, int workers, double always_sent_fraction) {
+  if (spec.downlink_ratio > 0) {
+    CompressionSpec down = spec;
+    down.ratio = spec.downlink_ratio;
+    return density_at(down, epoch_pos);
+  }
+  return std::min(1.0, std::max(1, workers) * (density_at(spec, epoch_pos) + always_sent_fraction));
 }
 
 }  // namespace dltrain::compress

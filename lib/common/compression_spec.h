@@ -4,6 +4,7 @@
 // them (compress/, the worker, the leader) looks for them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -16,9 +17,11 @@ enum class Method {
   kDgc,      ///< Deep Gradient Compression: momentum correction + masking + sampled top-k
   kRandomk,  ///< k random coordinates (shared seed, indices not sent) with error feedback
   kFp16,     ///< dense binary16 with error feedback of the rounding
+  kPowerSgd, ///< low-rank factors by PowerSGD's power iteration with error feedback
+             ///< (compress/lowrank.h); momentum stays at the PS
 };
 
-/// "none" | "topk" | "dgc" | "randomk" | "fp16"; throws ConfigError("compression.method").
+/// "none" | "topk" | "dgc" | "randomk" | "fp16" | "powersgd"; throws ConfigError("compression.method").
 Method parse_method(const std::string& name);
 /// The job-file name of `m` ("none", "topk", ...).
 std::string to_string(Method m);
@@ -27,7 +30,9 @@ std::string to_string(Method m);
 struct CompressionSpec {
   Method method = Method::kNone;
   double ratio = 0.001;          ///< uplink density after warm-up, (0, 1]
-  double downlink_ratio = 1.0;   ///< PS → worker density, (0, 1]; 1 = dense pulls
+  /// PS → worker density, (0, 1]; 1 = dense pulls; 0 = "auto" (downlink_density): what
+  /// the workers pushed since the pull before, the default of method = "dgc".
+  double downlink_ratio = 1.0;
   double warmup_epochs = 0.0;    ///< epochs of exponentially decreasing density, [0, epochs)
   /// How the warm-up's density falls (density_at): "per_epoch", one step per warm-up epoch,
   /// or "stages", DGC's four steps spread evenly over warmup_epochs however long it is.
@@ -41,6 +46,9 @@ struct CompressionSpec {
   /// min_compress_bytes; DGC's reference implementation compresses only tensors of more
   /// than one dimension). [0, 2^31]; 0 = every tensor is sparsified.
   std::int64_t min_compress_bytes = 0;
+  /// powersgd: the rank of each matrix's approximation (Vogels et al. 2019), [1, 64]; a
+  /// matrix is compressed to min(rank, rows, cols) columns.
+  int rank = 4;
 };
 
 /// Density in effect at training progress `epoch_pos` (fractional epochs, ≥ 0), in
@@ -51,6 +59,34 @@ struct CompressionSpec {
 /// paper's and one of under an epoch is a single stage at 25 %. "stages": the warm-up is
 /// four stages of warmup_epochs / 4 each, so a short warm-up still passes through all four
 /// densities (a quarter-epoch warm-up averages 8.3 % density instead of 25 %).
+/// powersgd has no density: 1 (dense pushes, PowerSGD's start_powerSGD_iter) during the
+/// warm-up, `ratio` after it (any value below 1 means "low rank").
 double density_at(const CompressionSpec& spec, double epoch_pos);
+
+/// The downlink density a worker asks for at `epoch_pos`, in (0, 1]: downlink_ratio (with
+/// the uplink's warm-up: density_at with ratio = downlink_ratio) or, with "auto" (0), the
+/// fraction of coordinates the `workers` workers can have changed since this worker's last
+/// pull, min(1, workers × (density_at(spec, epoch_pos) + always_sent_fraction)), where
+/// always_sent_fraction ∈ [0, 1] is the share of floats sent in full every step
+/// (min_compress_bytes). Under BSP, with the PS's momentum off (dgc), x − x_seen has at
+/// most that many non-zero coordinates, so the sparse downlink then carries all of it.
+double downlink_density(const CompressionSpec& spec, double epoch_pos, int workers, double always_sent_fraction);
+
+/// DGC's recipe where a job file leaves it out (docs/compression.md, "Defaults"), for
+/// method dgc: warm-up over min(1, epochs / 4) epochs in DGC's four stages, tensors under
+/// 4 KiB sent in full, the "auto" downlink. `given(key)` says whether the job's
+/// [compression] table set `key`. Other methods keep their values, except that "auto"
+/// becomes 1 (dense pulls) where the uplink is not sparse (none, fp16, powersgd).
+template <typename Given>
+void apply_method_defaults(CompressionSpec& spec, int epochs, Given&& given) {
+  if (spec.method == Method::kDgc) {
+    if (!given("warmup_epochs")) spec.warmup_epochs = std::min(1.0, epochs / 4.0);
+    if (!given("warmup_schedule")) spec.warmup_schedule = "stages";
+    if (!given("min_compress_bytes")) spec.min_compress_bytes = 4096;
+    if (!given("downlink_ratio")) spec.downlink_ratio = 0;
+  }
+  const bool sparse = spec.method == Method::kDgc || spec.method == Method::kTopk || spec.method == Method::kRandomk;
+  if (!sparse && spec.downlink_ratio == 0) spec.downlink_ratio = 1.0;
+}
 
 }  // namespace dltrain::compress

@@ -37,6 +37,23 @@ void GradientCompressor::send_always(std::size_t p, std::vector<std::uint32_t> i
   always_[p] = std::move(indices);
 }
 
+void GradientCompressor::set_lowrank_blocks(std::vector<std::vector<LowRankBlock>> blocks) {
+  if (spec_.method != Method::kPowerSgd) return;
+  if (blocks.size() != lengths_.size()) {
+    throw InvalidArgument("compressor: low-rank blocks for " + std::to_string(blocks.size()) + " partitions, the model has " +
+                          std::to_string(lengths_.size()));
+  }
+  for (std::size_t p = 0; p < blocks.size(); ++p) {
+    std::uint64_t n = 0;
+    for (const auto& b : blocks[p]) n += b.floats();
+    if (n != static_cast<std::uint64_t>(lengths_[p])) {
+      throw InvalidArgument("compressor: the low-rank blocks of partition " + std::to_string(p) + " cover " +
+                            std::to_string(n) + " floats, it has " + std::to_string(lengths_[p]));
+    }
+  }
+  powersgd_ = std::make_unique<PowerSgdState>(std::move(blocks), splitmix64(seed_ ^ 0x5057u));
+}
+
 double GradientCompressor::clip(std::span<float> grad, int num_workers) const {
   double sq = 0;
   for (float g : grad) sq += static_cast<double>(g) * g;
@@ -80,6 +97,20 @@ const Encoded& GradientCompressor::encode(std::size_t p, std::span<const float> 
         e.half[i] = float_to_half(v[i]);
         v[i] -= half_to_float(e.half[i]);
       }
+      return e;
+    }
+    case Method::kPowerSgd: {
+      auto& v = v_[p];
+      for (std::size_t i = 0; i < n; ++i) v[i] += g[i];
+      if (density < 1.0 && powersgd_ && powersgd_->compresses(p)) {
+        e.encoding = Encoding::kLowRank;
+        powersgd_->compress(p, v, e.indices, e.values);
+        return e;
+      }
+      e.encoding = Encoding::kDense;
+      e.values.assign(v.begin(), v.end());
+      std::fill(v.begin(), v.end(), 0.0f);
+      e.indices.clear();
       return e;
     }
     case Method::kTopk:

@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "common/compression_spec.h"
+#include "compress/lowrank.h"
 #include "compress/topk.h"
 
 namespace dltrain::compress {
@@ -20,6 +23,7 @@ enum class Encoding {
   kDenseF16,  ///< `half` holds all n binary16 values
   kSparse,    ///< `indices` (ascending) and `values`, k each
   kSeeded,    ///< `values` only; the indices are randomk_indices(n, k, seed)
+  kLowRank,   ///< `indices` holds the block header, `values` the factors (lowrank_decode)
 };
 
 /// One encoded partition update. Buffers are reused between calls.
@@ -30,7 +34,12 @@ struct Encoded {
   std::vector<std::uint16_t> half;
   std::uint64_t seed = 0;
   /// Elements the frame carries (n for dense encodings, k otherwise).
-  std::size_t count() const { return encoding == Encoding::kDenseF16 ? half.size() : values.size(); }
+  /// With kLowRank: the 4-byte words, header and factors.
+  std::size_t count() const {
+    if (encoding == Encoding::kDenseF16) return half.size();
+    if (encoding == Encoding::kLowRank) return indices.size() + values.size();
+    return values.size();
+  }
 };
 
 /// Per-worker compression state over a model's partitions.
@@ -40,6 +49,9 @@ struct Encoded {
 ///   fp16:    v += g; send h = fp16(v); v -= h                    (error feedback)
 ///   topk:    v += g; send v at top-k(|v|); zero v there           (error feedback)
 ///   randomk: v += g; send v at k seeded random indices; zero v there
+///   powersgd: v += g; send v's rank-r factors per matrix (PowerSgdState); v −= P̂·Qᵀ;
+///            tensors that are no matrix (or below min_compress_bytes) sent in full; at
+///            density 1 (the warm-up) v is sent in full
 ///   dgc:     u = m·u + g; v += u; send v at sampled-top-k(|v|); zero v there, and zero u
 ///            at the sent coordinates that had been held back (momentum factor masking).
 /// dgc's masking deviates from the paper in one respect: a coordinate sent in the very
@@ -72,6 +84,12 @@ class GradientCompressor {
   /// their u when sent, so factor masking leaves their momentum). Replaces an earlier
   /// list; ignored by the other methods. Throws InvalidArgument for a bad p or list.
   void send_always(std::size_t p, std::vector<std::uint32_t> indices);
+  /// powersgd: the matrices in each partition (lowrank_blocks; one list per partition).
+  /// Until it is called every partition is sent in full. Throws InvalidArgument when a
+  /// partition's blocks do not cover its length; ignored by the other methods.
+  void set_lowrank_blocks(std::vector<std::vector<LowRankBlock>> blocks);
+  /// powersgd's state (the warm-started Q of every matrix); null before set_lowrank_blocks.
+  PowerSgdState* powersgd() { return powersgd_.get(); }
 
   /// The error-feedback accumulator v and DGC momentum u of partition p (empty when the
   /// method keeps none).
@@ -86,6 +104,7 @@ class GradientCompressor {
   std::vector<std::vector<float>> v_, u_;
   std::vector<Encoded> out_;
   TopkScratch scratch_;
+  std::unique_ptr<PowerSgdState> powersgd_;
   void add_always_sent(std::size_t p);  // idx_ (ascending) ∪ always_[p]
 
   std::vector<std::uint32_t> idx_, merged_;

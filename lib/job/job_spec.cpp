@@ -101,10 +101,18 @@ const KeyTable<compress::CompressionSpec>& compression_keys() {
   static const KeyTable<CompressionSpec> keys{
       {"method",
        [](CompressionSpec& c, const Node& n, const std::string& f) {
-         c.method = compress::parse_method(get_choice(n, f, {"none", "topk", "dgc", "randomk", "fp16"}));
+         c.method = compress::parse_method(get_choice(n, f, {"none", "topk", "dgc", "randomk", "fp16", "powersgd"}));
        }},
       {"ratio", double_key(&CompressionSpec::ratio, 0.0, 1.0, true, false)},
-      {"downlink_ratio", double_key(&CompressionSpec::downlink_ratio, 0.0, 1.0, true, false)},
+      {"downlink_ratio",
+       [](CompressionSpec& c, const Node& n, const std::string& f) {
+         if (n.is_string()) {
+           get_choice(n, f, {"auto"});
+           c.downlink_ratio = 0;  // compress::downlink_density's "auto"
+         } else {
+           c.downlink_ratio = toml_fields::get_double(n, f, 0.0, 1.0, true, false);
+         }
+       }},
       {"warmup_epochs", double_key(&CompressionSpec::warmup_epochs, 0.0, 1000.0, false, false)},
       {"warmup_schedule",
        [](CompressionSpec& c, const Node& n, const std::string& f) {
@@ -114,6 +122,7 @@ const KeyTable<compress::CompressionSpec>& compression_keys() {
       {"clip_norm", double_key(&CompressionSpec::clip_norm, 0.0, 1e9, false, false)},
       {"sample_ratio", double_key(&CompressionSpec::sample_ratio, 0.0, 1.0, true, false)},
       {"min_compress_bytes", int_key(&CompressionSpec::min_compress_bytes, 0, std::int64_t{1} << 31)},
+      {"rank", int_key(&CompressionSpec::rank, 1, 64)},
   };
   return keys;
 }
@@ -256,8 +265,8 @@ void apply_data_defaults(JobSpec& s) {
     }
   }
   if (s.compression.min_compress_bytes > 0 && s.compression.method != compress::Method::kTopk &&
-      s.compression.method != compress::Method::kDgc) {
-    throw ConfigError("compression.min_compress_bytes", "applies only to method = \"topk\" or \"dgc\" (this job has "
+      s.compression.method != compress::Method::kDgc && s.compression.method != compress::Method::kPowerSgd) {
+    throw ConfigError("compression.min_compress_bytes", "applies only to method = \"topk\", \"dgc\" or \"powersgd\" (this job has "
                                                         "method = \"" + compress::to_string(s.compression.method) + "\")");
   }
   if (s.mean.empty() != s.std.empty()) {
@@ -388,6 +397,9 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
   const bool gpus_given = root.contains("gpus_per_worker");
   check_sync_fields(s, staleness_given);
   check_device_fields(s, gpus_given);
+  const toml::table* comp = root["compression"].as_table();
+  compress::apply_method_defaults(s.compression, s.epochs,
+                                  [&](const char* key) { return comp != nullptr && comp->contains(key); });
   if (s.optimizer.warmup_epochs >= s.epochs) {
     std::ostringstream os;
     os << "must be less than epochs (" << s.epochs << "), got " << s.optimizer.warmup_epochs;
@@ -425,6 +437,29 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
     }
   }
   return s;
+}
+
+std::vector<std::string> compression_warnings(const JobSpec& spec) {
+  const auto& c = spec.compression;
+  std::vector<std::string> out;
+  if (c.method != compress::Method::kDgc && c.method != compress::Method::kTopk) return out;
+  const std::string m = compress::to_string(c.method);
+  if (c.warmup_epochs == 0) {
+    out.push_back("compression.warmup_epochs = 0: " + m + " sparsifies from the first step, which costs accuracy "
+                  "(DGC warms its sparsity up, Lin et al. 2018 §3.4); leave the key out for DGC's warm-up");
+  }
+  if (c.min_compress_bytes == 0) {
+    out.push_back("compression.min_compress_bytes = 0: biases and normalisation layers are sparsified too, which "
+                  "costs accuracy; leave the key out (4096: tensors under 4 KiB go in full)");
+  }
+  if (c.downlink_ratio > 0 && c.downlink_ratio < std::min(1.0, spec.workers * c.ratio)) {
+    std::ostringstream os;
+    os << "compression.downlink_ratio = " << c.downlink_ratio << " is below what " << spec.workers
+       << " workers push between two pulls (" << spec.workers << " x ratio " << c.ratio
+       << "): updates reach the workers late; write downlink_ratio = \"auto\"";
+    out.push_back(os.str());
+  }
+  return out;
 }
 
 double ps_momentum(const JobSpec& spec) {
@@ -495,7 +530,7 @@ void compression_fields(S& c, V&& v) {
   v("method", c.method), v("ratio", c.ratio), v("downlink_ratio", c.downlink_ratio),
       v("warmup_epochs", c.warmup_epochs), v("momentum", c.momentum), v("clip_norm", c.clip_norm),
       v("sample_ratio", c.sample_ratio), v("min_compress_bytes", c.min_compress_bytes, Need::kOptional),
-      v("warmup_schedule", c.warmup_schedule, Need::kOptional);
+      v("warmup_schedule", c.warmup_schedule, Need::kOptional), v("rank", c.rank, Need::kOptional);
 }
 
 template <typename S, typename V>

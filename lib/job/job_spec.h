@@ -167,6 +167,13 @@ void apply_data_defaults(JobSpec& spec);
 /// §3.2), optimizer.momentum otherwise.
 double ps_momentum(const JobSpec& spec);
 
+/// Settings of a job's [compression] known to cost accuracy (docs/compression.md,
+/// "Defaults"), each as a sentence naming the key and what to write instead: a sparse
+/// method without warm-up, every tensor sparsified (min_compress_bytes = 0), a fixed
+/// downlink density below what the workers push between two pulls. Empty when none.
+/// The leader returns them with the submit's reply; the client prints them. Thread-safe.
+std::vector<std::string> compression_warnings(const JobSpec& spec);
+
 /// The barrier timeout of a job's PS shards in ssp/sync, s: [ps] barrier_timeout, or half
 /// of ps.timeout when it is not given.
 double effective_barrier_timeout(const JobSpec& spec);

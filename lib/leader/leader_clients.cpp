@@ -217,6 +217,11 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
                                               job.resume_checkpoint + " at epoch " + std::to_string(job.resume_epoch + 1));
   json r = extra;
   r["job"] = id;
+  if (const auto w = compression_warnings(job.spec); !w.empty()) {
+    std::string text;
+    for (const auto& x : w) text += (text.empty() ? "" : "; ") + x;
+    r["warning"] = text;
+  }
   if (automatic && !p->explore.empty()) {
     job.plan = planner::to_json(*p);
     r["state"] = to_string(JobState::kExploring);
@@ -235,7 +240,7 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
     const auto q = queue_status(job);
     if (!q.fits_cluster) {
       // It waits for agents to join (or its queue_timeout); say so now, not never.
-      r["warning"] = "needs " + std::to_string(q.cores_needed) + " cores (" +
+      r["warning"] = (r.contains("warning") ? r["warning"].get<std::string>() + "; " : std::string()) + "needs " + std::to_string(q.cores_needed) + " cores (" +
                      std::to_string(job.spec.workers + job.spec.ps_shards) + " tasks x " +
                      std::to_string(job.spec.threads_per_task) + "), more than the " + std::to_string(q.cores_total) +
                      " cores of the agents registered now; it waits in the queue until agents join";

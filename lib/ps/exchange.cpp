@@ -7,7 +7,7 @@
 namespace dltrain::ps {
 
 PushEncoder::PushEncoder(const compress::CompressionSpec& spec, const ps::PartitionLayout& layout, std::uint64_t seed,
-                         std::span<const std::int64_t> tensor_sizes)
+                         std::span<const std::int64_t> tensor_sizes, std::span<const std::int64_t> tensor_rows)
     : layout_(layout),
       compressor_(spec,
                   [&] {
@@ -17,6 +17,25 @@ PushEncoder::PushEncoder(const compress::CompressionSpec& spec, const ps::Partit
                   }(),
                   seed),
       pushes_(layout.partitions.size()) {
+  if (spec.method == compress::Method::kPowerSgd) {
+    if (tensor_rows.size() != tensor_sizes.size() || tensor_sizes.empty()) {
+      throw InvalidArgument("push encoder: powersgd needs every tensor's size and rows (" +
+                            std::to_string(tensor_sizes.size()) + " sizes, " + std::to_string(tensor_rows.size()) +
+                            " rows)");
+    }
+    std::vector<compress::TensorRows> tensors;
+    for (std::size_t t = 0; t < tensor_sizes.size(); ++t) tensors.push_back({tensor_sizes[t], tensor_rows[t]});
+    std::vector<std::int64_t> lengths;
+    for (const auto& p : layout.partitions) lengths.push_back(p.length);
+    auto blocks = compress::lowrank_blocks(tensors, lengths, spec.rank, spec.min_compress_bytes);
+    for (const auto& bs : blocks) {
+      for (const auto& b : bs) {
+        if (b.rank == 0) always_sent_ += static_cast<std::int64_t>(b.floats());
+      }
+    }
+    compressor_.set_lowrank_blocks(std::move(blocks));
+    return;
+  }
   const bool sparsifies = spec.method == compress::Method::kTopk || spec.method == compress::Method::kDgc;
   if (spec.min_compress_bytes <= 0 || !sparsifies || tensor_sizes.empty()) return;
   std::int64_t total = 0;
@@ -81,6 +100,11 @@ std::span<const ps::PartitionPush> PushEncoder::encode_partition(std::uint32_t k
     case compress::Encoding::kSeeded:
       pp.codec = wire::Codec::kSeededF32;
       pp.first = std::as_bytes(std::span<const float>(e.values));
+      break;
+    case compress::Encoding::kLowRank:
+      pp.codec = wire::Codec::kLowRankF32;
+      pp.first = std::as_bytes(std::span<const std::uint32_t>(e.indices));
+      pp.second = std::as_bytes(std::span<const float>(e.values));
       break;
   }
   return pushes_;

@@ -27,11 +27,14 @@ class PushEncoder {
   /// `seed` makes sampling and random-k deterministic per worker. `tensor_sizes`: floats
   /// per parameter tensor in flat order (adding up to layout.total_floats), for
   /// spec.min_compress_bytes: the tensors below it are sent in full every step
-  /// (compress::GradientCompressor::send_always). Throws InvalidArgument when they do
-  /// not add up.
+  /// (compress::GradientCompressor::send_always). `tensor_rows`: each tensor's first
+  /// dimension (1 for a vector), which powersgd needs to see its matrices
+  /// (compress::lowrank_blocks). Throws InvalidArgument when they do not add up, or with
+  /// powersgd when either is missing.
   PushEncoder(const compress::CompressionSpec& spec, const ps::PartitionLayout& layout, std::uint64_t seed,
-              std::span<const std::int64_t> tensor_sizes = {});
-  /// The floats sent in full every step (the tensors below min_compress_bytes).
+              std::span<const std::int64_t> tensor_sizes = {}, std::span<const std::int64_t> tensor_rows = {});
+  /// The floats sent in full every step (the tensors below min_compress_bytes; with
+  /// powersgd, everything that is not compressed as a matrix).
   std::int64_t always_sent_floats() const { return always_sent_; }
 
   /// Local gradient clipping of the whole flat gradient (DGC §3.4), then one push per

@@ -6,6 +6,7 @@
 
 #include "common/errors.h"
 #include "compress/fp16.h"
+#include "compress/lowrank.h"
 #include "compress/topk.h"
 
 namespace dltrain::ps {
@@ -74,6 +75,25 @@ PushView decode_push(const wire::FrameHeader& h, std::span<const float> payload,
       }
       compress::randomk_indices(length, c, h.seq, scratch.indices);
       return {true, scratch.indices, payload.first(c)};
+    case wire::Codec::kLowRankF32: {
+      const std::string where = "low-rank push to partition " + std::to_string(h.key);
+      if (c == 0) throw ProtocolError(where + ": no payload");
+      copy_out(payload, 0, 1, scratch.indices);
+      const std::uint64_t blocks = scratch.indices[0];
+      const std::uint64_t words = 1 + 3 * blocks;  // compress::lowrank_header_words, without overflow
+      if (blocks == 0 || words > c) {
+        throw ProtocolError(where + ": a header of " + std::to_string(blocks) + " blocks needs " +
+                            std::to_string(words) + " words, the frame has " + std::to_string(c));
+      }
+      copy_out(payload, 0, static_cast<std::size_t>(words), scratch.indices);
+      scratch.values.resize(length);
+      try {
+        compress::lowrank_decode(scratch.indices, payload.subspan(words, c - words), scratch.values);
+      } catch (const InvalidArgument& e) {
+        throw ProtocolError(where + ": " + e.what());
+      }
+      return {false, {}, scratch.values};
+    }
     default:
       throw ProtocolError("push frame codec: " + std::to_string(static_cast<int>(h.codec)) +
                           " is not a push encoding");

@@ -52,10 +52,13 @@ struct PayloadScratch {
 /// Decodes the payload of push frame `h` to a partition of `length` floats: dense fp32
 /// (read in place), dense fp16 (converted, compress/fp16.h), sparse fp32 or fp16 (count
 /// u32 indices, then count values), seeded fp32 (count values at the indices
-/// compress::randomk_indices(length, count, h.seq) draws). Requires `payload` to hold
+/// compress::randomk_indices(length, count, h.seq) draws), low-rank (count words: a block
+/// header, then full blocks and P/Q factors, reconstructed into scratch by
+/// compress::lowrank_decode; O(length·rank)). Requires `payload` to hold
 /// h.payload_bytes bytes (decode_header checked them against codec and count). Throws
 /// ProtocolError when the codec is not a push codec, the scale (the learning rate) is
-/// not finite, or a seeded count exceeds `length`. O(count); allocates only in `scratch`.
+/// not finite, a seeded count exceeds `length`, or a low-rank header does not describe
+/// `length` floats and the payload's values (naming the block and field). O(count); allocates only in `scratch`.
 PushView decode_push(const wire::FrameHeader& h, std::span<const float> payload, std::size_t length,
                      PayloadScratch& scratch);
 

@@ -172,9 +172,11 @@ void WorkerLoop::connect() {
   flat_->write_params(params_);
   ex_.encoder = std::make_unique<ps::PushEncoder>(
       spec_.compression, layout_,
-      static_cast<std::uint64_t>(spec_.seed) * 7919ULL + static_cast<std::uint64_t>(cfg_.rank), flat_->sizes());
+      static_cast<std::uint64_t>(spec_.seed) * 7919ULL + static_cast<std::uint64_t>(cfg_.rank), flat_->sizes(),
+      flat_->rows());
   if (ex_.encoder->always_sent_floats() > 0 && cfg_.rank == 0) {
-    spdlog::info("compression: {} of {} floats (the tensors below min_compress_bytes = {}) are sent in full every step",
+    spdlog::info("compression: {} of {} floats (the tensors below min_compress_bytes = {}, or no matrix for powersgd) "
+                 "are sent in full every step",
                  ex_.encoder->always_sent_floats(), layout_.total_floats, spec_.compression.min_compress_bytes);
   }
   // A GPU worker selects its pushes on the GPU where it can (train/backends.h).
@@ -184,8 +186,8 @@ void WorkerLoop::connect() {
   ex_.meter = std::make_unique<ps::TrafficMeter>(layout_, wire::kHeaderSize);
   ex_.resyncer = std::make_unique<ps::PsResyncer>(
       *ex_.client, std::span<float>(params_), cfg_.rank, [this] { flat_->write_params(params_); }, sink_);
-  ex_.downlink_spec = spec_.compression;
-  ex_.downlink_spec.ratio = spec_.compression.downlink_ratio;
+  ex_.always_sent_fraction =
+      static_cast<double>(ex_.encoder->always_sent_floats()) / static_cast<double>(std::max<std::int64_t>(1, layout_.total_floats));
   ex_.plain = spec_.compression.method == compress::Method::kNone && spec_.compression.downlink_ratio >= 1.0;
   ex_.pipelined = spec_.overlap && spec_.sync != "sync";
   ex_.replica = params_;
@@ -262,13 +264,16 @@ void WorkerLoop::step(int epoch, std::int64_t step, const torch::Tensor& xb, con
   const auto lr = static_cast<float>(learning_rate(spec_.optimizer, pos, spec_.epochs));
   const double density =
       spec_.compression.method == compress::Method::kNone ? 1.0 : compress::density_at(spec_.compression, pos);
-  if (grp_.group) return group_step(epoch, step, xb, yb, lr, density, compress::density_at(ex_.downlink_spec, pos), pos);
+  // The downlink of the "auto" setting follows this step's uplink (compression_spec.h).
+  const double downlink =
+      compress::downlink_density(spec_.compression, pos, spec_.workers, ex_.always_sent_fraction);
+  if (grp_.group) return group_step(epoch, step, xb, yb, lr, density, downlink, pos);
   if (spec_.overlap) {
     ex_.hook.lr = lr;
     ex_.hook.density = density;
     const double loss = compute_gradient_overlapped(xb, yb);
     if (!finite_step(loss, epoch, step, ex_.hook.nonfinite)) return;
-    exchange(lr, density, compress::density_at(ex_.downlink_spec, pos), pos);
+    exchange(lr, density, downlink, pos);
     finish_step(images, loss, epoch, step, lr, density);
     return;
   }
@@ -278,7 +283,7 @@ void WorkerLoop::step(int epoch, std::int64_t step, const torch::Tensor& xb, con
   if (wd > 0 && !device_encoder_active()) {  // on the device, gather() added it
     for (std::size_t i = 0; i < grads_.size(); ++i) grads_[i] += wd * params_[i];
   }
-  exchange(lr, density, compress::density_at(ex_.downlink_spec, pos), pos);
+  exchange(lr, density, downlink, pos);
   finish_step(images, loss, epoch, step, lr, density);
 }
 

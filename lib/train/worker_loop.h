@@ -52,9 +52,14 @@ inline double unix_now() {
 class FlatParams {
  public:
   explicit FlatParams(torch::nn::Module& m) : params_(m.parameters()) {
-    for (const auto& p : params_) sizes_.push_back(p.numel());
+    for (const auto& p : params_) {
+      sizes_.push_back(p.numel());
+      rows_.push_back(p.dim() >= 2 ? p.size(0) : 1);
+    }
   }
   const std::vector<std::int64_t>& sizes() const { return sizes_; }
+  /// Each tensor's first dimension (1 for a vector): the rows of its matrix view.
+  const std::vector<std::int64_t>& rows() const { return rows_; }
   std::vector<torch::Tensor>& tensors() { return params_; }
   void read_params(std::vector<float>& out) const { gather(out, false); }
   void read_grads(std::vector<float>& out) const { gather(out, true); }
@@ -87,7 +92,7 @@ class FlatParams {
     }
   }
   std::vector<torch::Tensor> params_;
-  std::vector<std::int64_t> sizes_;
+  std::vector<std::int64_t> sizes_, rows_;
 };
 
 /// One worker's run: its data, model, PS client and counters, and the step loop of the
@@ -208,7 +213,7 @@ class WorkerLoop {
     bool device_nonfinite = false;  // the device encoder's gathered gradient holds a NaN/Inf
     std::unique_ptr<ps::TrafficMeter> meter;
     std::unique_ptr<ps::PsResyncer> resyncer;
-    compress::CompressionSpec downlink_spec;
+    double always_sent_fraction = 0;  // floats sent in full every step ÷ all (the "auto" downlink)
     bool plain = true;
     // Overlap: which partitions backward has completed (ps/overlap.h), and the step in
     // progress.

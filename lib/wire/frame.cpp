@@ -68,6 +68,7 @@ bool expected_payload_bytes(Codec codec, std::uint32_t count, std::uint32_t& byt
     case Codec::kSparseF16: per = 6; break;
     case Codec::kBytes: per = 1; break;
     case Codec::kSeededF32: per = 4; break;
+    case Codec::kLowRankF32: per = 4; break;
     default: return false;
   }
   std::uint64_t total = per * count;

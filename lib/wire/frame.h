@@ -69,6 +69,9 @@ enum class Codec : std::uint16_t {
   kBytes = 5,      ///< count raw bytes (Hello, Error)
   kSeededF32 = 6,  ///< count fp32 values at the indices compress::randomk_indices(n, count,
                    ///< seq) draws: the header's seq carries the seed, indices are not sent
+  kLowRankF32 = 7, ///< count 4-byte words: u32 B, B × (u32 rows, cols, rank), then per
+                   ///< block its floats in full (rank 0) or its factors P and Q in fp32
+                   ///< (compress::lowrank_decode; docs/protocol.md)
 };
 
 /// Decoded header. Plain value type.

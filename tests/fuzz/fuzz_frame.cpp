@@ -1,6 +1,6 @@
 // Fuzzes the data-plane frame: the 48-byte header (wire::decode_header, what both a PS
 // shard and a worker run on every frame they read) and the payloads behind it — a hello,
-// a push in each push codec (dense fp32 / fp16, sparse fp32 / fp16, seeded), applied to a
+// a push in each push codec (dense fp32 / fp16, sparse fp32 / fp16, seeded, low rank), applied to a
 // PS shard's state as the shard does, and a sparse pull reply added to a worker's replica.
 //
 // Input: a frame as it comes off the socket, header then payload (cut or zero-padded to
@@ -12,6 +12,8 @@
 //     ascending inside the partition, then x = x0 − lr·g coordinate by coordinate, else
 //     the state is untouched; the downlink's top-k that follows returns k ascending
 //     indices whose |x − x_seen| no unselected coordinate exceeds;
+//   - a low-rank push is decoded exactly when its block header tiles the partition and its
+//     values are what the blocks need, into what P·Qᵀ and the full blocks say;
 //   - a sparse pull reply is added exactly when its indices are valid, else nothing is.
 #include <algorithm>
 #include <array>
@@ -76,7 +78,60 @@ void fuzz_hello(const wire::FrameHeader& h, std::span<const float> words, const 
   }
 }
 
+// A low-rank push (codec 7, compress::lowrank_decode) to a partition of 1 + key % 4096
+// floats, checked against the protocol's rules and a reconstruction written here.
+void fuzz_lowrank_push(const wire::FrameHeader& h, std::span<const float> words,
+                       const std::vector<std::uint8_t>& bytes) {
+  const std::size_t c = h.count, len = 1 + h.key % 4096;
+  bool ok_ref = std::isfinite(h.scale) && c >= 1;
+  const std::uint64_t nb = ok_ref ? load<std::uint32_t>(bytes, 0) : 0;
+  ok_ref = ok_ref && nb >= 1 && 1 + 3 * nb <= c;
+  std::uint64_t floats = 0, sent = 0;
+  for (std::uint64_t b = 0; ok_ref && b < nb; ++b) {
+    const std::uint64_t rows = load<std::uint32_t>(bytes, 4 * (1 + 3 * b)), cols = load<std::uint32_t>(bytes, 4 * (2 + 3 * b)),
+                        rank = load<std::uint32_t>(bytes, 4 * (3 + 3 * b));
+    ok_ref = rows >= 1 && cols >= 1 && rank <= std::min({rows, cols, std::uint64_t{64}});
+    floats += rows * cols;
+    sent += rank == 0 ? rows * cols : (rows + cols) * rank;
+    ok_ref = ok_ref && floats <= len;
+  }
+  ok_ref = ok_ref && floats == len && sent == c - 1 - 3 * nb;
+  std::vector<float> want(len, 0.0f);
+  if (ok_ref) {
+    std::size_t at = 1 + 3 * nb, off = 0;  // in words, in floats of the partition
+    for (std::uint64_t b = 0; b < nb; ++b) {
+      const std::size_t rows = load<std::uint32_t>(bytes, 4 * (1 + 3 * b)), cols = load<std::uint32_t>(bytes, 4 * (2 + 3 * b)),
+                        r = load<std::uint32_t>(bytes, 4 * (3 + 3 * b));
+      for (std::size_t i = 0; i < rows; ++i) {
+        for (std::size_t j = 0; j < cols; ++j) {
+          float s = 0;
+          if (r == 0) {
+            s = load<float>(bytes, 4 * (at + i * cols + j));
+          } else {
+            for (std::size_t k = 0; k < r; ++k) s += load<float>(bytes, 4 * (at + i * r + k)) * load<float>(bytes, 4 * (at + rows * r + j * r + k));
+          }
+          want[off + i * cols + j] = s;
+        }
+      }
+      at += r == 0 ? rows * cols : (rows + cols) * r;
+      off += rows * cols;
+    }
+  }
+  ps::PayloadScratch scratch;
+  ps::PushView view;
+  try {
+    view = ps::decode_push(h, words, len, scratch);
+    FUZZ_CHECK(ok_ref, "decode_push accepted a low-rank push the protocol refuses");
+  } catch (const ProtocolError&) {
+    FUZZ_CHECK(!ok_ref, "decode_push refused a valid low-rank push");
+    return;
+  }
+  FUZZ_CHECK(!view.sparse && view.values.size() == len, "low-rank push: not decoded to the whole partition");
+  for (std::size_t i = 0; i < len; ++i) FUZZ_CHECK(same_float(view.values[i], want[i]), "low-rank push: a value differs");
+}
+
 void fuzz_push(const wire::FrameHeader& h, std::span<const float> words, const std::vector<std::uint8_t>& bytes) {
+  if (h.codec == wire::Codec::kLowRankF32) return fuzz_lowrank_push(h, words, bytes);
   const std::size_t c = h.count;
   const bool dense = h.codec == wire::Codec::kDenseF32 || h.codec == wire::Codec::kDenseF16;
   // The partition: the push's length for dense codecs (one more, to see it refused, when

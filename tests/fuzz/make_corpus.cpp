@@ -100,12 +100,15 @@ void frames() {
   const std::uint32_t rw[2] = {1, 2};
   std::memcpy(hello.data(), rw, 8);
   write("frame", "hello", frame(header(wire::MessageType::kHello, 0, wire::Codec::kBytes, 8), hello));
-  for (const char* method : {"none", "fp16", "topk", "randomk", "dgc"}) {
+  for (const char* method : {"none", "fp16", "topk", "randomk", "dgc", "powersgd"}) {
     compress::CompressionSpec spec;
     spec.method = compress::parse_method(method);
     spec.ratio = 0.01;
     const std::size_t n = std::string(method) == "none" || std::string(method) == "fp16" ? 64 : 1000;
     compress::GradientCompressor comp(spec, {static_cast<std::int64_t>(n)}, 7);
+    // powersgd: the 1000 floats as a 20 x 50 matrix at rank 4.
+    comp.set_lowrank_blocks(compress::lowrank_blocks(std::vector<compress::TensorRows>{{1000, 20}},
+                                                     std::vector<std::int64_t>{1000}, 4, 0));
     const auto g = gradient(n, 0.5f);
     const auto& e = comp.encode(0, g, std::string(method) == "none" || std::string(method) == "fp16" ? 1.0 : 0.01, 3);
     const std::uint32_t key = n == 64 ? 0 : 999;
@@ -120,6 +123,11 @@ void frames() {
         append<float>(p, e.values);
         break;
       case compress::Encoding::kSeeded: codec = wire::Codec::kSeededF32; append<float>(p, e.values); break;
+      case compress::Encoding::kLowRank:
+        codec = wire::Codec::kLowRankF32;
+        append<std::uint32_t>(p, e.indices);
+        append<float>(p, e.values);
+        break;
     }
     auto h = header(wire::MessageType::kPush, key, codec, static_cast<std::uint32_t>(e.count()));
     if (codec == wire::Codec::kSeededF32) h.seq = e.seed;

@@ -461,3 +461,22 @@ TEST(SparsePush, MalformedSparseUpdatesAreRejectedAndApplyNothing) {
   EXPECT_FLOAT_EQ(out[4], 1.5f);
   EXPECT_FLOAT_EQ(out[0], 1.0f);
 }
+
+TEST(Downlink, AutoAsksForWhatTheWorkersCanHavePushedSinceThePull) {
+  CompressionSpec s;
+  s.method = Method::kDgc;
+  s.ratio = 0.001;
+  s.warmup_epochs = 1;
+  s.warmup_schedule = "stages";
+  s.downlink_ratio = 0;  // "auto"
+  // After the warm-up: 4 workers × (0.1 % + 1 % of the floats sent in full) = 4.4 %.
+  EXPECT_NEAR(downlink_density(s, 2.0, 4, 0.01), 0.044, 1e-12);
+  // In the warm-up's first stage (25 %) four workers can have touched everything.
+  EXPECT_EQ(downlink_density(s, 0.1, 4, 0.0), 1.0);
+  // Third stage (1/64): 2 workers → 2/64.
+  EXPECT_NEAR(downlink_density(s, 0.6, 2, 0.0), 2.0 / 64, 1e-12);
+  // A fixed downlink_ratio warms up with the uplink's schedule, then stays.
+  s.downlink_ratio = 0.01;
+  EXPECT_EQ(downlink_density(s, 2.0, 4, 0.5), 0.01);
+  EXPECT_EQ(downlink_density(s, 0.1, 4, 0.0), 0.25);
+}

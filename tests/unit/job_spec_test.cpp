@@ -283,8 +283,8 @@ TEST(JobSpec, MinCompressBytesAppliesToTopkAndDgcAndIsStored) {
                 .compression.min_compress_bytes,
             1);
   EXPECT_EQ(reject(kData + "[compression]\nmethod = \"randomk\"\nmin_compress_bytes = 4096\n").second,
-            "compression.min_compress_bytes: applies only to method = \"topk\" or \"dgc\" (this job has method = "
-            "\"randomk\")");
+            "compression.min_compress_bytes: applies only to method = \"topk\", \"dgc\" or \"powersgd\" (this job "
+            "has method = \"randomk\")");
   EXPECT_EQ(reject(kData + "[compression]\nmin_compress_bytes = 4096\n").first, "compression.min_compress_bytes");
   EXPECT_EQ(reject(kData + "[compression]\nmethod = \"dgc\"\nmin_compress_bytes = -1\n").first,
             "compression.min_compress_bytes");
@@ -309,6 +309,59 @@ TEST(JobSpec, WarmupScheduleIsPerEpochOrStagesAndIsStored) {
   nlohmann::json bad = dgc;  // a job message with a schedule this build does not know
   bad["compression"]["warmup_schedule"] = "cosine";
   EXPECT_THROW(job_from_json(bad), ConfigError);
+}
+
+TEST(JobSpec, DgcAloneMeansDgcsRecipeAndKeysGivenAreKept) {
+  // method = "dgc" alone: warm-up over min(1, epochs / 4) epochs in stages, tensors under
+  // 4 KiB in full, the "auto" downlink (0).
+  const auto dgc = parse_job_toml(kData + "epochs = 3\n[compression]\nmethod = \"dgc\"\n");
+  EXPECT_DOUBLE_EQ(dgc.compression.warmup_epochs, 0.75);
+  EXPECT_EQ(dgc.compression.warmup_schedule, "stages");
+  EXPECT_EQ(dgc.compression.min_compress_bytes, 4096);
+  EXPECT_EQ(dgc.compression.downlink_ratio, 0.0);
+  EXPECT_DOUBLE_EQ(parse_job_toml(kData + "epochs = 8\n[compression]\nmethod = \"dgc\"\n").compression.warmup_epochs,
+                   1.0);
+  EXPECT_TRUE(compression_warnings(dgc).empty());
+  // Every key given is kept, and the settings known to cost accuracy are warned about.
+  const auto bare = parse_job_toml(kData + "workers = 4\n[compression]\nmethod = \"dgc\"\nratio = 0.01\n"
+                                           "warmup_epochs = 0\nmin_compress_bytes = 0\ndownlink_ratio = 0.02\n");
+  EXPECT_EQ(bare.compression.warmup_epochs, 0.0);
+  EXPECT_EQ(bare.compression.min_compress_bytes, 0);
+  EXPECT_DOUBLE_EQ(bare.compression.downlink_ratio, 0.02);
+  const auto w = compression_warnings(bare);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[0].rfind("compression.warmup_epochs = 0:", 0), 0u);
+  EXPECT_EQ(w[1].rfind("compression.min_compress_bytes = 0:", 0), 0u);
+  EXPECT_EQ(w[2], "compression.downlink_ratio = 0.02 is below what 4 workers push between two pulls (4 x ratio "
+                  "0.01): updates reach the workers late; write downlink_ratio = \"auto\"");
+  // "auto" is a downlink_ratio; with a dense uplink it means dense pulls.
+  EXPECT_EQ(parse_job_toml(kData + "[compression]\nmethod = \"topk\"\ndownlink_ratio = \"auto\"\n")
+                .compression.downlink_ratio,
+            0.0);
+  EXPECT_EQ(parse_job_toml(kData + "[compression]\nmethod = \"fp16\"\ndownlink_ratio = \"auto\"\n")
+                .compression.downlink_ratio,
+            1.0);
+  EXPECT_EQ(reject(kData + "[compression]\nmethod = \"dgc\"\ndownlink_ratio = \"half\"\n").first,
+            "compression.downlink_ratio");
+  // Other methods keep their plain defaults.
+  const auto topk = parse_job_toml(kData + "[compression]\nmethod = \"topk\"\n");
+  EXPECT_EQ(topk.compression.warmup_epochs, 0.0);
+  EXPECT_EQ(topk.compression.downlink_ratio, 1.0);
+  // The JSON form carries "auto" as 0.
+  EXPECT_EQ(job_from_json(nlohmann::json(dgc)).compression.downlink_ratio, 0.0);
+}
+
+TEST(JobSpec, PowerSgdTakesARankAndMinCompressBytes) {
+  const auto p = parse_job_toml(kData + "[compression]\nmethod = \"powersgd\"\nrank = 2\nmin_compress_bytes = 1024\n");
+  EXPECT_EQ(p.compression.method, compress::Method::kPowerSgd);
+  EXPECT_EQ(p.compression.rank, 2);
+  EXPECT_EQ(p.compression.min_compress_bytes, 1024);
+  EXPECT_EQ(p.compression.downlink_ratio, 1.0);
+  EXPECT_EQ(job_from_json(nlohmann::json(p)).compression.rank, 2);
+  EXPECT_EQ(parse_job_toml(kData + "[compression]\nmethod = \"powersgd\"\n").compression.rank, 4);
+  EXPECT_EQ(reject(kData + "[compression]\nmethod = \"powersgd\"\nrank = 0\n").first, "compression.rank");
+  EXPECT_EQ(reject(kData + "[compression]\nmethod = \"powersgd\"\nrank = 65\n").first, "compression.rank");
+  EXPECT_TRUE(compression_warnings(p).empty());
 }
 
 TEST(JobSpec, ATorchScriptModelNamesItsFileWhichIsCheckedAndStored) {
