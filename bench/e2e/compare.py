@@ -225,8 +225,11 @@ def main():
                         for system in systems:
                             for eff in grid:
                                 lr = job_lr(system, eff, args.workers)
+                                # PowerSGD's own warm-up is two dense steps (start_powerSGD_iter):
+                                # dltrain's low-rank systems start compressed, the sparse ones warm up.
+                                warmup = 0 if system in e2e.POWERSGD else args.compression_warmup
                                 job = e2e.job_toml(os.path.join(workdir, f"{model}-{system}-{link}-{seed}-{eff}.toml"),
-                                                   model, system, seed, size, args.workers, args.compression_warmup,
+                                                   model, system, seed, size, args.workers, warmup,
                                                    args.min_compress_bytes, "stages", lr, args.downlink_ratio)
                                 t0 = time.time()
                                 try:
