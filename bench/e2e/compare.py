@@ -69,6 +69,17 @@ def commit():
     return head + (" (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
+def variant(name, warmup):
+    """A --systems entry: a system of run.py, optionally with `:wX` (its compression
+    warm-up X epochs instead of --compression-warmup). Returns (system, warm-up epochs).
+    PowerSGD's own warm-up is two dense steps (start_powerSGD_iter), so dltrain's
+    low-rank systems start compressed unless a `:w` says otherwise."""
+    system, _, w = name.partition(":w")
+    if w:
+        return system, float(w)
+    return system, 0.0 if system in e2e.POWERSGD else warmup
+
+
 def job_lr(system, effective, workers):
     """The job's lr for an effective step: DDP averages (lr = step), dltrain sums (step / N)."""
     return effective if system in e2e.DDP else effective / workers
@@ -179,14 +190,16 @@ def main():
     ap.add_argument("--models", default="mlp-large", help="comma list of cnn,mlp-large (default mlp-large)")
     ap.add_argument("--links", default="100mbit", help="comma list of loopback,1gbit,100mbit (default 100mbit)")
     ap.add_argument("--systems", default=",".join(PEERS + ["dltrain-dgc-0.1%-bsp", "dltrain-powersgd-r4-bsp"]),
-                    help="comma list of " + ",".join(PEERS + DLTRAIN).replace("%", "%%"))
+                    help="comma list of " + ",".join(PEERS + DLTRAIN).replace("%", "%%") +
+                    "; a dltrain system may end in :wX, its compression warm-up X epochs (e.g. dltrain-dgc-0.1%%:w0)")
     ap.add_argument("--grid", default="0.0125,0.025,0.05,0.1,0.2,0.4",
                     help="effective learning rates (lr × workers where a system sums the workers' gradients)")
     ap.add_argument("--seeds", default="1")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--target", type=float, default=0.85)
     ap.add_argument("--cap-seconds", type=int, default=300, help="stop any run after this long (default 300)")
-    ap.add_argument("--downlink-ratio", type=float, default=0.01, help="dltrain's compressed systems' downlink density")
+    ap.add_argument("--downlink-ratio", type=float, default=0.01,
+                    help="dltrain's DGC systems' downlink density (the low-rank systems use their low-rank downlink)")
     ap.add_argument("--compression-warmup", type=float, default=0.25,
                     help="dltrain's compressed systems' compression.warmup_epochs (default 0.25, \"stages\")")
     ap.add_argument("--min-compress-bytes", type=int, default=4096)
@@ -204,8 +217,13 @@ def main():
         sys.exit("compare: needs root for the emulated links (ip netns, tc)")
     systems, models, links = args.systems.split(","), args.models.split(","), args.links.split(",")
     for s in systems:
-        if s not in e2e.SYSTEMS or s in e2e.SINGLE or s == "dltrain-1w":
+        base = s.partition(":w")[0]
+        if base not in e2e.SYSTEMS or base in e2e.SINGLE or base == "dltrain-1w":
             sys.exit(f"compare: --systems: unknown system \"{s}\"")
+        try:
+            variant(s, 0)
+        except ValueError:
+            sys.exit(f"compare: --systems: \"{s}\": expected SYSTEM:wEPOCHS, e.g. dltrain-dgc-0.1%:w0")
     grid = [float(x) for x in args.grid.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     size = {**SIZES, "models": models, "links": links, "seeds": seeds, "cap": args.cap_seconds}
@@ -222,13 +240,11 @@ def main():
             with Cluster(args.workers + 1, ln) as cluster:
                 for model in models:
                     for seed in seeds:
-                        for system in systems:
+                        for name in systems:
+                            system, warmup = variant(name, args.compression_warmup)
                             for eff in grid:
                                 lr = job_lr(system, eff, args.workers)
-                                # PowerSGD's own warm-up is two dense steps (start_powerSGD_iter):
-                                # dltrain's low-rank systems start compressed, the sparse ones warm up.
-                                warmup = 0 if system in e2e.POWERSGD else args.compression_warmup
-                                job = e2e.job_toml(os.path.join(workdir, f"{model}-{system}-{link}-{seed}-{eff}.toml"),
+                                job = e2e.job_toml(os.path.join(workdir, f"{model}-{name}-{link}-{seed}-{eff}.toml"),
                                                    model, system, seed, size, args.workers, warmup,
                                                    args.min_compress_bytes, "stages", lr, args.downlink_ratio)
                                 t0 = time.time()
@@ -245,10 +261,10 @@ def main():
                                     r = {"system": system, "model": model, "link": link, "seed": seed,
                                          "failed": str(err)[:500], "curve": [], "final_accuracy": None,
                                          "wall_seconds": time.time() - t0, "images_per_sec_per_worker": None}
-                                r["effective_lr"], r["lr"] = eff, lr
+                                r["system"], r["effective_lr"], r["lr"], r["compression_warmup"] = name, eff, lr, warmup
                                 e2e.summarize_curve(r, {str(args.target): args.target})
                                 results.append(r)
-                                print(f"[{link}] {model} {system} lr {lr:g} (effective {eff:g}) seed {seed}: "
+                                print(f"[{link}] {model} {name} lr {lr:g} (effective {eff:g}) seed {seed}: "
                                       f"to {args.target} {r.get(f'seconds_to_{args.target}')}, final "
                                       f"{r['final_accuracy']}, wall {r['wall_seconds']:.1f} s  "
                                       f"[{time.time() - started:.0f} s elapsed]", flush=True)

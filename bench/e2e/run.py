@@ -116,7 +116,9 @@ def job_toml(path, model, system, seed, size, workers, dgc_warmup=None, min_comp
         warmup = min(1.0, size["epochs"][model] / 2) if dgc_warmup is None else dgc_warmup
         method = [f'method = "dgc"', f"ratio = {DGC[system]}"] if system in DGC else \
             ['method = "powersgd"', f"rank = {POWERSGD[system]}"]
-        lines += ["[compression]", *method, f"downlink_ratio = {downlink_ratio}",
+        # powersgd: its own low-rank downlink ("auto"); DGC: the given top-k density.
+        down = '"auto"' if system in POWERSGD else downlink_ratio
+        lines += ["[compression]", *method, f"downlink_ratio = {down}",
                   f"warmup_epochs = {warmup}", f'warmup_schedule = "{warmup_schedule}"']
         if min_compress_bytes:
             lines.append(f"min_compress_bytes = {min_compress_bytes}")

@@ -48,6 +48,7 @@ double downlink_density(const CompressionSpec& spec, double epoch_pos, int worke
     down.ratio = spec.downlink_ratio;
     return density_at(down, epoch_pos);
   }
+  if (spec.method == Method::kPowerSgd) return density_at(spec, epoch_pos);
   return std::min(1.0, std::max(1, workers) * (density_at(spec, epoch_pos) + always_sent_fraction));
 }
 

@@ -70,23 +70,27 @@ double density_at(const CompressionSpec& spec, double epoch_pos);
 /// always_sent_fraction ∈ [0, 1] is the share of floats sent in full every step
 /// (min_compress_bytes). Under BSP, with the PS's momentum off (dgc), x − x_seen has at
 /// most that many non-zero coordinates, so the sparse downlink then carries all of it.
+/// powersgd's "auto" is its low-rank downlink: density_at(spec, epoch_pos) (1, dense
+/// pulls, in the warm-up; below 1, low-rank pulls, after it).
 double downlink_density(const CompressionSpec& spec, double epoch_pos, int workers, double always_sent_fraction);
 
 /// DGC's recipe where a job file leaves it out (docs/compression.md, "Defaults"), for
 /// method dgc: warm-up over min(1, epochs / 4) epochs in DGC's four stages, tensors under
-/// 4 KiB sent in full, the "auto" downlink. `given(key)` says whether the job's
-/// [compression] table set `key`. Other methods keep their values, except that "auto"
-/// becomes 1 (dense pulls) where the uplink is not sparse (none, fp16, powersgd).
+/// 1 KiB sent in full, the "auto" downlink; for method powersgd the "auto" downlink
+/// (low rank, at the uplink's rank). `given(key)` says whether the job's [compression]
+/// table set `key`. Other methods keep their values, except that "auto" becomes 1 (dense
+/// pulls) for none and fp16.
 template <typename Given>
 void apply_method_defaults(CompressionSpec& spec, int epochs, Given&& given) {
   if (spec.method == Method::kDgc) {
     if (!given("warmup_epochs")) spec.warmup_epochs = std::min(1.0, epochs / 4.0);
     if (!given("warmup_schedule")) spec.warmup_schedule = "stages";
-    if (!given("min_compress_bytes")) spec.min_compress_bytes = 4096;
+    if (!given("min_compress_bytes")) spec.min_compress_bytes = 1024;
     if (!given("downlink_ratio")) spec.downlink_ratio = 0;
   }
+  if (spec.method == Method::kPowerSgd && !given("downlink_ratio")) spec.downlink_ratio = 0;
   const bool sparse = spec.method == Method::kDgc || spec.method == Method::kTopk || spec.method == Method::kRandomk;
-  if (!sparse && spec.downlink_ratio == 0) spec.downlink_ratio = 1.0;
+  if (!sparse && spec.method != Method::kPowerSgd && spec.downlink_ratio == 0) spec.downlink_ratio = 1.0;
 }
 
 }  // namespace dltrain::compress

@@ -109,7 +109,13 @@ std::vector<std::vector<LowRankBlock>> lowrank_blocks(std::span<const TensorRows
 
 std::size_t lowrank_header_words(std::size_t blocks) { return 1 + 3 * blocks; }
 
-void lowrank_decode(std::span<const std::uint32_t> header, std::span<const float> values, std::span<float> out) {
+std::vector<std::uint32_t> lowrank_header(std::span<const LowRankBlock> blocks) {
+  std::vector<std::uint32_t> h{static_cast<std::uint32_t>(blocks.size())};
+  for (const auto& b : blocks) h.insert(h.end(), {b.rows, b.cols, b.rank});
+  return h;
+}
+
+std::vector<LowRankBlock> parse_lowrank_header(std::span<const std::uint32_t> header, std::uint64_t length) {
   if (header.empty() || header[0] == 0) throw InvalidArgument("no blocks");
   const std::size_t nb = header[0];
   if (header.size() != lowrank_header_words(nb)) {
@@ -117,8 +123,9 @@ void lowrank_decode(std::span<const std::uint32_t> header, std::span<const float
                           std::to_string(lowrank_header_words(nb)) + " header words, got " +
                           std::to_string(header.size()));
   }
-  // Every check first: nothing is written for a push that fails one.
-  std::uint64_t floats = 0, sent = 0;
+  std::vector<LowRankBlock> blocks;
+  blocks.reserve(nb);
+  std::uint64_t floats = 0;
   for (std::size_t b = 0; b < nb; ++b) {
     const LowRankBlock blk{header[1 + 3 * b], header[2 + 3 * b], header[3 + 3 * b]};
     if (blk.rows == 0 || blk.cols == 0) {
@@ -131,16 +138,25 @@ void lowrank_decode(std::span<const std::uint32_t> header, std::span<const float
                             std::to_string(kMaxLowRank) + ")");
     }
     floats += blk.floats();
-    sent += blk.sent_floats();
-    if (floats > out.size()) {
-      throw InvalidArgument(block_name(b) + ": the blocks cover more than the partition's " +
-                            std::to_string(out.size()) + " floats");
+    if (floats > length) {
+      throw InvalidArgument(block_name(b) + ": the blocks cover more than the partition's " + std::to_string(length) +
+                            " floats");
     }
+    blocks.push_back(blk);
   }
-  if (floats != out.size()) {
+  if (floats != length) {
     throw InvalidArgument("the blocks cover " + std::to_string(floats) + " floats, the partition has " +
-                          std::to_string(out.size()));
+                          std::to_string(length));
   }
+  return blocks;
+}
+
+void lowrank_decode(std::span<const std::uint32_t> header, std::span<const float> values, std::span<float> out) {
+  // Every check first: nothing is written for a push that fails one.
+  const auto blocks = parse_lowrank_header(header, out.size());
+  std::uint64_t sent = 0;
+  for (const auto& b : blocks) sent += b.sent_floats();
+  const std::size_t nb = blocks.size();
   if (sent != values.size()) {
     throw InvalidArgument("the blocks need " + std::to_string(sent) + " values, the frame has " +
                           std::to_string(values.size()));
@@ -207,15 +223,13 @@ void PowerSgdState::compress(std::size_t p, std::span<float> m, std::vector<std:
     throw InvalidArgument("PowerSGD: partition " + std::to_string(p) + " has " + std::to_string(total) +
                           " floats, got " + std::to_string(m.size()));
   }
-  header.assign(lowrank_header_words(bs.size()), 0);
-  header[0] = static_cast<std::uint32_t>(bs.size());
+  header = lowrank_header(bs);
   values.resize(sent);
   std::size_t off = 0, at = 0;
   auto& pd = p_;
   auto& qd = q_scratch_;
   for (std::size_t b = 0; b < bs.size(); ++b) {
     const auto& blk = bs[b];
-    header[1 + 3 * b] = blk.rows, header[2 + 3 * b] = blk.cols, header[3 + 3 * b] = blk.rank;
     const std::size_t rows = blk.rows, cols = blk.cols, r = blk.rank;
     float* mb = m.data() + off;
     if (r == 0) {

@@ -52,9 +52,18 @@ std::vector<std::vector<LowRankBlock>> lowrank_blocks(std::span<const TensorRows
                                                       std::span<const std::int64_t> partition_lengths, int rank,
                                                       std::int64_t min_compress_bytes);
 
+/// The wire header of a partition tiled by `blocks`: [B, rows_0, cols_0, rank_0, ...].
+std::vector<std::uint32_t> lowrank_header(std::span<const LowRankBlock> blocks);
+
 /// Words of the wire header that describes `blocks` (docs/protocol.md, codec 7):
 /// the block count, then rows, cols and rank of each block.
 std::size_t lowrank_header_words(std::size_t blocks);
+
+/// The blocks a wire header describes (`header` as lowrank_decode takes it) for a
+/// partition of `length` floats. Throws InvalidArgument, naming the block and field, unless
+/// B ≥ 1, the header has 1 + 3B words, every rows and cols is ≥ 1, every rank ≤ min(rows,
+/// cols, kMaxLowRank) and the blocks cover exactly `length` floats.
+std::vector<LowRankBlock> parse_lowrank_header(std::span<const std::uint32_t> header, std::uint64_t length);
 
 /// Reconstructs a low-rank push into `out` (the partition: out.size() floats).
 /// `header` = [B, rows_0, cols_0, rank_0, ..., rows_{B-1}, cols_{B-1}, rank_{B-1}];
@@ -63,7 +72,7 @@ std::size_t lowrank_header_words(std::size_t blocks);
 /// everything before it writes: B ≥ 1, the header's length, every rows and cols ≥ 1, every
 /// rank ≤ min(rows, cols, kMaxLowRank), the blocks' floats adding up to out.size() and the values'
 /// count to what the blocks need; throws InvalidArgument naming the block and field
-/// otherwise (nothing written). O(Σ rows·cols·(rank or 1)); allocates nothing.
+/// otherwise (nothing written). O(Σ rows·cols·(rank or 1)); allocates only the block list.
 void lowrank_decode(std::span<const std::uint32_t> header, std::span<const float> values, std::span<float> out);
 
 /// PowerSGD's compressor state for one worker, per partition and block: the warm-started

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <future>
 
 #include "common/enforce.h"
 #include "common/errors.h"
 #include "common/secret.h"
+#include "compress/lowrank.h"
 #include "compress/topk.h"
 #include "ps/connection.h"
 #include "ps/payload.h"
@@ -21,8 +23,15 @@ using detail::ShardConnections;
 
 namespace {
 
+// The block header of partition `key`'s low-rank pulls, empty when it has none.
+std::span<const std::uint32_t> lowrank_blocks(const ShardConnections& conn, std::uint32_t key) {
+  const auto& all = conn.options().lowrank_downlink;
+  return key < all.size() ? std::span<const std::uint32_t>(all[key]) : std::span<const std::uint32_t>();
+}
+
 // The replies to one call's pulls, dense (kPull: values overwrite `params`) or sparse
-// (kPullSparse: (index, value) pairs added to `params`, the worker's replica). Every
+// (kPullSparse: (index, value) pairs added to `params`, the worker's replica; kPullLowRank:
+// a low-rank approximation's factors, decoded and added to `params`). Every
 // pull reply is checked here and nowhere else. Each complete reply's push count (its seq)
 // goes to `seen[key]`: what the replica's partition has seen, offered with it on a resync.
 class PullReplies {
@@ -38,7 +47,8 @@ class PullReplies {
     current_[s] = &p;
     const auto n = static_cast<std::size_t>(p.length);
     if (!sparse_) return std::as_writable_bytes(params_.subspan(static_cast<std::size_t>(p.offset), n));
-    scratch_[s].resize(2 * static_cast<std::size_t>(h.count));  // indices, then values
+    // Sparse: indices, then values; low rank: the block header, then the factors.
+    scratch_[s].resize((h.codec == wire::Codec::kLowRankF32 ? 1 : 2) * static_cast<std::size_t>(h.count));
     return std::as_writable_bytes(std::span<float>(scratch_[s]));
   }
 
@@ -50,9 +60,13 @@ class PullReplies {
       seen_[p.key] = h.seq;
       return;
     }
+    const auto replica = params_.subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length));
     try {
-      apply_sparse_reply(scratch_[s], h.count,
-                         params_.subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length)));
+      if (h.codec == wire::Codec::kLowRankF32) {
+        add_lowrank_reply(scratch_[s], replica);
+      } else {
+        apply_sparse_reply(scratch_[s], h.count, replica);
+      }
     } catch (const ProtocolError& e) {
       throw ProtocolError(conn_.where(s) + ": sparse pull-reply of partition " + std::to_string(p.key) + ": " +
                           e.what());
@@ -74,14 +88,39 @@ class PullReplies {
     const Partition& p = parts[next_[s]++];
     DLTRAIN_ENFORCE_EQ(h.key, p.key, ProtocolError, conn_.where(s), ": pull-reply partition");
     const char* kind = sparse_ ? ": sparse pull-reply of partition " : ": pull-reply of partition ";
-    DLTRAIN_ENFORCE_EQ(h.codec, sparse_ ? wire::Codec::kSparseF32 : wire::Codec::kDenseF32, ProtocolError, conn_.where(s),
-                       kind, p.key, ": codec");
-    if (sparse_) {
+    const auto blocks = lowrank_blocks(conn_, p.key);
+    const auto codec = !sparse_ ? wire::Codec::kDenseF32 : blocks.empty() ? wire::Codec::kSparseF32 : wire::Codec::kLowRankF32;
+    DLTRAIN_ENFORCE_EQ(h.codec, codec, ProtocolError, conn_.where(s), kind, p.key, ": codec");
+    if (codec == wire::Codec::kLowRankF32) {
+      // A header and at most the partition's floats (a matrix's factors are smaller).
+      DLTRAIN_ENFORCE_LE(h.count, p.length + blocks.size(), ProtocolError, conn_.where(s), kind, p.key,
+                         ": word count");
+    } else if (sparse_) {
       DLTRAIN_ENFORCE_LE(h.count, p.length, ProtocolError, conn_.where(s), kind, p.key, ": element count");
     } else {
       DLTRAIN_ENFORCE_EQ(h.count, p.length, ProtocolError, conn_.where(s), kind, p.key, ": element count");
     }
     return p;
+  }
+
+  // A low-rank reply (`words`: the block header, then the factors) decoded and added to
+  // `replica`; nothing is added when the header does not tile it (ProtocolError).
+  void add_lowrank_reply(std::span<const float> words, std::span<float> replica) {
+    std::uint32_t nb = 0;
+    if (!words.empty()) std::memcpy(&nb, words.data(), 4);
+    const std::uint64_t hw = 1 + 3 * static_cast<std::uint64_t>(nb);
+    if (nb == 0 || hw > words.size()) {
+      throw ProtocolError("a header of " + std::to_string(nb) + " blocks in " + std::to_string(words.size()) + " words");
+    }
+    header_.resize(hw);
+    std::memcpy(header_.data(), words.data(), 4 * hw);
+    decoded_.resize(replica.size());
+    try {
+      compress::lowrank_decode(header_, words.subspan(hw), decoded_);
+    } catch (const InvalidArgument& e) {
+      throw ProtocolError(e.what());
+    }
+    for (std::size_t i = 0; i < replica.size(); ++i) replica[i] += decoded_[i];
   }
 
   const ShardConnections& conn_;
@@ -92,16 +131,31 @@ class PullReplies {
   std::vector<std::size_t> next_;             // per shard: index into owned_[s] of the next reply
   std::vector<const Partition*> current_;     // per shard: the partition whose sparse reply is being read
   std::vector<std::vector<float>> scratch_;   // per shard: a sparse reply's indices and values
+  std::vector<std::uint32_t> header_;         // a low-rank reply's block header
+  std::vector<float> decoded_;                // a low-rank reply's decoding
 };
 
 // The pull request of partition `p`: dense (count 1 asks the shard to record x_seen for
 // later sparse pulls) or, below ratio 1, sparse with k = max(1, ⌈ratio·n⌉).
 wire::FrameHeader pull_header(ShardConnections& conn, const Partition& p, double downlink_ratio) {
+  if (const auto blocks = lowrank_blocks(conn, p.key); downlink_ratio < 1.0 && !blocks.empty()) {
+    const auto words = static_cast<std::uint32_t>(blocks.size());
+    return conn.header(wire::MessageType::kPullLowRank, p.key, wire::Codec::kLowRankF32, words, 4 * words);
+  }
   if (downlink_ratio < 1.0) {
     const auto k = compress::k_for(static_cast<std::size_t>(p.length), downlink_ratio);
     return conn.header(wire::MessageType::kPullSparse, p.key, wire::Codec::kNone, static_cast<std::uint32_t>(k), 0);
   }
   return conn.header(wire::MessageType::kPull, p.key, wire::Codec::kNone, conn.options().sparse_downlink ? 1u : 0u, 0);
+}
+
+// Appends partition `p`'s pull request (its header, encoded into `hdr`, and a low-rank
+// pull's block header) to `req`.
+void append_pull(ShardConnections& conn, const Partition& p, double downlink_ratio, HeaderBytes& hdr, Request& req) {
+  const auto h = pull_header(conn, p, downlink_ratio);
+  hdr = detail::encode(h);
+  req.push_back(hdr);
+  if (h.type == wire::MessageType::kPullLowRank) req.push_back(std::as_bytes(lowrank_blocks(conn, p.key)));
 }
 
 // Sends `req` to every shard and takes one reply of type `want` from each; returns the
@@ -223,8 +277,7 @@ void PsClient::push_pull(std::span<const PartitionPush> pushes, float lr, double
   for (std::size_t s = 0; s < owned_.size(); ++s) {
     for (const auto& p : owned_[s]) append_push(*conn_, p, pushes[p.key], lr, hdrs[2 * p.key], requests[s]);
     for (const auto& p : owned_[s]) {
-      hdrs[2 * p.key + 1] = detail::encode(pull_header(*conn_, p, downlink_ratio));
-      requests[s].push_back(hdrs[2 * p.key + 1]);
+      append_pull(*conn_, p, downlink_ratio, hdrs[2 * p.key + 1], requests[s]);
       ++replies[s];
     }
   }
@@ -256,8 +309,7 @@ void PsClient::pull(std::span<float> params, double downlink_ratio) {
   std::vector<int> replies(conn_->size(), 0);
   for (std::size_t s = 0; s < owned_.size(); ++s) {
     for (const auto& p : owned_[s]) {
-      hdrs[p.key] = detail::encode(pull_header(*conn_, p, downlink_ratio));
-      requests[s].push_back(hdrs[p.key]);
+      append_pull(*conn_, p, downlink_ratio, hdrs[p.key], requests[s]);
       ++replies[s];
     }
   }

@@ -59,6 +59,12 @@ struct PsClientOptions {
   /// This worker will use sparse pulls: its dense pulls ask the shards to record what it
   /// holds (x_seen), which costs the shard a copy of its partitions per worker.
   bool sparse_downlink = false;
+  /// The low-rank downlink (compression method powersgd): per partition key, the block
+  /// header of its tiling (compress::lowrank_header_words words: B, then rows, cols, rank
+  /// per block). A pull below density 1 of a partition with a header asks its shard for a
+  /// low-rank approximation of x − x_seen (wire::MessageType::kPullLowRank) instead of
+  /// its top-k; an empty header (or none) keeps the top-k. Requires sparse_downlink.
+  std::vector<std::vector<std::uint32_t>> lowrank_downlink;
   wire::FrameLimits limits;
   /// When set, every call checks it at least every 100 ms (also while it connects, waits
   /// for replies or backs off in resync()) and throws StopRequested once it is true. A

@@ -6,6 +6,33 @@
 
 namespace dltrain::ps {
 
+std::vector<std::vector<compress::LowRankBlock>> matrix_blocks(const compress::CompressionSpec& spec,
+                                                              const ps::PartitionLayout& layout,
+                                                              std::span<const std::int64_t> tensor_sizes,
+                                                              std::span<const std::int64_t> tensor_rows) {
+  if (tensor_rows.size() != tensor_sizes.size() || tensor_sizes.empty()) {
+    throw InvalidArgument("powersgd needs every tensor's size and rows (" + std::to_string(tensor_sizes.size()) +
+                          " sizes, " + std::to_string(tensor_rows.size()) + " rows)");
+  }
+  std::vector<compress::TensorRows> tensors;
+  for (std::size_t t = 0; t < tensor_sizes.size(); ++t) tensors.push_back({tensor_sizes[t], tensor_rows[t]});
+  std::vector<std::int64_t> lengths;
+  for (const auto& p : layout.partitions) lengths.push_back(p.length);
+  return compress::lowrank_blocks(tensors, lengths, spec.rank, spec.min_compress_bytes);
+}
+
+std::vector<std::vector<std::uint32_t>> lowrank_pull_headers(const compress::CompressionSpec& spec,
+                                                             const ps::PartitionLayout& layout,
+                                                             std::span<const std::int64_t> tensor_sizes,
+                                                             std::span<const std::int64_t> tensor_rows) {
+  if (spec.method != compress::Method::kPowerSgd || spec.downlink_ratio != 0) return {};
+  // Every partition pulls this way: one without a matrix is one full block, which the
+  // shard sends whole (its difference since the last pull), as the uplink sends it.
+  std::vector<std::vector<std::uint32_t>> out;
+  for (const auto& bs : matrix_blocks(spec, layout, tensor_sizes, tensor_rows)) out.push_back(compress::lowrank_header(bs));
+  return out;
+}
+
 PushEncoder::PushEncoder(const compress::CompressionSpec& spec, const ps::PartitionLayout& layout, std::uint64_t seed,
                          std::span<const std::int64_t> tensor_sizes, std::span<const std::int64_t> tensor_rows)
     : layout_(layout),
@@ -18,16 +45,7 @@ PushEncoder::PushEncoder(const compress::CompressionSpec& spec, const ps::Partit
                   seed),
       pushes_(layout.partitions.size()) {
   if (spec.method == compress::Method::kPowerSgd) {
-    if (tensor_rows.size() != tensor_sizes.size() || tensor_sizes.empty()) {
-      throw InvalidArgument("push encoder: powersgd needs every tensor's size and rows (" +
-                            std::to_string(tensor_sizes.size()) + " sizes, " + std::to_string(tensor_rows.size()) +
-                            " rows)");
-    }
-    std::vector<compress::TensorRows> tensors;
-    for (std::size_t t = 0; t < tensor_sizes.size(); ++t) tensors.push_back({tensor_sizes[t], tensor_rows[t]});
-    std::vector<std::int64_t> lengths;
-    for (const auto& p : layout.partitions) lengths.push_back(p.length);
-    auto blocks = compress::lowrank_blocks(tensors, lengths, spec.rank, spec.min_compress_bytes);
+    auto blocks = matrix_blocks(spec, layout, tensor_sizes, tensor_rows);
     for (const auto& bs : blocks) {
       for (const auto& b : bs) {
         if (b.rank == 0) always_sent_ += static_cast<std::int64_t>(b.floats());

@@ -18,6 +18,24 @@
 
 namespace dltrain::ps {
 
+/// The matrices of each partition as powersgd sends them (compress::lowrank_blocks with
+/// the spec's rank and min_compress_bytes): `tensor_sizes` floats per parameter tensor
+/// and `tensor_rows` their first dimensions, in flat order. Throws InvalidArgument when
+/// either is missing or they do not add up to the layout.
+std::vector<std::vector<compress::LowRankBlock>> matrix_blocks(const compress::CompressionSpec& spec,
+                                                              const ps::PartitionLayout& layout,
+                                                              std::span<const std::int64_t> tensor_sizes,
+                                                              std::span<const std::int64_t> tensor_rows);
+
+/// The low-rank downlink's block headers (PsClientOptions::lowrank_downlink), one per
+/// partition: with powersgd and the "auto" downlink (downlink_ratio 0), the tiling of
+/// matrix_blocks (a partition without a matrix: one full block, its difference sent
+/// whole); otherwise none (an empty list). Throws as matrix_blocks.
+std::vector<std::vector<std::uint32_t>> lowrank_pull_headers(const compress::CompressionSpec& spec,
+                                                             const ps::PartitionLayout& layout,
+                                                             std::span<const std::int64_t> tensor_sizes,
+                                                             std::span<const std::int64_t> tensor_rows);
+
 /// Encodes each partition's gradient with the worker's compressor (error feedback, DGC
 /// momentum correction and masking, top-k; compress/compressor.h) and maps the result to
 /// the frame that carries it: dense fp32, dense fp16, sparse (indices, values) or seeded

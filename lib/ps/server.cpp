@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -243,9 +244,17 @@ class Session : public std::enable_shared_from_this<Session> {
           return read_header();
         }
         case MessageType::kPull:
-        case MessageType::kPullSparse: {
+        case MessageType::kPullSparse:
+        case MessageType::kPullLowRank: {
           expect_hello();
-          expect_codec(wire::Codec::kNone);
+          if (h_.type == MessageType::kPullLowRank) {
+            // The partition's tiling; checked against the partition where it is answered.
+            expect_codec(wire::Codec::kLowRankF32);
+            pull_blocks_.resize(h_.count);
+            if (h_.count != 0) std::memcpy(pull_blocks_.data(), payload_.data(), 4 * static_cast<std::size_t>(h_.count));
+          } else {
+            expect_codec(wire::Codec::kNone);
+          }
           if (st.length(h_.key) < 0) {
             throw ProtocolError("pull of partition " + std::to_string(h_.key) + ", which this shard does not hold");
           }
@@ -296,6 +305,15 @@ class Session : public std::enable_shared_from_this<Session> {
         r.seq = st.pull(h_.key, out_, h_.count == 1 ? static_cast<int>(rank_) : -1);  // the pushes they reflect
         r.codec = wire::Codec::kDenseF32;
         r.count = static_cast<std::uint32_t>(len);
+        r.payload_bytes = r.count * 4;
+      } else if (h_.type == MessageType::kPullLowRank) {
+        r.seq = st.pull_lowrank(h_.key, static_cast<int>(rank_), pull_blocks_, idx_, vals_);
+        const std::size_t words = idx_.size() + vals_.size();
+        out_.resize(words);
+        std::memcpy(out_.data(), idx_.data(), 4 * idx_.size());
+        std::memcpy(out_.data() + idx_.size(), vals_.data(), 4 * vals_.size());
+        r.codec = wire::Codec::kLowRankF32;
+        r.count = static_cast<std::uint32_t>(words);
         r.payload_bytes = r.count * 4;
       } else {
         r.seq = st.pull_diff(h_.key, static_cast<int>(rank_), h_.count, idx_, vals_);
@@ -403,6 +421,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string err_;
   std::vector<std::uint32_t> idx_;
   std::vector<float> vals_;
+  std::vector<std::uint32_t> pull_blocks_;  // a low-rank pull's block header
   PayloadScratch scratch_;
   std::uint32_t rank_ = 0;
   std::uint64_t token_ = 0;  // the barrier's for this connection (StepBarrier::join)

@@ -249,6 +249,42 @@ std::uint64_t ShardState::pull_diff(std::uint32_t key, int rank, std::size_t k, 
   return s->pushes;
 }
 
+std::uint64_t ShardState::pull_lowrank(std::uint32_t key, int rank, std::span<const std::uint32_t> blocks,
+                                       std::vector<std::uint32_t>& header, std::vector<float>& values) {
+  Slot* s = find(key);
+  if (s == nullptr) {
+    throw ProtocolError("pull of partition " + std::to_string(key) + ", which this shard does not hold");
+  }
+  std::lock_guard lock(s->mu);
+  auto it = s->seen.find(rank);
+  if (it == s->seen.end()) {
+    throw ProtocolError("low-rank pull of partition " + std::to_string(key) + " by worker " + std::to_string(rank) +
+                        " before any dense pull");
+  }
+  const std::size_t n = s->x.size();
+  auto& [tiling, state] = s->lowrank[rank];
+  if (!state || !std::equal(tiling.begin(), tiling.end(), blocks.begin(), blocks.end())) {
+    std::vector<compress::LowRankBlock> parsed;
+    try {
+      parsed = compress::parse_lowrank_header(blocks, n);
+    } catch (const InvalidArgument& e) {
+      throw ProtocolError("low-rank pull of partition " + std::to_string(key) + ": " + e.what());
+    }
+    tiling.assign(blocks.begin(), blocks.end());
+    state = std::make_unique<compress::PowerSgdState>(std::vector<std::vector<compress::LowRankBlock>>{std::move(parsed)},
+                                                      key * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(rank));
+  }
+  auto& seen = it->second;
+  s->diff.resize(n);
+  for (std::size_t i = 0; i < n; ++i) s->diff[i] = s->x[i] - seen[i];
+  state->compress(0, s->diff, header, values);
+  // x_seen takes exactly what the worker will add: the decoding of what is sent.
+  s->decoded.resize(n);
+  compress::lowrank_decode(header, values, s->decoded);
+  for (std::size_t i = 0; i < n; ++i) seen[i] += s->decoded[i];
+  return s->pushes;
+}
+
 std::size_t ShardState::state_bytes() const {
   std::lock_guard lock(map_mu_);
   std::size_t b = 0;

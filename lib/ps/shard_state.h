@@ -10,6 +10,8 @@
 #include <span>
 #include <vector>
 
+#include "compress/lowrank.h"
+
 namespace dltrain::ps {
 
 /// A copy of everything a PS shard needs to carry on after a restart (see checkpoint.h):
@@ -107,6 +109,18 @@ class ShardState {
   std::uint64_t pull_diff(std::uint32_t key, int rank, std::size_t k, std::vector<std::uint32_t>& indices,
                           std::vector<float>& values);
 
+  /// The low-rank downlink (docs/compression.md, "Low rank"): d = x − x_seen[rank], each
+  /// matrix of `blocks` (the tiling the worker sends with its pull: compress::
+  /// parse_lowrank_header) compressed by PowerSGD's step with this worker's warm-started Q
+  /// (compress::PowerSgdState, kept per worker and partition), full blocks sent as they
+  /// are; writes the wire header and values (compress::lowrank_decode's) and adds exactly
+  /// their decoding to x_seen[rank], so that the worker's replica and x_seen stay equal and
+  /// what was not sent stays in x − x_seen for later pulls. Requires an earlier
+  /// pull(key, out, rank). Returns partition_pushes(key). Throws ProtocolError for an
+  /// unknown key, no dense pull before, or a header that does not tile the partition.
+  std::uint64_t pull_lowrank(std::uint32_t key, int rank, std::span<const std::uint32_t> blocks,
+                             std::vector<std::uint32_t>& header, std::vector<float>& values);
+
   /// Bytes of parameter state held (x, momentum, the BSP step accumulator once staged,
   /// and one x_seen per worker that pulled): 4·n·(1 + [momentum > 0] + [BSP] + workers)
   /// per partition.
@@ -154,7 +168,10 @@ class ShardState {
     std::vector<float> v;  ///< momentum buffer (empty when momentum is 0)
     std::uint64_t pushes = 0;  ///< see partition_pushes()
     std::map<int, std::vector<float>> seen;  ///< x_seen per worker rank
-    std::vector<float> diff;                 ///< scratch for pull_diff
+    std::vector<float> diff;                 ///< scratch for pull_diff and pull_lowrank
+    std::vector<float> decoded;              ///< scratch: a low-rank pull's decoding
+    /// The low-rank downlink's state per worker rank, and the tiling it was made for.
+    std::map<int, std::pair<std::vector<std::uint32_t>, std::unique_ptr<compress::PowerSgdState>>> lowrank;
     std::vector<float> acc;                  ///< BSP step accumulator (stage / apply_staged)
   };
   Slot* checked(std::uint32_t key, const char* what) const;

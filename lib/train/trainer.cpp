@@ -146,6 +146,7 @@ void WorkerLoop::connect() {
   popt.timeout = cfg_.ps_timeout;
   popt.reconnect_timeout = cfg_.ps_timeout;
   popt.sparse_downlink = spec_.compression.downlink_ratio < 1.0;
+  popt.lowrank_downlink = ps::lowrank_pull_headers(spec_.compression, layout_, flat_->sizes(), flat_->rows());
   popt.stop_requested = cfg_.stop_requested;
   if (!cfg_.init_replica_path.empty()) {
     // A re-assigned job: this worker's saved replica is the freshest copy of the

@@ -51,6 +51,7 @@ bool known_type(std::uint16_t t) {
     case MessageType::kQueryReply:
     case MessageType::kError:
     case MessageType::kPullSparse:
+    case MessageType::kPullLowRank:
       return true;
   }
   return false;
@@ -146,6 +147,7 @@ std::string to_string(MessageType type) {
     case MessageType::kQueryReply: return "query-reply";
     case MessageType::kError: return "error";
     case MessageType::kPullSparse: return "pull-sparse";
+    case MessageType::kPullLowRank: return "pull-lowrank";
   }
   return "unknown(" + std::to_string(static_cast<unsigned>(type)) + ")";
 }

@@ -57,6 +57,10 @@ enum class MessageType : std::uint16_t {
   kPullSparse = 15, ///< worker → PS: request the top-`count` of x − x_seen for partition
                     ///< `key` (the downlink of sparse bidirectional training); the reply is
                     ///< a kPullReply with a sparse codec
+  kPullLowRank = 17, ///< worker → PS: request a low-rank approximation of x − x_seen for
+                     ///< partition `key` (ShardState::pull_lowrank); payload (codec
+                     ///< low-rank, `count` words) = the partition's block header; the
+                     ///< reply is a kPullReply with the low-rank codec
 };
 
 /// Payload encodings.

@@ -313,11 +313,11 @@ TEST(JobSpec, WarmupScheduleIsPerEpochOrStagesAndIsStored) {
 
 TEST(JobSpec, DgcAloneMeansDgcsRecipeAndKeysGivenAreKept) {
   // method = "dgc" alone: warm-up over min(1, epochs / 4) epochs in stages, tensors under
-  // 4 KiB in full, the "auto" downlink (0).
+  // 1 KiB in full, the "auto" downlink (0).
   const auto dgc = parse_job_toml(kData + "epochs = 3\n[compression]\nmethod = \"dgc\"\n");
   EXPECT_DOUBLE_EQ(dgc.compression.warmup_epochs, 0.75);
   EXPECT_EQ(dgc.compression.warmup_schedule, "stages");
-  EXPECT_EQ(dgc.compression.min_compress_bytes, 4096);
+  EXPECT_EQ(dgc.compression.min_compress_bytes, 1024);
   EXPECT_EQ(dgc.compression.downlink_ratio, 0.0);
   EXPECT_DOUBLE_EQ(parse_job_toml(kData + "epochs = 8\n[compression]\nmethod = \"dgc\"\n").compression.warmup_epochs,
                    1.0);
@@ -356,7 +356,10 @@ TEST(JobSpec, PowerSgdTakesARankAndMinCompressBytes) {
   EXPECT_EQ(p.compression.method, compress::Method::kPowerSgd);
   EXPECT_EQ(p.compression.rank, 2);
   EXPECT_EQ(p.compression.min_compress_bytes, 1024);
-  EXPECT_EQ(p.compression.downlink_ratio, 1.0);
+  EXPECT_EQ(p.compression.downlink_ratio, 0.0);  // "auto": the low-rank downlink
+  EXPECT_EQ(parse_job_toml(kData + "[compression]\nmethod = \"powersgd\"\ndownlink_ratio = 0.01\n")
+                .compression.downlink_ratio,
+            0.01);
   EXPECT_EQ(job_from_json(nlohmann::json(p)).compression.rank, 2);
   EXPECT_EQ(parse_job_toml(kData + "[compression]\nmethod = \"powersgd\"\n").compression.rank, 4);
   EXPECT_EQ(reject(kData + "[compression]\nmethod = \"powersgd\"\nrank = 0\n").first, "compression.rank");

@@ -16,6 +16,7 @@
 #include "ps/exchange.h"
 #include "ps/partition.h"
 #include "ps/payload.h"
+#include "ps/shard_state.h"
 #include "wire/frame.h"
 
 using namespace dltrain;
@@ -263,4 +264,51 @@ TEST(LowRank, SpecParsesTheMethodAndItsWarmupIsDense) {
   s.ratio = 0.001;
   EXPECT_EQ(density_at(s, 0.2), 1.0);  // dense pushes in the warm-up
   EXPECT_LT(density_at(s, 0.6), 1.0);  // low rank after it
+}
+
+TEST(LowRankDownlink, ReplicaPlusUnsentDifferenceEqualsPsParameters) {
+  // A 12 × 10 matrix and a bias of 10 in one partition; three workers' dense pushes and
+  // one worker's low-rank pulls in turn: the replica stays x_seen, and what was not sent
+  // stays in x − x_seen (nothing is lost, as with the top-k downlink).
+  const std::size_t n = 130;
+  ps::ShardState st(0.9);  // PS momentum, as powersgd runs
+  std::vector<float> x0(n);
+  std::iota(x0.begin(), x0.end(), 0.0f);
+  st.init(0, x0);
+  std::vector<float> replica(n);
+  st.pull(0, replica, 1);
+  const std::vector<std::uint32_t> tiling = lowrank_header(std::vector<LowRankBlock>{{12, 10, 2}, {1, 10, 0}});
+  ASSERT_EQ(tiling, (std::vector<std::uint32_t>{2, 12, 10, 2, 1, 10, 0}));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d;
+  std::vector<std::uint32_t> header;
+  std::vector<float> values, decoded(n);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<float> g(n);
+    for (auto& v : g) v = d(rng);
+    st.push(0, g, 0.1f);
+    st.pull_lowrank(0, 1, tiling, header, values);
+    EXPECT_EQ(header, tiling);
+    ASSERT_EQ(values.size(), (12u + 10u) * 2u + 10u);  // P, Q, then the bias in full
+    lowrank_decode(header, values, decoded);
+    for (std::size_t i = 0; i < n; ++i) replica[i] += decoded[i];
+  }
+  std::vector<float> x(n);
+  st.pull(0, x);  // rank -1: nobody's x_seen moves
+  std::vector<std::uint32_t> idx;
+  std::vector<float> rest;
+  st.pull_diff(0, 1, n, idx, rest);  // everything still unsent
+  ASSERT_EQ(idx.size(), n);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_NEAR(replica[i] + rest[i], x[i], 1e-4) << i;
+  // The bias went in full every time: nothing of it is left.
+  for (std::size_t i = 120; i < n; ++i) EXPECT_NEAR(rest[i], 0.0f, 1e-6) << i;
+  // A pull before the worker's dense pull, and a tiling that does not cover the
+  // partition, are refused.
+  EXPECT_THROW(st.pull_lowrank(0, 2, tiling, header, values), ProtocolError);
+  try {
+    st.pull_lowrank(0, 1, std::vector<std::uint32_t>{1, 12, 10, 2}, header, values);
+    ADD_FAILURE() << "a tiling of 120 floats was taken for a partition of 130";
+  } catch (const ProtocolError& e) {
+    EXPECT_STREQ(e.what(), "low-rank pull of partition 0: the blocks cover 120 floats, the partition has 130");
+  }
 }

@@ -339,3 +339,41 @@ TEST(SparseDataPlane, MalformedSparseFramesAreRefusedOverTcp) {
   EXPECT_EQ(out, x);
   EXPECT_EQ(srv.rejected_connections(), 4u);
 }
+
+TEST(LowRankDataPlane, PushAndLowRankPullOverTcp) {
+  // A 6 × 4 matrix on one shard, a 5-float bias on the other (partition_size 24). The
+  // worker pushes a rank-1 gradient densely and pulls the matrix's difference at rank 1,
+  // the bias's (no matrix) by top-k: a rank-1 difference arrives whole at once.
+  const auto layout = make_layout({24, 5}, 24, 2);
+  PsShards shards(2, 0.0, layout);
+  auto co = PsShards::client_options(0, 1);
+  co.sparse_downlink = true;
+  co.lowrank_downlink = {{1, 6, 4, 1}, {}};
+  auto w = shards.client(co);
+  w.connect();
+  std::vector<float> x0(29, 1.0f), replica(29);
+  w.init(x0);
+  w.pull(replica);
+  std::vector<float> g(29, 0.0f);
+  for (int i = 0; i < 6; ++i) {
+    for (int j = 0; j < 4; ++j) g[i * 4 + j] = static_cast<float>((i + 1) * (j + 1));  // u·vᵀ
+  }
+  g[26] = 2.0f;
+  std::vector<ps::PartitionPush> pushes(2);
+  for (const auto& p : layout.partitions) {
+    pushes[p.key].codec = wire::Codec::kDenseF32;
+    pushes[p.key].count = static_cast<std::uint32_t>(p.length);
+    pushes[p.key].first = std::as_bytes(std::span<const float>(g).subspan(p.offset, p.length));
+  }
+  const auto down0 = w.bytes_pulled();
+  w.push_pull(pushes, 0.5f, 0.2, replica);  // 20 %: top-1 of the bias
+  for (int i = 0; i < 24; ++i) EXPECT_NEAR(replica[i], 1.0f - 0.5f * g[i], 1e-4) << i;
+  EXPECT_EQ(replica[26], 0.0f);
+  EXPECT_EQ(replica[25], 1.0f);
+  // Down: a low-rank reply (header of 4 words, P 6 + Q 4 floats) and a sparse one (1 pair).
+  EXPECT_EQ(w.bytes_pulled() - down0, (48u + 4 * (4 + 10)) + (48u + 8));
+  // The shard holds what the replica holds.
+  std::vector<float> x(29);
+  w.pull(x);
+  for (int i = 0; i < 29; ++i) EXPECT_NEAR(replica[i], x[i], 1e-4) << i;
+}
