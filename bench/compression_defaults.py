@@ -81,7 +81,11 @@ def main():
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="dltrain-defaults-")
     net = os.path.join(work, "small.pt")
-    made = subprocess.run(["/usr/bin/python3", "-c", SMALL_NET, net], capture_output=True, text=True)
+    # torch.jit.script reads the class's source: the script is a file, not `-c`.
+    script = os.path.join(work, "small_net.py")
+    with open(script, "w") as f:
+        f.write(SMALL_NET)
+    made = subprocess.run(["/usr/bin/python3", script, net], capture_output=True, text=True)
     if made.returncode != 0:
         sys.exit("scripting the small network needs Debian's python3-torch: " + made.stderr[-500:])
     small_params = int(made.stdout.split()[-1])
