@@ -68,8 +68,10 @@ class PullReplies {
         apply_sparse_reply(scratch_[s], h.count, replica);
       }
     } catch (const ProtocolError& e) {
-      throw ProtocolError(conn_.where(s) + ": sparse pull-reply of partition " + std::to_string(p.key) + ": " +
-                          e.what());
+      throw ProtocolError(conn_.where(s) +
+                          (h.codec == wire::Codec::kLowRankF32 ? ": low-rank pull-reply of partition "
+                                                               : ": sparse pull-reply of partition ") +
+                          std::to_string(p.key) + ": " + e.what());
     }
     seen_[p.key] = h.seq;
   }

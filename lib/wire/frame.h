@@ -95,7 +95,10 @@ struct FrameHeader {
 
 /// Bounds a receiver enforces before allocating a payload buffer.
 struct FrameLimits {
-  std::uint32_t max_count = 1u << 26;           ///< elements per frame (2^26 floats = 256 MiB)
+  /// Elements per frame: 2^27, room for a partition of up to 2^26 floats (partition_size)
+  /// and a low-rank frame's block header beside it (codec 7 counts words); the bytes a
+  /// frame may allocate are bounded by max_payload_bytes.
+  std::uint32_t max_count = 1u << 27;
   std::uint32_t max_payload_bytes = 1u << 29;   ///< bytes per frame
 };
 

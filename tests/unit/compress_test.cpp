@@ -237,6 +237,12 @@ void add_sent(const Encoded& e, std::size_t n, std::vector<double>& acc) {
       for (std::size_t j = 0; j < idx.size(); ++j) acc[idx[j]] += e.values[j];
       break;
     }
+    case Encoding::kLowRank: {
+      std::vector<float> out(n);
+      lowrank_decode(e.indices, e.values, out);
+      for (std::size_t i = 0; i < n; ++i) acc[i] += out[i];
+      break;
+    }
   }
 }
 

@@ -259,14 +259,14 @@ TEST_F(TwoShards, MalformedFramesCloseOnlyThatConnection) {
   EXPECT_EQ(h1->type, wire::MessageType::kError);
   EXPECT_NE(text1.find("frame magic"), std::string::npos) << text1;
 
-  // A header claiming 2^27 floats (over the 2^26 limit): refused before allocating.
+  // A header claiming 2^27 + 1 floats (over the 2^27 limit): refused before allocating.
   wire::FrameHeader huge;
   huge.type = wire::MessageType::kPush;
   huge.job = 42;
   huge.generation = 1;
   huge.codec = wire::Codec::kDenseF32;
-  huge.count = 1u << 27;
-  huge.payload_bytes = 1u << 29;
+  huge.count = (1u << 27) + 1;
+  huge.payload_bytes = (1u << 29) + 4;
   auto [h2, text2] = raw_exchange(s0->port(), header_bytes(huge));
   ASSERT_TRUE(h2.has_value());
   EXPECT_NE(text2.find("exceeds the limit"), std::string::npos) << text2;
