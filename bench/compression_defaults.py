@@ -15,7 +15,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from standalone import run_job, start_cluster  # noqa: E402
+from standalone import commit, machine, run_job, start_cluster  # noqa: E402
 
 SMALL_NET = r'''
 import sys, torch, torch.nn as nn
@@ -58,20 +57,6 @@ VARIANTS = {
     "dgc (bare: no warm-up, every tensor sparse, dense pulls)":
         '[compression]\nmethod = "dgc"\nwarmup_epochs = 0\nmin_compress_bytes = 0\ndownlink_ratio = 1\n',
 }
-
-
-def machine():
-    cpu = "unknown CPU"
-    with open("/proc/cpuinfo") as f:
-        cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), cpu)
-    return f"{cpu}, {os.cpu_count()} cores, {platform.platform()}"
-
-
-def commit():
-    r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                           text=True).stdout.strip()
-    return (r.stdout.strip() or "unknown") + (" (with uncommitted changes)" if dirty else "")
 
 
 def main():

@@ -5,11 +5,13 @@ its figures. start_cluster(state, agents, extra_args) starts one with its state 
 directory `state` and waits until it has written its client settings; it returns the
 process, the `dltrain` command line that reaches its leader (a list), and those settings
 (client.json: leader, client_token, metrics_endpoint). It exits the benchmark with the
-log's name when the cluster ends early or is not ready within 60 s.
+log's name when the cluster ends early or is not ready within 60 s. machine() and
+commit() say where and at what commit a result was measured.
 """
 
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -17,6 +19,25 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(os.environ.get("DLTRAIN_BUILD_DIR", os.path.join(ROOT, "build")), "bin")
+
+
+def machine():
+    """The CPU model, core count and platform, for a result file's record."""
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {platform.platform()}"
+
+
+def commit():
+    """The checkout's commit (12 hex digits), marked when tracked files differ from it."""
+    def git(*a):
+        return subprocess.run(["git", "-C", ROOT, *a], capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    return head + (" (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def start_cluster(state, agents=3, extra_args=()):

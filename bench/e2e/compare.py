@@ -31,10 +31,8 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import signal
 import statistics
-import subprocess
 import sys
 import time
 
@@ -44,29 +42,13 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import run as e2e  # noqa: E402  (the runs themselves: same jobs, clusters, links, figures)
 from compression_bench import Cluster, Links  # noqa: E402
+from standalone import commit, machine  # noqa: E402
 
 PEERS = [s for s in e2e.DDP]
 DLTRAIN = ["dltrain-dense", "dltrain-dense-bsp", "dltrain-dgc-1%", "dltrain-dgc-0.1%", "dltrain-dgc-1%-bsp",
            "dltrain-dgc-0.1%-bsp", "dltrain-powersgd-r4", "dltrain-powersgd-r4-bsp", "dltrain-powersgd-r1"]
 SIZES = {"train_samples": {"cnn": 20000, "mlp-large": 30000}, "test_samples": 5000,
          "epochs": {"cnn": 3, "mlp-large": 4}}
-
-
-def machine():
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, {platform.platform()}"
-
-
-def commit():
-    def git(*a):
-        return subprocess.run(["git", "-C", ROOT, *a], capture_output=True, text=True).stdout.strip()
-    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
-    return head + (" (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def variant(name, warmup):

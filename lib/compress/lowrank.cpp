@@ -156,14 +156,13 @@ void lowrank_decode(std::span<const std::uint32_t> header, std::span<const float
   const auto blocks = parse_lowrank_header(header, out.size());
   std::uint64_t sent = 0;
   for (const auto& b : blocks) sent += b.sent_floats();
-  const std::size_t nb = blocks.size();
   if (sent != values.size()) {
     throw InvalidArgument("the blocks need " + std::to_string(sent) + " values, the frame has " +
                           std::to_string(values.size()));
   }
   std::size_t off = 0, at = 0;
-  for (std::size_t b = 0; b < nb; ++b) {
-    const std::size_t rows = header[1 + 3 * b], cols = header[2 + 3 * b], r = header[3 + 3 * b];
+  for (const auto& blk : blocks) {
+    const std::size_t rows = blk.rows, cols = blk.cols, r = blk.rank;
     if (r == 0) {
       std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(at), rows * cols, out.begin() + static_cast<std::ptrdiff_t>(off));
       at += rows * cols;

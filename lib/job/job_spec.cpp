@@ -107,7 +107,9 @@ const KeyTable<compress::CompressionSpec>& compression_keys() {
       {"downlink_ratio",
        [](CompressionSpec& c, const Node& n, const std::string& f) {
          if (n.is_string()) {
-           get_choice(n, f, {"auto"});
+           if (n.value_or(std::string()) != "auto") {
+             throw ConfigError(f, "expected a number in (0, 1] or \"auto\", got \"" + n.value_or(std::string()) + "\"");
+           }
            c.downlink_ratio = 0;  // compress::downlink_density's "auto"
          } else {
            c.downlink_ratio = toml_fields::get_double(n, f, 0.0, 1.0, true, false);

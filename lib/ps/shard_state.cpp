@@ -217,26 +217,28 @@ std::uint64_t ShardState::pull(std::uint32_t key, std::span<float> out, int rank
   return s->pushes;
 }
 
+std::vector<float>& ShardState::difference(Slot& s, std::uint32_t key, int rank, const char* what) {
+  auto it = s.seen.find(rank);
+  if (it == s.seen.end()) {
+    throw ProtocolError(std::string(what) + " of partition " + std::to_string(key) + " by worker " +
+                        std::to_string(rank) + " before any dense pull");
+  }
+  const std::size_t n = s.x.size();
+  s.diff.resize(n);
+  for (std::size_t i = 0; i < n; ++i) s.diff[i] = s.x[i] - it->second[i];
+  return it->second;
+}
+
 std::uint64_t ShardState::pull_diff(std::uint32_t key, int rank, std::size_t k, std::vector<std::uint32_t>& indices,
                                     std::vector<float>& values) {
-  Slot* s = find(key);
-  if (s == nullptr) {
-    throw ProtocolError("pull of partition " + std::to_string(key) + ", which this shard does not hold");
-  }
+  Slot* s = checked(key, "pull of");
   std::lock_guard lock(s->mu);
-  auto it = s->seen.find(rank);
-  if (it == s->seen.end()) {
-    throw ProtocolError("sparse pull of partition " + std::to_string(key) + " by worker " + std::to_string(rank) +
-                        " before any dense pull");
-  }
+  auto& seen = difference(*s, key, rank, "sparse pull");
   const std::size_t n = s->x.size();
   if (k > n) {
     throw ProtocolError("sparse pull of partition " + std::to_string(key) + ": k = " + std::to_string(k) +
                         " exceeds the partition's " + std::to_string(n) + " values");
   }
-  auto& seen = it->second;
-  s->diff.resize(n);
-  for (std::size_t i = 0; i < n; ++i) s->diff[i] = s->x[i] - seen[i];
   thread_local compress::TopkScratch scratch;
   compress::topk_sampled(s->diff, k, 0.01, key * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(rank), indices,
                          scratch);
@@ -251,17 +253,10 @@ std::uint64_t ShardState::pull_diff(std::uint32_t key, int rank, std::size_t k, 
 
 std::uint64_t ShardState::pull_lowrank(std::uint32_t key, int rank, std::span<const std::uint32_t> blocks,
                                        std::vector<std::uint32_t>& header, std::vector<float>& values) {
-  Slot* s = find(key);
-  if (s == nullptr) {
-    throw ProtocolError("pull of partition " + std::to_string(key) + ", which this shard does not hold");
-  }
+  Slot* s = checked(key, "pull of");
   std::lock_guard lock(s->mu);
-  auto it = s->seen.find(rank);
-  if (it == s->seen.end()) {
-    throw ProtocolError("low-rank pull of partition " + std::to_string(key) + " by worker " + std::to_string(rank) +
-                        " before any dense pull");
-  }
   const std::size_t n = s->x.size();
+  auto& seen = difference(*s, key, rank, "low-rank pull");
   auto& [tiling, state] = s->lowrank[rank];
   if (!state || !std::equal(tiling.begin(), tiling.end(), blocks.begin(), blocks.end())) {
     std::vector<compress::LowRankBlock> parsed;
@@ -274,9 +269,6 @@ std::uint64_t ShardState::pull_lowrank(std::uint32_t key, int rank, std::span<co
     state = std::make_unique<compress::PowerSgdState>(std::vector<std::vector<compress::LowRankBlock>>{std::move(parsed)},
                                                       key * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(rank));
   }
-  auto& seen = it->second;
-  s->diff.resize(n);
-  for (std::size_t i = 0; i < n; ++i) s->diff[i] = s->x[i] - seen[i];
   state->compress(0, s->diff, header, values);
   // x_seen takes exactly what the worker will add: the decoding of what is sent.
   s->decoded.resize(n);

@@ -175,6 +175,10 @@ class ShardState {
     std::vector<float> acc;                  ///< BSP step accumulator (stage / apply_staged)
   };
   Slot* checked(std::uint32_t key, const char* what) const;
+  // With s's mutex held: x − x_seen[rank] into s.diff; returns x_seen[rank]. Throws
+  // ProtocolError ("`what` of partition K by worker R before any dense pull") when the
+  // worker has not pulled `key` densely yet.
+  static std::vector<float>& difference(Slot& s, std::uint32_t key, int rank, const char* what);
   Slot* find(std::uint32_t key) const;
 
   const float momentum_;

@@ -341,8 +341,8 @@ TEST(JobSpec, DgcAloneMeansDgcsRecipeAndKeysGivenAreKept) {
   EXPECT_EQ(parse_job_toml(kData + "[compression]\nmethod = \"fp16\"\ndownlink_ratio = \"auto\"\n")
                 .compression.downlink_ratio,
             1.0);
-  EXPECT_EQ(reject(kData + "[compression]\nmethod = \"dgc\"\ndownlink_ratio = \"half\"\n").first,
-            "compression.downlink_ratio");
+  EXPECT_EQ(reject(kData + "[compression]\nmethod = \"dgc\"\ndownlink_ratio = \"half\"\n").second,
+            "compression.downlink_ratio: expected a number in (0, 1] or \"auto\", got \"half\"");
   // Other methods keep their plain defaults.
   const auto topk = parse_job_toml(kData + "[compression]\nmethod = \"topk\"\n");
   EXPECT_EQ(topk.compression.warmup_epochs, 0.0);
