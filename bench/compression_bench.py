@@ -117,10 +117,12 @@ def write_tokens(d):
 class Cluster:
     """A leader (root namespace) and one agent per host, as real processes."""
 
-    def __init__(self, hosts, links=None, prefix="dltrain-bench-", agent_log_level="warn"):
+    def __init__(self, hosts, links=None, prefix="dltrain-bench-", agent_log_level="warn", cores=1):
         """`agent_log_level`: the agents' log_level, which their tasks take too (a PS
-        shard logs its step barrier's record at info)."""
+        shard logs its step barrier's record at info). `cores`: each agent's cores (task
+        slots of one thread), 2 for a PS shard beside a worker on every host."""
         self.hosts = hosts
+        self.cores = cores
         self.agent_log_level = agent_log_level
         self.links = links
         self.dir = tempfile.mkdtemp(prefix=prefix)
@@ -143,7 +145,7 @@ class Cluster:
             cfg = os.path.join(d, f"agent-{i}.toml")
             with open(cfg, "w") as f:
                 f.write(f'name = "host-{i}"\nleader_url = "{self.url}"\nagent_token_file = "{d}/agent.token"\n'
-                        f'advertise_address = "{addr}"\ntask_bind_address = "{addr}"\ncores = 1\n'
+                        f'advertise_address = "{addr}"\ntask_bind_address = "{addr}"\ncores = {self.cores}\n'
                         f'state_dir = "{d}/agent-{i}"\nlog_level = "{self.agent_log_level}"\n')
             cmd = [f"{BIN}/dltrain-agent", "--config", cfg]
             if self.links:

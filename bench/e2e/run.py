@@ -101,12 +101,13 @@ def default_cap(results, model, link, system, peer_cap, cap):
 
 
 def job_toml(path, model, system, seed, size, workers, dgc_warmup=None, min_compress_bytes=0,
-             warmup_schedule="per_epoch", lr=None, downlink_ratio=0.01):
+             warmup_schedule="per_epoch", lr=None, downlink_ratio=0.01, ps_shards=1):
     """The job file every system of a run reads. `lr`: the job's learning rate (default the
-    model's); `downlink_ratio`: the compressed dltrain systems' PS → worker density."""
+    model's); `downlink_ratio`: the compressed dltrain systems' PS → worker density;
+    `ps_shards`: dltrain's PS shards."""
     m = MODELS[model]
     lines = [f'name = "e2e-{model}-{system}-s{seed}"', f'model = "{model}"', 'dataset = "fashion-mnist"',
-             f"epochs = {size['epochs'][model]}", f"workers = {workers}", "ps_shards = 1", "batch_size = 64",
+             f"epochs = {size['epochs'][model]}", f"workers = {workers}", f"ps_shards = {ps_shards}", "batch_size = 64",
              "threads_per_task = 1", f"train_samples = {size['train_samples'][model]}",
              f"test_samples = {size['test_samples']}", f"seed = {seed}",
              *(['sync = "sync"'] if system in BSP else []), "",
@@ -295,6 +296,7 @@ def run_reference(system, job, model, seed, link, links, args, workdir, cap=None
             rec["bytes_per_step_analytic"] = 2 * 2 * (n - 1) / n * (4 if system == "ddp" else 2) * params
         if b0 and worker_steps:
             rec["link_bytes_per_step"] = sum(b1[i] - b0[i] for i in range(n)) / worker_steps
+            rec["busiest_link_bytes_per_round"] = max(b1[i] - b0[i] for i in range(n)) / (worker_steps / n)
     else:
         rec["bytes_per_step"] = 0
     return rec
@@ -362,10 +364,14 @@ def run_dltrain(cluster, system, job, model, seed, link, links, args, cap_second
            "first_step": first_step,
            "processes": watch.processes()}
     if links and total_steps:
-        # Worker hosts are the ones without the PS: the leader places tasks, so count
-        # every host but the busiest (the PS's) and divide by worker steps.
-        d = sorted(b1[i] - b0[i] for i in range(links.hosts))
-        rec["link_bytes_per_step"] = sum(d[:-1]) / total_steps
+        # Worker hosts are the ones without the PS: the leader places tasks, so with a
+        # host for the PS count every host but the busiest (the PS's); with a shard beside
+        # each worker (as many hosts as workers) count them all. Divide by worker steps.
+        d = sorted(b1[i] - b0[i] for i in range(cluster.hosts))
+        rec["link_bytes_per_step"] = sum(d if cluster.hosts == n else d[:-1]) / total_steps
+        # The busiest link's bytes per round (one step of every worker): the PS's link when
+        # one host holds the PS, which every worker's traffic crosses.
+        rec["busiest_link_bytes_per_round"] = d[-1] / (total_steps / n)
     return rec
 
 
