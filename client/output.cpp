@@ -210,6 +210,10 @@ void print_event(std::ostream& out, const json& e) {
         << fmt(static_cast<double>(w.timeout_ms) / 1000.0, 0) << " s for one" << std::endl;
   } else if (kind == events::Reassigned::kKind) {
     print_reassigned(out, events::Reassigned::from_json(e), job);
+  } else if (kind == events::ShardsSpread::kKind) {
+    const auto s = events::ShardsSpread::from_json(e);
+    out << job << ": " << s.ps_shards << " PS shard" << (s.ps_shards == 1 ? "" : "s") << " (ps_shards = \"auto\"), on "
+        << json(s.agents).dump() << std::endl;
   } else if (kind == events::PlanDecided::kKind) {
     out << job << " planner: " << events::PlanDecided::from_json(e).plan.value("explanation", "") << std::endl;
   } else if (kind == events::Summary::kKind) {

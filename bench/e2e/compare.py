@@ -48,15 +48,15 @@ from standalone import commit, machine  # noqa: E402
 PEERS = [s for s in e2e.DDP]
 DLTRAIN = ["dltrain-dense", "dltrain-dense-bsp", "dltrain-dgc-1%", "dltrain-dgc-0.1%", "dltrain-dgc-1%-bsp",
            "dltrain-dgc-0.1%-bsp", "dltrain-powersgd-r4", "dltrain-powersgd-r4-bsp", "dltrain-powersgd-r1"]
-SIZES = {"train_samples": {"cnn": 20000, "mlp-large": 30000}, "test_samples": 5000,
-         "epochs": {"cnn": 3, "mlp-large": 4}}
+SIZES = {"train_samples": {"cnn": 20000, "mlp-large": 30000, "resnet20": 10000}, "test_samples": 5000,
+         "epochs": {"cnn": 3, "mlp-large": 4, "resnet20": 3}}
 
 
 def variant(name, warmup):
     """A --systems entry: a system of run.py, optionally with `:wX` (its compression
     warm-up X epochs instead of --compression-warmup) and `:spread` (a dltrain system's
-    PS as one shard beside each worker, on agents of 2 cores, instead of one shard on a
-    host of its own). Returns (system, warm-up epochs, spread). PowerSGD's own warm-up is
+    PS shards as ps_shards = "auto" places them on agents of 2 cores, one beside each
+    worker, instead of one shard on a host of its own). Returns (system, warm-up epochs, spread). PowerSGD's own warm-up is
     two dense steps (start_powerSGD_iter), so dltrain's low-rank systems start compressed
     unless a `:w` says otherwise. Raises ValueError on an unknown suffix."""
     system, *suffixes = name.split(":")
@@ -219,7 +219,7 @@ def run_point(args, cluster, ln, link, model, seed, name, eff, size, workdir):
     lr = job_lr(system, eff, args.workers)
     job = e2e.job_toml(os.path.join(workdir, f"{model}-{name}-{link}-{seed}-{eff}.toml"), model, system, seed, size,
                        args.workers, warmup, args.min_compress_bytes, "stages", lr, args.downlink_ratio,
-                       args.workers if spread else 1)
+                       None if spread else 1)
     t0 = time.time()
     try:
         if system in e2e.DDP:
@@ -236,7 +236,7 @@ def run_point(args, cluster, ln, link, model, seed, name, eff, size, workdir):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="mlp-large", help="comma list of cnn,mlp-large (default mlp-large)")
+    ap.add_argument("--models", default="mlp-large", help="comma list of cnn,mlp-large,resnet20 (default mlp-large)")
     ap.add_argument("--links", default="100mbit", help="comma list of loopback,1gbit,100mbit (default 100mbit)")
     ap.add_argument("--systems", default=",".join(PEERS + ["dltrain-dgc-0.1%-bsp", "dltrain-powersgd-r4-bsp"]),
                     help="comma list of " + ",".join(PEERS + DLTRAIN).replace("%", "%%") +
@@ -266,6 +266,12 @@ def main():
     if os.geteuid() != 0:
         sys.exit("compare: needs root for the emulated links (ip netns, tc)")
     systems, models, links = args.systems.split(","), args.models.split(","), args.links.split(",")
+    for m in models:
+        if m not in SIZES["epochs"]:
+            sys.exit(f"compare: --models: unknown model \"{m}\" (cnn, mlp-large, resnet20)")
+    for ln in links:
+        if ln not in ("loopback", *e2e.RATES):
+            sys.exit(f"compare: --links: unknown link \"{ln}\" (loopback, {', '.join(e2e.RATES)})")
     for s in systems:
         base = s.split(":")[0]
         if base not in e2e.SYSTEMS or base in e2e.SINGLE or base == "dltrain-1w":

@@ -61,6 +61,7 @@ RATES = {"1gbit": "1gbit", "100mbit": "100mbit"}
 MODELS = {
     "cnn": {"target": 0.90, "lr": 0.05},
     "mlp-large": {"target": 0.87, "lr": 0.05},
+    "resnet20": {"target": 0.87, "lr": 0.05},
 }
 
 
@@ -104,10 +105,10 @@ def job_toml(path, model, system, seed, size, workers, dgc_warmup=None, min_comp
              warmup_schedule="per_epoch", lr=None, downlink_ratio=0.01, ps_shards=1):
     """The job file every system of a run reads. `lr`: the job's learning rate (default the
     model's); `downlink_ratio`: the compressed dltrain systems' PS → worker density;
-    `ps_shards`: dltrain's PS shards."""
+    `ps_shards`: dltrain's PS shards (None: left out, "auto")."""
     m = MODELS[model]
     lines = [f'name = "e2e-{model}-{system}-s{seed}"', f'model = "{model}"', 'dataset = "fashion-mnist"',
-             f"epochs = {size['epochs'][model]}", f"workers = {workers}", f"ps_shards = {ps_shards}", "batch_size = 64",
+             f"epochs = {size['epochs'][model]}", f"workers = {workers}", *([f"ps_shards = {ps_shards}"] if ps_shards else []), "batch_size = 64",
              "threads_per_task = 1", f"train_samples = {size['train_samples'][model]}",
              f"test_samples = {size['test_samples']}", f"seed = {seed}",
              *(['sync = "sync"'] if system in BSP else []), "",

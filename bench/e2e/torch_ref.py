@@ -58,6 +58,10 @@ except ModuleNotFoundError as e:
     sys.exit(f"torch_ref.py: {e}: install Debian's python3-torch (scripts/setup --bench) and run it "
              "with /usr/bin/python3")
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "python"))
+import dltrain_models  # noqa: E402  (dltrain's networks in PyTorch)
+
 MEAN_STD = {"fashion-mnist": (0.2860, 0.3530), "mnist": (0.1307, 0.3081)}
 
 
@@ -81,36 +85,10 @@ def load(job, split):
     return x.unsqueeze(1).contiguous(), y.long()
 
 
-class SmallCnn(nn.Module):
-    """dltrain's `cnn` (docs/training.md)."""
-
-    def __init__(self):
-        super().__init__()
-        self.c1, self.b1 = nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
-        self.c2, self.b2 = nn.Conv2d(16, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32)
-        self.c3, self.b3 = nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64)
-        self.f1, self.f2 = nn.Linear(576, 64), nn.Linear(64, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.b1(self.c1(x))), 2)
-        x = F.max_pool2d(F.relu(self.b2(self.c2(x))), 2)
-        x = F.max_pool2d(F.relu(self.b3(self.c3(x))), 2)
-        return self.f2(F.relu(self.f1(x.flatten(1))))
-
-
-class Mlp(nn.Module):
-    """dltrain's `mlp` (h1 256) and `mlp-large` (h1 768)."""
-
-    def __init__(self, h1, h2):
-        super().__init__()
-        self.l1, self.l2, self.l3 = nn.Linear(784, h1), nn.Linear(h1, h2), nn.Linear(h2, 10)
-
-    def forward(self, x):
-        return self.l3(F.relu(self.l2(F.relu(self.l1(x.flatten(1))))))
-
-
 def make_model(name):
-    return {"cnn": SmallCnn, "mlp": lambda: Mlp(256, 128), "mlp-large": lambda: Mlp(768, 128)}[name]()
+    """dltrain's built-in network `name` (cnn, mlp, mlp-large, resnet20) on 28x28 gray
+    images, as python/dltrain_models.py defines it: the same modules dltrain trains."""
+    return dltrain_models.build({"model": name, "channels": 1, "classes": 10, "image_size": 28})
 
 
 def learning_rate(opt, pos, epochs):

@@ -218,7 +218,7 @@ const KeyTable<JobSpec>& job_keys() {
       {"augment", table_key(&JobSpec::augment, augment_keys()), true},
       {"epochs", int_key(&JobSpec::epochs, 1, 1000)},
       {"workers", int_or_auto_key(&JobSpec::workers, &JobSpec::workers_auto, 1, 1024)},
-      {"ps_shards", int_key(&JobSpec::ps_shards, 1, 256)},
+      {"ps_shards", int_or_auto_key(&JobSpec::ps_shards, &JobSpec::ps_shards_auto, 1, 256)},
       {"batch_size", int_or_auto_key(&JobSpec::batch_size, &JobSpec::batch_auto, 1, 65536)},
       {"threads_per_task", int_key(&JobSpec::threads_per_task, 1, 256)},
       {"sync",
@@ -395,6 +395,7 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
   if (root.empty()) throw ConfigError("", "the job file is empty: it needs at least a model and its data");
   JobSpec s;
   toml_fields::read_keys(root, "", job_keys(), s);
+  if (!root.contains("ps_shards")) s.ps_shards_auto = true;
   const bool staleness_given = root.contains("staleness");
   const bool gpus_given = root.contains("gpus_per_worker");
   check_sync_fields(s, staleness_given);
@@ -558,7 +559,7 @@ void job_fields(S& s, V&& v) {
   v.nested("optimizer", s.optimizer, [](auto& o, auto&& w) { optimizer_fields(o, w); });
   v.nested("compression", s.compression, [](auto& c, auto&& w) { compression_fields(c, w); }, opt);
   v.nested("checkpoint", s.checkpoint, [](auto& c, auto&& w) { checkpoint_fields(c, w); }, opt);
-  v("workers_auto", s.workers_auto, opt), v("batch_auto", s.batch_auto, opt),
+  v("workers_auto", s.workers_auto, opt), v("batch_auto", s.batch_auto, opt), v("ps_shards_auto", s.ps_shards_auto, opt),
       v("target_accuracy", s.target_accuracy, opt), v("deadline_seconds", s.deadline_seconds, opt),
       v("queue_timeout_seconds", s.queue_timeout_seconds, opt),
       v("batch_sizes", s.batch_sizes, opt), v("max_workers", s.max_workers, opt),

@@ -91,7 +91,9 @@ struct JobSpec {
   data::AugmentSpec augment;       ///< [augment]: training-time augmentation, all off by default
   int epochs = 6;                  ///< passes over the training set, [1, 1000]
   int workers = 2;                 ///< worker tasks, [1, 1024]
-  int ps_shards = 1;               ///< PS shard tasks, [1, 256]
+  /// PS shard tasks, [1, 256]; with ps_shards_auto the one shard the job needs at least,
+  /// until the leader starts it and fixes the count.
+  int ps_shards = 1;
   int batch_size = 64;             ///< images per worker step, [1, 65536]
   int threads_per_task = 1;        ///< cores given to each task, [1, 256]
   /// Consistency model (ps/sync.h, docs/training.md "Consistency models"): async (ASGD),
@@ -138,6 +140,12 @@ struct JobSpec {
 
   // Planner (docs/planner.md).
   bool workers_auto = false;        ///< workers = "auto": the leader's planner chooses
+  /// ps_shards = "auto", what a job file that leaves ps_shards out gets: the leader starts
+  /// the job with one PS shard, plus one beside the workers on every other machine that
+  /// holds some of them and has a free task slot, so that no link carries every worker's
+  /// traffic (leader/placement.h, spread_shards; docs/training.md, "PS shards"). The
+  /// leader sets the count in ps_shards and clears this when the job first starts.
+  bool ps_shards_auto = false;
   bool batch_auto = false;          ///< batch_size = "auto": the leader's planner chooses
   double target_accuracy = 0;       ///< final test accuracy to reach, (0, 1]; 0 = none
   double deadline_seconds = 0;      ///< wall time from start to end, > 0; 0 = none

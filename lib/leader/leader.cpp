@@ -14,6 +14,7 @@
 #include "leader/leader_impl.h"
 #include "common/errors.h"
 #include "common/secret.h"
+#include "planner/ps_memory.h"
 #include "store/rocksdb_store.h"
 
 namespace dltrain::leader {
@@ -234,8 +235,22 @@ void Leader::Impl::schedule_pass() {
     if (j.state == JobState::kRecovering) return;
   }
   const auto admitted =
-      queue.admit(agents.capacities(), agents.slots(), [this](const std::string& id) { return needs(jobs.at(id)); });
-  for (const auto& a : admitted) launch(jobs.at(a.job), a.placement);
+      queue.admit(agents.capacities(), agents.slots(), [this](const std::string& id) { return needs(jobs.at(id)); },
+                  [this](const std::string& id) { return shard_spread(jobs.at(id)); });
+  for (const auto& a : admitted) launch(jobs.at(a.job), a.placement, a.added_shards);
+}
+
+std::optional<ShardSpread> Leader::Impl::shard_spread(const JobRec& j) const {
+  if (!j.spec.ps_shards_auto) return std::nullopt;
+  int partitions = 1;
+  if (j.spec.model != "torchscript") {
+    try {
+      partitions = planner::model_partitions(j.spec, planner::dataset_classes(j.spec));
+    } catch (const ConfigError& e) {
+      spdlog::warn("job {}: ps_shards = \"auto\" keeps one shard: {}", j.id, e.what());
+    }
+  }
+  return ShardSpread{j.spec.ps_shards, j.spec.threads_per_task, std::clamp(partitions, 1, 256)};
 }
 
 std::vector<TaskNeed> Leader::Impl::needs(const JobRec& j) const {
@@ -247,7 +262,21 @@ TaskHold Leader::Impl::hold_of(const JobRec& j, const TaskRec& t) const {
   return TaskHold{j.spec.threads_per_task, t.gpus};
 }
 
-void Leader::Impl::launch(JobRec& j, const std::vector<Placed>& placement) {
+void Leader::Impl::launch(JobRec& j, std::vector<Placed> placement, const std::vector<std::string>& added_shards) {
+  if (j.spec.ps_shards_auto) {
+    // The count is the job's from now on: recovery places the same shards again, and its
+    // checkpoints are per shard.
+    std::vector<Placed> added;
+    for (const auto& id : added_shards) added.push_back(Placed{id, {}});
+    placement.insert(placement.begin() + j.spec.ps_shards, added.begin(), added.end());
+    j.spec.ps_shards += static_cast<int>(added.size());
+    j.spec.ps_shards_auto = false;
+    events::ShardsSpread ev{{}, j.spec.ps_shards, {}};
+    for (int s = 0; s < j.spec.ps_shards; ++s) ev.agents.push_back(placement[static_cast<std::size_t>(s)].agent);
+    spdlog::info("job {}: ps_shards = \"auto\": {} shards on {}", j.id, j.spec.ps_shards, json(ev.agents).dump());
+    notify(j, ev.to_json());
+    event(j, ev.to_json());
+  }
   j.tasks.clear();
   std::size_t k = 0;
   auto add = [&](TaskKind kind, int index) {

@@ -210,7 +210,8 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
   job_order.push_back(id);
   auto& job = jobs.at(id);
   spdlog::info("job {} ({}) submitted: {} workers, {} PS shards, batch {}, {} epochs{}", id, job.spec.name,
-               job.spec.workers_auto ? "auto" : std::to_string(job.spec.workers), job.spec.ps_shards,
+               job.spec.workers_auto ? "auto" : std::to_string(job.spec.workers),
+               job.spec.ps_shards_auto ? "auto" : std::to_string(job.spec.ps_shards),
                job.spec.batch_auto ? "auto" : std::to_string(job.spec.batch_size), job.spec.epochs,
                job.resumed_from.empty() ? std::string()
                                         : ", resuming " + job.resumed_from + " from its checkpoint " +

@@ -160,7 +160,14 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   TaskHold hold_of(const JobRec& j, const TaskRec& t) const override;
   /// Worker `t`'s local group: the workers of `j` on its agent that have not finished.
   wire::LocalGroupInfo local_group_of(const JobRec& j, const TaskRec& t) const;
-  void launch(JobRec& j, const std::vector<Placed>& placement);
+  /// Starts `j` where the scheduler placed it (`placement`, one per task of needs(j)), with
+  /// ps_shards = "auto" the shards it added beside the workers (`added_shards`), whose
+  /// count becomes the job's.
+  void launch(JobRec& j, std::vector<Placed> placement, const std::vector<std::string>& added_shards);
+  /// ps_shards = "auto": what spread_shards needs of `j` (its model's partitions bound the
+  /// shards: a TorchScript model, whose partitions the leader cannot count, keeps one);
+  /// nullopt for a job with a fixed ps_shards.
+  std::optional<ShardSpread> shard_spread(const JobRec& j) const;
   void start_task(JobRec& j, TaskRec& t, wire::StartTaskBody body) override;
   std::vector<std::string> ps_endpoints(const JobRec& j) const;
   void start_worker(JobRec& j, TaskRec& t);

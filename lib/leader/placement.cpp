@@ -102,6 +102,30 @@ bool fits(const std::vector<int>& agent_cores, int tasks, int threads_per_task) 
   return slots >= tasks;
 }
 
+std::vector<std::string> spread_shards(std::vector<AgentSlots> free, const std::vector<TaskNeed>& needs,
+                                       const std::vector<Placed>& placement, int shards, int shard_cores,
+                                       int max_shards) {
+  const auto slot_of = [&](const std::string& id) {
+    return std::find_if(free.begin(), free.end(), [&](const AgentSlots& a) { return a.id == id; });
+  };
+  std::vector<std::string> with_shard;
+  for (std::size_t i = 0; i < placement.size() && i < needs.size(); ++i) {
+    if (auto a = slot_of(placement[i].agent); a != free.end()) a->free_cores -= needs[i].cores;
+    if (static_cast<int>(i) < shards) with_shard.push_back(placement[i].agent);
+  }
+  std::vector<std::string> added;
+  for (std::size_t i = static_cast<std::size_t>(std::max(0, shards)); i < placement.size(); ++i) {
+    if (shards + static_cast<int>(added.size()) >= max_shards) break;
+    const auto& id = placement[i].agent;
+    auto a = slot_of(id);
+    if (a == free.end() || a->free_cores < shard_cores || is_excluded(with_shard, id)) continue;
+    a->free_cores -= shard_cores;
+    with_shard.push_back(id);
+    added.push_back(id);
+  }
+  return added;
+}
+
 std::vector<TaskNeed> job_needs(int ps_shards, int workers, int threads_per_task, int gpus_per_worker,
                                 bool pack_workers) {
   std::vector<TaskNeed> out(static_cast<std::size_t>(std::max(0, ps_shards)), TaskNeed{threads_per_task, 0, false});

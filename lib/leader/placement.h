@@ -87,6 +87,20 @@ struct Placed {
 /// task finds no agent with room. O(tasks × agents).
 std::optional<std::vector<Placed>> place(std::vector<AgentSlots> agents, const std::vector<TaskNeed>& tasks);
 
+/// The PS shards a job with ps_shards = "auto" adds to `placement`, the place() of its
+/// `needs` (its `shards` shards first, then its workers) on `free` (every agent's free
+/// cores and GPUs before the job): one on each agent that holds some of the job's workers
+/// but none of its shards and keeps `shard_cores` free cores once the job's tasks are
+/// taken, in the order of the workers' ranks, until the job has `max_shards`. A shard
+/// beside every machine's workers is BytePS's answer to the PS's incast (Jiang et al.,
+/// OSDI'20, §3.1, colocated servers): each link then carries its own workers' pushes to
+/// the other shards and the other workers' pushes to its shard, not every worker's.
+/// Returns the added shards' agents, in order (none when no agent has room); a task's
+/// cores are accounted like any other's. O(tasks × agents).
+std::vector<std::string> spread_shards(std::vector<AgentSlots> free, const std::vector<TaskNeed>& needs,
+                                       const std::vector<Placed>& placement, int shards, int shard_cores,
+                                       int max_shards);
+
 /// Could tasks with needs `tasks` be placed (place()) on `agents` if every one were
 /// idle? `agents` carries each agent's total cores and all its GPU indices.
 bool fits(const std::vector<AgentSlots>& agents, const std::vector<TaskNeed>& tasks);

@@ -21,7 +21,8 @@ std::size_t Scheduler::position(const std::string& job) const {
 }
 
 std::vector<Admitted> Scheduler::admit(const std::vector<AgentSlots>& idle, std::vector<AgentSlots> free,
-                                       const std::function<std::vector<TaskNeed>(const std::string&)>& needs_of) {
+                                       const std::function<std::vector<TaskNeed>(const std::string&)>& needs_of,
+                                       const std::function<std::optional<ShardSpread>(const std::string&)>& spread_of) {
   std::vector<Admitted> out;
   for (auto it = queue_.begin(); it != queue_.end();) {
     const auto need = needs_of(*it);
@@ -31,12 +32,19 @@ std::vector<Admitted> Scheduler::admit(const std::vector<AgentSlots>& idle, std:
     }
     auto placement = place(free, need);
     if (!placement) break;  // fits the cluster, not what is free: the queue waits behind it
+    const auto spread = spread_of ? spread_of(*it) : std::nullopt;
+    std::vector<std::string> added;
+    if (spread) added = spread_shards(free, need, *placement, spread->shards, spread->shard_cores, spread->max_shards);
+    const auto slot = [&](const std::string& id) -> AgentSlots& {
+      return *std::find_if(free.begin(), free.end(), [&](const AgentSlots& s) { return s.id == id; });
+    };
     for (std::size_t i = 0; i < need.size(); ++i) {
-      auto& a = *std::find_if(free.begin(), free.end(), [&](const AgentSlots& s) { return s.id == (*placement)[i].agent; });
+      auto& a = slot((*placement)[i].agent);
       a.free_cores -= need[i].cores;
       for (const int g : (*placement)[i].gpus) std::erase(a.free_gpus, g);
     }
-    out.push_back(Admitted{*it, std::move(*placement)});
+    for (const auto& id : added) slot(id).free_cores -= spread->shard_cores;
+    out.push_back(Admitted{*it, std::move(*placement), std::move(added)});
     it = queue_.erase(it);
   }
   return out;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,17 @@ namespace dltrain::leader {
 struct Admitted {
   std::string job;
   std::vector<Placed> placement;
+  /// ps_shards = "auto": the agents of the PS shards spread_shards added beside the
+  /// workers, after the placement's shards (their cores taken like the placement's).
+  std::vector<std::string> added_shards;
+};
+
+/// What spread_shards needs of a queued job with ps_shards = "auto": its shards in
+/// job_needs (the first tasks), the cores one takes, and the most the job may have.
+struct ShardSpread {
+  int shards = 1;
+  int shard_cores = 1;
+  int max_shards = 1;
 };
 
 /// The queue (job ids, first come first served) and its admission rule: in queue order,
@@ -42,9 +54,12 @@ class Scheduler {
   /// index: AgentRegistry::capacities), `free` what each has free now (slots);
   /// `needs_of(job)` a queued job's task needs (job_needs). Returns the jobs that start,
   /// in queue order, each taken out of the queue, its placement taken from `free` before
-  /// the next job is considered.
+  /// the next job is considered. `spread_of(job)`, where given, says whether a job's PS
+  /// shards spread (ps_shards = "auto": a ShardSpread) or not (nullopt); the shards it
+  /// adds are taken from `free` too.
   std::vector<Admitted> admit(const std::vector<AgentSlots>& idle, std::vector<AgentSlots> free,
-                              const std::function<std::vector<TaskNeed>(const std::string&)>& needs_of);
+                              const std::function<std::vector<TaskNeed>(const std::string&)>& needs_of,
+                              const std::function<std::optional<ShardSpread>(const std::string&)>& spread_of = {});
 
  private:
   std::deque<std::string> queue_;

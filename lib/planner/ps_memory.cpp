@@ -102,6 +102,11 @@ int dataset_classes(const JobSpec& spec) {
   return classes;
 }
 
+int model_partitions(const JobSpec& spec, int classes) {
+  const auto sizes = model_tensor_sizes(spec.model, spec.channels, classes, spec.image_size);
+  return static_cast<int>(ps::make_layout(sizes, spec.partition_size, 1).partitions.size());
+}
+
 PsShardMemory ps_shard_memory(const JobSpec& spec, int classes) {
   const auto sizes = model_tensor_sizes(spec.model, spec.channels, classes, spec.image_size);
   const auto layout = ps::make_layout(sizes, spec.partition_size, spec.ps_shards);

@@ -46,6 +46,12 @@ struct PsShardMemory {
   std::uint64_t total_bytes = 0;
 };
 
+/// Partitions of `spec`'s built-in model with `classes` classes as its workers lay them
+/// out (ps::make_layout of model_tensor_sizes with partition_size): the most PS shards
+/// that each hold some. Throws ConfigError as model_tensor_sizes (a TorchScript model,
+/// whose tensors only its workers know, is an unknown model here). Pure; thread-safe.
+int model_partitions(const JobSpec& spec, int classes);
+
 /// The state of the largest shard of `spec` with `classes` classes: its model, its
 /// partitions (partition_size) spread over ps_shards shards as the workers lay them out,
 /// the PS momentum (0 with dgc), BSP's step accumulator (sync = "sync") and, when

@@ -491,6 +491,19 @@ struct StateChanged : Fields<StateChanged> {
   }
 };
 
+/// Where a job with ps_shards = "auto" put its PS shards when it first started: the one
+/// it needs, and one beside the workers on every other machine with room for it
+/// (leader/placement.h, spread_shards).
+struct ShardsSpread : Fields<ShardsSpread> {
+  static constexpr const char* kKind = "ps_shards";
+  int ps_shards = 1;                 ///< the job's PS shards from now on, [1, 256]
+  std::vector<std::string> agents;   ///< the agent of shard i (ps-i)
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("ps_shards", s.ps_shards), v("agents", s.agents);
+  }
+};
+
 /// The planner's decision for an automatic job (planner::to_json of its Plan).
 struct PlanDecided : Fields<PlanDecided> {
   static constexpr const char* kKind = "plan";

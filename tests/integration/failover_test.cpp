@@ -116,6 +116,74 @@ TEST_F(Failover, AnAgentHoldingAPsShardIsLostAndTheShardIsRebuiltOnAFreeAgent) {
             << " s after the kill); " << reassigned.dump() << std::endl;
 }
 
+TEST_F(Failover, PsShardsSpreadBesideTheWorkersAndAShardLostWithItsAgentIsRebuilt) {
+  // Two agents of 2 cores. A job that leaves ps_shards out ("auto"), its cnn (60,986
+  // floats, one 36,928-float tensor) cut in partitions of at most 16,384 floats: more
+  // partitions than it can have shards. place():
+  // ps-0 on agent-0 (a tie: the first), worker-0 on agent-1 (2 free against 1),
+  // worker-1 on agent-0 (a tie at 1). agent-1 keeps a core beside worker-0: ps-1 goes
+  // there (leader/placement.h, spread_shards). Every core is then taken.
+  start_leader();
+  ASSERT_FALSE(HasFatalFailure());
+  for (const char* name : {"agent-0", "agent-1"}) start_agent(name, "", "", 2);
+  wait_agents(2);
+  std::string body = std::regex_replace(job_toml(6), std::regex("ps_shards = 1\n"), "");
+  body.replace(body.find("[optimizer]"), 0, "[ps]\npartition_size = 16384\n");
+  const std::string file = dltrain::testing::write_job_file(root_, "spread", body);
+  Background submitted(client_ + " submit " + file + " --follow --json", (root_ / "submit.jsonl").string());
+  std::string job;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (const auto& line : submitted.lines()) {
+          const auto e = json::parse(line, nullptr, false);
+          if (e.is_object() && e.value("event", "") == "submitted") job = e.value("job", "");
+        }
+        return !job.empty();
+      },
+      60s, 50ms))
+      << "no submitted line";
+  auto st = wait_epochs(job, 1, 180);
+  ASSERT_EQ(st.value("state", ""), "running") << st.dump();
+  EXPECT_EQ(task(st, "ps-0")["agent"], "agent-0") << st.dump();
+  EXPECT_EQ(task(st, "ps-1")["agent"], "agent-1") << st.dump();
+  EXPECT_EQ(task(st, "worker-0")["agent"], "agent-1") << st.dump();
+  EXPECT_EQ(task(st, "worker-1")["agent"], "agent-0") << st.dump();
+  EXPECT_EQ(st["ps_shards"], 2) << st.dump();
+  // Both shards hold parameters: each worker pushes to and pulls from both.
+  json spread;
+  for (const auto& line : submitted.lines()) {
+    const auto e = json::parse(line, nullptr, false);
+    if (e.is_object() && e.value("event", "") == "ps_shards") spread = e;
+  }
+  ASSERT_TRUE(spread.is_object()) << "no ps_shards event";
+  EXPECT_EQ(spread["ps_shards"], 2);
+  EXPECT_EQ(spread["agents"], json({"agent-0", "agent-1"}));
+
+  // A machine joins with room for what agent-1 holds; then agent-1 goes, with worker-0
+  // and ps-1, while both workers have work left.
+  start_agent("agent-2", "", "", 2);
+  wait_agents(3);
+  st = status(job);
+  ASSERT_EQ(st.value("state", ""), "running") << st.dump();
+  ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-0", 0.3));
+  ASSERT_TRUE(dltrain::testing::has_work_left(st, "worker-1", 0.3));
+  kill_daemon("agent-1");
+
+  // Recovery is what it is for one shard: both lost tasks placed again (on agent-2, the
+  // only agent with room), ps-1 rebuilt, the job ends well with its two shards.
+  auto end = wait_end(job);
+  ASSERT_EQ(end.value("state", ""), "succeeded") << end.dump();
+  EXPECT_GE(end["test_accuracy"].get<double>(), 0.6) << end.dump();  // chance is 0.10
+  EXPECT_EQ(end["generation"], 2) << end.dump();
+  EXPECT_EQ(end["reassignments"], 1) << end.dump();
+  EXPECT_EQ(end["ps_shards"], 2) << end.dump();
+  EXPECT_EQ(task(end, "ps-1")["agent"], "agent-2") << end.dump();
+  EXPECT_EQ(task(end, "worker-0")["agent"], "agent-2") << end.dump();
+  EXPECT_EQ(task(end, "ps-0")["agent"], "agent-0") << end.dump();
+  std::cout << "[ figures  ] spread shards, agent-1 lost: job " << end["state"] << ", test accuracy "
+            << end["test_accuracy"] << ", wall " << end["wall_seconds"] << " s" << std::endl;
+}
+
 TEST_F(Failover, TheLeaderIsKilledAndStartedAgainAndTheRunningJobSucceeds) {
   start_cluster(3);
   const std::string queued_before = submit("history-row", job_toml(1, 2000));

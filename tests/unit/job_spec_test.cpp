@@ -451,3 +451,24 @@ TEST(JobSpec, EvalBatchSizeIsASettingFromOneTo65536AndIsStored) {
   old.erase("eval_batch_size");
   EXPECT_EQ(job_from_json(old).eval_batch_size, 128);
 }
+
+TEST(JobSpec, PsShardsAreAutoUnlessTheJobFileGivesANumber) {
+  // Left out: "auto" with the one shard a job needs at least (the leader adds more).
+  const auto a = parse_job_toml(kData);
+  EXPECT_TRUE(a.ps_shards_auto);
+  EXPECT_EQ(a.ps_shards, 1);
+  const auto b = parse_job_toml(kData + "ps_shards = \"auto\"\n");
+  EXPECT_TRUE(b.ps_shards_auto);
+  const auto c = parse_job_toml(kData + "ps_shards = 3\n");
+  EXPECT_FALSE(c.ps_shards_auto);
+  EXPECT_EQ(c.ps_shards, 3);
+  EXPECT_EQ(reject(kData + "ps_shards = 0\n").first, "ps_shards");
+  EXPECT_EQ(reject(kData + "ps_shards = 257\n").first, "ps_shards");
+  EXPECT_EQ(reject(kData + "ps_shards = \"many\"\n").first, "ps_shards");
+  // Stored and read back; a job stored before the key existed had a fixed count.
+  EXPECT_TRUE(job_from_json(nlohmann::json(a)).ps_shards_auto);
+  EXPECT_FALSE(job_from_json(nlohmann::json(c)).ps_shards_auto);
+  auto old = nlohmann::json(a);
+  old.erase("ps_shards_auto");
+  EXPECT_FALSE(job_from_json(old).ps_shards_auto);
+}

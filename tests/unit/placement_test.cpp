@@ -181,3 +181,57 @@ TEST(GpuPlacement, TheWorkersOfALocalGroupJobArePackedOnOneAgent) {
   EXPECT_EQ((*spread)[2].agent, "a");
   EXPECT_EQ((*spread)[3].agent, "b");
 }
+
+TEST(ShardSpread, OneShardBesideTheWorkersOfEveryMachineWithRoom) {
+  // ps_shards = "auto" on four agents of 2 cores, 4 workers of 1 core: place() puts
+  // shard 0 on a (all tie at 2: the first), then the workers on b, c, d (2 free each
+  // against a's 1) and a. Left free: a 0, b 1, c 1, d 1. The workers' machines in rank
+  // order are b, c, d, a; a already holds shard 0 and no core: shards 1-3 go to b, c, d.
+  const std::vector<AgentSlots> free{{"a", 2}, {"b", 2}, {"c", 2}, {"d", 2}};
+  const auto needs = job_needs(1, 4, 1, 0);
+  const auto p = place(free, needs);
+  ASSERT_TRUE(p.has_value());
+  std::vector<std::string> where;
+  for (const auto& x : *p) where.push_back(x.agent);
+  ASSERT_EQ(where, (std::vector<std::string>{"a", "b", "c", "d", "a"}));
+  EXPECT_EQ(spread_shards(free, needs, *p, 1, 1, 256), (std::vector<std::string>{"b", "c", "d"}));
+  // At most max_shards in all (the model's partitions): shard 0 and one more.
+  EXPECT_EQ(spread_shards(free, needs, *p, 1, 1, 2), (std::vector<std::string>{"b"}));
+  EXPECT_TRUE(spread_shards(free, needs, *p, 1, 1, 1).empty());
+}
+
+TEST(ShardSpread, AMachineFullOfWorkersGetsNoShardAndTwoWorkersShareOne) {
+  // Agents of one core each (the tests' clusters): no core is left beside any worker,
+  // so the job keeps its one shard.
+  const std::vector<AgentSlots> ones{{"a", 1}, {"b", 1}, {"c", 1}};
+  const auto two = job_needs(1, 2, 1, 0);
+  const auto p = place(ones, two);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_TRUE(spread_shards(ones, two, *p, 1, 1, 256).empty());
+  // 2 cores per task on a:6 b:4: shard 0 on a (6 → 4); worker 0 on a (a and b tie at 4:
+  // the first), worker 1 on b (4 against a's 2), worker 2 on a (a and b tie at 2).
+  // Left: a 0, b 2. a holds shard 0; b has its 2 cores for one shard of 2.
+  const std::vector<AgentSlots> big{{"a", 6}, {"b", 4}};
+  const auto three = job_needs(1, 3, 2, 0);
+  const auto q = place(big, three);
+  ASSERT_TRUE(q.has_value());
+  std::vector<std::string> where;
+  for (const auto& x : *q) where.push_back(x.agent);
+  ASSERT_EQ(where, (std::vector<std::string>{"a", "a", "b", "a"}));
+  EXPECT_EQ(spread_shards(big, three, *q, 1, 2, 256), (std::vector<std::string>{"b"}));
+  // With 3 cores a shard needs, b's 2 are not enough.
+  EXPECT_TRUE(spread_shards(big, three, *q, 1, 3, 256).empty());
+}
+
+TEST(ShardSpread, GpuWorkersPackedOnOneMachineGetAShardBesideThem) {
+  // Two workers of 1 GPU packed on g (8 cores, GPUs 0-1); shard 0 on c, the agent with
+  // the most free cores (16). g keeps 6 cores: one shard goes beside the GPU workers.
+  const std::vector<AgentSlots> free{{"g", 8, {0, 1}}, {"c", 16, {}}};
+  const auto needs = job_needs(1, 2, 1, 1);
+  const auto p = place(free, needs);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ((*p)[0].agent, "c");
+  ASSERT_EQ((*p)[1].agent, "g");
+  ASSERT_EQ((*p)[2].agent, "g");
+  EXPECT_EQ(spread_shards(free, needs, *p, 1, 1, 256), (std::vector<std::string>{"g"}));
+}

@@ -126,3 +126,17 @@ TEST(PsMemory, ImageFolderClassesAreTheTrainFolders) {
   s.data_dir = "/nonexistent-dltrain-dir";
   EXPECT_THROW(dataset_classes(s), ConfigError);
 }
+
+TEST(PsMemory, ModelPartitionsBoundTheShardsThatHoldSome) {
+  // mlp-large on 28x28x1: 784·768 = 602,112 weights, over the 262,144-float partitions,
+  // are cut in ceil(602112 / 262144) = 3 pieces; the rest (768 + 768·128 + 128 + 128·10 +
+  // 10 = 100,490) packs into one: 4 partitions.
+  auto s = sparse_job("mlp-large", 4);
+  EXPECT_EQ(model_partitions(s, 10), 4);
+  // With partitions of 100,490 floats the rest is still one partition and the weights
+  // are cut in ceil(602112 / 100490) = 6: 7.
+  s.partition_size = 100490;
+  EXPECT_EQ(model_partitions(s, 10), 7);
+  s.model = "torchscript";
+  EXPECT_THROW(model_partitions(s, 10), ConfigError);
+}

@@ -1,6 +1,7 @@
 // The leader's scheduler (leader/scheduler.h) over plain counts: the queue and its
 // admission rule, each case worked out by hand from the agents' cores and GPUs.
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,4 +104,23 @@ TEST(Scheduler, GpusTakenByOneJobAreNotOfferedToTheNext) {
   EXPECT_EQ(started[0].placement[0].gpus, (std::vector<int>{0}));
   EXPECT_EQ(started[1].placement[0].gpus, (std::vector<int>{1}));
   EXPECT_EQ(queued(s), (std::vector<std::string>{"job-3"}));
+}
+
+TEST(Scheduler, TheShardsAJobSpreadsAreTakenBeforeTheNextJobIsPlaced) {
+  // a:2 b:2. Job 1 (ps_shards = "auto": 1 shard + 2 workers) is placed shard 0 on a,
+  // workers on b (2 against a's 1) and a; b keeps a core, where a second shard goes.
+  // That leaves nothing: job 2 (1 + 1) fits the idle cluster but not what is free, and
+  // waits. Without the spread, job 2 would have been given b's last core.
+  Scheduler s;
+  s.enqueue("job-1");
+  s.enqueue("job-2");
+  const std::vector<AgentSlots> agents{{"a", 2}, {"b", 2}};
+  const Needs needs{{"job-1", cpu_tasks(3)}, {"job-2", cpu_tasks(2)}};
+  const auto a = s.admit(agents, agents, [&](const std::string& job) { return needs.at(job); },
+                         [](const std::string& job) {
+                           return job == "job-1" ? std::optional(ShardSpread{1, 1, 256}) : std::nullopt;
+                         });
+  ASSERT_EQ(ids(a), (std::vector<std::string>{"job-1"}));
+  EXPECT_EQ(a[0].added_shards, (std::vector<std::string>{"b"}));
+  EXPECT_EQ(queued(s), (std::vector<std::string>{"job-2"}));
 }
