@@ -219,7 +219,7 @@ def run_point(args, cluster, ln, link, model, seed, name, eff, size, workdir):
     lr = job_lr(system, eff, args.workers)
     job = e2e.job_toml(os.path.join(workdir, f"{model}-{name}-{link}-{seed}-{eff}.toml"), model, system, seed, size,
                        args.workers, warmup, args.min_compress_bytes, "stages", lr, args.downlink_ratio,
-                       None if spread else 1)
+                       None if spread else 1, args.partition_size)
     t0 = time.time()
     try:
         if system in e2e.DDP:
@@ -253,6 +253,8 @@ def main():
     ap.add_argument("--compression-warmup", type=float, default=0.25,
                     help="dltrain's compressed systems' compression.warmup_epochs (default 0.25, \"stages\")")
     ap.add_argument("--min-compress-bytes", type=int, default=4096)
+    ap.add_argument("--partition-size", type=int, help="dltrain's [ps] partition_size in floats (default dltrain's, "
+                    "262,144: a model smaller than that is one partition, and stays on one shard)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compare"))
     ap.add_argument("--no-docs", action="store_true")
     ap.add_argument("--report", metavar="JSON", help="run nothing: rewrite the tables from a compare.json")
@@ -316,7 +318,8 @@ def main():
             "workers": args.workers, "size": {k: SIZES[k] for k in SIZES}, "seeds": seeds, "grid": grid,
             "models": models, "links": links, "systems": systems, "target": args.target,
             "cap_seconds": args.cap_seconds, "downlink_ratio": args.downlink_ratio,
-            "compression_warmup": args.compression_warmup, "min_compress_bytes": args.min_compress_bytes}
+            "compression_warmup": args.compression_warmup, "min_compress_bytes": args.min_compress_bytes,
+            "partition_size": args.partition_size}
     write(args, {"meta": meta, "results": results})
 
 

@@ -44,7 +44,9 @@ DGC = {"dltrain-dgc-10%": 0.1, "dltrain-dgc-1%": 0.01, "dltrain-dgc-0.1%": 0.001
        "dltrain-dgc-1%-bsp": 0.01, "dltrain-dgc-0.1%-bsp": 0.001}
 # Run only when named in --systems: DGC under `sync = "sync"` (BSP through the PS,
 # docs/training.md), the consistency model that trains best with a sparse uplink.
-BSP = {"dltrain-dgc-1%-bsp", "dltrain-dgc-0.1%-bsp", "dltrain-dense-bsp", "dltrain-powersgd-r4-bsp"}
+BSP = {"dltrain-dgc-1%-bsp", "dltrain-dgc-0.1%-bsp", "dltrain-dense-bsp", "dltrain-powersgd-r4-bsp", "dltrain-fp16-bsp"}
+# dltrain's binary16 pushes (method = "fp16"; pulls dense fp32): run only when named.
+FP16 = {"dltrain-fp16", "dltrain-fp16-bsp"}
 # DDP with PyTorch's own gradient compression (torch_ref.py --comm-hook), and dltrain's
 # low-rank method (compress/lowrank.h) at rank r: run only when named in --systems
 # (bench/e2e/compare.py runs them with each system's learning rate tuned).
@@ -52,7 +54,7 @@ DDP = {"ddp": [], "ddp-fp16": ["--comm-hook", "fp16"],
        "ddp-powersgd-r1": ["--comm-hook", "powersgd", "--powersgd-rank", "1"],
        "ddp-powersgd-r4": ["--comm-hook", "powersgd", "--powersgd-rank", "4"]}
 POWERSGD = {"dltrain-powersgd-r1": 1, "dltrain-powersgd-r4": 4, "dltrain-powersgd-r4-bsp": 4}
-SYSTEMS = ["plain", "torch", *DDP, "dltrain-1w", "dltrain-dense", "dltrain-dense-bsp", *DGC, *POWERSGD]
+SYSTEMS = ["plain", "torch", *DDP, "dltrain-1w", "dltrain-dense", "dltrain-dense-bsp", *DGC, *POWERSGD, *FP16]
 DEFAULT_SYSTEMS = ["plain", "torch", "ddp", "dltrain-1w", "dltrain-dense", *(s for s in DGC if s not in BSP)]
 SINGLE = {"plain", "torch"}  # one process, no network: run once per model and seed
 RATES = {"1gbit": "1gbit", "100mbit": "100mbit"}
@@ -102,10 +104,11 @@ def default_cap(results, model, link, system, peer_cap, cap):
 
 
 def job_toml(path, model, system, seed, size, workers, dgc_warmup=None, min_compress_bytes=0,
-             warmup_schedule="per_epoch", lr=None, downlink_ratio=0.01, ps_shards=1):
+             warmup_schedule="per_epoch", lr=None, downlink_ratio=0.01, ps_shards=1, partition_size=None):
     """The job file every system of a run reads. `lr`: the job's learning rate (default the
     model's); `downlink_ratio`: the compressed dltrain systems' PS → worker density;
-    `ps_shards`: dltrain's PS shards (None: left out, "auto")."""
+    `ps_shards`: dltrain's PS shards (None: left out, "auto"); `partition_size`: dltrain's
+    [ps] partition_size (None: its default)."""
     m = MODELS[model]
     lines = [f'name = "e2e-{model}-{system}-s{seed}"', f'model = "{model}"', 'dataset = "fashion-mnist"',
              f"epochs = {size['epochs'][model]}", f"workers = {workers}", *([f"ps_shards = {ps_shards}"] if ps_shards else []), "batch_size = 64",
@@ -124,6 +127,10 @@ def job_toml(path, model, system, seed, size, workers, dgc_warmup=None, min_comp
                   f"warmup_epochs = {warmup}", f'warmup_schedule = "{warmup_schedule}"']
         if min_compress_bytes:
             lines.append(f"min_compress_bytes = {min_compress_bytes}")
+    if system in FP16:
+        lines += ["[compression]", 'method = "fp16"']
+    if partition_size and system.startswith("dltrain"):
+        lines += ["", "[ps]", f"partition_size = {partition_size}"]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     return path
