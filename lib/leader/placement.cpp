@@ -110,7 +110,10 @@ std::vector<std::string> spread_shards(std::vector<AgentSlots> free, const std::
   };
   std::vector<std::string> with_shard;
   for (std::size_t i = 0; i < placement.size() && i < needs.size(); ++i) {
-    if (auto a = slot_of(placement[i].agent); a != free.end()) a->free_cores -= needs[i].cores;
+    if (auto a = slot_of(placement[i].agent); a != free.end()) {
+      a->free_cores -= needs[i].cores;
+      for (const int g : placement[i].gpus) std::erase(a->free_gpus, g);
+    }
     if (static_cast<int>(i) < shards) with_shard.push_back(placement[i].agent);
   }
   std::vector<std::string> added;
@@ -118,7 +121,9 @@ std::vector<std::string> spread_shards(std::vector<AgentSlots> free, const std::
     if (shards + static_cast<int>(added.size()) >= max_shards) break;
     const auto& id = placement[i].agent;
     auto a = slot_of(id);
-    if (a == free.end() || a->free_cores < shard_cores || is_excluded(with_shard, id)) continue;
+    // The cores a machine's free GPUs need stay theirs: a shard never strands a GPU.
+    const int gpu_cores = static_cast<int>(a == free.end() ? 0 : a->free_gpus.size()) * shard_cores;
+    if (a == free.end() || a->free_cores - gpu_cores < shard_cores || is_excluded(with_shard, id)) continue;
     a->free_cores -= shard_cores;
     with_shard.push_back(id);
     added.push_back(id);

@@ -91,7 +91,8 @@ std::optional<std::vector<Placed>> place(std::vector<AgentSlots> agents, const s
 /// `needs` (its `shards` shards first, then its workers) on `free` (every agent's free
 /// cores and GPUs before the job): one on each agent that holds some of the job's workers
 /// but none of its shards and keeps `shard_cores` free cores once the job's tasks are
-/// taken, in the order of the workers' ranks, until the job has `max_shards`. A shard
+/// taken — besides `shard_cores` for each GPU still free there, so that no GPU is left
+/// without a core — in the order of the workers' ranks, until the job has `max_shards`. A shard
 /// beside every machine's workers is BytePS's answer to the PS's incast (Jiang et al.,
 /// OSDI'20, §3.1, colocated servers): each link then carries its own workers' pushes to
 /// the other shards and the other workers' pushes to its shard, not every worker's.

@@ -1,6 +1,7 @@
 #include "leader/scheduler.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace dltrain::leader {
 
@@ -32,7 +33,9 @@ std::vector<Admitted> Scheduler::admit(const std::vector<AgentSlots>& idle, std:
     }
     auto placement = place(free, need);
     if (!placement) break;  // fits the cluster, not what is free: the queue waits behind it
-    const auto spread = spread_of ? spread_of(*it) : std::nullopt;
+    // A job spreads its shards only when no job waits behind it: spare cores go to the
+    // queue first.
+    const auto spread = spread_of && std::next(it) == queue_.end() ? spread_of(*it) : std::nullopt;
     std::vector<std::string> added;
     if (spread) added = spread_shards(free, need, *placement, spread->shards, spread->shard_cores, spread->max_shards);
     const auto slot = [&](const std::string& id) -> AgentSlots& {

@@ -55,8 +55,9 @@ class Scheduler {
   /// `needs_of(job)` a queued job's task needs (job_needs). Returns the jobs that start,
   /// in queue order, each taken out of the queue, its placement taken from `free` before
   /// the next job is considered. `spread_of(job)`, where given, says whether a job's PS
-  /// shards spread (ps_shards = "auto": a ShardSpread) or not (nullopt); the shards it
-  /// adds are taken from `free` too.
+  /// shards spread (ps_shards = "auto": a ShardSpread) or not (nullopt). Only a job
+  /// with none queued behind it spreads (spare cores go to the jobs waiting first); the
+  /// shards it adds are taken from `free` too.
   std::vector<Admitted> admit(const std::vector<AgentSlots>& idle, std::vector<AgentSlots> free,
                               const std::function<std::vector<TaskNeed>(const std::string&)>& needs_of,
                               const std::function<std::optional<ShardSpread>(const std::string&)>& spread_of = {});

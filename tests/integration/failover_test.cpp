@@ -118,7 +118,7 @@ TEST_F(Failover, AnAgentHoldingAPsShardIsLostAndTheShardIsRebuiltOnAFreeAgent) {
 
 TEST_F(Failover, PsShardsSpreadBesideTheWorkersAndAShardLostWithItsAgentIsRebuilt) {
   // Two agents of 2 cores. A job that leaves ps_shards out ("auto"), its cnn (60,986
-  // floats, one 36,928-float tensor) cut in partitions of at most 16,384 floats: more
+  // floats, the largest tensor 36,864) cut in partitions of at most 16,384 floats: more
   // partitions than it can have shards. place():
   // ps-0 on agent-0 (a tie: the first), worker-0 on agent-1 (2 free against 1),
   // worker-1 on agent-0 (a tie at 1). agent-1 keeps a core beside worker-0: ps-1 goes

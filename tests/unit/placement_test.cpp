@@ -235,3 +235,21 @@ TEST(ShardSpread, GpuWorkersPackedOnOneMachineGetAShardBesideThem) {
   ASSERT_EQ((*p)[2].agent, "g");
   EXPECT_EQ(spread_shards(free, needs, *p, 1, 1, 256), (std::vector<std::string>{"g"}));
 }
+
+TEST(ShardSpread, AShardNeverTakesTheLastCoreOfAFreeGpu) {
+  // One worker of 1 GPU on g (2 cores, GPUs 0-1); shard 0 on c (4 cores against g's 2).
+  // g keeps 1 core and GPU 1: a shard there would leave GPU 1 no core, so none goes.
+  const std::vector<AgentSlots> free{{"g", 2, {0, 1}}, {"c", 4, {}}};
+  const auto needs = job_needs(1, 1, 1, 1);
+  const auto p = place(free, needs);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ((*p)[0].agent, "c");
+  ASSERT_EQ((*p)[1].agent, "g");
+  EXPECT_TRUE(spread_shards(free, needs, *p, 1, 1, 256).empty());
+  // With 3 cores, g keeps 2: one for GPU 1, one for a shard.
+  const std::vector<AgentSlots> roomy{{"g", 3, {0, 1}}, {"c", 4, {}}};
+  const auto q = place(roomy, needs);
+  ASSERT_TRUE(q.has_value());
+  ASSERT_EQ((*q)[1].agent, "g");
+  EXPECT_EQ(spread_shards(roomy, needs, *q, 1, 1, 256), (std::vector<std::string>{"g"}));
+}

@@ -106,21 +106,33 @@ TEST(Scheduler, GpusTakenByOneJobAreNotOfferedToTheNext) {
   EXPECT_EQ(queued(s), (std::vector<std::string>{"job-3"}));
 }
 
-TEST(Scheduler, TheShardsAJobSpreadsAreTakenBeforeTheNextJobIsPlaced) {
-  // a:2 b:2. Job 1 (ps_shards = "auto": 1 shard + 2 workers) is placed shard 0 on a,
-  // workers on b (2 against a's 1) and a; b keeps a core, where a second shard goes.
-  // That leaves nothing: job 2 (1 + 1) fits the idle cluster but not what is free, and
-  // waits. Without the spread, job 2 would have been given b's last core.
-  Scheduler s;
-  s.enqueue("job-1");
-  s.enqueue("job-2");
+TEST(Scheduler, OnlyAJobWithNoneQueuedBehindItSpreadsAndItsShardsAreTaken) {
+  // a:2 b:2; ps_shards = "auto" jobs: 1 shard + 2 workers. place(): shard 0 on a (a
+  // tie: the first), workers on b (2 against a's 1) and a (a tie at 1); b keeps a core.
   const std::vector<AgentSlots> agents{{"a", 2}, {"b", 2}};
-  const Needs needs{{"job-1", cpu_tasks(3)}, {"job-2", cpu_tasks(2)}};
-  const auto a = s.admit(agents, agents, [&](const std::string& job) { return needs.at(job); },
-                         [](const std::string& job) {
-                           return job == "job-1" ? std::optional(ShardSpread{1, 1, 256}) : std::nullopt;
-                         });
-  ASSERT_EQ(ids(a), (std::vector<std::string>{"job-1"}));
-  EXPECT_EQ(a[0].added_shards, (std::vector<std::string>{"b"}));
-  EXPECT_EQ(queued(s), (std::vector<std::string>{"job-2"}));
+  const auto spread = [](const std::string&) { return std::optional(ShardSpread{1, 1, 256}); };
+  {
+    // With job 2 (one task) queued behind it, job 1 does not spread: b's last core goes
+    // to job 2.
+    Scheduler s;
+    s.enqueue("job-1");
+    s.enqueue("job-2");
+    const Needs needs{{"job-1", cpu_tasks(3)}, {"job-2", cpu_tasks(1)}};
+    const auto a = s.admit(agents, agents, [&](const std::string& job) { return needs.at(job); }, spread);
+    ASSERT_EQ(ids(a), (std::vector<std::string>{"job-1", "job-2"}));
+    EXPECT_TRUE(a[0].added_shards.empty());
+    EXPECT_TRUE(a[1].added_shards.empty());  // none of b's cores left beside job 2's task
+    ASSERT_EQ(a[1].placement.size(), 1u);
+    EXPECT_EQ(a[1].placement[0].agent, "b");
+  }
+  {
+    // Alone in the queue, job 1 puts a second shard on b: a machine of its workers
+    // without a shard of it and with a core left.
+    Scheduler s;
+    s.enqueue("job-1");
+    const Needs needs{{"job-1", cpu_tasks(3)}};
+    const auto a = s.admit(agents, agents, [&](const std::string& job) { return needs.at(job); }, spread);
+    ASSERT_EQ(ids(a), (std::vector<std::string>{"job-1"}));
+    EXPECT_EQ(a[0].added_shards, (std::vector<std::string>{"b"}));
+  }
 }
