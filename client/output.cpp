@@ -226,7 +226,8 @@ void print_event(std::ostream& out, const json& e) {
 void print_job_line(std::ostream& out, const json& j) {
   out << std::left << std::setw(9) << j.value("job", "") << std::setw(11) << j.value("state", "") << std::setw(22)
       << j.value("name", "").substr(0, 21) << std::setw(6) << j.value("model", "") << std::right << std::setw(3)
-      << j.value("workers", 0) << "w" << std::setw(3) << j.value("ps_shards", 0) << "ps  epoch "
+      << j.value("workers", 0) << "w" << std::setw(3)
+      << (j.value("ps_shards_auto", false) ? std::string("a") : std::to_string(j.value("ps_shards", 0))) << "ps  epoch "
       << j.value("epochs", 0) << "/" << j.value("epochs_total", 0) << "  acc "
       << (j["test_accuracy"].is_number() ? fmt(j["test_accuracy"].get<double>(), 4) : std::string("  -   ")) << "  "
       << fmt(j.value("wall_seconds", 0.0), 0) << " s" << std::endl;

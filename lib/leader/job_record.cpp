@@ -139,6 +139,8 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
   out["dataset"] = j.spec.dataset;
   out["workers"] = j.spec.workers;
   out["ps_shards"] = j.spec.ps_shards;
+  // ps_shards = "auto" until the job starts: ps_shards is then the least it will have.
+  if (j.spec.ps_shards_auto) out["ps_shards_auto"] = true;
   out["batch_size"] = j.spec.batch_size;
   out["epochs_total"] = j.spec.epochs;
   out["device"] = j.spec.device;
