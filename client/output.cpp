@@ -212,8 +212,10 @@ void print_event(std::ostream& out, const json& e) {
     print_reassigned(out, events::Reassigned::from_json(e), job);
   } else if (kind == events::ShardsSpread::kKind) {
     const auto s = events::ShardsSpread::from_json(e);
-    out << job << ": " << s.ps_shards << " PS shard" << (s.ps_shards == 1 ? "" : "s") << " (ps_shards = \"auto\"), on "
-        << json(s.agents).dump() << std::endl;
+    out << job << ": " << s.ps_shards << " PS shard" << (s.ps_shards == 1 ? "" : "s") << " on "
+        << json(s.agents).dump();
+    if (s.partition_size) out << ", partitions of at most " << *s.partition_size << " floats";
+    out << std::endl;
   } else if (kind == events::PlanDecided::kKind) {
     out << job << " planner: " << events::PlanDecided::from_json(e).plan.value("explanation", "") << std::endl;
   } else if (kind == events::Summary::kKind) {

@@ -161,7 +161,8 @@ KeyReader<JobSpec> duration_key(double JobSpec::*f, const char* example, double 
 
 const KeyTable<JobSpec>& ps_keys() {
   static const KeyTable<JobSpec> keys{
-      {"partition_size", int_key(&JobSpec::partition_size, 1, std::int64_t{1} << 26)},
+      {"partition_size",
+       int_or_auto_key(&JobSpec::partition_size, &JobSpec::partition_size_auto, 1, std::int64_t{1} << 26)},
       {"timeout", duration_key(&JobSpec::ps_timeout_seconds, "60s", 1, 86400, "[1s, 24h]")},
       {"barrier_timeout", duration_key(&JobSpec::barrier_timeout_seconds, "30s", 0.1, 86400, "[100ms, 24h]")},
   };
@@ -169,12 +170,14 @@ const KeyTable<JobSpec>& ps_keys() {
 }
 
 // An integer key that may also be "auto" (workers, batch_size): "auto" sets `automatic`.
-KeyReader<JobSpec> int_or_auto_key(int JobSpec::*f, bool JobSpec::*automatic, std::int64_t lo, std::int64_t hi) {
+template <typename T>
+KeyReader<JobSpec> int_or_auto_key(T JobSpec::*f, bool JobSpec::*automatic, std::int64_t lo, std::int64_t hi) {
   return [=](JobSpec& s, const Node& n, const std::string& k) {
     if (n.is_string() && *n.value<std::string>() == "auto") {
       s.*automatic = true;
     } else {
-      s.*f = static_cast<int>(get_int(n, k, lo, hi));
+      s.*f = static_cast<T>(get_int(n, k, lo, hi));
+      s.*automatic = false;
     }
   };
 }
@@ -396,6 +399,8 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
   JobSpec s;
   toml_fields::read_keys(root, "", job_keys(), s);
   if (!root.contains("ps_shards")) s.ps_shards_auto = true;
+  const toml::table* ps = root["ps"].as_table();
+  if (ps == nullptr || !ps->contains("partition_size")) s.partition_size_auto = true;
   const bool staleness_given = root.contains("staleness");
   const bool gpus_given = root.contains("gpus_per_worker");
   check_sync_fields(s, staleness_given);
@@ -560,6 +565,7 @@ void job_fields(S& s, V&& v) {
   v.nested("compression", s.compression, [](auto& c, auto&& w) { compression_fields(c, w); }, opt);
   v.nested("checkpoint", s.checkpoint, [](auto& c, auto&& w) { checkpoint_fields(c, w); }, opt);
   v("workers_auto", s.workers_auto, opt), v("batch_auto", s.batch_auto, opt), v("ps_shards_auto", s.ps_shards_auto, opt),
+      v("partition_size_auto", s.partition_size_auto, opt),
       v("target_accuracy", s.target_accuracy, opt), v("deadline_seconds", s.deadline_seconds, opt),
       v("queue_timeout_seconds", s.queue_timeout_seconds, opt),
       v("batch_sizes", s.batch_sizes, opt), v("max_workers", s.max_workers, opt),

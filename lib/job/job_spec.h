@@ -126,7 +126,9 @@ struct JobSpec {
   /// allocator keeps large blocks (docs/training.md, "Evaluation"); large values cost
   /// memory (activations of the whole batch at once).
   int eval_batch_size = 128;
-  std::int64_t partition_size = 262144;  ///< max floats per PS partition, [1, 2^26]
+  /// [ps] partition_size: max floats per PS partition, [1, 2^26]; with
+  /// partition_size_auto the default the leader starts from (262,144).
+  std::int64_t partition_size = 262144;
   /// [ps] timeout: seconds the PS shards may stay silent within one worker call before
   /// the worker gives up (ps::PsClientOptions::timeout), [1, 86400]
   double ps_timeout_seconds = 60;
@@ -146,6 +148,12 @@ struct JobSpec {
   /// traffic (leader/placement.h, spread_shards; docs/training.md, "PS shards"). The
   /// leader sets the count in ps_shards and clears this when the job first starts.
   bool ps_shards_auto = false;
+  /// [ps] partition_size = "auto", what a job file that leaves it out gets: when the job
+  /// first starts, with its shard count fixed, the leader sets partition_size so that the
+  /// shards hold even shares of a built-in model (planner::balanced_partition_size), and
+  /// clears this; a TorchScript model keeps the default. Also lets ps_shards = "auto"
+  /// spread a model smaller than one default partition.
+  bool partition_size_auto = false;
   bool batch_auto = false;          ///< batch_size = "auto": the leader's planner chooses
   double target_accuracy = 0;       ///< final test accuracy to reach, (0, 1]; 0 = none
   double deadline_seconds = 0;      ///< wall time from start to end, > 0; 0 = none

@@ -263,17 +263,29 @@ TaskHold Leader::Impl::hold_of(const JobRec& j, const TaskRec& t) const {
 }
 
 void Leader::Impl::launch(JobRec& j, std::vector<Placed> placement, const std::vector<std::string>& added_shards) {
-  if (j.spec.ps_shards_auto) {
-    // The count is the job's from now on: recovery places the same shards again, and its
-    // checkpoints are per shard.
+  if (j.spec.ps_shards_auto || j.spec.partition_size_auto) {
+    // The count and the partitions are the job's from now on: recovery places the same
+    // shards again, and its checkpoints are per shard and partition.
     std::vector<Placed> added;
     for (const auto& id : added_shards) added.push_back(Placed{id, {}});
     placement.insert(placement.begin() + j.spec.ps_shards, added.begin(), added.end());
     j.spec.ps_shards += static_cast<int>(added.size());
     j.spec.ps_shards_auto = false;
-    events::ShardsSpread ev{{}, j.spec.ps_shards, {}};
+    events::ShardsSpread ev{{}, j.spec.ps_shards, {}, std::nullopt};
+    if (j.spec.partition_size_auto) {
+      j.spec.partition_size_auto = false;
+      if (j.spec.model != "torchscript") {
+        try {
+          j.spec.partition_size = planner::auto_partition_size(j.spec, planner::dataset_classes(j.spec));
+        } catch (const ConfigError& e) {
+          spdlog::warn("job {}: partition_size = \"auto\" keeps {}: {}", j.id, j.spec.partition_size, e.what());
+        }
+      }
+      ev.partition_size = j.spec.partition_size;
+    }
     for (int s = 0; s < j.spec.ps_shards; ++s) ev.agents.push_back(placement[static_cast<std::size_t>(s)].agent);
-    spdlog::info("job {}: ps_shards = \"auto\": {} shards on {}", j.id, j.spec.ps_shards, json(ev.agents).dump());
+    spdlog::info("job {}: {} PS shards on {}, partitions of at most {} floats", j.id, j.spec.ps_shards,
+                 json(ev.agents).dump(), j.spec.partition_size);
     notify(j, ev.to_json());
     event(j, ev.to_json());
   }

@@ -469,7 +469,8 @@ void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
   } catch (const std::exception& e) {
     return refuse(wire::error_code::kInternal, "the configuration of " + from->job + " cannot be read: " + e.what());
   }
-  j.spec.workers_auto = j.spec.batch_auto = false;
+  // The checkpoint is of the shards and partitions the job ran with.
+  j.spec.workers_auto = j.spec.batch_auto = j.spec.ps_shards_auto = j.spec.partition_size_auto = false;
   // As a submit is: a PS shard that fits no agent now is refused now.
   if (auto why = ps_memory_problem(j.spec)) return refuse(wire::error_code::kInvalidJob, *why);
   j.resume_epoch = checkpoint_epoch(from->checkpoint);

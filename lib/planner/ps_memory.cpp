@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
+#include <numeric>
 #include <system_error>
 
 #include "common/errors.h"
@@ -104,7 +106,37 @@ int dataset_classes(const JobSpec& spec) {
 
 int model_partitions(const JobSpec& spec, int classes) {
   const auto sizes = model_tensor_sizes(spec.model, spec.channels, classes, spec.image_size);
-  return static_cast<int>(ps::make_layout(sizes, spec.partition_size, 1).partitions.size());
+  const auto size = spec.partition_size_auto ? std::min(spec.partition_size, kMinAutoPartitionFloats)
+                                             : spec.partition_size;
+  return static_cast<int>(ps::make_layout(sizes, size, 1).partitions.size());
+}
+
+std::int64_t balanced_partition_size(const std::vector<std::int64_t>& tensor_sizes, int shards,
+                                     std::int64_t preferred) {
+  if (shards < 1) throw ConfigError("ps_shards", "expected >= 1, got " + std::to_string(shards));
+  const std::int64_t total = std::accumulate(tensor_sizes.begin(), tensor_sizes.end(), std::int64_t{0});
+  const std::int64_t n = shards;
+  // Largest first (a cut above `preferred` is skipped; one raised to the floor may repeat
+  // the one before, which changes nothing).
+  const std::int64_t candidates[] = {preferred, std::max((total + n - 1) / n, kMinAutoPartitionFloats),
+                                     std::max((total + 2 * n - 1) / (2 * n), kMinAutoPartitionFloats)};
+  const double even = static_cast<double>(total) / static_cast<double>(shards);
+  std::int64_t best = preferred;
+  std::int64_t best_load = std::numeric_limits<std::int64_t>::max();
+  for (const auto size : candidates) {
+    if (size > preferred) continue;
+    const auto layout = ps::make_layout(tensor_sizes, size, shards);
+    std::int64_t load = 0;  // the busiest shard's floats
+    for (int s = 0; s < shards; ++s) load = std::max(load, layout.shard_floats(s));
+    if (static_cast<double>(load) <= kEvenShardSlack * even) return size;
+    if (load < best_load) best = size, best_load = load;
+  }
+  return best;
+}
+
+std::int64_t auto_partition_size(const JobSpec& spec, int classes) {
+  return balanced_partition_size(model_tensor_sizes(spec.model, spec.channels, classes, spec.image_size),
+                                 spec.ps_shards, spec.partition_size);
 }
 
 PsShardMemory ps_shard_memory(const JobSpec& spec, int classes) {

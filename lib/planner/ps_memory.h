@@ -47,10 +47,39 @@ struct PsShardMemory {
 };
 
 /// Partitions of `spec`'s built-in model with `classes` classes as its workers lay them
-/// out (ps::make_layout of model_tensor_sizes with partition_size): the most PS shards
-/// that each hold some. Throws ConfigError as model_tensor_sizes (a TorchScript model,
-/// whose tensors only its workers know, is an unknown model here). Pure; thread-safe.
+/// out (ps::make_layout of model_tensor_sizes with partition_size; with
+/// partition_size_auto, with the least size the leader may choose,
+/// kMinAutoPartitionFloats): the most PS shards that each hold some. Throws ConfigError
+/// as model_tensor_sizes (a TorchScript model, whose tensors only its workers know, is an
+/// unknown model here). Pure; thread-safe.
 int model_partitions(const JobSpec& spec, int classes);
+
+/// The least partition `[ps] partition_size = "auto"` cuts, in floats (64 KiB): the
+/// CNN's spread shards used it in the comparison (docs/benchmarks/comparison.md, run 6);
+/// smaller ones would cost a message per partition for a balance already near even.
+inline constexpr std::int64_t kMinAutoPartitionFloats = 16384;
+
+/// The busiest shard's load that counts as even: at most this × an even share (total / shards).
+inline constexpr double kEvenShardSlack = 1.15;
+
+/// The partition size of a job with `[ps] partition_size = "auto"` on `shards` shards
+/// (>= 1): of the candidates `preferred` (the job's partition_size, 262,144 by default),
+/// ⌈total / shards⌉ and ⌈total / (2·shards)⌉, each raised to at least
+/// kMinAutoPartitionFloats and taken largest first, the first whose busiest shard under
+/// ps::make_layout (LPT over the packed partitions) holds at most kEvenShardSlack × an
+/// even share; if none does, the one whose busiest shard holds least (the larger on a
+/// tie). Larger partitions mean fewer messages per step, so the default stays whenever it
+/// already balances (mlp-large on 4 shards); a model smaller than one default partition
+/// (the CNN, 60,986 floats) is cut so that every shard holds some. `tensor_sizes` as
+/// model_tensor_sizes returns them (each >= 1). Throws ConfigError as ps::make_layout.
+/// Pure; thread-safe.
+std::int64_t balanced_partition_size(const std::vector<std::int64_t>& tensor_sizes, int shards,
+                                     std::int64_t preferred);
+
+/// balanced_partition_size for `spec`'s built-in model with `classes` classes on its
+/// spec.ps_shards shards, from spec.partition_size. Throws ConfigError as
+/// model_tensor_sizes (a TorchScript model is an unknown model here). Pure; thread-safe.
+std::int64_t auto_partition_size(const JobSpec& spec, int classes);
 
 /// The state of the largest shard of `spec` with `classes` classes: its model, its
 /// partitions (partition_size) spread over ps_shards shards as the workers lay them out,

@@ -491,16 +491,21 @@ struct StateChanged : Fields<StateChanged> {
   }
 };
 
-/// Where a job with ps_shards = "auto" put its PS shards when it first started: the one
-/// it needs, and one beside the workers on every other machine with room for it
-/// (leader/placement.h, spread_shards).
+/// What the leader chose for a job with ps_shards = "auto" or [ps] partition_size =
+/// "auto" when it first started: where its PS shards went (the one it needs, and one
+/// beside the workers on every other machine with room for it: leader/placement.h,
+/// spread_shards) and the partition size that gives them even shares
+/// (planner::balanced_partition_size).
 struct ShardsSpread : Fields<ShardsSpread> {
   static constexpr const char* kKind = "ps_shards";
   int ps_shards = 1;                 ///< the job's PS shards from now on, [1, 256]
   std::vector<std::string> agents;   ///< the agent of shard i (ps-i)
+  /// The job's [ps] partition_size from now on, in floats, when the leader chose it
+  /// (partition_size = "auto"); absent when the job file gave it.
+  std::optional<std::int64_t> partition_size;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
-    v("ps_shards", s.ps_shards), v("agents", s.agents);
+    v("ps_shards", s.ps_shards), v("agents", s.agents), v("partition_size", s.partition_size);
   }
 };
 

@@ -117,9 +117,9 @@ TEST_F(Failover, AnAgentHoldingAPsShardIsLostAndTheShardIsRebuiltOnAFreeAgent) {
 }
 
 TEST_F(Failover, PsShardsSpreadBesideTheWorkersAndAShardLostWithItsAgentIsRebuilt) {
-  // Two agents of 2 cores. A job that leaves ps_shards out ("auto"), its cnn (60,986
-  // floats, the largest tensor 36,864) cut in partitions of at most 16,384 floats: more
-  // partitions than it can have shards. place():
+  // Two agents of 2 cores. A job that leaves ps_shards and [ps] partition_size out (both
+  // "auto"): its cnn (60,986 floats, one partition of the default 262,144) may be cut in
+  // partitions down to 16,384 floats, 8 of them: more than it can have shards. place():
   // ps-0 on agent-0 (a tie: the first), worker-0 on agent-1 (2 free against 1),
   // worker-1 on agent-0 (a tie at 1). agent-1 keeps a core beside worker-0: ps-1 goes
   // there (leader/placement.h, spread_shards). Every core is then taken.
@@ -127,8 +127,8 @@ TEST_F(Failover, PsShardsSpreadBesideTheWorkersAndAShardLostWithItsAgentIsRebuil
   ASSERT_FALSE(HasFatalFailure());
   for (const char* name : {"agent-0", "agent-1"}) start_agent(name, "", "", 2);
   wait_agents(2);
-  std::string body = std::regex_replace(job_toml(6), std::regex("ps_shards = 1\n"), "");
-  body.replace(body.find("[optimizer]"), 0, "[ps]\npartition_size = 16384\n");
+  const std::string body = std::regex_replace(job_toml(6), std::regex("ps_shards = 1\n"), "");
+  ASSERT_EQ(body.find("partition_size"), std::string::npos) << body;
   const std::string file = dltrain::testing::write_job_file(root_, "spread", body);
   Background submitted(client_ + " submit " + file + " --follow --json", (root_ / "submit.jsonl").string());
   std::string job;
@@ -158,6 +158,9 @@ TEST_F(Failover, PsShardsSpreadBesideTheWorkersAndAShardLostWithItsAgentIsRebuil
   ASSERT_TRUE(spread.is_object()) << "no ps_shards event";
   EXPECT_EQ(spread["ps_shards"], 2);
   EXPECT_EQ(spread["agents"], json({"agent-0", "agent-1"}));
+  // The cnn's even cut for 2 shards (tests/unit/ps_memory_test.cpp works it by hand):
+  // 30,266 and 30,720 floats a shard.
+  EXPECT_EQ(spread["partition_size"], 16384);
 
   // A machine joins with room for what agent-1 holds; then agent-1 goes, with worker-0
   // and ps-1, while both workers have work left.

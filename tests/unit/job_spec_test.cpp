@@ -472,3 +472,24 @@ TEST(JobSpec, PsShardsAreAutoUnlessTheJobFileGivesANumber) {
   old.erase("ps_shards_auto");
   EXPECT_FALSE(job_from_json(old).ps_shards_auto);
 }
+
+TEST(JobSpec, PartitionSizeIsAutoUnlessTheJobFileGivesANumber) {
+  const auto a = parse_job_toml(kData);
+  EXPECT_TRUE(a.partition_size_auto);
+  EXPECT_EQ(a.partition_size, 262144);  // where the leader's choice starts
+  const auto b = parse_job_toml(kData + "[ps]\ntimeout = \"30s\"\n");
+  EXPECT_TRUE(b.partition_size_auto);
+  const auto c = parse_job_toml(kData + "[ps]\npartition_size = \"auto\"\n");
+  EXPECT_TRUE(c.partition_size_auto);
+  const auto d = parse_job_toml(kData + "[ps]\npartition_size = 16384\n");
+  EXPECT_FALSE(d.partition_size_auto);
+  EXPECT_EQ(d.partition_size, 16384);
+  EXPECT_EQ(reject(kData + "[ps]\npartition_size = 0\n").first, "ps.partition_size");
+  EXPECT_EQ(reject(kData + "[ps]\npartition_size = \"big\"\n").first, "ps.partition_size");
+  // Stored and read back; a job stored before the key existed had a fixed size.
+  EXPECT_TRUE(job_from_json(nlohmann::json(a)).partition_size_auto);
+  EXPECT_FALSE(job_from_json(nlohmann::json(d)).partition_size_auto);
+  auto old = nlohmann::json(a);
+  old.erase("partition_size_auto");
+  EXPECT_FALSE(job_from_json(old).partition_size_auto);
+}

@@ -139,4 +139,48 @@ TEST(PsMemory, ModelPartitionsBoundTheShardsThatHoldSome) {
   EXPECT_EQ(model_partitions(s, 10), 7);
   s.model = "torchscript";
   EXPECT_THROW(model_partitions(s, 10), ConfigError);
+  // partition_size = "auto": the partitions of the least size the leader may choose,
+  // 16,384 floats: the weights in ceil(602112 / 16384) = 37, the 768 biases alone, the
+  // 98,304 weights in 6, the rest (128 + 1,280 + 10) in one: 45.
+  s.model = "mlp-large";
+  s.partition_size = 262144;
+  s.partition_size_auto = true;
+  EXPECT_EQ(model_partitions(s, 10), 45);
+}
+
+TEST(PsMemory, BalancedPartitionSizeKeepsTheDefaultWhenItIsEvenAndCutsWhenItIsNot) {
+  const std::vector<std::int64_t> mlp_large = model_tensor_sizes("mlp-large", 1, 10, 28);
+  // 4 shards: the default's partitions (3 × 200,704 and 100,490, above) put 200,704 on
+  // the busiest shard, within 1.15 × 702602 / 4 = 201,998.1 of even: kept.
+  EXPECT_EQ(balanced_partition_size(mlp_large, 4, 262144), 262144);
+  // 8 shards: 200,704 against 1.15 × 87,825.25 = 100,999.0: not even. ceil(702602 / 8) =
+  // 87,826 cuts the weights in 7 × 86,016, leaves the 768 biases alone, cuts 98,304 in
+  // 2 × 49,152, and packs 1,418; LPT: seven shards get 86,016, the eighth both 49,152s
+  // (98,304, the busiest), 1,418 and 768 go to two of the seven: within the bound.
+  EXPECT_EQ(balanced_partition_size(mlp_large, 8, 262144), 87826);
+  // The cnn (60,986 floats, one default partition) on 2 shards: 60,986 > 1.15 × 30,493.
+  // ceil(60986 / 2) = 30,493 packs 144 + 16 + 16 + 4,608 + 32 + 32 + 18,432 + 64 + 64 =
+  // 23,408, cuts 36,864 in 2 × 18,432, packs 64 + 640 + 10 = 714; LPT puts both 18,432s
+  // on one shard: 36,864 > 35,066.95. ceil(60986 / 4) = 15,247, raised to the floor
+  // 16,384: 4,848 | 18,432 in 2 × 9,216 | 64 + 64 | 36,864 in 3 × 12,288 | 714, LPT over
+  // 2 shards: 30,266 and 30,720: even.
+  const std::vector<std::int64_t> cnn = model_tensor_sizes("cnn", 1, 10, 28);
+  EXPECT_EQ(balanced_partition_size(cnn, 2, 262144), 16384);
+  // Only the third cut is even: three tensors of 100,000 on 2 shards (even: 150,000,
+  // bound 172,500). 262,144 packs 200,000 | 100,000; 150,000 gives 100,000 × 3: both put
+  // 200,000 on a shard. 75,000 cuts each in 2 × 50,000: 150,000 a shard.
+  EXPECT_EQ(balanced_partition_size({100000, 100000, 100000}, 2, 262144), 75000);
+  // Nothing is even (one tensor of 1,000 floats on 4 shards): every candidate leaves it
+  // whole on one shard; the larger, the default, is kept.
+  EXPECT_EQ(balanced_partition_size({1000}, 4, 262144), 262144);
+  // A job's own partition_size is where the candidates start: none is larger.
+  EXPECT_EQ(balanced_partition_size({60000}, 4, 20000), 16384);  // 60,000 in 4 × 15,000
+  EXPECT_EQ(balanced_partition_size({60000}, 1, 262144), 262144);
+  EXPECT_THROW(balanced_partition_size({60000}, 0, 262144), ConfigError);
+  // auto_partition_size reads the job: the cnn on its ps_shards.
+  auto s = sparse_job("cnn", 2);
+  s.ps_shards = 2;
+  EXPECT_EQ(auto_partition_size(s, 10), 16384);
+  s.model = "torchscript";
+  EXPECT_THROW(auto_partition_size(s, 10), ConfigError);
 }
