@@ -48,7 +48,7 @@ from standalone import commit, machine  # noqa: E402
 PEERS = [s for s in e2e.DDP]
 DLTRAIN = ["dltrain-dense", "dltrain-dense-bsp", "dltrain-dgc-1%", "dltrain-dgc-0.1%", "dltrain-dgc-1%-bsp",
            "dltrain-dgc-0.1%-bsp", "dltrain-powersgd-r4", "dltrain-powersgd-r4-bsp", "dltrain-powersgd-r1"]
-SIZES = {"train_samples": {"cnn": 20000, "mlp-large": 30000, "resnet20": 10000}, "test_samples": 5000,
+SIZES = {"train_samples": {"cnn": 20000, "mlp-large": 30000, "resnet20": 30000}, "test_samples": 5000,
          "epochs": {"cnn": 3, "mlp-large": 4, "resnet20": 3}}
 
 
@@ -253,8 +253,8 @@ def main():
     ap.add_argument("--compression-warmup", type=float, default=0.25,
                     help="dltrain's compressed systems' compression.warmup_epochs (default 0.25, \"stages\")")
     ap.add_argument("--min-compress-bytes", type=int, default=4096)
-    ap.add_argument("--partition-size", type=int, help="dltrain's [ps] partition_size in floats (default dltrain's, "
-                    "262,144: a model smaller than that is one partition, and stays on one shard)")
+    ap.add_argument("--partition-size", type=int, help="dltrain's [ps] partition_size in floats (default: left out, "
+                    "\"auto\": the leader cuts the model so that the job's shards hold even shares)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "compare"))
     ap.add_argument("--no-docs", action="store_true")
     ap.add_argument("--report", metavar="JSON", help="run nothing: rewrite the tables from a compare.json")

@@ -108,7 +108,7 @@ def job_toml(path, model, system, seed, size, workers, dgc_warmup=None, min_comp
     """The job file every system of a run reads. `lr`: the job's learning rate (default the
     model's); `downlink_ratio`: the compressed dltrain systems' PS → worker density;
     `ps_shards`: dltrain's PS shards (None: left out, "auto"); `partition_size`: dltrain's
-    [ps] partition_size (None: its default)."""
+    [ps] partition_size (None: left out, "auto")."""
     m = MODELS[model]
     lines = [f'name = "e2e-{model}-{system}-s{seed}"', f'model = "{model}"', 'dataset = "fashion-mnist"',
              f"epochs = {size['epochs'][model]}", f"workers = {workers}", *([f"ps_shards = {ps_shards}"] if ps_shards else []), "batch_size = 64",

@@ -148,6 +148,19 @@ const KeyTable<JobSpec>& planner_keys() {
   return keys;
 }
 
+// An integer in [lo, hi], or "auto" (which sets `automatic`), into member `f`.
+template <typename T>
+KeyReader<JobSpec> int_or_auto_key(T JobSpec::*f, bool JobSpec::*automatic, std::int64_t lo, std::int64_t hi) {
+  return [=](JobSpec& s, const Node& n, const std::string& k) {
+    if (n.is_string() && *n.value<std::string>() == "auto") {
+      s.*automatic = true;
+    } else {
+      s.*f = static_cast<T>(get_int(n, k, lo, hi));
+      s.*automatic = false;
+    }
+  };
+}
+
 // A duration in [lo_s, hi_s] seconds into member `f`; `range` is the message's "[1s, 24h]".
 KeyReader<JobSpec> duration_key(double JobSpec::*f, const char* example, double lo_s, double hi_s,
                                 const char* range) {
@@ -170,17 +183,6 @@ const KeyTable<JobSpec>& ps_keys() {
 }
 
 // An integer key that may also be "auto" (workers, batch_size): "auto" sets `automatic`.
-template <typename T>
-KeyReader<JobSpec> int_or_auto_key(T JobSpec::*f, bool JobSpec::*automatic, std::int64_t lo, std::int64_t hi) {
-  return [=](JobSpec& s, const Node& n, const std::string& k) {
-    if (n.is_string() && *n.value<std::string>() == "auto") {
-      s.*automatic = true;
-    } else {
-      s.*f = static_cast<T>(get_int(n, k, lo, hi));
-      s.*automatic = false;
-    }
-  };
-}
 
 // A string of at most `max_length` bytes (name, data_dir).
 KeyReader<JobSpec> bounded_string_key(std::string JobSpec::*f, std::size_t max_length, const char* unit) {
