@@ -76,7 +76,7 @@ double downlink_density(const CompressionSpec& spec, double epoch_pos, int worke
 
 /// DGC's recipe where a job file leaves it out (docs/compression.md, "Defaults"), for
 /// method dgc: warm-up over min(1, epochs / 4) epochs in DGC's four stages, tensors under
-/// 1 KiB sent in full, the "auto" downlink; for method powersgd the "auto" downlink
+/// 16 KiB (4,096 floats) sent in full, the "auto" downlink; for method powersgd the "auto" downlink
 /// (low rank, at the uplink's rank). `given(key)` says whether the job's [compression]
 /// table set `key`. Other methods keep their values, except that "auto" becomes 1 (dense
 /// pulls) for none and fp16.
@@ -85,7 +85,7 @@ void apply_method_defaults(CompressionSpec& spec, int epochs, Given&& given) {
   if (spec.method == Method::kDgc) {
     if (!given("warmup_epochs")) spec.warmup_epochs = std::min(1.0, epochs / 4.0);
     if (!given("warmup_schedule")) spec.warmup_schedule = "stages";
-    if (!given("min_compress_bytes")) spec.min_compress_bytes = 1024;
+    if (!given("min_compress_bytes")) spec.min_compress_bytes = 16384;
     if (!given("downlink_ratio")) spec.downlink_ratio = 0;
   }
   if (spec.method == Method::kPowerSgd && !given("downlink_ratio")) spec.downlink_ratio = 0;

@@ -460,7 +460,7 @@ std::vector<std::string> compression_warnings(const JobSpec& spec) {
   }
   if (c.min_compress_bytes == 0) {
     out.push_back("compression.min_compress_bytes = 0: biases and normalisation layers are sparsified too, which "
-                  "costs accuracy; leave the key out (1024: tensors under 1 KiB go in full)");
+                  "costs accuracy; leave the key out (16384: tensors under 16 KiB go in full)");
   }
   if (c.downlink_ratio > 0 && c.downlink_ratio < std::min(1.0, spec.workers * c.ratio)) {
     std::ostringstream os;

@@ -313,11 +313,11 @@ TEST(JobSpec, WarmupScheduleIsPerEpochOrStagesAndIsStored) {
 
 TEST(JobSpec, DgcAloneMeansDgcsRecipeAndKeysGivenAreKept) {
   // method = "dgc" alone: warm-up over min(1, epochs / 4) epochs in stages, tensors under
-  // 1 KiB in full, the "auto" downlink (0).
+  // 16 KiB in full, the "auto" downlink (0).
   const auto dgc = parse_job_toml(kData + "epochs = 3\n[compression]\nmethod = \"dgc\"\n");
   EXPECT_DOUBLE_EQ(dgc.compression.warmup_epochs, 0.75);
   EXPECT_EQ(dgc.compression.warmup_schedule, "stages");
-  EXPECT_EQ(dgc.compression.min_compress_bytes, 1024);
+  EXPECT_EQ(dgc.compression.min_compress_bytes, 16384);
   EXPECT_EQ(dgc.compression.downlink_ratio, 0.0);
   EXPECT_DOUBLE_EQ(parse_job_toml(kData + "epochs = 8\n[compression]\nmethod = \"dgc\"\n").compression.warmup_epochs,
                    1.0);
