@@ -106,12 +106,15 @@ def learning_rate(opt, pos, epochs):
     return lr
 
 
-def evaluate(model, x, y):
+def evaluate(model, x, y, batch):
+    """Test accuracy in batches of `batch` images: the job's eval_batch_size (dltrain's
+    default 128), so that the peer's evaluation is not slower than dltrain's for the batch
+    alone (batches of 1,000 made resnet20's evaluation on rank 0 ~3x slower)."""
     model.eval()
     correct = 0
     with torch.no_grad():
-        for lo in range(0, len(x), 1000):
-            correct += (model(x[lo:lo + 1000]).argmax(1) == y[lo:lo + 1000]).sum().item()
+        for lo in range(0, len(x), batch):
+            correct += (model(x[lo:lo + batch]).argmax(1) == y[lo:lo + batch]).sum().item()
     model.train()
     return correct / len(x)
 
@@ -173,7 +176,7 @@ def main(args):
         ev = dict(event="epoch_end", rank=args.rank, epoch=epoch + 1, seconds=time.time() - t0,
                   epoch_seconds=epoch_seconds, images_per_sec=n / epoch_seconds, train_loss=loss_sum / steps)
         if args.rank == 0:
-            acc = evaluate(model, tx, ty)
+            acc = evaluate(model, tx, ty, job.get("eval_batch_size", 128))
             ev["test_accuracy"] = acc
         if args.max_seconds and time.time() - t0 > args.max_seconds:
             stop = True
