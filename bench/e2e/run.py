@@ -125,8 +125,8 @@ def job_toml(path, model, system, seed, size, workers, dgc_warmup=None, min_comp
         down = '"auto"' if system in POWERSGD else downlink_ratio
         lines += ["[compression]", *method, f"downlink_ratio = {down}",
                   f"warmup_epochs = {warmup}", f'warmup_schedule = "{warmup_schedule}"']
-        if min_compress_bytes:
-            lines.append(f"min_compress_bytes = {min_compress_bytes}")
+        # Always written: left out, method = "dgc" would take its default (16 KiB).
+        lines.append(f"min_compress_bytes = {min_compress_bytes}")
     if system in FP16:
         lines += ["[compression]", 'method = "fp16"']
     if partition_size and system.startswith("dltrain"):

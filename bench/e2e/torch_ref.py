@@ -109,7 +109,8 @@ def learning_rate(opt, pos, epochs):
 def evaluate(model, x, y, batch):
     """Test accuracy in batches of `batch` images: the job's eval_batch_size (dltrain's
     default 128), so that the peer's evaluation is not slower than dltrain's for the batch
-    alone (batches of 1,000 made resnet20's evaluation on rank 0 ~3x slower)."""
+    alone (batches of 1,000 made the evaluation on rank 0 7x slower on the CNN and 14x on
+    resnet20: bench/e2e/eval_batch.py)."""
     model.eval()
     correct = 0
     with torch.no_grad():

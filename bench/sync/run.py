@@ -57,7 +57,7 @@ def job_toml(args, model, mode, codec, overlap, seed):
                f'[compression]\nmethod = "dgc"\nratio = {CODECS[codec]}\ndownlink_ratio = {args.downlink_ratio}\n'
                f"warmup_epochs = {args.dgc_warmup}\n"
                f'warmup_schedule = "{args.dgc_warmup_schedule}"\n'
-               + (f"min_compress_bytes = {args.min_compress_bytes}\n" if args.min_compress_bytes else ""))
+               + f"min_compress_bytes = {args.min_compress_bytes}\n")
             + (f"[ps]\npartition_size = {args.partition_size}\n" if args.partition_size else ""))
 
 

@@ -182,8 +182,6 @@ const KeyTable<JobSpec>& ps_keys() {
   return keys;
 }
 
-// An integer key that may also be "auto" (workers, batch_size): "auto" sets `automatic`.
-
 // A string of at most `max_length` bytes (name, data_dir).
 KeyReader<JobSpec> bounded_string_key(std::string JobSpec::*f, std::size_t max_length, const char* unit) {
   return [=](JobSpec& s, const Node& n, const std::string& k) {

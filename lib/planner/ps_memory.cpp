@@ -128,7 +128,9 @@ std::int64_t balanced_partition_size(const std::vector<std::int64_t>& tensor_siz
     const auto layout = ps::make_layout(tensor_sizes, size, shards);
     std::int64_t load = 0;  // the busiest shard's floats
     for (int s = 0; s < shards; ++s) load = std::max(load, layout.shard_floats(s));
-    if (static_cast<double>(load) <= kEvenShardSlack * even) return size;
+    // Even, and no shard left empty (LPT fills every shard once there are as many partitions).
+    const bool every_shard = layout.partitions.size() >= static_cast<std::size_t>(shards);
+    if (every_shard && static_cast<double>(load) <= kEvenShardSlack * even) return size;
     if (load < best_load) best = size, best_load = load;
   }
   return best;

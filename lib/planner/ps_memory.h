@@ -56,7 +56,8 @@ int model_partitions(const JobSpec& spec, int classes);
 
 /// The least partition `[ps] partition_size = "auto"` cuts, in floats (64 KiB): the
 /// CNN's spread shards used it in the comparison (docs/benchmarks/comparison.md, run 6);
-/// smaller ones would cost a message per partition for a balance already near even.
+/// smaller ones would cost a frame header and an apply per partition for a balance
+/// already near even.
 inline constexpr std::int64_t kMinAutoPartitionFloats = 16384;
 
 /// The busiest shard's load that counts as even: at most this × an even share (total / shards).
@@ -64,11 +65,12 @@ inline constexpr double kEvenShardSlack = 1.15;
 
 /// The partition size of a job with `[ps] partition_size = "auto"` on `shards` shards
 /// (>= 1): of the candidates `preferred` (the job's partition_size, 262,144 by default),
-/// ⌈total / shards⌉ and ⌈total / (2·shards)⌉, each raised to at least
-/// kMinAutoPartitionFloats and taken largest first, the first whose busiest shard under
-/// ps::make_layout (LPT over the packed partitions) holds at most kEvenShardSlack × an
-/// even share; if none does, the one whose busiest shard holds least (the larger on a
-/// tie). Larger partitions mean fewer messages per step, so the default stays whenever it
+/// ⌈total / shards⌉ and ⌈total / (2·shards)⌉ (these two raised to at least
+/// kMinAutoPartitionFloats; none above `preferred`), taken largest first, the first whose
+/// layout under ps::make_layout (LPT over the packed partitions) has a partition on every
+/// shard and a busiest shard of at most kEvenShardSlack × an even share; if none does,
+/// the one whose busiest shard holds least (the larger on a tie). Larger partitions mean
+/// fewer frame headers and applies per step, so the default stays whenever it
 /// already balances (mlp-large on 4 shards); a model smaller than one default partition
 /// (the CNN, 60,986 floats) is cut so that every shard holds some. `tensor_sizes` as
 /// model_tensor_sizes returns them (each >= 1). Throws ConfigError as ps::make_layout.

@@ -170,6 +170,11 @@ TEST(PsMemory, BalancedPartitionSizeKeepsTheDefaultWhenItIsEvenAndCutsWhenItIsNo
   // bound 172,500). 262,144 packs 200,000 | 100,000; 150,000 gives 100,000 × 3: both put
   // 200,000 on a shard. 75,000 cuts each in 2 × 50,000: 150,000 a shard.
   EXPECT_EQ(balanced_partition_size({100000, 100000, 100000}, 2, 262144), 75000);
+  // Even enough but a shard left empty: seven tensors of 200,000 on 8 shards. 262,144
+  // gives 7 partitions (busiest 200,000 <= 1.15 × 175,000) and an empty eighth shard;
+  // ceil(1400000 / 8) = 175,000 cuts each in 2 × 100,000: 14 partitions, two shards
+  // with one (100,000), six with two (200,000): every shard holds some, within the bound.
+  EXPECT_EQ(balanced_partition_size(std::vector<std::int64_t>(7, 200000), 8, 262144), 175000);
   // Nothing is even (one tensor of 1,000 floats on 4 shards): every candidate leaves it
   // whole on one shard; the larger, the default, is kept.
   EXPECT_EQ(balanced_partition_size({1000}, 4, 262144), 262144);
