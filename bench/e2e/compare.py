@@ -56,19 +56,23 @@ def variant(name, warmup):
     """A --systems entry: a system of run.py, optionally with `:wX` (its compression
     warm-up X epochs instead of --compression-warmup) and `:spread` (a dltrain system's
     PS shards as ps_shards = "auto" places them on agents of 2 cores, one beside each
-    worker, instead of one shard on a host of its own). Returns (system, warm-up epochs, spread). PowerSGD's own warm-up is
+    worker, instead of one shard on a host of its own) and `:overlap` (a dltrain system's
+    job with `overlap = true`: pushes during backward). Returns (system, warm-up epochs,
+    spread, overlap). PowerSGD's own warm-up is
     two dense steps (start_powerSGD_iter), so dltrain's low-rank systems start compressed
     unless a `:w` says otherwise. Raises ValueError on an unknown suffix."""
     system, *suffixes = name.split(":")
-    w, spread = (0.0 if system in e2e.POWERSGD else warmup), False
+    w, spread, overlap = (0.0 if system in e2e.POWERSGD else warmup), False, False
     for s in suffixes:
         if s == "spread" and system.startswith("dltrain"):
             spread = True
+        elif s == "overlap" and system.startswith("dltrain"):
+            overlap = True
         elif s.startswith("w"):
             w = float(s[1:])
         else:
             raise ValueError(s)
-    return system, w, spread
+    return system, w, spread, overlap
 
 
 def downlink(text):
@@ -215,11 +219,11 @@ def run_point(args, cluster, ln, link, model, seed, name, eff, size, workdir):
     """One grid point: system `name` (with its suffixes) at effective step `eff`, on
     `cluster` (dltrain) or the links `ln` (DDP). A learning rate too large for a system
     fails its job (diverged): a grid point without a result, not the end of the run."""
-    system, warmup, spread = variant(name, args.compression_warmup)
+    system, warmup, spread, overlap = variant(name, args.compression_warmup)
     lr = job_lr(system, eff, args.workers)
     job = e2e.job_toml(os.path.join(workdir, f"{model}-{name}-{link}-{seed}-{eff}.toml"), model, system, seed, size,
                        args.workers, warmup, args.min_compress_bytes, "stages", lr, args.downlink_ratio,
-                       None if spread else 1, args.partition_size)
+                       None if spread else 1, args.partition_size, overlap)
     t0 = time.time()
     try:
         if system in e2e.DDP:
@@ -281,7 +285,7 @@ def main():
         try:
             variant(s, 0)
         except ValueError:
-            sys.exit(f"compare: --systems: \"{s}\": expected SYSTEM[:wEPOCHS][:spread], e.g. dltrain-dgc-0.1%:w0:spread")
+            sys.exit(f"compare: --systems: \"{s}\": expected SYSTEM[:wEPOCHS][:spread][:overlap], e.g. dltrain-dgc-0.1%:w0:spread")
     grid = [float(x) for x in args.grid.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     size = {**SIZES, "models": models, "links": links, "seeds": seeds, "cap": args.cap_seconds}

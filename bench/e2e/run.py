@@ -104,17 +104,20 @@ def default_cap(results, model, link, system, peer_cap, cap):
 
 
 def job_toml(path, model, system, seed, size, workers, dgc_warmup=None, min_compress_bytes=0,
-             warmup_schedule="per_epoch", lr=None, downlink_ratio=0.01, ps_shards=1, partition_size=None):
+             warmup_schedule="per_epoch", lr=None, downlink_ratio=0.01, ps_shards=1, partition_size=None,
+             overlap=False):
     """The job file every system of a run reads. `lr`: the job's learning rate (default the
     model's); `downlink_ratio`: the compressed dltrain systems' PS → worker density;
     `ps_shards`: dltrain's PS shards (None: left out, "auto"); `partition_size`: dltrain's
-    [ps] partition_size (None: left out, "auto")."""
+    [ps] partition_size (None: left out, "auto"); `overlap`: dltrain's `overlap = true`
+    (pushes during backward)."""
     m = MODELS[model]
     lines = [f'name = "e2e-{model}-{system}-s{seed}"', f'model = "{model}"', 'dataset = "fashion-mnist"',
              f"epochs = {size['epochs'][model]}", f"workers = {workers}", *([f"ps_shards = {ps_shards}"] if ps_shards else []), "batch_size = 64",
              "threads_per_task = 1", f"train_samples = {size['train_samples'][model]}",
              f"test_samples = {size['test_samples']}", f"seed = {seed}",
-             *(['sync = "sync"'] if system in BSP else []), "",
+             *(['sync = "sync"'] if system in BSP else []),
+             *(["overlap = true"] if overlap and system.startswith("dltrain") else []), "",
              "[optimizer]", f"lr = {lr if lr is not None else m['lr']}", "momentum = 0.9", "weight_decay = 5e-4", 'lr_schedule = "cosine"',
              "warmup_epochs = 0.3", ""]
     if system in DGC or system in POWERSGD:

@@ -7,7 +7,10 @@ with the same normalisation, per-worker batch size, learning-rate schedule (line
 warm-up from lr/10, then cosine/step/constant), momentum SGD and weight decay, with
 `threads_per_task` intra-op threads. In DDP mode rank r trains on training images
 r, r+N, r+2N, ... (dltrain's worker sharding) and gradients are averaged across ranks
-every step (synchronous SGD); rank 0 evaluates after every epoch. `--comm-hook` gives DDP
+every step (synchronous SGD); rank 0 evaluates after every epoch, after re-estimating the
+BatchNorm statistics on `--bn-recalibration` of its training images as a dltrain worker
+does (torch.optim.swa_utils.update_bn's procedure; 0: the running statistics training
+kept, PyTorch's default). `--comm-hook` gives DDP
 PyTorch's own gradient compression (torch.distributed.algorithms.ddp_comm_hooks):
 `fp16` (fp16_compress_hook: the all-reduce in binary16) or `powersgd` (powerSGD_hook,
 Vogels et al. 2019: rank `--powersgd-rank` with error feedback and warm start, after
@@ -39,6 +42,9 @@ def parse_args():
     ap.add_argument("--max-seconds", type=float, default=0)
     ap.add_argument("--comm-hook", choices=["none", "fp16", "powersgd"], default="none",
                     help="DDP's gradient communication: plain fp32 all-reduce, fp16_compress_hook or powerSGD_hook")
+    ap.add_argument("--bn-recalibration", type=int, default=1000, metavar="IMAGES",
+                    help="before each evaluation, re-estimate BatchNorm's statistics on this many training images in "
+                         "batches of 250, as dltrain's worker 0 does (default 1000; 0: the running statistics)")
     ap.add_argument("--powersgd-rank", type=int, default=4, help="powerSGD_hook's matrix_approximation_rank")
     ap.add_argument("--powersgd-start-iter", type=int, default=2,
                     help="powerSGD_hook's start_powerSGD_iter: dense all-reduces before it (at least 2)")
@@ -120,6 +126,25 @@ def evaluate(model, x, y, batch):
     return correct / len(x)
 
 
+def recalibrate_batchnorm(model, x, images):
+    """dltrain's re-estimation of BatchNorm's statistics before an evaluation
+    (lib/train/worker_reports.cpp, recalibrate_batchnorm; Izmailov et al. 2018, §3.2):
+    reset, then a cumulative average over the first `images` of `x` in batches of 250 in
+    train mode. Runs on the bare module, never through DDP (whose forward would start a
+    collective on rank 0 alone)."""
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not bns or images <= 0:
+        return
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None
+    with torch.no_grad():
+        for lo in range(0, min(images, len(x)), 250):
+            model(x[lo:min(lo + 250, images)])
+    for m in bns:
+        m.momentum = 0.1
+
+
 def emit(**ev):
     print(json.dumps(ev), flush=True)
 
@@ -177,6 +202,7 @@ def main(args):
         ev = dict(event="epoch_end", rank=args.rank, epoch=epoch + 1, seconds=time.time() - t0,
                   epoch_seconds=epoch_seconds, images_per_sec=n / epoch_seconds, train_loss=loss_sum / steps)
         if args.rank == 0:
+            recalibrate_batchnorm(model, x, args.bn_recalibration)
             acc = evaluate(model, tx, ty, job.get("eval_batch_size", 128))
             ev["test_accuracy"] = acc
         if args.max_seconds and time.time() - t0 > args.max_seconds:

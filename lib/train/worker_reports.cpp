@@ -19,6 +19,12 @@
 namespace dltrain::train::detail {
 namespace {
 
+/// Training images the BatchNorm statistics are re-estimated over before an evaluation.
+/// 1,000 estimate them as well as 5,000 did (resnet20 on Fashion-MNIST: test accuracy
+/// within ±0.4 point of 5,000's at four points of its first epoch, 9 points above the
+/// running statistics at its end; docs/training.md) at a fifth of the cost.
+constexpr std::int64_t kRecalibrationImages = 1000;
+
 /// BatchNorm running statistics are not trained parameters and are not held by the PS.
 /// Before every evaluation they are re-estimated for the evaluated parameters: reset,
 /// then a cumulative average (momentum = None) over `batches` training batches in train
@@ -163,10 +169,11 @@ void WorkerLoop::evaluate_on_test(wire::events::EpochEnd& ev) {
     ex_.resyncer->recover(lost);  // ends with a dense pull too
   }
   flat_->write_params(params_);
-  // Up to 20 batches of 250, at most one pass over a smaller sample (a ResNet's forward
-  // passes cost as much as the evaluation itself).
+  // kRecalibrationImages in batches of 250, at most one pass over a smaller sample: each
+  // forward costs what evaluating as many test images does, and rank 0's evaluation holds
+  // up the other workers in sync mode (docs/training.md, "BatchNorm running statistics").
   const auto& recal = feed_->recalibration_inputs();
-  const int batches = static_cast<int>(std::min<std::int64_t>(20, (recal.size(0) + 249) / 250));
+  const int batches = static_cast<int>(std::min<std::int64_t>(kRecalibrationImages, recal.size(0)) + 249) / 250;
   recalibrate_batchnorm(*model_.module, model_, recal, batches, 250);
   const double acc = feed_->evaluate(*model_.module, model_);
   ev.test_accuracy = acc;
