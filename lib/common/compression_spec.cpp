@@ -52,4 +52,8 @@ double downlink_density(const CompressionSpec& spec, double epoch_pos, int worke
   return std::min(1.0, std::max(1, workers) * (density_at(spec, epoch_pos) + always_sent_fraction));
 }
 
+bool half_downlink(const CompressionSpec& spec) { return spec.method == Method::kFp16; }
+
+bool keeps_x_seen(const CompressionSpec& spec) { return spec.downlink_ratio < 1.0 || half_downlink(spec); }
+
 }  // namespace dltrain::compress

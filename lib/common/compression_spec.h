@@ -74,6 +74,16 @@ double density_at(const CompressionSpec& spec, double epoch_pos);
 /// pulls, in the warm-up; below 1, low-rank pulls, after it).
 double downlink_density(const CompressionSpec& spec, double epoch_pos, int workers, double always_sent_fraction);
 
+/// Method fp16's downlink: a step's dense pull (downlink density 1) carries x − x_seen in
+/// binary16 (ps::ShardState::pull_half), half a dense pull's bytes, as DDP's
+/// fp16_compress_hook halves both directions of its all-reduce. True for method fp16.
+bool half_downlink(const CompressionSpec& spec);
+
+/// Whether the workers' step pulls are differences from what each PS shard records the
+/// worker holds (x_seen, 4 bytes a float per worker on the shard): a downlink density
+/// below 1 or "auto" (0), or half_downlink.
+bool keeps_x_seen(const CompressionSpec& spec);
+
 /// DGC's recipe where a job file leaves it out (docs/compression.md, "Defaults"), for
 /// method dgc: warm-up over min(1, epochs / 4) epochs in DGC's four stages, tensors under
 /// 16 KiB (4,096 floats) sent in full, the "auto" downlink; for method powersgd the "auto" downlink

@@ -153,7 +153,7 @@ PsShardMemory ps_shard_memory(const JobSpec& spec, int classes) {
   }
   for (const auto& p : layout.for_shard(largest)) m.largest_partition = std::max(m.largest_partition, p.length);
   m.momentum_buffer = ps_momentum(spec) > 0;
-  const bool sparse = spec.compression.downlink_ratio < 1.0;
+  const bool sparse = compress::keeps_x_seen(spec.compression);
   m.sparse_workers = sparse ? spec.workers : 0;
   const auto n = static_cast<std::uint64_t>(m.shard_floats);
   // sync = "sync" (BSP through the PS) stages each step's pushes in an accumulator of the
@@ -188,7 +188,9 @@ std::optional<std::string> ps_memory_refusal(const JobSpec& spec, const PsShardM
                     (m.momentum_buffer ? " + 1 momentum buffer" : "") +
                     (m.step_accumulator ? " + 1 BSP step accumulator" : "") +
                     (m.sparse_workers ? " + " + std::to_string(m.sparse_workers) +
-                                            " x_seen, one per worker as compression.downlink_ratio < 1, + 1 scratch"
+                                            (compress::half_downlink(spec.compression)
+                                                 ? " x_seen, one per worker for method fp16's binary16 downlink, + 1 scratch"
+                                                 : " x_seen, one per worker as compression.downlink_ratio < 1, + 1 scratch")
                                       : std::string()) +
                     "), plus " + std::to_string(spec.workers) + " workers' connection buffers of 8 bytes x " +
                     std::to_string(m.largest_partition) + " floats (the largest partition); the largest agent offers " +
@@ -196,8 +198,10 @@ std::optional<std::string> ps_memory_refusal(const JobSpec& spec, const PsShardM
   if (m.sparse_workers > 0) {
     const std::uint64_t per = 4 * n + 8 * static_cast<std::uint64_t>(m.largest_partition);
     const std::int64_t fit = limit_bytes > fixed ? static_cast<std::int64_t>((limit_bytes - fixed) / per) : 0;
-    msg += "; with these ps_shards at most " + std::to_string(fit) +
-           " workers fit, or add ps_shards, or set compression.downlink_ratio = 1 (dense pulls keep no x_seen)";
+    msg += "; with these ps_shards at most " + std::to_string(fit) + " workers fit, or add ps_shards, or " +
+           (compress::half_downlink(spec.compression)
+                ? std::string("use compression.method = \"none\" (dense fp32 pulls keep no x_seen)")
+                : std::string("set compression.downlink_ratio = 1 (dense pulls keep no x_seen)"));
   } else {
     msg += "; add ps_shards";
   }

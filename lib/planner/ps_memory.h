@@ -33,7 +33,7 @@ struct PsShardMemory {
   std::int64_t shard_floats = 0;   ///< n: floats on the largest shard (ps::make_layout, LPT)
   bool momentum_buffer = false;    ///< the shard keeps a momentum buffer (ps_momentum > 0)
   bool step_accumulator = false;   ///< sync = "sync": BSP stages a step's pushes in one more copy
-  int sparse_workers = 0;          ///< workers that keep an x_seen there (all, with downlink_ratio < 1)
+  int sparse_workers = 0;          ///< workers that keep an x_seen there (all, with compress::keeps_x_seen)
   /// ShardState::state_bytes(): 4·n·(1 + [momentum > 0] + [sync = "sync"] + sparse_workers) bytes.
   std::uint64_t state_bytes = 0;
   std::int64_t largest_partition = 0;  ///< floats of the shard's largest partition
@@ -86,7 +86,7 @@ std::int64_t auto_partition_size(const JobSpec& spec, int classes);
 /// The state of the largest shard of `spec` with `classes` classes: its model, its
 /// partitions (partition_size) spread over ps_shards shards as the workers lay them out,
 /// the PS momentum (0 with dgc), BSP's step accumulator (sync = "sync") and, when
-/// compression.downlink_ratio < 1, one x_seen per worker. Throws ConfigError as model_tensor_sizes.
+/// compression.downlink_ratio < 1 or method fp16 (compress::keeps_x_seen), one x_seen per worker. Throws ConfigError as model_tensor_sizes.
 PsShardMemory ps_shard_memory(const JobSpec& spec, int classes);
 
 /// The refusal of a job whose largest PS shard would need more than `limit_bytes`

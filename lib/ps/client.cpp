@@ -10,6 +10,7 @@
 #include "common/enforce.h"
 #include "common/errors.h"
 #include "common/secret.h"
+#include "compress/fp16.h"
 #include "compress/lowrank.h"
 #include "compress/topk.h"
 #include "ps/connection.h"
@@ -29,17 +30,31 @@ std::span<const std::uint32_t> lowrank_blocks(const ShardConnections& conn, std:
   return key < all.size() ? std::span<const std::uint32_t>(all[key]) : std::span<const std::uint32_t>();
 }
 
-// The replies to one call's pulls, dense (kPull: values overwrite `params`) or sparse
+// What a call's pulls ask for: the values (kPull, overwriting `params`), or what changed
+// since this worker's last pull, added to `params` (the worker's replica): its top-k
+// (kPullSparse) or a low-rank approximation (kPullLowRank) below density 1, all of it
+// in binary16 (kPullHalf) for the fp16 downlink.
+enum class Downlink { kDense, kSparse, kHalf };
+
+// A step's pull at `downlink_ratio`: sparse below 1, else the fp16 downlink where the
+// worker asked for it, else dense.
+Downlink step_downlink(const ShardConnections& conn, double downlink_ratio) {
+  if (downlink_ratio < 1.0) return Downlink::kSparse;
+  return conn.options().half_downlink ? Downlink::kHalf : Downlink::kDense;
+}
+
+// The replies to one call's pulls, dense (kPull: values overwrite `params`) or deltas
 // (kPullSparse: (index, value) pairs added to `params`, the worker's replica; kPullLowRank:
-// a low-rank approximation's factors, decoded and added to `params`). Every
+// a low-rank approximation's factors, decoded and added to `params`; kPullHalf: binary16
+// values, decoded and added to `params`). Every
 // pull reply is checked here and nowhere else. Each complete reply's push count (its seq)
 // goes to `seen[key]`: what the replica's partition has seen, offered with it on a resync.
 class PullReplies {
  public:
   PullReplies(const ShardConnections& conn, const std::vector<std::vector<Partition>>& owned,
-              std::span<float> params, bool sparse, std::vector<std::uint64_t>& seen)
-      : conn_(conn), owned_(owned), params_(params), sparse_(sparse), seen_(seen), next_(owned.size(), 0),
-        current_(owned.size(), nullptr), scratch_(sparse ? owned.size() : 0) {}
+              std::span<float> params, Downlink mode, std::vector<std::uint64_t>& seen)
+      : conn_(conn), owned_(owned), params_(params), mode_(mode), sparse_(mode != Downlink::kDense), seen_(seen),
+        next_(owned.size(), 0), current_(owned.size(), nullptr), scratch_(sparse_ ? owned.size() : 0) {}
 
   // ReplyDest: checks the reply and says where its payload goes.
   std::span<std::byte> dest(std::size_t s, const wire::FrameHeader& h) {
@@ -47,6 +62,10 @@ class PullReplies {
     current_[s] = &p;
     const auto n = static_cast<std::size_t>(p.length);
     if (!sparse_) return std::as_writable_bytes(params_.subspan(static_cast<std::size_t>(p.offset), n));
+    if (mode_ == Downlink::kHalf) {  // two binary16 values a float of scratch
+      scratch_[s].resize((n + 1) / 2);
+      return std::as_writable_bytes(std::span<float>(scratch_[s])).first(2 * n);
+    }
     // Sparse: indices, then values; low rank: the block header, then the factors.
     scratch_[s].resize((h.codec == wire::Codec::kLowRankF32 ? 1 : 2) * static_cast<std::size_t>(h.count));
     return std::as_writable_bytes(std::span<float>(scratch_[s]));
@@ -64,6 +83,9 @@ class PullReplies {
     try {
       if (h.codec == wire::Codec::kLowRankF32) {
         add_lowrank_reply(scratch_[s], replica);
+      } else if (h.codec == wire::Codec::kDenseF16) {
+        const auto* half = reinterpret_cast<const std::uint16_t*>(scratch_[s].data());
+        for (std::size_t i = 0; i < replica.size(); ++i) replica[i] += compress::half_to_float(half[i]);
       } else {
         apply_sparse_reply(scratch_[s], h.count, replica);
       }
@@ -89,15 +111,20 @@ class PullReplies {
     }
     const Partition& p = parts[next_[s]++];
     DLTRAIN_ENFORCE_EQ(h.key, p.key, ProtocolError, conn_.where(s), ": pull-reply partition");
-    const char* kind = sparse_ ? ": sparse pull-reply of partition " : ": pull-reply of partition ";
+    const char* kind = mode_ == Downlink::kHalf ? ": fp16 pull-reply of partition "
+                       : sparse_              ? ": sparse pull-reply of partition "
+                                              : ": pull-reply of partition ";
     const auto blocks = lowrank_blocks(conn_, p.key);
-    const auto codec = !sparse_ ? wire::Codec::kDenseF32 : blocks.empty() ? wire::Codec::kSparseF32 : wire::Codec::kLowRankF32;
+    const auto codec = mode_ == Downlink::kDense  ? wire::Codec::kDenseF32
+                       : mode_ == Downlink::kHalf ? wire::Codec::kDenseF16
+                       : blocks.empty()           ? wire::Codec::kSparseF32
+                                                  : wire::Codec::kLowRankF32;
     DLTRAIN_ENFORCE_EQ(h.codec, codec, ProtocolError, conn_.where(s), kind, p.key, ": codec");
     if (codec == wire::Codec::kLowRankF32) {
       // A header and at most the partition's floats (a matrix's factors are smaller).
       DLTRAIN_ENFORCE_LE(h.count, p.length + blocks.size(), ProtocolError, conn_.where(s), kind, p.key,
                          ": word count");
-    } else if (sparse_) {
+    } else if (codec == wire::Codec::kSparseF32) {
       DLTRAIN_ENFORCE_LE(h.count, p.length, ProtocolError, conn_.where(s), kind, p.key, ": element count");
     } else {
       DLTRAIN_ENFORCE_EQ(h.count, p.length, ProtocolError, conn_.where(s), kind, p.key, ": element count");
@@ -128,7 +155,8 @@ class PullReplies {
   const ShardConnections& conn_;
   const std::vector<std::vector<Partition>>& owned_;
   std::span<float> params_;
-  bool sparse_;
+  Downlink mode_;
+  bool sparse_;  // mode_ != kDense: replies are added to params_
   std::vector<std::uint64_t>& seen_;
   std::vector<std::size_t> next_;             // per shard: index into owned_[s] of the next reply
   std::vector<const Partition*> current_;     // per shard: the partition whose sparse reply is being read
@@ -138,23 +166,26 @@ class PullReplies {
 };
 
 // The pull request of partition `p`: dense (count 1 asks the shard to record x_seen for
-// later sparse pulls) or, below ratio 1, sparse with k = max(1, ⌈ratio·n⌉).
-wire::FrameHeader pull_header(ShardConnections& conn, const Partition& p, double downlink_ratio) {
-  if (const auto blocks = lowrank_blocks(conn, p.key); downlink_ratio < 1.0 && !blocks.empty()) {
+// later sparse pulls), sparse with k = max(1, ⌈ratio·n⌉) (or low rank) below ratio 1, or
+// fp16.
+wire::FrameHeader pull_header(ShardConnections& conn, const Partition& p, double downlink_ratio, Downlink mode) {
+  if (mode == Downlink::kHalf) return conn.header(wire::MessageType::kPullHalf, p.key, wire::Codec::kNone, 0, 0);
+  if (mode == Downlink::kDense) {
+    return conn.header(wire::MessageType::kPull, p.key, wire::Codec::kNone, conn.options().sparse_downlink ? 1u : 0u, 0);
+  }
+  if (const auto blocks = lowrank_blocks(conn, p.key); !blocks.empty()) {
     const auto words = static_cast<std::uint32_t>(blocks.size());
     return conn.header(wire::MessageType::kPullLowRank, p.key, wire::Codec::kLowRankF32, words, 4 * words);
   }
-  if (downlink_ratio < 1.0) {
-    const auto k = compress::k_for(static_cast<std::size_t>(p.length), downlink_ratio);
-    return conn.header(wire::MessageType::kPullSparse, p.key, wire::Codec::kNone, static_cast<std::uint32_t>(k), 0);
-  }
-  return conn.header(wire::MessageType::kPull, p.key, wire::Codec::kNone, conn.options().sparse_downlink ? 1u : 0u, 0);
+  const auto k = compress::k_for(static_cast<std::size_t>(p.length), downlink_ratio);
+  return conn.header(wire::MessageType::kPullSparse, p.key, wire::Codec::kNone, static_cast<std::uint32_t>(k), 0);
 }
 
 // Appends partition `p`'s pull request (its header, encoded into `hdr`, and a low-rank
 // pull's block header) to `req`.
-void append_pull(ShardConnections& conn, const Partition& p, double downlink_ratio, HeaderBytes& hdr, Request& req) {
-  const auto h = pull_header(conn, p, downlink_ratio);
+void append_pull(ShardConnections& conn, const Partition& p, double downlink_ratio, Downlink mode, HeaderBytes& hdr,
+                 Request& req) {
+  const auto h = pull_header(conn, p, downlink_ratio, mode);
   hdr = detail::encode(h);
   req.push_back(hdr);
   if (h.type == wire::MessageType::kPullLowRank) req.push_back(std::as_bytes(lowrank_blocks(conn, p.key)));
@@ -192,6 +223,10 @@ PsClient::PsClient(std::vector<PsEndpoint> endpoints, PartitionLayout layout, Ps
   if (options.secret.size() < kMinJobSecretBytes) {
     throw ConfigError("secret", "the job secret must have at least " + std::to_string(kMinJobSecretBytes) +
                                     " bytes, got " + std::to_string(options.secret.size()));
+  }
+  if (options.half_downlink && !options.sparse_downlink) {
+    throw ConfigError("compression", "the fp16 downlink (half_downlink) needs sparse_downlink: its pulls are differences "
+                                     "from what the shards record this worker holds");
   }
   layout_ = std::move(layout);
   for (int s = 0; s < layout_.num_shards; ++s) owned_.push_back(layout_.for_shard(s));
@@ -276,14 +311,15 @@ void PsClient::push_pull(std::span<const PartitionPush> pushes, float lr, double
   std::vector<HeaderBytes> hdrs(layout_.partitions.size() * 2);
   std::vector<Request> requests(conn_->size());
   std::vector<int> replies(conn_->size(), 0);
+  const Downlink mode = step_downlink(*conn_, downlink_ratio);
   for (std::size_t s = 0; s < owned_.size(); ++s) {
     for (const auto& p : owned_[s]) append_push(*conn_, p, pushes[p.key], lr, hdrs[2 * p.key], requests[s]);
     for (const auto& p : owned_[s]) {
-      append_pull(*conn_, p, downlink_ratio, hdrs[2 * p.key + 1], requests[s]);
+      append_pull(*conn_, p, downlink_ratio, mode, hdrs[2 * p.key + 1], requests[s]);
       ++replies[s];
     }
   }
-  PullReplies pulled(*conn_, owned_, params, downlink_ratio < 1.0, seen_pushes_);
+  PullReplies pulled(*conn_, owned_, params, mode, seen_pushes_);
   conn_->exchange(
       requests, replies, [&](std::size_t s, const wire::FrameHeader& h) { return pulled.dest(s, h); }, "push/pull",
       [&](std::size_t s, const wire::FrameHeader& h) { pulled.done(s, h); });
@@ -305,23 +341,28 @@ void PsClient::push(std::span<const PartitionPush> pushes, std::span<const std::
 }
 
 void PsClient::pull(std::span<float> params, double downlink_ratio) {
+  pull_as(params, downlink_ratio, false);
+}
+
+void PsClient::pull_as(std::span<float> params, double downlink_ratio, bool dense) {
+  const Downlink mode = dense ? Downlink::kDense : step_downlink(*conn_, downlink_ratio);
   require_floats(params.size(), "pull into");
   std::vector<HeaderBytes> hdrs(layout_.partitions.size());
   std::vector<Request> requests(conn_->size());
   std::vector<int> replies(conn_->size(), 0);
   for (std::size_t s = 0; s < owned_.size(); ++s) {
     for (const auto& p : owned_[s]) {
-      append_pull(*conn_, p, downlink_ratio, hdrs[p.key], requests[s]);
+      append_pull(*conn_, p, downlink_ratio, mode, hdrs[p.key], requests[s]);
       ++replies[s];
     }
   }
-  PullReplies pulled(*conn_, owned_, params, downlink_ratio < 1.0, seen_pushes_);
+  PullReplies pulled(*conn_, owned_, params, mode, seen_pushes_);
   conn_->exchange(
       requests, replies, [&](std::size_t s, const wire::FrameHeader& h) { return pulled.dest(s, h); }, "pull",
       [&](std::size_t s, const wire::FrameHeader& h) { pulled.done(s, h); });
 }
 
-void PsClient::pull(std::span<float> params) { pull(params, 1.0); }
+void PsClient::pull(std::span<float> params) { pull_as(params, 1.0, true); }
 
 PendingPull PsClient::start_pull(std::span<float> params, double downlink_ratio) {
   require_floats(params.size(), "pull into");

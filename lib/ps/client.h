@@ -65,6 +65,13 @@ struct PsClientOptions {
   /// low-rank approximation of x − x_seen (wire::MessageType::kPullLowRank) instead of
   /// its top-k; an empty header (or none) keeps the top-k. Requires sparse_downlink.
   std::vector<std::vector<std::uint32_t>> lowrank_downlink;
+  /// The fp16 downlink (compression method fp16): a step's pull at density 1 (push_pull,
+  /// pull(params, ratio >= 1), start_pull) asks each shard for all of x − x_seen in
+  /// binary16 (wire::MessageType::kPullHalf, ShardState::pull_half) and adds its decoding
+  /// to `params`, the worker's replica, instead of overwriting them: half the bytes of a
+  /// dense pull, the rounding error kept in x − x_seen for later pulls. pull(params) and
+  /// resync()'s pulls stay dense fp32 (and record x_seen). Requires sparse_downlink.
+  bool half_downlink = false;
   wire::FrameLimits limits;
   /// When set, every call checks it at least every 100 ms (also while it connects, waits
   /// for replies or backs off in resync()) and throws StopRequested once it is true. A
@@ -154,7 +161,8 @@ class PsClient {
   /// current parameters into `params` (total_floats). One round trip per shard.
   void push_pull(std::span<const float> grad, float lr, std::span<float> params);
   /// General form: pushes `pushes[key]` for every partition (encoded as the codec says),
-  /// then pulls. With downlink_ratio >= 1 the pull is dense and overwrites `params`;
+  /// then pulls. With downlink_ratio >= 1 the pull is dense and overwrites `params` (with
+  /// PsClientOptions::half_downlink: binary16 differences added to `params`);
   /// below 1 each shard answers with the top-k (k = max(1, ⌈ratio·n⌉)) of what changed
   /// since this worker's last pull, which is added to `params` (the worker's replica).
   void push_pull(std::span<const PartitionPush> pushes, float lr, double downlink_ratio, std::span<float> params);
@@ -204,6 +212,8 @@ class PsClient {
 
  private:
   void require_floats(std::size_t n, const char* call) const;
+  // pull(params, downlink_ratio), or with `dense` a dense pull whatever the options say.
+  void pull_as(std::span<float> params, double downlink_ratio, bool dense);
   void require_pushes(std::size_t n, std::size_t params) const;
 
   PartitionLayout layout_;

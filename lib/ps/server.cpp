@@ -245,6 +245,7 @@ class Session : public std::enable_shared_from_this<Session> {
         }
         case MessageType::kPull:
         case MessageType::kPullSparse:
+        case MessageType::kPullHalf:
         case MessageType::kPullLowRank: {
           expect_hello();
           if (h_.type == MessageType::kPullLowRank) {
@@ -291,8 +292,9 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
-  // Answers the pull in h_ (the barrier allows it now): dense, or the top-k of what
-  // changed since this worker's last pull. Errors close the connection.
+  // Answers the pull in h_ (the barrier allows it now): dense, or what changed since this
+  // worker's last pull (its top-k, all of it in binary16, or a low-rank approximation).
+  // Errors close the connection.
   void answer_pull() {
     using wire::MessageType;
     auto& st = *srv_.state;
@@ -306,6 +308,14 @@ class Session : public std::enable_shared_from_this<Session> {
         r.codec = wire::Codec::kDenseF32;
         r.count = static_cast<std::uint32_t>(len);
         r.payload_bytes = r.count * 4;
+      } else if (h_.type == MessageType::kPullHalf) {
+        r.seq = st.pull_half(h_.key, static_cast<int>(rank_), half_);
+        // Two binary16 values a word (out_ is the reply's float buffer).
+        out_.resize((half_.size() + 1) / 2);
+        std::memcpy(out_.data(), half_.data(), 2 * half_.size());
+        r.codec = wire::Codec::kDenseF16;
+        r.count = static_cast<std::uint32_t>(half_.size());
+        r.payload_bytes = r.count * 2;
       } else if (h_.type == MessageType::kPullLowRank) {
         r.seq = st.pull_lowrank(h_.key, static_cast<int>(rank_), pull_blocks_, idx_, vals_);
         const std::size_t words = idx_.size() + vals_.size();
@@ -422,6 +432,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<std::uint32_t> idx_;
   std::vector<float> vals_;
   std::vector<std::uint32_t> pull_blocks_;  // a low-rank pull's block header
+  std::vector<std::uint16_t> half_;         // an fp16 pull's values
   PayloadScratch scratch_;
   std::uint32_t rank_ = 0;
   std::uint64_t token_ = 0;  // the barrier's for this connection (StepBarrier::join)

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 
+#include "compress/fp16.h"
 #include "compress/topk.h"
 
 #include "common/errors.h"
@@ -247,6 +248,21 @@ std::uint64_t ShardState::pull_diff(std::uint32_t key, int rank, std::size_t k, 
     const auto i = indices[j];
     values[j] = s->diff[i];
     seen[i] += s->diff[i];
+  }
+  return s->pushes;
+}
+
+std::uint64_t ShardState::pull_half(std::uint32_t key, int rank, std::vector<std::uint16_t>& out) {
+  Slot* s = checked(key, "pull of");
+  std::lock_guard lock(s->mu);
+  auto& seen = difference(*s, key, rank, "fp16 pull");
+  const std::size_t n = s->x.size();
+  out.resize(n);
+  constexpr float kMaxHalf = 65504.0f;  // the largest finite binary16
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint16_t h = compress::float_to_half(std::clamp(s->diff[i], -kMaxHalf, kMaxHalf));
+    out[i] = h;
+    seen[i] += compress::half_to_float(h);
   }
   return s->pushes;
 }

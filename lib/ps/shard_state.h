@@ -109,6 +109,17 @@ class ShardState {
   std::uint64_t pull_diff(std::uint32_t key, int rank, std::size_t k, std::vector<std::uint32_t>& indices,
                           std::vector<float>& values);
 
+  /// The fp16 downlink (compression method fp16; docs/compression.md, "Downlink (PS)"):
+  /// d = x − x_seen[rank] in full, each value rounded to binary16 (compress::
+  /// float_to_half, round to nearest even; values beyond ±65504, the largest finite
+  /// binary16, sent as ±65504) into `out` (resized to the partition's length), and exactly
+  /// their decoding added to x_seen[rank], so that the worker's replica (which adds the
+  /// same decoding) and x_seen stay bit-identical and the rounding error stays in
+  /// x − x_seen for later pulls (error feedback). Requires an earlier pull(key, out,
+  /// rank). Returns partition_pushes(key). Throws ProtocolError for an unknown key or no
+  /// dense pull before.
+  std::uint64_t pull_half(std::uint32_t key, int rank, std::vector<std::uint16_t>& out);
+
   /// The low-rank downlink (docs/compression.md, "Low rank"): d = x − x_seen[rank], each
   /// matrix of `blocks` (the tiling the worker sends with its pull: compress::
   /// parse_lowrank_header) compressed by PowerSGD's step with this worker's warm-started Q

@@ -145,7 +145,8 @@ void WorkerLoop::connect() {
   popt.num_workers = static_cast<std::uint32_t>(spec_.workers);
   popt.timeout = cfg_.ps_timeout;
   popt.reconnect_timeout = cfg_.ps_timeout;
-  popt.sparse_downlink = spec_.compression.downlink_ratio < 1.0;
+  popt.sparse_downlink = compress::keeps_x_seen(spec_.compression);
+  popt.half_downlink = compress::half_downlink(spec_.compression);
   popt.lowrank_downlink = ps::lowrank_pull_headers(spec_.compression, layout_, flat_->sizes(), flat_->rows());
   popt.stop_requested = cfg_.stop_requested;
   if (!cfg_.init_replica_path.empty()) {

@@ -52,6 +52,7 @@ bool known_type(std::uint16_t t) {
     case MessageType::kError:
     case MessageType::kPullSparse:
     case MessageType::kPullLowRank:
+    case MessageType::kPullHalf:
       return true;
   }
   return false;
@@ -148,6 +149,7 @@ std::string to_string(MessageType type) {
     case MessageType::kError: return "error";
     case MessageType::kPullSparse: return "pull-sparse";
     case MessageType::kPullLowRank: return "pull-lowrank";
+    case MessageType::kPullHalf: return "pull-fp16";
   }
   return "unknown(" + std::to_string(static_cast<unsigned>(type)) + ")";
 }

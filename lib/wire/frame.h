@@ -61,6 +61,10 @@ enum class MessageType : std::uint16_t {
                      ///< partition `key` (ShardState::pull_lowrank); payload (codec
                      ///< low-rank, `count` words) = the partition's block header; the
                      ///< reply is a kPullReply with the low-rank codec
+  kPullHalf = 19,    ///< worker → PS: request all of x − x_seen for partition `key` in
+                     ///< binary16 (ShardState::pull_half: the fp16 downlink); no payload;
+                     ///< the reply is a kPullReply of codec kDenseF16, count = the
+                     ///< partition's length
 };
 
 /// Payload encodings.

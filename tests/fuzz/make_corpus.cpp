@@ -165,6 +165,7 @@ void frames() {
   write("frame", "init", frame(header(wire::MessageType::kInit, 2, wire::Codec::kDenseF32, 16), dense));
   write("frame", "pull", frame(header(wire::MessageType::kPull, 999, wire::Codec::kNone, 1), {}));
   write("frame", "pull-sparse", frame(header(wire::MessageType::kPullSparse, 999, wire::Codec::kNone, 10), {}));
+  write("frame", "pull-fp16", frame(header(wire::MessageType::kPullHalf, 999, wire::Codec::kNone, 0), {}));
   write("frame", "done", frame(header(wire::MessageType::kDone, 1, wire::Codec::kNone, 0), {}));
   write("frame", "query", frame(header(wire::MessageType::kQuery, 0, wire::Codec::kNone, 0), {}));
   const std::string why = "frame generation: expected 2, got 1 (a stale task?)";

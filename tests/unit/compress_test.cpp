@@ -440,6 +440,74 @@ TEST(Downlink, ReplicaPlusUnsentDifferenceEqualsPsParameters) {
   }
 }
 
+TEST(Downlink, Fp16PullsSendEveryDifferenceRoundedAndKeepTheRestForLater) {
+  // Method fp16's downlink: each pull sends binary16(x − x_seen) in full, x_seen takes
+  // exactly the decoding the worker adds, and the rounding error stays for later pulls.
+  const std::size_t n = 1000;
+  ps::ShardState st(0.9);  // dense pushes with the PS's momentum, as method fp16 trains
+  st.init(0, normal(n, 21));
+  const int workers = 3;
+  std::vector<std::vector<float>> replica(workers, std::vector<float>(n));
+  for (int w = 0; w < workers; ++w) st.pull(0, replica[w], w);
+  std::mt19937 rng(9);
+  std::vector<std::uint16_t> half;
+  std::vector<float> x(n);
+  for (int op = 0; op < 200; ++op) {
+    const int w = static_cast<int>(rng() % workers);
+    if (rng() % 2 == 0) {
+      st.push(0, normal(n, 3000 + op), 0.05f);
+      continue;
+    }
+    st.pull(0, x);  // rank -1: moves no one's x_seen
+    st.pull_half(0, w, half);
+    ASSERT_EQ(half.size(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      // The difference from what the worker holds (its replica is x_seen), rounded.
+      const float d = x[i] - replica[w][i];
+      ASSERT_EQ(half[i], float_to_half(d)) << "op " << op << " index " << i;
+      replica[w][i] += half_to_float(half[i]);
+      // Round to nearest: what is left is at most half a binary16 ulp of d (2^-11 |d|),
+      // or under the smallest subnormal (2^-24) where d flushes to zero.
+      ASSERT_LE(std::fabs(x[i] - replica[w][i]), std::max(std::ldexp(std::fabs(d), -11), std::ldexp(1.0f, -24)) * 1.0001f);
+    }
+  }
+  // Nothing was lost: a last fp32 difference (a sparse pull of everything) closes each
+  // replica onto x exactly up to float rounding.
+  st.pull(0, x);
+  std::vector<std::uint32_t> idx;
+  std::vector<float> vals;
+  for (int w = 0; w < workers; ++w) {
+    st.pull_diff(0, w, n, idx, vals);
+    for (std::size_t j = 0; j < idx.size(); ++j) {
+      ASSERT_NEAR(static_cast<double>(replica[w][idx[j]]) + vals[j], x[idx[j]], 1e-6) << "worker " << w;
+    }
+  }
+}
+
+TEST(Downlink, Fp16PullsSendBeyondTheLargestBinary16InInstalments) {
+  // A difference past 65,504 (the largest finite binary16) goes as ±65,504, not ±Inf; the
+  // rest arrives with the next pulls.
+  ps::ShardState st(0.0);
+  st.init(0, std::vector<float>{0.0f, 1.0f});
+  std::vector<float> replica(2);
+  st.pull(0, replica, 0);
+  const std::vector<float> g{-1.0f, 0.0f};
+  st.push(0, g, 100000.0f);  // x[0] = 100,000
+  std::vector<std::uint16_t> half;
+  st.pull_half(0, 0, half);
+  EXPECT_EQ(half_to_float(half[0]), 65504.0f);
+  EXPECT_EQ(half_to_float(half[1]), 0.0f);
+  replica[0] += half_to_float(half[0]);
+  st.pull_half(0, 0, half);
+  // 34,496 is a binary16 value (a multiple of its ulp there, 32).
+  EXPECT_EQ(half_to_float(half[0]), 34496.0f);
+  replica[0] += half_to_float(half[0]);
+  EXPECT_EQ(replica[0], 100000.0f);
+  // A pull before any dense pull of that worker is refused, naming the partition.
+  EXPECT_THROW(st.pull_half(0, 7, half), ProtocolError);
+  EXPECT_THROW(st.pull_half(3, 0, half), ProtocolError);
+}
+
 TEST(SparsePush, MalformedSparseUpdatesAreRejectedAndApplyNothing) {
   ps::ShardState st(0.0);
   std::vector<float> x(10, 1.0f), out(10);

@@ -1,6 +1,7 @@
 // The PS data plane over real loopback TCP: pushes and pulls of every codec against one
 // or two shards with dense and sparse downlinks, as hand-computed, and malformed frames.
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <numeric>
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "common/errors.h"
+#include "compress/fp16.h"
 #include "ps/client.h"
 #include "ps/partition.h"
 #include "ps/server.h"
@@ -338,6 +340,47 @@ TEST(SparseDataPlane, MalformedSparseFramesAreRefusedOverTcp) {
   st->pull(0, out);
   EXPECT_EQ(out, x);
   EXPECT_EQ(srv.rejected_connections(), 4u);
+}
+
+TEST(Fp16DataPlane, StepPullsCarryBinary16DifferencesAndDensePullsStayFp32) {
+  // Method fp16's downlink over TCP, two shards (partitions of 24 and 5 floats): a step's
+  // pull at density 1 is 2 bytes a float, added to the replica; pull(params) is dense.
+  const auto layout = make_layout({24, 5}, 24, 2);
+  PsShards shards(2, 0.0, layout);
+  auto co = PsShards::client_options(0, 1);
+  co.half_downlink = true;
+  EXPECT_THROW(shards.client(co), ConfigError);  // needs x_seen on the shards
+  co.sparse_downlink = true;
+  auto w = shards.client(co);
+  w.connect();
+  std::vector<float> x0(29), replica(29);
+  for (int i = 0; i < 29; ++i) x0[i] = 0.1f * static_cast<float>(i);
+  w.init(x0);
+  w.pull(replica);
+  EXPECT_EQ(replica, x0);
+  std::vector<float> g(29);
+  for (int i = 0; i < 29; ++i) g[i] = 1.0f / static_cast<float>(i + 3);
+  const auto down0 = w.bytes_pulled();
+  w.push_pull(g, 0.5f, replica);  // the dense push_pull: a step pull, so fp16
+  // Two replies: a header and 2 bytes a float each.
+  EXPECT_EQ(w.bytes_pulled() - down0, (48u + 2 * 24) + (48u + 2 * 5));
+  for (int i = 0; i < 29; ++i) {
+    // The shard's x − x_seen is −0.5·g exactly as floats compute it; the replica adds its
+    // binary16 rounding.
+    const float d = (x0[i] - 0.5f * g[i]) - x0[i];
+    EXPECT_EQ(replica[i], x0[i] + compress::half_to_float(compress::float_to_half(d))) << i;
+  }
+  // A step that pushes zeros (no momentum here: x stays) sends what the rounding left:
+  // the replica closes in.
+  std::vector<float> x(29);
+  const std::vector<float> zeros(29, 0.0f);
+  std::vector<float> before = replica;
+  w.push_pull(zeros, 0.5f, replica);
+  w.pull(x);  // dense fp32: the shard's values
+  for (int i = 0; i < 29; ++i) {
+    EXPECT_LE(std::fabs(replica[i] - x[i]), std::fabs(before[i] - x[i])) << i;
+    EXPECT_NEAR(replica[i], x[i], 1e-6) << i;
+  }
 }
 
 TEST(LowRankDataPlane, PushAndLowRankPullOverTcp) {

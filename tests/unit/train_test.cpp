@@ -1,11 +1,13 @@
 // Models, the learning-rate schedule and the worker step (LibTorch).
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numbers>
 
 #include <gtest/gtest.h>
 
 #include "common/errors.h"
+#include "compress/fp16.h"
 #include "ps/server.h"
 #include "ps/shard_state.h"
 #include "data/idx.h"
@@ -243,6 +245,74 @@ TEST(WorkerStep, OneWorkerAgainstAPsShardTakesTheSgdStepsComputedWithLibTorch) {
   EXPECT_EQ(run.snap.pushes, 3u);
   EXPECT_LT(largest_difference(run.snap, ref.module->parameters(), spec.partition_size), 1e-5)
       << "largest difference from the LibTorch SGD steps";
+}
+
+// Method fp16 both ways (docs/compression.md, "Downlink (PS)"): each step pushes binary16
+// with error feedback and pulls the binary16 difference from what the worker holds, so
+// against the same job in dense fp32 it moves 2 bytes a float less each way per step (the
+// first pull and the evaluation's stay fp32), and the shard ends where the same three
+// steps computed here with LibTorch and the binary16 rounding by hand end: uplink
+// v += g, h = fp16(v), v −= h, x −= lr·h; downlink d = x − x_seen, x_seen and the
+// replica += fp16(d), the next gradient taken at the replica.
+TEST(WorkerStep, Fp16JobPushesAndPullsHalfTheBytesAndTakesTheStepsComputedByHand) {
+  JobSpec spec = small_mlp_job(3, 7);
+  spec.optimizer.lr = 0.1;
+  spec.optimizer.momentum = 0;
+  spec.optimizer.weight_decay = 0;
+  const auto dense = run_against_one_shard(spec, 0.0, 8);
+  spec.compression.method = compress::Method::kFp16;
+  const auto half = run_against_one_shard(spec, 0.0, 9);
+  const auto& d = dense.events.back();
+  const auto& h = half.events.back();
+  ASSERT_EQ(d["event"], "done");
+  ASSERT_EQ(h["event"], "done");
+  ASSERT_EQ(h["steps"], 3);
+  const std::int64_t n = 235146;  // the MLP's floats, one partition
+  EXPECT_EQ(d["bytes_pulled"].get<std::int64_t>() - h["bytes_pulled"].get<std::int64_t>(), 3 * 2 * n);
+  EXPECT_EQ(d["bytes_pushed"].get<std::int64_t>() - h["bytes_pushed"].get<std::int64_t>(), 3 * 2 * n);
+
+  auto [x, y, ref, perm] = hand_replica(spec);
+  auto params = ref.module->parameters();
+  const auto flat = [&](bool grad) {
+    std::vector<float> out;
+    for (const auto& p : params) {
+      auto c = (grad ? p.grad() : p).contiguous();
+      out.insert(out.end(), c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+    }
+    return out;
+  };
+  std::vector<float> shard = flat(false), seen = shard, v(shard.size(), 0.0f);
+  ASSERT_EQ(static_cast<std::int64_t>(shard.size()), n);
+  for (int step = 0; step < 3; ++step) {
+    auto idx = perm.slice(0, step * 32, step * 32 + 32);
+    ref.module->zero_grad();
+    torch::nn::functional::cross_entropy(ref.forward(x.index_select(0, idx)), y.index_select(0, idx)).backward();
+    const auto g = flat(true);
+    for (std::size_t i = 0; i < shard.size(); ++i) {
+      v[i] += g[i];
+      const float sent = compress::half_to_float(compress::float_to_half(v[i]));
+      v[i] -= sent;
+      shard[i] -= 0.1f * sent;
+    }
+    auto replica = flat(false);
+    for (std::size_t i = 0; i < shard.size(); ++i) {
+      const float got = compress::half_to_float(compress::float_to_half(shard[i] - seen[i]));
+      seen[i] += got;
+      replica[i] += got;
+    }
+    torch::NoGradGuard ng;
+    std::size_t off = 0;
+    for (auto& p : params) {
+      std::memcpy(p.data_ptr<float>(), replica.data() + off, sizeof(float) * static_cast<std::size_t>(p.numel()));
+      off += static_cast<std::size_t>(p.numel());
+    }
+  }
+  ASSERT_EQ(half.snap.partitions.size(), 1u);
+  double worst = 0;
+  for (std::size_t i = 0; i < shard.size(); ++i) {
+    worst = std::max(worst, std::abs(double(half.snap.partitions[0].x[i]) - double(shard[i])));
+  }
+  EXPECT_LT(worst, 1e-5) << "largest difference from the steps computed by hand";
 }
 
 // Overlap (docs/training.md, "Overlap"): a deterministic single-worker BSP run with its
