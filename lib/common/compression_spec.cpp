@@ -49,11 +49,12 @@ double downlink_density(const CompressionSpec& spec, double epoch_pos, int worke
     return density_at(down, epoch_pos);
   }
   if (spec.method == Method::kPowerSgd) return density_at(spec, epoch_pos);
+  if (spec.method == Method::kFp16) return 1.0;
   return std::min(1.0, std::max(1, workers) * (density_at(spec, epoch_pos) + always_sent_fraction));
 }
 
-bool half_downlink(const CompressionSpec& spec) { return spec.method == Method::kFp16; }
+bool half_downlink(const CompressionSpec& spec) { return spec.method == Method::kFp16 && spec.downlink_ratio == 0; }
 
-bool keeps_x_seen(const CompressionSpec& spec) { return spec.downlink_ratio < 1.0 || half_downlink(spec); }
+bool keeps_x_seen(const CompressionSpec& spec) { return spec.downlink_ratio < 1.0; }
 
 }  // namespace dltrain::compress

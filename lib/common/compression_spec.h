@@ -71,25 +71,28 @@ double density_at(const CompressionSpec& spec, double epoch_pos);
 /// (min_compress_bytes). Under BSP, with the PS's momentum off (dgc), x − x_seen has at
 /// most that many non-zero coordinates, so the sparse downlink then carries all of it.
 /// powersgd's "auto" is its low-rank downlink: density_at(spec, epoch_pos) (1, dense
-/// pulls, in the warm-up; below 1, low-rank pulls, after it).
+/// pulls, in the warm-up; below 1, low-rank pulls, after it); fp16's "auto" is 1, a full
+/// pull, which the binary16 downlink carries (half_downlink).
 double downlink_density(const CompressionSpec& spec, double epoch_pos, int workers, double always_sent_fraction);
 
-/// Method fp16's downlink: a step's dense pull (downlink density 1) carries x − x_seen in
+/// Method fp16's "auto" downlink (its default): a step's pull carries all of x − x_seen in
 /// binary16 (ps::ShardState::pull_half), half a dense pull's bytes, as DDP's
-/// fp16_compress_hook halves both directions of its all-reduce. True for method fp16.
+/// fp16_compress_hook halves both directions of its all-reduce. True for method fp16
+/// with downlink_ratio "auto" (0); an explicit downlink_ratio = 1 keeps dense fp32 pulls.
 bool half_downlink(const CompressionSpec& spec);
 
 /// Whether the workers' step pulls are differences from what each PS shard records the
 /// worker holds (x_seen, 4 bytes a float per worker on the shard): a downlink density
-/// below 1 or "auto" (0), or half_downlink.
+/// below 1 or "auto" (0) — the top-k, low-rank and binary16 downlinks.
 bool keeps_x_seen(const CompressionSpec& spec);
 
 /// DGC's recipe where a job file leaves it out (docs/compression.md, "Defaults"), for
 /// method dgc: warm-up over min(1, epochs / 4) epochs in DGC's four stages, tensors under
 /// 16 KiB (4,096 floats) sent in full, the "auto" downlink; for method powersgd the "auto" downlink
-/// (low rank, at the uplink's rank). `given(key)` says whether the job's [compression]
+/// (low rank, at the uplink's rank), for method fp16 the "auto" downlink (binary16
+/// differences, half_downlink). `given(key)` says whether the job's [compression]
 /// table set `key`. Other methods keep their values, except that "auto" becomes 1 (dense
-/// pulls) for none and fp16.
+/// pulls) for none.
 template <typename Given>
 void apply_method_defaults(CompressionSpec& spec, int epochs, Given&& given) {
   if (spec.method == Method::kDgc) {
@@ -98,9 +101,10 @@ void apply_method_defaults(CompressionSpec& spec, int epochs, Given&& given) {
     if (!given("min_compress_bytes")) spec.min_compress_bytes = 16384;
     if (!given("downlink_ratio")) spec.downlink_ratio = 0;
   }
-  if (spec.method == Method::kPowerSgd && !given("downlink_ratio")) spec.downlink_ratio = 0;
-  const bool sparse = spec.method == Method::kDgc || spec.method == Method::kTopk || spec.method == Method::kRandomk;
-  if (!sparse && spec.method != Method::kPowerSgd && spec.downlink_ratio == 0) spec.downlink_ratio = 1.0;
+  if ((spec.method == Method::kPowerSgd || spec.method == Method::kFp16) && !given("downlink_ratio")) {
+    spec.downlink_ratio = 0;
+  }
+  if (spec.method == Method::kNone && spec.downlink_ratio == 0) spec.downlink_ratio = 1.0;
 }
 
 }  // namespace dltrain::compress

@@ -162,7 +162,8 @@ PsShardMemory ps_shard_memory(const JobSpec& spec, int classes) {
   m.state_bytes = 4 * n *
                   (1 + (m.momentum_buffer ? 1 : 0) + (m.step_accumulator ? 1 : 0) +
                    static_cast<std::uint64_t>(m.sparse_workers));
-  m.connection_bytes = static_cast<std::uint64_t>(spec.workers) * 8 * static_cast<std::uint64_t>(m.largest_partition);
+  const std::uint64_t per_float = compress::half_downlink(spec.compression) ? 8 + 2 : 8;
+  m.connection_bytes = static_cast<std::uint64_t>(spec.workers) * per_float * static_cast<std::uint64_t>(m.largest_partition);
   m.total_bytes = m.state_bytes + m.connection_bytes + (sparse ? 4 * n : 0);
   return m;
 }
@@ -192,16 +193,15 @@ std::optional<std::string> ps_memory_refusal(const JobSpec& spec, const PsShardM
                                                  ? " x_seen, one per worker for method fp16's binary16 downlink, + 1 scratch"
                                                  : " x_seen, one per worker as compression.downlink_ratio < 1, + 1 scratch")
                                       : std::string()) +
-                    "), plus " + std::to_string(spec.workers) + " workers' connection buffers of 8 bytes x " +
+                    "), plus " + std::to_string(spec.workers) + " workers' connection buffers of " +
+                    (compress::half_downlink(spec.compression) ? "10" : "8") + " bytes x " +
                     std::to_string(m.largest_partition) + " floats (the largest partition); the largest agent offers " +
                     gib(limit_bytes) + " (its memory_mb)";
   if (m.sparse_workers > 0) {
-    const std::uint64_t per = 4 * n + 8 * static_cast<std::uint64_t>(m.largest_partition);
+    const std::uint64_t per = 4 * n + m.connection_bytes / static_cast<std::uint64_t>(std::max(1, spec.workers));
     const std::int64_t fit = limit_bytes > fixed ? static_cast<std::int64_t>((limit_bytes - fixed) / per) : 0;
-    msg += "; with these ps_shards at most " + std::to_string(fit) + " workers fit, or add ps_shards, or " +
-           (compress::half_downlink(spec.compression)
-                ? std::string("use compression.method = \"none\" (dense fp32 pulls keep no x_seen)")
-                : std::string("set compression.downlink_ratio = 1 (dense pulls keep no x_seen)"));
+    msg += "; with these ps_shards at most " + std::to_string(fit) +
+           " workers fit, or add ps_shards, or set compression.downlink_ratio = 1 (dense pulls keep no x_seen)";
   } else {
     msg += "; add ps_shards";
   }

@@ -39,7 +39,9 @@ struct PsShardMemory {
   std::int64_t largest_partition = 0;  ///< floats of the shard's largest partition
   /// Every worker's connection keeps a receive and a reply buffer as large as the largest
   /// frame it carried (an init or dense pull of the largest partition):
-  /// workers · 2 · 4 · largest_partition bytes (measured by bench/psload/run.py).
+  /// workers · 2 · 4 · largest_partition bytes (measured by bench/psload/run.py), and with
+  /// the binary16 downlink (compress::half_downlink) the reply's binary16 values besides:
+  /// workers · 2 · largest_partition bytes more.
   std::uint64_t connection_bytes = 0;
   /// state_bytes + connection_bytes + the shard's pull_diff scratch (4·n bytes, once any
   /// sparse pull ran): what the shard process holds beyond its code and libraries.

@@ -54,7 +54,8 @@ class PullReplies {
   PullReplies(const ShardConnections& conn, const std::vector<std::vector<Partition>>& owned,
               std::span<float> params, Downlink mode, std::vector<std::uint64_t>& seen)
       : conn_(conn), owned_(owned), params_(params), mode_(mode), sparse_(mode != Downlink::kDense), seen_(seen),
-        next_(owned.size(), 0), current_(owned.size(), nullptr), scratch_(sparse_ ? owned.size() : 0) {}
+        next_(owned.size(), 0), current_(owned.size(), nullptr), scratch_(sparse_ ? owned.size() : 0),
+        half_(mode == Downlink::kHalf ? owned.size() : 0) {}
 
   // ReplyDest: checks the reply and says where its payload goes.
   std::span<std::byte> dest(std::size_t s, const wire::FrameHeader& h) {
@@ -62,9 +63,9 @@ class PullReplies {
     current_[s] = &p;
     const auto n = static_cast<std::size_t>(p.length);
     if (!sparse_) return std::as_writable_bytes(params_.subspan(static_cast<std::size_t>(p.offset), n));
-    if (mode_ == Downlink::kHalf) {  // two binary16 values a float of scratch
-      scratch_[s].resize((n + 1) / 2);
-      return std::as_writable_bytes(std::span<float>(scratch_[s])).first(2 * n);
+    if (mode_ == Downlink::kHalf) {
+      half_[s].resize(n);
+      return std::as_writable_bytes(std::span<std::uint16_t>(half_[s]));
     }
     // Sparse: indices, then values; low rank: the block header, then the factors.
     scratch_[s].resize((h.codec == wire::Codec::kLowRankF32 ? 1 : 2) * static_cast<std::size_t>(h.count));
@@ -84,7 +85,13 @@ class PullReplies {
       if (h.codec == wire::Codec::kLowRankF32) {
         add_lowrank_reply(scratch_[s], replica);
       } else if (h.codec == wire::Codec::kDenseF16) {
-        const auto* half = reinterpret_cast<const std::uint16_t*>(scratch_[s].data());
+        const auto& half = half_[s];
+        // Inf and NaN (all exponent bits set) would poison the replica for good: refused,
+        // nothing added. A shard never sends them (ShardState::pull_half clamps).
+        const auto bad = std::find_if(half.begin(), half.end(), [](std::uint16_t v) { return (v & 0x7C00u) == 0x7C00u; });
+        if (bad != half.end()) {
+          throw ProtocolError("value " + std::to_string(bad - half.begin()) + " is not finite");
+        }
         for (std::size_t i = 0; i < replica.size(); ++i) replica[i] += compress::half_to_float(half[i]);
       } else {
         apply_sparse_reply(scratch_[s], h.count, replica);
@@ -92,6 +99,7 @@ class PullReplies {
     } catch (const ProtocolError& e) {
       throw ProtocolError(conn_.where(s) +
                           (h.codec == wire::Codec::kLowRankF32 ? ": low-rank pull-reply of partition "
+                           : h.codec == wire::Codec::kDenseF16 ? ": fp16 pull-reply of partition "
                                                                : ": sparse pull-reply of partition ") +
                           std::to_string(p.key) + ": " + e.what());
     }
@@ -161,6 +169,7 @@ class PullReplies {
   std::vector<std::size_t> next_;             // per shard: index into owned_[s] of the next reply
   std::vector<const Partition*> current_;     // per shard: the partition whose sparse reply is being read
   std::vector<std::vector<float>> scratch_;   // per shard: a sparse reply's indices and values
+  std::vector<std::vector<std::uint16_t>> half_;  // per shard: an fp16 reply's binary16 values
   std::vector<std::uint32_t> header_;         // a low-rank reply's block header
   std::vector<float> decoded_;                // a low-rank reply's decoding
 };

@@ -158,7 +158,9 @@ class PsClient {
   /// (ShardState::init).
   void init(std::span<const float> params);
   /// Pushes `grad` (total_floats) to be applied with learning rate `lr`, then pulls the
-  /// current parameters into `params` (total_floats). One round trip per shard.
+  /// current parameters into `params` (total_floats) — with
+  /// PsClientOptions::half_downlink, adds their binary16 differences from what this
+  /// worker holds, so `params` must be its replica. One round trip per shard.
   void push_pull(std::span<const float> grad, float lr, std::span<float> params);
   /// General form: pushes `pushes[key]` for every partition (encoded as the codec says),
   /// then pulls. With downlink_ratio >= 1 the pull is dense and overwrites `params` (with
@@ -173,8 +175,9 @@ class PsClient {
   /// backward pass: push() writes the push frames of the partitions `keys` (any order,
   /// each at most once per step; `pushes` indexed by partition key, only those in `keys`
   /// read) and returns once they are written (pushes have no reply); pull() then pulls
-  /// every partition as push_pull does (dense at downlink_ratio >= 1, else sparse into
-  /// the replica). A step pushed in pieces and then pulled puts exactly push_pull's
+  /// every partition as push_pull does (dense at downlink_ratio >= 1, or binary16 into the
+  /// replica with PsClientOptions::half_downlink; below 1 sparse or low rank into the
+  /// replica). A step pushed in pieces and then pulled puts exactly push_pull's
   /// frames on the wire. Errors as push_pull.
   void push(std::span<const PartitionPush> pushes, std::span<const std::uint32_t> keys, float lr);
   void pull(std::span<float> params, double downlink_ratio);

@@ -255,6 +255,9 @@ class Session : public std::enable_shared_from_this<Session> {
             if (h_.count != 0) std::memcpy(pull_blocks_.data(), payload_.data(), 4 * static_cast<std::size_t>(h_.count));
           } else {
             expect_codec(wire::Codec::kNone);
+            if (h_.type == MessageType::kPullHalf && h_.count != 0) {
+              throw ProtocolError("pull-fp16 frame count: expected 0, got " + std::to_string(h_.count));
+            }
           }
           if (st.length(h_.key) < 0) {
             throw ProtocolError("pull of partition " + std::to_string(h_.key) + ", which this shard does not hold");

@@ -338,7 +338,19 @@ TEST(JobSpec, DgcAloneMeansDgcsRecipeAndKeysGivenAreKept) {
   EXPECT_EQ(parse_job_toml(kData + "[compression]\nmethod = \"topk\"\ndownlink_ratio = \"auto\"\n")
                 .compression.downlink_ratio,
             0.0);
-  EXPECT_EQ(parse_job_toml(kData + "[compression]\nmethod = \"fp16\"\ndownlink_ratio = \"auto\"\n")
+  // fp16: "auto", its default, is the binary16 downlink; an explicit 1 keeps dense fp32 pulls.
+  for (const std::string down : {"", "downlink_ratio = \"auto\"\n"}) {
+    const auto fp16 = parse_job_toml(kData + "[compression]\nmethod = \"fp16\"\n" + down).compression;
+    EXPECT_EQ(fp16.downlink_ratio, 0.0) << down;
+    EXPECT_TRUE(compress::half_downlink(fp16)) << down;
+    EXPECT_TRUE(compress::keeps_x_seen(fp16)) << down;
+    EXPECT_EQ(compress::downlink_density(fp16, 0.5, 4, 0.0), 1.0) << down;
+  }
+  const auto fp16_dense = parse_job_toml(kData + "[compression]\nmethod = \"fp16\"\ndownlink_ratio = 1\n").compression;
+  EXPECT_EQ(fp16_dense.downlink_ratio, 1.0);
+  EXPECT_FALSE(compress::half_downlink(fp16_dense));
+  EXPECT_FALSE(compress::keeps_x_seen(fp16_dense));
+  EXPECT_EQ(parse_job_toml(kData + "[compression]\nmethod = \"none\"\ndownlink_ratio = \"auto\"\n")
                 .compression.downlink_ratio,
             1.0);
   EXPECT_EQ(reject(kData + "[compression]\nmethod = \"dgc\"\ndownlink_ratio = \"half\"\n").second,

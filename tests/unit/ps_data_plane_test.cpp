@@ -336,10 +336,17 @@ TEST(SparseDataPlane, MalformedSparseFramesAreRefusedOverTcp) {
     return after_hello(b);
   };
   EXPECT_EQ(raw_exchange(srv.port(), dense_nan()).second, "push to partition 0: scale (learning rate) nan is not finite");
+  // An fp16 pull before the dense pull that records what the worker holds, and one with
+  // a count, are refused naming the problem.
+  const auto pull_half = [](std::uint32_t count) {
+    return after_hello(header_bytes(test_frame(wire::MessageType::kPullHalf, wire::Codec::kNone, count, 0)));
+  };
+  EXPECT_EQ(raw_exchange(srv.port(), pull_half(0)).second, "fp16 pull of partition 0 by worker 0 before any dense pull");
+  EXPECT_EQ(raw_exchange(srv.port(), pull_half(3)).second, "pull-fp16 frame count: expected 0, got 3");
   std::vector<float> out(10);
   st->pull(0, out);
   EXPECT_EQ(out, x);
-  EXPECT_EQ(srv.rejected_connections(), 4u);
+  EXPECT_EQ(srv.rejected_connections(), 6u);
 }
 
 TEST(Fp16DataPlane, StepPullsCarryBinary16DifferencesAndDensePullsStayFp32) {

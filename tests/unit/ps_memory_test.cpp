@@ -79,18 +79,21 @@ TEST(PsMemory, ShardStateIsParametersMomentumAndOneXSeenPerSparseWorker) {
   m = ps_shard_memory(dense, 10);
   EXPECT_TRUE(m.step_accumulator);
   EXPECT_EQ(m.state_bytes, 3u * 4u * 702602u);
-  // Method fp16's binary16 downlink sends differences: one x_seen per worker again, and
-  // the scratch: 4·n·(1 + 1 + 1 + 64) + 4·n.
+  // Method fp16's binary16 downlink sends differences: one x_seen per worker again, the
+  // scratch, and each connection's binary16 reply values: 4·n·(1 + 1 + 1 + 64) + 4·n +
+  // 64·(8 + 2)·largest partition.
   dense.compression.method = compress::Method::kFp16;
+  dense.compression.downlink_ratio = 0;  // "auto", fp16's default
   m = ps_shard_memory(dense, 10);
   EXPECT_EQ(m.sparse_workers, 64);
   EXPECT_EQ(m.state_bytes, 67u * 4u * 702602u);
-  EXPECT_EQ(m.total_bytes, m.state_bytes + 4u * 702602u + 64u * 8u * 200704u);
+  EXPECT_EQ(m.connection_bytes, 64u * 10u * 200704u);
+  EXPECT_EQ(m.total_bytes, m.state_bytes + 4u * 702602u + 64u * 10u * 200704u);
   // Refused below that, the way out named for fp16.
   const auto why = ps_memory_refusal(dense, m, m.total_bytes - 1);
   ASSERT_TRUE(why.has_value());
   EXPECT_NE(why->find("method fp16's binary16 downlink"), std::string::npos) << *why;
-  EXPECT_NE(why->find("compression.method = \"none\""), std::string::npos) << *why;
+  EXPECT_NE(why->find("compression.downlink_ratio = 1"), std::string::npos) << *why;
 }
 
 TEST(PsMemory, ShardsSplitTheModel) {
