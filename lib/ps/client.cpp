@@ -54,7 +54,7 @@ class PullReplies {
   PullReplies(const ShardConnections& conn, const std::vector<std::vector<Partition>>& owned,
               std::span<float> params, Downlink mode, std::vector<std::uint64_t>& seen)
       : conn_(conn), owned_(owned), params_(params), mode_(mode), sparse_(mode != Downlink::kDense), seen_(seen),
-        next_(owned.size(), 0), current_(owned.size(), nullptr), scratch_(sparse_ ? owned.size() : 0),
+        next_(owned.size(), 0), current_(owned.size(), nullptr), scratch_(mode == Downlink::kSparse ? owned.size() : 0),
         half_(mode == Downlink::kHalf ? owned.size() : 0) {}
 
   // ReplyDest: checks the reply and says where its payload goes.

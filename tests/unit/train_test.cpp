@@ -121,6 +121,16 @@ JobSpec small_mlp_job(std::int64_t steps, std::int64_t seed) {
   return spec;
 }
 
+// small_mlp_job as plain SGD: lr 0.1, no momentum, no weight decay — the steps the
+// worker-step tests replay by hand with LibTorch.
+JobSpec plain_sgd_job(std::int64_t steps, std::int64_t seed) {
+  JobSpec spec = small_mlp_job(steps, seed);
+  spec.optimizer.lr = 0.1;
+  spec.optimizer.momentum = 0;
+  spec.optimizer.weight_decay = 0;
+  return spec;
+}
+
 }  // namespace
 
 TEST(Models, ParameterCountsMatchTheArchitecture) {
@@ -212,10 +222,7 @@ TEST(LearningRate, WarmupThenCosineAsHandComputed) {
 // the shard's parameters after three steps must be those of three SGD steps computed here
 // with LibTorch directly — the same seeded initialisation, the same seeded batch order.
 TEST(WorkerStep, OneWorkerAgainstAPsShardTakesTheSgdStepsComputedWithLibTorch) {
-  JobSpec spec = small_mlp_job(3, 7);
-  spec.optimizer.lr = 0.1;
-  spec.optimizer.momentum = 0;
-  spec.optimizer.weight_decay = 0;
+  const JobSpec spec = plain_sgd_job(3, 7);
   const auto run = run_against_one_shard(spec, 0.0, 5);
   const auto& evs = run.events;
   const double acc = run.accuracy;
@@ -255,10 +262,7 @@ TEST(WorkerStep, OneWorkerAgainstAPsShardTakesTheSgdStepsComputedWithLibTorch) {
 // v += g, h = fp16(v), v −= h, x −= lr·h; downlink d = x − x_seen, x_seen and the
 // replica += fp16(d), the next gradient taken at the replica.
 TEST(WorkerStep, Fp16JobPushesAndPullsHalfTheBytesAndTakesTheStepsComputedByHand) {
-  JobSpec spec = small_mlp_job(3, 7);
-  spec.optimizer.lr = 0.1;
-  spec.optimizer.momentum = 0;
-  spec.optimizer.weight_decay = 0;
+  JobSpec spec = plain_sgd_job(3, 7);
   const auto dense = run_against_one_shard(spec, 0.0, 8);
   spec.compression.method = compress::Method::kFp16;
   spec.compression.downlink_ratio = 0;  // "auto", what a job file's method = "fp16" gets
@@ -366,11 +370,8 @@ TEST(WorkerStep, OverlapPushesTheSameBytesAndEndsWithTheSameParameters) {
 //   x1 = x0 − lr·g1(x0),  x2 = x1 − lr·g2(x0),  x3 = x2 − lr·g3(x1),  x4 = x3 − lr·g4(x2)
 // computed here with LibTorch.
 TEST(WorkerStep, OverlapInAsyncModeTakesEachGradientOneStepStaler) {
-  JobSpec spec = small_mlp_job(4, 11);
+  JobSpec spec = plain_sgd_job(4, 11);
   spec.overlap = true;
-  spec.optimizer.lr = 0.1;
-  spec.optimizer.momentum = 0;
-  spec.optimizer.weight_decay = 0;
   const auto run = run_against_one_shard(spec, 0.0, 7);
   const auto& evs = run.events;
   ASSERT_EQ(evs.back()["event"], "done");
