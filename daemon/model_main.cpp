@@ -70,7 +70,7 @@ int evaluate(const std::string& dir, const std::string& data_dir, std::int64_t l
   auto model = m.model;
   const double acc = feed->evaluate(*model.module, model);
   const auto info = feed->info();
-  json out{{"accuracy", acc}, {"images", info.test_images}, {"dataset", spec.dataset}, {"data_dir", data_dir},
+  json out{{"accuracy", acc}, {"images", info.test_images}, {"dataset", std::string(dltrain::enum_name(spec.dataset))}, {"data_dir", data_dir},
            {"model", m.name}};
   if (feed->skipped_images() > 0) out["skipped_images"] = feed->skipped_images();
   if (m.meta.contains("test_accuracy")) out["job_test_accuracy"] = m.meta["test_accuracy"];
@@ -79,7 +79,7 @@ int evaluate(const std::string& dir, const std::string& data_dir, std::int64_t l
     return 0;
   }
   std::cout << "accuracy " << std::fixed << std::setprecision(4) << acc << " on " << info.test_images << " test images of "
-            << data_dir << " (" << spec.dataset << ", " << m.name << ")";
+            << data_dir << " (" << dltrain::enum_name(spec.dataset) << ", " << m.name << ")";
   if (m.meta.contains("test_accuracy")) {
     std::cout << "; the job reported " << m.meta["test_accuracy"].get<double>();
     if (m.meta.contains("job")) std::cout << " on " << m.meta["job"].value("test_samples", 0) << " (0 = all)";

@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     opt.threads = args.threads;
     opt.bind_address = args.bind;
     opt.port = args.port;
-    opt.sync.mode = dltrain::ps::parse_sync_mode(args.sync);
+    opt.sync.mode = args.sync;
     opt.sync.staleness = static_cast<std::uint32_t>(args.staleness);
     opt.sync.backup_workers = static_cast<std::uint32_t>(args.backup_workers);
     opt.sync.barrier_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(args.barrier_timeout_s * 1000));
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
     listening.checkpoint = restored;
     events::write_line(std::cout, listening.to_json());
     spdlog::info("PS shard {} of job {} listening on {}:{} (sync {})", shard, opt.job, opt.bind_address, server.port(),
-                 args.sync);
+                 dltrain::enum_name(args.sync));
     boost::asio::io_context io;
     boost::asio::signal_set signals(io, SIGTERM, SIGINT);
     boost::asio::steady_timer timer(io);
@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
       const auto sy = server.sync_stats();
       spdlog::info("sync {}: {} steps applied, {} late pushes dropped, {} pulls waited ({:.3f} s in all), {} workers "
                    "dropped by the barrier timeout, {} connections closed mid-step, {} rejoins, max lead {} steps",
-                   args.sync, sy.steps, sy.late_pushes, sy.waits, sy.wait_seconds, sy.dropped, sy.departures,
+                   dltrain::enum_name(args.sync), sy.steps, sy.late_pushes, sy.waits, sy.wait_seconds, sy.dropped, sy.departures,
                    sy.rejoins, sy.max_lead);
     }
     events::PsStopped stopped;

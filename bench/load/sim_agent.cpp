@@ -122,10 +122,10 @@ void SimAgent::start_task(const wire::StartTaskBody& b) {
   try {
     t.job = b.job;
     t.name = b.task;
-    t.kind = b.kind;
+    t.kind = std::string(enum_name(b.kind));
     t.index = b.index;
     t.generation = b.generation;
-    const JobSpec spec = job_from_json(b.spec);
+    const JobSpec& spec = b.spec;
     t.epochs = spec.epochs;
     t.workers = spec.workers;
     const std::int64_t examples = spec.train_samples > 0 ? spec.train_samples : 60000;

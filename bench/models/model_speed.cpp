@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
       const Shape sh = it->second;
       const std::int64_t nt = train_images > 0 ? train_images : sh.train_images;
       const std::int64_t ne = eval_images > 0 ? eval_images : sh.eval_images;
-      auto model = dltrain::train::make_model(name, sh.channels, 10, sh.size);
+      auto model = dltrain::train::make_model(dltrain::parse_enum<dltrain::ModelKind>(name, "--models"), sh.channels, 10, sh.size);
       auto& module = *model.module;
       torch::optim::SGD opt(module.parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
       const auto x = torch::randn({std::max(nt, ne), sh.channels, sh.size, sh.size});

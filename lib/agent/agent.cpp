@@ -345,9 +345,9 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     const std::string key = b.job + "/" + b.task;
     if (tasks.count(key) || fetching.count(key)) throw Error("task " + key + " is already running here");
     std::vector<std::pair<std::string, std::string>> needed;  // sha256, name in the task directory
-    if (b.kind == "worker" && b.spec.is_object()) {
-      if (auto sha = b.spec.value("model_sha256", std::string()); !sha.empty()) needed.emplace_back(sha, kUploadedModelFile);
-      if (auto sha = b.spec.value("init_sha256", std::string()); !sha.empty()) needed.emplace_back(sha, kInitStateDictFile);
+    if (b.kind == wire::TaskKind::kWorker) {
+      if (!b.spec.model_sha256.empty()) needed.emplace_back(b.spec.model_sha256, kUploadedModelFile);
+      if (!b.spec.init_sha256.empty()) needed.emplace_back(b.spec.init_sha256, kInitStateDictFile);
     }
     if (needed.empty()) return launch_task(b, {});
     fetching[key] = b.generation;

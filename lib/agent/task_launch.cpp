@@ -48,9 +48,9 @@ std::optional<fs::path> earlier_dir(const config::AgentOptions& opt, const wire:
   return task_dir(opt, b.job, b.task, *generation);
 }
 
-void write_job_json(const fs::path& path, const json& spec) {
+void write_job_json(const fs::path& path, const JobSpec& spec) {
   std::ofstream out(path);
-  out << spec.dump(2);
+  out << json(spec).dump(2);
   out.close();
   if (!out) throw IoError("cannot write the job specification " + path.string());
 }
@@ -62,7 +62,7 @@ wire::PsTaskArgs ps_args(const config::AgentOptions& opt, const wire::StartTaskB
   a.generation = b.generation;
   a.secret_file = secret;
   a.shard = b.index;
-  const JobSpec spec = job_from_json(b.spec);
+  const JobSpec& spec = b.spec;
   a.momentum = ps_momentum(spec);
   a.sync = spec.sync;
   a.staleness = spec.staleness;
@@ -147,7 +147,7 @@ TaskLaunch prepare_task(const config::AgentOptions& opt, const wire::StartTaskBo
   TaskLaunch t;
   t.job = b.job;
   t.name = b.task;
-  t.kind = wire::parse_task_kind(b.kind).value();  // StartTaskBody::validate checked it
+  t.kind = b.kind;
   t.generation = b.generation;
   t.threads = b.threads;
   t.gpus = b.gpus;

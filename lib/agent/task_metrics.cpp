@@ -129,7 +129,7 @@ void TaskMetrics::add_to(control::MetricsBuilder& out, const std::string& agent,
       out.gauge("dltrain_ps_checkpoint_age_seconds", "Time since the latest checkpoint was written", l,
                 now_unix - *ps->last_checkpoint_unix);
     }
-    if (ps->sync != "async") {  // the step barrier's record (ps/sync.h)
+    if (ps->sync != ps::SyncMode::kAsync) {  // the step barrier's record (ps/sync.h)
       out.counter("dltrain_ps_sync_steps_total", "Synchronous steps applied, all partitions", l,
                   static_cast<double>(ps->sync_steps));
       out.counter("dltrain_ps_late_pushes_total", "Pushes dropped because their step was applied (backup workers)", l,

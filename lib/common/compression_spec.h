@@ -5,8 +5,11 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
+
+#include "common/enum_names.h"
 
 namespace dltrain::compress {
 
@@ -21,10 +24,32 @@ enum class Method {
              ///< (compress/lowrank.h); momentum stays at the PS
 };
 
-/// "none" | "topk" | "dgc" | "randomk" | "fp16" | "powersgd"; throws ConfigError("compression.method").
-Method parse_method(const std::string& name);
-/// The job-file name of `m` ("none", "topk", ...).
-std::string to_string(Method m);
+/// How the sparse methods' warm-up lowers the density (density_at).
+enum class WarmupSchedule {
+  kPerEpoch,  ///< "per_epoch": one stage per warm-up epoch
+  kStages,    ///< "stages": DGC's four stages spread evenly over the warm-up
+};
+
+}  // namespace dltrain::compress
+
+namespace dltrain {
+template <>
+struct EnumNames<compress::Method> {
+  static constexpr std::array<EnumName<compress::Method>, 6> kNames{{{compress::Method::kNone, "none"},
+                                                                     {compress::Method::kTopk, "topk"},
+                                                                     {compress::Method::kDgc, "dgc"},
+                                                                     {compress::Method::kRandomk, "randomk"},
+                                                                     {compress::Method::kFp16, "fp16"},
+                                                                     {compress::Method::kPowerSgd, "powersgd"}}};
+};
+template <>
+struct EnumNames<compress::WarmupSchedule> {
+  static constexpr std::array<EnumName<compress::WarmupSchedule>, 2> kNames{
+      {{compress::WarmupSchedule::kPerEpoch, "per_epoch"}, {compress::WarmupSchedule::kStages, "stages"}}};
+};
+}  // namespace dltrain
+
+namespace dltrain::compress {
 
 /// Settings, validated by the job-file parser.
 struct CompressionSpec {
@@ -36,7 +61,7 @@ struct CompressionSpec {
   double warmup_epochs = 0.0;    ///< epochs of exponentially decreasing density, [0, epochs)
   /// How the warm-up's density falls (density_at): "per_epoch", one step per warm-up epoch,
   /// or "stages", DGC's four steps spread evenly over warmup_epochs however long it is.
-  std::string warmup_schedule = "per_epoch";
+  WarmupSchedule warmup_schedule = WarmupSchedule::kPerEpoch;
   double momentum = 0.9;         ///< DGC's worker-side momentum m, [0, 1)
   double clip_norm = 0.0;        ///< local clipping threshold before scaling; 0 = off
   double sample_ratio = 0.01;    ///< DGC's sampled fraction, (0, 1]
@@ -97,7 +122,7 @@ template <typename Given>
 void apply_method_defaults(CompressionSpec& spec, int epochs, Given&& given) {
   if (spec.method == Method::kDgc) {
     if (!given("warmup_epochs")) spec.warmup_epochs = std::min(1.0, epochs / 4.0);
-    if (!given("warmup_schedule")) spec.warmup_schedule = "stages";
+    if (!given("warmup_schedule")) spec.warmup_schedule = WarmupSchedule::kStages;
     if (!given("min_compress_bytes")) spec.min_compress_bytes = 16384;
     if (!given("downlink_ratio")) spec.downlink_ratio = 0;
   }

@@ -8,8 +8,9 @@
 // when set; Nullable ones as null when empty) and D::from_json(j) reads every field that
 // is present (the others keep their defaults; a null counts as absent except for Nullable
 // and raw JSON fields). A wrong JSON type throws nlohmann::json::type_error. Nested
-// structs that derive from Fields, std::vector of them or of plain values, and
-// nlohmann::json members are handled. If D has `static constexpr const char* kKind`, its
+// structs that derive from Fields, std::vector of them or of plain values, enums with a
+// name table (common/enum_names.h; written as their names) and nlohmann::json members are
+// handled. If D has `static constexpr const char* kKind`, its
 // JSON form also carries "event": kKind (task events, wire/task_events.h). An integer
 // field accepts only a JSON integer, or a float with an integral value, that fits its
 // type (get_value below); a type_error thrown while reading a field names it.
@@ -27,6 +28,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "common/enum_names.h"
 
 namespace dltrain::json_fields {
 
@@ -109,6 +112,8 @@ nlohmann::json to_value(const T& v) {
     return v ? to_value(*v) : nlohmann::json(nullptr);
   } else if constexpr (HasJson<T>) {
     return v.to_json();
+  } else if constexpr (NamedEnum<T>) {
+    return nlohmann::json(std::string(enum_name(v)));
   } else if constexpr (IsVector<T>::value) {
     nlohmann::json a = nlohmann::json::array();
     for (const auto& e : v) a.push_back(to_value(e));
@@ -126,6 +131,11 @@ T from_value(const nlohmann::json& j) {
     return j.is_null() ? T{} : T{from_value<typename T::value_type>(j)};
   } else if constexpr (HasJson<T>) {
     return T::from_json(j);
+  } else if constexpr (NamedEnum<T>) {
+    if (j.is_string()) {
+      if (const auto v = enum_from_name<T>(j.template get_ref<const nlohmann::json::string_t&>())) return *v;
+    }
+    throw nlohmann::json::type_error::create(302, "expected one of " + enum_choices<T>() + ", got " + j.dump(), &j);
   } else if constexpr (IsVector<T>::value) {
     T out;
     for (const auto& e : j.template get_ref<const nlohmann::json::array_t&>()) {  // type_error unless an array

@@ -13,6 +13,7 @@
 
 #include <toml++/toml.h>
 
+#include "common/enum_names.h"
 #include "common/errors.h"
 
 namespace dltrain::toml_fields {
@@ -116,6 +117,18 @@ KeyReader<T> double_key(double T::*f, double lo, double hi, bool lo_open, bool h
 template <typename T>
 KeyReader<T> bool_key(bool T::*f) {
   return [f](T& o, const toml::node& n, const std::string& k) { o.*f = get_bool(n, k); };
+}
+
+/// A reader storing one of the names of enum E (common/enum_names.h) in member `f`. Throws
+/// ConfigError(field, "expected one of a | b, got \"c\"") for another string or type.
+template <typename T, NamedEnum E>
+KeyReader<T> enum_key(E T::*f) {
+  return [f](T& o, const toml::node& n, const std::string& k) {
+    if (!n.is_string()) {
+      throw ConfigError(k, "expected one of " + enum_choices<E>() + ", got " + type_name(n) + " " + render(n));
+    }
+    o.*f = parse_enum<E>(*n.value<std::string>(), k);
+  };
 }
 
 /// A reader for a key whose value is a table of `keys`, read into member `f`.

@@ -21,7 +21,7 @@
 namespace dltrain {
 namespace {
 
-using toml_fields::get_choice;
+using toml_fields::enum_key;
 using toml_fields::get_double;
 using toml_fields::get_int;
 using toml_fields::get_string;
@@ -61,10 +61,7 @@ const KeyTable<OptimizerSpec>& optimizer_keys() {
       {"lr", double_key(&OptimizerSpec::lr, 0.0, 10.0, true, false)},
       {"momentum", double_key(&OptimizerSpec::momentum, 0.0, 1.0, false, true)},
       {"weight_decay", double_key(&OptimizerSpec::weight_decay, 0.0, 1.0, false, true)},
-      {"lr_schedule",
-       [](OptimizerSpec& o, const Node& n, const std::string& f) {
-         o.lr_schedule = get_choice(n, f, {"constant", "cosine", "step"});
-       }},
+      {"lr_schedule", enum_key(&OptimizerSpec::lr_schedule)},
       {"warmup_epochs", double_key(&OptimizerSpec::warmup_epochs, 0.0, 1000.0, false, false)},
   };
   return keys;
@@ -99,10 +96,7 @@ const KeyTable<data::AugmentSpec>& augment_keys() {
 const KeyTable<compress::CompressionSpec>& compression_keys() {
   using compress::CompressionSpec;
   static const KeyTable<CompressionSpec> keys{
-      {"method",
-       [](CompressionSpec& c, const Node& n, const std::string& f) {
-         c.method = compress::parse_method(get_choice(n, f, {"none", "topk", "dgc", "randomk", "fp16", "powersgd"}));
-       }},
+      {"method", enum_key(&CompressionSpec::method)},
       {"ratio", double_key(&CompressionSpec::ratio, 0.0, 1.0, true, false)},
       {"downlink_ratio",
        [](CompressionSpec& c, const Node& n, const std::string& f) {
@@ -116,10 +110,7 @@ const KeyTable<compress::CompressionSpec>& compression_keys() {
          }
        }},
       {"warmup_epochs", double_key(&CompressionSpec::warmup_epochs, 0.0, 1000.0, false, false)},
-      {"warmup_schedule",
-       [](CompressionSpec& c, const Node& n, const std::string& f) {
-         c.warmup_schedule = get_choice(n, f, {"per_epoch", "stages"});
-       }},
+      {"warmup_schedule", enum_key(&CompressionSpec::warmup_schedule)},
       {"momentum", double_key(&CompressionSpec::momentum, 0.0, 1.0, false, true)},
       {"clip_norm", double_key(&CompressionSpec::clip_norm, 0.0, 1e9, false, false)},
       {"sample_ratio", double_key(&CompressionSpec::sample_ratio, 0.0, 1.0, true, false)},
@@ -196,16 +187,10 @@ KeyReader<JobSpec> bounded_string_key(std::string JobSpec::*f, std::size_t max_l
 const KeyTable<JobSpec>& job_keys() {
   static const KeyTable<JobSpec> keys{
       {"name", bounded_string_key(&JobSpec::name, kMaxJobNameLength, "characters")},
-      {"model",
-       [](JobSpec& s, const Node& n, const std::string& k) {
-         s.model = get_choice(n, k, {"cnn", "mlp", "mlp-large", "resnet20", "resnet18", "torchscript"});
-       }},
+      {"model", enum_key(&JobSpec::model)},
       {"model_file", bounded_string_key(&JobSpec::model_file, kMaxPathLength, "bytes")},
       {"init_from", bounded_string_key(&JobSpec::init_from, kMaxPathLength, "bytes")},
-      {"dataset",
-       [](JobSpec& s, const Node& n, const std::string& k) {
-         s.dataset = get_choice(n, k, {"fashion-mnist", "mnist", "cifar10", "imagefolder"});
-       }},
+      {"dataset", enum_key(&JobSpec::dataset)},
       {"data_dir", bounded_string_key(&JobSpec::data_dir, kMaxPathLength, "bytes")},
       {"image_size", int_key(&JobSpec::image_size, 8, 1024)},
       {"channels",
@@ -224,12 +209,11 @@ const KeyTable<JobSpec>& job_keys() {
       {"ps_shards", int_or_auto_key(&JobSpec::ps_shards, &JobSpec::ps_shards_auto, 1, 256)},
       {"batch_size", int_or_auto_key(&JobSpec::batch_size, &JobSpec::batch_auto, 1, 65536)},
       {"threads_per_task", int_key(&JobSpec::threads_per_task, 1, 256)},
-      {"sync",
-       [](JobSpec& s, const Node& n, const std::string& k) { s.sync = get_choice(n, k, {"async", "ssp", "sync"}); }},
+      {"sync", enum_key(&JobSpec::sync)},
       {"staleness", int_key(&JobSpec::staleness, 0, 1000)},
       {"backup_workers", int_key(&JobSpec::backup_workers, 0, 1023)},
       {"overlap", bool_key(&JobSpec::overlap)},
-      {"device", [](JobSpec& s, const Node& n, const std::string& k) { s.device = get_choice(n, k, {"cpu", "cuda"}); }},
+      {"device", enum_key(&JobSpec::device)},
       {"gpus_per_worker", int_key(&JobSpec::gpus_per_worker, 1, 64)},
       {"local_group", bool_key(&JobSpec::local_group)},
       {"seed", int_key(&JobSpec::seed, 0, std::int64_t{1} << 62)},
@@ -259,7 +243,7 @@ const KeyTable<JobSpec>& job_keys() {
 
 void apply_data_defaults(JobSpec& s) {
   const bool idx = is_idx_dataset(s.dataset);
-  if (s.image_size == 0) s.image_size = idx ? 28 : s.dataset == "cifar10" ? 32 : 224;
+  if (s.image_size == 0) s.image_size = idx ? 28 : s.dataset == DatasetKind::kCifar10 ? 32 : 224;
   if (s.channels == 0) s.channels = idx ? 1 : 3;
   for (const auto* v : {&s.mean, &s.std}) {
     if (!v->empty() && static_cast<int>(v->size()) != s.channels) {
@@ -271,8 +255,9 @@ void apply_data_defaults(JobSpec& s) {
   }
   if (s.compression.min_compress_bytes > 0 && s.compression.method != compress::Method::kTopk &&
       s.compression.method != compress::Method::kDgc && s.compression.method != compress::Method::kPowerSgd) {
-    throw ConfigError("compression.min_compress_bytes", "applies only to method = \"topk\", \"dgc\" or \"powersgd\" (this job has "
-                                                        "method = \"" + compress::to_string(s.compression.method) + "\")");
+    throw ConfigError("compression.min_compress_bytes",
+                      "applies only to method = \"topk\", \"dgc\" or \"powersgd\" (this job has method = \"" +
+                          std::string(enum_name(s.compression.method)) + "\")");
   }
   if (s.mean.empty() != s.std.empty()) {
     throw ConfigError(s.mean.empty() ? "mean" : "std", "give mean and std together (or neither: computed on a sample)");
@@ -282,19 +267,24 @@ void apply_data_defaults(JobSpec& s) {
   }
 }
 
-bool is_idx_dataset(const std::string& dataset) { return dataset == "fashion-mnist" || dataset == "mnist"; }
+bool is_idx_dataset(DatasetKind dataset) {
+  return dataset == DatasetKind::kFashionMnist || dataset == DatasetKind::kMnist;
+}
 
 namespace {
 
+// "(this job has sync = \"ssp\")" and the like, for the messages of validate_job.
+template <NamedEnum E>
+std::string this_job_has(const char* key, E v) {
+  return std::string(" (this job has ") + key + " = \"" + std::string(enum_name(v)) + "\")";
+}
+
 // The fields of the consistency models, which depend on sync and on each other.
-void check_sync_fields(const JobSpec& s, bool staleness_given) {
-  const auto only_for = [&](const char* field, const char* mode) {
-    return ConfigError(field, std::string("applies only to sync = \"") + mode + "\" (this job has sync = \"" + s.sync +
-                                  "\")");
-  };
-  if (staleness_given && s.sync != "ssp") throw only_for("staleness", "ssp");
+void check_sync_fields(const JobSpec& s) {
   if (s.backup_workers > 0) {
-    if (s.sync != "sync") throw only_for("backup_workers", "sync");
+    if (s.sync != ps::SyncMode::kBsp) {
+      throw ConfigError("backup_workers", "applies only to sync = \"sync\"" + this_job_has("sync", s.sync));
+    }
     if (s.workers_auto) throw ConfigError("backup_workers", "needs a fixed number of workers, not workers = \"auto\"");
     if (s.backup_workers >= s.workers) {
       throw ConfigError("backup_workers", "must be less than workers (" + std::to_string(s.workers) + "), got " +
@@ -306,7 +296,7 @@ void check_sync_fields(const JobSpec& s, bool staleness_given) {
                                  "before any partition may be pushed");
   }
   if (s.barrier_timeout_seconds > 0) {
-    if (s.sync == "async") {
+    if (s.sync == ps::SyncMode::kAsync) {
       throw ConfigError("ps.barrier_timeout", "applies only to sync = \"ssp\" or \"sync\" (this job has sync = \"async\")");
     }
     if (s.barrier_timeout_seconds >= s.ps_timeout_seconds) {
@@ -319,17 +309,18 @@ void check_sync_fields(const JobSpec& s, bool staleness_given) {
 }
 
 // device, gpus_per_worker and local_group (docs/gpu.md).
-void check_device_fields(JobSpec& s, bool gpus_given) {
-  if (s.device == "cpu") {
-    if (gpus_given) throw ConfigError("gpus_per_worker", "applies only to device = \"cuda\" (this job has device = \"cpu\")");
-    s.gpus_per_worker = 0;
-  } else if (!gpus_given) {
-    s.gpus_per_worker = 1;
+void check_device_fields(const JobSpec& s) {
+  if (s.device == Device::kCpu && s.gpus_per_worker != 0) {
+    throw ConfigError("gpus_per_worker", "applies only to device = \"cuda\"" + this_job_has("device", s.device));
+  }
+  if (s.device == Device::kCuda && (s.gpus_per_worker < 1 || s.gpus_per_worker > 64)) {
+    throw ConfigError("gpus_per_worker", "expected 1 to 64 with device = \"cuda\", got " +
+                                             std::to_string(s.gpus_per_worker));
   }
   if (s.local_group) {
-    if (s.sync != "async") {
-      throw ConfigError("local_group", "needs sync = \"async\" (this job has sync = \"" + s.sync +
-                                           "\"): a group pushes as one worker, which the PS's step accounting of "
+    if (s.sync != ps::SyncMode::kAsync) {
+      throw ConfigError("local_group", "needs sync = \"async\"" + this_job_has("sync", s.sync) +
+                                           ": a group pushes as one worker, which the PS's step accounting of "
                                            "ssp and sync (a barrier, a staleness bound) would not know of");
     }
     if (s.overlap) {
@@ -342,20 +333,11 @@ void check_device_fields(JobSpec& s, bool gpus_given) {
   }
 }
 
-}  // namespace
-
-double effective_barrier_timeout(const JobSpec& spec) {
-  return spec.barrier_timeout_seconds > 0 ? spec.barrier_timeout_seconds : spec.ps_timeout_seconds / 2;
-}
-
-// model = "torchscript": model_file resolved and, with check_files, refused early when it
-// is missing, too large or not a zip archive (the worker checks the rest when it loads it).
-static void check_model_file(JobSpec& s, const std::string& base_dir, bool check_files,
-                             const std::string& uploaded_model) {
-  namespace fs = std::filesystem;
-  if (s.model != "torchscript") {
+// model_file goes with model = "torchscript", and only with it.
+void check_model_fields(const JobSpec& s) {
+  if (s.model != ModelKind::kTorchScript) {
     if (!s.model_file.empty()) {
-      throw ConfigError("model_file", "applies only to model = \"torchscript\" (this job has model = \"" + s.model + "\")");
+      throw ConfigError("model_file", "applies only to model = \"torchscript\"" + this_job_has("model", s.model));
     }
     return;
   }
@@ -367,6 +349,37 @@ static void check_model_file(JobSpec& s, const std::string& base_dir, bool check
     throw ConfigError("workers", "\"auto\" needs a built-in model (the planner's memory and speed models know only "
                                  "those); give a number of workers for model = \"torchscript\"");
   }
+}
+
+void check_warmups(const JobSpec& s) {
+  for (const auto& [field, value] : {std::pair{"optimizer.warmup_epochs", s.optimizer.warmup_epochs},
+                                     std::pair{"compression.warmup_epochs", s.compression.warmup_epochs}}) {
+    if (value >= s.epochs) {
+      std::ostringstream os;
+      os << "must be less than epochs (" << s.epochs << "), got " << value;
+      throw ConfigError(field, os.str());
+    }
+  }
+}
+
+// The defaults of keys a job file leaves out that depend on other keys: the number of
+// PS shards and the partition size ("auto"), a CUDA worker's one GPU, the compression
+// method's recipe. `given(key)` says whether the file set the dotted key.
+template <typename Given>
+void apply_file_defaults(JobSpec& s, Given&& given) {
+  if (!given("ps_shards")) s.ps_shards_auto = true;
+  if (!given("ps.partition_size")) s.partition_size_auto = true;
+  if (s.device == Device::kCuda && !given("gpus_per_worker")) s.gpus_per_worker = 1;
+  compress::apply_method_defaults(s.compression, s.epochs,
+                                  [&](const char* key) { return given(std::string("compression.") + key); });
+}
+
+// model = "torchscript": model_file resolved against the job file's directory and, with
+// check_files, refused early when it is missing, too large or not a zip archive (the
+// worker checks the rest when it loads it).
+void resolve_model_file(JobSpec& s, const std::string& base_dir, bool check_files, const std::string& uploaded_model) {
+  namespace fs = std::filesystem;
+  if (s.model != ModelKind::kTorchScript) return;
   fs::path f(s.model_file);
   if (f.is_relative()) f = fs::path(base_dir) / f;
   s.model_file = f.lexically_normal().string();
@@ -392,58 +405,71 @@ static void check_model_file(JobSpec& s, const std::string& base_dir, bool check
   }
 }
 
+// data_dir resolved against the job file's directory and, with check_files, checked to
+// hold the data set.
+void resolve_data_dir(JobSpec& s, const std::string& base_dir, bool check_files) {
+  namespace fs = std::filesystem;
+  fs::path dir(s.data_dir);
+  if (dir.is_relative()) dir = fs::path(base_dir) / dir;
+  s.data_dir = dir.lexically_normal().string();
+  if (!check_files) return;
+  if (s.dataset == DatasetKind::kCifar10) {
+    data::check_cifar10_dir(s.data_dir);
+    return;
+  }
+  if (s.dataset == DatasetKind::kImageFolder) {
+    data::scan_image_folder(s.data_dir);
+    return;
+  }
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw ConfigError("data_dir", "directory \"" + s.data_dir + "\" does not exist on the leader" +
+                                      (s.data_dir == "/usr/share/datasets/fashion-mnist"
+                                           ? " (install it with: apt-get install dataset-fashion-mnist)"
+                                           : ""));
+  }
+  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                        "t10k-labels-idx1-ubyte"}) {
+    if (!fs::exists(dir / f, ec) && !fs::exists(dir / (std::string(f) + ".gz"), ec)) {
+      throw ConfigError("data_dir", "directory \"" + s.data_dir + "\" has no " + f + "[.gz] file");
+    }
+  }
+}
+
+}  // namespace
+
+void validate_job(JobSpec& s) {
+  check_sync_fields(s);
+  check_device_fields(s);
+  check_model_fields(s);
+  check_warmups(s);
+  apply_data_defaults(s);
+}
+
+double effective_barrier_timeout(const JobSpec& spec) {
+  return spec.barrier_timeout_seconds > 0 ? spec.barrier_timeout_seconds : spec.ps_timeout_seconds / 2;
+}
+
 JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, bool check_files,
                        const std::string& uploaded_model) {
   const toml::table root = toml_fields::parse(text);
   if (root.empty()) throw ConfigError("", "the job file is empty: it needs at least a model and its data");
   JobSpec s;
   toml_fields::read_keys(root, "", job_keys(), s);
-  if (!root.contains("ps_shards")) s.ps_shards_auto = true;
-  const toml::table* ps = root["ps"].as_table();
-  if (ps == nullptr || !ps->contains("partition_size")) s.partition_size_auto = true;
-  const bool staleness_given = root.contains("staleness");
-  const bool gpus_given = root.contains("gpus_per_worker");
-  check_sync_fields(s, staleness_given);
-  check_device_fields(s, gpus_given);
-  const toml::table* comp = root["compression"].as_table();
-  compress::apply_method_defaults(s.compression, s.epochs,
-                                  [&](const char* key) { return comp != nullptr && comp->contains(key); });
-  if (s.optimizer.warmup_epochs >= s.epochs) {
-    std::ostringstream os;
-    os << "must be less than epochs (" << s.epochs << "), got " << s.optimizer.warmup_epochs;
-    throw ConfigError("optimizer.warmup_epochs", os.str());
+  const auto given = [&](const std::string& dotted) {
+    return static_cast<bool>(root.at_path(dotted));
+  };
+  // Rules about keys being written at all, which the JSON form (every key present) has not.
+  if (given("staleness") && s.sync != ps::SyncMode::kSsp) {
+    throw ConfigError("staleness", "applies only to sync = \"ssp\"" + this_job_has("sync", s.sync));
   }
-  if (s.compression.warmup_epochs >= s.epochs) {
-    std::ostringstream os;
-    os << "must be less than epochs (" << s.epochs << "), got " << s.compression.warmup_epochs;
-    throw ConfigError("compression.warmup_epochs", os.str());
+  if (given("gpus_per_worker") && s.device == Device::kCpu) {
+    throw ConfigError("gpus_per_worker", "applies only to device = \"cuda\"" + this_job_has("device", s.device));
   }
-  apply_data_defaults(s);
-  namespace fs = std::filesystem;
-  check_model_file(s, base_dir, check_files, uploaded_model);
-  fs::path dir(s.data_dir);
-  if (dir.is_relative()) dir = fs::path(base_dir) / dir;
-  s.data_dir = dir.lexically_normal().string();
-  if (check_files && s.dataset == "cifar10") {
-    data::check_cifar10_dir(s.data_dir);
-  } else if (check_files && s.dataset == "imagefolder") {
-    data::scan_image_folder(s.data_dir);
-  } else if (check_files) {
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec)) {
-      throw ConfigError("data_dir", "directory \"" + s.data_dir + "\" does not exist on the leader" +
-                                        (s.data_dir == "/usr/share/datasets/fashion-mnist"
-                                             ? " (install it with: apt-get install dataset-fashion-mnist)"
-                                             : ""));
-    }
-    for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                          "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
-      if (!fs::exists(dir / f, ec) && !fs::exists(dir / (std::string(f) + ".gz"), ec)) {
-        throw ConfigError("data_dir", "directory \"" + s.data_dir + "\" has no " + f +
-                                          "[.gz] file");
-      }
-    }
-  }
+  apply_file_defaults(s, given);
+  validate_job(s);
+  resolve_model_file(s, base_dir, check_files, uploaded_model);
+  resolve_data_dir(s, base_dir, check_files);
   return s;
 }
 
@@ -451,7 +477,7 @@ std::vector<std::string> compression_warnings(const JobSpec& spec) {
   const auto& c = spec.compression;
   std::vector<std::string> out;
   if (c.method != compress::Method::kDgc && c.method != compress::Method::kTopk) return out;
-  const std::string m = compress::to_string(c.method);
+  const std::string m(enum_name(c.method));
   if (c.warmup_epochs == 0) {
     out.push_back("compression.warmup_epochs = 0: " + m + " sparsifies from the first step, which costs accuracy "
                   "(DGC warms its sparsity up, Lin et al. 2018 §3.4); leave the key out for DGC's warm-up");
@@ -485,8 +511,8 @@ struct JsonOut {
   nlohmann::json& j;
   template <typename T>
   void operator()(const char* key, const T& v, Need = Need::kRequired) const {
-    if constexpr (std::is_same_v<T, compress::Method>) {
-      j[key] = compress::to_string(v);
+    if constexpr (NamedEnum<T>) {
+      j[key] = std::string(enum_name(v));
     } else {
       j[key] = v;
     }
@@ -501,11 +527,12 @@ struct JsonOut {
 
 struct JsonIn {
   const nlohmann::json& j;
+  std::string prefix;  // the dotted path of j ("compression.")
   template <typename T>
   void operator()(const char* key, T& v, Need need = Need::kRequired) const {
     if (need == Need::kOptional && !j.contains(key)) return;
-    if constexpr (std::is_same_v<T, compress::Method>) {
-      v = compress::parse_method(j.at(key).get<std::string>());
+    if constexpr (NamedEnum<T>) {
+      v = parse_enum<T>(j.at(key).get<std::string>(), prefix + key);
     } else if constexpr (std::is_same_v<T, std::vector<int>> || std::is_same_v<T, std::vector<double>>) {
       v.clear();
       for (const auto& e : j.at(key).get_ref<const nlohmann::json::array_t&>()) {
@@ -518,7 +545,7 @@ struct JsonIn {
   template <typename T, typename F>
   void nested(const char* key, T& v, F&& fields, Need need = Need::kRequired) const {
     if (need == Need::kOptional && !j.contains(key)) return;
-    fields(v, JsonIn{j.at(key)});
+    fields(v, JsonIn{j.at(key), prefix + key + "."});
   }
 };
 
@@ -589,23 +616,14 @@ void to_json(nlohmann::json& j, const JobSpec& s) {
 JobSpec job_from_json(const nlohmann::json& j) {
   try {
     JobSpec s;
-    job_fields(s, JsonIn{j});
-    if (s.image_size == 0 || s.channels == 0) apply_data_defaults(s);
-    if (s.device != "cpu" && s.device != "cuda") {
-      throw ConfigError("device", "expected \"cpu\" or \"cuda\", got \"" + s.device + "\"");
-    }
-    if (s.gpus_per_worker < 0 || s.gpus_per_worker > 64 || (s.device == "cuda") != (s.gpus_per_worker > 0)) {
-      throw ConfigError("gpus_per_worker", "expected 1 to 64 with device = \"cuda\" and 0 with \"cpu\", got " +
-                                               std::to_string(s.gpus_per_worker));
-    }
-    if (s.compression.warmup_schedule != "per_epoch" && s.compression.warmup_schedule != "stages") {
-      throw ConfigError("compression.warmup_schedule",
-                        "expected \"per_epoch\" or \"stages\", got \"" + s.compression.warmup_schedule + "\"");
-    }
+    job_fields(s, JsonIn{j, ""});
+    validate_job(s);
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError("job", std::string("malformed job JSON: ") + e.what());
   }
 }
+
+void from_json(const nlohmann::json& j, JobSpec& spec) { spec = job_from_json(j); }
 
 }  // namespace dltrain

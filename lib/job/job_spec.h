@@ -8,9 +8,51 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/compression_spec.h"
+#include "common/enum_names.h"
+#include "common/sync_mode.h"
 #include "data/augment.h"
 
 namespace dltrain {
+
+/// The built-in networks (train/models.h) and a user's TorchScript module (job `model`).
+enum class ModelKind { kCnn, kMlp, kMlpLarge, kResnet20, kResnet18, kTorchScript };
+/// The data set layouts a worker reads (job `dataset`; docs/training.md, "Data sets").
+enum class DatasetKind {
+  kFashionMnist,  ///< IDX files, 28×28 gray, 10 classes
+  kMnist,         ///< IDX files
+  kCifar10,       ///< CIFAR-10's binary version
+  kImageFolder,   ///< data_dir/train/<class>/*.jpg|png, data_dir/test|val/<class>/…
+};
+/// Where workers train (job `device`; docs/gpu.md).
+enum class Device { kCpu, kCuda };
+/// The learning-rate schedule after warm-up (job `optimizer.lr_schedule`; train/trainer.h).
+enum class LrSchedule { kConstant, kCosine, kStep };
+
+template <>
+struct EnumNames<ModelKind> {
+  static constexpr std::array<EnumName<ModelKind>, 6> kNames{{{ModelKind::kCnn, "cnn"},
+                                                              {ModelKind::kMlp, "mlp"},
+                                                              {ModelKind::kMlpLarge, "mlp-large"},
+                                                              {ModelKind::kResnet20, "resnet20"},
+                                                              {ModelKind::kResnet18, "resnet18"},
+                                                              {ModelKind::kTorchScript, "torchscript"}}};
+};
+template <>
+struct EnumNames<DatasetKind> {
+  static constexpr std::array<EnumName<DatasetKind>, 4> kNames{{{DatasetKind::kFashionMnist, "fashion-mnist"},
+                                                                {DatasetKind::kMnist, "mnist"},
+                                                                {DatasetKind::kCifar10, "cifar10"},
+                                                                {DatasetKind::kImageFolder, "imagefolder"}}};
+};
+template <>
+struct EnumNames<Device> {
+  static constexpr std::array<EnumName<Device>, 2> kNames{{{Device::kCpu, "cpu"}, {Device::kCuda, "cuda"}}};
+};
+template <>
+struct EnumNames<LrSchedule> {
+  static constexpr std::array<EnumName<LrSchedule>, 3> kNames{
+      {{LrSchedule::kConstant, "constant"}, {LrSchedule::kCosine, "cosine"}, {LrSchedule::kStep, "step"}}};
+};
 
 /// [checkpoint]: the models a job keeps besides its last one (docs/training.md, "The
 /// trained model"), each written by worker 0 at an evaluation and collected by the leader
@@ -26,7 +68,7 @@ struct OptimizerSpec {
   double lr = 0.05;            ///< peak learning rate, (0, 10]
   double momentum = 0.9;       ///< PS-side heavy-ball momentum, [0, 1)
   double weight_decay = 5e-4;  ///< L2 penalty added to the worker's gradient, [0, 1)
-  std::string lr_schedule = "cosine";  ///< constant | cosine | step
+  LrSchedule lr_schedule = LrSchedule::kCosine;
   double warmup_epochs = 0.5;  ///< linear learning-rate warm-up, in epochs, [0, epochs)
 };
 
@@ -49,7 +91,7 @@ inline constexpr const char* kInitStateDictFile = "init_state_dict.pt";
 /// (to_json / job_from_json) is what the leader sends to tasks.
 struct JobSpec {
   std::string name = "job";        ///< free text shown in `dltrain list`
-  std::string model = "cnn";       ///< cnn | mlp | mlp-large | resnet20 | resnet18 | torchscript
+  ModelKind model = ModelKind::kCnn;
   /// model = "torchscript": the TorchScript archive (torch.jit.save) to train, absolute
   /// after parsing; the same path must hold the same file on every agent.
   std::string model_file;
@@ -65,9 +107,7 @@ struct JobSpec {
   /// init_from's state_dict.pt as the leader holds it (SHA-256, hex; set by the leader):
   /// each worker's agent fetches it into the task directory (kInitStateDictFile).
   std::string init_sha256;
-  /// fashion-mnist | mnist (IDX files) | cifar10 (binary version) | imagefolder
-  /// (data_dir/train/<class>/*.jpg|png, data_dir/test|val/<class>/…); docs/training.md
-  std::string dataset = "fashion-mnist";
+  DatasetKind dataset = DatasetKind::kFashionMnist;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";  ///< absolute after parsing
   /// Network input height and width in pixels, [8, 1024]: images are resized (shorter
   /// side) and centre-cropped to it. parse_job_toml sets the data set's default when the
@@ -98,17 +138,17 @@ struct JobSpec {
   int threads_per_task = 1;        ///< cores given to each task, [1, 256]
   /// Consistency model (ps/sync.h, docs/training.md "Consistency models"): async (ASGD),
   /// ssp (bounded staleness, Ho et al. 2013) or sync (BSP through the PS).
-  std::string sync = "async";
-  /// sync = "ssp": the most steps a worker may be ahead of the slowest, [0, 1000].
+  ps::SyncMode sync = ps::SyncMode::kAsync;
+  /// sync = ssp: the most steps a worker may be ahead of the slowest, [0, 1000].
   int staleness = 2;
   /// sync = "sync": pushes a step may go without (Chen et al. 2016), [0, workers).
   int backup_workers = 0;
   /// Push each partition from the backward pass as soon as its gradient is complete
   /// (docs/training.md, "Overlap"); not with compression.clip_norm > 0.
   bool overlap = false;
-  /// Where workers train (docs/gpu.md): "cpu" or "cuda" (LibTorch's CUDA device; needs a
+  /// Where workers train (docs/gpu.md): kCuda is LibTorch's CUDA device (needs a
   /// CUDA-enabled LibTorch and agents that offer GPUs). PS shards always run on the CPU.
-  std::string device = "cpu";
+  Device device = Device::kCpu;
   /// device = "cuda": GPUs given to each worker, [1, 64]; the leader places a worker only
   /// on an agent with this many free GPUs and starts it with CUDA_VISIBLE_DEVICES naming
   /// them. 0 after parsing a CPU job.
@@ -170,7 +210,14 @@ struct JobSpec {
 };
 
 /// True for the data sets held in IDX files (fashion-mnist, mnist).
-bool is_idx_dataset(const std::string& dataset);
+bool is_idx_dataset(DatasetKind dataset);
+
+/// The checks of a job's values that depend on each other (the consistency model's
+/// fields, device and GPUs, local groups, warm-ups shorter than the job, data shapes, a
+/// TorchScript model's file): the one validation that parse_job_toml and job_from_json
+/// both end with. Fills the data fields left at 0 (apply_data_defaults). Throws
+/// ConfigError naming the field. Thread-safe.
+void validate_job(JobSpec& spec);
 
 /// Fills the data fields a job left at 0 with its data set's defaults (image_size 28 /
 /// 32 / 224, channels 1 / 3) and checks the fields that depend on each other (mean and
@@ -209,9 +256,13 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir = ".
 
 /// JSON form of a job (every field, flat except "optimizer").
 void to_json(nlohmann::json& j, const JobSpec& spec);
-/// Inverse of to_json; throws ConfigError on a missing or mistyped field (an integer
-/// field takes only an integer that fits it, json_fields::get_value).
+/// Inverse of to_json, then validate_job; throws ConfigError on a missing or mistyped
+/// field (an integer field takes only an integer that fits it, json_fields::get_value; a
+/// closed set only one of its names) or values validate_job refuses.
 JobSpec job_from_json(const nlohmann::json& j);
+/// nlohmann's hook (so that a JobSpec is a field of a message body, json_fields): as
+/// job_from_json, whose ConfigError it throws.
+void from_json(const nlohmann::json& j, JobSpec& spec);
 
 
 }  // namespace dltrain

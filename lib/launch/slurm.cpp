@@ -377,7 +377,7 @@ void check_job_fits(const JobSpec& spec, const std::vector<AgentOffer>& agents, 
                                   plural(workers, "worker", "workers"), plural(spec.ps_shards, "PS shard", "PS shards"),
                                   spec.threads_per_task, slots, per_node));
   }
-  if (spec.device == "cuda") {
+  if (spec.device == Device::kCuda) {
     const int per = std::max(1, spec.gpus_per_worker);
     const int need_gpus = workers * per;
     if (need_gpus > gpus) {

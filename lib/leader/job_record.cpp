@@ -100,7 +100,7 @@ wire::events::Summary summary(const JobRec& j) {
     s.skipped_images = 0;
     for (const auto& [r, v] : j.skipped_images) *s.skipped_images += v;
   }
-  s.compression = compress::to_string(j.spec.compression.method);
+  s.compression = enum_name(j.spec.compression.method);
   if (!j.traffic.empty()) {
     s.set_ratios(total(j.traffic), false);
     s.set_ratios(total(j.traffic_after_warmup), true);
@@ -135,22 +135,22 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
   }
   json out = summary(j).to_json();
   out.erase("event");
-  out["model"] = j.spec.model;
-  out["dataset"] = j.spec.dataset;
+  out["model"] = std::string(enum_name(j.spec.model));
+  out["dataset"] = std::string(enum_name(j.spec.dataset));
   out["workers"] = j.spec.workers;
   out["ps_shards"] = j.spec.ps_shards;
   // ps_shards = "auto" until the job starts: ps_shards is then the least it will have.
   if (j.spec.ps_shards_auto) out["ps_shards_auto"] = true;
   out["batch_size"] = j.spec.batch_size;
   out["epochs_total"] = j.spec.epochs;
-  out["device"] = j.spec.device;
+  out["device"] = std::string(enum_name(j.spec.device));
   if (j.spec.gpus_per_worker > 0) out["gpus_per_worker"] = j.spec.gpus_per_worker;
   out["local_group"] = j.spec.local_group;
-  out["compression_settings"] = {{"method", compress::to_string(j.spec.compression.method)},
+  out["compression_settings"] = {{"method", std::string(enum_name(j.spec.compression.method))},
                                  {"ratio", j.spec.compression.ratio},
                                  {"downlink_ratio", j.spec.compression.downlink_ratio},
                                  {"warmup_epochs", j.spec.compression.warmup_epochs},
-                                 {"warmup_schedule", j.spec.compression.warmup_schedule}};
+                                 {"warmup_schedule", std::string(enum_name(j.spec.compression.warmup_schedule))}};
   out["submitted_at"] = j.submitted_unix;
   if (!j.resumed_from.empty()) {
     out["resumed_from"] = j.resumed_from;

@@ -243,7 +243,7 @@ void Leader::Impl::schedule_pass() {
 std::optional<ShardSpread> Leader::Impl::shard_spread(const JobRec& j) const {
   if (!j.spec.ps_shards_auto) return std::nullopt;
   int partitions = 1;
-  if (j.spec.model != "torchscript") {
+  if (j.spec.model != ModelKind::kTorchScript) {
     try {
       partitions = planner::model_partitions(j.spec, planner::dataset_classes(j.spec));
     } catch (const ConfigError& e) {
@@ -274,7 +274,7 @@ void Leader::Impl::launch(JobRec& j, std::vector<Placed> placement, const std::v
     events::ShardsSpread ev{{}, j.spec.ps_shards, {}, std::nullopt};
     if (j.spec.partition_size_auto) {
       j.spec.partition_size_auto = false;
-      if (j.spec.model != "torchscript") {
+      if (j.spec.model != ModelKind::kTorchScript) {
         try {
           j.spec.partition_size = planner::auto_partition_size(j.spec, planner::dataset_classes(j.spec));
         } catch (const ConfigError& e) {
@@ -320,7 +320,7 @@ void Leader::Impl::start_task(JobRec& j, TaskRec& t, wire::StartTaskBody body) {
   body.job = j.id;
   body.job_num = j.num;
   body.task = t.name;
-  body.kind = std::string(to_string(t.kind));
+  body.kind = t.kind;
   body.index = t.index;
   body.generation = j.generation;
   body.secret = j.secret;

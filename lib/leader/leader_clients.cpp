@@ -36,7 +36,7 @@ std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const 
       uploaded = *path;
     }
     auto spec = parse_job_toml(*b.job_toml, b.base_dir, true, uploaded);
-    if (b.model_sha256 && spec.model == "torchscript") spec.model_sha256 = *b.model_sha256;
+    if (b.model_sha256 && spec.model == ModelKind::kTorchScript) spec.model_sha256 = *b.model_sha256;
     if (!spec.init_from.empty() && !resolve_init_from(s, env.id, b, spec)) return std::nullopt;
     // A job whose PS shard cannot fit on any agent is refused now, not when it is placed.
     if (auto why = spec.workers_auto ? std::nullopt : ps_memory_problem(spec)) {
@@ -135,7 +135,7 @@ void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& 
 // refused at once, with the numbers (unlike cores, which agents joining later may bring,
 // a GPU job is sized to the GPUs registered now: docs/gpu.md).
 std::optional<std::string> Leader::Impl::gpu_refusal(const JobSpec& spec) const {
-  if (spec.device != "cuda") return std::nullopt;
+  if (spec.device != Device::kCuda) return std::nullopt;
   const auto caps = agents.capacities();
   int largest = 0;
   std::string per_agent;

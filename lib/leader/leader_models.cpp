@@ -77,8 +77,8 @@ bool Leader::Impl::collect_model(JobRec& j) {
   c.req.checkpoint = checkpoint;
   c.manifest.job = j.id;
   c.manifest.checkpoint = checkpoint;
-  c.manifest.model = j.spec.model;
-  c.manifest.dataset = j.spec.dataset;
+  c.manifest.model = enum_name(j.spec.model);
+  c.manifest.dataset = enum_name(j.spec.dataset);
   if (j.test_accuracy >= 0) c.manifest.test_accuracy = j.test_accuracy;
   c.manifest.epochs = j.epochs_done;
   c.manifest.agent = t->agent;
@@ -388,8 +388,9 @@ bool Leader::Impl::resolve_init_from(const SessionPtr& s, const std::string& id,
     return fail("\"" + spec.init_from + "\" is neither a job whose model the leader keeps (`dltrain models` lists "
                 "them) nor a model directory where the job was submitted");
   }
-  if (m->model != spec.model) {
-    return fail(spec.init_from + " trained model \"" + m->model + "\"; this job trains \"" + spec.model + "\"");
+  if (m->model != enum_name(spec.model)) {
+    return fail(spec.init_from + " trained model \"" + m->model + "\"; this job trains \"" +
+                std::string(enum_name(spec.model)) + "\"");
   }
   const auto f = std::find_if(m->files.begin(), m->files.end(), [](const ModelFileInfo& x) { return x.name == "state_dict.pt"; });
   if (f == m->files.end()) return fail("the model of " + spec.init_from + " has no state_dict.pt");
@@ -492,7 +493,7 @@ void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
     uploads->adopt(models->file_path(from->job, from->checkpoint, sd->name), sd->sha256);
     j.spec.init_sha256 = sd->sha256;
     j.spec.init_from = from->job;
-    if (j.spec.model == "torchscript") {
+    if (j.spec.model == ModelKind::kTorchScript) {
       const auto pt = file_of("model.pt");
       if (!pt) return refuse(wire::error_code::kNotFound, from->job + "'s checkpoint " + from->checkpoint + " has no model.pt");
       uploads->adopt(models->file_path(from->job, from->checkpoint, pt->name), pt->sha256);

@@ -28,7 +28,7 @@ planner::PolicyOptions policy_options(const config::AgentOptions& o) {
 }  // namespace
 
 planner::Plan Leader::Impl::plan_for(const JobSpec& spec, double exploration_seconds) const {
-  const bool gpu = spec.device == "cuda";
+  const bool gpu = spec.device == Device::kCuda;
   int slots = agents.task_slots(spec.threads_per_task);
   if (gpu) {
     // Workers of a cuda job are bounded by the GPUs too (a slot: one worker, or a PS shard).
@@ -42,14 +42,15 @@ planner::Plan Leader::Impl::plan_for(const JobSpec& spec, double exploration_sec
   auto req = planner::plan_request(spec, cluster, policy_options(opt), exploration_seconds);
   std::vector<store::Observation> history;
   if (db) {
-    history = planner::relevant_history(db->history(spec.model, spec.dataset), spec);
-    const std::string key = planner::plan_key(spec.model, spec.dataset);
+    const std::string model(enum_name(spec.model)), dataset(enum_name(spec.dataset));
+    history = planner::relevant_history(db->history(model, dataset), spec);
+    const std::string key = planner::plan_key(spec);
     if (auto prev = db->get_meta(key)) {
       try {
         req.previous = planner::decode_plan(*prev, key);
       } catch (const ProtocolError& e) {
         // The plan is only a hint against flapping: plan afresh, and say so.
-        spdlog::warn("store: {}; planning {} / {} without a previous plan", e.what(), spec.model, spec.dataset);
+        spdlog::warn("store: {}; planning {} / {} without a previous plan", e.what(), model, dataset);
       }
     }
   }
@@ -59,7 +60,7 @@ planner::Plan Leader::Impl::plan_for(const JobSpec& spec, double exploration_sec
 std::optional<std::string> Leader::Impl::ps_memory_problem(const JobSpec& spec) const {
   // A TorchScript model's tensors are known only to the worker that loads it; the leader,
   // without LibTorch, cannot size its PS shards beforehand.
-  if (spec.model == "torchscript") return std::nullopt;
+  if (spec.model == ModelKind::kTorchScript) return std::nullopt;
   std::int64_t largest_mb = 0;
   for (const auto& [id, a] : agents) {
     if (agents.live(id)) largest_mb = std::max(largest_mb, a.memory_mb);
@@ -88,7 +89,7 @@ void Leader::Impl::decide(JobRec& j) {
     return fail_unplaced(j, "planner chose " + std::to_string(p.choice.workers) + " workers, but " + *why);
   }
   persist("saving the plan",
-          [&] { db->put_meta(planner::plan_key(j.spec.model, j.spec.dataset), planner::encode_plan(p.choice)); });
+          [&] { db->put_meta(planner::plan_key(j.spec), planner::encode_plan(p.choice)); });
   spdlog::info("job {}: planner chose {} workers x batch {}: {}", j.id, p.choice.workers, p.choice.batch_size,
                p.explanation);
   notify(j, events::PlanDecided{{}, j.plan}.to_json());
@@ -125,7 +126,7 @@ void Leader::Impl::record_epoch(JobRec& j, const events::EpochEnd& ev) {
   std::vector<double> seconds;
   for (const auto& [r, v] : j.epoch_seconds) seconds.push_back(v);
   const double bytes = static_cast<double>(j.bytes_pushed() + j.bytes_pulled());
-  const auto o = planner::epoch_observation(planner::base_observation(j.spec, j.id, agents.hardware_class(j.spec.device == "cuda")),
+  const auto o = planner::epoch_observation(planner::base_observation(j.spec, j.id, agents.hardware_class(j.spec.device == Device::kCuda)),
                                             ev.epoch, seconds, bytes - j.last_bytes, j.spec,
                                             ev.eval_seconds.value_or(0.0));
   j.last_bytes = bytes;
@@ -135,7 +136,7 @@ void Leader::Impl::record_epoch(JobRec& j, const events::EpochEnd& ev) {
 void Leader::Impl::record_final(JobRec& j) {
   // A resumed job trained only its last epochs: its wall time is not the configuration's.
   if (!db || j.resume_epoch > 0) return;
-  auto base = planner::base_observation(j.spec, j.id, agents.hardware_class(j.spec.device == "cuda"));
+  auto base = planner::base_observation(j.spec, j.id, agents.hardware_class(j.spec.device == Device::kCuda));
   std::optional<store::Observation> o;
   if (j.spec.profile) {
     double ips = 0;

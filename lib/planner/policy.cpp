@@ -17,8 +17,8 @@ double train_examples(const JobSpec& spec) {
 PlanRequest plan_request(const JobSpec& spec, const ClusterView& cluster, const PolicyOptions& options,
                          double exploration_seconds) {
   PlanRequest req;
-  req.model = spec.model;
-  req.dataset = spec.dataset;
+  req.model = enum_name(spec.model);
+  req.dataset = enum_name(spec.dataset);
   req.hardware_class = cluster.hardware_class;
   req.ps_shards = spec.ps_shards;
   req.epochs = spec.epochs;
@@ -48,12 +48,14 @@ PlanRequest plan_request(const JobSpec& spec, const ClusterView& cluster, const 
 }
 
 std::vector<store::Observation> relevant_history(std::vector<store::Observation> rows, const JobSpec& spec) {
-  const std::string method = compress::to_string(spec.compression.method);
+  const std::string_view method = enum_name(spec.compression.method);
   std::erase_if(rows, [&](const store::Observation& o) { return o.compression != method; });
   return rows;
 }
 
-std::string plan_key(const std::string& model, const std::string& dataset) { return "plan/" + model + "/" + dataset; }
+std::string plan_key(const JobSpec& spec) {
+  return "plan/" + std::string(enum_name(spec.model)) + "/" + std::string(enum_name(spec.dataset));
+}
 
 std::string encode_plan(const Config& c) {
   return nlohmann::json{{"workers", c.workers}, {"batch_size", c.batch_size}}.dump();
@@ -84,15 +86,15 @@ JobSpec exploration_spec(const JobSpec& parent, const std::string& parent_id, co
 
 store::Observation base_observation(const JobSpec& spec, const std::string& job_id, const std::string& hardware_class) {
   store::Observation o;
-  o.model = spec.model;
-  o.dataset = spec.dataset;
+  o.model = enum_name(spec.model);
+  o.dataset = enum_name(spec.dataset);
   o.hardware_class = hardware_class;
   o.job = job_id;
   o.workers = spec.workers;
   o.ps_shards = spec.ps_shards;
   o.batch_size = spec.batch_size;
   o.timestamp = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  o.compression = compress::to_string(spec.compression.method);
+  o.compression = enum_name(spec.compression.method);
   return o;
 }
 

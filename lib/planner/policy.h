@@ -45,8 +45,8 @@ PlanRequest plan_request(const JobSpec& spec, const ClusterView& cluster, const 
 /// query) and the same compression method.
 std::vector<store::Observation> relevant_history(std::vector<store::Observation> rows, const JobSpec& spec);
 
-/// The store meta key of the last plan for a model and dataset: "plan/<model>/<dataset>".
-std::string plan_key(const std::string& model, const std::string& dataset);
+/// The store meta key of the last plan for the job's model and dataset: "plan/<model>/<dataset>".
+std::string plan_key(const JobSpec& spec);
 /// The stored form of a plan's choice: {"workers": W, "batch_size": B}.
 std::string encode_plan(const Config& c);
 /// The choice back from its stored form. Throws ProtocolError naming `key` and the

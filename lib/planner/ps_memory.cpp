@@ -52,10 +52,10 @@ void stages(Sizes& s, std::initializer_list<std::int64_t> widths, int blocks, bo
 
 }  // namespace
 
-std::vector<std::int64_t> model_tensor_sizes(const std::string& model, int channels, int classes, int image_size) {
+std::vector<std::int64_t> model_tensor_sizes(ModelKind model, int channels, int classes, int image_size) {
   Sizes s;
   const std::int64_t c = channels, k = classes;
-  if (model == "cnn") {
+  if (model == ModelKind::kCnn) {
     if (image_size < 8) {
       throw ConfigError("image_size", "the cnn model needs at least 8 pixels, got " + std::to_string(image_size));
     }
@@ -68,29 +68,30 @@ std::vector<std::int64_t> model_tensor_sizes(const std::string& model, int chann
     batchnorm(s, 64);
     linear(s, 64 * side * side, 64);
     linear(s, 64, k);
-  } else if (model == "mlp" || model == "mlp-large") {
-    const std::int64_t in = c * image_size * image_size, h1 = model == "mlp" ? 256 : 768;
+  } else if (model == ModelKind::kMlp || model == ModelKind::kMlpLarge) {
+    const std::int64_t in = c * image_size * image_size, h1 = model == ModelKind::kMlp ? 256 : 768;
     linear(s, in, h1);
     linear(s, h1, 128);
     linear(s, 128, k);
-  } else if (model == "resnet20") {
+  } else if (model == ModelKind::kResnet20) {
     conv(s, c, 16, 3);
     batchnorm(s, 16);
     stages(s, {16, 32, 64}, 3, false);
     linear(s, 64, k);
-  } else if (model == "resnet18") {
+  } else if (model == ModelKind::kResnet18) {
     conv(s, c, 64, 7);
     batchnorm(s, 64);
     stages(s, {64, 128, 256, 512}, 2, true);
     linear(s, 512, k);
   } else {
-    throw ConfigError("model", "expected cnn, mlp, mlp-large, resnet20 or resnet18, got \"" + model + "\"");
+    throw ConfigError("model", "expected cnn, mlp, mlp-large, resnet20 or resnet18, got \"" +
+                                  std::string(enum_name(model)) + "\"");
   }
   return s;
 }
 
 int dataset_classes(const JobSpec& spec) {
-  if (spec.dataset != "imagefolder") return 10;
+  if (spec.dataset != DatasetKind::kImageFolder) return 10;
   namespace fs = std::filesystem;
   const fs::path train = fs::path(spec.data_dir) / "train";
   std::error_code ec;
@@ -158,7 +159,7 @@ PsShardMemory ps_shard_memory(const JobSpec& spec, int classes) {
   const auto n = static_cast<std::uint64_t>(m.shard_floats);
   // sync = "sync" (BSP through the PS) stages each step's pushes in an accumulator of the
   // partition's size (ShardState::state_bytes() on the branch that implements it).
-  m.step_accumulator = spec.sync == "sync";
+  m.step_accumulator = spec.sync == ps::SyncMode::kBsp;
   m.state_bytes = 4 * n *
                   (1 + (m.momentum_buffer ? 1 : 0) + (m.step_accumulator ? 1 : 0) +
                    static_cast<std::uint64_t>(m.sparse_workers));
@@ -184,7 +185,7 @@ std::optional<std::string> ps_memory_refusal(const JobSpec& spec, const PsShardM
   const std::uint64_t fixed =
       4 * n * (1 + (m.momentum_buffer ? 1 : 0) + (m.step_accumulator ? 1 : 0)) + (m.sparse_workers > 0 ? 4 * n : 0);
   std::string msg = "a PS shard of this job needs " + gib(m.total_bytes) + ": " + std::to_string(n) + " floats (of the " +
-                    std::to_string(m.model_floats) + "-parameter " + spec.model + ", on the largest of " +
+                    std::to_string(m.model_floats) + "-parameter " + std::string(enum_name(spec.model)) + ", on the largest of " +
                     std::to_string(spec.ps_shards) + " ps_shards) x 4 bytes x (1 parameters" +
                     (m.momentum_buffer ? " + 1 momentum buffer" : "") +
                     (m.step_accumulator ? " + 1 BSP step accumulator" : "") +

@@ -17,9 +17,9 @@ namespace dltrain::planner {
 /// mlp-large, resnet20 (CifarResNet, option-A shortcuts) and resnet18 (projection
 /// shortcuts, 7×7 stem). BatchNorm running statistics are buffers, not parameters, and
 /// never reach the PS. `channels` in {1, 3}, `classes` >= 1, `image_size` >= 1 (the cnn
-/// needs >= 8). Throws ConfigError naming "model" for an unknown model and
-/// "image_size" for a cnn input below 8 pixels. Pure; thread-safe.
-std::vector<std::int64_t> model_tensor_sizes(const std::string& model, int channels, int classes, int image_size);
+/// needs >= 8). Throws ConfigError naming "model" for a TorchScript model (whose tensors
+/// only its workers know) and "image_size" for a cnn input below 8 pixels. Pure; thread-safe.
+std::vector<std::int64_t> model_tensor_sizes(ModelKind model, int channels, int classes, int image_size);
 
 /// Classes of the job's data set: 10 for fashion-mnist, mnist and cifar10; for an
 /// ImageFolder the class folders of data_dir/train (names not starting with '.'), as

@@ -469,7 +469,7 @@ void detail::ShardServer::arm_expiry() {
     for (const auto r : barrier->expire(std::chrono::steady_clock::now())) {
       spdlog::warn("ps: worker {} dropped from the {} barrier: a pull waited {} ms for it; it rejoins at the "
                    "current step with its next push",
-                   r, to_string(opt.sync.mode), opt.sync.barrier_timeout.count());
+                   r, enum_name(opt.sync.mode), opt.sync.barrier_timeout.count());
     }
     arm_expiry();
   });

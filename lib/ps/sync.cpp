@@ -7,25 +7,6 @@
 
 namespace dltrain::ps {
 
-SyncMode parse_sync_mode(const std::string& name) {
-  if (name == "async") return SyncMode::kAsync;
-  if (name == "ssp") return SyncMode::kSsp;
-  if (name == "sync") return SyncMode::kBsp;
-  throw ConfigError("sync", "expected \"async\", \"ssp\" or \"sync\", got \"" + name + "\"");
-}
-
-std::string to_string(SyncMode mode) {
-  switch (mode) {
-    case SyncMode::kAsync:
-      return "async";
-    case SyncMode::kSsp:
-      return "ssp";
-    case SyncMode::kBsp:
-      return "sync";
-  }
-  return "?";
-}
-
 StepBarrier::StepBarrier(SyncOptions options, ShardState& state) : opt_(options), state_(state) {}
 
 StepBarrier::Part& StepBarrier::part(std::uint32_t key) {

@@ -14,25 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "common/sync_mode.h"
 #include "ps/shard_state.h"
 
 namespace dltrain::ps {
-
-/// How a shard orders the workers' steps.
-enum class SyncMode {
-  kAsync,  ///< ASGD: every push is applied as it arrives, every pull answered at once
-  kSsp,    ///< stale synchronous parallel (Ho et al., NIPS 2013): pushes applied as they
-           ///< arrive; a pull waits while its worker is more than `staleness` steps ahead
-           ///< of the slowest live worker
-  kBsp,    ///< bulk-synchronous: a step's pushes are summed and applied once every live
-           ///< worker's (all but `backup_workers`) have arrived; pulls wait for the step
-};
-
-/// "async", "ssp", "sync" (the job file's names). Throws ConfigError("sync", ...) for
-/// anything else.
-SyncMode parse_sync_mode(const std::string& name);
-/// The job file's name of `mode`.
-std::string to_string(SyncMode mode);
 
 /// The consistency model of a shard (the job's `sync`, `staleness`, `backup_workers`,
 /// `[ps] barrier_timeout`).

@@ -21,17 +21,14 @@ constexpr std::int64_t kMeanStdSample = 512;        // images mean/std are estim
 constexpr std::int64_t kRecalibrationBytes = 64 << 20;  // bound on the BatchNorm sample
 constexpr std::size_t kSkipMessages = 20;           // skipped_image events per worker
 
-// Published per-pixel mean and standard deviation of the IDX training sets.
-double idx_mean(const std::string& dataset) { return dataset == "mnist" ? 0.1307 : 0.2860; }
-double idx_std(const std::string& dataset) { return dataset == "mnist" ? 0.3081 : 0.3530; }
 
 // The class names of the data sets whose labels are numbers, by label: Fashion-MNIST's
 // (Xiao et al. 2017, Table 1, file-system safe as `dltrain dataset from-idx` writes them),
 // MNIST's digits, CIFAR-10's (its batches.meta.txt).
-std::vector<std::string> published_class_names(const std::string& dataset) {
-  if (dataset == "fashion-mnist") return data::fashion_mnist_classes();
-  if (dataset == "mnist") return {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
-  if (dataset == "cifar10") {
+std::vector<std::string> published_class_names(DatasetKind dataset) {
+  if (dataset == DatasetKind::kFashionMnist) return data::fashion_mnist_classes();
+  if (dataset == DatasetKind::kMnist) return {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
+  if (dataset == DatasetKind::kCifar10) {
     return {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
   }
   return {};
@@ -59,7 +56,7 @@ class TensorFeed final : public DataFeed {
   wire::events::DataInfo info() const override {
     wire::events::DataInfo d;
     d.rank = rank_;
-    d.dataset = spec_.dataset;
+    d.dataset = enum_name(spec_.dataset);
     d.classes = 10;
     d.train_images = train_total_;
     d.test_images = test_x_.defined() ? test_x_.size(0) : 0;
@@ -158,7 +155,7 @@ class StreamFeed final : public DataFeed {
   wire::events::DataInfo info() const override {
     wire::events::DataInfo d;
     d.rank = rank_;
-    d.dataset = spec_.dataset;
+    d.dataset = enum_name(spec_.dataset);
     d.classes = classes_;
     d.train_images = train_->size();
     d.test_images = test_ ? test_->size() : 0;
@@ -227,7 +224,7 @@ class StreamFeed final : public DataFeed {
  private:
   void load_sources() {
     const auto seed = static_cast<std::uint64_t>(spec_.seed);
-    if (spec_.dataset == "imagefolder") {
+    if (spec_.dataset == DatasetKind::kImageFolder) {
       auto idx = data::scan_image_folder(spec_.data_dir);
       classes_ = static_cast<std::int64_t>(idx.classes.size());
       class_names_ = idx.classes;
@@ -238,7 +235,7 @@ class StreamFeed final : public DataFeed {
         test_ = std::make_shared<data::ImageFileSource>(limit_files(std::move(idx.test), spec_.test_samples, seed),
                                                         cache);
       }
-    } else if (spec_.dataset == "cifar10") {
+    } else if (spec_.dataset == DatasetKind::kCifar10) {
       train_ = std::make_shared<data::InMemorySource>(data::load_cifar10(spec_.data_dir, "train", spec_.train_samples));
       if (rank_ == 0) {
         test_ = std::make_shared<data::InMemorySource>(data::load_cifar10(spec_.data_dir, "test", spec_.test_samples));

@@ -70,7 +70,7 @@ LoadedModel load_model_dir(const std::string& dir) {
   if (m.name == "torchscript") {
     m.model = load_torchscript_model((fs::path(dir) / "model.pt").string(), m.channels, m.classes, m.image_size);
   } else {
-    m.model = make_model(m.name, m.channels, m.classes, m.image_size);
+    m.model = make_model(parse_enum<ModelKind>(m.name, meta_path + ": model"), m.channels, m.classes, m.image_size);
     const std::string sd = (fs::path(dir) / "state_dict.pt").string();
     load_state_dict(m.model, read_state_dict(sd, "model", sd), sd);
   }

@@ -164,21 +164,26 @@ std::string exported_name(const std::string& model, const std::string& key) {
   return "layer" + std::to_string(k / 2 + 1) + "." + std::to_string(k % 2) + "." + rest;
 }
 
-Model make_model(const std::string& name, std::int64_t channels, std::int64_t classes, std::int64_t image_size) {
-  if (name == "cnn") {
-    if (image_size < 8) throw ConfigError("image_size", "the cnn model needs at least 8 pixels, got " + std::to_string(image_size));
-    return wrap(SmallCnn(channels, classes, image_size), name);
+Model make_model(ModelKind kind, std::int64_t channels, std::int64_t classes, std::int64_t image_size) {
+  const std::string name(enum_name(kind));
+  switch (kind) {
+    case ModelKind::kCnn:
+      if (image_size < 8) {
+        throw ConfigError("image_size", "the cnn model needs at least 8 pixels, got " + std::to_string(image_size));
+      }
+      return wrap(SmallCnn(channels, classes, image_size), name);
+    case ModelKind::kMlp:
+      return wrap(Mlp(channels * image_size * image_size, 256, 128, classes), name);
+    case ModelKind::kMlpLarge:
+      return wrap(Mlp(channels * image_size * image_size, 768, 128, classes), name);
+    case ModelKind::kResnet20:
+      return wrap(CifarResNet(3, channels, classes), name);
+    case ModelKind::kResnet18:
+      return wrap(ResNet18(channels, classes), name);
+    case ModelKind::kTorchScript:
+      break;
   }
-  if (name == "mlp" || name == "mlp-large") {
-    const std::int64_t in = channels * image_size * image_size;
-    return wrap(name == "mlp" ? Mlp(in, 256, 128, classes) : Mlp(in, 768, 128, classes), name);
-  }
-  if (name == "resnet20") return wrap(CifarResNet(3, channels, classes), name);
-  if (name == "resnet18") return wrap(ResNet18(channels, classes), name);
-  if (name == "torchscript") {
-    throw ConfigError("model", "a torchscript model is loaded from its file (load_torchscript_model), not built");
-  }
-  throw ConfigError("model", "expected cnn, mlp, mlp-large, resnet20 or resnet18, got \"" + name + "\"");
+  throw ConfigError("model", "a torchscript model is loaded from its file (load_torchscript_model), not built");
 }
 
 namespace {
@@ -386,9 +391,8 @@ Model to_device(Model model, const torch::Device& device) {
   return model;
 }
 
-torch::Device training_device(const std::string& device) {
-  if (device == "cpu") return torch::Device(torch::kCPU);
-  if (device != "cuda") throw ConfigError("device", "expected \"cpu\" or \"cuda\", got \"" + device + "\"");
+torch::Device training_device(Device device) {
+  if (device == Device::kCpu) return torch::Device(torch::kCPU);
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   const std::string seen = visible == nullptr ? "unset" : "\"" + std::string(visible) + "\"";
   if (torch::cuda::is_available()) return torch::Device(torch::kCUDA, 0);

@@ -9,6 +9,8 @@
 
 #include <torch/torch.h>
 
+#include "job/job_spec.h"
+
 namespace dltrain::train {
 
 /// Small CNN: three 3×3 conv blocks (16, 32, 64 channels; BatchNorm, ReLU, 2×2 max-pool)
@@ -96,13 +98,13 @@ struct Model {
 /// (share/dltrain/dltrain_models.py defines them in PyTorch with the same names).
 std::string exported_name(const std::string& model, const std::string& key);
 
-/// Builds "cnn", "mlp", "mlp-large", "resnet20" or "resnet18" for inputs
+/// Builds cnn, mlp, mlp-large, resnet20 or resnet18 for inputs
 /// [N, channels, image_size, image_size] and `classes` outputs, initialised from torch's
-/// global generator (seed it first with torch::manual_seed for identical replicas).
-/// Throws ConfigError("model", ...) for another name, ConfigError("image_size", …) when
-/// the CNN's input is smaller than 8 pixels.
-Model make_model(const std::string& name, std::int64_t channels = 1, std::int64_t classes = 10,
-                 std::int64_t image_size = 28);
+/// global generator (seed it first with torch::manual_seed for identical replicas); the
+/// Model's name is the kind's job-file name. Throws ConfigError("model", ...) for
+/// kTorchScript (loaded from its file, load_torchscript_model), ConfigError("image_size",
+/// …) when the CNN's input is smaller than 8 pixels.
+Model make_model(ModelKind kind, std::int64_t channels = 1, std::int64_t classes = 10, std::int64_t image_size = 28);
 
 /// A user's TorchScript model (model = "torchscript"): the archive at `path`, written by
 /// torch.jit.save from torch.jit.script or torch.jit.trace, loaded with torch::jit::load
@@ -160,11 +162,11 @@ std::string init_from_state_dict(const Model& model, const std::string& path, co
 /// it returns `model` unchanged.
 Model to_device(Model model, const torch::Device& device);
 
-/// The device a worker of `device` ("cpu" | "cuda") trains on: the CPU, or the first GPU
+/// The device a worker of `device` trains on: the CPU, or the first GPU
 /// it sees (the agent gives it only its own through CUDA_VISIBLE_DEVICES). Throws
 /// ConfigError("device", …) saying which is missing: a LibTorch built without CUDA, or no
 /// CUDA device visible (with CUDA_VISIBLE_DEVICES' value). Never falls back to the CPU.
-torch::Device training_device(const std::string& device);
+torch::Device training_device(Device device);
 
 /// Trainable parameters of `m` (sum of numel over parameters()).
 std::int64_t parameter_count(const torch::nn::Module& m);

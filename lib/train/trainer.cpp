@@ -15,10 +15,12 @@
 
 namespace dltrain::train {
 
-std::pair<torch::Tensor, torch::Tensor> to_tensors(const data::Split& s, const std::string& dataset) {
-  // Per-dataset pixel mean and standard deviation over the training set.
-  const double mean = dataset == "mnist" ? 0.1307 : 0.2860;
-  const double stdv = dataset == "mnist" ? 0.3081 : 0.3530;
+double idx_mean(DatasetKind dataset) { return dataset == DatasetKind::kMnist ? 0.1307 : 0.2860; }
+double idx_std(DatasetKind dataset) { return dataset == DatasetKind::kMnist ? 0.3081 : 0.3530; }
+
+std::pair<torch::Tensor, torch::Tensor> to_tensors(const data::Split& s, DatasetKind dataset) {
+  const double mean = idx_mean(dataset);
+  const double stdv = idx_std(dataset);
   auto x = torch::from_blob(const_cast<std::uint8_t*>(s.images.pixels.data()),
                             {s.images.count, 1, s.images.rows, s.images.cols}, torch::kUInt8)
                .to(torch::kFloat32)
@@ -51,12 +53,12 @@ double learning_rate(const OptimizerSpec& opt, double epoch_pos, int epochs) {
   if (opt.warmup_epochs > 0 && epoch_pos < opt.warmup_epochs) {
     return opt.lr * (0.1 + 0.9 * epoch_pos / opt.warmup_epochs);
   }
-  if (opt.lr_schedule == "cosine") {
+  if (opt.lr_schedule == LrSchedule::kCosine) {
     const double span = epochs - opt.warmup_epochs;
     const double t = span > 0 ? std::clamp((epoch_pos - opt.warmup_epochs) / span, 0.0, 1.0) : 1.0;
     return opt.lr * 0.5 * (1.0 + std::cos(std::numbers::pi * t));
   }
-  if (opt.lr_schedule == "step") {
+  if (opt.lr_schedule == LrSchedule::kStep) {
     const double f = epoch_pos / epochs;
     return opt.lr * (f >= 0.75 ? 0.01 : f >= 0.5 ? 0.1 : 1.0);
   }
@@ -101,7 +103,7 @@ void WorkerLoop::load() {
   feed_ = make_data_feed(spec_, cfg_.rank, cfg_.threads, gen_);
   const auto info = feed_->info();
   torch::manual_seed(static_cast<std::uint64_t>(spec_.seed));
-  model_ = to_device(spec_.model == "torchscript"
+  model_ = to_device(spec_.model == ModelKind::kTorchScript
                          // An uploaded model file is in the task directory (its agent put it there).
                          ? load_torchscript_model(spec_.model_sha256.empty() ? spec_.model_file : kUploadedModelFile,
                                                   info.channels, feed_->classes(), info.image_size, spec_.model_file)
@@ -191,7 +193,7 @@ void WorkerLoop::connect() {
   ex_.always_sent_fraction =
       static_cast<double>(ex_.encoder->always_sent_floats()) / static_cast<double>(std::max<std::int64_t>(1, layout_.total_floats));
   ex_.plain = spec_.compression.method == compress::Method::kNone && spec_.compression.downlink_ratio >= 1.0;
-  ex_.pipelined = spec_.overlap && spec_.sync != "sync";
+  ex_.pipelined = spec_.overlap && spec_.sync != ps::SyncMode::kBsp;
   ex_.replica = params_;
   set_resume_point();
 }

@@ -225,7 +225,7 @@ void WorkerLoop::save_artifact(const std::string& checkpoint) noexcept {
   try {
     const auto files = save_model_files(model_, dir);
     const auto info = feed_->info();
-    nlohmann::json meta{{"model", spec_.model},
+    nlohmann::json meta{{"model", std::string(enum_name(spec_.model))},
                         {"classes", feed_->classes()},
                         {"class_names", info.class_names},
                         {"dltrain_version", DLTRAIN_VERSION},
@@ -233,7 +233,7 @@ void WorkerLoop::save_artifact(const std::string& checkpoint) noexcept {
                         {"image_size", info.image_size},
                         {"mean", info.mean},
                         {"std", info.std},
-                        {"dataset", spec_.dataset},
+                        {"dataset", std::string(enum_name(spec_.dataset))},
                         {"epochs", spec_.epochs},
                         {"epoch", epochs_finished_},
                         {"checkpoint", checkpoint},

@@ -176,8 +176,6 @@ void StartTaskBody::check(const std::string& type) const {
   check_path_name(job, "job", type);
   check_path_name(task, "task", type);
   if (job_num == 0) throw BodyError("job_num", type + " field \"job_num\": expected a job number >= 1, got 0");
-  const auto task_kind = parse_task_kind(kind);
-  if (!task_kind) throw BodyError("kind", type + " field \"kind\": expected ps or worker, got " + quoted(kind));
   if (index < 0) throw BodyError("index", type + " field \"index\": expected >= 0, got " + std::to_string(index));
   if (threads < 1) throw BodyError("threads", type + " field \"threads\": expected >= 1, got " + std::to_string(threads));
   if (resume_epoch < 0) {
@@ -188,12 +186,6 @@ void StartTaskBody::check(const std::string& type) const {
   } catch (const ConfigError& e) {
     throw BodyError("secret", type + " for " + job + "/" + task + ": " + e.what());
   }
-  JobSpec s;
-  try {
-    s = job_from_json(spec);
-  } catch (const ConfigError& e) {
-    throw BodyError("spec", type + " field \"spec\": " + e.what());
-  }
   std::vector<int> seen;
   for (const int g : gpus) {
     if (g < 0 || g > 63 || std::find(seen.begin(), seen.end(), g) != seen.end()) {
@@ -202,10 +194,10 @@ void StartTaskBody::check(const std::string& type) const {
     }
     seen.push_back(g);
   }
-  if (*task_kind == TaskKind::kWorker) {
-    if (s.device == "cuda" && static_cast<int>(gpus.size()) != s.gpus_per_worker) {
+  if (kind == TaskKind::kWorker) {
+    if (spec.device == Device::kCuda && static_cast<int>(gpus.size()) != spec.gpus_per_worker) {
       throw BodyError("gpus", type + " field \"gpus\": a worker of a cuda job with gpus_per_worker = " +
-                                  std::to_string(s.gpus_per_worker) + " needs as many GPUs, got " +
+                                  std::to_string(spec.gpus_per_worker) + " needs as many GPUs, got " +
                                   std::to_string(gpus.size()));
     }
   }
@@ -227,7 +219,7 @@ void StartTaskBody::check(const std::string& type) const {
                                          quoted(task));
     }
   }
-  if (*task_kind == TaskKind::kWorker) {
+  if (kind == TaskKind::kWorker) {
     for (const auto& e : ps) {
       // A worker's command line joins them with ','.
       if (e.find(',') != std::string::npos) {

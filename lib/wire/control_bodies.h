@@ -27,6 +27,7 @@
 #include "common/json_fields.h"
 #include "job/job_spec.h"
 #include "wire/control.h"
+#include "wire/task_kind.h"
 
 namespace dltrain::wire {
 
@@ -398,12 +399,12 @@ struct StartTaskBody : json_fields::Fields<StartTaskBody> {
   std::string job;               ///< "job-3"; a path component (check_path_name)
   std::uint64_t job_num = 0;     ///< the numeric job id of the data plane, >= 1
   std::string task;              ///< "ps-0", "worker-1"; a path component
-  std::string kind;              ///< "ps" | "worker"
+  TaskKind kind = TaskKind::kWorker;
   int index = 0;                 ///< shard index or worker rank, >= 0
   std::uint32_t generation = 0;  ///< the job's generation
   std::string secret;            ///< the job secret, 64 lower-case hex characters
   int threads = 1;               ///< cores given to the task, >= 1
-  nlohmann::json spec = nlohmann::json::object();  ///< the job (to_json(JobSpec)), checked by job_from_json
+  JobSpec spec;                  ///< the job, validated as it is read (job_from_json)
   std::vector<std::string> ps;   ///< worker: its PS shards' HOST:PORT, in shard order
   int resume_epoch = 0;          ///< worker: epochs already finished, >= 0
   /// Worker: start from the replica it saved in this generation's task directory.
@@ -440,11 +441,21 @@ struct BodyReader {
   const std::string& type;
   template <typename T>
   void operator()(const char* key, T& v) const {
+    if constexpr (NamedEnum<T>) {
+      const auto it = in.find(key);
+      if (it != in.end() && !it->is_null() &&
+          !(it->is_string() && enum_from_name<T>(it->template get_ref<const std::string&>()))) {
+        throw BodyError(key, type + " field \"" + key + "\": expected " + enum_alternatives<T>() + ", got " + it->dump());
+      }
+    }
     try {
       json_fields::detail::Reader{in}(key, v);
     } catch (const nlohmann::json::exception& e) {
       // The reader's message already starts with the key.
       throw BodyError(key, type + " body: " + json_fields::message_of(e));
+    } catch (const ConfigError& e) {
+      // A job specification the job's own validation refuses (job_from_json).
+      throw BodyError(key, type + " field \"" + key + "\": " + e.what());
     }
   }
 };

@@ -1,5 +1,6 @@
 #include "wire/task_args.h"
 
+#include <map>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -28,8 +29,8 @@ std::vector<std::string> PsTaskArgs::to_argv(const std::string& program) const {
                              "--checkpoint-interval", num(checkpoint_interval_s),
                              "--stats-interval", num(stats_interval_s),
                              "--log-level", log_level};
-  if (sync != "async") {
-    a.insert(a.end(), {"--sync", sync, "--staleness", std::to_string(staleness), "--backup-workers",
+  if (sync != ps::SyncMode::kAsync) {
+    a.insert(a.end(), {"--sync", std::string(enum_name(sync)), "--staleness", std::to_string(staleness), "--backup-workers",
                        std::to_string(backup_workers), "--barrier-timeout", num(barrier_timeout_s)});
   }
   if (port != 0) a.insert(a.end(), {"--port", std::to_string(port)});
@@ -65,8 +66,10 @@ void PsTaskArgs::add_to(CLI::App& app) {
   app.add_option("--workers-done", workers_done,
                  "ranks of workers that already finished (a shard rebuilt for a re-assigned job)")
       ->delimiter(',');
+  std::map<std::string, ps::SyncMode> modes;
+  for (const auto& n : EnumNames<ps::SyncMode>::kNames) modes.emplace(n.name, n.value);
   app.add_option("--sync", sync, "consistency model: async, ssp (bounded staleness) or sync (BSP)")
-      ->check(CLI::IsMember({"async", "ssp", "sync"}));
+      ->transform(CLI::CheckedTransformer(modes));
   app.add_option("--staleness", staleness, "ssp: steps a worker may be ahead of the slowest")->check(CLI::Range(0, 1000));
   app.add_option("--backup-workers", backup_workers, "sync: pushes a step may go without")->check(CLI::Range(0, 1023));
   app.add_option("--barrier-timeout", barrier_timeout_s,

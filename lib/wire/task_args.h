@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/host_port.h"
+#include "common/sync_mode.h"
 
 namespace CLI {
 class App;
@@ -31,7 +32,7 @@ struct PsTaskArgs {
   double checkpoint_interval_s = 10; ///< --checkpoint-interval: seconds, [0.1, 86400]
   std::vector<std::uint32_t> workers_done;  ///< --workers-done: ranks that already finished
   double stats_interval_s = 5;       ///< --stats-interval: seconds between ps_stats events, [0.1, 86400]
-  std::string sync = "async";        ///< --sync: async | ssp | sync (ps/sync.h)
+  ps::SyncMode sync = ps::SyncMode::kAsync;  ///< --sync: async | ssp | sync (ps/sync.h)
   int staleness = 0;                 ///< --staleness: ssp's bound, steps, [0, 1000]
   int backup_workers = 0;            ///< --backup-workers: sync's backup workers, [0, 1023]
   double barrier_timeout_s = 30;     ///< --barrier-timeout: seconds, [0.1, 86400]

@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/sync_mode.h"
 #include "common/json_fields.h"
 
 namespace dltrain::wire::events {
@@ -409,7 +410,7 @@ struct PsStats : Fields<PsStats> {
   std::uint64_t checkpoints = 0;     ///< checkpoints written
   Nullable<double> last_checkpoint_unix;  ///< Unix time (s) of the latest checkpoint; null: none yet
   // The step barrier's record (ps::SyncStats; all 0 with sync = "async").
-  std::string sync = "async";        ///< the consistency model: async | ssp | sync
+  ps::SyncMode sync = ps::SyncMode::kAsync;  ///< the consistency model ("async" | "ssp" | "sync")
   std::uint64_t sync_steps = 0;      ///< sync: steps applied, summed over partitions
   std::uint64_t late_pushes = 0;     ///< sync: pushes dropped because their step was applied
   std::uint64_t sync_waits = 0;      ///< pulls that waited for the barrier

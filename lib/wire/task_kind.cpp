@@ -4,13 +4,9 @@
 
 namespace dltrain::wire {
 
-std::string_view to_string(TaskKind k) { return k == TaskKind::kPs ? "ps" : "worker"; }
+std::string_view to_string(TaskKind k) { return enum_name(k); }
 
-std::optional<TaskKind> parse_task_kind(std::string_view s) {
-  if (s == "ps") return TaskKind::kPs;
-  if (s == "worker") return TaskKind::kWorker;
-  return std::nullopt;
-}
+std::optional<TaskKind> parse_task_kind(std::string_view s) { return enum_from_name<TaskKind>(s); }
 
 void to_json(nlohmann::json& j, TaskKind k) { j = std::string(to_string(k)); }
 

@@ -3,15 +3,30 @@
 // stored job records).
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
+#include "common/enum_names.h"
+
 namespace dltrain::wire {
 
 enum class TaskKind { kPs, kWorker };
+
+}  // namespace dltrain::wire
+
+namespace dltrain {
+template <>
+struct EnumNames<wire::TaskKind> {
+  static constexpr std::array<EnumName<wire::TaskKind>, 2> kNames{
+      {{wire::TaskKind::kPs, "ps"}, {wire::TaskKind::kWorker, "worker"}}};
+};
+}  // namespace dltrain
+
+namespace dltrain::wire {
 
 /// "ps" or "worker".
 std::string_view to_string(TaskKind k);

@@ -25,11 +25,8 @@ bool in(double v, double lo, double hi) { return std::isfinite(v) && v >= lo && 
 void check_ranges(const JobSpec& s) {
   FUZZ_CHECK(s.name.size() <= kMaxJobNameLength && s.data_dir.size() <= kMaxPathLength + 64, "name or data_dir too long");
   FUZZ_CHECK(!s.data_dir.empty() && s.data_dir.front() == '/', "data_dir not absolute");
-  FUZZ_CHECK(s.model == "cnn" || s.model == "mlp" || s.model == "mlp-large" || s.model == "resnet20" ||
-                 s.model == "resnet18",
-             "unknown model");
-  FUZZ_CHECK(s.dataset == "fashion-mnist" || s.dataset == "mnist" || s.dataset == "cifar10" || s.dataset == "imagefolder",
-             "unknown dataset");
+  FUZZ_CHECK(enum_name(s.model) != "?" && s.model != ModelKind::kTorchScript, "unknown model");
+  FUZZ_CHECK(enum_name(s.dataset) != "?", "unknown dataset");
   FUZZ_CHECK(s.image_size >= 8 && s.image_size <= 1024 && (s.channels == 1 || s.channels == 3), "image_size or channels");
   FUZZ_CHECK(s.mean.size() == s.std.size() && (s.mean.empty() || static_cast<int>(s.mean.size()) == s.channels),
              "mean/std not one per channel");
@@ -47,7 +44,7 @@ void check_ranges(const JobSpec& s) {
   FUZZ_CHECK(s.workers >= 1 && s.workers <= 1024 && s.ps_shards >= 1 && s.ps_shards <= 256, "workers or shards");
   FUZZ_CHECK(s.batch_size >= 1 && s.batch_size <= 65536 && s.threads_per_task >= 1 && s.threads_per_task <= 256,
              "batch size or threads");
-  FUZZ_CHECK(s.sync == "async", "a sync mode that is not implemented");
+  FUZZ_CHECK(enum_name(s.sync) != "?", "a sync mode that is not implemented");
   FUZZ_CHECK(s.seed >= 0 && s.train_samples >= 0 && s.test_samples >= 0, "negative seed or sample count");
   FUZZ_CHECK(s.partition_size >= 1 && s.partition_size <= (std::int64_t{1} << 26), "partition_size");
   FUZZ_CHECK(in(s.ps_timeout_seconds, 1, 86400), "ps timeout");

@@ -102,7 +102,7 @@ void frames() {
   write("frame", "hello", frame(header(wire::MessageType::kHello, 0, wire::Codec::kBytes, 8), hello));
   for (const char* method : {"none", "fp16", "topk", "randomk", "dgc", "powersgd"}) {
     compress::CompressionSpec spec;
-    spec.method = compress::parse_method(method);
+    spec.method = parse_enum<compress::Method>(method, "compression.method");
     spec.ratio = 0.01;
     const std::size_t n = std::string(method) == "none" || std::string(method) == "fp16" ? 64 : 1000;
     compress::GradientCompressor comp(spec, {static_cast<std::int64_t>(n)}, 7);

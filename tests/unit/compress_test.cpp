@@ -185,7 +185,7 @@ TEST(Warmup, StagesSpreadDgcsFourStepsOverAShortWarmup) {
   CompressionSpec s;
   s.ratio = 0.001;
   s.warmup_epochs = 0.25;  // four stages of 1/16 epoch
-  s.warmup_schedule = "stages";
+  s.warmup_schedule = compress::WarmupSchedule::kStages;
   EXPECT_DOUBLE_EQ(density_at(s, 0.0), 0.25);
   EXPECT_DOUBLE_EQ(density_at(s, 0.0624), 0.25);
   EXPECT_DOUBLE_EQ(density_at(s, 0.0625), 0.0625);
@@ -195,7 +195,7 @@ TEST(Warmup, StagesSpreadDgcsFourStepsOverAShortWarmup) {
   // Four epochs of stages are the per-epoch schedule: the paper's.
   s.warmup_epochs = 4;
   CompressionSpec per_epoch = s;
-  per_epoch.warmup_schedule = "per_epoch";
+  per_epoch.warmup_schedule = compress::WarmupSchedule::kPerEpoch;
   for (double e : {0.0, 0.5, 1.0, 2.7, 3.99, 4.0, 5.0}) EXPECT_DOUBLE_EQ(density_at(s, e), density_at(per_epoch, e)) << e;
   // The same quarter epoch per epoch is one stage at 25 %, the figure that made the warm-up
   // cost as much as dense training.
@@ -271,7 +271,7 @@ TEST(ErrorFeedback, SentPlusResidualEqualsInput) {
     auto r = c.residual(0);
     double worst = 0;
     for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(sent[i] + r[i] - in[i]));
-    EXPECT_LT(worst, 1e-4) << to_string(m);
+    EXPECT_LT(worst, 1e-4) << enum_name(m);
   }
 }
 
@@ -541,7 +541,7 @@ TEST(Downlink, AutoAsksForWhatTheWorkersCanHavePushedSinceThePull) {
   s.method = Method::kDgc;
   s.ratio = 0.001;
   s.warmup_epochs = 1;
-  s.warmup_schedule = "stages";
+  s.warmup_schedule = compress::WarmupSchedule::kStages;
   s.downlink_ratio = 0;  // "auto"
   // After the warm-up: 4 workers × (0.1 % + 1 % of the floats sent in full) = 4.4 %.
   EXPECT_NEAR(downlink_density(s, 2.0, 4, 0.01), 0.044, 1e-12);

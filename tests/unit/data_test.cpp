@@ -336,7 +336,7 @@ TEST(ImageFolder, JobFileIsValidatedAtSubmitNamingTheField) {
   to_json(j, spec);
   const auto back = job_from_json(j);
   EXPECT_EQ(back.augment.crop_padding, 4);
-  EXPECT_EQ(back.dataset, "imagefolder");
+  EXPECT_EQ(back.dataset, DatasetKind::kImageFolder);
   EXPECT_EQ(parse_job_toml(base.substr(0, base.find("image_size")) + "data_dir = \"" + f.dir.path.string() + "\"\n").image_size,
             224);
   auto field_of = [&](const std::string& text) {

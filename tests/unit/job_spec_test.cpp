@@ -103,7 +103,7 @@ TEST(JobSpec, RejectsOutOfRangeAndSyntaxErrors) {
 
 TEST(JobSpec, ConsistencyModelsTakeTheirOwnFieldsOnly) {
   const auto s = parse_job_toml("sync = \"ssp\"\nstaleness = 3\n" + kData);
-  EXPECT_EQ(s.sync, "ssp");
+  EXPECT_EQ(s.sync, ps::SyncMode::kSsp);
   EXPECT_EQ(s.staleness, 3);
   EXPECT_EQ(parse_job_toml("sync = \"ssp\"\n" + kData).staleness, 2);  // the default
   const auto b = parse_job_toml("sync = \"sync\"\nworkers = 4\nbackup_workers = 1\n" + kData +
@@ -148,7 +148,7 @@ TEST(JobSpec, ShippedJobFilesParse) {
   std::stringstream text;
   text << in.rdbuf();
   const auto s = parse_job_toml(text.str(), dir.string(), false);
-  EXPECT_EQ(s.sync, "sync");
+  EXPECT_EQ(s.sync, ps::SyncMode::kBsp);
   EXPECT_TRUE(s.overlap);
   EXPECT_DOUBLE_EQ(effective_barrier_timeout(s), 30.0);
 }
@@ -242,7 +242,7 @@ TEST(JobSpec, QueueTimeoutIsADurationFromOneSecondToThirtyDays) {
 // device, gpus_per_worker and local_group (docs/gpu.md).
 TEST(JobSpec, DeviceGpusPerWorkerAndLocalGroup) {
   const auto cpu = parse_job_toml(kData);
-  EXPECT_EQ(cpu.device, "cpu");
+  EXPECT_EQ(cpu.device, Device::kCpu);
   EXPECT_EQ(cpu.gpus_per_worker, 0);
   EXPECT_FALSE(cpu.local_group);
   const auto cuda = parse_job_toml(kData + "device = \"cuda\"\n");
@@ -262,14 +262,14 @@ TEST(JobSpec, DeviceGpusPerWorkerAndLocalGroup) {
   // The JSON form carries them; a job stored before they existed is a CPU job.
   const auto back = job_from_json(nlohmann::json(parse_job_toml(kData + "device = \"cuda\"\ngpus_per_worker = 2\n"
                                                                  "local_group = true\n")));
-  EXPECT_EQ(back.device, "cuda");
+  EXPECT_EQ(back.device, Device::kCuda);
   EXPECT_EQ(back.gpus_per_worker, 2);
   EXPECT_TRUE(back.local_group);
   nlohmann::json old = parse_job_toml(kData);
   old.erase("device");
   old.erase("gpus_per_worker");
   old.erase("local_group");
-  EXPECT_EQ(job_from_json(old).device, "cpu");
+  EXPECT_EQ(job_from_json(old).device, Device::kCpu);
   nlohmann::json bad = parse_job_toml(kData);
   bad["gpus_per_worker"] = 1;  // with device = cpu
   EXPECT_THROW(job_from_json(bad), ConfigError);
@@ -296,16 +296,16 @@ TEST(JobSpec, MinCompressBytesAppliesToTopkAndDgcAndIsStored) {
 }
 
 TEST(JobSpec, WarmupScheduleIsPerEpochOrStagesAndIsStored) {
-  EXPECT_EQ(parse_job_toml(kData).compression.warmup_schedule, "per_epoch");
+  EXPECT_EQ(parse_job_toml(kData).compression.warmup_schedule, compress::WarmupSchedule::kPerEpoch);
   const auto dgc = parse_job_toml(kData + "[compression]\nmethod = \"dgc\"\nwarmup_epochs = 0.25\n"
                                           "warmup_schedule = \"stages\"\n");
-  EXPECT_EQ(dgc.compression.warmup_schedule, "stages");
+  EXPECT_EQ(dgc.compression.warmup_schedule, compress::WarmupSchedule::kStages);
   EXPECT_EQ(reject(kData + "[compression]\nwarmup_schedule = \"linear\"\n").second,
             "compression.warmup_schedule: expected one of per_epoch | stages, got \"linear\"");
-  EXPECT_EQ(job_from_json(nlohmann::json(dgc)).compression.warmup_schedule, "stages");
+  EXPECT_EQ(job_from_json(nlohmann::json(dgc)).compression.warmup_schedule, compress::WarmupSchedule::kStages);
   nlohmann::json old = dgc;  // stored before the key existed: the schedule it had then
   old["compression"].erase("warmup_schedule");
-  EXPECT_EQ(job_from_json(old).compression.warmup_schedule, "per_epoch");
+  EXPECT_EQ(job_from_json(old).compression.warmup_schedule, compress::WarmupSchedule::kPerEpoch);
   nlohmann::json bad = dgc;  // a job message with a schedule this build does not know
   bad["compression"]["warmup_schedule"] = "cosine";
   EXPECT_THROW(job_from_json(bad), ConfigError);
@@ -316,7 +316,7 @@ TEST(JobSpec, DgcAloneMeansDgcsRecipeAndKeysGivenAreKept) {
   // 16 KiB in full, the "auto" downlink (0).
   const auto dgc = parse_job_toml(kData + "epochs = 3\n[compression]\nmethod = \"dgc\"\n");
   EXPECT_DOUBLE_EQ(dgc.compression.warmup_epochs, 0.75);
-  EXPECT_EQ(dgc.compression.warmup_schedule, "stages");
+  EXPECT_EQ(dgc.compression.warmup_schedule, compress::WarmupSchedule::kStages);
   EXPECT_EQ(dgc.compression.min_compress_bytes, 16384);
   EXPECT_EQ(dgc.compression.downlink_ratio, 0.0);
   EXPECT_DOUBLE_EQ(parse_job_toml(kData + "epochs = 8\n[compression]\nmethod = \"dgc\"\n").compression.warmup_epochs,
@@ -381,7 +381,7 @@ TEST(JobSpec, PowerSgdTakesARankAndMinCompressBytes) {
 
 TEST(JobSpec, ATorchScriptModelNamesItsFileWhichIsCheckedAndStored) {
   const auto ts = parse_job_toml(kData + "model = \"torchscript\"\nmodel_file = \"nets/cnn.pt\"\n", "/jobs", false);
-  EXPECT_EQ(ts.model, "torchscript");
+  EXPECT_EQ(ts.model, ModelKind::kTorchScript);
   EXPECT_EQ(ts.model_file, "/jobs/nets/cnn.pt");  // relative to the job file
   EXPECT_EQ(job_from_json(nlohmann::json(ts)).model_file, "/jobs/nets/cnn.pt");
   EXPECT_EQ(reject(kData + "model = \"torchscript\"\n").first, "model_file");

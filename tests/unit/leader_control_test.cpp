@@ -388,7 +388,7 @@ TEST(AgentRequests, MalformedStartTaskIsRefusedNamingTheFieldAndTheAgentCarriesO
   st.job = "job-1";
   st.job_num = 1;
   st.task = "ps-0";
-  st.kind = "ps";
+  st.kind = wire::TaskKind::kPs;
   st.generation = 1;
   st.secret = std::string(64, 'a');
   st.spec = JobSpec{};

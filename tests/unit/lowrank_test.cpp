@@ -256,8 +256,8 @@ TEST(LowRank, MalformedFramesAreRefusedNamingTheFieldAndWriteNothing) {
 }
 
 TEST(LowRank, SpecParsesTheMethodAndItsWarmupIsDense) {
-  EXPECT_EQ(parse_method("powersgd"), Method::kPowerSgd);
-  EXPECT_EQ(to_string(Method::kPowerSgd), "powersgd");
+  EXPECT_EQ(parse_enum<Method>("powersgd", "compression.method"), Method::kPowerSgd);
+  EXPECT_EQ(enum_name(Method::kPowerSgd), "powersgd");
   CompressionSpec s;
   s.method = Method::kPowerSgd;
   s.warmup_epochs = 0.5;

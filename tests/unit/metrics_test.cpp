@@ -244,7 +244,7 @@ TEST(TaskMetrics, AnSspShardsBarrierRecord) {
   t.task = "ps-0";
   t.role = dltrain::wire::TaskKind::kPs;
   events::PsStats st;
-  st.sync = "ssp";
+  st.sync = dltrain::ps::SyncMode::kSsp;
   st.sync_waits = 12;
   st.sync_wait_seconds = 1.5;
   st.workers_dropped = 1;

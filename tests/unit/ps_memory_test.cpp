@@ -14,7 +14,7 @@ namespace {
 
 std::int64_t total(const std::vector<std::int64_t>& v) { return std::accumulate(v.begin(), v.end(), std::int64_t{0}); }
 
-JobSpec sparse_job(const std::string& model, int workers) {
+JobSpec sparse_job(ModelKind model, int workers) {
   JobSpec s;
   s.model = model;
   s.channels = 1;
@@ -33,28 +33,28 @@ constexpr std::uint64_t kGiB = 1ull << 30;
 
 TEST(PsMemory, ModelSizesMatchTheHandCountsOfTrainModels) {
   // The same figures tests/unit/train_test.cpp checks on the LibTorch models.
-  EXPECT_EQ(total(model_tensor_sizes("cnn", 1, 10, 28)), 60986);
-  EXPECT_EQ(total(model_tensor_sizes("mlp", 1, 10, 28)), 235146);
-  EXPECT_EQ(total(model_tensor_sizes("mlp-large", 1, 10, 28)), 702602);
-  EXPECT_EQ(total(model_tensor_sizes("resnet20", 3, 10, 32)), 269722);  // He et al. 2016, Table 6: 0.27M
-  EXPECT_EQ(total(model_tensor_sizes("resnet20", 1, 10, 32)), 269722 - 288);
-  EXPECT_EQ(total(model_tensor_sizes("resnet18", 3, 1000, 224)), 11689512);  // torchvision's figure
-  EXPECT_EQ(total(model_tensor_sizes("resnet18", 3, 10, 64)), 11689512 - 507870);
-  EXPECT_EQ(total(model_tensor_sizes("cnn", 3, 10, 32)), 60986 - 144 + 432 - 36928 + 65600);
+  EXPECT_EQ(total(model_tensor_sizes(ModelKind::kCnn, 1, 10, 28)), 60986);
+  EXPECT_EQ(total(model_tensor_sizes(ModelKind::kMlp, 1, 10, 28)), 235146);
+  EXPECT_EQ(total(model_tensor_sizes(ModelKind::kMlpLarge, 1, 10, 28)), 702602);
+  EXPECT_EQ(total(model_tensor_sizes(ModelKind::kResnet20, 3, 10, 32)), 269722);  // He et al. 2016, Table 6: 0.27M
+  EXPECT_EQ(total(model_tensor_sizes(ModelKind::kResnet20, 1, 10, 32)), 269722 - 288);
+  EXPECT_EQ(total(model_tensor_sizes(ModelKind::kResnet18, 3, 1000, 224)), 11689512);  // torchvision's figure
+  EXPECT_EQ(total(model_tensor_sizes(ModelKind::kResnet18, 3, 10, 64)), 11689512 - 507870);
+  EXPECT_EQ(total(model_tensor_sizes(ModelKind::kCnn, 3, 10, 32)), 60986 - 144 + 432 - 36928 + 65600);
   // Order of parameters(): the cnn's first conv (16·1·3·3), then BN γ and β.
-  const auto cnn = model_tensor_sizes("cnn", 1, 10, 28);
+  const auto cnn = model_tensor_sizes(ModelKind::kCnn, 1, 10, 28);
   ASSERT_GE(cnn.size(), 3u);
   EXPECT_EQ(cnn[0], 144);
   EXPECT_EQ(cnn[1], 16);
   EXPECT_EQ(cnn[2], 16);
-  EXPECT_THROW(model_tensor_sizes("vgg", 1, 10, 28), ConfigError);
-  EXPECT_THROW(model_tensor_sizes("cnn", 1, 10, 7), ConfigError);
+  EXPECT_THROW(model_tensor_sizes(ModelKind::kTorchScript, 1, 10, 28), ConfigError);
+  EXPECT_THROW(model_tensor_sizes(ModelKind::kCnn, 1, 10, 7), ConfigError);
 }
 
 TEST(PsMemory, ShardStateIsParametersMomentumAndOneXSeenPerSparseWorker) {
   // mlp-large, one shard, dgc (PS momentum 0), sparse pulls, 4 workers:
   // 4 · 702602 · (1 + 4) = 14,052,040 bytes of state, plus the 4·n pull_diff scratch.
-  auto m = ps_shard_memory(sparse_job("mlp-large", 4), 10);
+  auto m = ps_shard_memory(sparse_job(ModelKind::kMlpLarge, 4), 10);
   EXPECT_EQ(m.model_floats, 702602);
   EXPECT_EQ(m.shard_floats, 702602);
   EXPECT_FALSE(m.momentum_buffer);
@@ -66,7 +66,7 @@ TEST(PsMemory, ShardStateIsParametersMomentumAndOneXSeenPerSparseWorker) {
   EXPECT_EQ(m.connection_bytes, 4u * 8u * 200704u);
   EXPECT_EQ(m.total_bytes, 14052040u + 4u * 702602u + 4u * 8u * 200704u);
   // Dense ASGD with momentum 0.9: parameters and momentum buffer, no x_seen.
-  JobSpec dense = sparse_job("mlp-large", 64);
+  JobSpec dense = sparse_job(ModelKind::kMlpLarge, 64);
   dense.compression = {};
   dense.optimizer.momentum = 0.9;
   m = ps_shard_memory(dense, 10);
@@ -75,7 +75,7 @@ TEST(PsMemory, ShardStateIsParametersMomentumAndOneXSeenPerSparseWorker) {
   EXPECT_EQ(m.state_bytes, 2u * 4u * 702602u);
   EXPECT_EQ(m.total_bytes, m.state_bytes + 64u * 8u * 200704u);
   // BSP through the PS (sync = "sync") stages a step's pushes in one more copy.
-  dense.sync = "sync";
+  dense.sync = ps::SyncMode::kBsp;
   m = ps_shard_memory(dense, 10);
   EXPECT_TRUE(m.step_accumulator);
   EXPECT_EQ(m.state_bytes, 3u * 4u * 702602u);
@@ -97,7 +97,7 @@ TEST(PsMemory, ShardStateIsParametersMomentumAndOneXSeenPerSparseWorker) {
 }
 
 TEST(PsMemory, ShardsSplitTheModel) {
-  JobSpec s = sparse_job("mlp-large", 8);
+  JobSpec s = sparse_job(ModelKind::kMlpLarge, 8);
   s.ps_shards = 4;
   const auto m = ps_shard_memory(s, 10);
   EXPECT_EQ(m.model_floats, 702602);
@@ -112,7 +112,7 @@ TEST(PsMemory, RefusesTheWorkerCountWhoseXSeenOutgrowsTheLimit) {
   // x_seen; its 512·512·9 convolutions are cut into partitions of 262,144 floats, so
   // each worker's connection adds 8·262,144 = 2,097,152 bytes. 16 GiB = 17,179,869,184
   // holds 4n·(1 + 1 scratch) + W·(4n + 2,097,152) for W ≤ 364 (365: 17,180,110,936).
-  JobSpec s = sparse_job("resnet18", 364);
+  JobSpec s = sparse_job(ModelKind::kResnet18, 364);
   s.channels = 3;
   s.image_size = 64;
   auto m = ps_shard_memory(s, 10);
@@ -135,9 +135,9 @@ TEST(PsMemory, RefusesTheWorkerCountWhoseXSeenOutgrowsTheLimit) {
 
 TEST(PsMemory, ImageFolderClassesAreTheTrainFolders) {
   JobSpec s;
-  s.dataset = "fashion-mnist";
+  s.dataset = DatasetKind::kFashionMnist;
   EXPECT_EQ(dataset_classes(s), 10);
-  s.dataset = "imagefolder";
+  s.dataset = DatasetKind::kImageFolder;
   s.data_dir = "/nonexistent-dltrain-dir";
   EXPECT_THROW(dataset_classes(s), ConfigError);
 }
@@ -146,25 +146,25 @@ TEST(PsMemory, ModelPartitionsBoundTheShardsThatHoldSome) {
   // mlp-large on 28x28x1: 784·768 = 602,112 weights, over the 262,144-float partitions,
   // are cut in ceil(602112 / 262144) = 3 pieces; the rest (768 + 768·128 + 128 + 128·10 +
   // 10 = 100,490) packs into one: 4 partitions.
-  auto s = sparse_job("mlp-large", 4);
+  auto s = sparse_job(ModelKind::kMlpLarge, 4);
   EXPECT_EQ(model_partitions(s, 10), 4);
   // With partitions of 100,490 floats the rest is still one partition and the weights
   // are cut in ceil(602112 / 100490) = 6: 7.
   s.partition_size = 100490;
   EXPECT_EQ(model_partitions(s, 10), 7);
-  s.model = "torchscript";
+  s.model = ModelKind::kTorchScript;
   EXPECT_THROW(model_partitions(s, 10), ConfigError);
   // partition_size = "auto": the partitions of the least size the leader may choose,
   // 16,384 floats: the weights in ceil(602112 / 16384) = 37, the 768 biases alone, the
   // 98,304 weights in 6, the rest (128 + 1,280 + 10) in one: 45.
-  s.model = "mlp-large";
+  s.model = ModelKind::kMlpLarge;
   s.partition_size = 262144;
   s.partition_size_auto = true;
   EXPECT_EQ(model_partitions(s, 10), 45);
 }
 
 TEST(PsMemory, BalancedPartitionSizeKeepsTheDefaultWhenItIsEvenAndCutsWhenItIsNot) {
-  const std::vector<std::int64_t> mlp_large = model_tensor_sizes("mlp-large", 1, 10, 28);
+  const std::vector<std::int64_t> mlp_large = model_tensor_sizes(ModelKind::kMlpLarge, 1, 10, 28);
   // 4 shards: the default's partitions (3 × 200,704 and 100,490, above) put 200,704 on
   // the busiest shard, within 1.15 × 702602 / 4 = 201,998.1 of even: kept.
   EXPECT_EQ(balanced_partition_size(mlp_large, 4, 262144), 262144);
@@ -179,7 +179,7 @@ TEST(PsMemory, BalancedPartitionSizeKeepsTheDefaultWhenItIsEvenAndCutsWhenItIsNo
   // on one shard: 36,864 > 35,066.95. ceil(60986 / 4) = 15,247, raised to the floor
   // 16,384: 4,848 | 18,432 in 2 × 9,216 | 64 + 64 | 36,864 in 3 × 12,288 | 714, LPT over
   // 2 shards: 30,266 and 30,720: even.
-  const std::vector<std::int64_t> cnn = model_tensor_sizes("cnn", 1, 10, 28);
+  const std::vector<std::int64_t> cnn = model_tensor_sizes(ModelKind::kCnn, 1, 10, 28);
   EXPECT_EQ(balanced_partition_size(cnn, 2, 262144), 16384);
   // Only the third cut is even: three tensors of 100,000 on 2 shards (even: 150,000,
   // bound 172,500). 262,144 packs 200,000 | 100,000; 150,000 gives 100,000 × 3: both put
@@ -198,9 +198,9 @@ TEST(PsMemory, BalancedPartitionSizeKeepsTheDefaultWhenItIsEvenAndCutsWhenItIsNo
   EXPECT_EQ(balanced_partition_size({60000}, 1, 262144), 262144);
   EXPECT_THROW(balanced_partition_size({60000}, 0, 262144), ConfigError);
   // auto_partition_size reads the job: the cnn on its ps_shards.
-  auto s = sparse_job("cnn", 2);
+  auto s = sparse_job(ModelKind::kCnn, 2);
   s.ps_shards = 2;
   EXPECT_EQ(auto_partition_size(s, 10), 16384);
-  s.model = "torchscript";
+  s.model = ModelKind::kTorchScript;
   EXPECT_THROW(auto_partition_size(s, 10), ConfigError);
 }

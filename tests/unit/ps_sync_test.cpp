@@ -67,11 +67,11 @@ bool eventually(const std::function<bool()>& cond) {
 }  // namespace
 
 TEST(SyncMode, JobFileNamesParseAndPrint) {
-  EXPECT_EQ(parse_sync_mode("async"), SyncMode::kAsync);
-  EXPECT_EQ(parse_sync_mode("ssp"), SyncMode::kSsp);
-  EXPECT_EQ(parse_sync_mode("sync"), SyncMode::kBsp);
-  EXPECT_EQ(to_string(SyncMode::kBsp), "sync");
-  EXPECT_THROW(parse_sync_mode("bsp"), ConfigError);
+  EXPECT_EQ(parse_enum<SyncMode>("async", "sync"), SyncMode::kAsync);
+  EXPECT_EQ(parse_enum<SyncMode>("ssp", "sync"), SyncMode::kSsp);
+  EXPECT_EQ(parse_enum<SyncMode>("sync", "sync"), SyncMode::kBsp);
+  EXPECT_EQ(enum_name(SyncMode::kBsp), "sync");
+  EXPECT_THROW(parse_enum<SyncMode>("bsp", "sync"), ConfigError);
 }
 
 // SSP with s = 2, two workers: worker 0 may push twice more than worker 1 and still read;
@@ -360,8 +360,8 @@ TEST(Ssp, StalenessZeroEndsWithBspsParameters) {
       w.pull(final[r]);
     });
     for (std::uint32_t r = 0; r < 3; ++r) {
-      EXPECT_EQ(final[r], std::vector<float>(8, 3.25f)) << to_string(opt.mode) << ", worker " << r;
+      EXPECT_EQ(final[r], std::vector<float>(8, 3.25f)) << enum_name(opt.mode) << ", worker " << r;
     }
-    for (const auto& s : shards.servers) EXPECT_EQ(s->sync_stats().max_lead, 0u) << to_string(opt.mode);
+    for (const auto& s : shards.servers) EXPECT_EQ(s->sync_stats().max_lead, 0u) << enum_name(opt.mode);
   }
 }

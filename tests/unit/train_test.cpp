@@ -107,7 +107,7 @@ double largest_difference(const ps::ShardSnapshot& snap, const std::vector<torch
 // per epoch), `steps` steps, one epoch, one worker and shard, constant learning rate.
 JobSpec small_mlp_job(std::int64_t steps, std::int64_t seed) {
   JobSpec spec;
-  spec.model = "mlp";
+  spec.model = ModelKind::kMlp;
   spec.epochs = 1;
   spec.workers = 1;
   spec.ps_shards = 1;
@@ -116,7 +116,7 @@ JobSpec small_mlp_job(std::int64_t steps, std::int64_t seed) {
   spec.test_samples = 200;
   spec.max_steps = steps;
   spec.seed = seed;
-  spec.optimizer.lr_schedule = "constant";
+  spec.optimizer.lr_schedule = LrSchedule::kConstant;
   spec.optimizer.warmup_epochs = 0;
   return spec;
 }
@@ -136,14 +136,14 @@ JobSpec plain_sgd_job(std::int64_t steps, std::int64_t seed) {
 TEST(Models, ParameterCountsMatchTheArchitecture) {
   // CNN: conv 1→16 (144), BN 16 (32), conv 16→32 (4608), BN (64), conv 32→64 (18432),
   // BN (128), FC 576→64 (36928), FC 64→10 (650) = 60986.
-  auto cnn = make_model("cnn");
+  auto cnn = make_model(ModelKind::kCnn);
   EXPECT_EQ(parameter_count(*cnn.module), 60986);
   // MLP: 784·256+256 + 256·128+128 + 128·10+10 = 235146.
-  auto mlp = make_model("mlp");
+  auto mlp = make_model(ModelKind::kMlp);
   EXPECT_EQ(parameter_count(*mlp.module), 235146);
   // Large MLP: 784·768+768 + 768·128+128 + 128·10+10 = 702602.
-  EXPECT_EQ(parameter_count(*make_model("mlp-large").module), 702602);
-  EXPECT_THROW(make_model("vgg"), ConfigError);
+  EXPECT_EQ(parameter_count(*make_model(ModelKind::kMlpLarge).module), 702602);
+  EXPECT_THROW(make_model(ModelKind::kTorchScript), ConfigError);  // loaded from its file, never built
   auto out = cnn.forward(torch::zeros({3, 1, 28, 28}));
   EXPECT_EQ(out.sizes(), (std::vector<std::int64_t>{3, 10}));
 }
@@ -153,46 +153,46 @@ TEST(Models, ResNetParameterCountsMatchThePublishedFigures) {
   // 6 convs 16·16·9 = 13,824 + BN 192; stage 2: 16·32·9 + 5·32·32·9 = 50,688 + BN 384;
   // stage 3: 32·64·9 + 5·64·64·9 = 202,752 + BN 768; FC 64·10 + 10 = 650. Sum 269,722:
   // He et al. 2016, Table 6, "0.27M".
-  auto r20 = make_model("resnet20", 3, 10, 32);
+  auto r20 = make_model(ModelKind::kResnet20, 3, 10, 32);
   EXPECT_EQ(parameter_count(*r20.module), 269722);
   EXPECT_NEAR(parameter_count(*r20.module) / 1e6, 0.27, 0.005);
   // One input channel: the stem loses 2·16·9 = 288.
-  EXPECT_EQ(parameter_count(*make_model("resnet20", 1, 10, 32).module), 269722 - 288);
+  EXPECT_EQ(parameter_count(*make_model(ModelKind::kResnet20, 1, 10, 32).module), 269722 - 288);
   // resnet18 for 3 channels and 1,000 classes: torchvision's published 11,689,512; for 10
   // classes the FC shrinks by 990·512 + 990 = 507,870.
-  EXPECT_EQ(parameter_count(*make_model("resnet18", 3, 1000, 224).module), 11689512);
-  EXPECT_EQ(parameter_count(*make_model("resnet18", 3, 10, 64).module), 11689512 - 507870);
+  EXPECT_EQ(parameter_count(*make_model(ModelKind::kResnet18, 3, 1000, 224).module), 11689512);
+  EXPECT_EQ(parameter_count(*make_model(ModelKind::kResnet18, 3, 10, 64).module), 11689512 - 507870);
   // The CNN on a 32×32 RGB input: conv1 3·16·9 = 432 and FC 64·4·4·64 + 64 = 65,600.
-  EXPECT_EQ(parameter_count(*make_model("cnn", 3, 10, 32).module), 60986 - 144 + 432 - 36928 + 65600);
+  EXPECT_EQ(parameter_count(*make_model(ModelKind::kCnn, 3, 10, 32).module), 60986 - 144 + 432 - 36928 + 65600);
 }
 
 TEST(Models, ResNetsForwardAndBackward) {
   torch::manual_seed(3);
-  for (const auto& [name, size] : std::vector<std::pair<std::string, int>>{{"resnet20", 32}, {"resnet18", 64}}) {
+  for (const auto& [name, size] : std::vector<std::pair<ModelKind, int>>{{ModelKind::kResnet20, 32}, {ModelKind::kResnet18, 64}}) {
     auto m = make_model(name, 3, 7, size);
     auto x = torch::randn({4, 3, size, size});
     auto y = torch::tensor({0, 1, 2, 6}, torch::kInt64);
     auto out = m.forward(x);
-    ASSERT_EQ(out.sizes(), (std::vector<std::int64_t>{4, 7})) << name;
+    ASSERT_EQ(out.sizes(), (std::vector<std::int64_t>{4, 7})) << enum_name(name);
     auto loss = torch::nn::functional::cross_entropy(out, y);
     // Random initial weights over 7 classes: the loss is near ln 7 = 1.95.
-    EXPECT_GT(loss.item<double>(), 0.5) << name;
-    EXPECT_LT(loss.item<double>(), 6.0) << name;
+    EXPECT_GT(loss.item<double>(), 0.5) << enum_name(name);
+    EXPECT_LT(loss.item<double>(), 6.0) << enum_name(name);
     loss.backward();
     for (const auto& p : m.module->parameters()) {
-      ASSERT_TRUE(p.grad().defined()) << name;
-      EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>()) << name;
+      ASSERT_TRUE(p.grad().defined()) << enum_name(name);
+      EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>()) << enum_name(name);
     }
     // The option-A shortcut carries the input: a stride-2 block's output depends on it.
-    EXPECT_GT(m.module->parameters().front().grad().abs().sum().item<double>(), 0.0) << name;
+    EXPECT_GT(m.module->parameters().front().grad().abs().sum().item<double>(), 0.0) << enum_name(name);
   }
 }
 
 TEST(Models, SameSeedGivesIdenticalReplicas) {
   torch::manual_seed(5);
-  auto a = make_model("cnn");
+  auto a = make_model(ModelKind::kCnn);
   torch::manual_seed(5);
-  auto b = make_model("cnn");
+  auto b = make_model(ModelKind::kCnn);
   auto pa = a.module->parameters(), pb = b.module->parameters();
   ASSERT_EQ(pa.size(), pb.size());
   for (std::size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i])) << i;
@@ -202,18 +202,18 @@ TEST(LearningRate, WarmupThenCosineAsHandComputed) {
   OptimizerSpec o;
   o.lr = 0.1;
   o.warmup_epochs = 1.0;
-  o.lr_schedule = "cosine";
+  o.lr_schedule = LrSchedule::kCosine;
   EXPECT_NEAR(learning_rate(o, 0.0, 5), 0.01, 1e-12);   // lr/10 at the start
   EXPECT_NEAR(learning_rate(o, 0.5, 5), 0.055, 1e-12);  // halfway through warm-up
   EXPECT_NEAR(learning_rate(o, 1.0, 5), 0.1, 1e-12);    // cosine starts at the peak
   EXPECT_NEAR(learning_rate(o, 3.0, 5), 0.05, 1e-12);   // half of the cosine span
   EXPECT_NEAR(learning_rate(o, 5.0, 5), 0.0, 1e-12);
   o.warmup_epochs = 0;
-  o.lr_schedule = "step";
+  o.lr_schedule = LrSchedule::kStep;
   EXPECT_NEAR(learning_rate(o, 2.4, 5), 0.1, 1e-12);
   EXPECT_NEAR(learning_rate(o, 2.5, 5), 0.01, 1e-12);
   EXPECT_NEAR(learning_rate(o, 4.0, 5), 0.001, 1e-12);
-  o.lr_schedule = "constant";
+  o.lr_schedule = LrSchedule::kConstant;
   EXPECT_NEAR(learning_rate(o, 4.0, 5), 0.1, 1e-12);
 }
 
@@ -333,7 +333,7 @@ TEST(WorkerStep, Fp16JobPushesAndPullsHalfTheBytesAndTakesTheStepsComputedByHand
 TEST(WorkerStep, OverlapPushesTheSameBytesAndEndsWithTheSameParameters) {
   auto run_once = [](bool overlap, ps::ShardSnapshot& snap, nlohmann::json& done) {
     JobSpec spec = small_mlp_job(5, 3);
-    spec.sync = "sync";
+    spec.sync = ps::SyncMode::kBsp;
     spec.overlap = overlap;
     spec.partition_size = 8192;  // several partitions, pushed one by one
     auto r = run_against_one_shard(spec, spec.optimizer.momentum, 6, ps::SyncMode::kBsp);

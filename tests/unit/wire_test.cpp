@@ -288,11 +288,12 @@ nlohmann::json start_task_body() {
   b.job = "job-3";
   b.job_num = 3;
   b.task = "worker-1";
-  b.kind = "worker";
+  b.kind = TaskKind::kWorker;
   b.index = 1;
   b.generation = 2;
   b.secret = std::string(64, 'c');
   b.spec = JobSpec{};
+  validate_job(b.spec);  // as the leader sends it: the data set's defaults filled in
   b.ps = {"10.0.0.2:7000", "[::1]:7001"};
   b.init_replica_generation = 1;
   return b.to_json();
@@ -315,7 +316,7 @@ TEST(ControlBodies, StartTaskChecksItsGpusAndLocalGroup) {
   // A worker of a cuda job needs as many GPUs as gpus_per_worker.
   auto cuda = start_task_body();
   JobSpec spec;
-  spec.device = "cuda";
+  spec.device = Device::kCuda;
   spec.gpus_per_worker = 2;
   cuda["spec"] = spec;
   cuda["gpus"] = {1};
@@ -352,7 +353,7 @@ TEST(ControlBodies, EveryFieldRoundTripsThroughItsOneSchema) {
   EXPECT_EQ(b.init_replica_generation, 1u);
   EXPECT_FALSE(b.restore_generation.has_value());
   EXPECT_EQ(b.to_json(), env.body);
-  EXPECT_EQ(job_from_json(b.spec).model, "cnn");
+  EXPECT_EQ(b.spec.model, ModelKind::kCnn);
   env.type = "register";
   env.body = {{"name", "a1"}, {"cores", 4}, {"tasks", {{{"job", "job-1"}, {"task", "ps-0"}, {"generation", 2}}}},
               {"unknown", "ignored"}};
