@@ -110,6 +110,9 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   // (key job/task) that wait for theirs before they start.
   ModelFetcher fetcher;
   std::map<std::string, std::uint32_t> fetching;  // key → the generation waiting
+  // The leader's orders by type, and the replies this agent waits for by request id.
+  wire::Dispatcher<> orders;
+  std::map<std::string, std::function<void(const wire::Envelope&)>> awaiting;
 
   Impl(asio::io_context& i, config::AgentOptions o)
       : io(i), opt(std::move(o)), supervisor(i), hb_timer(i), retry_timer(i), log_timer(i),
@@ -121,9 +124,10 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     if (opt.cores <= 0) opt.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (opt.memory_mb <= 0) opt.memory_mb = physical_memory_mb();
     if (opt.task_bin_dir.empty()) opt.task_bin_dir = self_dir();
+    add_order_handlers();
   }
 
-  void send(const std::string& type, const json& body, bool droppable = false) {
+  void send(wire::ControlType type, const json& body, bool droppable = false) {
     std::string text = wire::make_request("a" + std::to_string(next_req++), type, body);
     if (link && link->is_open() && registered) return link->send(std::move(text));
     outbox.push(std::move(text), droppable);
@@ -219,7 +223,11 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       const auto slash = k.find('/');
       r.tasks.push_back({{}, k.substr(0, slash), k.substr(slash + 1), g, true, 0, {}});
     }
-    link->send(wire::make_request("register", "register", r.to_json()));
+    // A reply to an earlier registration (a link since closed) is never taken for this one.
+    const std::string id = "register-" + std::to_string(next_req++);
+    awaiting.clear();
+    awaiting.emplace(id, [this](const wire::Envelope& env) { on_registration_reply(env); });
+    link->send(wire::make_request(id, wire::ControlType::kRegister, r.to_json()));
   }
 
   void heartbeat() {
@@ -238,7 +246,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
                                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
                                  " ms");
       }
-      self->link->send(wire::make_request("a" + std::to_string(self->next_req++), "heartbeat",
+      self->link->send(wire::make_request("a" + std::to_string(self->next_req++), wire::ControlType::kHeartbeat,
                                           {{"running_tasks", self->tasks.size()}}));
       self->heartbeat();
     });
@@ -253,33 +261,9 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       return;
     }
     last_heard = std::chrono::steady_clock::now();
-    if (env.type == "reply") {
-      if (env.id == "register") {
-        if (!env.ok) {
-          spdlog::error("the leader at {} refused registration: {}", url(), env.error.value("message", "?"));
-          link->close();
-          return next_leader("registration refused");
-        }
-        const std::int64_t term = env.body.value("term", std::int64_t{0});
-        if (const auto why = leaders->registered(term)) {
-          // A deposed leader that has not noticed yet: nothing from it is taken.
-          spdlog::error("refusing the leader at {} ({}): {} (after etcd was recreated from scratch, its terms start "
-                        "again: restart this agent)",
-                        url(), env.body.value("leader", "?"), *why);
-          link->close();
-          return next_leader("a leader of an older term");
-        }
-        registered = true;
-        backoff = std::chrono::milliseconds(500);
-        spdlog::info("registered with the leader {} at {} as {} ({} cores){}", env.body.value("leader", "?"), url(),
-                     opt.name, opt.cores, term > 0 ? ", term " + std::to_string(term) : "");
-        for (auto& m : outbox.take_all()) link->send(std::move(m));
-        exits_pending.clear();
-        heartbeat();
-        if (!ever_registered) {
-          ever_registered = true;
-          if (on_registered && *on_registered) (*on_registered)();
-        }
+    if (env.is(wire::ControlType::kReply)) {
+      if (const auto waiting = awaiting.extract(env.id)) {
+        waiting.mapped()(env);
       } else if (fetcher.on_reply(env)) {
         // a window of a model file
       } else if (!env.ok) {
@@ -293,35 +277,84 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       return;
     }
     try {
-      if (env.type == "start_task") {
-        if (env.term > 0) spdlog::info("start_task {} from term {}", env.id, env.term);
-        start_task(wire::parse_body<wire::StartTaskBody>(env));
-        link->send(wire::make_reply(env.id, json::object()));
-      } else if (env.type == "stop_task") {
-        if (env.term > 0) spdlog::info("stop_task {} from term {}", env.id, env.term);
-        stop_task(wire::parse_body<wire::TaskRefBody>(env));
-        link->send(wire::make_reply(env.id, json::object()));
-      } else if (env.type == "read_log") {
-        const auto b = wire::parse_body<wire::LogRequestBody>(env);
-        const auto running = tasks.find(b.job + "/" + b.task);
-        link->send(wire::make_reply(
-            env.id, read_task_log(opt, b, running == tasks.end() ? nullptr : &running->second.launch).to_json()));
-      } else if (env.type == "read_model_file") {
-        link->send(model_file_reply(opt, env.id, wire::parse_body<wire::ModelFileRequestBody>(env)));
-      } else {
+      if (!orders.dispatch(env)) {
         link->send(wire::make_error(env.id, wire::error_code::kBadRequest, "unknown type \"" + env.type + "\"", "type"));
       }
     } catch (const std::exception& e) {
-      spdlog::error("{} failed: {}", env.type, e.what());
-      const auto* bad = dynamic_cast<const wire::BodyError*>(&e);
-      link->send(bad ? wire::make_error(env.id, wire::error_code::kBadRequest, e.what(), bad->field())
-                     : wire::make_error(env.id, wire::error_code::kInternal, e.what()));
-      if (env.type == "start_task") {
-        // Report the task as failed so the leader does not wait for it (as far as the
-        // request names it: it may be the part that was refused).
-        const auto ref = wire::TaskRefBody::lenient(env.body);
-        report_not_started(ref.job, ref.task, ref.generation, 126, "could not be started", e.what());
-      }
+      refuse(env, e);
+    }
+  }
+
+  // The error reply to order `env`, which failed with `e`.
+  void refuse(const wire::Envelope& env, const std::exception& e) {
+    spdlog::error("{} failed: {}", env.type, e.what());
+    const auto* bad = dynamic_cast<const wire::BodyError*>(&e);
+    link->send(bad ? wire::make_error(env.id, wire::error_code::kBadRequest, e.what(), bad->field())
+                   : wire::make_error(env.id, wire::error_code::kInternal, e.what()));
+  }
+
+  // The leader's orders, by type.
+  void add_order_handlers() {
+    using T = wire::ControlType;
+    orders
+        .on(T::kStartTask,
+            [this](const wire::Envelope& env) {
+              if (env.term > 0) spdlog::info("start_task {} from term {}", env.id, env.term);
+              try {
+                start_task(wire::parse_body<wire::StartTaskBody>(env));
+              } catch (const std::exception& e) {
+                refuse(env, e);
+                // Report the task as failed so the leader does not wait for it (as far as the
+                // request names it: it may be the part that was refused).
+                const auto ref = wire::TaskRefBody::lenient(env.body);
+                return report_not_started(ref.job, ref.task, ref.generation, 126, "could not be started", e.what());
+              }
+              link->send(wire::make_reply(env.id, json::object()));
+            })
+        .on(T::kStopTask,
+            [this](const wire::Envelope& env) {
+              if (env.term > 0) spdlog::info("stop_task {} from term {}", env.id, env.term);
+              stop_task(wire::parse_body<wire::TaskRefBody>(env));
+              link->send(wire::make_reply(env.id, json::object()));
+            })
+        .on(T::kReadLog,
+            [this](const wire::Envelope& env) {
+              const auto b = wire::parse_body<wire::LogRequestBody>(env);
+              const auto running = tasks.find(b.job + "/" + b.task);
+              link->send(wire::make_reply(
+                  env.id, read_task_log(opt, b, running == tasks.end() ? nullptr : &running->second.launch).to_json()));
+            })
+        .on(T::kReadModelFile, [this](const wire::Envelope& env) {
+          link->send(model_file_reply(opt, env.id, wire::parse_body<wire::ModelFileRequestBody>(env)));
+        });
+  }
+
+  // The leader's answer to this agent's registration.
+  void on_registration_reply(const wire::Envelope& env) {
+    if (!env.ok) {
+      spdlog::error("the leader at {} refused registration: {}", url(), env.error.value("message", "?"));
+      link->close();
+      return next_leader("registration refused");
+    }
+    const std::int64_t term = env.body.value("term", std::int64_t{0});
+    if (const auto why = leaders->registered(term)) {
+      // A deposed leader that has not noticed yet: nothing from it is taken.
+      spdlog::error("refusing the leader at {} ({}): {} (after etcd was recreated from scratch, its terms start "
+                    "again: restart this agent)",
+                    url(), env.body.value("leader", "?"), *why);
+      link->close();
+      return next_leader("a leader of an older term");
+    }
+    registered = true;
+    backoff = std::chrono::milliseconds(500);
+    spdlog::info("registered with the leader {} at {} as {} ({} cores){}", env.body.value("leader", "?"), url(),
+                 opt.name, opt.cores, term > 0 ? ", term " + std::to_string(term) : "");
+    for (auto& m : outbox.take_all()) link->send(std::move(m));
+    exits_pending.clear();
+    heartbeat();
+    if (!ever_registered) {
+      ever_registered = true;
+      if (on_registered && *on_registered) (*on_registered)();
     }
   }
 
@@ -335,7 +368,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     x.exit_code = code;
     x.describe = describe;
     x.last_error = why;
-    send("task_exit", x.to_json());
+    send(wire::ControlType::kTaskExit, x.to_json());
   }
 
   // A worker of a job whose model file was uploaded (JobSpec::model_sha256) or that
@@ -491,7 +524,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
                    t.restarts, opt.task_max_restarts, delay.count(), t.port);
       ev.port = t.port;
     }
-    send("task_event", wire::TaskEventBody{{}, t.job, t.name, t.generation, ev.to_json()}.to_json());
+    send(wire::ControlType::kTaskEvent, wire::TaskEventBody{{}, t.job, t.name, t.generation, ev.to_json()}.to_json());
     t.last_error.clear();
     t.last_cause.clear();
     t.pid = -1;
@@ -550,7 +583,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     // A shard's counters are for this agent's metrics endpoint only: the leader has no
     // use for them, and they would cost it a message per shard every progress interval.
     if (kind == events::PsStats::kKind) return;
-    send("task_event", wire::TaskEventBody{{}, t.job, t.name, t.generation, ev}.to_json(),
+    send(wire::ControlType::kTaskEvent, wire::TaskEventBody{{}, t.job, t.name, t.generation, ev}.to_json(),
          kind == events::Progress::kKind);
   }
 
@@ -590,7 +623,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       x.cause = events::classify_exit(st.exit_code, st.signal, t.last_cause, oom);
       x.last_lines = std::move(tail);
     }
-    send("task_exit", x.to_json());
+    send(wire::ControlType::kTaskExit, x.to_json());
     if (shutting_down && tasks.empty() && on_all_stopped) {
       auto f = std::move(on_all_stopped);
       on_all_stopped = nullptr;

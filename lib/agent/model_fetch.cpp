@@ -52,7 +52,7 @@ void ModelFetcher::request(const std::string& sha256, Fetch& f, std::int64_t off
   b.offset = offset;
   f.req_id = "fetch-" + std::to_string(next_++);
   f.deadline = Clock::now() + timeout_;
-  if (!send_(wire::make_request(f.req_id, "model_download", b.to_json()))) {
+  if (!send_(wire::make_request(f.req_id, wire::ControlType::kModelDownload, b.to_json()))) {
     // Asynchronously: the caller may be iterating over fetches_.
     boost::asio::post(io_, [this, sha256] { finish(sha256, "the leader is not connected"); });
   }

@@ -61,7 +61,7 @@ std::optional<double> JobRec::progress() const {
 
 std::optional<double> JobRec::eta_seconds() const {
   const auto p = progress();
-  if (state != JobState::kRunning || !p || !training_since || *p <= progress_at_training_since) return std::nullopt;
+  if (state() != JobState::kRunning || !p || !training_since || *p <= progress_at_training_since) return std::nullopt;
   const double elapsed = std::chrono::duration<double>(Clock::now() - *training_since).count();
   return elapsed * (1 - *p) / (*p - progress_at_training_since);
 }
@@ -89,7 +89,7 @@ wire::events::Summary summary(const JobRec& j) {
   wire::events::Summary s;
   s.job = j.id;
   s.name = j.spec.name;
-  s.state = std::string(to_string(j.state));
+  s.state = std::string(to_string(j.state()));
   if (j.test_accuracy >= 0) s.test_accuracy = j.test_accuracy;
   s.epochs = j.epochs_done;
   s.wall_seconds = j.wall_seconds();
@@ -160,11 +160,11 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
   out["generation"] = j.generation;
   out["reassignments"] = j.recovery.reassignments;
   if (!j.recovery.reason.empty()) out["recovery_reason"] = j.recovery.reason;
-  if (j.state == JobState::kRecovering && j.recovery.since) {
+  if (j.state() == JobState::kRecovering && j.recovery.since) {
     out["recovering_seconds"] = std::chrono::duration<double>(JobRec::Clock::now() - *j.recovery.since).count();
   }
   out["tasks"] = tasks;
-  if (const auto p = j.progress()) out["progress"] = j.terminal() && j.state == JobState::kSucceeded ? 1.0 : *p;
+  if (const auto p = j.progress()) out["progress"] = j.terminal() && j.state() == JobState::kSucceeded ? 1.0 : *p;
   if (const auto eta = j.eta_seconds()) out["eta_seconds"] = *eta;
   if (!j.plan.is_null()) out["plan"] = j.plan;
   if (!j.profile_of.empty()) out["profile_of"] = j.profile_of;
@@ -196,7 +196,7 @@ json stored_record(const JobRec& j) {
     json tasks = json::array();
     for (const auto& t : j.tasks) tasks.push_back(t.to_json());
     r["task_records"] = tasks;
-    r["failing_state"] = j.failing_state ? std::string(to_string(*j.failing_state)) : std::string();
+    r["failing_state"] = j.life.target() ? std::string(to_string(*j.life.target())) : std::string();
     r["workers_started"] = j.workers_started;
     r["recovery_reason"] = j.recovery.reason;
     r["seed"] = j.recovery.seed;
@@ -222,7 +222,7 @@ JobRec job_from_record(std::uint64_t num, const json& r) {
   const std::string state = r.value("state", "failed");
   const auto parsed = parse_job_state(state);
   if (!parsed) throw ConfigError("state", "stored job " + j.id + ": unknown state \"" + state + "\"");
-  j.state = *parsed;
+  j.life = JobLifecycle::restored(*parsed, std::nullopt);
   const auto acc = r.find("test_accuracy");
   j.test_accuracy = acc != r.end() && acc->is_number() ? acc->get<double>() : -1.0;
   j.epochs_done = r.value("epochs", 0);
@@ -248,15 +248,16 @@ void resume_stored_counters(JobRec& j, const json& r) {
   j.submitted = JobRec::Clock::now() - std::chrono::duration_cast<JobRec::Clock::duration>(
                                            std::chrono::duration<double>(std::max(0.0, unix_now() - j.submitted_unix)));
   const std::string failing = r.value("failing_state", "");
-  j.failing_state.reset();
+  std::optional<JobState> target;
   if (!failing.empty()) {
     const auto f = parse_job_state(failing);
     if (!f || !terminal(*f)) {
       throw ConfigError("failing_state",
                         "stored job " + j.id + ": failing_state \"" + failing + "\" is not a terminal state");
     }
-    j.failing_state = *f;
+    target = *f;
   }
+  j.life = JobLifecycle::restored(j.state(), target);
   j.workers_started = r.value("workers_started", false);
   j.recovery.reason = r.value("recovery_reason", "");
   j.recovery.seed = r.value("seed", "");

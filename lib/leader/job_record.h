@@ -87,7 +87,10 @@ struct JobRec {
   std::string id;                  ///< "job-<num>"
   std::uint64_t num = 0;
   JobSpec spec;
-  JobState state = JobState::kQueued;  ///< leader/states.h (changed by Leader::Impl::set_state)
+  /// Its state and the end it is headed for (leader/states.h): changed only through
+  /// Leader::Impl::set_state and the lifecycle's own rules.
+  JobLifecycle life;
+  JobState state() const { return life.state(); }
   std::uint32_t generation = 1;
   /// Hex of the job's random secret (common/secret.h): its tasks prove it to each other on
   /// the data plane. Sent to agents in start_task and kept in the store while the job
@@ -122,7 +125,6 @@ struct JobRec {
   /// The first task whose failure failed the job (absent when none did: a planner or
   /// queue failure, a cancellation).
   std::optional<wire::events::Failure> failure;
-  std::optional<JobState> failing_state;  ///< the terminal state to enter once every task exited
   /// The trained model (leader/leader_models.cpp), in memory only: collected from worker
   /// 0's agent once every task of a succeeding job exited, before it is succeeded.
   struct ModelCollection {
@@ -151,7 +153,7 @@ struct JobRec {
   /// report yet) or when not running.
   std::optional<double> eta_seconds() const;
 
-  bool terminal() const { return leader::terminal(state); }
+  bool terminal() const { return life.terminal(); }
   /// Seconds from submission to the end (or now).
   double wall_seconds() const;
   std::uint64_t bytes_pushed() const;  ///< all workers, all generations

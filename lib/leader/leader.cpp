@@ -61,15 +61,15 @@ std::vector<JobRec*> Leader::Impl::jobs_in_order() {
   return out;
 }
 
-void Leader::Impl::send_agent(const std::string& agent_id, const std::string& type, const json& body) {
+void Leader::Impl::send_agent(const std::string& agent_id, wire::ControlType type, const json& body) {
   auto it = agents.find(agent_id);
   if (it == agents.end()) return;
   if (auto s = it->second.session.lock()) order(s, "l" + std::to_string(next_req++), type, body);
 }
 
-bool Leader::Impl::order(const SessionPtr& s, const std::string& id, const std::string& type, const json& body) {
+bool Leader::Impl::order(const SessionPtr& s, const std::string& id, wire::ControlType type, const json& body) {
   if (!serving()) {
-    spdlog::warn("not serving any more (term {} may be over): {} to {} held back", ha.term, type, s->peer());
+    spdlog::warn("not serving any more (term {} may be over): {} to {} held back", ha.term, enum_name(type), s->peer());
     return false;
   }
   s->send(wire::make_request(id, type, body, ha.term));
@@ -115,7 +115,7 @@ QueueStatus Leader::Impl::queue_status(const JobRec& j) const {
 
 json Leader::Impl::status_json(const JobRec& j) const {
   std::optional<QueueStatus> q;
-  if (j.state == JobState::kQueued) q = queue_status(j);
+  if (j.state() == JobState::kQueued) q = queue_status(j);
   json out = job_json(j, q);
   if (auto kept = models_json(j.id); !kept.empty()) out["models"] = std::move(kept);
   if (!j.model.error.empty()) out["model_error"] = j.model.error;
@@ -157,7 +157,7 @@ json Leader::Impl::waiting_event(const JobRec& j) const {
 void Leader::Impl::notify_waiting() {
   for (const auto& id : queue.jobs()) {
     auto& j = jobs.at(id);
-    if (j.state != JobState::kQueued) continue;
+    if (j.state() != JobState::kQueued) continue;
     const json e = waiting_event(j);
     const std::string text = e.dump();
     if (text == j.last_waiting) continue;
@@ -173,13 +173,13 @@ void Leader::Impl::expire_queued() {
   for (const auto& id : queue.jobs()) {
     const auto& j = jobs.at(id);
     const auto timeout = queue_timeout(j);
-    if (j.state == JobState::kQueued && timeout.count() > 0 && j.queued_since && now - *j.queued_since >= timeout) {
+    if (j.state() == JobState::kQueued && timeout.count() > 0 && j.queued_since && now - *j.queued_since >= timeout) {
       expired.push_back(id);
     }
   }
   for (const auto& id : expired) {
     auto& j = jobs.at(id);
-    if (queue.position(id) == 0 || j.state != JobState::kQueued) continue;
+    if (queue.position(id) == 0 || j.state() != JobState::kQueued) continue;
     const auto timeout = queue_timeout(j);
     const auto q = queue_status(j);
     queue.remove(id);
@@ -195,18 +195,31 @@ void Leader::Impl::expire_queued() {
   }
 }
 
+// leader/states.h says which transitions exist; a refused one is a leader bug, not the
+// user's: the lifecycle throws, naming the job here, and the job stays as it was.
 void Leader::Impl::set_state(JobRec& j, JobState state) {
-  if (j.state == state) return;
-  if (!legal_transition(j.state, state)) {
-    // leader/states.h says which transitions exist; a refused one is a leader bug, not
-    // the user's: say so loudly and leave the job as it was.
-    spdlog::error("job {} ({}): illegal state transition {} -> {} refused", j.id, j.spec.name, to_string(j.state),
-                  to_string(state));
-    return;
+  const JobState from = j.state();
+  try {
+    if (!j.life.move_to(state)) return;
+  } catch (const IllegalTransition& e) {
+    throw IllegalTransition("job " + j.id + " (" + j.spec.name + "): " + e.what());
   }
-  spdlog::info("job {} ({}): {} -> {}", j.id, j.spec.name, to_string(j.state), to_string(state));
-  j.state = state;
-  const json ev = events::StateChanged{{}, std::string(to_string(state))}.to_json();
+  announce_state(j, from);
+}
+
+void Leader::Impl::head_for(JobRec& j, JobState target, JobState via) {
+  const JobState from = j.state();
+  try {
+    j.life.head_for(target, via);
+  } catch (const IllegalTransition& e) {
+    throw IllegalTransition("job " + j.id + " (" + j.spec.name + "): " + e.what());
+  }
+  if (from != via) announce_state(j, from);
+}
+
+void Leader::Impl::announce_state(JobRec& j, JobState from) {
+  spdlog::info("job {} ({}): {} -> {}", j.id, j.spec.name, to_string(from), to_string(j.state()));
+  const json ev = events::StateChanged{{}, std::string(to_string(j.state()))}.to_json();
   notify(j, ev);
   event(j, ev);
   save(j);
@@ -232,7 +245,7 @@ void Leader::Impl::try_schedule() {
 void Leader::Impl::schedule_pass() {
   // A job being re-assigned goes first: the cores its stopped tasks freed are its own.
   for (auto& [id, j] : jobs) {
-    if (j.state == JobState::kRecovering) return;
+    if (j.state() == JobState::kRecovering) return;
   }
   const auto admitted =
       queue.admit(agents.capacities(), agents.slots(), [this](const std::string& id) { return needs(jobs.at(id)); },
@@ -329,7 +342,7 @@ void Leader::Impl::start_task(JobRec& j, TaskRec& t, wire::StartTaskBody body) {
   body.gpus = t.gpus;
   if (t.kind == TaskKind::kWorker && j.spec.local_group) body.local_group = local_group_of(j, t);
   spdlog::info("job {}: starting {} on agent {} (generation {})", j.id, t.name, t.agent, j.generation);
-  send_agent(t.agent, "start_task", body.to_json());
+  send_agent(t.agent, wire::ControlType::kStartTask, body.to_json());
   save(j);
 }
 
@@ -385,7 +398,7 @@ void Leader::Impl::start_workers(JobRec& j) {
 void Leader::Impl::send_stops(JobRec& j) {
   for (auto& t : j.tasks) {
     if (t.state == TaskState::kStarting || t.state == TaskState::kRunning) {
-      send_agent(t.agent, "stop_task", {{"job", j.id}, {"task", t.name}, {"generation", j.generation}});
+      send_agent(t.agent, wire::ControlType::kStopTask, {{"job", j.id}, {"task", t.name}, {"generation", j.generation}});
     } else if (t.state == TaskState::kPending) {
       set_task_state(j, t, TaskState::kExited);
       t.exit = "never started";
@@ -402,7 +415,7 @@ void Leader::Impl::stop_tasks(JobRec& j) {
 
 // Moves a job whose tasks have all exited into its terminal state.
 void Leader::Impl::maybe_finish(JobRec& j) {
-  if (j.terminal() || !j.failing_state) return;
+  if (j.terminal() || !j.life.target()) return;
   for (auto& t : j.tasks) {
     if (t.state != TaskState::kExited) return;
   }
@@ -410,8 +423,8 @@ void Leader::Impl::maybe_finish(JobRec& j) {
   // collected before it ends (leader_models.cpp).
   if (!j.model.done && collect_model(j)) return;
   j.ended = Clock::now();
-  if (j.failing_state == JobState::kSucceeded) record_final(j);
-  set_state(j, *j.failing_state);
+  if (j.life.target() == JobState::kSucceeded) record_final(j);
+  set_state(j, *j.life.target());
   notify(j, summary(j).to_json());
   event(j, summary(j).to_json());
   if (!j.profile_of.empty()) {
@@ -421,10 +434,10 @@ void Leader::Impl::maybe_finish(JobRec& j) {
       auto& pend = parent.pending_profiles;
       pend.erase(std::remove(pend.begin(), pend.end(), j.id), pend.end());
       parent.exploration_seconds += j.wall_seconds();
-      if (pend.empty() && parent.state == JobState::kExploring && !parent.failing_state) decide(parent);
+      if (pend.empty() && parent.state() == JobState::kExploring && !parent.life.target()) decide(parent);
     }
   }
-  spdlog::info("job {} {}: test accuracy {:.4f}, {} epochs, {:.1f} s{}", j.id, to_string(j.state), j.test_accuracy,
+  spdlog::info("job {} {}: test accuracy {:.4f}, {} epochs, {:.1f} s{}", j.id, to_string(j.state()), j.test_accuracy,
                j.epochs_done, j.wall_seconds(), j.error.empty() ? "" : ", error: " + j.error);
   trim_series();
   // Later, from the event loop: a caller may be iterating over the jobs right now.
@@ -441,11 +454,10 @@ void Leader::Impl::maybe_finish(JobRec& j) {
 }
 
 void Leader::Impl::fail_job(JobRec& j, const std::string& why) {
-  if (j.terminal() || j.failing_state.has_value()) return;
+  if (j.life.ending()) return;
   spdlog::warn("job {} failed: {}", j.id, why);
   j.error = why;
-  j.failing_state = JobState::kFailed;
-  set_state(j, JobState::kFailing);
+  head_for(j, JobState::kFailed, JobState::kFailing);
   stop_tasks(j);
 }
 
@@ -454,15 +466,14 @@ void Leader::Impl::fail_job(JobRec& j, const std::string& why) {
 void Leader::Impl::fail_unplaced(JobRec& j, const std::string& why) {
   if (j.terminal()) return;
   j.error = why;
-  j.failing_state = JobState::kFailed;
+  j.life.head_for(JobState::kFailed);
   maybe_finish(j);
 }
 
 // Every worker finished with a test accuracy: the shards are stopped, then it succeeds.
 void Leader::Impl::succeed_job(JobRec& j) {
-  if (j.terminal() || j.failing_state.has_value()) return;
-  j.failing_state = JobState::kSucceeded;
-  set_state(j, JobState::kFinishing);
+  if (j.life.ending()) return;
+  head_for(j, JobState::kSucceeded, JobState::kFinishing);
   stop_tasks(j);
 }
 
@@ -471,34 +482,31 @@ void Leader::Impl::succeed_job(JobRec& j) {
 // stays failing; one that is finishing is cancelled.
 void Leader::Impl::cancel_job(JobRec& j) {
   if (j.terminal()) return;
-  if (j.state == JobState::kExploring) {
+  if (j.state() == JobState::kExploring) {
     // maybe_finish of a run takes it out of j.pending_profiles: walk a copy. The job is
     // marked cancelled first, so that its last run's end does not plan and queue it.
     const auto runs = j.pending_profiles;
-    j.failing_state = JobState::kCancelled;
+    j.life.head_for(JobState::kCancelled);
     for (const auto& pid : runs) {
       auto& pj = jobs.at(pid);
-      if (pj.state == JobState::kQueued) {
+      if (pj.state() == JobState::kQueued) {
         queue.remove(pid);
-        pj.failing_state = JobState::kCancelled;
+        pj.life.head_for(JobState::kCancelled);
         maybe_finish(pj);
-      } else if (!pj.terminal() && !pj.failing_state) {
-        pj.failing_state = JobState::kCancelled;
-        set_state(pj, JobState::kCancelling);
+      } else if (!pj.life.ending()) {
+        head_for(pj, JobState::kCancelled, JobState::kCancelling);
         stop_tasks(pj);
       }
     }
     j.pending_profiles.clear();
-    j.failing_state = JobState::kCancelled;
     maybe_finish(j);
-  } else if (j.state == JobState::kQueued) {
+  } else if (j.state() == JobState::kQueued) {
     queue.remove(j.id);
-    j.failing_state = JobState::kCancelled;
+    j.life.head_for(JobState::kCancelled);
     maybe_finish(j);
     try_schedule();
-  } else if (!j.failing_state || j.failing_state == JobState::kSucceeded) {
-    j.failing_state = JobState::kCancelled;
-    set_state(j, JobState::kCancelling);
+  } else if (!j.life.target() || j.life.target() == JobState::kSucceeded) {
+    head_for(j, JobState::kCancelled, JobState::kCancelling);
     stop_tasks(j);
   }
 }
@@ -525,7 +533,7 @@ void Leader::Impl::on_message(const SessionPtr& s, const std::string& text) {
   if (!serving()) {
     // A deposed leader (its term may be over) changes nothing: the peer tries the next
     // candidate. Replies and events from agents are dropped; the new leader hears them.
-    if (!env.id.empty() && env.type != "reply") {
+    if (!env.id.empty() && !env.is(wire::ControlType::kReply)) {
       reply_error(s, env.id, wire::error_code::kUnavailable,
                   "this leader candidate no longer serves (term " + std::to_string(ha.term) +
                       " may be over): ask the serving one");
@@ -585,7 +593,13 @@ void Leader::Impl::check_heartbeats() {
                                   self->jobs_in_order());
       }
     }
-    for (JobRec* j : self->jobs_in_order()) self->recovery.tick(*j, now);
+    for (JobRec* j : self->jobs_in_order()) {
+      try {
+        self->recovery.tick(*j, now);
+      } catch (const IllegalTransition& e) {
+        spdlog::error("recovery of job {}: {}", j->id, e.what());  // a leader bug: the job stays as it was
+      }
+    }
     self->expire_queued();
     self->notify_waiting();  // e.g. an agent was lost: the cluster is smaller
     self->check_heartbeats();

@@ -17,55 +17,77 @@ using SessionPtr = Leader::Impl::SessionPtr;
 namespace events = wire::events;
 
 // ---------------------------------------------------------------- agent messages
+void Leader::Impl::add_agent_handlers() {
+  using T = wire::ControlType;
+  agent_api.on(T::kRegister, [this](const SessionPtr& s, const wire::Envelope& env) { on_register(s, env); })
+      .on(T::kHeartbeat, [](const SessionPtr& s, const wire::Envelope& env) { reply(s, env.id, json::object()); })
+      .on(T::kModelDownload, [this](const SessionPtr& s, const wire::Envelope& env) { on_model_download(s, env); })
+      .on(T::kTaskEvent,
+          [this](const SessionPtr& s, const wire::Envelope& env) {
+            const auto [j, t] = addressed_task(s, env);
+            if (j == nullptr) return;
+            const auto ev = wire::parse_body<wire::TaskEventBody>(env);
+            reply(s, env.id, json::object());
+            on_task_event(*j, *t, ev.event);
+          })
+      .on(T::kTaskExit, [this](const SessionPtr& s, const wire::Envelope& env) {
+        const auto [j, t] = addressed_task(s, env);
+        if (j == nullptr) return;
+        const auto exit = wire::parse_body<wire::TaskExitBody>(env);
+        reply(s, env.id, json::object());
+        on_task_exit(*j, *t, exit);
+      });
+}
+
 void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& env) {
-  if (env.type == "reply") {
+  if (env.is(wire::ControlType::kReply)) {
     if (on_log_reply(env)) return;
     if (on_model_file_reply(env)) return;
     if (!env.ok) spdlog::warn("agent {} reported an error: {}", s->peer(), env.error.dump());
     return;
   }
-  if (env.type == "register") return on_register(s, env);
-  auto sid = agent_by_session.find(s->id());
-  if (sid == agent_by_session.end()) {
-    return reply_error(s, env.id, wire::error_code::kBadRequest, "register first");
+  if (!env.is(wire::ControlType::kRegister)) {
+    auto sid = agent_by_session.find(s->id());
+    if (sid == agent_by_session.end()) {
+      return reply_error(s, env.id, wire::error_code::kBadRequest, "register first");
+    }
+    agents.at(sid->second).last_seen = Clock::now();
   }
-  auto& agent = agents.at(sid->second);
-  agent.last_seen = Clock::now();
-  if (env.type == "heartbeat") return reply(s, env.id, json::object());
-  if (env.type == "model_download") return on_model_download(s, env);
-  if (env.type == "task_event" || env.type == "task_exit") {
-    const auto ref = wire::parse_body<wire::TaskRefBody>(env);
-    const auto& job_id = ref.job;
-    // An orphan's exit (any job, known or not) gives its cores back.
-    const std::string okey = orphan_key(job_id, ref.task, ref.generation);
-    if (env.type == "task_exit" && agent.orphans.count(okey)) {
-      const TaskHold hold = agent.orphans[okey];
-      agent.orphans.erase(okey);
-      agents.release(agent.id, hold);
-      spdlog::info("agent {}: orphaned task {} ended", agent.id, okey);
-      reply(s, env.id, json::object());
-      return try_schedule();
-    }
-    auto jit = jobs.find(job_id);
-    if (jit == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "unknown job " + job_id, "job");
-    auto& j = jit->second;
-    if (ref.generation != j.generation) {
-      return reply_error(s, env.id, wire::error_code::kConflict, "stale generation", "generation");
-    }
-    TaskRec* t = j.find_task(ref.task);
-    if (t == nullptr || t->agent != agent.id) {
-      return reply_error(s, env.id, wire::error_code::kNotFound, "unknown task", "task");
-    }
-    if (env.type == "task_event") {
-      const auto ev = wire::parse_body<wire::TaskEventBody>(env);
-      reply(s, env.id, json::object());
-      return on_task_event(j, *t, ev.event);
-    }
-    const auto exit = wire::parse_body<wire::TaskExitBody>(env);
-    reply(s, env.id, json::object());
-    return on_task_exit(j, *t, exit);
-  }
+  if (agent_api.dispatch(s, env)) return;
   reply_error(s, env.id, wire::error_code::kBadRequest, "unknown message type \"" + env.type + "\"", "type");
+}
+
+Leader::Impl::Addressed Leader::Impl::addressed_task(const SessionPtr& s, const wire::Envelope& env) {
+  auto& agent = agents.at(agent_by_session.at(s->id()));
+  const auto ref = wire::parse_body<wire::TaskRefBody>(env);
+  const auto& job_id = ref.job;
+  // An orphan's exit (any job, known or not) gives its cores back.
+  const std::string okey = orphan_key(job_id, ref.task, ref.generation);
+  if (env.is(wire::ControlType::kTaskExit) && agent.orphans.count(okey)) {
+    const TaskHold hold = agent.orphans[okey];
+    agent.orphans.erase(okey);
+    agents.release(agent.id, hold);
+    spdlog::info("agent {}: orphaned task {} ended", agent.id, okey);
+    reply(s, env.id, json::object());
+    try_schedule();
+    return {};
+  }
+  auto jit = jobs.find(job_id);
+  if (jit == jobs.end()) {
+    reply_error(s, env.id, wire::error_code::kNotFound, "unknown job " + job_id, "job");
+    return {};
+  }
+  auto& j = jit->second;
+  if (ref.generation != j.generation) {
+    reply_error(s, env.id, wire::error_code::kConflict, "stale generation", "generation");
+    return {};
+  }
+  TaskRec* t = j.find_task(ref.task);
+  if (t == nullptr || t->agent != agent.id) {
+    reply_error(s, env.id, wire::error_code::kNotFound, "unknown task", "task");
+    return {};
+  }
+  return {&j, t};
 }
 
 void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
@@ -121,7 +143,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
       a.orphans[orphan_key(jid, tname, rt.generation)] = hold;  // its exit report frees them
     } else if (!live) {
       a.orphans[orphan_key(jid, tname, rt.generation)] = hold;
-      order(s, "l" + std::to_string(next_req++), "stop_task", wire::TaskRefBody{{}, jid, tname, rt.generation}.to_json());
+      order(s, "l" + std::to_string(next_req++), wire::ControlType::kStopTask, wire::TaskRefBody{{}, jid, tname, rt.generation}.to_json());
       spdlog::warn("agent {} still runs {}/{}, which the leader no longer counts on: stopping it", name, jid, tname);
     }
   }
@@ -187,7 +209,7 @@ void Leader::Impl::on_ps_listening(JobRec& j, TaskRec& t, const json& raw) {
     const json e = events::PsRecovered{{}, t.name, address + ":" + std::to_string(port), t.recovery}.to_json();
     event(j, e);
     notify(j, e);
-    if (!restored && j.state == JobState::kRunning) {
+    if (!restored && j.state() == JobState::kRunning) {
       // The shard forgot which workers finished; one that has already exited cannot tell
       // it again, so worker 0 would wait for it until its finish timeout.
       for (const auto& w : j.tasks) {
@@ -200,7 +222,7 @@ void Leader::Impl::on_ps_listening(JobRec& j, TaskRec& t, const json& raw) {
         }
       }
     }
-    if (t.port > 0 && (port != t.port || address != t.address) && j.state == JobState::kRunning) {
+    if (t.port > 0 && (port != t.port || address != t.address) && j.state() == JobState::kRunning) {
       set_task_state(j, t, TaskState::kRunning);
       return fail_job(j, t.name + " on agent " + t.agent + " restarted on " + address + ":" + std::to_string(port) +
                              " instead of " + t.address + ":" + std::to_string(t.port) +
@@ -212,7 +234,7 @@ void Leader::Impl::on_ps_listening(JobRec& j, TaskRec& t, const json& raw) {
   t.address = address;
   t.restored = restored;
   save(j);
-  if (j.state == JobState::kStarting &&
+  if (j.state() == JobState::kStarting &&
       std::all_of(j.tasks.begin(), j.tasks.end(), [](auto& x) { return x.kind != TaskKind::kPs || x.port > 0; })) {
     start_workers(j);
   }
@@ -355,18 +377,18 @@ void Leader::Impl::on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody&
   agents.release(t.agent, hold_of(j, t));
   spdlog::info("job {}: {} on {} {}", j.id, t.name, t.agent, t.exit);
   save(j);
-  if (j.failing_state.has_value()) return maybe_finish(j);
+  if (j.life.target().has_value()) return maybe_finish(j);
   if (b.agent_stopping) {
     // Its agent is shutting down (systemctl stop/restart, an upgrade): as if it were
     // lost, except that the leader knows at once. Nothing is placed there any more; a
     // restarted agent registers afresh.
     if (auto a = agents.find(t.agent); a != agents.end()) a->second.stopping = true;
-    if (j.state == JobState::kRecovering) return recovery.try_resume(j);
+    if (j.state() == JobState::kRecovering) return recovery.try_resume(j);
     if (!(t.kind == TaskKind::kWorker && t.ok_exit)) {
       return recovery.tasks_lost(j, t.name + " stopped with its agent " + t.agent + ", which is shutting down");
     }
   }
-  if (j.state == JobState::kRecovering) {
+  if (j.state() == JobState::kRecovering) {
     // Stopped for the re-assignment. A worker that had just finished (exit 0 after its
     // "done") stays finished; its rank is passed to the new shards.
     return recovery.try_resume(j);

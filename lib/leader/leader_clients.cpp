@@ -50,85 +50,110 @@ std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const 
   }
 }
 
+void Leader::Impl::add_client_handlers() {
+  using T = wire::ControlType;
+  const auto job_query = [this](void (Impl::*handle)(const SessionPtr&, const wire::Envelope&, JobRec&)) {
+    return [this, handle](const SessionPtr& s, const wire::Envelope& env) {
+      with_job(s, env, [&](JobRec& j) { (this->*handle)(s, env, j); });
+    };
+  };
+  const auto plain = [this](void (Impl::*handle)(const SessionPtr&, const wire::Envelope&)) {
+    return [this, handle](const SessionPtr& s, const wire::Envelope& env) { (this->*handle)(s, env); };
+  };
+  client_api.on(T::kSubmit, plain(&Impl::on_submit))
+      .on(T::kPlan, plain(&Impl::on_plan))
+      .on(T::kHistory, plain(&Impl::on_history))
+      .on(T::kList, [this](const SessionPtr& s, const wire::Envelope& env) {
+        on_list(s, env, wire::parse_body<wire::ListBody>(env));
+      })
+      .on(T::kStatus, [this](const SessionPtr& s, const wire::Envelope& env) {
+        // status without a job is list's short form.
+        if (!wire::parse_body<wire::JobQueryBody>(env).job) return on_list(s, env, wire::ListBody{});
+        with_job(s, env, [&](JobRec& j) { reply(s, env.id, status_json(j)); });
+      })
+      .on(T::kCancel, job_query(&Impl::on_cancel))
+      .on(T::kFollow, job_query(&Impl::on_follow))
+      .on(T::kAgents, [this](const SessionPtr& s, const wire::Envelope& env) {
+        reply(s, env.id, {{"agents", agents_json()}, {"leader", leader_json()}});
+      })
+      .on(T::kLogs, plain(&Impl::on_logs))
+      .on(T::kModels, plain(&Impl::on_models))
+      .on(T::kModelRead, plain(&Impl::on_model_read))
+      .on(T::kModelUpload, plain(&Impl::on_model_upload))
+      .on(T::kResume, plain(&Impl::on_resume))
+      .on(T::kSeries, plain(&Impl::on_series))
+      .on(T::kEvents, plain(&Impl::on_events));
+}
+
 void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& env) {
-  if (env.type == "submit") return on_submit(s, env);
-  if (env.type == "plan") {
-    const auto parsed = parse_submitted(s, env, wire::parse_body<wire::SubmitBody>(env));
-    if (!parsed) return;
-    if (const auto why = gpu_refusal(*parsed)) {
-      return reply_error(s, env.id, wire::error_code::kInfeasible, *why, "gpus_per_worker");
-    }
-    reply(s, env.id, planner::to_json(plan_for(*parsed, 0)));
-    return;
-  }
-  if (env.type == "history") {
-    const auto b = wire::parse_body<wire::HistoryBody>(env);
-    json rows = json::array();
-    if (db) {
-      for (const auto& o : db->history(b.model, b.dataset)) rows.push_back(o);
-    }
-    return reply(s, env.id, {{"observations", rows}, {"persistent", db != nullptr}});
-  }
-  const auto query = env.type == "status" || env.type == "cancel" || env.type == "follow"
-                         ? wire::parse_body<wire::JobQueryBody>(env)
-                         : wire::JobQueryBody{};
-  if (env.type == "list" || (env.type == "status" && !query.job)) {
-    // The latest `limit` jobs, newest first while they are collected, so that a limit
-    // or the size bound leaves out the oldest; sent in submission order.
-    const auto b = env.type == "list" ? wire::parse_body<wire::ListBody>(env) : wire::ListBody{};
-    std::vector<json> latest;
-    std::size_t bytes = 0;
-    bool size_bound = false;
-    for (auto it = job_order.rbegin(); it != job_order.rend() && static_cast<std::int64_t>(latest.size()) < b.limit;
-         ++it) {
-      json st = status_json(jobs.at(*it));
-      bytes += st.dump().size() + 1;
-      if (bytes > wire::kMaxControlMessage / 2) {
-        size_bound = true;
-        break;
-      }
-      latest.push_back(std::move(st));
-    }
-    json arr = json::array();
-    for (auto it = latest.rbegin(); it != latest.rend(); ++it) arr.push_back(std::move(*it));
-    const std::size_t total = job_order.size();
-    return reply(s, env.id,
-                 {{"jobs", std::move(arr)},
-                  {"total", total},
-                  {"omitted", total - latest.size()},
-                  {"size_bound", size_bound},
-                  {"leader", leader_json()}});
-  }
-  if (env.type == "agents") return reply(s, env.id, {{"agents", agents_json()}, {"leader", leader_json()}});
-  if (env.type == "logs") return on_logs(s, env);
-  if (env.type == "models") return on_models(s, env);
-  if (env.type == "model_read") return on_model_read(s, env);
-  if (env.type == "model_upload") return on_model_upload(s, env);
-  if (env.type == "resume") return on_resume(s, env);
-  if (env.type == "series") return on_series(s, env);
-  if (env.type == "events") return on_events(s, env);
-  if (env.type == "status" || env.type == "cancel" || env.type == "follow") {
-    if (!query.job) {
-      return reply_error(s, env.id, wire::error_code::kBadRequest, env.type + " needs \"job\" (string)", "job");
-    }
-    const std::string& jid = *query.job;
-    auto it = jobs.find(jid);
-    if (it == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "no job \"" + jid + "\"", "job");
-    auto& j = it->second;
-    if (env.type == "status") return reply(s, env.id, status_json(j));
-    if (env.type == "follow") {
-      reply(s, env.id, status_json(j));
-      if (j.terminal()) {
-        s->send(wire::make_event(summary(j).to_json()));
-      } else {
-        j.followers.push_back(s);
-        if (j.state == JobState::kQueued) s->send(wire::make_event(waiting_event(j)));
-      }
-      return;
-    }
-    return on_cancel(s, env, j);
-  }
+  if (client_api.dispatch(s, env)) return;
   reply_error(s, env.id, wire::error_code::kBadRequest, "unknown message type \"" + env.type + "\"", "type");
+}
+
+void Leader::Impl::on_plan(const SessionPtr& s, const wire::Envelope& env) {
+  const auto parsed = parse_submitted(s, env, wire::parse_body<wire::SubmitBody>(env));
+  if (!parsed) return;
+  if (const auto why = gpu_refusal(*parsed)) {
+    return reply_error(s, env.id, wire::error_code::kInfeasible, *why, "gpus_per_worker");
+  }
+  reply(s, env.id, planner::to_json(plan_for(*parsed, 0)));
+}
+
+void Leader::Impl::on_history(const SessionPtr& s, const wire::Envelope& env) {
+  const auto b = wire::parse_body<wire::HistoryBody>(env);
+  json rows = json::array();
+  if (db) {
+    for (const auto& o : db->history(b.model, b.dataset)) rows.push_back(o);
+  }
+  reply(s, env.id, {{"observations", rows}, {"persistent", db != nullptr}});
+}
+
+void Leader::Impl::on_list(const SessionPtr& s, const wire::Envelope& env, const wire::ListBody& b) {
+  // The latest `limit` jobs, newest first while they are collected, so that a limit
+  // or the size bound leaves out the oldest; sent in submission order.
+  std::vector<json> latest;
+  std::size_t bytes = 0;
+  bool size_bound = false;
+  for (auto it = job_order.rbegin(); it != job_order.rend() && static_cast<std::int64_t>(latest.size()) < b.limit;
+       ++it) {
+    json st = status_json(jobs.at(*it));
+    bytes += st.dump().size() + 1;
+    if (bytes > wire::kMaxControlMessage / 2) {
+      size_bound = true;
+      break;
+    }
+    latest.push_back(std::move(st));
+  }
+  json arr = json::array();
+  for (auto it = latest.rbegin(); it != latest.rend(); ++it) arr.push_back(std::move(*it));
+  const std::size_t total = job_order.size();
+  reply(s, env.id,
+        {{"jobs", std::move(arr)},
+         {"total", total},
+         {"omitted", total - latest.size()},
+         {"size_bound", size_bound},
+         {"leader", leader_json()}});
+}
+
+void Leader::Impl::with_job(const SessionPtr& s, const wire::Envelope& env, const std::function<void(JobRec&)>& handle) {
+  const auto query = wire::parse_body<wire::JobQueryBody>(env);
+  if (!query.job) {
+    return reply_error(s, env.id, wire::error_code::kBadRequest, env.type + " needs \"job\" (string)", "job");
+  }
+  const std::string& jid = *query.job;
+  auto it = jobs.find(jid);
+  if (it == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "no job \"" + jid + "\"", "job");
+  handle(it->second);
+}
+
+void Leader::Impl::on_follow(const SessionPtr& s, const wire::Envelope& env, JobRec& j) {
+  reply(s, env.id, status_json(j));
+  if (j.terminal()) {
+    s->send(wire::make_event(summary(j).to_json()));
+  } else {
+    j.followers.push_back(s);
+    if (j.state() == JobState::kQueued) s->send(wire::make_event(waiting_event(j)));
+  }
 }
 
 // A cuda job whose workers could not all have their GPUs even on an idle cluster is
@@ -187,6 +212,8 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
   j.submitted = Clock::now();
   j.submitted_unix = unix_now();
   j.secret = new_job_secret_hex();
+  // An automatic job the planner decides at once is planning until then (decide).
+  if (automatic && p->explore.empty()) j.life = JobLifecycle(JobState::kPlanning);
   if (follow) j.followers.push_back(s);
   const std::string id = j.id;
   if (db) {
@@ -232,7 +259,6 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
     r["state"] = to_string(JobState::kQueued);
     r["plan"] = planner::to_json(*p);
     reply(s, req, r);
-    job.state = JobState::kPlanning;
     decide(job);
   } else {
     enqueue(job);
@@ -255,10 +281,10 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
 void Leader::Impl::on_cancel(const SessionPtr& s, const wire::Envelope& env, JobRec& j) {
   const std::string jid = j.id;
   if (j.terminal()) {
-    return reply_error(s, env.id, wire::error_code::kConflict, "job " + jid + " already " + std::string(to_string(j.state)), "job");
+    return reply_error(s, env.id, wire::error_code::kConflict, "job " + jid + " already " + std::string(to_string(j.state())), "job");
   }
   cancel_job(j);
-  reply(s, env.id, {{"job", jid}, {"state", to_string(j.state)}});
+  reply(s, env.id, {{"job", jid}, {"state", to_string(j.state())}});
 }
 
 json Leader::Impl::agents_json() const {

@@ -43,7 +43,7 @@ void Leader::Impl::on_series(const SessionPtr& s, const wire::Envelope& env) {
   if (it == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "no job \"" + *b.job + "\"", "job");
   json r = it->second.series.to_json();
   r["job"] = it->first;
-  r["state"] = to_string(it->second.state);
+  r["state"] = to_string(it->second.state());
   reply(s, env.id, r);
 }
 

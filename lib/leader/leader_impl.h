@@ -87,9 +87,15 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
     Clock::time_point deadline;
   };
   std::map<std::string, PendingLog> pending_logs;
+  /// The handlers of what clients and agents may send, by message type (wire/control.h);
+  /// a type without one gets "unknown message type".
+  wire::Dispatcher<const SessionPtr&> client_api, agent_api;
 
   Impl(boost::asio::io_context& i, const config::AgentOptions& o, LeaderTerm t)
-      : io(i), opt(o), hb_timer(i), recovery(recovery_options(o), agents, *this), ha(std::move(t)) {}
+      : io(i), opt(o), hb_timer(i), recovery(recovery_options(o), agents, *this), ha(std::move(t)) {
+    add_client_handlers();
+    add_agent_handlers();
+  }
   /// Recovery's bounds from the agent's options (task_max_restarts bounds re-assignments).
   static RecoveryOptions recovery_options(const config::AgentOptions& o) {
     return {o.task_max_restarts, o.task_stop_grace, o.heartbeat_timeout, o.reassign_timeout};
@@ -115,13 +121,13 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   void log_event(const JobRec& j, const json& ev) override { event(j, ev); }
   /// The leader's jobs in submission order (for Recovery::agent_lost).
   std::vector<JobRec*> jobs_in_order();
-  void send_agent(const std::string& agent_id, const std::string& type, const json& body);
+  void send_agent(const std::string& agent_id, wire::ControlType type, const json& body);
   /// True while this leader may act (leader.h LeaderTerm::serving; a single leader: always).
   bool serving() const { return !ha.serving || ha.serving(); }
   /// The one way an order (a request) reaches an agent: with this leader's term, and
   /// only while it serves; false (logged) when it was held back because the term may be
   /// over (docs/ha.md "Fencing").
-  bool order(const SessionPtr& s, const std::string& id, const std::string& type, const json& body);
+  bool order(const SessionPtr& s, const std::string& id, wire::ControlType type, const json& body);
   /// Who leads, for `status` and `agents`: this leader's name, term, since when, and the
   /// election's candidates ({"ha": false} fields only for a single leader).
   json leader_json() const;
@@ -131,9 +137,15 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
                    const std::string& field = "");
   /// `j` as clients see it, with its place in the queue when queued.
   json status_json(const JobRec& j) const;
-  /// The one way a live job changes state: refuses (and logs) a transition that
-  /// leader/states.h does not allow; tells followers, the event log and the store.
+  /// The one way a live job changes state (JobLifecycle::move_to): tells followers, the
+  /// event log and the store. Throws IllegalTransition, naming the job, for a transition
+  /// leader/states.h does not allow (the job stays as it was).
   void set_state(JobRec& j, JobState state) override;
+  /// A live job starts to end: `target` (terminal) once its tasks have stopped, `via`
+  /// (failing, finishing, cancelling) until then; announced as set_state does.
+  void head_for(JobRec& j, JobState target, JobState via);
+  /// Tells followers, the event log and the store that `j` moved from `from`.
+  void announce_state(JobRec& j, JobState from);
   /// The one way a live task of `j` changes state: staying in a state is no change; a
   /// transition that leader/states.h does not allow is refused and logged.
   void set_task_state(const JobRec& j, TaskRec& t, TaskState state) override;
@@ -187,7 +199,17 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   void check_heartbeats();
 
   // ------------------------------------------------------------ leader_agents.cpp
+  void add_agent_handlers();
   void on_agent_message(const SessionPtr& s, const wire::Envelope& env);
+  /// The job and task a task_event or task_exit names.
+  struct Addressed {
+    JobRec* job = nullptr;
+    TaskRec* task = nullptr;
+  };
+  /// The task of the current generation of a known job, run by this session's agent, that
+  /// a task_event or task_exit names; {} after replying when there is none (an error) or
+  /// it was an orphan's exit (whose hold goes back).
+  Addressed addressed_task(const SessionPtr& s, const wire::Envelope& env);
   void on_register(const SessionPtr& s, const wire::Envelope& env);
   void on_task_event(JobRec& j, TaskRec& t, const json& ev);
   void on_ps_listening(JobRec& j, TaskRec& t, const json& ev);
@@ -196,8 +218,17 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
 
   // ------------------------------------------------------------ leader_clients.cpp
   std::optional<JobSpec> parse_submitted(const SessionPtr& s, const wire::Envelope& env, const wire::SubmitBody& b);
+  void add_client_handlers();
   void on_client_message(const SessionPtr& s, const wire::Envelope& env);
   void on_submit(const SessionPtr& s, const wire::Envelope& env);
+  void on_plan(const SessionPtr& s, const wire::Envelope& env);
+  void on_history(const SessionPtr& s, const wire::Envelope& env);
+  /// list, and status without a job: the latest `b.limit` jobs.
+  void on_list(const SessionPtr& s, const wire::Envelope& env, const wire::ListBody& b);
+  void on_follow(const SessionPtr& s, const wire::Envelope& env, JobRec& j);
+  /// status, cancel and follow of one job: finds it (replying the error when there is
+  /// none) and runs `handle`.
+  void with_job(const SessionPtr& s, const wire::Envelope& env, const std::function<void(JobRec&)>& handle);
   /// Stores and queues (or plans) new job `j` (its spec checked), replies to request `id`
   /// with its id and state plus `extra`; with `follow`, `s` gets its events.
   void accept_job(const SessionPtr& s, const std::string& id, JobRec j, bool follow, const json& extra);

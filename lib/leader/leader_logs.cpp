@@ -37,7 +37,7 @@ void Leader::Impl::on_logs(const SessionPtr& s, const wire::Envelope& env) {
   }
   b.generation = j.generation;
   const std::string id = "log-" + std::to_string(next_req++);
-  if (!order(session, id, "read_log", b.to_json())) {
+  if (!order(session, id, wire::ControlType::kReadLog, b.to_json())) {
     return reply_error(s, env.id, wire::error_code::kUnavailable, "this leader no longer serves: ask the serving one");
   }
   pending_logs[id] = PendingLog{s, env.id, t->agent, t->state != TaskState::kExited, Clock::now() + kLogReplyTimeout};

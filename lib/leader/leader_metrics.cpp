@@ -20,7 +20,7 @@ void Leader::Impl::collect_metrics(control::MetricsBuilder& out) const {
   // Every state a job can be in, so that a state without jobs reads 0 rather than
   // vanishing (a query for sum(dltrain_leader_jobs{state="failed"}) then never goes stale).
   for (const auto st : kJobStates) by_state[std::string(to_string(st))] = 0;
-  for (const auto& [id, j] : jobs) ++by_state[std::string(to_string(j.state))];
+  for (const auto& [id, j] : jobs) ++by_state[std::string(to_string(j.state()))];
   for (const auto& [st, n] : by_state) {
     out.gauge("dltrain_leader_jobs", "Jobs known to the leader, by state", {{"state", st}}, n);
   }

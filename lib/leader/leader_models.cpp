@@ -50,7 +50,7 @@ bool Leader::Impl::collect_model(JobRec& j) {
     return false;
   };
   if (!j.profile_of.empty()) return skip("");  // an exploration run's model is nobody's
-  const bool succeeding = j.failing_state == JobState::kSucceeded;
+  const bool succeeding = j.life.target() == JobState::kSucceeded;
   const TaskRec* t = j.find_task("worker-0");
   // A failed or cancelled job leaves its latest epoch checkpoint (what `dltrain resume`
   // starts from), written before worker 0 reported that epoch's end; none when it wrote
@@ -100,7 +100,7 @@ void Leader::Impl::request_model_window(Collecting& c) {
   const auto a = agents.find(c.agent);
   const auto session = a == agents.end() || a->second.lost ? nullptr : a->second.session.lock();
   if (!session) return end_collection(c.job, "agent " + c.agent + " went away while its model was collected");
-  order(session, c.req_id, "read_model_file", c.req.to_json());
+  order(session, c.req_id, wire::ControlType::kReadModelFile, c.req.to_json());
 }
 
 bool Leader::Impl::on_model_file_reply(const wire::Envelope& env) {
@@ -115,7 +115,7 @@ bool Leader::Impl::on_model_file_reply(const wire::Envelope& env) {
     const auto jit = jobs.find(c.job);
     if (jit != jobs.end() && c.stored.empty() && c.req.offset == 0 && c.req.file == "metadata.json" &&
         env.error.value("code", std::string()) == wire::error_code::kNotFound && !c.writer &&
-        jit->second.failing_state != JobState::kSucceeded) {
+        jit->second.life.target() != JobState::kSucceeded) {
       const int every = jit->second.spec.checkpoint.every_epochs;
       const int k = checkpoint_epoch(c.manifest.checkpoint) - every;
       if (every > 0 && k > jit->second.resume_epoch) {
@@ -300,7 +300,7 @@ void Leader::Impl::on_models(const SessionPtr& s, const wire::Envelope& env) {
   if (b.job) {
     const auto jit = jobs.find(*b.job);
     if (jit != jobs.end()) {
-      body["state"] = to_string(jit->second.state);
+      body["state"] = to_string(jit->second.state());
       if (!jit->second.model.error.empty()) body["model_error"] = jit->second.model.error;
     }
   }
@@ -319,7 +319,7 @@ void Leader::Impl::on_model_read(const SessionPtr& s, const wire::Envelope& env)
     const auto jit = jobs.find(b.job);
     std::string why = "no model \"" + b.checkpoint + "\" of " + b.job + " is kept";
     if (jit == jobs.end() && (!models || models->list(b.job).empty())) why = "no job \"" + b.job + "\"";
-    if (jit != jobs.end() && !jit->second.terminal()) why += " (the job is " + std::string(to_string(jit->second.state)) + ")";
+    if (jit != jobs.end() && !jit->second.terminal()) why += " (the job is " + std::string(to_string(jit->second.state())) + ")";
     if (jit != jobs.end() && !jit->second.model.error.empty()) why += ": " + jit->second.model.error;
     return reply_error(s, env.id, wire::error_code::kNotFound, why, "job");
   }
@@ -430,11 +430,11 @@ void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
     const JobRec& j = jit->second;
     if (!j.profile_of.empty()) return refuse(wire::error_code::kConflict, b.job + " is an exploration run of " + j.profile_of);
     if (!j.terminal()) {
-      return refuse(wire::error_code::kConflict, b.job + " is " + std::string(to_string(j.state)) +
+      return refuse(wire::error_code::kConflict, b.job + " is " + std::string(to_string(j.state())) +
                                                      ": resume continues a failed or cancelled job (dltrain cancel " +
                                                      b.job + " first)");
     }
-    if (j.state == JobState::kSucceeded) {
+    if (j.state() == JobState::kSucceeded) {
       return refuse(wire::error_code::kConflict, b.job + " succeeded: nothing is left to train (init_from = \"" + b.job +
                                                      "\" starts a new job from its model)");
     }

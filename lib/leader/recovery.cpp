@@ -42,7 +42,7 @@ std::uint64_t Recovery::restore(const store::Store& db, std::map<std::string, Jo
         resume_after_restart(j, r);
       } catch (const std::exception& e) {
         j.error = "the leader restarted and could not read this job's stored state (" + std::string(e.what()) + ")";
-        j.state = JobState::kFailed;  // not live yet: no transition, no followers
+        j.life.fail_restored();  // not live yet: no transition, no followers
         j.tasks.clear();
         actions_.save(j);
       }
@@ -57,11 +57,11 @@ std::uint64_t Recovery::restore(const store::Store& db, std::map<std::string, Jo
     auto& j = jobs.at(id);
     if (j.profile_of.empty() || j.terminal()) continue;
     auto pit = jobs.find(j.profile_of);
-    if (pit != jobs.end() && pit->second.state == JobState::kExploring) pit->second.pending_profiles.push_back(id);
+    if (pit != jobs.end() && pit->second.state() == JobState::kExploring) pit->second.pending_profiles.push_back(id);
   }
   for (auto& id : order) {
     auto& j = jobs.at(id);
-    if (j.state == JobState::kExploring && j.pending_profiles.empty()) {
+    if (j.state() == JobState::kExploring && j.pending_profiles.empty()) {
       actions_.fail_unplaced(
           j, "the leader restarted while the job was exploring and its exploration runs are gone; submit it again");
     }
@@ -73,24 +73,24 @@ std::uint64_t Recovery::restore(const store::Store& db, std::map<std::string, Jo
 // The restored form of an unfinished job (called by restore()).
 void Recovery::resume_after_restart(JobRec& j, const json& r) {
   resume_stored_counters(j, r);
-  if (j.state == JobState::kQueued || j.state == JobState::kPlanning) {
-    j.state = JobState::kQueued;
+  if (j.state() == JobState::kQueued || j.state() == JobState::kPlanning) {
+    j.life.move_to(JobState::kQueued);  // not live yet: no followers to tell
     actions_.enqueue(j);
     spdlog::info("job {} ({}) is queued again", j.id, j.spec.name);
-  } else if (j.state != JobState::kExploring) {
+  } else if (j.state() != JobState::kExploring) {
     j.recovery.adopt_until = Clock::now() + adoption_window();
     spdlog::info("job {} ({}) was {} (generation {}): waiting up to {} ms for its agents to re-report its tasks",
-                 j.id, j.spec.name, to_string(j.state), j.generation, adoption_window().count());
-    actions_.log_event(j, events::LeaderRestarted{{}, std::string(to_string(j.state)), j.generation}.to_json());
+                 j.id, j.spec.name, to_string(j.state()), j.generation, adoption_window().count());
+    actions_.log_event(j, events::LeaderRestarted{{}, std::string(to_string(j.state())), j.generation}.to_json());
   }
 }
 
 // ---------------------------------------------------------------- re-assignment
 void Recovery::tasks_lost(JobRec& j, const std::string& why) {
   if (j.terminal()) return;
-  if (j.failing_state.has_value()) return actions_.maybe_finish(j);
-  if (j.state == JobState::kRecovering) return try_resume(j);
-  if (j.state != JobState::kRunning && j.state != JobState::kStarting) return actions_.fail_job(j, why);
+  if (j.life.target().has_value()) return actions_.maybe_finish(j);
+  if (j.state() == JobState::kRecovering) return try_resume(j);
+  if (j.state() != JobState::kRunning && j.state() != JobState::kStarting) return actions_.fail_job(j, why);
   if (j.recovery.reassignments >= opt_.max_reassignments) {
     return actions_.fail_job(j, why + "; the job was already re-assigned " + std::to_string(j.recovery.reassignments) +
                            " times (task_max_restarts)");
@@ -107,7 +107,7 @@ void Recovery::tasks_lost(JobRec& j, const std::string& why) {
 }
 
 void Recovery::try_resume(JobRec& j) {
-  if (j.state != JobState::kRecovering || !j.recovery.since) return;
+  if (j.state() != JobState::kRecovering || !j.recovery.since) return;
   const auto now = Clock::now();
   const auto stop_bound = opt_.task_stop_grace + 2 * opt_.heartbeat_timeout;
   for (auto& t : j.tasks) {
@@ -262,8 +262,8 @@ void Recovery::after_adoption(JobRec& j) {
     }
   }
   spdlog::info("job {}: adopted after the leader restart{}", j.id, missing.empty() ? "" : "; lost: " + missing);
-  if (j.failing_state.has_value()) return actions_.stop_tasks(j);
-  if (j.state == JobState::kRecovering) {
+  if (j.life.target().has_value()) return actions_.stop_tasks(j);
+  if (j.state() == JobState::kRecovering) {
     j.recovery.since = Clock::now();
     actions_.send_stops(j);
     return try_resume(j);
@@ -272,7 +272,7 @@ void Recovery::after_adoption(JobRec& j) {
   for (const auto& t : j.tasks) {
     if (t.kind == TaskKind::kWorker && t.state == TaskState::kExited && t.exit == "never started") unstarted += " " + t.name;
   }
-  if (j.state == JobState::kStarting || !unstarted.empty()) {
+  if (j.state() == JobState::kStarting || !unstarted.empty()) {
     // The leader died between the shards' and the workers' start (or, after a
     // re-assignment, before every worker was started): begin again.
     return tasks_lost(j, "the leader restarted while the job was starting" +
@@ -324,7 +324,7 @@ void Recovery::tick(JobRec& j, Clock::time_point now) {
 }
 
 bool Recovery::seed_started(JobRec& j, const TaskRec& t) {
-  if (t.kind != TaskKind::kWorker || t.name != j.recovery.seed || j.state != JobState::kRunning) return false;
+  if (t.kind != TaskKind::kWorker || t.name != j.recovery.seed || j.state() != JobState::kRunning) return false;
   j.recovery.seed.clear();
   return true;
 }

@@ -6,46 +6,6 @@
 #include "common/errors.h"
 
 namespace dltrain::leader {
-namespace {
-
-constexpr std::array<std::pair<JobState, std::string_view>, 12> kJobNames{{
-    {JobState::kQueued, "queued"},
-    {JobState::kPlanning, "planning"},
-    {JobState::kExploring, "exploring"},
-    {JobState::kStarting, "starting"},
-    {JobState::kRunning, "running"},
-    {JobState::kRecovering, "recovering"},
-    {JobState::kFinishing, "finishing"},
-    {JobState::kFailing, "failing"},
-    {JobState::kCancelling, "cancelling"},
-    {JobState::kSucceeded, "succeeded"},
-    {JobState::kFailed, "failed"},
-    {JobState::kCancelled, "cancelled"},
-}};
-constexpr std::array<std::pair<TaskState, std::string_view>, 4> kTaskNames{{
-    {TaskState::kPending, "pending"},
-    {TaskState::kStarting, "starting"},
-    {TaskState::kRunning, "running"},
-    {TaskState::kExited, "exited"},
-}};
-
-template <typename E, std::size_t N>
-std::string_view name_of(const std::array<std::pair<E, std::string_view>, N>& names, E e) {
-  for (const auto& [v, n] : names) {
-    if (v == e) return n;
-  }
-  return "?";
-}
-
-template <typename E, std::size_t N>
-std::optional<E> value_of(const std::array<std::pair<E, std::string_view>, N>& names, std::string_view s) {
-  for (const auto& [v, n] : names) {
-    if (n == s) return v;
-  }
-  return std::nullopt;
-}
-
-}  // namespace
 
 bool terminal(JobState s) { return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled; }
 
@@ -90,10 +50,46 @@ bool legal_transition(TaskState from, TaskState to) {
   return false;
 }
 
-std::string_view to_string(JobState s) { return name_of(kJobNames, s); }
-std::string_view to_string(TaskState s) { return name_of(kTaskNames, s); }
-std::optional<JobState> parse_job_state(std::string_view s) { return value_of(kJobNames, s); }
-std::optional<TaskState> parse_task_state(std::string_view s) { return value_of(kTaskNames, s); }
+JobLifecycle JobLifecycle::restored(JobState state, std::optional<JobState> target) {
+  if (target && !leader::terminal(*target)) {
+    throw ConfigError("failing_state", "\"" + std::string(to_string(*target)) + "\" is not a terminal state");
+  }
+  JobLifecycle l(state);
+  l.target_ = target;
+  return l;
+}
+
+bool JobLifecycle::move_to(JobState to) {
+  if (state_ == to) return false;
+  if (!legal_transition(state_, to)) {
+    throw IllegalTransition("illegal state transition " + std::string(to_string(state_)) + " -> " +
+                            std::string(to_string(to)) + " refused");
+  }
+  state_ = to;
+  return true;
+}
+
+void JobLifecycle::head_for(JobState target, std::optional<JobState> via) {
+  if (!leader::terminal(target)) {
+    throw InvalidArgument("a job heads for a terminal state, not \"" + std::string(to_string(target)) + "\"");
+  }
+  if (via && via != state_ && !legal_transition(state_, *via)) {
+    throw IllegalTransition("illegal state transition " + std::string(to_string(state_)) + " -> " +
+                            std::string(to_string(*via)) + " refused");
+  }
+  target_ = target;
+  if (via) state_ = *via;
+}
+
+void JobLifecycle::finish() {
+  if (!target_) throw IllegalTransition("job in state " + std::string(to_string(state_)) + " has no end to enter");
+  move_to(*target_);
+}
+
+std::string_view to_string(JobState s) { return enum_name(s); }
+std::string_view to_string(TaskState s) { return enum_name(s); }
+std::optional<JobState> parse_job_state(std::string_view s) { return enum_from_name<JobState>(s); }
+std::optional<TaskState> parse_task_state(std::string_view s) { return enum_from_name<TaskState>(s); }
 
 void to_json(nlohmann::json& j, JobState s) { j = std::string(to_string(s)); }
 void to_json(nlohmann::json& j, TaskState s) { j = std::string(to_string(s)); }

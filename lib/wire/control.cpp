@@ -45,14 +45,14 @@ Envelope parse_envelope(const std::string& text) {
   if (auto id = j.find("id"); id != j.end() && !id->is_null()) {
     if (!id->is_string()) throw ProtocolError("control message field \"id\": expected a string");
     env.id = id->get<std::string>();
-  } else if (env.type != "event") {
+  } else if (!env.is(ControlType::kEvent)) {
     throw ProtocolError("control message field \"id\": required for type \"" + env.type + "\"");
   }
   if (auto b = j.find("body"); b != j.end() && !b->is_null()) {
     if (!b->is_object()) throw ProtocolError("control message field \"body\": expected an object");
     env.body = *b;
   }
-  if (env.type == "reply") {
+  if (env.is(ControlType::kReply)) {
     auto ok = j.find("ok");
     if (ok == j.end() || !ok->is_boolean()) {
       throw ProtocolError("control reply field \"ok\": expected a boolean");
@@ -90,8 +90,12 @@ std::string make_request(const std::string& id, const std::string& type, const n
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+std::string make_request(const std::string& id, ControlType type, const nlohmann::json& body, std::int64_t term) {
+  return make_request(id, std::string(enum_name(type)), body, term);
+}
+
 std::string make_reply(const std::string& id, const nlohmann::json& body) {
-  return nlohmann::json{{"v", kControlVersion}, {"id", id}, {"type", "reply"}, {"ok", true}, {"body", body}}.dump(
+  return nlohmann::json{{"v", kControlVersion}, {"id", id}, {"type", std::string(enum_name(ControlType::kReply))}, {"ok", true}, {"body", body}}.dump(
       -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -99,12 +103,12 @@ std::string make_error(const std::string& id, const std::string& code, const std
                        const std::string& field) {
   nlohmann::json err{{"code", code}, {"message", message}};
   if (!field.empty()) err["field"] = field;
-  return nlohmann::json{{"v", kControlVersion}, {"id", id}, {"type", "reply"}, {"ok", false}, {"error", err}}
+  return nlohmann::json{{"v", kControlVersion}, {"id", id}, {"type", std::string(enum_name(ControlType::kReply))}, {"ok", false}, {"error", err}}
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string make_event(const nlohmann::json& body) {
-  return nlohmann::json{{"v", kControlVersion}, {"type", "event"}, {"body", body}}.dump(
+  return nlohmann::json{{"v", kControlVersion}, {"type", std::string(enum_name(ControlType::kEvent))}, {"body", body}}.dump(
       -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -10,11 +10,71 @@
 //            {"v": 1, "id": ..., "type": "start_task", "term": 42, "body": {...}}
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "common/enum_names.h"
+
+namespace dltrain::wire {
+
+/// Every control message type (docs/protocol.md, "Control messages"); its name on the wire
+/// is in EnumNames<ControlType> below, the one place it is spelt. The bodies are
+/// wire/control_bodies.h's.
+enum class ControlType {
+  // client → leader
+  kAuth, kSubmit, kPlan, kHistory, kList, kStatus, kCancel, kFollow, kAgents, kLogs, kModels, kModelRead,
+  kModelUpload, kResume, kSeries, kEvents,
+  // agent → leader
+  kRegister, kHeartbeat, kModelDownload, kTaskEvent, kTaskExit,
+  // leader → agent
+  kStartTask, kStopTask, kReadLog, kReadModelFile,
+  // either way
+  kReply, kEvent,
+};
+
+}  // namespace dltrain::wire
+
+namespace dltrain {
+template <>
+struct EnumNames<wire::ControlType> {
+  using T = wire::ControlType;
+  static constexpr std::array<EnumName<T>, 27> kNames{{
+      {T::kAuth, "auth"},
+      {T::kSubmit, "submit"},
+      {T::kPlan, "plan"},
+      {T::kHistory, "history"},
+      {T::kList, "list"},
+      {T::kStatus, "status"},
+      {T::kCancel, "cancel"},
+      {T::kFollow, "follow"},
+      {T::kAgents, "agents"},
+      {T::kLogs, "logs"},
+      {T::kModels, "models"},
+      {T::kModelRead, "model_read"},
+      {T::kModelUpload, "model_upload"},
+      {T::kResume, "resume"},
+      {T::kSeries, "series"},
+      {T::kEvents, "events"},
+      {T::kRegister, "register"},
+      {T::kHeartbeat, "heartbeat"},
+      {T::kModelDownload, "model_download"},
+      {T::kTaskEvent, "task_event"},
+      {T::kTaskExit, "task_exit"},
+      {T::kStartTask, "start_task"},
+      {T::kStopTask, "stop_task"},
+      {T::kReadLog, "read_log"},
+      {T::kReadModelFile, "read_model_file"},
+      {T::kReply, "reply"},
+      {T::kEvent, "event"},
+  }};
+};
+}  // namespace dltrain
 
 namespace dltrain::wire {
 
@@ -50,7 +110,11 @@ inline constexpr const char* kUnavailable = "unavailable";
 struct Envelope {
   int v = kControlVersion;
   std::string id;     ///< empty for events
-  std::string type;
+  std::string type;   ///< as the peer wrote it (messages quote it); is() compares it
+  /// Whether this is a message of type `t`.
+  bool is(ControlType t) const { return type == enum_name(t); }
+  /// The message's type; nullopt for a name this build does not know.
+  std::optional<ControlType> control_type() const { return enum_from_name<ControlType>(type); }
   nlohmann::json body = nlohmann::json::object();
   bool ok = true;                 ///< replies only
   nlohmann::json error;           ///< replies with ok == false
@@ -73,11 +137,43 @@ Envelope parse_envelope(const std::string& text);
 /// Builders. All return compact JSON text; bytes in a string that are not UTF-8 (a
 /// task's log line, say) are written as U+FFFD rather than thrown about.
 /// `term` > 0 adds the sending leader's term (Envelope::term); 0 leaves it out.
+std::string make_request(const std::string& id, ControlType type, const nlohmann::json& body,
+                         std::int64_t term = 0);
+/// A request of a type given by name: what a client or a test sends as the user wrote it
+/// (an unknown type gets the peer's "unknown message type" error).
 std::string make_request(const std::string& id, const std::string& type, const nlohmann::json& body,
                          std::int64_t term = 0);
 std::string make_reply(const std::string& id, const nlohmann::json& body);
 std::string make_error(const std::string& id, const std::string& code, const std::string& message,
                        const std::string& field = "");
 std::string make_event(const nlohmann::json& body);
+
+/// One peer's handlers by message type (the leader's client and agent endpoints, the
+/// agent's link to the leader): each type that peer may send maps to one handler, which
+/// gets `Args` (the session, say) and the envelope. Not thread-safe to build; dispatch is
+/// const.
+template <typename... Args>
+class Dispatcher {
+ public:
+  using Handler = std::function<void(Args..., const Envelope&)>;
+  /// Registers the handler of `t` (replacing one registered before).
+  Dispatcher& on(ControlType t, Handler h) {
+    handlers_[static_cast<std::size_t>(t)] = std::move(h);
+    return *this;
+  }
+  /// Calls the handler of env's type and returns true; false, calling nothing, for a type
+  /// this build does not know or this peer may not send.
+  bool dispatch(Args... args, const Envelope& env) const {
+    const auto t = env.control_type();
+    if (!t) return false;
+    const auto& h = handlers_[static_cast<std::size_t>(*t)];
+    if (!h) return false;
+    h(args..., env);
+    return true;
+  }
+
+ private:
+  std::array<Handler, EnumNames<ControlType>::kNames.size()> handlers_{};
+};
 
 }  // namespace dltrain::wire

@@ -431,7 +431,7 @@ TEST(JobSeries, ColumnsPerWorkerAndPerEpochInUPlotsLayout) {
 TEST(JobProgress, StepsTakenOverStepsInTheJobAndAnEtaAtTheRateSinceTheFirstReport) {
   leader::JobRec j;
   j.spec.epochs = 2;
-  j.state = leader::JobState::kRunning;
+  j.life = leader::JobLifecycle::restored(leader::JobState::kRunning, std::nullopt);
   EXPECT_FALSE(j.progress());
   leader::TaskRec w0, w1, ps;
   w0.kind = w1.kind = leader::TaskKind::kWorker;
@@ -451,7 +451,7 @@ TEST(JobProgress, StepsTakenOverStepsInTheJobAndAnEtaAtTheRateSinceTheFirstRepor
   j.progress_at_training_since = 0.625;  // no step since the first report
   EXPECT_FALSE(j.eta_seconds());
   j.progress_at_training_since = 0.125;
-  j.state = leader::JobState::kSucceeded;
+  j.life = leader::JobLifecycle::restored(leader::JobState::kSucceeded, std::nullopt);
   EXPECT_FALSE(j.eta_seconds());
   const json st = leader::job_json(j, std::nullopt);
   EXPECT_EQ(st["progress"], 1.0);  // a succeeded job is done, whatever its counters say

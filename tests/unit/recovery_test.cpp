@@ -44,7 +44,7 @@ struct RecordedActions : JobActions {
   int enqueued = 0;
 
   void set_state(JobRec& j, JobState s) override {
-    if (j.state != s && legal_transition(j.state, s)) j.state = s;
+    if (j.state() != s && legal_transition(j.state(), s)) j.life.move_to(s);
   }
   void set_task_state(const JobRec&, TaskRec& t, TaskState s) override {
     if (t.state != s && legal_transition(t.state, s)) t.state = s;
@@ -58,8 +58,7 @@ struct RecordedActions : JobActions {
   }
   void fail_job(JobRec& j, const std::string& why) override {
     failures.push_back(why);
-    j.failing_state = JobState::kFailed;
-    set_state(j, JobState::kFailing);
+    j.life.head_for(JobState::kFailed, JobState::kFailing);
   }
   void fail_unplaced(JobRec& j, const std::string& why) override { fail_job(j, why); }
   void stop_tasks(JobRec&) override {}
@@ -109,7 +108,7 @@ class RecoveryTest : public ::testing::Test {
     j.id = "job-1";
     j.num = 1;
     j.spec.threads_per_task = 1;
-    j.state = JobState::kRunning;
+    j.life = JobLifecycle::restored(JobState::kRunning, std::nullopt);
   }
   // A running job whose ps-0, worker-0 and worker-1 run on these agents.
   void ps_and_two_workers(const std::string& ps, const std::string& w0, const std::string& w1) {
@@ -150,7 +149,7 @@ TEST_F(RecoveryTest, ALostAgentReassignsTheJobAsItsNextGenerationOnTheLiveAgents
   EXPECT_EQ(agents.at("a2").free_cores, 4);
   EXPECT_EQ(j.find_task("worker-1")->state, TaskState::kExited);
   EXPECT_EQ(j.find_task("worker-1")->exit, "lost with its agent");
-  EXPECT_EQ(j.state, JobState::kRecovering);
+  EXPECT_EQ(j.state(), JobState::kRecovering);
   EXPECT_EQ(j.recovery.reason, "agent a2 was lost (no heartbeat for 10000 ms)");
   EXPECT_EQ(actions.stops_sent, 1);
   ASSERT_EQ(actions.published_kinds(), std::vector<std::string>{"recovering"});
@@ -165,7 +164,7 @@ TEST_F(RecoveryTest, ALostAgentReassignsTheJobAsItsNextGenerationOnTheLiveAgents
   recovery.try_resume(j);
   EXPECT_EQ(j.generation, 2u);
   EXPECT_EQ(j.recovery.reassignments, 1);
-  EXPECT_EQ(j.state, JobState::kStarting);
+  EXPECT_EQ(j.state(), JobState::kStarting);
   EXPECT_EQ(j.find_task("ps-0")->agent, "a1");
   EXPECT_EQ(j.find_task("worker-0")->agent, "a1");
   EXPECT_EQ(j.find_task("worker-1")->agent, "a3");
@@ -216,7 +215,7 @@ TEST_F(RecoveryTest, ALostShardIsRebuiltFromTheFreshestReplicaAndTheSeedStartsFi
   EXPECT_FALSE(actions.started[0].second.restore_generation.has_value()) << "a moved shard starts empty";
   EXPECT_EQ(events::Reassigned::from_json(actions.published.back()).replica_from, std::optional<std::string>("worker-1"));
 
-  j.state = JobState::kRunning;  // its shards listen
+  j.life = JobLifecycle::restored(JobState::kRunning, std::nullopt);  // its shards listen
   EXPECT_FALSE(Recovery::seed_started(j, *j.find_task("worker-0")));
   EXPECT_EQ(j.recovery.seed, "worker-1");
   EXPECT_TRUE(Recovery::seed_started(j, *j.find_task("worker-1")));
@@ -235,7 +234,7 @@ TEST_F(RecoveryTest, ATaskWithoutAPlaceWaitsThenFailsTheJobAtTheReassignTimeout)
   exits("worker-0", false);
   recovery.try_resume(j);
   recovery.try_resume(j);  // still no place: said once
-  EXPECT_EQ(j.state, JobState::kRecovering);
+  EXPECT_EQ(j.state(), JobState::kRecovering);
   EXPECT_EQ(j.generation, 1u);
   ASSERT_EQ(actions.published_kinds(), (std::vector<std::string>{"recovering", "waiting_for_agent"}));
   const auto w = events::WaitingForAgent::from_json(actions.published[1]);
@@ -248,7 +247,7 @@ TEST_F(RecoveryTest, ATaskWithoutAPlaceWaitsThenFailsTheJobAtTheReassignTimeout)
   ASSERT_EQ(actions.failures.size(), 1u);
   EXPECT_EQ(actions.failures[0],
             "agent a2 was lost (no heartbeat); no agent had free cores for worker-1 within 3600 s (reassign_timeout)");
-  EXPECT_EQ(j.state, JobState::kFailing);
+  EXPECT_EQ(j.state(), JobState::kFailing);
 }
 
 // A job re-assigned max_reassignments (3) times already is failed at the next loss,
@@ -267,7 +266,7 @@ TEST_F(RecoveryTest, TheReassignmentBoundFailsTheJobWithTheCount) {
   JobRec starting;
   starting.id = "job-2";
   starting.spec.threads_per_task = 1;
-  starting.state = JobState::kStarting;
+  starting.life = JobLifecycle::restored(JobState::kStarting, std::nullopt);
   starting.recovery.reassignments = 2;
   TaskRec ps;
   ps.name = "ps-0";
@@ -276,7 +275,7 @@ TEST_F(RecoveryTest, TheReassignmentBoundFailsTheJobWithTheCount) {
   ps.state = TaskState::kStarting;
   starting.tasks.push_back(ps);
   recovery.tasks_lost(starting, "worker-0 on agent a1 exited with status 1");
-  EXPECT_EQ(starting.state, JobState::kRecovering) << "ps-0's stop is on the way";
+  EXPECT_EQ(starting.state(), JobState::kRecovering) << "ps-0's stop is on the way";
   EXPECT_EQ(starting.recovery.reason, "worker-0 on agent a1 exited with status 1");
   EXPECT_EQ(actions.failures.size(), 1u);
 }
@@ -296,17 +295,17 @@ TEST_F(RecoveryTest, AdoptionWaitsForTheAgentsThenReassignsWhatDidNotComeBack) {
   ASSERT_TRUE(Recovery::adopting(j));
   w1.state = TaskState::kExited;
   recovery.tasks_gone(j, "worker-1 on agent a1 ended while its agent was disconnected");
-  EXPECT_EQ(j.state, JobState::kRunning) << "nothing is re-assigned while adopting";
+  EXPECT_EQ(j.state(), JobState::kRunning) << "nothing is re-assigned while adopting";
   recovery.agent_back(j);
   EXPECT_FALSE(Recovery::adopting(j));
-  EXPECT_EQ(j.state, JobState::kRecovering);
+  EXPECT_EQ(j.state(), JobState::kRecovering);
   EXPECT_EQ(j.recovery.reason,
             "the leader restarted and worker-1 on agent a1 ended while its agent was disconnected did not come back");
 
   JobRec k;
   k.id = "job-2";
   k.spec.threads_per_task = 1;
-  k.state = JobState::kRunning;
+  k.life = JobLifecycle::restored(JobState::kRunning, std::nullopt);
   TaskRec t;
   t.name = "worker-0";
   t.kind = TaskKind::kWorker;
@@ -323,7 +322,7 @@ TEST_F(RecoveryTest, AdoptionWaitsForTheAgentsThenReassignsWhatDidNotComeBack) {
   EXPECT_FALSE(Recovery::adopting(k));
   EXPECT_EQ(k.recovery.reason, "the leader restarted and worker-0 on a2 did not come back");
   EXPECT_EQ(k.generation, 2u);
-  EXPECT_EQ(k.state, JobState::kStarting);
+  EXPECT_EQ(k.state(), JobState::kStarting);
   EXPECT_EQ(k.tasks[0].agent, "a1");
   EXPECT_EQ(k.tasks[0].state, TaskState::kPending) << "generation 2's worker-0, started once the shards listen";
   EXPECT_EQ(agents.at("a1").free_cores, 0);

@@ -134,9 +134,9 @@ TEST(States, AStoredRecordKeepsItsStatesAndOneWithAnUnknownStateIsRefused) {
   r["state"] = "recovering";
   r["failing_state"] = "cancelled";
   auto j = dltrain::leader::job_from_record(7, r);
-  EXPECT_EQ(j.state, JobState::kRecovering);
+  EXPECT_EQ(j.state(), JobState::kRecovering);
   dltrain::leader::resume_stored_counters(j, r);
-  EXPECT_EQ(j.failing_state, JobState::kCancelled);
+  EXPECT_EQ(j.life.target(), JobState::kCancelled);
 
   r["state"] = "paused";
   try {
