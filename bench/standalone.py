@@ -15,10 +15,11 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(os.environ.get("DLTRAIN_BUILD_DIR", os.path.join(ROOT, "build")), "bin")
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from dltrain_cluster import StandaloneCluster  # noqa: E402  (the one way tests and benchmarks start one)
 
 
 def machine():
@@ -41,25 +42,12 @@ def commit():
 
 
 def start_cluster(state, agents=3, extra_args=()):
-    env = dict(os.environ, XDG_STATE_HOME=os.path.join(state, "xdg"))
-    log = open(os.path.join(state, "standalone.log"), "w")
-    proc = subprocess.Popen([os.path.join(BIN, "dltrain-agent"), "--standalone", "--agents", str(agents),
-                             "--state-dir", os.path.join(state, "s")] + list(extra_args),
-                            stdout=log, stderr=log, env=env)
-    client_json = os.path.join(state, "s", "client.json")
-    for _ in range(600):  # 60 s
-        if os.path.exists(client_json):
-            break
-        if proc.poll() is not None:
-            sys.exit("the standalone cluster exited; see " + log.name)
-        time.sleep(0.1)
-    else:
-        proc.kill()
-        sys.exit("the standalone cluster did not start within 60 s; see " + log.name)
-    with open(client_json) as f:
-        settings = json.load(f)
-    client = [os.path.join(BIN, "dltrain"), "--leader", settings["leader"], "--token", settings["client_token"]]
-    return proc, client, settings
+    cluster = StandaloneCluster(BIN, state, agents, extra_args)
+    try:
+        cluster.start(timeout=60)
+    except AssertionError as e:
+        sys.exit(str(e))
+    return cluster.proc, cluster.client, cluster.settings
 
 
 def run_job(client, path, timeout=3600):

@@ -103,13 +103,13 @@ int run_daemon(const dltrain::config::AgentOptions& opt, const std::string& conf
     agent.emplace(io, agent_opt);
     if (!opt.leader) {
       // READY once registered with the leader.
-      agent->on_registered = [&notifier, &agent_opt] {
+      agent->set_on_registered([&notifier, &agent_opt] {
         notifier.ready("registered with the leader" +
                        (agent_opt.leader_urls.size() > 1 ? std::string(" (one of the candidates in leader_url)")
                                                          : " at " + agent_opt.leader_url) +
                        " as " + agent_opt.name + " (" +
                        std::to_string(agent_opt.cores) + " cores)");
-      };
+      });
     }
     agent->start();
   }

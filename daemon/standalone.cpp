@@ -205,7 +205,7 @@ int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
         });
   }
 
-  leader.on_agent_registered = [&] {
+  leader.set_on_agent_registered([&] {
     if (ready || leader.live_agents() < static_cast<std::size_t>(so.agents)) return;
     ready = true;
     ready_timer.cancel();
@@ -218,7 +218,7 @@ int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
               << "dashboard: " << (url.rfind("wss://", 0) == 0 ? "https://" : "http://")
               << url.substr(url.find("://") + 3) << "/ (sign in with the client_token of "
               << (state / "client.json").string() << ")" << std::endl;
-  };
+  });
   ready_timer.async_wait([&](boost::system::error_code ec) {
     if (ec || ready) return;
     spdlog::error("only {} of {} agents registered within 60 s; see the agent logs in {}", leader.live_agents(),

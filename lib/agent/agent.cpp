@@ -16,8 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/failure.h"
-#include "agent/leader_candidates.h"
-#include "agent/outbox.h"
+#include "agent/leader_link.h"
 #include "agent/model_fetch.h"
 #include "agent/supervisor.h"
 #include "agent/task_files.h"
@@ -87,127 +86,52 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   asio::io_context& io;
   config::AgentOptions opt;
   Supervisor supervisor;
-  std::shared_ptr<control::ControlClient> link;
-  asio::steady_timer hb_timer, retry_timer, log_timer;
-  std::chrono::milliseconds backoff{500};
-  bool registered = false, ever_registered = false, shutting_down = false;
-  // The leader candidates it may register with and the newest term it registered under
-  // (leader_candidates.h); when it last heard from the leader.
-  std::optional<LeaderCandidates> leaders;  // set by start()
-  std::chrono::steady_clock::time_point last_heard{};
+  asio::steady_timer log_timer;
+  bool shutting_down = false;
+  // The link to the leader (leader_link.h); set by start().
+  std::shared_ptr<LeaderLink> leader;
   std::map<std::string, Task> tasks;  // key job/task
   // Tasks that ended while the leader was away, their exit still in the outbox (key →
   // generation): a registration lists them so that the leader waits for those exits
   // instead of taking the tasks for lost.
   std::map<std::string, std::uint32_t> exits_pending;
-  Outbox outbox;                      // messages waiting for a link (outbox.h)
   std::deque<TaskMetrics> ended;      // metrics of tasks that exited for good, oldest first
   std::uint64_t task_restarts = 0;
-  std::uint64_t next_req = 1;
-  std::function<void()>* on_registered = nullptr;
+  std::function<void()> on_registered;  // Agent::set_on_registered
   std::function<void()> on_all_stopped;
   // Uploaded model files (JobSpec::model_sha256) fetched from the leader, and the workers
   // (key job/task) that wait for theirs before they start.
   ModelFetcher fetcher;
   std::map<std::string, std::uint32_t> fetching;  // key → the generation waiting
-  // The leader's orders by type, and the replies this agent waits for by request id.
-  wire::Dispatcher<> orders;
-  std::map<std::string, std::function<void(const wire::Envelope&)>> awaiting;
 
   Impl(asio::io_context& i, config::AgentOptions o)
-      : io(i), opt(std::move(o)), supervisor(i), hb_timer(i), retry_timer(i), log_timer(i),
-        fetcher(i, (fs::path(opt.state_dir) / "model-files").string(), [this](std::string text) {
-          if (!link || !link->is_open() || !registered) return false;
-          link->send(std::move(text));
-          return true;
-        }, opt.model_retention) {
+      : io(i), opt(std::move(o)), supervisor(i), log_timer(i),
+        fetcher(i, (fs::path(opt.state_dir) / "model-files").string(),
+                [this](std::string text) { return leader && leader->send_now(std::move(text)); },
+                opt.model_retention) {
     if (opt.cores <= 0) opt.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (opt.memory_mb <= 0) opt.memory_mb = physical_memory_mb();
     if (opt.task_bin_dir.empty()) opt.task_bin_dir = self_dir();
+  }
+
+  void send(wire::ControlType type, const json& body, bool droppable = false) { leader->send(type, body, droppable); }
+
+  // The link to the leader, with what only the agent knows; its orders' handlers.
+  void make_link() {
+    LeaderLink::Hooks h;
+    h.registration = [this] { return registration(); };
+    h.registered = [this](bool first) {
+      exits_pending.clear();  // their exits were in the outbox, sent before this
+      if (first && on_registered) on_registered();
+    };
+    h.lost = [this](const std::string& why) { fetcher.fail_all(why); };
+    h.running_tasks = [this] { return tasks.size(); };
+    h.other_reply = [this](const wire::Envelope& env) { return fetcher.on_reply(env); };
+    leader = std::make_shared<LeaderLink>(io, opt, std::move(h));
     add_order_handlers();
   }
 
-  void send(wire::ControlType type, const json& body, bool droppable = false) {
-    std::string text = wire::make_request("a" + std::to_string(next_req++), type, body);
-    if (link && link->is_open() && registered) return link->send(std::move(text));
-    outbox.push(std::move(text), droppable);
-  }
-
-  const std::string& url() const { return leaders->url(); }
-
-  // The link to url() failed (`why`): the next candidate at once, or, after the last one,
-  // the first again after the back-off.
-  void next_leader(const std::string& why) {
-    if (shutting_down) return;
-    const std::string tried = url();
-    if (!leaders->advance()) {
-      spdlog::warn("leader at {}: {}; trying {}", tried, why, url());
-      retry_timer.expires_after(std::chrono::milliseconds(100));
-      retry_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
-        if (auto self = w.lock(); self && !ec) self->connect();
-      });
-      return;
-    }
-    spdlog::warn("leader at {}: {}; trying {} in {} ms", tried, why, url(), backoff.count());
-    schedule_reconnect();
-  }
-
-  void connect() {
-    if (shutting_down) return;
-    registered = false;
-    try {
-      link = std::make_shared<control::ControlClient>(
-          io, url(), opt.agent_token, control::PeerKind::kAgent,
-          control::TlsClientOptions{opt.tls_ca_file, opt.tls_pinned_cert_file, "tls_ca_file"});
-    } catch (const std::exception& e) {
-      // A CA file that became unreadable: say so and try again later, tasks running on.
-      spdlog::error("cannot set up the connection to the leader at {}: {}", url(), e.what());
-      link.reset();
-      return next_leader("no connection set up");
-    }
-    std::weak_ptr<Impl> w = weak_from_this();
-    // Only the current link's messages count: one left (a silent or refused leader) may
-    // still deliver what was on its way while it closes.
-    link->on_message = [w, current = link.get()](const std::string& text) {
-      if (auto self = w.lock(); self && self->link.get() == current) self->on_message(text);
-    };
-    link->on_close = [w](const std::string& reason) {
-      if (auto self = w.lock()) {
-        self->registered = false;
-        self->fetcher.fail_all("the connection to the leader was lost (" + reason + ")");
-        self->hb_timer.cancel();
-        self->next_leader("lost the connection (" + reason + ")");
-      }
-    };
-    link->connect(std::chrono::seconds(10), [w](std::exception_ptr e) {
-      auto self = w.lock();
-      if (!self) return;
-      if (e) {
-        std::string why = "unreachable";
-        try {
-          std::rethrow_exception(e);
-        } catch (const std::exception& ex) {
-          why = std::string("unreachable: ") + ex.what();
-        }
-        return self->next_leader(why);
-      }
-      self->last_heard = std::chrono::steady_clock::now();
-      self->do_register();
-    });
-  }
-
-  void schedule_reconnect() {
-    if (shutting_down) return;
-    retry_timer.expires_after(backoff);
-    // With several candidates a new leader may serve any moment: at most 2 s between rounds.
-    const auto cap = std::chrono::milliseconds(opt.leader_urls.size() > 1 ? 2000 : 10000);
-    backoff = std::min(backoff * 2, cap);
-    retry_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
-      if (auto self = w.lock(); self && !ec) self->connect();
-    });
-  }
-
-  void do_register() {
+  wire::RegisterBody registration() const {
     wire::RegisterBody r;
     r.name = opt.name;
     r.advertise_address = opt.advertise_address;
@@ -216,146 +140,50 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     r.hardware_class = opt.hardware_class;
     r.gpus = opt.gpu_devices;
     if (!opt.metrics_endpoint.empty()) r.metrics_endpoint = opt.metrics_endpoint;
-    for (auto& [k, t] : tasks) {
+    for (const auto& [k, t] : tasks) {
       r.tasks.push_back({{}, t.job, t.name, t.generation, false, t.launch.threads, t.launch.gpus});
     }
-    for (auto& [k, g] : exits_pending) {
+    for (const auto& [k, g] : exits_pending) {
       const auto slash = k.find('/');
       r.tasks.push_back({{}, k.substr(0, slash), k.substr(slash + 1), g, true, 0, {}});
     }
-    // A reply to an earlier registration (a link since closed) is never taken for this one.
-    const std::string id = "register-" + std::to_string(next_req++);
-    awaiting.clear();
-    awaiting.emplace(id, [this](const wire::Envelope& env) { on_registration_reply(env); });
-    link->send(wire::make_request(id, wire::ControlType::kRegister, r.to_json()));
-  }
-
-  void heartbeat() {
-    hb_timer.expires_after(opt.heartbeat_interval);
-    hb_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
-      auto self = w.lock();
-      if (!self || ec || !self->registered) return;
-      // A leader that stopped answering (its process paused, its machine gone without a
-      // FIN) is left after heartbeat_timeout rather than the session's idle timeout.
-      const auto silent = std::chrono::steady_clock::now() - self->last_heard;
-      if (silent > self->opt.heartbeat_timeout) {
-        self->registered = false;
-        self->link->close();
-        self->fetcher.fail_all("the leader stopped answering");
-        return self->next_leader("no answer for " +
-                                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
-                                 " ms");
-      }
-      self->link->send(wire::make_request("a" + std::to_string(self->next_req++), wire::ControlType::kHeartbeat,
-                                          {{"running_tasks", self->tasks.size()}}));
-      self->heartbeat();
-    });
-  }
-
-  void on_message(const std::string& text) {
-    wire::Envelope env;
-    try {
-      env = wire::parse_envelope(text);
-    } catch (const ProtocolError& e) {
-      spdlog::warn("bad message from the leader: {}", e.what());
-      return;
-    }
-    last_heard = std::chrono::steady_clock::now();
-    if (env.is(wire::ControlType::kReply)) {
-      if (const auto waiting = awaiting.extract(env.id)) {
-        waiting.mapped()(env);
-      } else if (fetcher.on_reply(env)) {
-        // a window of a model file
-      } else if (!env.ok) {
-        spdlog::warn("the leader answered an error: {}", env.error.dump());
-      }
-      return;
-    }
-    if (const auto why = leaders->order(env.term)) {
-      spdlog::error("refused {} {} from the leader at {}: {}", env.type, env.id, url(), *why);
-      link->send(wire::make_error(env.id, wire::error_code::kConflict, *why, "term"));
-      return;
-    }
-    try {
-      if (!orders.dispatch(env)) {
-        link->send(wire::make_error(env.id, wire::error_code::kBadRequest, "unknown type \"" + env.type + "\"", "type"));
-      }
-    } catch (const std::exception& e) {
-      refuse(env, e);
-    }
-  }
-
-  // The error reply to order `env`, which failed with `e`.
-  void refuse(const wire::Envelope& env, const std::exception& e) {
-    spdlog::error("{} failed: {}", env.type, e.what());
-    const auto* bad = dynamic_cast<const wire::BodyError*>(&e);
-    link->send(bad ? wire::make_error(env.id, wire::error_code::kBadRequest, e.what(), bad->field())
-                   : wire::make_error(env.id, wire::error_code::kInternal, e.what()));
+    return r;
   }
 
   // The leader's orders, by type.
   void add_order_handlers() {
     using T = wire::ControlType;
-    orders
+    leader->orders()
         .on(T::kStartTask,
             [this](const wire::Envelope& env) {
               if (env.term > 0) spdlog::info("start_task {} from term {}", env.id, env.term);
               try {
                 start_task(wire::parse_body<wire::StartTaskBody>(env));
               } catch (const std::exception& e) {
-                refuse(env, e);
+                leader->refuse(env, e);
                 // Report the task as failed so the leader does not wait for it (as far as the
                 // request names it: it may be the part that was refused).
                 const auto ref = wire::TaskRefBody::lenient(env.body);
                 return report_not_started(ref.job, ref.task, ref.generation, 126, "could not be started", e.what());
               }
-              link->send(wire::make_reply(env.id, json::object()));
+              leader->answer(wire::make_reply(env.id, json::object()));
             })
         .on(T::kStopTask,
             [this](const wire::Envelope& env) {
               if (env.term > 0) spdlog::info("stop_task {} from term {}", env.id, env.term);
               stop_task(wire::parse_body<wire::TaskRefBody>(env));
-              link->send(wire::make_reply(env.id, json::object()));
+              leader->answer(wire::make_reply(env.id, json::object()));
             })
         .on(T::kReadLog,
             [this](const wire::Envelope& env) {
               const auto b = wire::parse_body<wire::LogRequestBody>(env);
               const auto running = tasks.find(b.job + "/" + b.task);
-              link->send(wire::make_reply(
+              leader->answer(wire::make_reply(
                   env.id, read_task_log(opt, b, running == tasks.end() ? nullptr : &running->second.launch).to_json()));
             })
         .on(T::kReadModelFile, [this](const wire::Envelope& env) {
-          link->send(model_file_reply(opt, env.id, wire::parse_body<wire::ModelFileRequestBody>(env)));
+          leader->answer(model_file_reply(opt, env.id, wire::parse_body<wire::ModelFileRequestBody>(env)));
         });
-  }
-
-  // The leader's answer to this agent's registration.
-  void on_registration_reply(const wire::Envelope& env) {
-    if (!env.ok) {
-      spdlog::error("the leader at {} refused registration: {}", url(), env.error.value("message", "?"));
-      link->close();
-      return next_leader("registration refused");
-    }
-    const std::int64_t term = env.body.value("term", std::int64_t{0});
-    if (const auto why = leaders->registered(term)) {
-      // A deposed leader that has not noticed yet: nothing from it is taken.
-      spdlog::error("refusing the leader at {} ({}): {} (after etcd was recreated from scratch, its terms start "
-                    "again: restart this agent)",
-                    url(), env.body.value("leader", "?"), *why);
-      link->close();
-      return next_leader("a leader of an older term");
-    }
-    registered = true;
-    backoff = std::chrono::milliseconds(500);
-    spdlog::info("registered with the leader {} at {} as {} ({} cores){}", env.body.value("leader", "?"), url(),
-                 opt.name, opt.cores, term > 0 ? ", term " + std::to_string(term) : "");
-    for (auto& m : outbox.take_all()) link->send(std::move(m));
-    exits_pending.clear();
-    heartbeat();
-    if (!ever_registered) {
-      ever_registered = true;
-      if (on_registered && *on_registered) (*on_registered)();
-    }
   }
 
   // A task that never ran ends for the leader as one that exited.
@@ -607,7 +435,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     std::vector<std::string> tail;
     if (failed) tail = last_lines(t.launch.process.log_path, 20, 1000);
     if (last_error.empty() && !tail.empty()) last_error = tail.back();
-    if (!(link && link->is_open() && registered)) exits_pending[key] = t.generation;
+    if (!leader->connected()) exits_pending[key] = t.generation;
     wire::TaskExitBody x;
     x.job = t.job;
     x.task = t.name;
@@ -666,9 +494,9 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     a.memory_mb = opt.memory_mb;
     a.gpus = opt.gpu_devices;
     a.task_restarts = task_restarts;
-    a.leader_connected = link && link->is_open() && registered;
-    a.leader_term = leaders ? leaders->newest_term() : 0;
-    a.stale_refused = leaders ? leaders->refused() : 0;
+    a.leader_connected = leader && leader->connected();
+    a.leader_term = leader ? leader->newest_term() : 0;
+    a.stale_refused = leader ? leader->refused() : 0;
     for (const auto& [k, t] : tasks) {
       a.cores_used += t.launch.threads;
       a.gpus_used += static_cast<int>(t.launch.gpus.size());
@@ -680,9 +508,9 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   }
 };
 
-Agent::Agent(asio::io_context& io, config::AgentOptions opt) : impl_(std::make_shared<Impl>(io, std::move(opt))) {
-  impl_->on_registered = &on_registered;
-}
+Agent::Agent(asio::io_context& io, config::AgentOptions opt) : impl_(std::make_shared<Impl>(io, std::move(opt))) {}
+
+void Agent::set_on_registered(std::function<void()> f) { impl_->on_registered = std::move(f); }
 
 Agent::~Agent() = default;
 
@@ -693,30 +521,26 @@ void Agent::start() {
   // stands for the list when the list does not hold it.
   auto& urls = impl_->opt.leader_urls;
   if (std::find(urls.begin(), urls.end(), impl_->opt.leader_url) == urls.end()) urls = {impl_->opt.leader_url};
-  for (std::size_t i = 0; i < urls.size(); ++i) {
-    control::parse_leader_url(urls[i], urls.size() == 1 ? "leader_url" : "leader_url[" + std::to_string(i) + "]");
-  }
-  impl_->leaders.emplace(urls);
+  impl_->make_link();
   std::error_code ec;
   fs::create_directories(impl_->opt.state_dir, ec);
   if (ec) throw ConfigError("state_dir", "cannot create \"" + impl_->opt.state_dir + "\": " + ec.message());
   impl_->rotate_logs();
-  impl_->connect();
+  impl_->leader->start();
 }
 
 void Agent::shutdown(std::function<void()> done) {
   auto& im = *impl_;
   im.shutting_down = true;
-  im.retry_timer.cancel();
+  if (im.leader) im.leader->stop_reconnecting();
   im.log_timer.cancel();
   auto finish = [w = std::weak_ptr<Impl>(impl_), done = std::move(done)] {
     auto self = w.lock();
     if (self) {
-      self->hb_timer.cancel();
       // Give the task_exit messages a moment to leave before closing.
       auto t = std::make_shared<asio::steady_timer>(self->io, std::chrono::milliseconds(200));
       t->async_wait([w, t, done](boost::system::error_code) {
-        if (auto s = w.lock(); s && s->link) s->link->close();
+        if (auto s = w.lock(); s && s->leader) s->leader->close();
         done();
       });
     } else {

@@ -36,8 +36,9 @@ class Agent {
   /// ended stay for 10 minutes (at most 64 of them) with their final values. Call on the
   /// io thread.
   void collect_metrics(control::MetricsBuilder& out) const;
-  /// Called once on the io thread after the first successful registration.
-  std::function<void()> on_registered;
+  /// Sets what is called once, on the io thread, after the first successful
+  /// registration. Call before start().
+  void set_on_registered(std::function<void()> f);
 
   struct Impl;
 

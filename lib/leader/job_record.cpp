@@ -37,14 +37,14 @@ double JobRec::wall_seconds() const {
   return std::chrono::duration<double>((ended ? *ended : Clock::now()) - submitted).count();
 }
 
-std::uint64_t JobRec::bytes_pushed() const { return pushed_before + sum(pushed); }
-std::uint64_t JobRec::bytes_pulled() const { return pulled_before + sum(pulled); }
+std::uint64_t JobRec::bytes_pushed() const { return bytes.pushed_before + sum(bytes.pushed); }
+std::uint64_t JobRec::bytes_pulled() const { return bytes.pulled_before + sum(bytes.pulled); }
 
 void JobRec::close_generation_bytes() {
-  pushed_before += sum(pushed);
-  pulled_before += sum(pulled);
-  pushed.clear();
-  pulled.clear();
+  bytes.pushed_before += sum(bytes.pushed);
+  bytes.pulled_before += sum(bytes.pulled);
+  bytes.pushed.clear();
+  bytes.pulled.clear();
 }
 
 std::optional<double> JobRec::progress() const {
@@ -61,9 +61,12 @@ std::optional<double> JobRec::progress() const {
 
 std::optional<double> JobRec::eta_seconds() const {
   const auto p = progress();
-  if (state() != JobState::kRunning || !p || !training_since || *p <= progress_at_training_since) return std::nullopt;
-  const double elapsed = std::chrono::duration<double>(Clock::now() - *training_since).count();
-  return elapsed * (1 - *p) / (*p - progress_at_training_since);
+  const auto& base = eta_base;
+  if (state() != JobState::kRunning || !p || !base.training_since || *p <= base.progress_at_training_since) {
+    return std::nullopt;
+  }
+  const double elapsed = std::chrono::duration<double>(Clock::now() - *base.training_since).count();
+  return elapsed * (1 - *p) / (*p - base.progress_at_training_since);
 }
 
 TaskRec* JobRec::find_task(const std::string& name) {
@@ -95,15 +98,15 @@ wire::events::Summary summary(const JobRec& j) {
   s.wall_seconds = j.wall_seconds();
   s.bytes_pushed = j.bytes_pushed();
   s.bytes_pulled = j.bytes_pulled();
-  for (const auto& [r, v] : j.images_per_sec) s.images_per_sec += v;
-  if (!j.skipped_images.empty()) {
+  for (const auto& [r, v] : j.figures.images_per_sec) s.images_per_sec += v;
+  if (!j.figures.skipped_images.empty()) {
     s.skipped_images = 0;
-    for (const auto& [r, v] : j.skipped_images) *s.skipped_images += v;
+    for (const auto& [r, v] : j.figures.skipped_images) *s.skipped_images += v;
   }
   s.compression = enum_name(j.spec.compression.method);
-  if (!j.traffic.empty()) {
-    s.set_ratios(total(j.traffic), false);
-    s.set_ratios(total(j.traffic_after_warmup), true);
+  if (!j.figures.traffic.empty()) {
+    s.set_ratios(total(j.figures.traffic), false);
+    s.set_ratios(total(j.figures.traffic_after_warmup), true);
   }
   if (!j.error.empty()) s.error = j.error;
   s.failure = j.failure;
@@ -152,10 +155,10 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
                                  {"warmup_epochs", j.spec.compression.warmup_epochs},
                                  {"warmup_schedule", std::string(enum_name(j.spec.compression.warmup_schedule))}};
   out["submitted_at"] = j.submitted_unix;
-  if (!j.resumed_from.empty()) {
-    out["resumed_from"] = j.resumed_from;
-    out["resume_checkpoint"] = j.resume_checkpoint;
-    out["resume_epoch"] = j.resume_epoch;
+  if (!j.resume.from.empty()) {
+    out["resumed_from"] = j.resume.from;
+    out["resume_checkpoint"] = j.resume.checkpoint;
+    out["resume_epoch"] = j.resume.epoch;
   }
   out["generation"] = j.generation;
   out["reassignments"] = j.recovery.reassignments;
@@ -166,9 +169,9 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
   out["tasks"] = tasks;
   if (const auto p = j.progress()) out["progress"] = j.terminal() && j.state() == JobState::kSucceeded ? 1.0 : *p;
   if (const auto eta = j.eta_seconds()) out["eta_seconds"] = *eta;
-  if (!j.plan.is_null()) out["plan"] = j.plan;
-  if (!j.profile_of.empty()) out["profile_of"] = j.profile_of;
-  if (!j.pending_profiles.empty()) out["exploring_with"] = j.pending_profiles;
+  if (!j.explore.plan.is_null()) out["plan"] = j.explore.plan;
+  if (!j.explore.profile_of.empty()) out["profile_of"] = j.explore.profile_of;
+  if (!j.explore.pending_profiles.empty()) out["exploring_with"] = j.explore.pending_profiles;
   if (queue) {
     out["queue_position"] = queue->position;
     out["cores_needed"] = queue->cores_needed;
@@ -191,7 +194,7 @@ json stored_record(const JobRec& j) {
   r["num"] = j.num;
   r["generation"] = j.generation;
   if (!j.terminal() && !j.secret.empty()) r["secret"] = j.secret;
-  if (!j.profile_of.empty()) r["profile_of"] = j.profile_of;
+  if (!j.explore.profile_of.empty()) r["profile_of"] = j.explore.profile_of;
   if (!j.terminal()) {
     json tasks = json::array();
     for (const auto& t : j.tasks) tasks.push_back(t.to_json());
@@ -203,11 +206,11 @@ json stored_record(const JobRec& j) {
     r["seed_generation"] = j.recovery.seed_generation;
     // Byte counts: earlier generations' totals, and each worker's cumulative count in this
     // one (what its next events continue from).
-    r["bytes_before"] = {{"pushed", j.pushed_before}, {"pulled", j.pulled_before}};
-    r["last_bytes"] = j.last_bytes;
+    r["bytes_before"] = {{"pushed", j.bytes.pushed_before}, {"pulled", j.bytes.pulled_before}};
+    r["last_bytes"] = j.bytes.last_bytes;
     json by_rank = json::object();
-    for (const auto& [rank, v] : j.pushed) {
-      by_rank[std::to_string(rank)] = {v, j.pulled.count(rank) ? j.pulled.at(rank) : 0};
+    for (const auto& [rank, v] : j.bytes.pushed) {
+      by_rank[std::to_string(rank)] = {v, j.bytes.pulled.count(rank) ? j.bytes.pulled.at(rank) : 0};
     }
     r["bytes_by_rank"] = by_rank;
   }
@@ -230,16 +233,16 @@ JobRec job_from_record(std::uint64_t num, const json& r) {
   j.fixed_wall = r.value("wall_seconds", 0.0);
   j.error = r.value("error", "");
   if (r.contains("failure") && r["failure"].is_object()) j.failure = wire::events::Failure::from_json(r["failure"]);
-  j.profile_of = r.value("profile_of", "");
-  j.resumed_from = r.value("resumed_from", "");
-  j.resume_checkpoint = r.value("resume_checkpoint", "");
-  j.resume_epoch = r.value("resume_epoch", 0);
+  j.explore.profile_of = r.value("profile_of", "");
+  j.resume.from = r.value("resumed_from", "");
+  j.resume.checkpoint = r.value("resume_checkpoint", "");
+  j.resume.epoch = r.value("resume_epoch", 0);
   // Both absent from records written before jobs had secrets.
   j.generation = r.value("generation", 1u);
   j.secret = r.value("secret", "");
-  if (r.contains("plan")) j.plan = r["plan"];
-  j.pushed_before = r.value("bytes_pushed", std::uint64_t{0});
-  j.pulled_before = r.value("bytes_pulled", std::uint64_t{0});
+  if (r.contains("plan")) j.explore.plan = r["plan"];
+  j.bytes.pushed_before = r.value("bytes_pushed", std::uint64_t{0});
+  j.bytes.pulled_before = r.value("bytes_pulled", std::uint64_t{0});
   return j;
 }
 
@@ -264,13 +267,13 @@ void resume_stored_counters(JobRec& j, const json& r) {
   j.recovery.seed_generation = r.value("seed_generation", 0u);
   j.recovery.reassignments = r.value("reassignments", 0);
   if (r.contains("bytes_before")) {
-    j.pushed_before = r["bytes_before"].value("pushed", std::uint64_t{0});
-    j.pulled_before = r["bytes_before"].value("pulled", std::uint64_t{0});
-    j.last_bytes = r.value("last_bytes", 0.0);
+    j.bytes.pushed_before = r["bytes_before"].value("pushed", std::uint64_t{0});
+    j.bytes.pulled_before = r["bytes_before"].value("pulled", std::uint64_t{0});
+    j.bytes.last_bytes = r.value("last_bytes", 0.0);
     const json by_rank = r.value("bytes_by_rank", json::object());
     for (const auto& [rank, v] : by_rank.items()) {
-      j.pushed[std::stoi(rank)] = v.at(0).get<std::uint64_t>();
-      j.pulled[std::stoi(rank)] = v.at(1).get<std::uint64_t>();
+      j.bytes.pushed[std::stoi(rank)] = v.at(0).get<std::uint64_t>();
+      j.bytes.pulled[std::stoi(rank)] = v.at(1).get<std::uint64_t>();
     }
   }
   if (r.contains("task_records")) {

@@ -81,6 +81,46 @@ struct JobRecovery {
   std::string adopt_lost;  ///< tasks its agents no longer had when they came back
 };
 
+/// A resumed job (`dltrain resume`, leader_models.cpp): the job it continues, that job's
+/// checkpoint it starts from ("epoch-4") and the epochs that checkpoint had finished,
+/// [1, spec.epochs): its workers start at that epoch. Empty / 0 for any other job.
+struct ResumePoint {
+  std::string from, checkpoint;
+  int epoch = 0;
+};
+
+/// The bytes a job's workers pushed and pulled (data-plane frames, headers included).
+struct ByteCounts {
+  std::map<int, std::uint64_t> pushed, pulled;  ///< each worker's count in this generation
+  std::uint64_t pushed_before = 0, pulled_before = 0;  ///< earlier generations' and leaders' counts
+  double last_bytes = 0;                        ///< the total at the previous epoch observation
+};
+
+/// Each worker's latest figures (by rank), from its events.
+struct WorkerFigures {
+  std::map<int, double> images_per_sec;
+  std::map<int, double> epoch_seconds;          ///< its latest epoch time, s
+  std::map<int, std::int64_t> skipped_images;   ///< unreadable images it skipped
+  std::map<int, wire::events::Traffic> traffic, traffic_after_warmup;  ///< from its "done"
+};
+
+/// An automatic job's plan and exploration, and an exploration run's own figures.
+struct JobExploration {
+  nlohmann::json plan;                        ///< the planner's decision, when auto
+  std::string profile_of;                     ///< the job this one is an exploration run of
+  std::vector<std::string> pending_profiles;  ///< this job waits for these runs
+  double exploration_seconds = 0;             ///< its runs' wall time, summed
+  std::map<int, double> profile_ips;          ///< exploration runs: per worker
+  double profile_eval_seconds = 0;            ///< exploration runs: worker 0's one evaluation, s (0: none)
+};
+
+/// When this leader got a job's first progress report, and its progress() then: the base
+/// of its ETA (a restarted leader's base is its own first report, not the job's).
+struct EtaBase {
+  std::optional<std::chrono::steady_clock::time_point> training_since;
+  double progress_at_training_since = 0;
+};
+
 /// One job: its specification, state, tasks and counters.
 struct JobRec {
   using Clock = std::chrono::steady_clock;
@@ -102,25 +142,11 @@ struct JobRec {
   std::vector<TaskRec> tasks;
   double test_accuracy = -1;
   int epochs_done = 0;
-  /// A resumed job (`dltrain resume`, leader_models.cpp): the job it continues, that job's
-  /// checkpoint it starts from ("epoch-4") and the epochs that checkpoint had finished,
-  /// [1, spec.epochs): its workers start at that epoch. Empty / 0 for any other job.
-  std::string resumed_from, resume_checkpoint;
-  int resume_epoch = 0;
-  std::map<int, std::uint64_t> pushed, pulled;  ///< each worker's count in this generation
-  std::uint64_t pushed_before = 0, pulled_before = 0;  ///< earlier generations' and leaders' counts
-  std::map<int, double> images_per_sec;
-  std::map<int, double> epoch_seconds;  ///< each worker's latest epoch time
-  std::map<int, std::int64_t> skipped_images;  ///< unreadable images each worker skipped
-  std::map<int, wire::events::Traffic> traffic, traffic_after_warmup;  ///< from each worker's "done"
-  std::map<int, double> profile_ips;    ///< exploration runs: per worker
-  double profile_eval_seconds = 0;      ///< exploration runs: worker 0's one evaluation, s (0: none)
-  double fixed_wall = -1;               ///< restored jobs: wall time when they ended
-  double last_bytes = 0;                ///< bytes at the previous epoch observation
-  nlohmann::json plan;                  ///< the planner's decision, when auto
-  std::string profile_of;               ///< exploration run of this job
-  std::vector<std::string> pending_profiles;  ///< this job waits for these runs
-  double exploration_seconds = 0;
+  ResumePoint resume;        ///< where a resumed job starts (empty for any other)
+  ByteCounts bytes;          ///< what its workers pushed and pulled
+  WorkerFigures figures;     ///< its workers' latest figures
+  JobExploration explore;    ///< the planner's decision and the exploration runs
+  double fixed_wall = -1;    ///< restored jobs: wall time when they ended
   std::string error;
   /// The first task whose failure failed the job (absent when none did: a planner or
   /// queue failure, a cancellation).
@@ -140,10 +166,7 @@ struct JobRec {
   std::optional<Clock::time_point> queued_since;  ///< when it last entered the queue
   std::string last_waiting;  ///< the last "waiting" event its followers got (to send changes only)
   JobSeries series;          ///< the dashboard's curves (in memory only; leader/job_series.h)
-  /// When this leader got the job's first progress report, and progress() then: the
-  /// base of its ETA (a restarted leader's base is its own first report, not the job's).
-  std::optional<Clock::time_point> training_since;
-  double progress_at_training_since = 0;
+  EtaBase eta_base;          ///< the base of eta_seconds()
   /// The share of the job's steps its workers have taken, [0, 1]: Σ global_step ÷
   /// Σ steps_per_epoch × epochs over the workers that reported progress; nullopt before
   /// any did.

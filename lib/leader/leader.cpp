@@ -312,7 +312,7 @@ void Leader::Impl::launch(JobRec& j, std::vector<Placed> placement, const std::v
     t.agent = placement[k].agent;
     t.gpus = placement[k].gpus;
     // A resumed job's workers start after the epochs its checkpoint had finished.
-    if (kind == TaskKind::kWorker) t.epochs_done = j.resume_epoch;
+    if (kind == TaskKind::kWorker) t.epochs_done = j.resume.epoch;
     ++k;
     j.tasks.push_back(t);
   };
@@ -427,13 +427,13 @@ void Leader::Impl::maybe_finish(JobRec& j) {
   set_state(j, *j.life.target());
   notify(j, summary(j).to_json());
   event(j, summary(j).to_json());
-  if (!j.profile_of.empty()) {
-    auto pit = jobs.find(j.profile_of);
+  if (!j.explore.profile_of.empty()) {
+    auto pit = jobs.find(j.explore.profile_of);
     if (pit != jobs.end()) {
       auto& parent = pit->second;
-      auto& pend = parent.pending_profiles;
+      auto& pend = parent.explore.pending_profiles;
       pend.erase(std::remove(pend.begin(), pend.end(), j.id), pend.end());
-      parent.exploration_seconds += j.wall_seconds();
+      parent.explore.exploration_seconds += j.wall_seconds();
       if (pend.empty() && parent.state() == JobState::kExploring && !parent.life.target()) decide(parent);
     }
   }
@@ -483,9 +483,9 @@ void Leader::Impl::succeed_job(JobRec& j) {
 void Leader::Impl::cancel_job(JobRec& j) {
   if (j.terminal()) return;
   if (j.state() == JobState::kExploring) {
-    // maybe_finish of a run takes it out of j.pending_profiles: walk a copy. The job is
+    // maybe_finish of a run takes it out of j.explore.pending_profiles: walk a copy. The job is
     // marked cancelled first, so that its last run's end does not plan and queue it.
-    const auto runs = j.pending_profiles;
+    const auto runs = j.explore.pending_profiles;
     j.life.head_for(JobState::kCancelled);
     for (const auto& pid : runs) {
       auto& pj = jobs.at(pid);
@@ -498,7 +498,7 @@ void Leader::Impl::cancel_job(JobRec& j) {
         stop_tasks(pj);
       }
     }
-    j.pending_profiles.clear();
+    j.explore.pending_profiles.clear();
     maybe_finish(j);
   } else if (j.state() == JobState::kQueued) {
     queue.remove(j.id);
@@ -583,7 +583,7 @@ void Leader::Impl::check_heartbeats() {
     // now, and what it would conclude (an agent lost, a job to re-assign) is not its to say.
     if (!self->serving()) return self->check_heartbeats();
     const auto now = Clock::now();
-    self->expire_log_requests();
+    self->log_relay.expire(now);
     self->expire_model_requests();
     if (self->uploads) self->uploads->expire(std::chrono::seconds(120));
     for (auto& [id, a] : self->agents) {
@@ -607,9 +607,9 @@ void Leader::Impl::check_heartbeats() {
 }
 
 Leader::Leader(asio::io_context& io, const config::AgentOptions& opt, LeaderTerm term)
-    : impl_(std::make_shared<Impl>(io, opt, std::move(term))) {
-  impl_->on_registered = &on_agent_registered;
-}
+    : impl_(std::make_shared<Impl>(io, opt, std::move(term))) {}
+
+void Leader::set_on_agent_registered(std::function<void()> f) { impl_->on_registered = std::move(f); }
 
 Leader::~Leader() { stop(); }
 

@@ -62,8 +62,9 @@ class Leader {
   /// Adds the leader's metric families (dltrain_leader_*, dltrain_job_*;
   /// docs/operations.md "Metrics") to `out`. Call on the io thread.
   void collect_metrics(control::MetricsBuilder& out) const;
-  /// Called (on the io thread) whenever an agent registers.
-  std::function<void()> on_agent_registered;
+  /// Sets what is called (on the io thread) whenever an agent registers; call on the io
+  /// thread (before or after start()).
+  void set_on_agent_registered(std::function<void()> f);
 
   struct Impl;
 

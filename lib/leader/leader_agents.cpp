@@ -41,7 +41,7 @@ void Leader::Impl::add_agent_handlers() {
 
 void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& env) {
   if (env.is(wire::ControlType::kReply)) {
-    if (on_log_reply(env)) return;
+    if (log_relay.on_reply(env)) return;
     if (on_model_file_reply(env)) return;
     if (!env.ok) spdlog::warn("agent {} reported an error: {}", s->peer(), env.error.dump());
     return;
@@ -179,7 +179,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   json welcome{{"agent_id", name}, {"heartbeat_interval_ms", opt.heartbeat_interval.count()}, {"leader", opt.name}};
   if (ha.term > 0) welcome["term"] = ha.term;  // the agent refuses a leader of an older term than it knows
   reply(s, env.id, welcome);
-  if (on_registered && *on_registered) (*on_registered)();
+  if (on_registered) on_registered();
   for (auto& [jid, why] : gone) recovery.tasks_gone(jobs.at(jid), why);
   // A restored job whose agents are all back is adopted now.
   for (JobRec* j : jobs_in_order()) recovery.agent_back(*j);
@@ -246,8 +246,8 @@ namespace {
 // process) from any event that carries them.
 void note_bytes(JobRec& j, const TaskRec& t, const json& ev) {
   const auto b = events::ByteCounters::from_json(ev);
-  if (b.bytes_pushed) j.pushed[t.index] = *b.bytes_pushed;
-  if (b.bytes_pulled) j.pulled[t.index] = *b.bytes_pulled;
+  if (b.bytes_pushed) j.bytes.pushed[t.index] = *b.bytes_pushed;
+  if (b.bytes_pulled) j.bytes.pulled[t.index] = *b.bytes_pulled;
 }
 
 }  // namespace
@@ -322,9 +322,9 @@ void Leader::Impl::on_worker_counters(JobRec& j, TaskRec& t, const std::string& 
     const auto p = events::Progress::from_json(ev);
     t.global_step = p.global_step;
     t.steps_per_epoch = p.steps_per_epoch;
-    if (!j.training_since) {
-      j.training_since = Clock::now();
-      j.progress_at_training_since = j.progress().value_or(0);
+    if (!j.eta_base.training_since) {
+      j.eta_base.training_since = Clock::now();
+      j.eta_base.progress_at_training_since = j.progress().value_or(0);
     }
     std::set<std::string> before;
     for (const auto& w : j.tasks) {
@@ -340,22 +340,22 @@ void Leader::Impl::on_worker_counters(JobRec& j, TaskRec& t, const std::string& 
   }
   if (kind == events::Profile::kKind) {
     const auto p = events::Profile::from_json(ev);
-    j.profile_ips[t.index] = p.images_per_sec;
-    if (p.eval_seconds) j.profile_eval_seconds = *p.eval_seconds;
+    j.explore.profile_ips[t.index] = p.images_per_sec;
+    if (p.eval_seconds) j.explore.profile_eval_seconds = *p.eval_seconds;
   }
   if (kind == events::Done::kKind) {
     const auto d = events::Done::from_json(ev);
-    if (d.traffic) j.traffic[t.index] = *d.traffic;
-    if (d.traffic_after_warmup) j.traffic_after_warmup[t.index] = *d.traffic_after_warmup;
-    if (d.skipped_images) j.skipped_images[t.index] = *d.skipped_images;
+    if (d.traffic) j.figures.traffic[t.index] = *d.traffic;
+    if (d.traffic_after_warmup) j.figures.traffic_after_warmup[t.index] = *d.traffic_after_warmup;
+    if (d.skipped_images) j.figures.skipped_images[t.index] = *d.skipped_images;
   }
   if (kind == events::EpochEnd::kKind) {
     const auto e = events::EpochEnd::from_json(ev);
     t.epochs_done = std::max(t.epochs_done, e.epoch);
     t.global_step = std::max(t.global_step, static_cast<std::int64_t>(e.epoch) * t.steps_per_epoch);
-    j.images_per_sec[t.index] = e.images_per_sec;
-    j.epoch_seconds[t.index] = e.epoch_seconds;
-    if (e.skipped_images) j.skipped_images[t.index] = *e.skipped_images;
+    j.figures.images_per_sec[t.index] = e.images_per_sec;
+    j.figures.epoch_seconds[t.index] = e.epoch_seconds;
+    if (e.skipped_images) j.figures.skipped_images[t.index] = *e.skipped_images;
     if (t.index == 0) {
       j.epochs_done = e.epoch;
       if (e.test_accuracy) j.test_accuracy = *e.test_accuracy;

@@ -240,9 +240,9 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
                job.spec.workers_auto ? "auto" : std::to_string(job.spec.workers),
                job.spec.ps_shards_auto ? "auto" : std::to_string(job.spec.ps_shards),
                job.spec.batch_auto ? "auto" : std::to_string(job.spec.batch_size), job.spec.epochs,
-               job.resumed_from.empty() ? std::string()
-                                        : ", resuming " + job.resumed_from + " from its checkpoint " +
-                                              job.resume_checkpoint + " at epoch " + std::to_string(job.resume_epoch + 1));
+               job.resume.from.empty() ? std::string()
+                                        : ", resuming " + job.resume.from + " from its checkpoint " +
+                                              job.resume.checkpoint + " at epoch " + std::to_string(job.resume.epoch + 1));
   json r = extra;
   r["job"] = id;
   if (const auto w = compression_warnings(job.spec); !w.empty()) {
@@ -251,7 +251,7 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
     r["warning"] = text;
   }
   if (automatic && !p->explore.empty()) {
-    job.plan = planner::to_json(*p);
+    job.explore.plan = planner::to_json(*p);
     r["state"] = to_string(JobState::kExploring);
     reply(s, req, r);
     explore(job, p->explore);

@@ -94,8 +94,8 @@ void Leader::Impl::retire_jobs() {
   std::vector<std::string> gone;
   for (std::size_t k = keep; k < finished.size(); ++k) {
     const JobRec& j = *finished[k].job;
-    if (!j.profile_of.empty()) {
-      const auto parent = jobs.find(j.profile_of);
+    if (!j.explore.profile_of.empty()) {
+      const auto parent = jobs.find(j.explore.profile_of);
       if (parent != jobs.end() && !parent->second.terminal()) continue;
     }
     gone.push_back(j.id);

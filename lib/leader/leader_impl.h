@@ -32,6 +32,7 @@
 
 #include "common/file_transfer.h"
 #include "leader/job_record.h"
+#include "leader/log_relay.h"
 #include "leader/model_store.h"
 #include "leader/leader.h"
 #include "leader/placement.h"
@@ -64,7 +65,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   Recovery recovery;  ///< lost tasks, re-assignment, restore, adoption (recovery.h)
   std::uint64_t next_job = 1;
   std::uint64_t next_req = 1;
-  std::function<void()>* on_registered = nullptr;
+  std::function<void()> on_registered;  ///< Leader::set_on_agent_registered
   std::unique_ptr<store::Store> db;
   /// The term it serves and how it knows it still does (leader.h; a single leader: term 0).
   LeaderTerm ha;
@@ -77,16 +78,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
     std::map<std::string, std::uint64_t> requests;  ///< control messages by peer kind
     std::map<std::pair<std::string, std::string>, std::uint64_t> errors;  ///< (peer kind, code) → error replies
   } counters;
-  /// A client's logs request waiting for the agent's read_log reply (key: the id the
-  /// leader gave the read_log request).
-  struct PendingLog {
-    std::weak_ptr<control::Session> client;
-    std::string client_id;   ///< the client's request id
-    std::string agent;
-    bool running = false;    ///< the task ran when asked
-    Clock::time_point deadline;
-  };
-  std::map<std::string, PendingLog> pending_logs;
+  LogRelay log_relay;  ///< the logs requests waiting for their agent's read_log reply
   /// The handlers of what clients and agents may send, by message type (wire/control.h);
   /// a type without one gets "unknown message type".
   wire::Dispatcher<const SessionPtr&> client_api, agent_api;
@@ -252,10 +244,6 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
 
   // ------------------------------------------------------------ leader_logs.cpp
   void on_logs(const SessionPtr& s, const wire::Envelope& env);
-  /// True when `env` (a reply from an agent) answers a read_log; forwards it.
-  bool on_log_reply(const wire::Envelope& env);
-  /// Answers the logs requests whose agent did not reply in time.
-  void expire_log_requests();
 
   // ------------------------------------------------------------ leader_models.cpp
   /// The trained models this leader keeps (<state_dir>/models); null without a state_dir.

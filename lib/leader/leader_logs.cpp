@@ -1,16 +1,8 @@
-// `dltrain logs`: the leader relays a client's request for a window of a task's log to
-// the agent that runs (or ran) it, and the agent's answer back. Agents keep the logs;
-// the leader keeps nothing but the request in flight.
+// `dltrain logs`: the client's request checked against the job and its task, then handed
+// to the log relay (log_relay.h) on its way to the agent that keeps the log.
 #include "leader/leader_impl.h"
 
 namespace dltrain::leader {
-
-namespace {
-
-// How long the leader waits for an agent's read_log reply before answering the client.
-constexpr std::chrono::seconds kLogReplyTimeout{10};
-
-}  // namespace
 
 void Leader::Impl::on_logs(const SessionPtr& s, const wire::Envelope& env) {
   auto b = wire::parse_body<wire::LogRequestBody>(env);
@@ -40,45 +32,16 @@ void Leader::Impl::on_logs(const SessionPtr& s, const wire::Envelope& env) {
   if (!order(session, id, wire::ControlType::kReadLog, b.to_json())) {
     return reply_error(s, env.id, wire::error_code::kUnavailable, "this leader no longer serves: ask the serving one");
   }
-  pending_logs[id] = PendingLog{s, env.id, t->agent, t->state != TaskState::kExited, Clock::now() + kLogReplyTimeout};
-}
-
-bool Leader::Impl::on_log_reply(const wire::Envelope& env) {
-  const auto it = pending_logs.find(env.id);
-  if (it == pending_logs.end()) return false;
-  const PendingLog p = it->second;
-  pending_logs.erase(it);
-  const auto client = p.client.lock();
-  if (!client) return true;  // the client went away
-  if (!env.ok) {
-    reply_error(client, p.client_id, env.error.value("code", std::string(wire::error_code::kInternal)),
-                "agent " + p.agent + ": " + env.error.value("message", std::string("?")),
-                env.error.value("field", std::string()));
-    return true;
-  }
-  json body = env.body;
-  body["agent"] = p.agent;
-  // The agent knows whether the process runs; the leader whether the task will run
-  // again (a restart pending is a running task to both).
-  body["running"] = p.running && body.value("running", false);
-  reply(client, p.client_id, body);
-  return true;
-}
-
-void Leader::Impl::expire_log_requests() {
-  const auto now = Clock::now();
-  for (auto it = pending_logs.begin(); it != pending_logs.end();) {
-    if (it->second.deadline > now) {
-      ++it;
-      continue;
-    }
-    if (auto client = it->second.client.lock()) {
-      reply_error(client, it->second.client_id, wire::error_code::kUnavailable,
-                  "agent " + it->second.agent + " did not answer for the log within " +
-                      std::to_string(kLogReplyTimeout.count()) + " s");
-    }
-    it = pending_logs.erase(it);
-  }
+  std::weak_ptr<control::Session> client = s;
+  const std::string client_id = env.id;
+  LogRelay::Client answer{
+      [this, client, client_id](const json& body) {
+        if (auto c = client.lock()) reply(c, client_id, body);
+      },
+      [this, client, client_id](const std::string& code, const std::string& message, const std::string& field) {
+        if (auto c = client.lock()) reply_error(c, client_id, code, message, field);
+      }};
+  log_relay.expect(id, t->agent, t->state != TaskState::kExited, std::move(answer), Clock::now());
 }
 
 }  // namespace dltrain::leader

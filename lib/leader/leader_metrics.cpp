@@ -70,7 +70,7 @@ void Leader::Impl::collect_metrics(control::MetricsBuilder& out) const {
                 j.test_accuracy);
     }
     double ips = 0;
-    for (const auto& [r, v] : j.images_per_sec) ips += v;
+    for (const auto& [r, v] : j.figures.images_per_sec) ips += v;
     out.gauge("dltrain_job_images_per_second", "Sum of the workers' latest epoch throughputs", l, ips);
     out.counter("dltrain_job_push_bytes_total", "Bytes the job's workers sent to the PS shards, all generations", l,
                 static_cast<double>(j.bytes_pushed()));

@@ -49,7 +49,7 @@ bool Leader::Impl::collect_model(JobRec& j) {
     if (!j.model.error.empty()) spdlog::warn("job {}: no trained model kept: {}", j.id, j.model.error);
     return false;
   };
-  if (!j.profile_of.empty()) return skip("");  // an exploration run's model is nobody's
+  if (!j.explore.profile_of.empty()) return skip("");  // an exploration run's model is nobody's
   const bool succeeding = j.life.target() == JobState::kSucceeded;
   const TaskRec* t = j.find_task("worker-0");
   // A failed or cancelled job leaves its latest epoch checkpoint (what `dltrain resume`
@@ -59,7 +59,7 @@ bool Leader::Impl::collect_model(JobRec& j) {
   if (!succeeding) {
     const int every = j.spec.checkpoint.every_epochs;
     const int reached = t == nullptr || every <= 0 ? 0 : t->epochs_done / every * every;
-    if (reached <= j.resume_epoch) return skip("");
+    if (reached <= j.resume.epoch) return skip("");
     checkpoint = "epoch-" + std::to_string(reached);
   }
   if (!models) return skip("the leader has no state directory to keep it in");
@@ -118,7 +118,7 @@ bool Leader::Impl::on_model_file_reply(const wire::Envelope& env) {
         jit->second.life.target() != JobState::kSucceeded) {
       const int every = jit->second.spec.checkpoint.every_epochs;
       const int k = checkpoint_epoch(c.manifest.checkpoint) - every;
-      if (every > 0 && k > jit->second.resume_epoch) {
+      if (every > 0 && k > jit->second.resume.epoch) {
         const std::string next = "epoch-" + std::to_string(k);
         spdlog::info("job {}: agent {} has no checkpoint {}; trying {}", c.job, c.agent, c.manifest.checkpoint, next);
         std::error_code ec;
@@ -428,7 +428,7 @@ void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
   const auto jit = jobs.find(b.job);
   if (jit != jobs.end()) {
     const JobRec& j = jit->second;
-    if (!j.profile_of.empty()) return refuse(wire::error_code::kConflict, b.job + " is an exploration run of " + j.profile_of);
+    if (!j.explore.profile_of.empty()) return refuse(wire::error_code::kConflict, b.job + " is an exploration run of " + j.explore.profile_of);
     if (!j.terminal()) {
       return refuse(wire::error_code::kConflict, b.job + " is " + std::string(to_string(j.state())) +
                                                      ": resume continues a failed or cancelled job (dltrain cancel " +
@@ -447,8 +447,8 @@ void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
       if (checkpoint_epoch(m.checkpoint) > (from ? checkpoint_epoch(from->checkpoint) : 0)) from = m;
     }
     const auto oj = jobs.find(origin);
-    if (from || oj == jobs.end() || oj->second.resumed_from.empty()) break;
-    origin = oj->second.resumed_from;
+    if (from || oj == jobs.end() || oj->second.resume.from.empty()) break;
+    origin = oj->second.resume.from;
   }
   if (!from) {
     if (jit == jobs.end() && models->list(b.job).empty()) return refuse(wire::error_code::kNotFound, "no job \"" + b.job + "\"");
@@ -474,10 +474,10 @@ void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
   j.spec.workers_auto = j.spec.batch_auto = j.spec.ps_shards_auto = j.spec.partition_size_auto = false;
   // As a submit is: a PS shard that fits no agent now is refused now.
   if (auto why = ps_memory_problem(j.spec)) return refuse(wire::error_code::kInvalidJob, *why);
-  j.resume_epoch = checkpoint_epoch(from->checkpoint);
-  j.resume_checkpoint = from->checkpoint;
-  j.resumed_from = from->job;
-  if (j.resume_epoch >= j.spec.epochs) {
+  j.resume.epoch = checkpoint_epoch(from->checkpoint);
+  j.resume.checkpoint = from->checkpoint;
+  j.resume.from = from->job;
+  if (j.resume.epoch >= j.spec.epochs) {
     return refuse(wire::error_code::kConflict, from->job + "'s checkpoint " + from->checkpoint + " is of its last epoch: nothing is left to train");
   }
   // Its files: the checkpoint's state_dict to start from and, for a TorchScript model, its
@@ -502,7 +502,7 @@ void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
   } catch (const std::exception& e) {
     return refuse(wire::error_code::kInternal, e.what());
   }
-  const json extra{{"resumed_from", j.resumed_from}, {"checkpoint", j.resume_checkpoint}, {"resume_epoch", j.resume_epoch}};
+  const json extra{{"resumed_from", j.resume.from}, {"checkpoint", j.resume.checkpoint}, {"resume_epoch", j.resume.epoch}};
   accept_job(s, env.id, std::move(j), b.follow, extra);
 }
 

@@ -76,8 +76,8 @@ std::optional<std::string> Leader::Impl::ps_memory_problem(const JobSpec& spec) 
 
 // Applies a feasible plan to an auto job and queues it; fails it otherwise.
 void Leader::Impl::decide(JobRec& j) {
-  const auto p = plan_for(j.spec, j.exploration_seconds);
-  j.plan = planner::to_json(p);
+  const auto p = plan_for(j.spec, j.explore.exploration_seconds);
+  j.explore.plan = planner::to_json(p);
   ++counters.plans;
   if (!p.feasible) {
     ++counters.infeasible_plans;
@@ -92,7 +92,7 @@ void Leader::Impl::decide(JobRec& j) {
           [&] { db->put_meta(planner::plan_key(j.spec), planner::encode_plan(p.choice)); });
   spdlog::info("job {}: planner chose {} workers x batch {}: {}", j.id, p.choice.workers, p.choice.batch_size,
                p.explanation);
-  notify(j, events::PlanDecided{{}, j.plan}.to_json());
+  notify(j, events::PlanDecided{{}, j.explore.plan}.to_json());
   set_state(j, JobState::kQueued);
   enqueue(j);
 }
@@ -108,9 +108,9 @@ void Leader::Impl::explore(JobRec& parent, const std::vector<planner::Config>& c
     p.submitted = Clock::now();
     p.submitted_unix = unix_now();
     p.secret = new_job_secret_hex();
-    p.profile_of = parent.id;
+    p.explore.profile_of = parent.id;
     ++counters.exploration_runs;
-    parent.pending_profiles.push_back(p.id);
+    parent.explore.pending_profiles.push_back(p.id);
     const std::string id = p.id;
     jobs.emplace(id, std::move(p));
     job_order.push_back(id);
@@ -124,28 +124,28 @@ void Leader::Impl::explore(JobRec& parent, const std::vector<planner::Config>& c
 void Leader::Impl::record_epoch(JobRec& j, const events::EpochEnd& ev) {
   if (!db || j.spec.profile) return;
   std::vector<double> seconds;
-  for (const auto& [r, v] : j.epoch_seconds) seconds.push_back(v);
+  for (const auto& [r, v] : j.figures.epoch_seconds) seconds.push_back(v);
   const double bytes = static_cast<double>(j.bytes_pushed() + j.bytes_pulled());
   const auto o = planner::epoch_observation(planner::base_observation(j.spec, j.id, agents.hardware_class(j.spec.device == Device::kCuda)),
-                                            ev.epoch, seconds, bytes - j.last_bytes, j.spec,
+                                            ev.epoch, seconds, bytes - j.bytes.last_bytes, j.spec,
                                             ev.eval_seconds.value_or(0.0));
-  j.last_bytes = bytes;
+  j.bytes.last_bytes = bytes;
   persist("recording an observation", [&] { db->add_observation(o); });
 }
 
 void Leader::Impl::record_final(JobRec& j) {
   // A resumed job trained only its last epochs: its wall time is not the configuration's.
-  if (!db || j.resume_epoch > 0) return;
+  if (!db || j.resume.epoch > 0) return;
   auto base = planner::base_observation(j.spec, j.id, agents.hardware_class(j.spec.device == Device::kCuda));
   std::optional<store::Observation> o;
   if (j.spec.profile) {
     double ips = 0;
-    for (const auto& [r, v] : j.profile_ips) ips += v;
+    for (const auto& [r, v] : j.explore.profile_ips) ips += v;
     o = planner::profile_observation(base, ips, j.spec);
-    if (o) o->eval_seconds = j.profile_eval_seconds;
+    if (o) o->eval_seconds = j.explore.profile_eval_seconds;
   } else {
     double ips = 0;
-    for (const auto& [r, v] : j.images_per_sec) ips += v;
+    for (const auto& [r, v] : j.figures.images_per_sec) ips += v;
     o = planner::final_observation(base, j.test_accuracy, j.epochs_done, j.wall_seconds(), ips,
                                    static_cast<double>(j.bytes_pushed() + j.bytes_pulled()));
   }

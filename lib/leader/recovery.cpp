@@ -55,13 +55,13 @@ std::uint64_t Recovery::restore(const store::Store& db, std::map<std::string, Jo
   // An exploring job waits for its exploration runs that are still unfinished.
   for (auto& id : order) {
     auto& j = jobs.at(id);
-    if (j.profile_of.empty() || j.terminal()) continue;
-    auto pit = jobs.find(j.profile_of);
-    if (pit != jobs.end() && pit->second.state() == JobState::kExploring) pit->second.pending_profiles.push_back(id);
+    if (j.explore.profile_of.empty() || j.terminal()) continue;
+    auto pit = jobs.find(j.explore.profile_of);
+    if (pit != jobs.end() && pit->second.state() == JobState::kExploring) pit->second.explore.pending_profiles.push_back(id);
   }
   for (auto& id : order) {
     auto& j = jobs.at(id);
-    if (j.state() == JobState::kExploring && j.pending_profiles.empty()) {
+    if (j.state() == JobState::kExploring && j.explore.pending_profiles.empty()) {
       actions_.fail_unplaced(
           j, "the leader restarted while the job was exploring and its exploration runs are gone; submit it again");
     }

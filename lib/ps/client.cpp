@@ -7,6 +7,8 @@
 #include <cstring>
 #include <future>
 
+#include <spdlog/spdlog.h>
+
 #include "common/enforce.h"
 #include "common/errors.h"
 #include "common/secret.h"
@@ -378,22 +380,44 @@ PendingPull PsClient::start_pull(std::span<float> params, double downlink_ratio)
   return PendingPull(std::async(std::launch::async, [this, params, downlink_ratio] { pull(params, downlink_ratio); }));
 }
 
+namespace {
+
+// Ends a pull nobody waits for any more, logging the error it ended with.
+void settle(std::future<void>& done) noexcept {
+  if (!done.valid()) return;
+  try {
+    done.get();
+  } catch (const std::exception& e) {
+    spdlog::error("a pipelined pull failed and nothing waited for it: {}", e.what());
+  } catch (...) {
+    spdlog::error("a pipelined pull failed and nothing waited for it");
+  }
+}
+
+}  // namespace
+
 PendingPull& PendingPull::operator=(PendingPull&& other) noexcept {
   if (this != &other) {
-    if (done_.valid()) done_.wait();
+    settle(done_);
     done_ = std::move(other.done_);
   }
   return *this;
 }
 
-PendingPull::~PendingPull() {
-  if (done_.valid()) done_.wait();
-}
+PendingPull::~PendingPull() { settle(done_); }
 
 void PendingPull::wait() {
   if (!done_.valid()) return;
   auto done = std::move(done_);  // inactive from here, whatever the pull ended with
   done.get();
+}
+
+void PendingPull::wait(std::chrono::milliseconds timeout) {
+  if (!done_.valid()) return;
+  if (done_.wait_for(timeout) != std::future_status::ready) {
+    throw TimeoutError("pull still in flight after " + std::to_string(timeout.count()) + " ms");
+  }
+  wait();
 }
 
 std::uint32_t PsClient::done() {

@@ -110,10 +110,11 @@ class PendingPull {
  public:
   PendingPull() = default;  ///< none in flight
   PendingPull(PendingPull&&) noexcept = default;
-  /// Waits for the pull this handle holds (errors dropped) before it takes another.
+  /// Waits for the pull this handle holds before it takes another; an error nobody
+  /// waited for is logged (as the destructor does), never lost silently.
   PendingPull& operator=(PendingPull&& other) noexcept;
-  /// Waits for the pull, so that none outlives its target; its error is dropped (call
-  /// wait() to see it).
+  /// Waits for the pull, so that none outlives its target; an error it ended with that
+  /// no wait() saw is logged at error level with what it was.
   ~PendingPull();
 
   /// True from start_pull until wait() returns or throws.
@@ -121,6 +122,10 @@ class PendingPull {
   /// Blocks until the pull has ended; rethrows what it threw (PsConnectionLost,
   /// TimeoutError, ProtocolError: as PsClient::pull). Nothing when none is in flight.
   void wait();
+  /// As wait(), but gives up after `timeout`: throws TimeoutError ("pull still in
+  /// flight after N ms") and the handle stays active (the pull goes on; its own deadline
+  /// is PsClientOptions::timeout). Thread-safety: the one thread that owns the handle.
+  void wait(std::chrono::milliseconds timeout);
 
  private:
   friend class PsClient;

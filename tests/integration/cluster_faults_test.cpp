@@ -462,15 +462,21 @@ TEST_F(Cluster, AnSspWorkerIsNeverMoreThanStalenessStepsAheadOfAStoppedOne) {
     int pid;
     ~ContinueOnExit() { kill(pid, SIGCONT); }
   } continue_on_exit{victim};
+  const auto worker1_step = [&] {
+    return dltrain::testing::task_of(status(job), "worker-1").value("step", std::int64_t{0});
+  };
   for (int round = 0; round < 2; ++round) {
     // The premise, right before each stop: worker 1 runs and has work left after it.
     ASSERT_TRUE(dltrain::testing::has_work_left(status(job), "worker-1", 0.2)) << "round " << round;
+    const std::int64_t stopped_at_step = worker1_step();
     ASSERT_EQ(kill(victim, SIGSTOP), 0);
     // The suspension itself, not a synchronisation: long enough for worker 0 to reach
     // the bound (its steps take milliseconds), well below the barrier timeout.
     std::this_thread::sleep_for(3s);
     ASSERT_EQ(kill(victim, SIGCONT), 0);
-    std::this_thread::sleep_for(2s);
+    // Worker 1 trains again before the next stop: its progress passes where it stopped.
+    ASSERT_TRUE(wait_until([&] { return worker1_step() > stopped_at_step; }, 60s, 200ms))
+        << "worker-1 made no progress after SIGCONT in round " << round << "; " << status(job).dump();
   }
   const auto summary = succeeded_summary(job);
   const auto rec = ps0_sync_record(client_, job);

@@ -7,80 +7,16 @@ kernel picked (a candidate's port must be fixed: agents and clients list it)."""
 import json
 import os
 import re
-import signal
 import subprocess
 import time
 
+from dltrain_cluster import Daemon  # noqa: F401  (the candidates and agents)
 from etcd_cluster import free_port, start_cluster
 from job_files import mlp_job_toml
 
 DATA = "/usr/share/datasets/fashion-mnist"
 AGENT_TOKEN = "agent-secret-for-the-ha-test-0123456789"
 CLIENT_TOKEN = "client-secret-for-the-ha-test-0123456789"
-
-
-class Daemon:
-    """One dltrain-agent with its configuration and its log file."""
-
-    def __init__(self, build, root, name, config):
-        self.build, self.name = build, name
-        self.dir = os.path.join(root, name)
-        os.makedirs(self.dir, exist_ok=True)
-        self.config_path = os.path.join(self.dir, "agent.toml")
-        with open(self.config_path, "w") as f:
-            f.write(config)
-        self.log_path = os.path.join(self.dir, "daemon.log")
-        self.proc = None
-
-    def start(self):
-        log = open(self.log_path, "a")
-        self.proc = subprocess.Popen([os.path.join(self.build, "bin", "dltrain-agent"), "-c", self.config_path],
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        return self
-
-    def running(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def log(self):
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
-
-    def log_size(self):
-        try:
-            return os.path.getsize(self.log_path)
-        except OSError:
-            return 0
-
-    def wait_log(self, pattern, timeout, since=0):
-        """The first match of regex `pattern` in the log after byte `since`, within
-        `timeout` s (polled every 50 ms); (the match, the monotonic time it was seen)."""
-        deadline = time.monotonic() + timeout
-        rx = re.compile(pattern)
-        while True:
-            with open(self.log_path, errors="replace") as f:
-                f.seek(since)
-                m = rx.search(f.read())
-            if m:
-                return m, time.monotonic()
-            if time.monotonic() >= deadline:
-                raise AssertionError("%s: no /%s/ within %.0f s; its log ends:\n%s" %
-                                     (self.name, pattern, timeout, self.log()[-4000:]))
-            time.sleep(0.05)
-
-    def signal(self, sig):
-        os.kill(self.proc.pid, sig)
-
-    def stop(self):
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.kill(self.proc.pid, signal.SIGCONT)
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
 
 
 class HaCluster:

@@ -20,6 +20,7 @@
 
 #include "support/temp_dir.h"
 #include "support/names.h"
+#include "support/wait.h"
 
 namespace {
 
@@ -89,7 +90,7 @@ TEST(Systemd, NotifyReadyWatchdogStoppingAndCleanExit) {
   std::vector<std::string> tail;
   EXPECT_TRUE(receive_until(fd, "STOPPING=1", 10s, tail));
   int st = 0;
-  for (int i = 0; i < 200 && waitpid(pid, &st, WNOHANG) == 0; ++i) std::this_thread::sleep_for(50ms);
+  dltrain::testing::wait_until([&] { return waitpid(pid, &st, WNOHANG) != 0; }, 10s, 50ms);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st;
   close(fd);
 }

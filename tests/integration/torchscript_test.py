@@ -25,6 +25,9 @@ import threading
 import time
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dltrain_cluster import StandaloneCluster  # noqa: E402
+
 BUILD = None
 DATA = "/usr/share/datasets/fashion-mnist"
 PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch
@@ -150,30 +153,18 @@ class TorchScriptModels(unittest.TestCase):
         r = subprocess.run([PYTHON, script, cls.models], capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise AssertionError("making the TorchScript inputs failed: " + r.stderr)
-        state = os.path.join(cls.root, "cluster")
-        cls.env = dict(os.environ, XDG_STATE_HOME=os.path.join(cls.root, "xdg"))
-        cls.log = open(os.path.join(cls.root, "standalone.log"), "w")
-        cls.cluster = subprocess.Popen(
-            [os.path.join(BUILD, "bin", "dltrain-agent"), "--standalone", "--agents", "3", "--cores-per-agent", "1",
-             "--state-dir", state], stdout=cls.log, stderr=subprocess.STDOUT, env=cls.env, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while not os.path.exists(os.path.join(state, "client.json")):
-            if cls.cluster.poll() is not None or time.monotonic() > deadline:
-                cls.tearDownClass()
-                raise AssertionError("the standalone cluster did not come up: " +
-                                     open(os.path.join(cls.root, "standalone.log")).read())
-            time.sleep(0.2)
+        cls.cluster = StandaloneCluster(os.path.join(BUILD, "bin"), cls.root, 3, ["--cores-per-agent", "1"],
+                                        state_dir=os.path.join(cls.root, "cluster"))
+        cls.env = cls.cluster.env
+        try:
+            cls.cluster.start(timeout=60)
+        except AssertionError:
+            cls.tearDownClass()
+            raise
 
     @classmethod
     def tearDownClass(cls):
-        if cls.cluster.poll() is None:
-            cls.cluster.send_signal(signal.SIGTERM)
-            try:
-                cls.cluster.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(cls.cluster.pid, signal.SIGKILL)
-                cls.cluster.wait()
-        cls.log.close()
+        cls.cluster.stop()
         if not os.environ.get("DLTRAIN_KEEP_TEST_DIR"):
             shutil.rmtree(cls.root, ignore_errors=True)
 

@@ -444,13 +444,13 @@ TEST(JobProgress, StepsTakenOverStepsInTheJobAndAnEtaAtTheRateSinceTheFirstRepor
   ASSERT_TRUE(j.progress());
   EXPECT_DOUBLE_EQ(*j.progress(), (50.0 + 200.0) / 400.0);
   // 0.125 done at the first report, 0.625 now, after 10 s: 0.5 in 10 s, 0.375 to go.
-  j.training_since = leader::JobRec::Clock::now() - std::chrono::seconds(10);
-  j.progress_at_training_since = 0.125;
+  j.eta_base.training_since = leader::JobRec::Clock::now() - std::chrono::seconds(10);
+  j.eta_base.progress_at_training_since = 0.125;
   ASSERT_TRUE(j.eta_seconds());
   EXPECT_NEAR(*j.eta_seconds(), 10.0 * 0.375 / 0.5, 0.1);  // the clock moved on a little
-  j.progress_at_training_since = 0.625;  // no step since the first report
+  j.eta_base.progress_at_training_since = 0.625;  // no step since the first report
   EXPECT_FALSE(j.eta_seconds());
-  j.progress_at_training_since = 0.125;
+  j.eta_base.progress_at_training_since = 0.125;
   j.life = leader::JobLifecycle::restored(leader::JobState::kSucceeded, std::nullopt);
   EXPECT_FALSE(j.eta_seconds());
   const json st = leader::job_json(j, std::nullopt);

@@ -32,6 +32,7 @@
 #include "support/control_fixtures.h"
 #include "support/temp_dir.h"
 #include "support/tmpfs.h"
+#include "support/wait.h"
 #include "wire/control_bodies.h"
 
 using namespace dltrain;
@@ -155,11 +156,8 @@ TEST(LeaderTasks, TheSecretIsStoredWhileTheJobLivesAndOlderRecordsStayReadable) 
     EXPECT_TRUE(agent.request("task_exit", {{"job", "job-1"}, {"task", "ps-0"}, {"generation", 2}, {"exit_code", 0},
                                             {"signal", 0}, {"describe", "exit code 0"}})
                     .ok);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (c.request("status", {{"job", "job-1"}}, std::chrono::seconds(10))["state"] != "cancelled" &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    wait_until([&] { return c.request("status", {{"job", "job-1"}}, std::chrono::seconds(10))["state"] == "cancelled"; },
+               std::chrono::seconds(10), std::chrono::milliseconds(50));
     EXPECT_EQ(c.request("status", {{"job", "job-1"}}, std::chrono::seconds(10))["state"], "cancelled");
   }
   auto db = store::RocksDbStore::open((state / "db").string());

@@ -1,12 +1,13 @@
 // PsClient against a shard played by the test: the silence timeout, the stop flag (also
 // during resync), a worker suspended past its timeout (a real child process,
-// ps_client_child), and a malformed pull reply.
+// ps_client_child), a malformed pull reply, and a pipelined pull's handle.
 #include <signal.h>
 
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <optional>
 #include <string>
 #include <thread>
@@ -104,6 +105,15 @@ struct ScriptedShard {
     reply.count = static_cast<std::uint32_t>(values.size());
     reply.payload_bytes = reply.count * 4;
     write_frame(reply, values);
+  }
+  /// Accepts the worker's connection, authenticates it, acknowledges its hello and reads
+  /// its first pull; nullopt when any of it did not happen within `timeout` each.
+  std::optional<wire::FrameHeader> first_pull(std::chrono::seconds timeout) {
+    if (!accept(timeout) || !handshake(timeout)) return std::nullopt;
+    auto hello = read_frame(timeout);
+    if (!hello) return std::nullopt;
+    ack_hello(hello->seq);
+    return read_frame(timeout);
   }
   /// Accepts the hello numbered `seq` (a worker waits for this before it sends more).
   void ack_hello(std::uint64_t seq) {
@@ -236,11 +246,7 @@ TEST(PsClientReplies, APullReplyOfTheWrongSizeIsRefusedWithWhatWasExpected) {
   using namespace std::chrono_literals;
   ScriptedShard shard;
   std::thread script([&] {
-    if (!shard.accept(30s) || !shard.handshake(30s)) return;
-    auto hello = shard.read_frame(30s);
-    if (!hello) return;
-    shard.ack_hello(hello->seq);
-    auto pull = shard.read_frame(30s);
+    const auto pull = shard.first_pull(30s);
     if (!pull) return;
     shard.reply_to_pull(pull->seq, {1.0f, 2.0f});  // partition 0 has 4 values; this reply carries 2
   });
@@ -259,4 +265,41 @@ TEST(PsClientReplies, APullReplyOfTheWrongSizeIsRefusedWithWhatWasExpected) {
   script.join();
   EXPECT_EQ(params, std::vector<float>(4, -1.0f));  // nothing was written
   EXPECT_THROW(client.pull(params), IoError);     // closed after the error
+}
+
+// A pipelined pull's handle (c10d's Work): wait(timeout) gives up while the shard has not
+// answered, leaving the pull in flight, and a later wait takes the reply the shard sends
+// then. The premise: the shard has read the pull when the first wait starts.
+TEST(PendingPull, WaitWithATimeoutGivesUpAndThePullGoesOnToItsReply) {
+  using namespace std::chrono_literals;
+  ScriptedShard shard;
+  std::atomic<bool> pull_read{false};
+  std::promise<void> answer;
+  auto answer_now = answer.get_future();
+  std::thread script([&] {
+    const auto pull = shard.first_pull(30s);
+    if (!pull) return;
+    pull_read = true;
+    if (answer_now.wait_for(30s) != std::future_status::ready) return;
+    shard.reply_to_pull(pull->seq, {1.5f, -2.0f, 3.25f, 4.0f});
+  });
+  auto o = PsShards::client_options(0, 1);
+  o.timeout = std::chrono::milliseconds(30000);
+  PsClient client({{"127.0.0.1", shard.port()}}, make_layout({4}, 4, 1), o);
+  std::vector<float> params(4, -1.0f);
+  client.connect();
+  PendingPull pending = client.start_pull(params, 1.0);
+  ASSERT_TRUE(wait_until([&] { return pull_read.load(); }, 30s, 10ms)) << "the shard never read the pull";
+  try {
+    pending.wait(100ms);
+    ADD_FAILURE() << "wait(100 ms) returned although the shard had not answered";
+  } catch (const TimeoutError& e) {
+    EXPECT_EQ(std::string(e.what()), "pull still in flight after 100 ms");
+  }
+  EXPECT_TRUE(pending.active()) << "a wait that timed out must leave the pull in flight";
+  answer.set_value();
+  pending.wait(30000ms);
+  EXPECT_FALSE(pending.active());
+  EXPECT_EQ(params, (std::vector<float>{1.5f, -2.0f, 3.25f, 4.0f}));
+  script.join();
 }

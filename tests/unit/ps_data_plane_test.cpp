@@ -19,6 +19,7 @@
 #include "ps/server.h"
 #include "ps/shard_state.h"
 #include "support/ps_shards.h"
+#include "support/wait.h"
 #include "wire/frame.h"
 
 using namespace dltrain;
@@ -147,10 +148,7 @@ TEST_P(DataPlaneTwoWorkers, PushAndPullMatchHandComputedValues) {
     for (const auto& st : shards.states) n += st->num_partitions();
     return n;
   };
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (held() < layout.partitions.size() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  wait_until([&] { return held() >= layout.partitions.size(); }, std::chrono::seconds(10), std::chrono::milliseconds(1));
   ASSERT_EQ(held(), layout.partitions.size()) << "w0's init did not reach the shards in 10 s";
   std::vector<float> other(8, 100.0f);
   w1.init(other);  // ignored: the shards keep the first values

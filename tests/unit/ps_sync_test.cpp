@@ -55,14 +55,7 @@ std::vector<float> values(ShardState& st) {
 }
 
 // Polls `cond` every millisecond for at most 10 s.
-bool eventually(const std::function<bool()>& cond) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!cond()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+bool eventually(const std::function<bool()>& cond) { return dltrain::testing::wait_until(cond, 10s, 1ms); }
 
 }  // namespace
 
