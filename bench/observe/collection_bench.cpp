@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < tasks; ++i) {
     auto& m = ms[static_cast<std::size_t>(i)];
     m.job = "job-1", m.task = "worker-" + std::to_string(i), m.role = dltrain::wire::TaskKind::kWorker;
-    m.on_event("progress", nlohmann::json::parse(line));
+    m.on_event(*dltrain::wire::events::parse_task_event(nlohmann::json::parse(line), dltrain::wire::TaskKind::kWorker));
   }
   dltrain::agent::AgentFigures fig;
   fig.agent = "agent-0", fig.cores = 8, fig.memory_mb = 24000;

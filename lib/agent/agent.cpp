@@ -25,6 +25,7 @@
 #include "common/file_transfer.h"
 #include "agent/task_metrics.h"
 #include "common/errors.h"
+#include "common/overloaded.h"
 #include "job/job_spec.h"
 #include "common/secret.h"
 #include "control/client.h"
@@ -388,31 +389,35 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     if (it == tasks.end()) return;
     auto& t = it->second;
     json ev = events::event_of_line(line);
-    const std::string kind = events::kind_of(ev);
+    std::optional<events::TaskEvent> parsed;
     try {
-      if (kind == events::Listening::kKind) {
-        t.port = events::Listening::from_json(ev).port;
-        ev["address"] = opt.advertise_address;
-      }
-      if (kind == events::EpochEnd::kKind) {
-        t.epochs_done = std::max(t.epochs_done, events::EpochEnd::from_json(ev).epoch);
-      }
-      if (kind == events::TaskError::kKind) {
-        const auto err = events::TaskError::from_json(ev);
-        t.last_error = err.message;
-        t.last_cause = err.cause.value_or("");
-      }
-      t.metrics.on_event(kind, ev);
+      parsed = events::parse_task_event(ev, t.kind);
     } catch (const json::exception& e) {
       // A task's malformed event must not end the agent: the leader gets it as it came
       // and refuses it there.
-      spdlog::warn("{}: malformed {} event ({}): {}", key, kind, e.what(), line.substr(0, 200));
+      spdlog::warn("{}: malformed {} event ({}): {}", key, events::kind_of(ev), e.what(), line.substr(0, 200));
+    }
+    bool shard_counters = false, progress = false;
+    if (parsed) {
+      std::visit(Overloaded{[&](const events::Listening& l) {
+                              t.port = l.port;
+                              ev["address"] = opt.advertise_address;
+                            },
+                            [&](const events::EpochEnd& e) { t.epochs_done = std::max(t.epochs_done, e.epoch); },
+                            [&](const events::TaskError& err) {
+                              t.last_error = err.message;
+                              t.last_cause = err.cause.value_or("");
+                            },
+                            [&](const events::PsStats&) { shard_counters = true; },
+                            [&](const events::Progress&) { progress = true; },
+                            [](const auto&) {}},
+                 *parsed);
+      t.metrics.on_event(*parsed);
     }
     // A shard's counters are for this agent's metrics endpoint only: the leader has no
     // use for them, and they would cost it a message per shard every progress interval.
-    if (kind == events::PsStats::kKind) return;
-    send(wire::ControlType::kTaskEvent, wire::TaskEventBody{{}, t.job, t.name, t.generation, ev}.to_json(),
-         kind == events::Progress::kKind);
+    if (shard_counters) return;
+    send(wire::ControlType::kTaskEvent, wire::TaskEventBody{{}, t.job, t.name, t.generation, ev}.to_json(), progress);
   }
 
   void on_task_exit(const std::string& key, const ExitStatus& st) {

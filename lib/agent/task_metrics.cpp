@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "common/overloaded.h"
+
 namespace dltrain::agent {
 
 namespace events = wire::events;
@@ -11,47 +13,47 @@ double unix_seconds_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-void TaskMetrics::on_event(const std::string& kind, const nlohmann::json& ev) {
-  if (kind == events::Progress::kKind) {
-    const auto p = events::Progress::from_json(ev);
-    if (p.counters) counters = *p.counters;
-    bytes_pushed = p.bytes_pushed;
-    bytes_pulled = p.bytes_pulled;
-    skipped_steps = p.skipped_steps;
-    loss = p.loss;
-    lr = p.lr;
-    images_per_sec = p.images_per_sec;
-    density = p.density;
-    compression_ratio = p.compression_ratio ? std::optional<double>(*p.compression_ratio) : std::nullopt;
-    epoch = p.epoch;
-  } else if (kind == events::EpochEnd::kKind) {
-    const auto e = events::EpochEnd::from_json(ev);
-    bytes_pushed = e.bytes_pushed;
-    bytes_pulled = e.bytes_pulled;
-    epoch = e.epoch;
-    if (e.test_accuracy) test_accuracy = e.test_accuracy;
-  } else if (kind == events::Done::kKind) {
-    const auto d = events::Done::from_json(ev);
-    if (d.counters) counters = *d.counters;
-    bytes_pushed = d.bytes_pushed;
-    bytes_pulled = d.bytes_pulled;
-    skipped_steps = d.skipped_steps;
-    if (d.compression_ratio) compression_ratio = *d.compression_ratio;
-    images_per_sec = 0;  // it trains no more
-  } else if (kind == events::SkippedStep::kKind) {
-    skipped_steps = events::SkippedStep::from_json(ev).skipped_steps;
-  } else if (kind == events::PsStats::kKind) {
-    ps = events::PsStats::from_json(ev);
-  } else if (kind == events::PsStopped::kKind && role == wire::TaskKind::kPs) {
-    const auto s = events::PsStopped::from_json(ev);
-    if (!ps) ps.emplace();
-    ps->pushes = s.pushes;
-    ps->bytes_in = s.bytes_in;
-    ps->bytes_out = s.bytes_out;
-    ps->rejected_connections = s.rejected_connections;
-    ps->connections = 0;
-    if (s.checkpoints) ps->checkpoints = *s.checkpoints;
-  }
+void TaskMetrics::on_event(const events::TaskEvent& ev) {
+  std::visit(Overloaded{[&](const events::Progress& p) {
+                          if (p.counters) counters = *p.counters;
+                          bytes_pushed = p.bytes_pushed;
+                          bytes_pulled = p.bytes_pulled;
+                          skipped_steps = p.skipped_steps;
+                          loss = p.loss;
+                          lr = p.lr;
+                          images_per_sec = p.images_per_sec;
+                          density = p.density;
+                          compression_ratio = p.compression_ratio ? std::optional<double>(*p.compression_ratio)
+                                                                  : std::nullopt;
+                          epoch = p.epoch;
+                        },
+                        [&](const events::EpochEnd& e) {
+                          bytes_pushed = e.bytes_pushed;
+                          bytes_pulled = e.bytes_pulled;
+                          epoch = e.epoch;
+                          if (e.test_accuracy) test_accuracy = e.test_accuracy;
+                        },
+                        [&](const events::Done& d) {
+                          if (d.counters) counters = *d.counters;
+                          bytes_pushed = d.bytes_pushed;
+                          bytes_pulled = d.bytes_pulled;
+                          skipped_steps = d.skipped_steps;
+                          if (d.compression_ratio) compression_ratio = *d.compression_ratio;
+                          images_per_sec = 0;  // it trains no more
+                        },
+                        [&](const events::SkippedStep& s) { skipped_steps = s.skipped_steps; },
+                        [&](const events::PsStats& s) { ps = s; },
+                        [&](const events::PsStopped& s) {
+                          if (!ps) ps.emplace();
+                          ps->pushes = s.pushes;
+                          ps->bytes_in = s.bytes_in;
+                          ps->bytes_out = s.bytes_out;
+                          ps->rejected_connections = s.rejected_connections;
+                          ps->connections = 0;
+                          if (s.checkpoints) ps->checkpoints = *s.checkpoints;
+                        },
+                        [](const auto&) {}},
+             ev);
 }
 
 void TaskMetrics::restarted(double now_unix) {

@@ -41,9 +41,9 @@ struct TaskMetrics {
   // PS shard: the latest ps_stats (and the final stopped) values
   std::optional<wire::events::PsStats> ps;
 
-  /// Takes the values of one event of this task (`kind` = kind_of(ev)); events of other
-  /// kinds are ignored. Throws nlohmann::json::exception for a field of the wrong type.
-  void on_event(const std::string& kind, const nlohmann::json& ev);
+  /// Takes the values of one event of this task (parse_task_event's); the kinds that
+  /// carry no figure are ignored.
+  void on_event(const wire::events::TaskEvent& ev);
   /// The task was started again at `now_unix` (Unix time, s): every counter restarts at 0.
   void restarted(double now_unix);
   /// Adds this task's samples to `out` with labels agent, job, task, role; the PS

@@ -8,6 +8,7 @@
 
 #include "leader/leader_impl.h"
 #include "common/errors.h"
+#include "common/overloaded.h"
 
 namespace dltrain::leader {
 
@@ -253,119 +254,132 @@ void note_bytes(JobRec& j, const TaskRec& t, const json& ev) {
 }  // namespace
 
 void Leader::Impl::on_task_event(JobRec& j, TaskRec& t, const json& ev) {
-  const std::string kind = events::kind_of(ev);
-  if (kind == events::Listening::kKind && t.kind == TaskKind::kPs) return on_ps_listening(j, t, ev);
-  if (kind == events::Started::kKind) {
-    set_task_state(j, t, TaskState::kRunning);
-    // A worker has taken the shards' parameters: from now on their state is training.
-    if (t.kind == TaskKind::kWorker && !j.workers_started) {
-      j.workers_started = true;
-      save(j);
-    }
-    if (Recovery::seed_started(j, t)) {
-      // The seed has initialised the rebuilt shards from its replica: the others follow.
-      spdlog::info("job {}: {} initialised the shards from its replica; starting the other workers", j.id, t.name);
-      for (auto& w : j.tasks) {
-        if (w.kind == TaskKind::kWorker && w.state == TaskState::kPending) start_worker(j, w);
-      }
-    }
+  std::optional<events::TaskEvent> parsed;
+  try {
+    parsed = events::parse_task_event(ev, t.kind);
+  } catch (const json::exception& e) {
+    // Its agent relayed it as it came; it changes nothing here.
+    spdlog::warn("job {}: {} reported a malformed {} event: {}", j.id, t.name, events::kind_of(ev), e.what());
+    return;
   }
-  if (kind == events::WorkerStopped::kKind && t.kind == TaskKind::kWorker) {
-    const auto stopped = events::WorkerStopped::from_json(ev);
-    t.replica = stopped.replica;
-    t.replica_generation = j.generation;
-    t.epochs_done = std::max(t.epochs_done, stopped.epochs_done.value_or(0));
-  }
-  if (kind == events::Restarting::kKind) {
-    const auto r = events::Restarting::from_json(ev);
-    t.restarts = r.attempt.value_or(t.restarts + 1);
-    if (t.kind == TaskKind::kPs) {
-      spdlog::warn("job {}: {} on {} {}; restart {} of {}, from its latest checkpoint", j.id, t.name, t.agent,
-                   r.reason, t.restarts, r.max_restarts);
-    } else {
-      spdlog::warn("job {}: {} on {} {}; restart {} of {}, resuming after epoch {}", j.id, t.name, t.agent,
-                   r.reason, t.restarts, r.max_restarts, r.resume_epoch.value_or(0));
-    }
-    event(j, ev);
-  }
-  if (kind == events::TaskError::kKind) t.last_error = events::TaskError::from_json(ev).message;
-  if (kind == events::PsResync::kKind) {
-    const auto r = events::PsResync::from_json(ev);
-    t.resyncs = r.resyncs.value_or(t.resyncs + 1);
-    spdlog::info("job {}: {} reconnected to PS shard {} and resynced ({})", j.id, t.name, r.shard, r.reason);
-    json e = ev;
-    e["task"] = t.name;
-    event(j, e);
-  }
-  if (t.kind == TaskKind::kWorker) on_worker_counters(j, t, kind, ev);
-  static const std::set<std::string> relayed{
-      events::Progress::kKind,   events::EpochEnd::kKind,      events::Started::kKind, events::Done::kKind,
-      events::TaskError::kKind,  events::SkippedStep::kKind,   events::Restarting::kKind,
-      events::PsResync::kKind,   events::WorkerStopped::kKind, events::ReplicaLoaded::kKind,
-      events::DataInfo::kKind,   events::SkippedImage::kKind};
-  if (relayed.count(kind)) {
+  if (!parsed) return;  // a kind this leader does not know
+  const bool worker = t.kind == TaskKind::kWorker;
+  if (worker) note_bytes(j, t, ev);
+  std::visit(Overloaded{
+                 [&](const events::Listening&) {
+                   if (!worker) on_ps_listening(j, t, ev);
+                 },
+                 [&](const events::Started& e) { on_started(j, t, e); },
+                 [&](const events::WorkerStopped& e) {
+                   if (!worker) return;
+                   t.replica = e.replica;
+                   t.replica_generation = j.generation;
+                   t.epochs_done = std::max(t.epochs_done, e.epochs_done.value_or(0));
+                 },
+                 [&](const events::Restarting& r) {
+                   t.restarts = r.attempt.value_or(t.restarts + 1);
+                   if (worker) {
+                     spdlog::warn("job {}: {} on {} {}; restart {} of {}, resuming after epoch {}", j.id, t.name,
+                                  t.agent, r.reason, t.restarts, r.max_restarts, r.resume_epoch.value_or(0));
+                   } else {
+                     spdlog::warn("job {}: {} on {} {}; restart {} of {}, from its latest checkpoint", j.id, t.name,
+                                  t.agent, r.reason, t.restarts, r.max_restarts);
+                   }
+                   event(j, ev);
+                 },
+                 [&](const events::TaskError& e) { t.last_error = e.message; },
+                 [&](const events::PsResync& r) {
+                   t.resyncs = r.resyncs.value_or(t.resyncs + 1);
+                   spdlog::info("job {}: {} reconnected to PS shard {} and resynced ({})", j.id, t.name, r.shard,
+                                r.reason);
+                   json e = ev;
+                   e["task"] = t.name;
+                   event(j, e);
+                 },
+                 [&](const events::Progress& p) {
+                   if (worker) on_progress(j, t, p);
+                 },
+                 [&](const events::Profile& p) {
+                   if (!worker) return;
+                   j.explore.profile_ips[t.index] = p.images_per_sec;
+                   if (p.eval_seconds) j.explore.profile_eval_seconds = *p.eval_seconds;
+                 },
+                 [&](const events::Done& d) {
+                   if (!worker) return;
+                   if (d.traffic) j.figures.traffic[t.index] = *d.traffic;
+                   if (d.traffic_after_warmup) j.figures.traffic_after_warmup[t.index] = *d.traffic_after_warmup;
+                   if (d.skipped_images) j.figures.skipped_images[t.index] = *d.skipped_images;
+                 },
+                 [&](const events::EpochEnd& e) {
+                   if (worker) on_epoch_end(j, t, e, ev);
+                 },
+                 [](const auto&) {}},
+             *parsed);
+  const bool relayed = std::visit([](const auto& e) { return events::kRelayedToFollowers<std::decay_t<decltype(e)>>; },
+                                  *parsed);
+  if (relayed) {
     json fwd = ev;
     fwd["task"] = t.name;
     notify(j, fwd);
   }
 }
 
-// What a worker's events say of the job: bytes, throughput, epochs, the test accuracy.
-void Leader::Impl::on_worker_counters(JobRec& j, TaskRec& t, const std::string& kind, const json& ev) {
-  note_bytes(j, t, ev);
-  record_series(j, t, kind, ev);
-  if (kind == events::Started::kKind) {
-    // Its steps are known from its start, before its first progress report.
-    t.steps_per_epoch = events::Started::from_json(ev).steps_per_epoch;
+void Leader::Impl::on_started(JobRec& j, TaskRec& t, const events::Started& e) {
+  set_task_state(j, t, TaskState::kRunning);
+  if (t.kind != TaskKind::kWorker) return;
+  // Its steps are known from its start, before its first progress report.
+  t.steps_per_epoch = e.steps_per_epoch;
+  // A worker has taken the shards' parameters: from now on their state is training.
+  if (!j.workers_started) {
+    j.workers_started = true;
+    save(j);
   }
-  if (kind == events::Progress::kKind) {
-    const auto p = events::Progress::from_json(ev);
-    t.global_step = p.global_step;
-    t.steps_per_epoch = p.steps_per_epoch;
-    if (!j.eta_base.training_since) {
-      j.eta_base.training_since = Clock::now();
-      j.eta_base.progress_at_training_since = j.progress().value_or(0);
-    }
-    std::set<std::string> before;
-    for (const auto& w : j.tasks) {
-      if (w.straggler) before.insert(w.name);
-    }
-    mark_stragglers(j, opt.straggler_factor);
-    for (const auto& w : j.tasks) {
-      if (w.straggler && !before.count(w.name)) {
-        spdlog::warn("job {}: {} on {} is a straggler: step {}, more than {}x behind the most advanced worker",
-                     j.id, w.name, w.agent, w.global_step, opt.straggler_factor);
-      }
+  if (Recovery::seed_started(j, t)) {
+    // The seed has initialised the rebuilt shards from its replica: the others follow.
+    spdlog::info("job {}: {} initialised the shards from its replica; starting the other workers", j.id, t.name);
+    for (auto& w : j.tasks) {
+      if (w.kind == TaskKind::kWorker && w.state == TaskState::kPending) start_worker(j, w);
     }
   }
-  if (kind == events::Profile::kKind) {
-    const auto p = events::Profile::from_json(ev);
-    j.explore.profile_ips[t.index] = p.images_per_sec;
-    if (p.eval_seconds) j.explore.profile_eval_seconds = *p.eval_seconds;
+}
+
+void Leader::Impl::on_progress(JobRec& j, TaskRec& t, const events::Progress& p) {
+  record_series(j, t, p);
+  t.global_step = p.global_step;
+  t.steps_per_epoch = p.steps_per_epoch;
+  if (!j.eta_base.training_since) {
+    j.eta_base.training_since = Clock::now();
+    j.eta_base.progress_at_training_since = j.progress().value_or(0);
   }
-  if (kind == events::Done::kKind) {
-    const auto d = events::Done::from_json(ev);
-    if (d.traffic) j.figures.traffic[t.index] = *d.traffic;
-    if (d.traffic_after_warmup) j.figures.traffic_after_warmup[t.index] = *d.traffic_after_warmup;
-    if (d.skipped_images) j.figures.skipped_images[t.index] = *d.skipped_images;
+  std::set<std::string> before;
+  for (const auto& w : j.tasks) {
+    if (w.straggler) before.insert(w.name);
   }
-  if (kind == events::EpochEnd::kKind) {
-    const auto e = events::EpochEnd::from_json(ev);
-    t.epochs_done = std::max(t.epochs_done, e.epoch);
-    t.global_step = std::max(t.global_step, static_cast<std::int64_t>(e.epoch) * t.steps_per_epoch);
-    j.figures.images_per_sec[t.index] = e.images_per_sec;
-    j.figures.epoch_seconds[t.index] = e.epoch_seconds;
-    if (e.skipped_images) j.figures.skipped_images[t.index] = *e.skipped_images;
-    if (t.index == 0) {
-      j.epochs_done = e.epoch;
-      if (e.test_accuracy) j.test_accuracy = *e.test_accuracy;
-      record_epoch(j, e);
-      json stored = ev;
-      stored["task"] = t.name;
-      event(j, stored);
+  mark_stragglers(j, opt.straggler_factor);
+  for (const auto& w : j.tasks) {
+    if (w.straggler && !before.count(w.name)) {
+      spdlog::warn("job {}: {} on {} is a straggler: step {}, more than {}x behind the most advanced worker", j.id,
+                   w.name, w.agent, w.global_step, opt.straggler_factor);
     }
-    save(j);  // where a re-assigned worker resumes, also after a leader restart
   }
+}
+
+void Leader::Impl::on_epoch_end(JobRec& j, TaskRec& t, const events::EpochEnd& e, const json& ev) {
+  record_series(j, t, e);
+  t.epochs_done = std::max(t.epochs_done, e.epoch);
+  t.global_step = std::max(t.global_step, static_cast<std::int64_t>(e.epoch) * t.steps_per_epoch);
+  j.figures.images_per_sec[t.index] = e.images_per_sec;
+  j.figures.epoch_seconds[t.index] = e.epoch_seconds;
+  if (e.skipped_images) j.figures.skipped_images[t.index] = *e.skipped_images;
+  if (t.index == 0) {
+    j.epochs_done = e.epoch;
+    if (e.test_accuracy) j.test_accuracy = *e.test_accuracy;
+    record_epoch(j, e);
+    json stored = ev;
+    stored["task"] = t.name;
+    event(j, stored);
+  }
+  save(j);  // where a re-assigned worker resumes, also after a leader restart
 }
 
 void Leader::Impl::on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody& b) {

@@ -25,15 +25,13 @@ double since_submit(const JobRec& j) {
 
 }  // namespace
 
-void Leader::Impl::record_series(JobRec& j, const TaskRec& t, const std::string& kind, const json& ev) {
-  if (kind == events::Progress::kKind) {
-    const auto p = events::Progress::from_json(ev);
-    j.series.add_progress(t.name, SeriesPoint{since_submit(j), p.global_step, p.epoch, p.loss, p.images_per_sec,
-                                              p.bytes_pushed, p.bytes_pulled});
-  } else if (kind == events::EpochEnd::kKind && t.index == 0) {
-    const auto e = events::EpochEnd::from_json(ev);
-    j.series.add_epoch(EpochPoint{since_submit(j), e.epoch, e.train_loss, e.test_accuracy});
-  }
+void Leader::Impl::record_series(JobRec& j, const TaskRec& t, const events::Progress& p) {
+  j.series.add_progress(t.name, SeriesPoint{since_submit(j), p.global_step, p.epoch, p.loss, p.images_per_sec,
+                                            p.bytes_pushed, p.bytes_pulled});
+}
+
+void Leader::Impl::record_series(JobRec& j, const TaskRec& t, const events::EpochEnd& e) {
+  if (t.index == 0) j.series.add_epoch(EpochPoint{since_submit(j), e.epoch, e.train_loss, e.test_accuracy});
 }
 
 void Leader::Impl::on_series(const SessionPtr& s, const wire::Envelope& env) {

@@ -203,9 +203,13 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// it was an orphan's exit (whose hold goes back).
   Addressed addressed_task(const SessionPtr& s, const wire::Envelope& env);
   void on_register(const SessionPtr& s, const wire::Envelope& env);
+  /// A task's event (`ev`, as its agent relayed it): parsed once (wire/task_events.h,
+  /// TaskEvent), visited, and relayed to the job's followers where its kind is.
   void on_task_event(JobRec& j, TaskRec& t, const json& ev);
   void on_ps_listening(JobRec& j, TaskRec& t, const json& ev);
-  void on_worker_counters(JobRec& j, TaskRec& t, const std::string& kind, const json& ev);
+  void on_started(JobRec& j, TaskRec& t, const wire::events::Started& e);
+  void on_progress(JobRec& j, TaskRec& t, const wire::events::Progress& p);
+  void on_epoch_end(JobRec& j, TaskRec& t, const wire::events::EpochEnd& e, const json& ev);
   void on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody& b);
 
   // ------------------------------------------------------------ leader_clients.cpp
@@ -297,9 +301,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   void on_model_download(const SessionPtr& s, const wire::Envelope& env);
 
   // ------------------------------------------------------------ leader_dashboard.cpp
-  /// Adds what a worker's progress or epoch_end event `ev` (of kind `kind`) says to
-  /// `j`'s curves.
-  void record_series(JobRec& j, const TaskRec& t, const std::string& kind, const nlohmann::json& ev);
+  /// Adds what a worker's progress or (worker 0's) epoch_end says to `j`'s curves.
+  void record_series(JobRec& j, const TaskRec& t, const wire::events::Progress& p);
+  void record_series(JobRec& j, const TaskRec& t, const wire::events::EpochEnd& e);
   /// `series {job}` → the job's curves; `events {job, limit}` → its stored event log.
   void on_series(const SessionPtr& s, const wire::Envelope& env);
   void on_events(const SessionPtr& s, const wire::Envelope& env);

@@ -20,6 +20,29 @@ TaskError TaskError::of(const std::exception& e) {
   return t;
 }
 
+namespace {
+
+// `out` = E read from `ev` when `kind` is E's and nothing matched before.
+template <typename E>
+void read_if(const std::string& kind, const nlohmann::json& ev, std::optional<TaskEvent>& out) {
+  if (!out && kind == E::kKind) out = E::from_json(ev);
+}
+
+}  // namespace
+
+std::optional<TaskEvent> parse_task_event(const nlohmann::json& ev, TaskKind from) {
+  const std::string kind = kind_of(ev);
+  if (kind == WorkerStopped::kKind) {  // the one kind two task types share
+    if (from == TaskKind::kPs) return PsStopped::from_json(ev);
+    return WorkerStopped::from_json(ev);
+  }
+  std::optional<TaskEvent> out;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (read_if<std::variant_alternative_t<I, TaskEvent>>(kind, ev, out), ...);
+  }(std::make_index_sequence<std::variant_size_v<TaskEvent>>{});
+  return out;
+}
+
 std::string kind_of(const nlohmann::json& ev) {
   if (!ev.is_object()) return "";
   const auto it = ev.find("event");

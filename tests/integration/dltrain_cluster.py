@@ -11,7 +11,27 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
+import unittest
+
+SKIP = 77  # CTest's SKIP_RETURN_CODE for these tests (tests/CMakeLists.txt)
+
+
+def test_main(module, missing_prerequisites):
+    """The main of a Python integration test run as `TEST.py BUILD_DIR`: BUILD_DIR into the
+    test module's global BUILD, a skip (exit SKIP, saying why) when missing_prerequisites()
+    names something, SIGTERM (CTest stopping a run) ending the case as an error so that its
+    cleanups stop the daemons, then unittest's verbose run of `module`'s cases."""
+    if len(sys.argv) < 2:
+        sys.exit(module.__doc__)
+    module.BUILD = os.path.abspath(sys.argv.pop(1))
+    why = missing_prerequisites()
+    if why:
+        print("skipped: " + why)
+        sys.exit(SKIP)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    unittest.main(module=module, verbosity=2)
 
 
 def wait_for(predicate, timeout, what, interval=0.05):

@@ -25,6 +25,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dltrain_cluster import test_main, wait_for  # noqa: E402
 from etcd_cluster import free_port, is_raft_leader, kv_range, missing_prerequisites, start_cluster  # noqa: E402
 
 BUILD = None
@@ -168,7 +169,11 @@ class Election(unittest.TestCase):
         time.sleep(1)  # stopped for longer than its lease: TTL + 1 s at least
         os.kill(leader.proc.pid, signal.SIGCONT)
         leader.wait(lambda e: e["event"] == "deposed", 10, "deposed after SIGCONT")
-        time.sleep(1)  # it would have sent ~10 orders by now had it not stepped down
+        # The new leader sends ~10 orders a second: once it has sent 10 more, the old one
+        # would have sent some too had it not stepped down.
+        after_deposed = len(kv_range(urls[0], "/dltrain-test/orders/%d/" % new_term))
+        wait_for(lambda: len(kv_range(urls[0], "/dltrain-test/orders/%d/" % new_term)) >= after_deposed + 10, 10,
+                 "10 more orders of the new term")
         # An order it had sent just before it was stopped may be answered after SIGCONT;
         # etcd made it before the new term began.
         woke = [e for e in leader.drain() if e.get("at", 0) > ev["at"]]
@@ -178,8 +183,8 @@ class Election(unittest.TestCase):
         old = kv_range(urls[0], "/dltrain-test/orders/%d/" % term)
         self.assertTrue(all(rev < new_term for _, rev in old), (old, new_term))
         before = len(kv_range(urls[0], "/dltrain-test/orders/%d/" % new_term))
-        time.sleep(1)
-        self.assertGreater(len(kv_range(urls[0], "/dltrain-test/orders/%d/" % new_term)), before)
+        wait_for(lambda: len(kv_range(urls[0], "/dltrain-test/orders/%d/" % new_term)) > before, 10,
+                 "the new leader's orders going on")
         # The old leader stands by behind the new one.
         ev = leader.wait(lambda e: e["event"] == "standing_by", 10, "standing_by", since=0)
         self.assertEqual(ev["term"], new_term)
@@ -250,12 +255,4 @@ class Election(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    BUILD = os.path.abspath(sys.argv.pop(1))
-    why = missing_prerequisites()
-    if why:
-        print("skipped: " + why)
-        sys.exit(SKIP)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    unittest.main(verbosity=2)
+    test_main(sys.modules[__name__], missing_prerequisites)

@@ -21,6 +21,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from etcd_cluster import free_port, is_raft_leader, missing_prerequisites  # noqa: E402
+from dltrain_cluster import wait_for  # noqa: E402
 from ha_cluster import DATA, HaCluster  # noqa: E402
 
 BUILD = None
@@ -116,12 +117,16 @@ class Failover(unittest.TestCase):
         leader.start()
         leader.wait_log(r"standing by: %s serves" % new.name, 30, since=size)
         # The serving candidate reads the announcements at each lease renewal (TTL/3).
-        deadline = time.monotonic() + 10
-        while True:
-            out = c.client("status").stdout
-            if re.search(r"other candidates: %s \(standing by" % leader.name, out) or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
+        status = {}
+
+        def standing_by():
+            status["out"] = c.client("status").stdout
+            return re.search(r"other candidates: %s \(standing by" % leader.name, status["out"])
+        try:
+            wait_for(standing_by, 10, "the old leader standing by", interval=0.3)
+        except AssertionError:
+            pass  # the assertions below say what the status showed instead
+        out = status["out"]
         self.assertIn("leader: %s serves, term %d" % (new.name, new_term), out)
         self.assertRegex(out, r"other candidates: %s \(standing by" % leader.name)
         self.assert_no_job_lost_or_run_twice(expected)
@@ -186,9 +191,8 @@ class Failover(unittest.TestCase):
         worker_logs = [p for p in self.task_logs(job) if "/worker-" in p]
         self.assertTrue(worker_logs, "no worker's task log under the agents' state directories")
         before = [os.path.getsize(p) for p in worker_logs]
-        time.sleep(3)
-        after = [os.path.getsize(p) for p in worker_logs]
-        self.assertNotEqual(before, after, "the workers stopped while the leader was away")
+        wait_for(lambda: [os.path.getsize(p) for p in worker_logs] != before, 30,
+                 "the workers' task logs growing while the leader is away (they stopped?)")
         # Quorum back: a candidate serves again with a newer term, the job goes on and ends.
         since = {d.name: d.log_size() for d in c.candidates}
         for m in (victim, others[0]):

@@ -27,6 +27,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dltrain_cluster import test_main  # noqa: E402
 from job_files import mlp_job_toml  # noqa: E402
 
 BUILD = None
@@ -467,14 +468,4 @@ class SlurmLauncher(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    BUILD = os.path.abspath(sys.argv.pop(1))
-    why = missing_prerequisites()
-    if why:
-        print("skipped: " + why)
-        sys.exit(SKIP)
-    # SIGTERM (CTest stopping a run, Ctrl-C's cousin) ends the case as an error, so that its
-    # cleanups stop the daemons and remove the namespaces.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    unittest.main(verbosity=2)
+    test_main(sys.modules[__name__], missing_prerequisites)

@@ -26,7 +26,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dltrain_cluster import StandaloneCluster  # noqa: E402
+from dltrain_cluster import StandaloneCluster, test_main  # noqa: E402
 
 BUILD = None
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -84,8 +84,9 @@ with open(out + "/plain-text.pt", "w") as f:
 '''
 
 
-CHECK_ARTIFACT = r'''
-import gzip, json, sys, numpy as np, torch, torch.nn as nn
+# The two checks' start: the model directory's metadata (argv[1]) and the first n
+# (argv[3]) test images of the IDX data (argv[2]), standardised as the model was.
+LOAD_TEST_SET = r'''
 d, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 meta = json.load(open(d + "/metadata.json"))
 def idx(path, header):
@@ -94,8 +95,11 @@ def idx(path, header):
 x = torch.tensor(idx(data + "/t10k-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)[:n].astype(np.float32) / 255.0)
 x = (x - meta["mean"][0]) / meta["std"][0]
 y = torch.tensor(idx(data + "/t10k-labels-idx1-ubyte.gz", 8)[:n].astype(np.int64))
+'''
 
-''' + CNN + r'''
+CHECK_ARTIFACT = r'''
+import gzip, json, sys, numpy as np, torch, torch.nn as nn
+''' + LOAD_TEST_SET + "\n" + CNN + r'''
 
 with torch.no_grad():
     script = torch.jit.load(d + "/model.pt").eval()
@@ -117,14 +121,7 @@ CHECK_BUILTIN = r'''
 import gzip, json, sys, numpy as np, torch
 sys.path.insert(0, sys.argv[4])
 import dltrain_models
-d, data, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-meta = json.load(open(d + "/metadata.json"))
-def idx(path, header):
-    with gzip.open(path) as f:
-        return np.frombuffer(f.read(), dtype=np.uint8, offset=header)
-x = torch.tensor(idx(data + "/t10k-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)[:n].astype(np.float32) / 255.0)
-x = (x - meta["mean"][0]) / meta["std"][0]
-y = torch.tensor(idx(data + "/t10k-labels-idx1-ubyte.gz", 8)[:n].astype(np.int64))
+''' + LOAD_TEST_SET + r'''
 net = dltrain_models.load(d)  # load_state_dict is strict: every name and shape must match
 with torch.no_grad():
     print(json.dumps({"accuracy": (net(x).argmax(1) == y).float().mean().item(), "type": type(net).__module__}))
@@ -605,12 +602,4 @@ warmup_epochs = 0.2
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    BUILD = os.path.abspath(sys.argv.pop(1))
-    why = missing_prerequisites()
-    if why:
-        print("skipped: " + why)
-        sys.exit(SKIP)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    unittest.main(verbosity=2)
+    test_main(sys.modules[__name__], missing_prerequisites)

@@ -146,7 +146,7 @@ TEST(TaskMetrics, AWorkersEventsBecomeItsSamples) {
   p.counters->compress_seconds = 0.125;
   p.counters->exchange_seconds = 0.75;
   p.counters->resyncs = 2;
-  t.on_event(events::Progress::kKind, p.to_json());
+  t.on_event(p);
   MetricsBuilder b;
   t.add_to(b, "host-a", 2000);
   const auto s = parse_exposition(b.serialize());
@@ -176,7 +176,7 @@ TEST(TaskMetrics, AWorkersEventsBecomeItsSamples) {
   d.counters = events::StepCounters{};
   d.counters->images = 700;
   d.counters->steps = 22;
-  t.on_event(events::Done::kKind, d.to_json());
+  t.on_event(d);
   MetricsBuilder after;
   t.add_to(after, "host-a", 2000);
   const auto s2 = parse_exposition(after.serialize());
@@ -191,7 +191,7 @@ TEST(TaskMetrics, ARestartIsACounterResetWithANewStartTime) {
   p.bytes_pushed = 4096;
   p.counters = events::StepCounters{};
   p.counters->images = 640;
-  t.on_event(events::Progress::kKind, p.to_json());
+  t.on_event(p);
   t.restarts = 1;
   t.restarted(1500);
   MetricsBuilder b;
@@ -220,7 +220,7 @@ TEST(TaskMetrics, APsShardsStatsAndCheckpointAge) {
   st.rejected_connections = 3;
   st.checkpoints = 4;
   st.last_checkpoint_unix = 1990.0;
-  t.on_event(events::PsStats::kKind, st.to_json());
+  t.on_event(st);
   MetricsBuilder b;
   t.add_to(b, "host-b", 2000);
   const auto s = parse_exposition(b.serialize());
@@ -249,7 +249,7 @@ TEST(TaskMetrics, AnSspShardsBarrierRecord) {
   st.sync_wait_seconds = 1.5;
   st.workers_dropped = 1;
   st.max_lead = 2;
-  t.on_event(events::PsStats::kKind, st.to_json());
+  t.on_event(st);
   MetricsBuilder b;
   t.add_to(b, "host-b", 2000);
   const auto s = parse_exposition(b.serialize());

@@ -287,8 +287,19 @@ TEST(PendingPull, WaitWithATimeoutGivesUpAndThePullGoesOnToItsReply) {
   o.timeout = std::chrono::milliseconds(30000);
   PsClient client({{"127.0.0.1", shard.port()}}, make_layout({4}, 4, 1), o);
   std::vector<float> params(4, -1.0f);
+  PendingPull pending;
+  bool answered = false;
+  struct Joiner {  // a failed assertion returns early: the script still ends and is joined
+    std::thread& t;
+    std::promise<void>& answer;
+    bool& answered;
+    ~Joiner() {
+      if (!answered) answer.set_value();
+      if (t.joinable()) t.join();
+    }
+  } joiner{script, answer, answered};
   client.connect();
-  PendingPull pending = client.start_pull(params, 1.0);
+  pending = client.start_pull(params, 1.0);
   ASSERT_TRUE(wait_until([&] { return pull_read.load(); }, 30s, 10ms)) << "the shard never read the pull";
   try {
     pending.wait(100ms);
@@ -297,9 +308,9 @@ TEST(PendingPull, WaitWithATimeoutGivesUpAndThePullGoesOnToItsReply) {
     EXPECT_EQ(std::string(e.what()), "pull still in flight after 100 ms");
   }
   EXPECT_TRUE(pending.active()) << "a wait that timed out must leave the pull in flight";
+  answered = true;
   answer.set_value();
   pending.wait(30000ms);
   EXPECT_FALSE(pending.active());
   EXPECT_EQ(params, (std::vector<float>{1.5f, -2.0f, 3.25f, 4.0f}));
-  script.join();
 }
