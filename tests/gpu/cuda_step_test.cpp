@@ -18,7 +18,7 @@ namespace {
 // The loss on (x, y), then one plain SGD step (lr 0.1), then the loss again.
 std::pair<double, double> step(const torch::Device& device, const torch::Tensor& x, const torch::Tensor& y) {
   torch::manual_seed(1);
-  auto model = train::to_device(train::make_model("cnn", 1, 10, 28), device);
+  auto model = train::to_device(train::make_model(ModelKind::kCnn, 1, 10, 28), device);
   model.module->train(true);
   auto loss = torch::nn::functional::cross_entropy(model.forward(x), y);
   const double before = loss.item<double>();
@@ -44,7 +44,7 @@ TEST(CudaStep, TheSmallCnnsLossOnTheGpuMatchesTheCpuStep) {
   const auto x = torch::randn({64, 1, 28, 28});
   const auto y = torch::randint(0, 10, {64}, torch::kInt64);
   const auto cpu = step(torch::Device(torch::kCPU), x, y);
-  const auto gpu = step(train::training_device("cuda"), x.pin_memory(), y);
+  const auto gpu = step(train::training_device(Device::kCuda), x.pin_memory(), y);
   EXPECT_NEAR(gpu.first, cpu.first, 1e-4);
   EXPECT_NEAR(gpu.second, cpu.second, 1e-4);
   EXPECT_LT(cpu.second, cpu.first);  // the step lowered the loss: it was a real step
