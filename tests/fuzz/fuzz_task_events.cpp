@@ -1,6 +1,7 @@
 // Fuzzes the task events (wire/task_events.h): a line of a task's standard output as its
-// agent turns it into an event (events::event_of_line), every event kind's reader
-// (from_json) on it, and the trip to the leader inside a task_event message.
+// agent turns it into an event (events::event_of_line), the one parse of it into a
+// TaskEvent (parse_task_event) and every event kind's reader (from_json) on it, and the
+// trip to the leader inside a task_event message.
 //
 // Input: one line. Checks, beyond "no crash" and "only nlohmann::json::type_error escapes
 // a reader, as documented":
@@ -53,6 +54,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const json ev = events::event_of_line(line);
   FUZZ_CHECK(ev.is_object(), "event_of_line gave something other than an object");
   (void)events::kind_of(ev);
+  // The one parse the agent and the leader make of it (TaskEvent): only a type_error escapes.
+  for (const auto from : {wire::TaskKind::kWorker, wire::TaskKind::kPs}) {
+    try {
+      (void)events::parse_task_event(ev, from);
+    } catch (const json::type_error&) {
+    }
+  }
 
   // The reader of the kind the event names, as the agent and the leader pick it, and the
   // byte counters the leader reads from every worker event; an event of no known kind

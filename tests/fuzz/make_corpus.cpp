@@ -243,7 +243,7 @@ void control_messages() {
   st.job = "job-1";
   st.job_num = 1;
   st.task = "worker-1";
-  st.kind = "worker";
+  st.kind = wire::TaskKind::kWorker;
   st.index = 1;
   st.generation = 2;
   st.secret = std::string(64, 'a');
@@ -254,7 +254,7 @@ void control_messages() {
   st.init_replica_generation = 1;
   write_text("control", "start-task-worker", wire::make_request("l1", "start_task", st.to_json()));
   st.task = "ps-0";
-  st.kind = "ps";
+  st.kind = wire::TaskKind::kPs;
   st.index = 0;
   st.ps.clear();
   st.restore_generation = 1;
