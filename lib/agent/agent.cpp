@@ -397,7 +397,6 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       // and refuses it there.
       spdlog::warn("{}: malformed {} event ({}): {}", key, events::kind_of(ev), e.what(), line.substr(0, 200));
     }
-    bool shard_counters = false, progress = false;
     if (parsed) {
       std::visit(Overloaded{[&](const events::Listening& l) {
                               t.port = l.port;
@@ -408,16 +407,17 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
                               t.last_error = err.message;
                               t.last_cause = err.cause.value_or("");
                             },
-                            [&](const events::PsStats&) { shard_counters = true; },
-                            [&](const events::Progress&) { progress = true; },
                             [](const auto&) {}},
                  *parsed);
       t.metrics.on_event(*parsed);
     }
-    // A shard's counters are for this agent's metrics endpoint only: the leader has no
-    // use for them, and they would cost it a message per shard every progress interval.
-    if (shard_counters) return;
-    send(wire::ControlType::kTaskEvent, wire::TaskEventBody{{}, t.job, t.name, t.generation, ev}.to_json(), progress);
+    // By its kind, malformed or not: a shard's counters are for this agent's metrics
+    // endpoint only (the leader has no use for them, and they would cost it a message per
+    // shard every progress interval); progress reports may be dropped from a full outbox.
+    const std::string kind = events::kind_of(ev);
+    if (kind == events::PsStats::kKind) return;
+    send(wire::ControlType::kTaskEvent, wire::TaskEventBody{{}, t.job, t.name, t.generation, ev}.to_json(),
+         kind == events::Progress::kKind);
   }
 
   void on_task_exit(const std::string& key, const ExitStatus& st) {
@@ -542,6 +542,7 @@ void Agent::shutdown(std::function<void()> done) {
   auto finish = [w = std::weak_ptr<Impl>(impl_), done = std::move(done)] {
     auto self = w.lock();
     if (self) {
+      if (self->leader) self->leader->stop_heartbeats();
       // Give the task_exit messages a moment to leave before closing.
       auto t = std::make_shared<asio::steady_timer>(self->io, std::chrono::milliseconds(200));
       t->async_wait([w, t, done](boost::system::error_code) {

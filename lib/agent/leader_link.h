@@ -67,6 +67,8 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
   void start();
   /// Stops reconnecting (the agent shuts down); the link stays open until close().
   void stop_reconnecting();
+  /// Stops the heartbeats (the agent's tasks have stopped; it closes soon).
+  void stop_heartbeats() { hb_timer_.cancel(); }
   /// Closes the link and stops the heartbeats.
   void close();
 

@@ -29,21 +29,23 @@ void Leader::Impl::add_agent_handlers() {
             if (j == nullptr) return;
             const auto ev = wire::parse_body<wire::TaskEventBody>(env);
             reply(s, env.id, json::object());
-            on_task_event(*j, *t, ev.event);
+            after_reply("task_event", [&] { on_task_event(*j, *t, ev.event); });
           })
       .on(T::kTaskExit, [this](const SessionPtr& s, const wire::Envelope& env) {
         const auto [j, t] = addressed_task(s, env);
         if (j == nullptr) return;
         const auto exit = wire::parse_body<wire::TaskExitBody>(env);
         reply(s, env.id, json::object());
-        on_task_exit(*j, *t, exit);
+        after_reply("task_exit", [&] { on_task_exit(*j, *t, exit); });
       });
 }
 
 void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& env) {
   if (env.is(wire::ControlType::kReply)) {
     if (log_relay.on_reply(env)) return;
-    if (on_model_file_reply(env)) return;
+    bool taken = false;
+    after_reply("a model file's reply", [&] { taken = on_model_file_reply(env); });
+    if (taken) return;
     if (!env.ok) spdlog::warn("agent {} reported an error: {}", s->peer(), env.error.dump());
     return;
   }
@@ -383,7 +385,7 @@ void Leader::Impl::on_epoch_end(JobRec& j, TaskRec& t, const events::EpochEnd& e
 }
 
 void Leader::Impl::on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody& b) {
-  if (t.state == TaskState::kExited) return;  // orphans are handled in on_agent_message
+  if (t.state == TaskState::kExited) return;  // orphans are handled in addressed_task
   set_task_state(j, t, TaskState::kExited);
   t.exit = b.describe;
   t.ok_exit = b.exit_code == 0 && b.signal == 0;

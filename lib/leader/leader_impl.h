@@ -192,6 +192,17 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
 
   // ------------------------------------------------------------ leader_agents.cpp
   void add_agent_handlers();
+  /// Runs `f`, the work of an agent's message that was already answered: a refused
+  /// transition (IllegalTransition, a leader bug) is logged naming `what`, not answered a
+  /// second time.
+  template <typename F>
+  void after_reply(const char* what, F&& f) {
+    try {
+      f();
+    } catch (const IllegalTransition& e) {
+      spdlog::error("handling {}: {}", what, e.what());
+    }
+  }
   void on_agent_message(const SessionPtr& s, const wire::Envelope& env);
   /// The job and task a task_event or task_exit names.
   struct Addressed {

@@ -28,7 +28,8 @@ namespace dltrain::leader {
 class JobActions {
  public:
   virtual ~JobActions() = default;
-  /// The job state machine (leader/states.h): an illegal transition is refused and logged.
+  /// The job state machine (leader/states.h): an illegal transition throws
+  /// IllegalTransition and leaves the job as it was.
   virtual void set_state(JobRec& j, JobState state) = 0;
   virtual void set_task_state(const JobRec& j, TaskRec& t, TaskState state) = 0;
   /// Appends `ev` (a wire/task_events.h event) to j's event log and sends it to its
@@ -47,7 +48,7 @@ class JobActions {
   virtual void stop_tasks(JobRec& j) = 0;
   /// Fails `j`, which has no tasks, at once with `why` (it ends now).
   virtual void fail_unplaced(JobRec& j, const std::string& why) = 0;
-  /// Moves `j` into its failing_state once every task has exited.
+  /// Moves `j` into its terminal target (JobLifecycle::target) once every task has exited.
   virtual void maybe_finish(JobRec& j) = 0;
   /// Puts `j` at the back of the queue.
   virtual void enqueue(JobRec& j) = 0;

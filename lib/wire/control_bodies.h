@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -426,29 +427,37 @@ struct StartTaskBody : json_fields::Fields<StartTaskBody> {
         v("restore_generation", s.restore_generation), v("workers_done", s.workers_done), v("gpus", s.gpus),
         v("local_group", s.local_group);
   }
-  /// BodyError naming the field: job or task not a path component, job_num 0, kind not
-  /// ps or worker, index, threads or resume_epoch out of range, a secret that is not 64
-  /// hex characters, a spec job_from_json refuses, a worker's ps entry that is not
+  /// BodyError naming the field: job or task not a path component, job_num 0, index,
+  /// threads or resume_epoch out of range, a secret that is not 64 hex characters, a
+  /// worker's ps entry that is not
   /// HOST:PORT, GPU indices out of [0, 63] or repeated, a cuda worker without
   /// spec.gpus_per_worker of them, a local group whose rank or size is out of range.
   void check(const std::string& type) const;
 };
 
 namespace detail {
-/// Reads each field with json_fields' reader and turns its type errors into BodyError.
+/// Reads each field with json_fields' reader and turns its type errors into BodyError. A
+/// closed-set field (a named enum: StartTaskBody::kind) and a JobSpec are required: absent,
+/// the first is refused as the name "" and the second as the empty job.
 struct BodyReader {
   const nlohmann::json& in;
   const std::string& type;
   template <typename T>
   void operator()(const char* key, T& v) const {
+    const auto it = in.find(key);
+    const bool absent = it == in.end() || it->is_null();
     if constexpr (NamedEnum<T>) {
-      const auto it = in.find(key);
-      if (it != in.end() && !it->is_null() &&
-          !(it->is_string() && enum_from_name<T>(it->template get_ref<const std::string&>()))) {
-        throw BodyError(key, type + " field \"" + key + "\": expected " + enum_alternatives<T>() + ", got " + it->dump());
+      // A closed set has no default in a message: absent is refused as an empty name.
+      if (absent || !(it->is_string() && enum_from_name<T>(it->template get_ref<const std::string&>()))) {
+        throw BodyError(key, type + " field \"" + key + "\": expected " + enum_alternatives<T>() + ", got " +
+                                 (absent ? std::string("\"\"") : it->dump()));
       }
     }
     try {
+      if constexpr (std::is_same_v<T, JobSpec>) {
+        // Nor has a job: an absent one is read as the empty object it is refused as.
+        if (absent) v = job_from_json(nlohmann::json::object());
+      }
       json_fields::detail::Reader{in}(key, v);
     } catch (const nlohmann::json::exception& e) {
       // The reader's message already starts with the key.

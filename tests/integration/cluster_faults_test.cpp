@@ -468,11 +468,12 @@ TEST_F(Cluster, AnSspWorkerIsNeverMoreThanStalenessStepsAheadOfAStoppedOne) {
   for (int round = 0; round < 2; ++round) {
     // The premise, right before each stop: worker 1 runs and has work left after it.
     ASSERT_TRUE(dltrain::testing::has_work_left(status(job), "worker-1", 0.2)) << "round " << round;
-    const std::int64_t stopped_at_step = worker1_step();
     ASSERT_EQ(kill(victim, SIGSTOP), 0);
     // The suspension itself, not a synchronisation: long enough for worker 0 to reach
     // the bound (its steps take milliseconds), well below the barrier timeout.
     std::this_thread::sleep_for(3s);
+    // Its reports from before the stop have arrived by now (progress comes every second).
+    const std::int64_t stopped_at_step = worker1_step();
     ASSERT_EQ(kill(victim, SIGCONT), 0);
     // Worker 1 trains again before the next stop: its progress passes where it stopped.
     ASSERT_TRUE(wait_until([&] { return worker1_step() > stopped_at_step; }, 60s, 200ms))

@@ -386,6 +386,15 @@ TEST(ControlBodies, BodiesThatDoNotFitTheirSchemaAreRefusedNamingTheField) {
   EXPECT_EQ(body_error("start_task", with("job", 5), &field), "start_task body: job: type must be string, but is number");
   EXPECT_EQ(field, "job");
   EXPECT_EQ(body_error("start_task", with("kind", "shell")), "start_task field \"kind\": expected ps or worker, got \"shell\"");
+  // A task's kind and its job have no defaults: absent, they are refused as empty.
+  auto no_kind = start_task_body();
+  no_kind.erase("kind");
+  EXPECT_EQ(body_error("start_task", no_kind, &field), "start_task field \"kind\": expected ps or worker, got \"\"");
+  EXPECT_EQ(field, "kind");
+  auto no_spec = start_task_body();
+  no_spec.erase("spec");
+  EXPECT_EQ(body_error("start_task", no_spec, &field).rfind("start_task field \"spec\": job: malformed job JSON", 0), 0u);
+  EXPECT_EQ(field, "spec");
   EXPECT_NE(body_error("start_task", with("threads", 0)).find("\"threads\": expected >= 1, got 0"), std::string::npos);
   EXPECT_NE(body_error("start_task", with("secret", "zz"), &field).find("start_task for job-3/worker-1: secret:"),
             std::string::npos);
