@@ -26,6 +26,7 @@
 #include "agent/task_metrics.h"
 #include "common/errors.h"
 #include "common/overloaded.h"
+#include "wire/task_event.h"
 #include "job/job_spec.h"
 #include "common/secret.h"
 #include "control/client.h"

@@ -11,6 +11,7 @@
 
 #include "control/metrics_server.h"
 #include "wire/control_bodies.h"
+#include "wire/task_event.h"
 #include "wire/task_events.h"
 #include "wire/task_kind.h"
 

@@ -574,44 +574,6 @@ void Leader::Impl::on_close(const SessionPtr& s) {
   }
 }
 
-void Leader::Impl::check_heartbeats() {
-  hb_timer.expires_after(opt.heartbeat_interval);
-  hb_timer.async_wait([w = weak_from_this()](boost::system::error_code ec) {
-    auto self = w.lock();
-    if (!self || ec) return;
-    // A leader whose term may be over judges nothing: its agents talk to the next leader
-    // now, and what it would conclude (an agent lost, a job to re-assign) is not its to say.
-    if (!self->serving()) return self->check_heartbeats();
-    const auto now = Clock::now();
-    // A refused transition (IllegalTransition, a leader bug) ends this round's checks,
-    // logged; the timer goes on, and the job stays as it was.
-    try {
-      self->log_relay.expire(now);
-      self->expire_model_requests();
-      if (self->uploads) self->uploads->expire(std::chrono::seconds(120));
-      for (auto& [id, a] : self->agents) {
-        if (!a.lost && now - a.last_seen > self->opt.heartbeat_timeout) {
-          if (auto s = a.session.lock()) s->close();
-          self->recovery.agent_lost(id, "no heartbeat for " + std::to_string(self->opt.heartbeat_timeout.count()) + " ms",
-                                    self->jobs_in_order());
-        }
-      }
-      for (JobRec* j : self->jobs_in_order()) {
-        try {
-          self->recovery.tick(*j, now);
-        } catch (const IllegalTransition& e) {
-          spdlog::error("recovery of job {}: {}", j->id, e.what());
-        }
-      }
-      self->expire_queued();
-      self->notify_waiting();  // e.g. an agent was lost: the cluster is smaller
-    } catch (const IllegalTransition& e) {
-      spdlog::error("leader: {}", e.what());
-    }
-    self->check_heartbeats();
-  });
-}
-
 Leader::Leader(asio::io_context& io, const config::AgentOptions& opt, LeaderTerm term)
     : impl_(std::make_shared<Impl>(io, opt, std::move(term))) {}
 

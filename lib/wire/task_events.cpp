@@ -1,5 +1,7 @@
 #include "wire/task_events.h"
 
+#include "wire/task_event.h"
+
 #include "common/errors.h"
 #include "wire/control.h"
 

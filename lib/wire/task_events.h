@@ -20,15 +20,12 @@
 #include <optional>
 #include <ostream>
 #include <string>
-#include <type_traits>
-#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/json_fields.h"
 #include "common/sync_mode.h"
-#include "wire/task_kind.h"
 
 namespace dltrain::wire::events {
 
@@ -482,30 +479,6 @@ struct LogLine : Fields<LogLine> {
     v("line", s.line);
   }
 };
-
-/// An event a task reports, parsed once (parse_task_event) and visited where it is used:
-/// one alternative per kind a task or its agent writes. The kind "stopped" is a
-/// WorkerStopped from a worker and a PsStopped from a PS shard; LogLine is a line of the
-/// task's output that is not an event (event_of_line).
-using TaskEvent = std::variant<Started, Progress, EpochEnd, Done, SkippedStep, DataInfo, SkippedImage, WorkerStopped,
-                               Profile, ReplicaLoaded, PsResync, TaskError, Listening, PsStats, PsStopped, Restarting,
-                               LogLine>;
-
-/// `ev`, reported by a task of kind `from`, as the event its "event" field names;
-/// nullopt for a kind this build does not know (a task of another version). Throws
-/// nlohmann::json::exception naming the field when a known kind's fields are mistyped.
-std::optional<TaskEvent> parse_task_event(const nlohmann::json& ev, TaskKind from);
-
-/// Whether followers get events of type E relayed by the leader (with "task" added): a
-/// worker's progress, epochs, start and end, errors, skipped steps and images, restarts,
-/// resyncs, replicas and data; not a shard's counters, its address or log lines.
-template <typename E>
-inline constexpr bool kRelayedToFollowers =
-    std::is_same_v<E, Progress> || std::is_same_v<E, EpochEnd> || std::is_same_v<E, Started> ||
-    std::is_same_v<E, Done> || std::is_same_v<E, TaskError> || std::is_same_v<E, SkippedStep> ||
-    std::is_same_v<E, Restarting> || std::is_same_v<E, PsResync> || std::is_same_v<E, WorkerStopped> ||
-    std::is_same_v<E, PsStopped> || std::is_same_v<E, ReplicaLoaded> || std::is_same_v<E, DataInfo> ||
-    std::is_same_v<E, SkippedImage>;
 
 // ------------------------------------------------------------------ leader events
 

@@ -20,6 +20,7 @@
 #include "fuzz_check.h"
 #include "wire/control.h"
 #include "wire/control_bodies.h"
+#include "wire/task_event.h"
 #include "wire/task_events.h"
 
 using namespace dltrain;
