@@ -1,7 +1,7 @@
 #include "wire/task_args.h"
 
-#include <map>
 #include <sstream>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -66,10 +66,13 @@ void PsTaskArgs::add_to(CLI::App& app) {
   app.add_option("--workers-done", workers_done,
                  "ranks of workers that already finished (a shard rebuilt for a re-assigned job)")
       ->delimiter(',');
-  std::map<std::string, ps::SyncMode> modes;
-  for (const auto& n : EnumNames<ps::SyncMode>::kNames) modes.emplace(n.name, n.value);
-  app.add_option("--sync", sync, "consistency model: async, ssp (bounded staleness) or sync (BSP)")
-      ->transform(CLI::CheckedTransformer(modes));
+  // Only the names (a transformer over the enum would take its numbers too).
+  std::vector<std::string> names;
+  for (const auto& n : EnumNames<ps::SyncMode>::kNames) names.emplace_back(n.name);
+  app.add_option_function<std::string>(
+         "--sync", [this](const std::string& s) { sync = parse_enum<ps::SyncMode>(s, "--sync"); },
+         "consistency model: async, ssp (bounded staleness) or sync (BSP)")
+      ->check(CLI::IsMember(names));
   app.add_option("--staleness", staleness, "ssp: steps a worker may be ahead of the slowest")->check(CLI::Range(0, 1000));
   app.add_option("--backup-workers", backup_workers, "sync: pushes a step may go without")->check(CLI::Range(0, 1023));
   app.add_option("--barrier-timeout", barrier_timeout_s,
