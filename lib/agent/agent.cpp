@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -24,8 +23,8 @@
 #include "agent/task_logs.h"
 #include "common/file_transfer.h"
 #include "agent/task_metrics.h"
+#include "agent/task_table.h"
 #include "common/errors.h"
-#include "common/overloaded.h"
 #include "wire/task_event.h"
 #include "job/job_spec.h"
 #include "common/secret.h"
@@ -35,12 +34,6 @@
 #include "wire/task_events.h"
 
 namespace dltrain::agent {
-
-namespace {
-/// The exit code of a task that found its configuration wrong (daemon/worker_main.cpp,
-/// daemon/ps_main.cpp): it is not restarted.
-constexpr int kConfigErrorExit = 2;
-}  // namespace
 
 namespace asio = boost::asio;
 namespace fs = std::filesystem;
@@ -63,28 +56,6 @@ std::int64_t physical_memory_mb() {
 }  // namespace
 
 struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
-  struct Task {
-    std::string job, name;
-    std::uint32_t generation = 0;
-    pid_t pid = -1;
-    std::string last_error;
-    std::string last_cause;       // the cause its last error event named, if any
-    std::optional<std::uint64_t> oom_kills_at_start;  // the cgroup's count when it (re)started
-    wire::TaskKind kind = wire::TaskKind::kWorker;
-    TaskLaunch launch;            // its files and command line, to start it again
-    int restarts = 0;
-    int epochs_done = 0;          // worker: from its epoch_end events, where a restart resumes
-    int port = 0;                 // PS shard: from its listening event, where a restart listens
-    bool stop_requested = false;
-    std::shared_ptr<asio::steady_timer> restart_timer;  // set while waiting to restart
-    TaskMetrics metrics;          // what its events said, for the metrics endpoint
-  };
-  // How long, and how many, ended tasks' metrics stay on the endpoint: long enough for
-  // a scraper to see their final values, bounded so that a long-lived agent's endpoint
-  // does not grow with every job it ever ran.
-  static constexpr double kEndedRetainSeconds = 600;
-  static constexpr std::size_t kEndedRetainMax = 64;
-
   asio::io_context& io;
   config::AgentOptions opt;
   Supervisor supervisor;
@@ -92,13 +63,8 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   bool shutting_down = false;
   // The link to the leader (leader_link.h); set by start().
   std::shared_ptr<LeaderLink> leader;
-  std::map<std::string, Task> tasks;  // key job/task
-  // Tasks that ended while the leader was away, their exit still in the outbox (key →
-  // generation): a registration lists them so that the leader waits for those exits
-  // instead of taking the tasks for lost.
-  std::map<std::string, std::uint32_t> exits_pending;
-  std::deque<TaskMetrics> ended;      // metrics of tasks that exited for good, oldest first
-  std::uint64_t task_restarts = 0;
+  // Its tasks, their restarts, the exits still to report, the ended ones' metrics.
+  TaskTable tasks;
   std::function<void()> on_registered;  // Agent::set_on_registered
   std::function<void()> on_all_stopped;
   // Uploaded model files (JobSpec::model_sha256) fetched from the leader, and the workers
@@ -123,7 +89,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     LeaderLink::Hooks h;
     h.registration = [this] { return registration(); };
     h.registered = [this](bool first) {
-      exits_pending.clear();  // their exits were in the outbox, sent before this
+      tasks.exits_delivered();  // their exits were in the outbox, sent before this
       if (first && on_registered) on_registered();
     };
     h.lost = [this](const std::string& why) { fetcher.fail_all(why); };
@@ -142,13 +108,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     r.hardware_class = opt.hardware_class;
     r.gpus = opt.gpu_devices;
     if (!opt.metrics_endpoint.empty()) r.metrics_endpoint = opt.metrics_endpoint;
-    for (const auto& [k, t] : tasks) {
-      r.tasks.push_back({{}, t.job, t.name, t.generation, false, t.launch.threads, t.launch.gpus});
-    }
-    for (const auto& [k, g] : exits_pending) {
-      const auto slash = k.find('/');
-      r.tasks.push_back({{}, k.substr(0, slash), k.substr(slash + 1), g, true, 0, {}});
-    }
+    r.tasks = tasks.registered();
     return r;
   }
 
@@ -179,9 +139,9 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
         .on(T::kReadLog,
             [this](const wire::Envelope& env) {
               const auto b = wire::parse_body<wire::LogRequestBody>(env);
-              const auto running = tasks.find(b.job + "/" + b.task);
-              leader->answer(wire::make_reply(
-                  env.id, read_task_log(opt, b, running == tasks.end() ? nullptr : &running->second.launch).to_json()));
+              const Task* running = tasks.find(TaskTable::key(b.job, b.task));
+              leader->answer(
+                  wire::make_reply(env.id, read_task_log(opt, b, running ? &running->launch : nullptr).to_json()));
             })
         .on(T::kReadModelFile, [this](const wire::Envelope& env) {
           leader->answer(model_file_reply(opt, env.id, wire::parse_body<wire::ModelFileRequestBody>(env)));
@@ -206,7 +166,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   // others at once.
   void start_task(const wire::StartTaskBody& b) {
     const std::string key = b.job + "/" + b.task;
-    if (tasks.count(key) || fetching.count(key)) throw Error("task " + key + " is already running here");
+    if (tasks.contains(key) || fetching.count(key)) throw Error("task " + key + " is already running here");
     std::vector<std::pair<std::string, std::string>> needed;  // sha256, name in the task directory
     if (b.kind == wire::TaskKind::kWorker) {
       if (!b.spec.model_sha256.empty()) needed.emplace_back(b.spec.model_sha256, kUploadedModelFile);
@@ -287,7 +247,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     }
     spdlog::info("started {} of {} (pid {}, {} threads), log {}", t.name, t.job, t.pid, t.launch.threads,
                  t.launch.process.log_path);
-    tasks[key] = std::move(t);
+    tasks.add(std::move(t));
   }
 
   pid_t spawn(const std::string& key, const ProcessSpec& ps) {
@@ -308,37 +268,30 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       // Waiting for its model file: it never ran; it ends now, as stopped.
       return report_not_started(b.job, b.task, b.generation, 143, "stopped before it started", "");
     }
-    auto it = tasks.find(key);
-    if (it == tasks.end()) return;  // already gone; its exit was (or will be) reported
-    it->second.stop_requested = true;
-    if (it->second.restart_timer) {
+    Task* t = tasks.find(key);
+    if (!t) return;  // already gone; its exit was (or will be) reported
+    t->stop_requested = true;
+    if (t->restart_timer) {
       // Waiting to restart: there is no process; report the task ended now, as stopped
       // (143, as a process ended by SIGTERM), not as finished: it had died.
-      it->second.restart_timer->cancel();
+      t->restart_timer->cancel();
       return on_task_exit(key, ExitStatus{143, 0});
     }
-    spdlog::info("stopping {} (pid {})", key, it->second.pid);
-    supervisor.stop(it->second.pid, opt.task_stop_grace);
+    spdlog::info("stopping {} (pid {})", key, t->pid);
+    supervisor.stop(t->pid, opt.task_stop_grace);
   }
 
-  // A task that dies is started again (bounded, with back-off). A worker reconnects,
-  // takes the PS's current parameters and resumes after the last epoch it finished; a PS
-  // shard listens on the port it had (so the workers' endpoint lists stay valid), loads
-  // its latest checkpoint, and the workers reconnect and resync with a dense pull.
+  // A task that dies is started again when the table says so (TaskTable::plan_restart:
+  // bounded, with back-off), from its launch: a worker resumes after its last finished
+  // epoch, a PS shard on its port from its latest checkpoint.
   bool maybe_restart(const std::string& key, Task& t, const ExitStatus& st) {
-    if (shutting_down || t.stop_requested ||
-        (st.exit_code == 0 && st.signal == 0) || t.restarts >= opt.task_max_restarts) {
-      return false;
-    }
-    if (st.exit_code == kConfigErrorExit && st.signal == 0) {
-      // A configuration error (a worker whose LibTorch has no CUDA, a data set that does
-      // not parse) fails the same way every time: its message goes to the leader at once.
+    if (st.exit_code == TaskTable::kConfigErrorExit && st.signal == 0 && !t.stop_requested && !shutting_down &&
+        t.restarts < opt.task_max_restarts) {
       spdlog::warn("{} {}: a configuration error, not restarted", key, st.describe());
-      return false;
     }
-    ++t.restarts;
-    ++task_restarts;
-    const auto delay = std::chrono::milliseconds(500) * (1 << std::min(t.restarts - 1, 6));
+    const auto plan = tasks.plan_restart(t, st, shutting_down, opt.task_max_restarts);
+    if (!plan) return false;
+    const auto delay = plan->delay;
     events::Restarting ev;
     ev.kind = std::string(wire::to_string(t.kind));
     ev.attempt = t.restarts;
@@ -363,9 +316,9 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     t.restart_timer->async_wait([w, key](boost::system::error_code ec) {
       auto self = w.lock();
       if (!self || ec) return;
-      auto it = self->tasks.find(key);
-      if (it == self->tasks.end()) return;
-      auto& task = it->second;
+      Task* found = self->tasks.find(key);
+      if (!found) return;
+      auto& task = *found;
       task.restart_timer.reset();
       // A shard that died before it listened gets a fresh port, which it announces as at
       // its first start.
@@ -386,9 +339,9 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   }
 
   void on_task_line(const std::string& key, const std::string& line) {
-    auto it = tasks.find(key);
-    if (it == tasks.end()) return;
-    auto& t = it->second;
+    Task* found = tasks.find(key);
+    if (!found) return;
+    auto& t = *found;
     json ev = events::event_of_line(line);
     std::optional<events::TaskEvent> parsed;
     try {
@@ -399,18 +352,9 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
       spdlog::warn("{}: malformed {} event ({}): {}", key, events::kind_of(ev), e.what(), line.substr(0, 200));
     }
     if (parsed) {
-      std::visit(Overloaded{[&](const events::Listening& l) {
-                              t.port = l.port;
-                              ev["address"] = opt.advertise_address;
-                            },
-                            [&](const events::EpochEnd& e) { t.epochs_done = std::max(t.epochs_done, e.epoch); },
-                            [&](const events::TaskError& err) {
-                              t.last_error = err.message;
-                              t.last_cause = err.cause.value_or("");
-                            },
-                            [](const auto&) {}},
-                 *parsed);
-      t.metrics.on_event(*parsed);
+      // A shard listens on this agent's address, which only the agent knows.
+      if (std::holds_alternative<events::Listening>(*parsed)) ev["address"] = opt.advertise_address;
+      t.on_event(*parsed);
     }
     // By its kind, malformed or not: a shard's counters are for this agent's metrics
     // endpoint only (the leader has no use for them, and they would cost it a message per
@@ -422,15 +366,10 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   }
 
   void on_task_exit(const std::string& key, const ExitStatus& st) {
-    auto it = tasks.find(key);
-    if (it == tasks.end()) return;
-    if (maybe_restart(key, it->second, st)) return;
-    Task t = it->second;
-    tasks.erase(it);
-    t.metrics.running = false;
-    t.metrics.ended_unix = unix_seconds_now();
-    ended.push_back(t.metrics);
-    prune_ended(t.metrics.ended_unix);
+    Task* found = tasks.find(key);
+    if (!found) return;
+    if (maybe_restart(key, *found, st)) return;
+    Task t = *tasks.end(key, unix_seconds_now());
     spdlog::info("{} (pid {}) {}", key, t.pid, st.describe());
     std::error_code ec;
     fs::remove(t.launch.secret_path, ec);  // no longer needed; the task log stays
@@ -441,7 +380,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     std::vector<std::string> tail;
     if (failed) tail = last_lines(t.launch.process.log_path, 20, 1000);
     if (last_error.empty() && !tail.empty()) last_error = tail.back();
-    if (!leader->connected()) exits_pending[key] = t.generation;
+    if (!leader->connected()) tasks.exit_pending(key, t.generation);
     wire::TaskExitBody x;
     x.job = t.job;
     x.task = t.name;
@@ -485,32 +424,16 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     });
   }
 
-  void prune_ended(double now) {
-    while (!ended.empty() && (ended.size() > kEndedRetainMax || now - ended.front().ended_unix > kEndedRetainSeconds)) {
-      ended.pop_front();
-    }
-  }
-
   void collect(control::MetricsBuilder& out) {
-    const double now = unix_seconds_now();
-    prune_ended(now);
     AgentFigures a;
     a.agent = opt.name;
     a.cores = opt.cores;
     a.memory_mb = opt.memory_mb;
     a.gpus = opt.gpu_devices;
-    a.task_restarts = task_restarts;
     a.leader_connected = leader && leader->connected();
     a.leader_term = leader ? leader->newest_term() : 0;
     a.stale_refused = leader ? leader->refused() : 0;
-    for (const auto& [k, t] : tasks) {
-      a.cores_used += t.launch.threads;
-      a.gpus_used += static_cast<int>(t.launch.gpus.size());
-      (t.kind == wire::TaskKind::kWorker ? a.workers_running : a.ps_running) += 1;
-    }
-    add_agent_metrics(out, a);
-    for (const auto& [k, t] : tasks) t.metrics.add_to(out, opt.name, now);
-    for (const auto& m : ended) m.add_to(out, opt.name, now);
+    tasks.add_metrics(out, a, opt.name, unix_seconds_now());
   }
 };
 

@@ -1,6 +1,6 @@
 // What the leader reads of a task's files on its agent: a window of its log or step
 // timeline (`dltrain logs`, `dltrain trace`), and a window of a file of the model its
-// worker wrote (the leader's collection, leader/leader_models.cpp). Stateless: the
+// worker wrote (the leader's collection, leader/model_collection.cpp). Stateless: the
 // paths come from task_launch.h.
 #pragma once
 

@@ -81,7 +81,7 @@ struct JobRecovery {
   std::string adopt_lost;  ///< tasks its agents no longer had when they came back
 };
 
-/// A resumed job (`dltrain resume`, leader_models.cpp): the job it continues, that job's
+/// A resumed job (`dltrain resume`, model_collection.cpp): the job it continues, that job's
 /// checkpoint it starts from ("epoch-4") and the epochs that checkpoint had finished,
 /// [1, spec.epochs): its workers start at that epoch. Empty / 0 for any other job.
 struct ResumePoint {
@@ -151,7 +151,7 @@ struct JobRec {
   /// The first task whose failure failed the job (absent when none did: a planner or
   /// queue failure, a cancellation).
   std::optional<wire::events::Failure> failure;
-  /// The trained model (leader/leader_models.cpp), in memory only: collected from worker
+  /// The trained model (leader/model_collection.cpp), in memory only: collected from worker
   /// 0's agent once every task of a succeeding job exited, before it is succeeded.
   struct ModelCollection {
     bool done = false;        ///< collected, failed, or nothing to collect: the job may end

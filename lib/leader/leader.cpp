@@ -54,12 +54,6 @@ void Leader::Impl::publish(JobRec& j, const json& ev) {
   notify(j, ev);
 }
 
-std::vector<JobRec*> Leader::Impl::jobs_in_order() {
-  std::vector<JobRec*> out;
-  out.reserve(job_order.size());
-  for (const auto& id : job_order) out.push_back(&jobs.at(id));
-  return out;
-}
 
 void Leader::Impl::send_agent(const std::string& agent_id, wire::ControlType type, const json& body) {
   auto it = agents.find(agent_id);
@@ -117,7 +111,7 @@ json Leader::Impl::status_json(const JobRec& j) const {
   std::optional<QueueStatus> q;
   if (j.state() == JobState::kQueued) q = queue_status(j);
   json out = job_json(j, q);
-  if (auto kept = models_json(j.id); !kept.empty()) out["models"] = std::move(kept);
+  if (auto kept = models.models_json(j.id); !kept.empty()) out["models"] = std::move(kept);
   if (!j.model.error.empty()) out["model_error"] = j.model.error;
   return out;
 }
@@ -420,10 +414,10 @@ void Leader::Impl::maybe_finish(JobRec& j) {
     if (t.state != TaskState::kExited) return;
   }
   // A succeeding job's model, a failing or cancelled one's latest checkpoint, is
-  // collected before it ends (leader_models.cpp).
-  if (!j.model.done && collect_model(j)) return;
+  // collected before it ends (model_collection.cpp).
+  if (!j.model.done && models.collect(j)) return;
   j.ended = Clock::now();
-  if (j.life.target() == JobState::kSucceeded) record_final(j);
+  if (j.life.target() == JobState::kSucceeded) planning.record_final(j);
   set_state(j, *j.life.target());
   notify(j, summary(j).to_json());
   event(j, summary(j).to_json());
@@ -439,7 +433,7 @@ void Leader::Impl::maybe_finish(JobRec& j) {
   }
   spdlog::info("job {} {}: test accuracy {:.4f}, {} epochs, {:.1f} s{}", j.id, to_string(j.state()), j.test_accuracy,
                j.epochs_done, j.wall_seconds(), j.error.empty() ? "" : ", error: " + j.error);
-  trim_series();
+  trim_series(jobs);
   // Later, from the event loop: a caller may be iterating over the jobs right now.
   if (!retire_posted) {
     retire_posted = true;
@@ -511,6 +505,17 @@ void Leader::Impl::cancel_job(JobRec& j) {
   }
 }
 
+void Leader::Impl::retire_jobs() {
+  // A read-only store could not forget them: they would come back with the next restart.
+  if (db && db->read_only()) return;
+  const auto gone = jobs.beyond_retention(static_cast<std::size_t>(opt.job_retention));
+  if (gone.empty()) return;
+  for (const auto& id : gone) persist("removing a retired job", [&] { db->delete_job(jobs.at(id).num); });
+  jobs.erase(gone);
+  spdlog::info("job retention ({} finished jobs kept): removed {} older finished job{} ({}{})", opt.job_retention,
+               gone.size(), gone.size() == 1 ? "" : "s", gone.front(), gone.size() > 1 ? ", …" : "");
+}
+
 // ---------------------------------------------------------------- plumbing
 void Leader::Impl::on_message(const SessionPtr& s, const std::string& text) {
   wire::Envelope env;
@@ -546,6 +551,8 @@ void Leader::Impl::on_message(const SessionPtr& s, const std::string& text) {
     } else {
       on_client_message(s, env);
     }
+  } catch (const wire::Refused& e) {
+    reply_error(s, env.id, e.code(), e.what(), e.field());
   } catch (const wire::BodyError& e) {
     // A body that does not fit its schema (wire/control_bodies.h): refused before it
     // changed anything.
@@ -610,17 +617,15 @@ void Leader::start() {
                    impl_->db->location());
     }
   }
+  impl_->planning.use_store(impl_->db.get());
   if (impl_->db) {
-    impl_->next_job = impl_->recovery.restore(*impl_->db, impl_->jobs, impl_->job_order);
+    impl_->recovery.restore(*impl_->db, impl_->jobs);
     impl_->retire_jobs();  // a store kept by a leader with a larger job_retention
     if (impl_->ha.term > 0) spdlog::info("leader state in {}: {} jobs", impl_->db->location(), impl_->jobs.size());
   }
   if (!impl_->opt.state_dir.empty()) {
     try {
-      impl_->models = std::make_unique<ModelStore>((std::filesystem::path(impl_->opt.state_dir) / "models").string(),
-                                                   impl_->opt.model_retention);
-      impl_->uploads = std::make_unique<UploadStore>(
-          (std::filesystem::path(impl_->opt.state_dir) / "uploads").string(), impl_->opt.model_retention);
+      impl_->models.open(impl_->opt.state_dir, impl_->opt.model_retention);
     } catch (const std::exception& e) {
       spdlog::error("{}: the leader keeps no trained models and takes no model uploads", e.what());
     }
@@ -664,6 +669,10 @@ std::size_t Leader::live_agents() const {
   std::size_t n = 0;
   for (const auto& [id, a] : impl_->agents) n += a.lost ? 0 : 1;
   return n;
+}
+
+void Leader::collect_metrics(control::MetricsBuilder& out) const {
+  add_leader_metrics(out, impl_->jobs, impl_->agents, impl_->queue.size(), impl_->counters);
 }
 
 }  // namespace dltrain::leader

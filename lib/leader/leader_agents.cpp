@@ -23,7 +23,9 @@ void Leader::Impl::add_agent_handlers() {
   using T = wire::ControlType;
   agent_api.on(T::kRegister, [this](const SessionPtr& s, const wire::Envelope& env) { on_register(s, env); })
       .on(T::kHeartbeat, [](const SessionPtr& s, const wire::Envelope& env) { reply(s, env.id, json::object()); })
-      .on(T::kModelDownload, [this](const SessionPtr& s, const wire::Envelope& env) { on_model_download(s, env); })
+      .on(T::kModelDownload, [this](const SessionPtr& s, const wire::Envelope& env) {
+        reply(s, env.id, models.on_model_download(wire::parse_body<wire::ModelDownloadBody>(env)));
+      })
       .on(T::kTaskEvent,
           [this](const SessionPtr& s, const wire::Envelope& env) {
             const auto [j, t] = addressed_task(s, env);
@@ -45,7 +47,7 @@ void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& e
   if (env.is(wire::ControlType::kReply)) {
     if (log_relay.on_reply(env)) return;
     bool taken = false;
-    after_reply("a model file's reply", [&] { taken = on_model_file_reply(env); });
+    after_reply("a model file's reply", [&] { taken = models.on_reply(env); });
     if (taken) return;
     if (!env.ok) spdlog::warn("agent {} reported an error: {}", s->peer(), env.error.dump());
     return;
@@ -109,16 +111,15 @@ void Leader::Impl::check_heartbeats() {
     // logged; the timer goes on, and the job stays as it was.
     try {
       self->log_relay.expire(now);
-      self->expire_model_requests();
-      if (self->uploads) self->uploads->expire(std::chrono::seconds(120));
+      self->models.expire(now);
       for (auto& [id, a] : self->agents) {
         if (!a.lost && now - a.last_seen > self->opt.heartbeat_timeout) {
           if (auto s = a.session.lock()) s->close();
           self->recovery.agent_lost(id, "no heartbeat for " + std::to_string(self->opt.heartbeat_timeout.count()) + " ms",
-                                    self->jobs_in_order());
+                                    self->jobs.in_order());
         }
       }
-      for (JobRec* j : self->jobs_in_order()) {
+      for (JobRec* j : self->jobs.in_order()) {
         try {
           self->recovery.tick(*j, now);
         } catch (const IllegalTransition& e) {
@@ -192,7 +193,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
     }
   }
   // Tasks the leader placed there but has not started yet hold their cores too.
-  for (auto& jid : job_order) {
+  for (const auto& jid : jobs.order()) {
     auto& j = jobs.at(jid);
     if (j.terminal()) continue;
     for (auto& t : j.tasks) {
@@ -203,7 +204,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   // replaced one that was never declared lost (a lost agent's tasks were already
   // accounted for by agent_lost), or for a restored job the leader is adopting.
   std::vector<std::pair<std::string, std::string>> gone;  // job, why
-  for (auto& jid : job_order) {
+  for (const auto& jid : jobs.order()) {
     auto& j = jobs.at(jid);
     if (j.terminal()) continue;
     const bool adopting = Recovery::adopting(j);
@@ -226,7 +227,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   if (on_registered) on_registered();
   for (auto& [jid, why] : gone) recovery.tasks_gone(jobs.at(jid), why);
   // A restored job whose agents are all back is adopted now.
-  for (JobRec* j : jobs_in_order()) recovery.agent_back(*j);
+  for (JobRec* j : jobs.in_order()) recovery.agent_back(*j);
   for (auto& [id, j] : jobs) recovery.try_resume(j);
   try_schedule();
 }
@@ -417,7 +418,7 @@ void Leader::Impl::on_epoch_end(JobRec& j, TaskRec& t, const events::EpochEnd& e
   if (t.index == 0) {
     j.epochs_done = e.epoch;
     if (e.test_accuracy) j.test_accuracy = *e.test_accuracy;
-    record_epoch(j, e);
+    planning.record_epoch(j, e);
     json stored = ev;
     stored["task"] = t.name;
     event(j, stored);

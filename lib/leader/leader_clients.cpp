@@ -9,12 +9,14 @@
 #include "leader/leader_impl.h"
 #include "common/errors.h"
 #include "common/secret.h"
+#include "planner/policy.h"
 
 namespace dltrain::leader {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using SessionPtr = Leader::Impl::SessionPtr;
+namespace events = wire::events;
 
 // ---------------------------------------------------------------- client messages
 // The validated job of a submit or plan request (`b`, its body), or nullopt after replying
@@ -22,10 +24,10 @@ using SessionPtr = Leader::Impl::SessionPtr;
 std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const wire::Envelope& env,
                                                      const wire::SubmitBody& b) {
   try {
-    // An uploaded model file is checked in its stead (leader_models.cpp).
+    // An uploaded model file is checked in its stead (model_collection.cpp).
     std::string uploaded;
     if (b.model_sha256) {
-      const auto path = uploads ? uploads->find(*b.model_sha256) : std::nullopt;
+      const auto path = models.uploaded(*b.model_sha256);
       if (!path) {
         reply_error(s, env.id, wire::error_code::kInvalidJob,
                     "model_file: the leader has no uploaded file " + *b.model_sha256 +
@@ -37,9 +39,9 @@ std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const 
     }
     auto spec = parse_job_toml(*b.job_toml, b.base_dir, true, uploaded);
     if (b.model_sha256 && spec.model == ModelKind::kTorchScript) spec.model_sha256 = *b.model_sha256;
-    if (!spec.init_from.empty() && !resolve_init_from(s, env.id, b, spec)) return std::nullopt;
+    if (!spec.init_from.empty()) models.resolve_init_from(b, spec);  // throws wire::Refused
     // A job whose PS shard cannot fit on any agent is refused now, not when it is placed.
-    if (auto why = spec.workers_auto ? std::nullopt : ps_memory_problem(spec)) {
+    if (auto why = spec.workers_auto ? std::nullopt : planning.ps_memory_problem(spec)) {
       reply_error(s, env.id, wire::error_code::kInvalidJob, *why, "workers");
       return std::nullopt;
     }
@@ -77,12 +79,22 @@ void Leader::Impl::add_client_handlers() {
         reply(s, env.id, {{"agents", agents_json()}, {"leader", leader_json()}});
       })
       .on(T::kLogs, plain(&Impl::on_logs))
-      .on(T::kModels, plain(&Impl::on_models))
-      .on(T::kModelRead, plain(&Impl::on_model_read))
-      .on(T::kModelUpload, plain(&Impl::on_model_upload))
+      .on(T::kModels, [this](const SessionPtr& s, const wire::Envelope& env) {
+        reply(s, env.id, models.on_models(wire::parse_body<wire::ModelsQueryBody>(env)));
+      })
+      .on(T::kModelRead, [this](const SessionPtr& s, const wire::Envelope& env) {
+        reply(s, env.id, models.on_model_read(wire::parse_body<wire::ModelFileRequestBody>(env)));
+      })
+      .on(T::kModelUpload, [this](const SessionPtr& s, const wire::Envelope& env) {
+        reply(s, env.id, models.on_model_upload(wire::parse_body<wire::ModelUploadBody>(env)));
+      })
       .on(T::kResume, plain(&Impl::on_resume))
-      .on(T::kSeries, plain(&Impl::on_series))
-      .on(T::kEvents, plain(&Impl::on_events));
+      .on(T::kSeries, [this](const SessionPtr& s, const wire::Envelope& env) {
+        reply(s, env.id, series_reply(jobs, wire::parse_body<wire::JobQueryBody>(env)));
+      })
+      .on(T::kEvents, [this](const SessionPtr& s, const wire::Envelope& env) {
+        reply(s, env.id, events_reply(jobs, db.get(), wire::parse_body<wire::EventsBody>(env)));
+      });
 }
 
 void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& env) {
@@ -96,7 +108,7 @@ void Leader::Impl::on_plan(const SessionPtr& s, const wire::Envelope& env) {
   if (const auto why = gpu_refusal(*parsed)) {
     return reply_error(s, env.id, wire::error_code::kInfeasible, *why, "gpus_per_worker");
   }
-  reply(s, env.id, planner::to_json(plan_for(*parsed, 0)));
+  reply(s, env.id, planner::to_json(planning.plan_for(*parsed, 0)));
 }
 
 void Leader::Impl::on_history(const SessionPtr& s, const wire::Envelope& env) {
@@ -114,9 +126,8 @@ void Leader::Impl::on_list(const SessionPtr& s, const wire::Envelope& env, const
   std::vector<json> latest;
   std::size_t bytes = 0;
   bool size_bound = false;
-  for (auto it = job_order.rbegin(); it != job_order.rend() && static_cast<std::int64_t>(latest.size()) < b.limit;
-       ++it) {
-    json st = status_json(jobs.at(*it));
+  for (const JobRec* j : jobs.newest(static_cast<std::size_t>(std::max<std::int64_t>(0, b.limit)))) {
+    json st = status_json(*j);
     bytes += st.dump().size() + 1;
     if (bytes > wire::kMaxControlMessage / 2) {
       size_bound = true;
@@ -126,7 +137,7 @@ void Leader::Impl::on_list(const SessionPtr& s, const wire::Envelope& env, const
   }
   json arr = json::array();
   for (auto it = latest.rbegin(); it != latest.rend(); ++it) arr.push_back(std::move(*it));
-  const std::size_t total = job_order.size();
+  const std::size_t total = jobs.size();
   reply(s, env.id,
         {{"jobs", std::move(arr)},
          {"total", total},
@@ -202,13 +213,12 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
   const bool automatic = spec.workers_auto || spec.batch_auto;
   std::optional<planner::Plan> p;
   if (automatic) {
-    p = plan_for(spec, 0);
+    p = planning.plan_for(spec, 0);
     if (!p->feasible && p->explore.empty()) {
       return reply_error(s, req, wire::error_code::kInfeasible, "planner: " + p->explanation);
     }
   }
-  j.num = next_job++;
-  j.id = "job-" + std::to_string(j.num);
+  jobs.number(j);
   j.submitted = Clock::now();
   j.submitted_unix = unix_now();
   j.secret = new_job_secret_hex();
@@ -223,19 +233,17 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
     // The counter first: should the job record then fail, a restarted leader only skips
     // a number; it never finds a job the client was told was refused.
     try {
-      db->put_meta("next_job", std::to_string(next_job));
+      db->put_meta("next_job", std::to_string(jobs.next_number()));
       db->put_job(j.num, stored_record(j));
     } catch (const std::exception& e) {
-      --next_job;
+      jobs.unnumber(j);
       spdlog::error("job submission refused: the state database cannot store it: {}", e.what());
       return reply_error(s, req, wire::error_code::kUnavailable,
                          std::string("the leader cannot store the job, so it does not accept it: ") + e.what() +
                              ". Running jobs carry on; list, status and history still answer");
     }
   }
-  jobs.emplace(id, std::move(j));
-  job_order.push_back(id);
-  auto& job = jobs.at(id);
+  auto& job = jobs.add(std::move(j));
   spdlog::info("job {} ({}) submitted: {} workers, {} PS shards, batch {}, {} epochs{}", id, job.spec.name,
                job.spec.workers_auto ? "auto" : std::to_string(job.spec.workers),
                job.spec.ps_shards_auto ? "auto" : std::to_string(job.spec.ps_shards),
@@ -308,6 +316,103 @@ json Leader::Impl::agents_json() const {
                     std::chrono::duration<double>(Clock::now() - a.last_seen).count()}});
   }
   return arr;
+}
+
+// `dltrain resume JOB` (ModelCollection::resume_job): the job's configuration as planned,
+// its latest epoch checkpoint's state_dict as init_from, its workers starting at that
+// checkpoint's epoch (leader.cpp, launch).
+void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
+  const auto b = wire::parse_body<wire::ResumeBody>(env);
+  JobRec j = models.resume_job(b, [this](const JobSpec& spec) { return planning.ps_memory_problem(spec); });
+  const json extra{{"resumed_from", j.resume.from}, {"checkpoint", j.resume.checkpoint}, {"resume_epoch", j.resume.epoch}};
+  accept_job(s, env.id, std::move(j), b.follow, extra);
+}
+
+// ---------------------------------------------------------------- the planner's answers
+// (planning.h asks the planner; the leader applies what it says)
+// Applies a feasible plan to an auto job and queues it; fails it otherwise.
+void Leader::Impl::decide(JobRec& j) {
+  const auto p = planning.plan_for(j.spec, j.explore.exploration_seconds);
+  j.explore.plan = planner::to_json(p);
+  ++counters.plans;
+  if (!p.feasible) {
+    ++counters.infeasible_plans;
+    return fail_unplaced(j, "planner: " + p.explanation);
+  }
+  j.spec.workers = p.choice.workers;
+  j.spec.batch_size = p.choice.batch_size;
+  if (auto why = planning.ps_memory_problem(j.spec)) {
+    return fail_unplaced(j, "planner chose " + std::to_string(p.choice.workers) + " workers, but " + *why);
+  }
+  planning.remember(j.spec, p.choice);
+  spdlog::info("job {}: planner chose {} workers x batch {}: {}", j.id, p.choice.workers, p.choice.batch_size,
+               p.explanation);
+  notify(j, events::PlanDecided{{}, j.explore.plan}.to_json());
+  set_state(j, JobState::kQueued);
+  enqueue(j);
+}
+
+// Starts one exploration run per configuration the planner asked to profile.
+void Leader::Impl::explore(JobRec& parent, const std::vector<planner::Config>& configs) {
+  set_state(parent, JobState::kExploring);
+  for (const auto& c : configs) {
+    JobRec p;
+    jobs.number(p);
+    p.spec = planner::exploration_spec(parent.spec, parent.id, c, opt.explore_steps);
+    p.submitted = Clock::now();
+    p.submitted_unix = unix_now();
+    p.secret = new_job_secret_hex();
+    p.explore.profile_of = parent.id;
+    ++counters.exploration_runs;
+    parent.explore.pending_profiles.push_back(p.id);
+    auto& run = jobs.add(std::move(p));
+    enqueue(run);
+    save(run);
+    spdlog::info("job {}: exploring {} workers x batch {} as {}", parent.id, c.workers, c.batch_size, run.id);
+  }
+  persist("saving the job counter", [&] { db->put_meta("next_job", std::to_string(jobs.next_number())); });
+}
+
+// `dltrain logs`: the client's request checked against the job and its task, then handed
+// to the log relay (log_relay.h) on its way to the agent that keeps the log.
+void Leader::Impl::on_logs(const SessionPtr& s, const wire::Envelope& env) {
+  auto b = wire::parse_body<wire::LogRequestBody>(env);
+  const auto jit = jobs.find(b.job);
+  if (jit == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "no job \"" + b.job + "\"", "job");
+  JobRec& j = jit->second;
+  const TaskRec* t = j.find_task(b.task);
+  if (t == nullptr) {
+    std::string names;
+    for (const auto& x : j.tasks) names += (names.empty() ? "" : ", ") + x.name;
+    return reply_error(s, env.id, wire::error_code::kNotFound,
+                       j.id + " has no task \"" + b.task + "\"" + (names.empty() ? "" : " (its tasks: " + names + ")"),
+                       "task");
+  }
+  if (t->agent.empty()) {
+    return reply_error(s, env.id, wire::error_code::kNotFound, b.task + " of " + j.id + " has not been placed yet",
+                       "task");
+  }
+  const auto a = agents.find(t->agent);
+  const auto session = a == agents.end() || a->second.lost ? nullptr : a->second.session.lock();
+  if (!session) {
+    return reply_error(s, env.id, wire::error_code::kUnavailable,
+                       "agent " + t->agent + ", which keeps the log of " + b.task + ", is not connected");
+  }
+  b.generation = j.generation;
+  const std::string id = "log-" + std::to_string(next_req++);
+  if (!order(session, id, wire::ControlType::kReadLog, b.to_json())) {
+    return reply_error(s, env.id, wire::error_code::kUnavailable, "this leader no longer serves: ask the serving one");
+  }
+  std::weak_ptr<control::Session> client = s;
+  const std::string client_id = env.id;
+  LogRelay::Client answer{
+      [this, client, client_id](const json& body) {
+        if (auto c = client.lock()) reply(c, client_id, body);
+      },
+      [this, client, client_id](const std::string& code, const std::string& message, const std::string& field) {
+        if (auto c = client.lock()) reply_error(c, client_id, code, message, field);
+      }};
+  log_relay.expect(id, t->agent, t->state != TaskState::kExited, std::move(answer), Clock::now());
 }
 
 }  // namespace dltrain::leader

@@ -1,19 +1,18 @@
-// The leader's state and the declarations of its parts (private to lib/leader/). One
-// struct, one event loop; its member functions live in the file of their subject:
-//   leader.cpp           the job state machine (launch, finish, fail), plumbing
-//   leader_agents.cpp    the agent protocol: registration, task events and exits
-//   leader_clients.cpp   the client protocol: submit, plan, status, cancel, follow, ...
-//   leader_planning.cpp  the adapter to the planner's policy (planner/policy.h)
-//   leader_metrics.cpp   the leader's Prometheus metrics (dltrain_leader_*, dltrain_job_*)
-//   leader_logs.cpp      `dltrain logs`: a client's request relayed to the task's agent
-//   leader_dashboard.cpp what the dashboard asks beyond the client protocol: curves, events
-//   leader_models.cpp    the trained model: collected from worker 0's agent, kept, served
-// Its parts with state of their own: the records (job_record.h), the agents and
-// placement (placement.h), the queue and its admission rule (scheduler.h), and recovery
-// (recovery.h: lost tasks, re-assignment, restore, adoption), which acts on the rest
-// through JobActions, implemented here. Members without a
-// comment here have theirs at their definition, in the file their section names. All of
-// them run on the leader's io thread; none is thread-safe, none needs to be.
+// The leader's core (private to lib/leader/): the parts it is wired from and the code that
+// needs more than one of them. One struct, one event loop, three files:
+//   leader.cpp           the job's life (launch, finish, fail, cancel, retire), plumbing
+//   leader_agents.cpp    the agent protocol: registration, heartbeats, task events and exits
+//   leader_clients.cpp   the client protocol: submit, plan, status, cancel, follow, logs, ...
+//                        and the planner's answers applied (decide, explore)
+// The parts own their state and are unit-tested without sockets: the job table
+// (job_table.h) and the records (job_record.h), each job's lifecycle (states.h), the
+// agents and placement (placement.h), the queue and its admission rule (scheduler.h),
+// recovery (recovery.h: lost tasks, re-assignment, restore, adoption; it acts on the rest
+// through JobActions, implemented here), the planner's adapter (planning.h), the trained
+// models (model_collection.h), the log relay (log_relay.h), the dashboard's curves
+// (dashboard.h) and the metrics (metrics.h). Members without a comment here have theirs
+// at their definition. All of them run on the leader's io thread; none is thread-safe,
+// none needs to be.
 #pragma once
 
 #include <chrono>
@@ -32,10 +31,14 @@
 
 #include "common/file_transfer.h"
 #include "leader/job_record.h"
+#include "leader/dashboard.h"
+#include "leader/job_table.h"
 #include "leader/log_relay.h"
-#include "leader/model_store.h"
+#include "leader/metrics.h"
+#include "leader/model_collection.h"
 #include "leader/leader.h"
 #include "leader/placement.h"
+#include "leader/planning.h"
 #include "leader/recovery.h"
 #include "leader/scheduler.h"
 #include "control/metrics_server.h"
@@ -59,32 +62,38 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   boost::asio::steady_timer hb_timer;
   AgentRegistry agents;
   std::map<std::uint64_t, std::string> agent_by_session;
-  std::map<std::string, JobRec> jobs;
-  std::vector<std::string> job_order;
+  JobTable jobs;  ///< every job by id, in submission order, and their numbering (job_table.h)
   Scheduler queue;  ///< the jobs waiting for cores and GPUs, and admission (scheduler.h)
   Recovery recovery;  ///< lost tasks, re-assignment, restore, adoption (recovery.h)
-  std::uint64_t next_job = 1;
   std::uint64_t next_req = 1;
   std::function<void()> on_registered;  ///< Leader::set_on_agent_registered
   std::unique_ptr<store::Store> db;
   /// The term it serves and how it knows it still does (leader.h; a single leader: term 0).
   LeaderTerm ha;
   double started_unix = 0;  ///< when this leader started serving, seconds since the epoch
-  /// Cumulative counts since this leader process started, for its metrics.
-  struct Counters {
-    std::uint64_t plans = 0;             ///< planner decisions for automatic jobs
-    std::uint64_t infeasible_plans = 0;  ///< of which no configuration met the constraints
-    std::uint64_t exploration_runs = 0;  ///< exploration (profile) jobs started
-    std::map<std::string, std::uint64_t> requests;  ///< control messages by peer kind
-    std::map<std::pair<std::string, std::string>, std::uint64_t> errors;  ///< (peer kind, code) → error replies
-  } counters;
+  LeaderCounters counters;  ///< cumulative counts for the metrics (metrics.h)
   LogRelay log_relay;  ///< the logs requests waiting for their agent's read_log reply
   /// The handlers of what clients and agents may send, by message type (wire/control.h);
   /// a type without one gets "unknown message type".
   wire::Dispatcher<const SessionPtr&> client_api, agent_api;
 
+  /// The trained models: collected, kept, served; the clients' uploads (model_collection.h).
+  ModelCollection models;
+  /// The adapter to the planner (planning.h).
+  Planning planning;
+
   Impl(boost::asio::io_context& i, const config::AgentOptions& o, LeaderTerm t)
-      : io(i), opt(o), hb_timer(i), recovery(recovery_options(o), agents, *this), ha(std::move(t)) {
+      : io(i),
+        opt(o),
+        hb_timer(i),
+        recovery(recovery_options(o), agents, *this),
+        ha(std::move(t)),
+        models(jobs, agents,
+               {[this](const SessionPtr& s, const std::string& id, wire::ControlType type, const json& body) {
+                  return order(s, id, type, body);
+                },
+                [this](JobRec& j) { maybe_finish(j); }}),
+        planning(agents, opt) {
     add_client_handlers();
     add_agent_handlers();
   }
@@ -111,8 +120,6 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// event() and notify().
   void publish(JobRec& j, const json& ev) override;
   void log_event(const JobRec& j, const json& ev) override { event(j, ev); }
-  /// The leader's jobs in submission order (for Recovery::agent_lost).
-  std::vector<JobRec*> jobs_in_order();
   void send_agent(const std::string& agent_id, wire::ControlType type, const json& body);
   /// True while this leader may act (leader.h LeaderTerm::serving; a single leader: always).
   bool serving() const { return !ha.serving || ha.serving(); }
@@ -190,6 +197,13 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   void on_close(const SessionPtr& s);
   void check_heartbeats();
 
+  /// Removes the finished jobs beyond the opt.job_retention most recently ended ones
+  /// (JobTable::beyond_retention), from memory and from the store (record and events);
+  /// nothing while the store is read-only. Called from the event loop after a job ends,
+  /// and after restore().
+  void retire_jobs();
+  bool retire_posted = false;  ///< a retire_jobs() is posted to the event loop
+
   // ------------------------------------------------------------ leader_agents.cpp
   void add_agent_handlers();
   /// Runs `f`, the work of an agent's message that was already answered: a refused
@@ -239,97 +253,20 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// Stores and queues (or plans) new job `j` (its spec checked), replies to request `id`
   /// with its id and state plus `extra`; with `follow`, `s` gets its events.
   void accept_job(const SessionPtr& s, const std::string& id, JobRec j, bool follow, const json& extra);
-  /// `resume {job, follow}` (leader_models.cpp): a new job continuing a failed or cancelled
-  /// one from its latest epoch checkpoint in the model store.
+  /// `resume {job, follow}`: a new job continuing a failed or cancelled one from its
+  /// latest epoch checkpoint in the model store (ModelCollection::resume_job).
   void on_resume(const SessionPtr& s, const wire::Envelope& env);
   void on_cancel(const SessionPtr& s, const wire::Envelope& env, JobRec& j);
+  /// `logs {job, task, ...}`: relayed to the agent that keeps the task's log (LogRelay).
+  void on_logs(const SessionPtr& s, const wire::Envelope& env);
   json agents_json() const;
 
-  // ------------------------------------------------------------ leader_planning.cpp
-  planner::Plan plan_for(const JobSpec& spec, double exploration_seconds) const;
-  /// Why `spec` cannot run here because its largest PS shard's parameter state
-  /// (planner/ps_memory.h: parameters, momentum, one x_seen per sparse-downlink worker)
-  /// exceeds the memory_mb of every live agent; nullopt when it fits or no agent is live
-  /// (nothing to compare with yet).
-  std::optional<std::string> ps_memory_problem(const JobSpec& spec) const;
+  /// The planner's answer for automatic job `j` applied: queued with the chosen
+  /// configuration, or failed (leader_clients.cpp).
   void decide(JobRec& j);
+  /// One exploration run of `parent` per configuration the planner asked to profile.
   void explore(JobRec& parent, const std::vector<planner::Config>& configs);
-  void record_epoch(JobRec& j, const wire::events::EpochEnd& ev);
-  void record_final(JobRec& j);
 
-  // ------------------------------------------------------------ leader_logs.cpp
-  void on_logs(const SessionPtr& s, const wire::Envelope& env);
-
-  // ------------------------------------------------------------ leader_models.cpp
-  /// The trained models this leader keeps (<state_dir>/models); null without a state_dir.
-  std::unique_ptr<ModelStore> models;
-  /// A job's model on its way from worker 0's agent, one file window at a time.
-  struct Collecting {
-    std::string job, agent;
-    wire::ModelFileRequestBody req;     ///< the window asked for last
-    std::string req_id;                 ///< that request's id
-    Clock::time_point deadline;         ///< its reply is due
-    std::vector<std::string> pending;   ///< files still to fetch after req.file
-    std::string staging;                ///< where the files go (ModelStore::staging_dir)
-    std::unique_ptr<ChunkedFileWriter> writer;  ///< req.file, from its first window on
-    std::string sha256;                 ///< req.file's, as its agent said
-    ModelManifest manifest;             ///< the checkpoint being collected, so far
-    std::vector<std::string> checkpoints_left;  ///< named by the last model's metadata
-    std::string stored;                 ///< the first checkpoint stored (the job's model), "" before
-  };
-  std::map<std::string, Collecting> collecting;  ///< by job
-  /// Starts collecting `j`'s model once every task exited: a succeeding job's "last" model
-  /// and the checkpoints its metadata names; a failing or cancelled job's latest epoch
-  /// checkpoint (what `dltrain resume` starts from). True while it is being collected
-  /// (maybe_finish is called again when it ends); false, with j.model done and its error
-  /// said, when there is nothing to collect.
-  bool collect_model(JobRec& j);
-  void request_model_window(Collecting& c);
-  void take_model_metadata(Collecting& c);
-  /// True when `env` (a reply from an agent) answers a read_model_file; goes on.
-  bool on_model_file_reply(const wire::Envelope& env);
-  /// Ends `job`'s collection ("" = stored) and lets the job end.
-  void end_collection(std::string job, const std::string& error);
-  /// Ends the collections whose agent did not answer in time.
-  void expire_model_requests();
-  /// The stored models (of `job` when given), newest first, as JSON manifests (at most
-  /// 1,000: the latest).
-  json models_json(const std::optional<std::string>& job) const;
-  /// `models {job?}` → the stored models and the jobs whose model is being collected.
-  void on_models(const SessionPtr& s, const wire::Envelope& env);
-  /// `model_read {job, checkpoint, file, offset, max_bytes}` → a window of a stored file.
-  void on_model_read(const SessionPtr& s, const wire::Envelope& env);
-  /// The model files clients uploaded with their jobs (<state_dir>/uploads); null
-  /// without a state_dir.
-  std::unique_ptr<UploadStore> uploads;
-  /// `model_upload {sha256, size, offset, data}` (client) → where the next window starts.
-  void on_model_upload(const SessionPtr& s, const wire::Envelope& env);
-  /// init_from of submitted `spec`: the state_dict of a model the leader keeps (a job id)
-  /// or of one the client uploaded (b.init_sha256), as spec.init_sha256; false after
-  /// replying the error to request `id`.
-  bool resolve_init_from(const SessionPtr& s, const std::string& id, const wire::SubmitBody& b, JobSpec& spec);
-  /// `model_download {sha256, offset, max_bytes}` (agent) → a window of an uploaded file.
-  void on_model_download(const SessionPtr& s, const wire::Envelope& env);
-
-  // ------------------------------------------------------------ leader_dashboard.cpp
-  /// Adds what a worker's progress or (worker 0's) epoch_end says to `j`'s curves.
-  void record_series(JobRec& j, const TaskRec& t, const wire::events::Progress& p);
-  void record_series(JobRec& j, const TaskRec& t, const wire::events::EpochEnd& e);
-  /// `series {job}` → the job's curves; `events {job, limit}` → its stored event log.
-  void on_series(const SessionPtr& s, const wire::Envelope& env);
-  void on_events(const SessionPtr& s, const wire::Envelope& env);
-  /// Clears the curves of the finished jobs older than the kKeptSeries most recent ones.
-  void trim_series();
-  /// Removes the finished jobs beyond the opt.job_retention most recently ended ones
-  /// (ranked by their end, so a long job submitted early is not the first to go), from
-  /// memory and from the store (record and events). A finished exploration run whose job
-  /// has not ended is kept; nothing is removed while the store is read-only. Called from
-  /// the event loop after a job ends, and after restore().
-  void retire_jobs();
-  bool retire_posted = false;  ///< a retire_jobs() is posted to the event loop
-
-  // ------------------------------------------------------------ leader_metrics.cpp
-  void collect_metrics(control::MetricsBuilder& out) const;
 };
 
 }  // namespace dltrain::leader

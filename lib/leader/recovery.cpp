@@ -26,9 +26,7 @@ std::string ra_moved_text(const std::vector<events::Move>& moved) {
 
 }  // namespace
 
-std::uint64_t Recovery::restore(const store::Store& db, std::map<std::string, JobRec>& jobs,
-                                std::vector<std::string>& order) {
-  std::uint64_t next_job = 1;
+void Recovery::restore(const store::Store& db, JobTable& jobs) {
   for (auto& [num, r] : db.jobs()) {
     JobRec j;
     try {
@@ -47,27 +45,24 @@ std::uint64_t Recovery::restore(const store::Store& db, std::map<std::string, Jo
         actions_.save(j);
       }
     }
-    next_job = std::max(next_job, num + 1);
-    order.push_back(j.id);
-    jobs.emplace(j.id, std::move(j));
+    jobs.restore(std::move(j));
   }
-  if (auto n = db.get_meta("next_job")) next_job = std::max<std::uint64_t>(next_job, std::stoull(*n));
+  if (auto n = db.get_meta("next_job")) jobs.raise_next(std::stoull(*n));
   // An exploring job waits for its exploration runs that are still unfinished.
-  for (auto& id : order) {
-    auto& j = jobs.at(id);
+  for (JobRec* jp : jobs.in_order()) {
+    auto& j = *jp;
     if (j.explore.profile_of.empty() || j.terminal()) continue;
     auto pit = jobs.find(j.explore.profile_of);
-    if (pit != jobs.end() && pit->second.state() == JobState::kExploring) pit->second.explore.pending_profiles.push_back(id);
+    if (pit != jobs.end() && pit->second.state() == JobState::kExploring) pit->second.explore.pending_profiles.push_back(j.id);
   }
-  for (auto& id : order) {
-    auto& j = jobs.at(id);
+  for (JobRec* jp : jobs.in_order()) {
+    auto& j = *jp;
     if (j.state() == JobState::kExploring && j.explore.pending_profiles.empty()) {
       actions_.fail_unplaced(
           j, "the leader restarted while the job was exploring and its exploration runs are gone; submit it again");
     }
   }
   spdlog::info("store {}: {} jobs and {} history rows restored", db.location(), jobs.size(), db.history().size());
-  return next_job;
 }
 
 // The restored form of an unfinished job (called by restore()).

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "leader/job_record.h"
+#include "leader/job_table.h"
 #include "leader/placement.h"
 #include "store/store.h"
 #include "wire/control_bodies.h"
@@ -81,11 +82,10 @@ class Recovery {
   /// lost with its agent (after_adoption); an exploring job whose exploration runs are
   /// gone fails. A record that cannot be read is skipped (logged); a job whose stored
   /// state cannot be read is failed with the reason. Throws StoreError only when the
-  /// store itself cannot be read. `jobs` (by id) and `order` (submission order) are the
-  /// leader's tables, empty before: each job is added as it is read, since the actions
-  /// restore() calls may look jobs up there. Returns the number the next submitted job
-  /// gets.
-  std::uint64_t restore(const store::Store& db, std::map<std::string, JobRec>& jobs, std::vector<std::string>& order);
+  /// store itself cannot be read. `jobs` is the leader's table, empty before: each job is
+  /// added as it is read (JobTable::restore), since the actions restore() calls may look
+  /// jobs up there; its counter ends past every stored job and the stored counter.
+  void restore(const store::Store& db, JobTable& jobs);
 
   /// How long a restarted leader waits for the agents of a running job: an agent notices
   /// the lost link within a heartbeat timeout and retries with back-off of at most 10 s

@@ -1,7 +1,7 @@
 // The planner's policy as the leader applies it (docs/planner.md): how a job and the
 // cluster become a PlanRequest, how a chosen plan is kept for the next job of the same
 // model and dataset, what an exploration run is, and which history rows a job leaves
-// behind. Plain functions: the leader's adapter (leader/leader_planning.cpp) feeds them its
+// behind. Plain functions: the leader's adapter (leader/planning.cpp) feeds them its
 // jobs, its agents and its store. With planner.h this module holds the whole second
 // method; nothing here touches a socket. Thread-safe (no shared state).
 #pragma once

@@ -75,7 +75,7 @@ double WorkerLoop::run() {
   // after a re-assignment that rebuilds a shard, the leader starts the other workers
   // (this worker's group-mates among them) only once the seed has initialised it.
   if (cfg_.local_group) {
-    join_local_group();
+    grp_.join(*cfg_.local_group, device_, cfg_.stop_requested, steps_per_epoch_, resume_epoch_);
     set_resume_point();
   }
   try {
@@ -85,10 +85,10 @@ double WorkerLoop::run() {
       stopped();
     }
   } catch (...) {
-    write_trace();  // the timeline of a worker that failed says what its last steps did
+    rep_.write_trace();  // the timeline of a worker that failed says what its last steps did
     throw;
   }
-  write_trace();
+  rep_.write_trace();
   done();
   return final_accuracy_;
 }
@@ -115,22 +115,22 @@ void WorkerLoop::load() {
     spdlog::info("init_from: {}", init_from_state_dict(model_, kInitStateDictFile, spec_.init_from));
   }
   model_.module->train(true);
-  flat_ = std::make_unique<FlatParams>(*model_.module);
-  layout_ = ps::make_layout(flat_->sizes(), spec_.partition_size, spec_.ps_shards);
-  params_.resize(static_cast<std::size_t>(layout_.total_floats));
-  grads_.resize(params_.size());
-  flat_->read_params(params_);
+  replica_.flat = std::make_unique<FlatParams>(*model_.module);
+  replica_.layout = ps::make_layout(replica_.flat->sizes(), spec_.partition_size, spec_.ps_shards);
+  replica_.params.resize(static_cast<std::size_t>(replica_.layout.total_floats));
+  replica_.grads.resize(replica_.params.size());
+  replica_.flat->read_params(replica_.params);
   n_ = feed_->shard_examples();
   steps_per_epoch_ = std::max<std::int64_t>(1, (n_ + spec_.batch_size - 1) / spec_.batch_size);
   if (spec_.overlap) {
-    install_push_hooks();
+    ex_.install_push_hooks();
     // Overlap pushes whole partitions (docs/training.md, "Overlap"): with one, the push
     // waits for backward's end as without overlap.
-    if (layout_.partitions.size() == 1 && cfg_.rank == 0) {
+    if (replica_.layout.partitions.size() == 1 && cfg_.rank == 0) {
       spdlog::warn("overlap: the model's {} parameters are one PS partition ([ps] partition_size = {}), so its "
                    "push cannot start before backward ends; a smaller partition_size lets the last layers go "
                    "first",
-                   layout_.total_floats, spec_.partition_size);
+                   replica_.layout.total_floats, spec_.partition_size);
     }
   }
   resume_epoch_ = cfg_.resume_epoch;
@@ -139,62 +139,24 @@ void WorkerLoop::load() {
 // Connects to the PS shards, offers this worker's parameters as their initial values
 // (a re-assigned job: its saved replica) and takes theirs.
 void WorkerLoop::connect() {
-  ps::PsClientOptions popt;
-  popt.job = cfg_.job;
-  popt.generation = cfg_.generation;
-  popt.secret = cfg_.secret;
-  popt.rank = static_cast<std::uint32_t>(cfg_.rank);
-  popt.num_workers = static_cast<std::uint32_t>(spec_.workers);
-  popt.timeout = cfg_.ps_timeout;
-  popt.reconnect_timeout = cfg_.ps_timeout;
-  popt.sparse_downlink = compress::keeps_x_seen(spec_.compression);
-  popt.half_downlink = compress::half_downlink(spec_.compression);
-  popt.lowrank_downlink = ps::lowrank_pull_headers(spec_.compression, layout_, flat_->sizes(), flat_->rows());
-  popt.stop_requested = cfg_.stop_requested;
   if (!cfg_.init_replica_path.empty()) {
     // A re-assigned job: this worker's saved replica is the freshest copy of the
     // parameters; a shard rebuilt elsewhere takes it as its initial values.
-    const auto steps = ps::read_replica_file(cfg_.init_replica_path, params_, layout_, cfg_.job);
+    const auto steps = ps::read_replica_file(cfg_.init_replica_path, replica_.params, replica_.layout, cfg_.job);
     wire::events::ReplicaLoaded ev;
     ev.rank = cfg_.rank;
     ev.path = cfg_.init_replica_path;
     ev.steps = static_cast<std::int64_t>(steps);
     sink_(ev.to_json());
   }
-  ex_.client = std::make_unique<ps::PsClient>(cfg_.shards, layout_, popt);
   try {
-    ex_.client->connect();
-    ex_.client->init(params_);
-    ex_.client->pull(params_);
+    ex_.connect(device_, sink_);
   } catch (const ps::StopRequested&) {
     wire::events::WorkerStopped ev;
     ev.rank = cfg_.rank;
     sink_(ev.to_json());
     throw Stopped("worker " + std::to_string(cfg_.rank) + ": stopped before it held the PS's parameters");
   }
-  pulled_at_ = unix_now();
-  flat_->write_params(params_);
-  ex_.encoder = std::make_unique<ps::PushEncoder>(
-      spec_.compression, layout_,
-      static_cast<std::uint64_t>(spec_.seed) * 7919ULL + static_cast<std::uint64_t>(cfg_.rank), flat_->sizes(),
-      flat_->rows());
-  if (ex_.encoder->always_sent_floats() > 0 && cfg_.rank == 0) {
-    spdlog::info("compression: {} of {} floats (the tensors below min_compress_bytes = {}, or no matrix for powersgd) "
-                 "are sent in full every step",
-                 ex_.encoder->always_sent_floats(), layout_.total_floats, spec_.compression.min_compress_bytes);
-  }
-  // A GPU worker selects its pushes on the GPU where it can (train/backends.h).
-  ex_.device_encoder = make_device_encoder(
-      spec_.compression, layout_, static_cast<std::uint64_t>(spec_.seed) * 7919ULL + static_cast<std::uint64_t>(cfg_.rank),
-      device_, spec_.overlap, cfg_.local_group.has_value());
-  ex_.meter = std::make_unique<ps::TrafficMeter>(layout_, wire::kHeaderSize);
-  ex_.resyncer = std::make_unique<ps::PsResyncer>(
-      *ex_.client, std::span<float>(params_), cfg_.rank, [this] { flat_->write_params(params_); }, sink_);
-  ex_.always_sent_fraction =
-      static_cast<double>(ex_.encoder->always_sent_floats()) / static_cast<double>(std::max<std::int64_t>(1, layout_.total_floats));
-  ex_.plain = spec_.compression.method == compress::Method::kNone && spec_.compression.downlink_ratio >= 1.0;
-  ex_.pipelined = spec_.overlap && spec_.sync != ps::SyncMode::kBsp;
-  ex_.replica = params_;
   set_resume_point();
 }
 
@@ -203,7 +165,7 @@ void WorkerLoop::connect() {
 // connect), with the learning-rate schedule where it was.
 void WorkerLoop::set_resume_point() {
   first_epoch_ = std::clamp(resume_epoch_, 0, spec_.epochs - 1);
-  global_step_ = first_epoch_ * steps_per_epoch_;
+  replica_.global_step = first_epoch_ * steps_per_epoch_;
   epochs_finished_ = first_epoch_;
 }
 
@@ -212,118 +174,120 @@ void WorkerLoop::started() {
   ev.rank = cfg_.rank;
   ev.train_examples = n_;
   ev.steps_per_epoch = steps_per_epoch_;
-  ev.parameters = layout_.total_floats;
-  ev.partitions = static_cast<std::int64_t>(layout_.partitions.size());
+  ev.parameters = replica_.layout.total_floats;
+  ev.partitions = static_cast<std::int64_t>(replica_.layout.partitions.size());
   ev.load_seconds = seconds_since(t_start_);
   ev.resume_epoch = cfg_.resume_epoch;
   ev.allocator = allocator_name();
   ev.blas = blas_name();
   sink_(ev.to_json());
   sink_(feed_->info().to_json());  // the data set as this worker reads it
-  rep_.last_report = Clock::now();
+  rep_.started();
 }
 
 void WorkerLoop::run_epoch(int epoch) {
   const auto t_epoch = Clock::now();
-  ex_.replica = params_;  // after worker 0's dense pull for its evaluation, too
-  ex_.meter_up0 = ex_.client->bytes_pushed();  // that pull is not a step's traffic
-  ex_.meter_down0 = ex_.client->bytes_pulled();
+  ex_.begin_epoch();
   const double wait0 = feed_->wait_seconds();
   feed_->start_epoch(epoch);
-  rep_.loss_sum = 0;
-  rep_.loss_count = 0;
-  rep_.recent_loss = 0;  // a progress event's loss is the mean since the last one in this epoch
-  rep_.recent_count = 0;
+  rep_.begin_epoch();
   torch::Tensor xb, yb;
   for (std::int64_t step = 0; step < steps_per_epoch_; ++step) {
     check_stop();
     const auto t_data = Clock::now();
     const bool more = feed_->next(xb, yb);
-    rep_.counters.data_seconds += seconds_since(t_data);  // the batch's gather, or the wait for the loader
-    mark(wire::StepPhase::kData, t_data);
+    rep_.counters().data_seconds += seconds_since(t_data);  // the batch's gather, or the wait for the loader
+    rep_.mark(wire::StepPhase::kData, t_data);
     if (!more) break;
     report_skipped_images();
-    if (xb.size(0) == 0 && !grp_.group) continue;  // every image of the batch was unreadable
+    if (xb.size(0) == 0 && !grp_) continue;  // every image of the batch was unreadable
     if (device_.is_cuda()) xb = xb.pin_memory();  // copied to the GPU asynchronously by forward
-    this->step(epoch, step, xb, yb);
+    StepPlan s;
+    s.epoch = epoch;
+    s.step = step;
+    s.pos = epoch + static_cast<double>(step) / steps_per_epoch_;
+    s.lr = static_cast<float>(learning_rate(spec_.optimizer, s.pos, spec_.epochs));
+    s.density =
+        spec_.compression.method == compress::Method::kNone ? 1.0 : compress::density_at(spec_.compression, s.pos);
+    s.downlink = ex_.downlink_density(s.pos);  // "auto" follows this step's uplink (compression_spec.h)
+    this->step(s, xb, yb);
     if (stop_) break;
   }
-  drain_pull();  // evaluation and the next epoch start from the last pull's values
-  rep_.epoch_wait = feed_->wait_seconds() - wait0;
+  ex_.drain_pull();  // evaluation and the next epoch start from the last pull's values
+  const double epoch_wait = feed_->wait_seconds() - wait0;
   if (spec_.profile) {
     if (stop_ || epoch + 1 == spec_.epochs) profiled();
     return;
   }
-  end_epoch(epoch, seconds_since(t_epoch));
+  end_epoch(epoch, seconds_since(t_epoch), epoch_wait);
 }
 
 // One step of worker i with gradient g of its local batch (docs/architecture.md, "Sparse
 // bidirectional training"): compute g; skip it if not finite; add weight decay; push
 // (dense, or top-k of the momentum-corrected accumulator) and pull (dense, or the top-k
 // of x − x_seen[i]); take the pulled parameters.
-void WorkerLoop::step(int epoch, std::int64_t step, const torch::Tensor& xb, const torch::Tensor& yb) {
+void WorkerLoop::step(const StepPlan& s, const torch::Tensor& xb, const torch::Tensor& yb) {
   const std::int64_t images = xb.size(0);
-  rep_.step.step = global_step_ + 1;
-  const double pos = epoch + static_cast<double>(step) / steps_per_epoch_;
-  const auto lr = static_cast<float>(learning_rate(spec_.optimizer, pos, spec_.epochs));
-  const double density =
-      spec_.compression.method == compress::Method::kNone ? 1.0 : compress::density_at(spec_.compression, pos);
-  // The downlink of the "auto" setting follows this step's uplink (compression_spec.h).
-  const double downlink =
-      compress::downlink_density(spec_.compression, pos, spec_.workers, ex_.always_sent_fraction);
-  if (grp_.group) return group_step(epoch, step, xb, yb, lr, density, downlink, pos);
-  if (spec_.overlap) {
-    ex_.hook.lr = lr;
-    ex_.hook.density = density;
-    const double loss = compute_gradient_overlapped(xb, yb);
-    if (!finite_step(loss, epoch, step, ex_.hook.nonfinite)) return;
-    exchange(lr, density, downlink, pos);
-    finish_step(images, loss, epoch, step, lr, density);
-    return;
-  }
-  const double loss = compute_gradient(xb, yb);
-  if (!finite_step(loss, epoch, step)) return;
+  rep_.begin_step(replica_.global_step + 1);
+  if (grp_) return group_step(s, xb, yb);
+  const double loss = spec_.overlap ? compute_gradient_overlapped(xb, yb, s) : compute_gradient(xb, yb);
+  if (!finite_step(loss, s)) return;
   const auto wd = static_cast<float>(spec_.optimizer.weight_decay);
-  if (wd > 0 && !device_encoder_active()) {  // on the device, gather() added it
-    for (std::size_t i = 0; i < grads_.size(); ++i) grads_[i] += wd * params_[i];
+  if (wd > 0 && !spec_.overlap && !ex_.device_encoder_active()) {  // overlap's hooks and the device add it
+    auto& g = replica_.grads;
+    const auto& x = replica_.params;
+    for (std::size_t i = 0; i < g.size(); ++i) g[i] += wd * x[i];
   }
-  exchange(lr, density, downlink, pos);
-  finish_step(images, loss, epoch, step, lr, density);
+  ex_.exchange(s.lr, s.density, s.downlink, s.pos);
+  finish_step(images, loss, s);
 }
 
 // After the exchange: the pulled parameters into the model, counters, reports.
-void WorkerLoop::finish_step(std::int64_t images, double loss, int epoch, std::int64_t step, float lr, double density) {
-  last_density_ = density;
-  mark(wire::StepPhase::kApply, Clock::now());
-  flat_->write_params(params_);
-  end_step_trace();
-  ++global_step_;
-  if (global_step_ == kProfileWarmupSteps) rep_.t_profile = Clock::now();
-  if (global_step_ > kProfileWarmupSteps) rep_.profile_images += images;
-  if (spec_.max_steps > 0 && global_step_ >= spec_.max_steps) stop_ = true;
-  rep_.loss_sum += loss;
-  ++rep_.loss_count;
-  rep_.recent_loss += loss;
-  ++rep_.recent_count;
-  rep_.images_since_report += images;
-  rep_.counters.images += images;
-  ++rep_.counters.steps;
-  maybe_report(epoch, step, lr);
+void WorkerLoop::finish_step(std::int64_t images, double loss, const StepPlan& s) {
+  last_density_ = s.density;
+  rep_.mark(wire::StepPhase::kApply, Clock::now());
+  replica_.write_model();
+  rep_.end_step();
+  ++replica_.global_step;
+  if (spec_.max_steps > 0 && replica_.global_step >= spec_.max_steps) stop_ = true;
+  rep_.add_step(images, loss, replica_.global_step);
+  maybe_report(s);
 }
 
-// Forward and backward on the batch; the flat gradient is in grads_. Returns the loss.
+// Forward and backward on the batch; the flat gradient is in replica_.grads (or on the
+// device encoder). Returns the loss.
 double WorkerLoop::compute_gradient(const torch::Tensor& xb, const torch::Tensor& yb) {
   const auto t1 = Clock::now();
   model_.module->zero_grad();
   auto loss = torch::nn::functional::cross_entropy(model_.forward(xb), yb);
   const auto t2 = Clock::now();
   loss.backward();
-  if (device_encoder_active()) {
-    ex_.device_nonfinite = !ex_.device_encoder->gather(flat_->tensors(), static_cast<float>(spec_.optimizer.weight_decay));
-  } else {
-    flat_->read_grads(grads_);
-  }
+  ex_.take_gradient(static_cast<float>(spec_.optimizer.weight_decay));
   const double value = loss.item<double>();
+  end_compute(t1, t2);
+  return value;
+}
+
+// compute_gradient with overlap: backward runs with the push hooks armed, so most
+// partitions are pushed before it returns; a NaN/Inf loss skips backward (nothing is
+// pushed). The partitions still unpushed are the exchange's.
+double WorkerLoop::compute_gradient_overlapped(const torch::Tensor& xb, const torch::Tensor& yb, const StepPlan& s) {
+  const auto t1 = Clock::now();
+  model_.module->zero_grad();
+  auto loss = torch::nn::functional::cross_entropy(model_.forward(xb), yb);
+  const double value = loss.item<double>();
+  const auto t2 = Clock::now();
+  ex_.begin_backward(s.lr, s.density);
+  const bool run = std::isfinite(value);
+  if (run) {
+    try {
+      loss.backward();
+    } catch (...) {
+      ex_.end_backward(true);
+      throw;
+    }
+  }
+  ex_.end_backward(run);
   end_compute(t1, t2);
   return value;
 }
@@ -332,39 +296,22 @@ double WorkerLoop::compute_gradient(const torch::Tensor& xb, const torch::Tensor
 // time and its timeline marks.
 void WorkerLoop::end_compute(Clock::time_point t1, Clock::time_point t2) {
   const auto t3 = Clock::now();
-  rep_.counters.compute_seconds += std::chrono::duration<double>(t3 - t1).count();
-  mark(wire::StepPhase::kForward, t1);
-  mark(wire::StepPhase::kBackward, t2);
-  mark(wire::StepPhase::kCompress, t3);
+  rep_.counters().compute_seconds += std::chrono::duration<double>(t3 - t1).count();
+  rep_.mark(wire::StepPhase::kForward, t1);
+  rep_.mark(wire::StepPhase::kBackward, t2);
+  rep_.mark(wire::StepPhase::kCompress, t3);
 }
 
-// A NaN/Inf loss or gradient is never pushed: the step is skipped and counted; too many
-// in a row end the worker (the model diverged). With overlap the gradient was checked
-// partition by partition as it was pushed (`nonfinite`).
-bool WorkerLoop::finite_step(double loss, int epoch, std::int64_t step, bool nonfinite) {
-  bool finite = std::isfinite(loss) && !nonfinite && !(device_encoder_active() && ex_.device_nonfinite);
-  for (std::size_t i = 0; finite && !spec_.overlap && !device_encoder_active() && i < grads_.size(); ++i) {
-    finite = std::isfinite(grads_[i]);
+// A NaN/Inf loss or gradient is never pushed (StepReporter::check_finite counts it).
+// With overlap the gradient was checked partition by partition as it was pushed, on
+// the device by its encoder; on the host here.
+bool WorkerLoop::finite_step(double loss, const StepPlan& s) {
+  bool finite = std::isfinite(loss) && !ex_.gradient_nonfinite();
+  if (!spec_.overlap && !ex_.device_encoder_active()) {
+    const auto& g = replica_.grads;
+    finite = finite && std::all_of(g.begin(), g.end(), [](float v) { return std::isfinite(v); });
   }
-  if (finite) {
-    rep_.consecutive_skips = 0;
-    return true;
-  }
-  ++rep_.skipped_steps;
-  if (++rep_.consecutive_skips > kMaxConsecutiveSkips) {
-    throw DivergedError("worker " + std::to_string(cfg_.rank) + ": " + std::to_string(rep_.consecutive_skips) +
-                " consecutive steps had a NaN/Inf loss or gradient (epoch " + std::to_string(epoch + 1) +
-                ", step " + std::to_string(step + 1) +
-                "); the model diverged: lower optimizer.lr or set compression.clip_norm");
-  }
-  wire::events::SkippedStep ev;
-  ev.rank = cfg_.rank;
-  ev.epoch = epoch + 1;
-  ev.step = step + 1;
-  if (std::isfinite(loss)) ev.loss = loss;
-  ev.skipped_steps = rep_.skipped_steps;
-  sink_(ev.to_json());
-  return false;
+  return rep_.check_finite(finite, loss, s.epoch, s.step);
 }
 
 }  // namespace detail

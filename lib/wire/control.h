@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/enum_names.h"
+#include "common/errors.h"
 
 namespace dltrain::wire {
 
@@ -105,6 +106,21 @@ inline constexpr const char* kUnauthorized = "unauthorized";
 /// disk, a read-only file system); the message names the cause. Reads still work.
 inline constexpr const char* kUnavailable = "unavailable";
 }  // namespace error_code
+
+/// A request refused: the error reply's code (error_code), message and the body field it
+/// names ("" = none). Thrown by the logic behind a handler; the peer's dispatch answers
+/// it as an error reply to the request, and nothing else is changed.
+class Refused : public Error {
+ public:
+  Refused(const char* code, const std::string& message, std::string field = "")
+      : Error(message), code_(code), field_(std::move(field)) {}
+  const char* code() const noexcept { return code_; }
+  const std::string& field() const noexcept { return field_; }
+
+ private:
+  const char* code_;
+  std::string field_;
+};
 
 /// A parsed, validated envelope.
 struct Envelope {

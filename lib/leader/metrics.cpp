@@ -1,21 +1,15 @@
-// The leader's Prometheus metrics, built at scrape time from its state (jobs, queue,
-// agents) and its counters. docs/operations.md ("Metrics") lists them.
+// The leader's Prometheus metrics (leader/metrics.h).
+#include "leader/metrics.h"
+
 #include <algorithm>
 #include <array>
 
-#include "leader/leader_impl.h"
+#include "leader/states.h"
 
 namespace dltrain::leader {
 
-namespace {
-
-// Per-job gauges for every job not ended yet and this many of the latest ended ones: a
-// leader's history grows without bound, its metrics must not.
-constexpr std::size_t kEndedJobsExposed = 20;
-
-}  // namespace
-
-void Leader::Impl::collect_metrics(control::MetricsBuilder& out) const {
+void add_leader_metrics(control::MetricsBuilder& out, const JobTable& jobs, const AgentRegistry& agents,
+                        std::size_t queue_length, const LeaderCounters& counters) {
   std::map<std::string, int> by_state;
   // Every state a job can be in, so that a state without jobs reads 0 rather than
   // vanishing (a query for sum(dltrain_leader_jobs{state="failed"}) then never goes stale).
@@ -24,7 +18,7 @@ void Leader::Impl::collect_metrics(control::MetricsBuilder& out) const {
   for (const auto& [st, n] : by_state) {
     out.gauge("dltrain_leader_jobs", "Jobs known to the leader, by state", {{"state", st}}, n);
   }
-  out.gauge("dltrain_leader_queue_length", "Jobs waiting in the queue for cores", {}, static_cast<double>(queue.size()));
+  out.gauge("dltrain_leader_queue_length", "Jobs waiting in the queue for cores", {}, static_cast<double>(queue_length));
   int live = 0, lost = 0, stopping = 0, cores = 0, free_cores = 0;
   for (const auto& [id, a] : agents) {
     if (a.lost) {
@@ -57,10 +51,8 @@ void Leader::Impl::collect_metrics(control::MetricsBuilder& out) const {
   }
   // The latest ended jobs, counted from the end of the submission order.
   std::size_t ended_seen = 0;
-  for (auto it = job_order.rbegin(); it != job_order.rend(); ++it) {
-    const auto jit = jobs.find(*it);
-    if (jit == jobs.end()) continue;
-    const JobRec& j = jit->second;
+  for (const JobRec* jp : jobs.newest(jobs.size())) {
+    const JobRec& j = *jp;
     if (j.terminal() && ++ended_seen > kEndedJobsExposed) continue;
     const control::MetricLabels l{{"job", j.id}, {"name", j.spec.name}};
     out.gauge("dltrain_job_epochs_done", "Epochs the job has finished", l, j.epochs_done);
@@ -86,7 +78,5 @@ void Leader::Impl::collect_metrics(control::MetricsBuilder& out) const {
     }
   }
 }
-
-void Leader::collect_metrics(control::MetricsBuilder& out) const { impl_->collect_metrics(out); }
 
 }  // namespace dltrain::leader

@@ -1,10 +1,8 @@
 // WorkerLoop's events and the end of its run (train/worker_loop.h): progress, epoch and
-// profile events, rank 0's evaluation, finishing, stopping with a replica, the step
-// timeline.
+// profile events, rank 0's evaluation and checkpoints, stopping with a replica.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -65,110 +63,78 @@ void WorkerLoop::report_skipped_images() {
   }
 }
 
-void WorkerLoop::maybe_report(int epoch, std::int64_t step, float lr) {
-  const double since = seconds_since(rep_.last_report);
-  if (since < cfg_.progress_interval_s) return;
+void WorkerLoop::maybe_report(const StepPlan& s) {
   wire::events::Progress ev;
+  const double since = rep_.take_progress(ev);
+  if (since <= 0) return;
   ev.rank = cfg_.rank;
-  ev.epoch = epoch + 1;
-  ev.step = step + 1;
+  ev.epoch = s.epoch + 1;
+  ev.step = s.step + 1;
   ev.steps_per_epoch = steps_per_epoch_;
-  ev.global_step = global_step_;
-  ev.loss = rep_.recent_loss / static_cast<double>(rep_.recent_count);
-  ev.lr = lr;
-  ev.images_per_sec = static_cast<double>(rep_.images_since_report) / since;
-  ev.bytes_pushed = ex_.client->bytes_pushed();
-  ev.bytes_pulled = ex_.client->bytes_pulled();
+  ev.global_step = replica_.global_step;
+  ev.lr = s.lr;
+  ev.bytes_pushed = ex_.bytes_pushed();
+  ev.bytes_pulled = ex_.bytes_pulled();
   ev.density = last_density_;
-  ev.compression_ratio = ex_.meter->total().ratio();
-  ev.skipped_steps = rep_.skipped_steps;
+  ev.compression_ratio = ex_.meter().total().ratio();
+  ev.skipped_steps = rep_.skipped_steps();
   ev.counters = counters();
   if (feed_->streaming()) {
-    const double wait = feed_->wait_seconds();
-    ev.data_wait_seconds = wait - rep_.wait_at_report;
-    ev.data_wait_fraction = std::clamp((wait - rep_.wait_at_report) / since, 0.0, 1.0);
+    const double wait = rep_.wait_since_report(feed_->wait_seconds());
+    ev.data_wait_seconds = wait;
+    ev.data_wait_fraction = std::clamp(wait / since, 0.0, 1.0);
     ev.skipped_images = feed_->skipped_images();
-    rep_.wait_at_report = wait;
   }
   sink_(ev.to_json());
-  rep_.last_report = Clock::now();
-  rep_.images_since_report = 0;
-  rep_.recent_loss = 0;
-  rep_.recent_count = 0;
 }
 
 void WorkerLoop::profiled() {
-  const double secs = rep_.t_profile == Clock::time_point{} ? 0.0 : seconds_since(rep_.t_profile);
   wire::events::Profile ev;
   ev.rank = cfg_.rank;
-  ev.steps = global_step_;
-  ev.measured_images = rep_.profile_images;
-  ev.measured_seconds = secs;
-  ev.images_per_sec = secs > 0 ? static_cast<double>(rep_.profile_images) / secs : 0.0;
+  ev.steps = replica_.global_step;
+  rep_.fill_profile(ev);
   if (cfg_.rank == 0) {
     // One evaluation, timed as after an epoch: the planner adds it to every epoch.
     wire::events::EpochEnd probe;
     evaluate_on_test(probe);
     ev.eval_seconds = probe.eval_seconds;
   }
-  ev.bytes_pushed = ex_.client->bytes_pushed();
-  ev.bytes_pulled = ex_.client->bytes_pulled();
+  ev.bytes_pushed = ex_.bytes_pushed();
+  ev.bytes_pulled = ex_.bytes_pulled();
   sink_(ev.to_json());
   stop_ = true;
 }
 
-void WorkerLoop::end_epoch(int epoch, double epoch_seconds) {
+void WorkerLoop::end_epoch(int epoch, double epoch_seconds, double epoch_wait) {
   wire::events::EpochEnd ev;
   ev.rank = cfg_.rank;
   ev.epoch = epoch + 1;
   ev.epochs = spec_.epochs;
-  ev.train_loss = rep_.loss_sum / static_cast<double>(std::max<std::int64_t>(1, rep_.loss_count));
+  ev.train_loss = rep_.epoch_loss();
   ev.epoch_seconds = epoch_seconds;
   ev.images_per_sec = static_cast<double>(n_) / epoch_seconds;
-  if (feed_->streaming()) ev.data_wait_seconds = rep_.epoch_wait;
-  if (epoch + 1 == spec_.epochs || stop_) finish();
+  if (feed_->streaming()) ev.data_wait_seconds = epoch_wait;
+  // The last epoch: tells the PS this worker is done; rank 0 then waits for the others
+  // so that the final accuracy is that of the finished model.
+  if (epoch + 1 == spec_.epochs || stop_) ex_.finish([this] { check_stop(); });
   if (cfg_.rank == 0) {
     evaluate_on_test(ev);
     save_checkpoints(epoch);
   }
   if (feed_->streaming()) ev.skipped_images = feed_->skipped_images();
   report_skipped_images();
-  ev.bytes_pushed = ex_.client->bytes_pushed();
-  ev.bytes_pulled = ex_.client->bytes_pulled();
+  ev.bytes_pushed = ex_.bytes_pushed();
+  ev.bytes_pulled = ex_.bytes_pulled();
   sink_(ev.to_json());
   epochs_finished_ = epoch + 1;
-}
-
-// Tells the PS this worker is done; rank 0 then waits for the others so that the final
-// accuracy is that of the finished model.
-void WorkerLoop::finish() {
-  ex_.resyncer->run([&] { ex_.client->done(); });
-  ex_.resyncer->set_done_sent();
-  if (cfg_.rank != 0) return;
-  const auto deadline = Clock::now() + cfg_.finish_timeout;
-  for (;;) {
-    std::uint32_t finished = 0;
-    ex_.resyncer->run([&] { finished = ex_.client->workers_done(); });
-    if (finished >= static_cast<std::uint32_t>(spec_.workers)) return;
-    if (Clock::now() >= deadline) {
-      throw TimeoutError("worker 0: the other workers did not finish within " +
-                         std::to_string(cfg_.finish_timeout.count()) + " s");
-    }
-    check_stop();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
 }
 
 // Rank 0: the test accuracy of the PS's current parameters (a dense pull), with the
 // BatchNorm statistics re-estimated for them.
 void WorkerLoop::evaluate_on_test(wire::events::EpochEnd& ev) {
   const auto t_eval = Clock::now();
-  try {
-    ex_.client->pull(params_);
-  } catch (const ps::PsConnectionLost& lost) {
-    ex_.resyncer->recover(lost);  // ends with a dense pull too
-  }
-  flat_->write_params(params_);
+  ex_.pull_dense();
+  replica_.write_model();
   // kRecalibrationImages in batches of 250, at most one pass over a smaller sample: each
   // forward costs what evaluating as many test images does, and rank 0's evaluation holds
   // up the other workers in sync mode (docs/training.md, "BatchNorm running statistics").
@@ -185,32 +151,26 @@ void WorkerLoop::evaluate_on_test(wire::events::EpochEnd& ev) {
 // PS's parameters as of this worker's last pull, the freshest copy the job may have of a
 // shard that was lost. `pulled_at` ranks the replicas of several workers.
 void WorkerLoop::stopped() {
-  if (ex_.pending_pull.active()) {
-    try {
-      ex_.pending_pull.wait();
-      params_ = ex_.replica;  // the newest values this worker got
-    } catch (...) {
-      // the stop ended the pull in flight too: params_ keeps the last complete one
-    }
-  }
+  ex_.settle_for_stop();
   wire::events::WorkerStopped ev;
   ev.rank = cfg_.rank;
   ev.epochs_done = epochs_finished_;
   if (!cfg_.replica_path.empty()) {
     wire::events::Replica r;
     try {
-      ps::write_replica_file(cfg_.replica_path, params_, layout_, cfg_.job, static_cast<std::uint64_t>(global_step_));
+      ps::write_replica_file(cfg_.replica_path, replica_.params, replica_.layout, cfg_.job,
+                             static_cast<std::uint64_t>(replica_.global_step));
       r.path = cfg_.replica_path;
-      r.steps = global_step_;
+      r.steps = replica_.global_step;
       r.epochs_done = epochs_finished_;
-      r.pulled_at = pulled_at_;
+      r.pulled_at = replica_.pulled_at;
     } catch (const std::exception& e) {
       r.error = e.what();
     }
     ev.replica = r;
   }
   sink_(ev.to_json());
-  throw Stopped("worker " + std::to_string(cfg_.rank) + ": stopped at step " + std::to_string(global_step_));
+  throw Stopped("worker " + std::to_string(cfg_.rank) + ": stopped at step " + std::to_string(replica_.global_step));
 }
 
 // Rank 0 at the job's end ("last"), and at the evaluations [checkpoint] asks for: the
@@ -307,13 +267,13 @@ void WorkerLoop::done() {
   wire::events::Done ev;
   ev.rank = cfg_.rank;
   if (final_accuracy_ >= 0) ev.test_accuracy = final_accuracy_;
-  ev.steps = global_step_;
-  ev.skipped_steps = rep_.skipped_steps;
+  ev.steps = replica_.global_step;
+  ev.skipped_steps = rep_.skipped_steps();
   ev.wall_seconds = seconds_since(t_start_);
-  ev.bytes_pushed = ex_.client->bytes_pushed();
-  ev.bytes_pulled = ex_.client->bytes_pulled();
-  ev.traffic = ex_.meter->total();
-  ev.traffic_after_warmup = ex_.meter->after_warmup();
+  ev.bytes_pushed = ex_.bytes_pushed();
+  ev.bytes_pulled = ex_.bytes_pulled();
+  ev.traffic = ex_.meter().total();
+  ev.traffic_after_warmup = ex_.meter().after_warmup();
   ev.compression_ratio = ev.traffic->ratio();
   ev.compression_ratio_after_warmup = ev.traffic_after_warmup->ratio();
   ev.counters = counters();
@@ -322,27 +282,6 @@ void WorkerLoop::done() {
     ev.data_wait_seconds = feed_->wait_seconds();
   }
   sink_(ev.to_json());
-}
-
-void WorkerLoop::end_step_trace() {
-  const auto now = Clock::now();
-  rep_.step.t[wire::kStepPhases] = unix_us(now);
-  rep_.trace.push(rep_.step);
-  if (!cfg_.trace_path.empty() && std::chrono::duration<double>(now - rep_.last_trace_write).count() >= cfg_.trace_interval_s) {
-    write_trace();
-    rep_.last_trace_write = now;
-  }
-}
-
-// A timeline that cannot be written costs the timeline, not the training: one warning.
-void WorkerLoop::write_trace() noexcept {
-  if (cfg_.trace_path.empty() || rep_.trace.size() == 0) return;
-  try {
-    wire::write_step_trace(cfg_.trace_path, wire::step_trace_json("worker-" + std::to_string(cfg_.rank), rep_.trace.last(rep_.trace.size())));
-  } catch (const std::exception& e) {
-    if (!rep_.trace_warned) spdlog::warn("the step timeline is not kept: {}", e.what());
-    rep_.trace_warned = true;
-  }
 }
 
 }  // namespace dltrain::train::detail

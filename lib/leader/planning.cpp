@@ -1,0 +1,120 @@
+// Planning (leader/planning.h): the leader's adapter to the planner.
+#include "leader/planning.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/errors.h"
+#include "planner/policy.h"
+#include "planner/ps_memory.h"
+
+namespace dltrain::leader {
+
+using json = nlohmann::json;
+namespace events = wire::events;
+
+namespace {
+
+planner::PolicyOptions policy_options(const config::AgentOptions& o) {
+  return planner::PolicyOptions{o.switch_threshold, o.margin_sigmas, o.prices, o.explore_steps};
+}
+
+// A store failure is logged and the leader carries on: losing a history row or a plan
+// must not stop running jobs.
+template <typename F>
+void persist(const char* what, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    spdlog::error("store: {} failed: {}", what, e.what());
+  }
+}
+
+}  // namespace
+
+planner::Plan Planning::plan_for(const JobSpec& spec, double exploration_seconds) const {
+  const bool gpu = spec.device == Device::kCuda;
+  int slots = agents_.task_slots(spec.threads_per_task);
+  if (gpu) {
+    // Workers of a cuda job are bounded by the GPUs too (a slot: one worker, or a PS shard).
+    int gpu_slots = 0;
+    for (const auto& a : agents_.capacities()) {
+      gpu_slots += static_cast<int>(a.free_gpus.size()) / std::max(1, spec.gpus_per_worker);
+    }
+    slots = std::min(slots, gpu_slots + spec.ps_shards);
+  }
+  const planner::ClusterView cluster{agents_.hardware_class(gpu), slots};
+  auto req = planner::plan_request(spec, cluster, policy_options(opt_), exploration_seconds);
+  std::vector<store::Observation> history;
+  if (db_) {
+    const std::string model(enum_name(spec.model)), dataset(enum_name(spec.dataset));
+    history = planner::relevant_history(db_->history(model, dataset), spec);
+    const std::string key = planner::plan_key(spec);
+    if (auto prev = db_->get_meta(key)) {
+      try {
+        req.previous = planner::decode_plan(*prev, key);
+      } catch (const ProtocolError& e) {
+        // The plan is only a hint against flapping: plan afresh, and say so.
+        spdlog::warn("store: {}; planning {} / {} without a previous plan", e.what(), model, dataset);
+      }
+    }
+  }
+  return planner::make_plan(req, history);
+}
+
+std::optional<std::string> Planning::ps_memory_problem(const JobSpec& spec) const {
+  // A TorchScript model's tensors are known only to the worker that loads it; the leader,
+  // without LibTorch, cannot size its PS shards beforehand.
+  if (spec.model == ModelKind::kTorchScript) return std::nullopt;
+  std::int64_t largest_mb = 0;
+  for (const auto& [id, a] : agents_) {
+    if (agents_.live(id)) largest_mb = std::max(largest_mb, a.memory_mb);
+  }
+  if (largest_mb <= 0) return std::nullopt;
+  try {
+    const auto m = planner::ps_shard_memory(spec, planner::dataset_classes(spec));
+    return planner::ps_memory_refusal(spec, m, static_cast<std::uint64_t>(largest_mb) * 1024 * 1024);
+  } catch (const ConfigError& e) {
+    return std::string(e.what());
+  }
+}
+
+void Planning::remember(const JobSpec& spec, const planner::Config& choice) {
+  if (!db_) return;
+  persist("saving the plan", [&] { db_->put_meta(planner::plan_key(spec), planner::encode_plan(choice)); });
+}
+
+void Planning::record_epoch(JobRec& j, const events::EpochEnd& ev) {
+  if (!db_ || j.spec.profile) return;
+  std::vector<double> seconds;
+  for (const auto& [r, v] : j.figures.epoch_seconds) seconds.push_back(v);
+  const double bytes = static_cast<double>(j.bytes_pushed() + j.bytes_pulled());
+  const auto o = planner::epoch_observation(planner::base_observation(j.spec, j.id, agents_.hardware_class(j.spec.device == Device::kCuda)),
+                                            ev.epoch, seconds, bytes - j.bytes.last_bytes, j.spec,
+                                            ev.eval_seconds.value_or(0.0));
+  j.bytes.last_bytes = bytes;
+  persist("recording an observation", [&] { db_->add_observation(o); });
+}
+
+void Planning::record_final(const JobRec& j) {
+  // A resumed job trained only its last epochs: its wall time is not the configuration's.
+  if (!db_ || j.resume.epoch > 0) return;
+  auto base = planner::base_observation(j.spec, j.id, agents_.hardware_class(j.spec.device == Device::kCuda));
+  std::optional<store::Observation> o;
+  if (j.spec.profile) {
+    double ips = 0;
+    for (const auto& [r, v] : j.explore.profile_ips) ips += v;
+    o = planner::profile_observation(base, ips, j.spec);
+    if (o) o->eval_seconds = j.explore.profile_eval_seconds;
+  } else {
+    double ips = 0;
+    for (const auto& [r, v] : j.figures.images_per_sec) ips += v;
+    o = planner::final_observation(base, j.test_accuracy, j.epochs_done, j.wall_seconds(), ips,
+                                   static_cast<double>(j.bytes_pushed() + j.bytes_pulled()));
+  }
+  if (o) persist("recording an observation", [&] { db_->add_observation(*o); });
+}
+
+}  // namespace dltrain::leader
