@@ -80,18 +80,30 @@ std::string hex(std::uint32_t v) {
 constexpr std::uint32_t kMaxDim = 1u << 16;
 constexpr std::uint32_t kMaxCount = 1u << 28;
 
+// The header of an IDX file of unsigned bytes with `dims` dimensions (1: labels, 3:
+// images): its magic number (0x0000080N) checked, then the size of each dimension, big
+// endian (LeCun et al., "The MNIST database", file formats). Throws IoError for a short
+// file and ProtocolError naming the file for another magic number.
+template <std::size_t dims>
+std::array<std::uint32_t, dims> read_idx_header(gzFile f, const std::string& path) {
+  std::array<unsigned char, 4 * (dims + 1)> h{};
+  read_exact(f, h.data(), h.size(), path, "the header");
+  const auto magic = be32(h.data());
+  const std::uint32_t expected = 0x00000800u | static_cast<std::uint32_t>(dims);
+  if (magic != expected) {
+    throw ProtocolError("\"" + path + "\": IDX magic number: expected " + hex(expected) + " (ubyte, " +
+                        std::to_string(dims) + (dims == 1 ? " dim" : " dims") + "), got " + hex(magic));
+  }
+  std::array<std::uint32_t, dims> size{};
+  for (std::size_t i = 0; i < dims; ++i) size[i] = be32(h.data() + 4 * (i + 1));
+  return size;
+}
+
 }  // namespace
 
 IdxImages read_idx_images(const std::string& path, std::int64_t limit) {
   auto f = open_gz(path);
-  std::array<unsigned char, 16> h{};
-  read_exact(f.get(), h.data(), h.size(), path, "the header");
-  const auto magic = be32(h.data());
-  if (magic != 0x00000803u) {
-    throw ProtocolError("\"" + path + "\": IDX magic number: expected 0x00000803 (ubyte, 3 dims), got " +
-                        hex(magic));
-  }
-  const auto n = be32(h.data() + 4), rows = be32(h.data() + 8), cols = be32(h.data() + 12);
+  const auto [n, rows, cols] = read_idx_header<3>(f.get(), path);
   if (n == 0 || n > kMaxCount || rows == 0 || rows > kMaxDim || cols == 0 || cols > kMaxDim) {
     throw ProtocolError("\"" + path + "\": implausible IDX dimensions " + std::to_string(n) + "x" +
                         std::to_string(rows) + "x" + std::to_string(cols));
@@ -111,14 +123,7 @@ IdxImages read_idx_images(const std::string& path, std::int64_t limit) {
 
 std::vector<std::uint8_t> read_idx_labels(const std::string& path, std::int64_t limit) {
   auto f = open_gz(path);
-  std::array<unsigned char, 8> h{};
-  read_exact(f.get(), h.data(), h.size(), path, "the header");
-  const auto magic = be32(h.data());
-  if (magic != 0x00000801u) {
-    throw ProtocolError("\"" + path + "\": IDX magic number: expected 0x00000801 (ubyte, 1 dim), got " +
-                        hex(magic));
-  }
-  const auto n = be32(h.data() + 4);
+  const auto [n] = read_idx_header<1>(f.get(), path);
   if (n == 0 || n > kMaxCount) {
     throw ProtocolError("\"" + path + "\": implausible IDX label count " + std::to_string(n));
   }

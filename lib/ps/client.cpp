@@ -375,47 +375,53 @@ void PsClient::pull_as(std::span<float> params, double downlink_ratio, bool dens
 
 void PsClient::pull(std::span<float> params) { pull_as(params, 1.0, true); }
 
-PendingPull PsClient::start_pull(std::span<float> params, double downlink_ratio) {
+PsWork PsClient::start_push(std::span<const PartitionPush> pushes, std::span<const std::uint32_t> keys, float lr) {
+  std::vector<std::uint32_t> k(keys.begin(), keys.end());
+  return PsWork("push", std::async(std::launch::async, [this, pushes, k = std::move(k), lr] { push(pushes, k, lr); }));
+}
+
+PsWork PsClient::start_pull(std::span<float> params, double downlink_ratio) {
   require_floats(params.size(), "pull into");
-  return PendingPull(std::async(std::launch::async, [this, params, downlink_ratio] { pull(params, downlink_ratio); }));
+  return PsWork("pull", std::async(std::launch::async, [this, params, downlink_ratio] { pull(params, downlink_ratio); }));
 }
 
 namespace {
 
-// Ends a pull nobody waits for any more, logging the error it ended with.
-void settle(std::future<void>& done) noexcept {
+// Ends a push or pull nobody waits for any more (`what`), logging the error it ended with.
+void settle(const char* what, std::future<void>& done) noexcept {
   if (!done.valid()) return;
   try {
     done.get();
   } catch (const std::exception& e) {
-    spdlog::error("a pipelined pull failed and nothing waited for it: {}", e.what());
+    spdlog::error("a {} in flight failed and nothing waited for it: {}", what, e.what());
   } catch (...) {
-    spdlog::error("a pipelined pull failed and nothing waited for it");
+    spdlog::error("a {} in flight failed and nothing waited for it", what);
   }
 }
 
 }  // namespace
 
-PendingPull& PendingPull::operator=(PendingPull&& other) noexcept {
+PsWork& PsWork::operator=(PsWork&& other) noexcept {
   if (this != &other) {
-    settle(done_);
+    settle(what_, done_);
+    what_ = other.what_;
     done_ = std::move(other.done_);
   }
   return *this;
 }
 
-PendingPull::~PendingPull() { settle(done_); }
+PsWork::~PsWork() { settle(what_, done_); }
 
-void PendingPull::wait() {
+void PsWork::wait() {
   if (!done_.valid()) return;
-  auto done = std::move(done_);  // inactive from here, whatever the pull ended with
+  auto done = std::move(done_);  // inactive from here, whatever the call ended with
   done.get();
 }
 
-void PendingPull::wait(std::chrono::milliseconds timeout) {
+void PsWork::wait(std::chrono::milliseconds timeout) {
   if (!done_.valid()) return;
   if (done_.wait_for(timeout) != std::future_status::ready) {
-    throw TimeoutError("pull still in flight after " + std::to_string(timeout.count()) + " ms");
+    throw TimeoutError(std::string(what_) + " still in flight after " + std::to_string(timeout.count()) + " ms");
   }
   wait();
 }

@@ -103,33 +103,38 @@ class PsConnectionLost : public IoError {
   std::size_t shard_;
 };
 
-/// A pull in flight, from PsClient::start_pull: the handle a worker waits on, as c10d's
-/// Work or ps-lite's timestamp + Wait, instead of a private future. Move-only.
-/// Thread-safety: one owner; wait() and the destructor from the thread that started it.
-class PendingPull {
+/// A push or a pull in flight, from PsClient::start_push / start_pull: the one handle a
+/// worker waits on, as c10d's Work or ps-lite's timestamp + Wait, instead of a private
+/// future. Move-only. Thread-safety: one owner; wait() and the destructor from the thread
+/// that started it.
+class PsWork {
  public:
-  PendingPull() = default;  ///< none in flight
-  PendingPull(PendingPull&&) noexcept = default;
-  /// Waits for the pull this handle holds before it takes another; an error nobody
+  PsWork() = default;  ///< none in flight
+  PsWork(PsWork&&) noexcept = default;
+  /// Waits for the call this handle holds before it takes another; an error nobody
   /// waited for is logged (as the destructor does), never lost silently.
-  PendingPull& operator=(PendingPull&& other) noexcept;
-  /// Waits for the pull, so that none outlives its target; an error it ended with that
+  PsWork& operator=(PsWork&& other) noexcept;
+  /// Waits for the call, so that none outlives its buffers; an error it ended with that
   /// no wait() saw is logged at error level with what it was.
-  ~PendingPull();
+  ~PsWork();
 
-  /// True from start_pull until wait() returns or throws.
+  /// True from start_push / start_pull until wait() returns or throws.
   bool active() const { return done_.valid(); }
-  /// Blocks until the pull has ended; rethrows what it threw (PsConnectionLost,
-  /// TimeoutError, ProtocolError: as PsClient::pull). Nothing when none is in flight.
+  /// "push" or "pull" ("" when none was started).
+  const char* what() const { return what_; }
+  /// Blocks until the call has ended; rethrows what it threw (PsConnectionLost,
+  /// TimeoutError, ProtocolError, IoError: as PsClient::push / pull). Nothing when none is
+  /// in flight.
   void wait();
   /// As wait(), but gives up after `timeout`: throws TimeoutError ("pull still in
-  /// flight after N ms") and the handle stays active (the pull goes on; its own deadline
+  /// flight after N ms") and the handle stays active (the call goes on; its own deadline
   /// is PsClientOptions::timeout). Thread-safety: the one thread that owns the handle.
   void wait(std::chrono::milliseconds timeout);
 
  private:
   friend class PsClient;
-  explicit PendingPull(std::future<void> done) : done_(std::move(done)) {}
+  PsWork(const char* what, std::future<void> done) : what_(what), done_(std::move(done)) {}
+  const char* what_ = "";
   std::future<void> done_;
 };
 
@@ -186,12 +191,18 @@ class PsClient {
   /// frames on the wire. Errors as push_pull.
   void push(std::span<const PartitionPush> pushes, std::span<const std::uint32_t> keys, float lr);
   void pull(std::span<float> params, double downlink_ratio);
+  /// push(pushes, keys, lr) on a thread of its own: returns at once with the handle to
+  /// wait on (`keys` is copied). Until the handle's wait() has returned, neither this
+  /// client nor the buffers `pushes[k]` of the keys point into may be used by anything
+  /// else (a worker's overlapped push runs while backward computes the layers before
+  /// it, which write other partitions). The push's errors come from wait().
+  PsWork start_push(std::span<const PartitionPush> pushes, std::span<const std::uint32_t> keys, float lr);
   /// pull(params, downlink_ratio) on a thread of its own: returns at once with the
   /// handle to wait on. Until the handle's wait() has returned, neither this client nor
   /// `params` may be used by anything else (a worker's pipelined pull runs while its next
   /// batch goes forward, which touches neither). Throws ConfigError at once when `params`
   /// has the wrong size; the pull's own errors come from wait().
-  PendingPull start_pull(std::span<float> params, double downlink_ratio);
+  PsWork start_pull(std::span<float> params, double downlink_ratio);
   /// Tells every shard this worker is done; returns the smallest count of finished
   /// workers any shard reports.
   std::uint32_t done();

@@ -71,8 +71,8 @@ void PsExchange::take_gradient(float weight_decay) {
 
 // Overlap (docs/training.md, "Overlap"): a hook on every parameter copies its gradient
 // into replica.grads when backward has produced it; a partition whose floats are all in
-// is pushed from the hook, while backward goes on with the layers before it. The write
-// returns once the kernel holds the frame, which it sends meanwhile.
+// is pushed from the hook, on a thread of its own (ps::PsWork, PsClient::start_push),
+// while backward goes on with the layers before it.
 void PsExchange::install_push_hooks() {
   tracker_ = std::make_unique<ps::PartitionTracker>(replica_.flat->sizes(), replica_.layout);
   auto& tensors = replica_.flat->tensors();
@@ -89,9 +89,11 @@ void PsExchange::on_gradient(std::size_t i, const torch::Tensor& grad) {
 }
 
 // Weight decay, the finiteness check and the encoding of partition `key` of the
-// gradient, then its push. A non-finite partition is not pushed and marks the step
-// skipped (the partitions already pushed stay applied); a failed push is kept for
-// exchange().
+// gradient, then its push, once the previous one has been written (the client serves
+// one call at a time; the encoder keeps each partition's encoding in a buffer of its
+// own, so the next is encoded while the previous is written). A non-finite partition is
+// not pushed and marks the step skipped (the partitions already pushed stay applied); a
+// failed push is kept for exchange().
 void PsExchange::push_partition(std::uint32_t key, bool in_backward) {
   if (hook_.error || hook_.nonfinite || !tracker_->claim(key)) return;
   const auto& p = replica_.layout.partitions[key];
@@ -120,7 +122,8 @@ void PsExchange::push_partition(std::uint32_t key, bool in_backward) {
       rep_.counters().compress_seconds += seconds_since(t0);
     }
     const std::uint32_t keys[] = {key};
-    client_->push(pushes, keys, hook_.lr);
+    push_work_.wait();  // rethrows what the previous push ended with
+    push_work_ = client_->start_push(pushes, keys, hook_.lr);
     if (in_backward) ++rep_.counters().overlapped_pushes;
   } catch (...) {
     hook_.error = std::current_exception();
@@ -163,7 +166,11 @@ void PsExchange::exchange(float lr, double density, double downlink, double pos)
         tracker_->zero_missing(p, replica_.grads);
         push_partition(p.key, false);
       }
-      if (hook_.error) std::rethrow_exception(hook_.error);
+      if (hook_.error) {
+        push_work_ = {};  // the pushes after the failed one: their error, if any, is logged
+        std::rethrow_exception(hook_.error);
+      }
+      push_work_.wait();
       if (pipelined_) {
         // The values the pull issued after the previous step brought (awaited before
         // backward) go into the model now; this step's pull runs while the next
@@ -217,6 +224,7 @@ std::span<const ps::PartitionPush> PsExchange::encode_pushes(double density) {
 }
 
 void PsExchange::begin_epoch() {
+  await_push();
   pulled_ = replica_.params;  // after worker 0's dense pull for its evaluation, too
   meter_up0_ = client_->bytes_pushed();  // that pull is not a step's traffic
   meter_down0_ = client_->bytes_pulled();
@@ -228,9 +236,25 @@ void PsExchange::begin_epoch() {
 // batch and runs forward, which touch neither the client nor pulled_.
 void PsExchange::start_pull(double downlink) { pending_pull_ = client_->start_pull(pulled_, downlink); }
 
+// Waits for the overlapped push in flight, if any: one of a step that was then skipped
+// (a NaN/Inf partition after it), before anything else uses the client. A lost
+// connection is recovered as in exchange().
+void PsExchange::await_push() {
+  if (!push_work_.active()) return;
+  try {
+    push_work_.wait();
+  } catch (const ps::PsConnectionLost& lost) {
+    const auto t0 = Clock::now();
+    resyncer_->recover(lost);
+    pulled_ = replica_.params;
+    rep_.counters().exchange_seconds += seconds_since(t0);
+  }
+}
+
 // Waits for the pull in flight, if any (before anything else uses the client). A lost
 // connection is recovered as in exchange(); the pull's target then holds the PS's values.
 void PsExchange::await_pull() {
+  await_push();
   if (!pending_pull_.active()) return;
   try {
     pending_pull_.wait();
@@ -244,6 +268,7 @@ void PsExchange::await_pull() {
 }
 
 void PsExchange::drain_pull() {
+  await_push();
   if (!pending_pull_.active()) return;
   await_pull();
   // Its replies belong to the epoch's last step, whose traffic was counted before them.
@@ -256,6 +281,11 @@ void PsExchange::drain_pull() {
 }
 
 void PsExchange::settle_for_stop() noexcept {
+  try {
+    push_work_.wait();
+  } catch (...) {
+    // the stop ended the push too; the replica is what the last pull brought
+  }
   if (!pending_pull_.active()) return;
   try {
     pending_pull_.wait();
@@ -266,6 +296,7 @@ void PsExchange::settle_for_stop() noexcept {
 }
 
 void PsExchange::pull_dense() {
+  await_push();
   try {
     client_->pull(replica_.params);
   } catch (const ps::PsConnectionLost& lost) {
@@ -274,6 +305,7 @@ void PsExchange::pull_dense() {
 }
 
 void PsExchange::finish(const std::function<void()>& check_stop) {
+  await_push();
   resyncer_->run([&] { client_->done(); });
   resyncer_->set_done_sent();
   if (cfg_.rank != 0) return;

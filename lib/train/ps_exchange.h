@@ -2,9 +2,10 @@
 // the step's push and pull (dense or compressed, encoded on the host or on the GPU),
 // overlap's pushes from backward's hooks and its pipelined pulls, recovery from a lost
 // shard (docs/compression.md; docs/training.md, "Overlap"). WorkerLoop owns one.
-// Not thread-safe: the training thread owns it. A pipelined pull runs on a thread of its
-// own (ps::PendingPull) but touches only the client and the pull's own target, which
-// nothing else touches until await_pull().
+// Not thread-safe: the training thread owns it. An overlapped push and a pipelined pull
+// run on a thread of their own (ps::PsWork, one at a time) but touch only the client and
+// their own buffers (a partition's encoded push; the pull's target), which nothing else
+// touches until they are awaited.
 #pragma once
 
 #include <chrono>
@@ -95,6 +96,7 @@ class PsExchange {
   void push_partition(std::uint32_t key, bool in_backward);
   std::span<const ps::PartitionPush> encode_pushes(double density);
   void start_pull(double downlink);
+  void await_push();
   void await_pull();
 
   const WorkerConfig& cfg_;
@@ -118,7 +120,7 @@ class PsExchange {
     float lr = 0;
     double density = 1;
     bool nonfinite = false;  // a NaN/Inf loss or partition: the rest of the step is not pushed
-    std::exception_ptr error;  // a push that failed in a hook, rethrown by exchange()
+    std::exception_ptr error;  // a push that failed, seen in a hook, rethrown by exchange()
   } hook_;
   // The client's byte counts when the last step's traffic was counted (overlap) or when
   // the epoch began: the next step's traffic is what they grew by.
@@ -127,7 +129,10 @@ class PsExchange {
   // Overlap in async and ssp: this step's pull runs during the next step's forward.
   bool pipelined_ = false;
   std::vector<float> pulled_;  // the pipelined pull's target (see start_pull)
-  ps::PendingPull pending_pull_;  // the pipelined pull in flight (ps/client.h)
+  ps::PsWork pending_pull_;  // the pipelined pull in flight (ps/client.h)
+  // Overlap: the push of the last partition backward completed, writing while backward
+  // goes on; awaited before the next push or the pull.
+  ps::PsWork push_work_;
 };
 
 }  // namespace dltrain::train::detail

@@ -1,6 +1,8 @@
 #include "wire/control_bodies.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 #include "common/file_transfer.h"
 #include "common/host_port.h"
@@ -15,6 +17,19 @@ namespace {
 // (bytes that are not UTF-8 become U+FFFD).
 std::string quoted(const std::string& s) {
   return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+constexpr std::int64_t kNoUpperBound = std::numeric_limits<std::int64_t>::max();
+
+// Throws BodyError(field) naming the range unless lo <= value <= hi (kNoUpperBound: no
+// upper bound); `unit` ("lines", "bytes", ...) follows an upper bound in the message.
+void check_range(const std::string& type, const char* field, std::int64_t value, std::int64_t lo,
+                 std::int64_t hi = kNoUpperBound, const char* unit = "") {
+  if (value >= lo && value <= hi) return;
+  const std::string range = hi == kNoUpperBound ? ">= " + std::to_string(lo)
+                                                : std::to_string(lo) + " to " + std::to_string(hi) +
+                                                      (*unit != '\0' ? std::string(" ") + unit : std::string());
+  throw BodyError(field, type + " field \"" + field + "\": expected " + range + ", got " + std::to_string(value));
 }
 
 }  // namespace
@@ -61,10 +76,7 @@ void RegisterBody::check(const std::string& type) const {
 }
 
 void ListBody::check(const std::string& type) const {
-  if (limit < 1 || limit > kMaxLimit) {
-    throw BodyError("limit", type + " field \"limit\": expected 1 to " + std::to_string(kMaxLimit) + ", got " +
-                                 std::to_string(limit));
-  }
+  check_range(type, "limit", limit, 1, kMaxLimit);
 }
 
 TaskRefBody TaskRefBody::lenient(const nlohmann::json& body) noexcept {
@@ -101,15 +113,9 @@ void SubmitBody::check(const std::string& type) const {
 void LogRequestBody::check(const std::string& type) const {
   check_path_name(job, "job", type);
   check_path_name(task, "task", type);
-  if (offset && *offset < 0) throw BodyError("offset", type + " field \"offset\": expected >= 0, got " + std::to_string(*offset));
-  if (tail < 0 || tail > kMaxTail) {
-    throw BodyError("tail", type + " field \"tail\": expected 0 to " + std::to_string(kMaxTail) + " lines, got " +
-                                std::to_string(tail));
-  }
-  if (max_bytes < 1 || max_bytes > kMaxBytes) {
-    throw BodyError("max_bytes", type + " field \"max_bytes\": expected 1 to " + std::to_string(kMaxBytes) + ", got " +
-                                     std::to_string(max_bytes));
-  }
+  if (offset) check_range(type, "offset", *offset, 0);
+  check_range(type, "tail", tail, 0, kMaxTail, "lines");
+  check_range(type, "max_bytes", max_bytes, 1, kMaxBytes);
   if (file != kLogFile && file != kTraceFile) {
     throw BodyError("file", type + " field \"file\": expected log or trace, got " + quoted(file));
   }
@@ -129,21 +135,15 @@ void ModelFileRequestBody::check(const std::string& type) const {
   if (!is_model_file(file)) {
     throw BodyError("file", type + " field \"file\": expected metadata.json, state_dict.pt or model.pt, got " + quoted(file));
   }
-  if (offset < 0) throw BodyError("offset", type + " field \"offset\": expected >= 0, got " + std::to_string(offset));
-  if (max_bytes < 1 || max_bytes > kMaxBytes) {
-    throw BodyError("max_bytes", type + " field \"max_bytes\": expected 1 to " + std::to_string(kMaxBytes) + ", got " +
-                                     std::to_string(max_bytes));
-  }
+  check_range(type, "offset", offset, 0);
+  check_range(type, "max_bytes", max_bytes, 1, kMaxBytes);
 }
 
 void ModelUploadBody::check(const std::string& type) const {
   if (!is_sha256_hex(sha256)) {
     throw BodyError("sha256", type + " field \"sha256\": expected 64 lowercase hex digits, got " + quoted(sha256));
   }
-  if (size < 1 || size > kMaxFileBytes) {
-    throw BodyError("size", type + " field \"size\": expected 1 to " + std::to_string(kMaxFileBytes) + " bytes, got " +
-                                std::to_string(size));
-  }
+  check_range(type, "size", size, 1, kMaxFileBytes, "bytes");
   if (offset < 0 || offset > size) {
     throw BodyError("offset", type + " field \"offset\": expected 0 to size (" + std::to_string(size) + "), got " +
                                   std::to_string(offset));
@@ -157,30 +157,22 @@ void ModelDownloadBody::check(const std::string& type) const {
   if (!is_sha256_hex(sha256)) {
     throw BodyError("sha256", type + " field \"sha256\": expected 64 lowercase hex digits, got " + quoted(sha256));
   }
-  if (offset < 0) throw BodyError("offset", type + " field \"offset\": expected >= 0, got " + std::to_string(offset));
-  if (max_bytes < 1 || max_bytes > ModelFileRequestBody::kMaxBytes) {
-    throw BodyError("max_bytes", type + " field \"max_bytes\": expected 1 to " +
-                                     std::to_string(ModelFileRequestBody::kMaxBytes) + ", got " + std::to_string(max_bytes));
-  }
+  check_range(type, "offset", offset, 0);
+  check_range(type, "max_bytes", max_bytes, 1, ModelFileRequestBody::kMaxBytes);
 }
 
 void EventsBody::check(const std::string& type) const {
   if (job.empty()) throw BodyError("job", type + " needs \"job\" (a job id such as \"job-1\")");
-  if (limit < 1 || limit > kMaxLimit) {
-    throw BodyError("limit", type + " field \"limit\": expected 1 to " + std::to_string(kMaxLimit) + " events, got " +
-                                 std::to_string(limit));
-  }
+  check_range(type, "limit", limit, 1, kMaxLimit, "events");
 }
 
 void StartTaskBody::check(const std::string& type) const {
   check_path_name(job, "job", type);
   check_path_name(task, "task", type);
   if (job_num == 0) throw BodyError("job_num", type + " field \"job_num\": expected a job number >= 1, got 0");
-  if (index < 0) throw BodyError("index", type + " field \"index\": expected >= 0, got " + std::to_string(index));
-  if (threads < 1) throw BodyError("threads", type + " field \"threads\": expected >= 1, got " + std::to_string(threads));
-  if (resume_epoch < 0) {
-    throw BodyError("resume_epoch", type + " field \"resume_epoch\": expected >= 0, got " + std::to_string(resume_epoch));
-  }
+  check_range(type, "index", index, 0);
+  check_range(type, "threads", threads, 1);
+  check_range(type, "resume_epoch", resume_epoch, 0);
   try {
     job_secret_from_hex(secret, "secret");  // its message never shows the secret
   } catch (const ConfigError& e) {

@@ -25,6 +25,17 @@ std::pair<std::string, std::string> reject(const std::string& text) {
   return {"", "(accepted)"};
 }
 
+// The "auto" flag `flag` (`key` in the stored JSON) of a job file that left the value
+// out (`automatic`) or gave a number (`fixed`) survives storing; a job stored before the
+// key existed had a fixed value.
+void expect_auto_flag_stored(const JobSpec& automatic, const JobSpec& fixed, bool JobSpec::*flag, const char* key) {
+  EXPECT_TRUE(job_from_json(nlohmann::json(automatic)).*flag) << key;
+  EXPECT_FALSE(job_from_json(nlohmann::json(fixed)).*flag) << key;
+  auto old = nlohmann::json(automatic);
+  old.erase(key);
+  EXPECT_FALSE(job_from_json(old).*flag) << key;
+}
+
 }  // namespace
 
 TEST(JobSpec, ParsesTheMainJobFile) {
@@ -477,12 +488,7 @@ TEST(JobSpec, PsShardsAreAutoUnlessTheJobFileGivesANumber) {
   EXPECT_EQ(reject(kData + "ps_shards = 0\n").first, "ps_shards");
   EXPECT_EQ(reject(kData + "ps_shards = 257\n").first, "ps_shards");
   EXPECT_EQ(reject(kData + "ps_shards = \"many\"\n").first, "ps_shards");
-  // Stored and read back; a job stored before the key existed had a fixed count.
-  EXPECT_TRUE(job_from_json(nlohmann::json(a)).ps_shards_auto);
-  EXPECT_FALSE(job_from_json(nlohmann::json(c)).ps_shards_auto);
-  auto old = nlohmann::json(a);
-  old.erase("ps_shards_auto");
-  EXPECT_FALSE(job_from_json(old).ps_shards_auto);
+  expect_auto_flag_stored(a, c, &JobSpec::ps_shards_auto, "ps_shards_auto");
 }
 
 TEST(JobSpec, PartitionSizeIsAutoUnlessTheJobFileGivesANumber) {
@@ -498,10 +504,5 @@ TEST(JobSpec, PartitionSizeIsAutoUnlessTheJobFileGivesANumber) {
   EXPECT_EQ(d.partition_size, 16384);
   EXPECT_EQ(reject(kData + "[ps]\npartition_size = 0\n").first, "ps.partition_size");
   EXPECT_EQ(reject(kData + "[ps]\npartition_size = \"big\"\n").first, "ps.partition_size");
-  // Stored and read back; a job stored before the key existed had a fixed size.
-  EXPECT_TRUE(job_from_json(nlohmann::json(a)).partition_size_auto);
-  EXPECT_FALSE(job_from_json(nlohmann::json(d)).partition_size_auto);
-  auto old = nlohmann::json(a);
-  old.erase("partition_size_auto");
-  EXPECT_FALSE(job_from_json(old).partition_size_auto);
+  expect_auto_flag_stored(a, d, &JobSpec::partition_size_auto, "partition_size_auto");
 }

@@ -270,7 +270,7 @@ TEST(PsClientReplies, APullReplyOfTheWrongSizeIsRefusedWithWhatWasExpected) {
 // A pipelined pull's handle (c10d's Work): wait(timeout) gives up while the shard has not
 // answered, leaving the pull in flight, and a later wait takes the reply the shard sends
 // then. The premise: the shard has read the pull when the first wait starts.
-TEST(PendingPull, WaitWithATimeoutGivesUpAndThePullGoesOnToItsReply) {
+TEST(PsWork, WaitWithATimeoutGivesUpAndThePullGoesOnToItsReply) {
   using namespace std::chrono_literals;
   ScriptedShard shard;
   std::atomic<bool> pull_read{false};
@@ -287,7 +287,7 @@ TEST(PendingPull, WaitWithATimeoutGivesUpAndThePullGoesOnToItsReply) {
   o.timeout = std::chrono::milliseconds(30000);
   PsClient client({{"127.0.0.1", shard.port()}}, make_layout({4}, 4, 1), o);
   std::vector<float> params(4, -1.0f);
-  PendingPull pending;
+  PsWork pending;
   bool answered = false;
   struct Joiner {  // a failed assertion returns early: the script still ends and is joined
     std::thread& t;
@@ -313,4 +313,60 @@ TEST(PendingPull, WaitWithATimeoutGivesUpAndThePullGoesOnToItsReply) {
   pending.wait(30000ms);
   EXPECT_FALSE(pending.active());
   EXPECT_EQ(params, (std::vector<float>{1.5f, -2.0f, 3.25f, 4.0f}));
+}
+
+// An overlapped push's handle, the same type as a pull's: the frame the shard reads is
+// the push as given (key, codec, count, the gradient's floats), and a push the client
+// refuses (a partition outside the layout) fails in wait(), not when it is started.
+TEST(PsWork, APushInFlightWritesItsFrameAndItsErrorComesFromWait) {
+  using namespace std::chrono_literals;
+  ScriptedShard shard;
+  std::optional<wire::FrameHeader> got;
+  std::vector<std::byte> payload;
+  std::thread script([&] {
+    if (!shard.accept(30s) || !shard.handshake(30s)) return;
+    const auto hello = shard.read_frame(30s);
+    if (!hello) return;
+    shard.ack_hello(hello->seq);
+    got = shard.read_frame(30s, &payload);
+  });
+  struct Joiner {
+    std::thread& t;
+    ~Joiner() {
+      if (t.joinable()) t.join();
+    }
+  } joiner{script};
+  PsClient client({{"127.0.0.1", shard.port()}}, make_layout({4}, 4, 1), PsShards::client_options(0, 1));
+  client.connect();
+  const std::vector<float> g{0.5f, -1.0f, 2.0f, 0.25f};
+  std::vector<PartitionPush> pushes(1);
+  pushes[0].codec = wire::Codec::kDenseF32;
+  pushes[0].count = 4;
+  pushes[0].first = std::as_bytes(std::span<const float>(g));
+  const std::uint32_t keys[] = {0};
+  PsWork work = client.start_push(pushes, keys, 0.1f);
+  EXPECT_STREQ(work.what(), "push");
+  work.wait(30000ms);
+  EXPECT_FALSE(work.active());
+  script.join();
+  ASSERT_TRUE(got.has_value()) << "the shard read no frame after the hello";
+  EXPECT_EQ(got->type, wire::MessageType::kPush);
+  EXPECT_EQ(got->key, 0u);
+  EXPECT_EQ(got->codec, wire::Codec::kDenseF32);
+  EXPECT_EQ(got->count, 4u);
+  ASSERT_EQ(payload.size(), 4 * sizeof(float));
+  std::vector<float> sent(4);
+  std::memcpy(sent.data(), payload.data(), payload.size());
+  EXPECT_EQ(sent, g);
+
+  const std::uint32_t outside[] = {7};
+  PsWork refused = client.start_push(pushes, outside, 0.1f);
+  EXPECT_TRUE(refused.active());
+  try {
+    refused.wait();
+    ADD_FAILURE() << "a push of partition 7 of a one-partition layout was not refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("push of partition 7: the layout has 1"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(refused.active());
 }
