@@ -33,12 +33,24 @@ def machine():
     return f"{cpu}, {os.cpu_count()} cores, {platform.platform()}"
 
 
-def commit():
-    """The checkout's commit (12 hex digits), marked when tracked files differ from it."""
+def commit(root=ROOT):
+    """The commit of checkout `root` (12 hex digits), marked when tracked files differ from it."""
     def git(*a):
-        return subprocess.run(["git", "-C", ROOT, *a], capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", "-C", root, *a], capture_output=True, text=True).stdout.strip()
     head = git("rev-parse", "--short=12", "HEAD") or "unknown"
     return head + (" (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def build_commit(bin_dir=BIN):
+    """The commit of the checkout the programs in `bin_dir` were built from (CMakeCache.txt's
+    CMAKE_HOME_DIRECTORY beside it), as commit() says it; that of this checkout when the
+    cache does not say."""
+    try:
+        with open(os.path.join(os.path.dirname(bin_dir), "CMakeCache.txt")) as f:
+            home = next(l.split("=", 1)[1].strip() for l in f if l.startswith("CMAKE_HOME_DIRECTORY:"))
+    except (OSError, StopIteration):
+        home = ROOT
+    return commit(home)
 
 
 def start_cluster(state, agents=3, extra_args=()):

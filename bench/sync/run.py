@@ -19,7 +19,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -30,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 from compression_bench import BIN, Cluster, Links  # noqa: E402
+from standalone import build_commit, machine  # noqa: E402  (a result file's record)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "sim"))
 import svgplot  # noqa: E402  (bench/sim/svgplot.py)
 
@@ -127,8 +127,9 @@ def report(datas):
     for data in datas:
         args = data["args"]
         part = args.get("partition_size") or "default (262,144)"
-        md.append(f"- `{data['command']}` ({data['date']}{', stopped early' if data.get('partial') else ''}): "
-                  f"{args['workers']} workers + 1 PS shard, each on its own agent with one core, on a "
+        built = f", commit {data['commit']}" if data.get("commit") else ""
+        md.append(f"- `{data['command']}` ({data['date']}{built}{', stopped early' if data.get('partial') else ''}): "
+                  f"{args['workers']} workers + 1 PS shard, each on its own agent with one core; machine: "
                   f"{data['machine']}; batch {args['batch_size']} per worker, {args['epochs']} epochs on "
                   f"{first(args['train_samples'])} training images, test accuracy on {first(args['test_samples'])}; "
                   f"lr {args['lr']}, momentum {args.get('momentum', 0.9)}, partition size {part}; targets "
@@ -226,7 +227,7 @@ def save(args, results, partial):
     stored = {k: (os.path.relpath(v, ROOT) if isinstance(v, str) and v.startswith(ROOT + os.sep) else v)
               for k, v in vars(args).items()}
     data = {"args": stored, "results": results, "date": datetime.date.today().isoformat(),
-            "machine": f"{os.cpu_count()}-core {platform.machine()} machine",
+            "machine": machine(), "commit": build_commit(BIN),
             "command": "bench/sync/run.py " + " ".join(sys.argv[1:]), "partial": partial}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"sync-{args.tag}.json" if args.tag else "sync.json"), "w") as f:
