@@ -51,9 +51,10 @@ class ModelCollection {
       : jobs_(jobs), agents_(agents), hooks_(std::move(hooks)) {}
 
   /// Keeps models in <state_dir>/models and uploads in <state_dir>/uploads, each keeping
-  /// the files of the `retention` latest jobs. Without a call (no state_dir, or a call
-  /// that threw IoError/ConfigError, which leaves none), nothing is kept and the requests
-  /// that need the stores are refused as unavailable.
+  /// the files of the `retention` latest jobs. Throws what the stores' constructors throw
+  /// (IoError, ConfigError): the model store is then kept if it opened, the uploads not.
+  /// Without a store (no state_dir, or one that did not open) what needs it is refused
+  /// as unavailable.
   void open(const std::string& state_dir, int retention);
   /// True once open() succeeded.
   bool keeps() const { return models_ != nullptr && uploads_ != nullptr; }
@@ -114,7 +115,9 @@ class ModelCollection {
   SessionPtr session_of(const std::string& agent) const;
   void request_window(Collecting& c);
   void take_metadata(Collecting& c);
-  /// Goes on after a window of `c` arrived (`chunk`); false when the collection ended.
+  /// Goes on after a window of `c` arrived (`chunk`): asks for the next window, file or
+  /// checkpoint, or ends the collection (which destroys `c`). Throws what writing or
+  /// storing the files throws; the caller ends the collection with it.
   void take_chunk(Collecting& c, const wire::ModelFileChunkBody& chunk);
   /// A failed or cancelled job's checkpoint its agent does not have: asks for the one
   /// before it; false when there is none to ask for.

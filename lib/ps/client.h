@@ -105,8 +105,9 @@ class PsConnectionLost : public IoError {
 
 /// A push or a pull in flight, from PsClient::start_push / start_pull: the one handle a
 /// worker waits on, as c10d's Work or ps-lite's timestamp + Wait, instead of a private
-/// future. Move-only. Thread-safety: one owner; wait() and the destructor from the thread
-/// that started it.
+/// future. Move-only. Thread-safety: one owner at a time; wait() and the destructor are
+/// not to be called concurrently (a thread that hands the handle on orders itself with
+/// the next owner, as backward() orders its hook thread with the training thread).
 class PsWork {
  public:
   PsWork() = default;  ///< none in flight
@@ -123,12 +124,12 @@ class PsWork {
   /// "push" or "pull" ("" when none was started).
   const char* what() const { return what_; }
   /// Blocks until the call has ended; rethrows what it threw (PsConnectionLost,
-  /// TimeoutError, ProtocolError, IoError: as PsClient::push / pull). Nothing when none is
-  /// in flight.
+  /// TimeoutError, ProtocolError, IoError, StopRequested, and ConfigError for arguments
+  /// the call refused: as PsClient::push / pull). Nothing when none is in flight.
   void wait();
-  /// As wait(), but gives up after `timeout`: throws TimeoutError ("pull still in
-  /// flight after N ms") and the handle stays active (the call goes on; its own deadline
-  /// is PsClientOptions::timeout). Thread-safety: the one thread that owns the handle.
+  /// As wait(), but gives up after `timeout`: throws TimeoutError ("push still in flight
+  /// after N ms", or "pull ...") and the handle stays active (the call goes on; its own
+  /// deadline is PsClientOptions::timeout).
   void wait(std::chrono::milliseconds timeout);
 
  private:

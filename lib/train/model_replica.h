@@ -2,8 +2,9 @@
 // lib/train): the model's parameters and gradient as flat float vectors, the partitions
 // the PS shards hold, the step count. WorkerLoop owns one; PsExchange (ps_exchange.h)
 // pulls into it, LocalGroupStep (group_step.h) sums and broadcasts through it.
-// Not thread-safe: the training thread owns it (a pipelined pull writes a replica of its
-// own, PsExchange's).
+// Not thread-safe: the training thread owns it. PsExchange's overlapped push reads a
+// partition of `grads` on a thread of its own while backward writes the others; its
+// pipelined pull writes a target of its own, not `params`.
 #pragma once
 
 #include <algorithm>

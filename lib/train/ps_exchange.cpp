@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -88,14 +89,15 @@ void PsExchange::on_gradient(std::size_t i, const torch::Tensor& grad) {
   for (const auto key : tracker_->arrived(i)) push_partition(key, true);
 }
 
-// Weight decay, the finiteness check and the encoding of partition `key` of the
-// gradient, then its push, once the previous one has been written (the client serves
-// one call at a time; the encoder keeps each partition's encoding in a buffer of its
-// own, so the next is encoded while the previous is written). A non-finite partition is
-// not pushed and marks the step skipped (the partitions already pushed stay applied); a
-// failed push is kept for exchange().
+// Once the previous push has been written (the client serves one call at a time; a push
+// that failed stops the step's pushes, before this partition's compressor state
+// changes): weight decay, the finiteness check and the encoding of partition `key` of
+// the gradient, then its push. A non-finite partition is not pushed and marks the step
+// skipped (the partitions already pushed stay applied); a failed push is kept for
+// exchange().
 void PsExchange::push_partition(std::uint32_t key, bool in_backward) {
   if (hook_.error || hook_.nonfinite || !tracker_->claim(key)) return;
+  if (!finish_push()) return;
   const auto& p = replica_.layout.partitions[key];
   auto g = std::span<float>(replica_.grads)
                .subspan(static_cast<std::size_t>(p.offset), static_cast<std::size_t>(p.length));
@@ -122,12 +124,30 @@ void PsExchange::push_partition(std::uint32_t key, bool in_backward) {
       rep_.counters().compress_seconds += seconds_since(t0);
     }
     const std::uint32_t keys[] = {key};
-    push_work_.wait();  // rethrows what the previous push ended with
     push_work_ = client_->start_push(pushes, keys, hook_.lr);
-    if (in_backward) ++rep_.counters().overlapped_pushes;
+    push_in_backward_ = in_backward;
   } catch (...) {
     hook_.error = std::current_exception();
   }
+}
+
+bool PsExchange::finish_push() {
+  if (!push_work_.active()) return true;
+  try {
+    push_work_.wait();
+  } catch (...) {
+    if (!hook_.error) hook_.error = std::current_exception();
+    return false;
+  }
+  if (push_in_backward_) ++rep_.counters().overlapped_pushes;
+  return true;
+}
+
+void PsExchange::recover(const ps::PsConnectionLost& lost) {
+  const auto t0 = Clock::now();
+  resyncer_->recover(lost);  // replica.params and the model now hold the PS's values
+  pulled_ = replica_.params;  // what the shards think this worker holds after the dense pull
+  rep_.counters().exchange_seconds += seconds_since(t0);
 }
 
 void PsExchange::begin_backward(float lr, double density) {
@@ -144,6 +164,18 @@ void PsExchange::begin_backward(float lr, double density) {
 void PsExchange::end_backward(bool ran) {
   hook_.active = false;
   if (!ran) hook_.nonfinite = true;
+  if (!hook_.nonfinite) return;
+  // A skipped step (no exchange follows): its pushes so far stay applied; the one in
+  // flight ends now, before the next forward, and one that failed fails the worker or,
+  // for a lost shard, resyncs, as in exchange().
+  finish_push();
+  if (const auto error = std::exchange(hook_.error, nullptr)) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const ps::PsConnectionLost& lost) {
+      recover(lost);
+    }
+  }
 }
 
 // Push this step's gradient and pull; a lost shard drops the step's gradient and leaves
@@ -166,11 +198,8 @@ void PsExchange::exchange(float lr, double density, double downlink, double pos)
         tracker_->zero_missing(p, replica_.grads);
         push_partition(p.key, false);
       }
-      if (hook_.error) {
-        push_work_ = {};  // the pushes after the failed one: their error, if any, is logged
-        std::rethrow_exception(hook_.error);
-      }
-      push_work_.wait();
+      finish_push();
+      if (hook_.error) std::rethrow_exception(hook_.error);
       if (pipelined_) {
         // The values the pull issued after the previous step brought (awaited before
         // backward) go into the model now; this step's pull runs while the next
@@ -197,10 +226,7 @@ void PsExchange::exchange(float lr, double density, double downlink, double pos)
     }
     resyncer_->succeeded();
   } catch (const ps::PsConnectionLost& lost) {
-    const auto t0 = Clock::now();
-    resyncer_->recover(lost);
-    pulled_ = params;  // a resync ends with a dense pull: what the shards think it holds
-    rep_.counters().exchange_seconds += seconds_since(t0);
+    recover(lost);
   }
   replica_.pulled_at = unix_now();
   meter_->add_step(client_->bytes_pushed() - up0, client_->bytes_pulled() - down0, pos,
@@ -240,14 +266,12 @@ void PsExchange::start_pull(double downlink) { pending_pull_ = client_->start_pu
 // (a NaN/Inf partition after it), before anything else uses the client. A lost
 // connection is recovered as in exchange().
 void PsExchange::await_push() {
-  if (!push_work_.active()) return;
+  if (finish_push()) return;
+  const auto error = std::exchange(hook_.error, nullptr);
   try {
-    push_work_.wait();
+    std::rethrow_exception(error);
   } catch (const ps::PsConnectionLost& lost) {
-    const auto t0 = Clock::now();
-    resyncer_->recover(lost);
-    pulled_ = replica_.params;
-    rep_.counters().exchange_seconds += seconds_since(t0);
+    recover(lost);
   }
 }
 
@@ -260,10 +284,7 @@ void PsExchange::await_pull() {
     pending_pull_.wait();
     resyncer_->succeeded();
   } catch (const ps::PsConnectionLost& lost) {
-    const auto t0 = Clock::now();
-    resyncer_->recover(lost);  // replica.params and the model now hold the PS's values
-    pulled_ = replica_.params;
-    rep_.counters().exchange_seconds += seconds_since(t0);
+    recover(lost);
   }
 }
 
@@ -283,8 +304,10 @@ void PsExchange::drain_pull() {
 void PsExchange::settle_for_stop() noexcept {
   try {
     push_work_.wait();
-  } catch (...) {
+  } catch (const ps::StopRequested&) {
     // the stop ended the push too; the replica is what the last pull brought
+  } catch (const std::exception& e) {
+    spdlog::warn("worker {}: the push in flight when it was asked to stop failed: {}", cfg_.rank, e.what());
   }
   if (!pending_pull_.active()) return;
   try {

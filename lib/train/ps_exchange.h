@@ -2,10 +2,12 @@
 // the step's push and pull (dense or compressed, encoded on the host or on the GPU),
 // overlap's pushes from backward's hooks and its pipelined pulls, recovery from a lost
 // shard (docs/compression.md; docs/training.md, "Overlap"). WorkerLoop owns one.
-// Not thread-safe: the training thread owns it. An overlapped push and a pipelined pull
-// run on a thread of their own (ps::PsWork, one at a time) but touch only the client and
-// their own buffers (a partition's encoded push; the pull's target), which nothing else
-// touches until they are awaited.
+// Not thread-safe: the training thread owns it (with a CUDA model, overlap's hooks run
+// on autograd's device thread, which backward() orders with the training thread). An
+// overlapped push and a pipelined pull run on a thread of their own (ps::PsWork, one at
+// a time) and touch only the client and their own buffers (a partition of the gradient
+// and its encoded push; the pull's target), which nothing else writes until they are
+// awaited; the client's byte counts are read from a snapshot while a pull runs.
 #pragma once
 
 #include <chrono>
@@ -74,8 +76,9 @@ class PsExchange {
   /// The pipelined pull in flight, if any, awaited and taken into replica.params and the
   /// model (the end of an epoch).
   void drain_pull();
-  /// Asked to stop: the pull in flight, if any, is awaited and its values taken when it
-  /// completed (the stop may have ended it too). Never throws.
+  /// Asked to stop: the push in flight, if any, is awaited (an error other than the stop
+  /// is logged), then the pull in flight, whose values are taken when it completed (the
+  /// stop may have ended it too). Never throws.
   void settle_for_stop() noexcept;
   /// A dense pull of the PS's current parameters into replica.params (an evaluation),
   /// recovering from a lost shard.
@@ -84,8 +87,10 @@ class PsExchange {
   /// calling `check_stop` between polls) until every worker has. Throws TimeoutError.
   void finish(const std::function<void()>& check_stop);
 
-  std::uint64_t bytes_pushed() const { return client_->bytes_pushed(); }
-  std::uint64_t bytes_pulled() const { return client_->bytes_pulled(); }
+  /// Bytes written to / read from the shards (PsClient::bytes_pushed / bytes_pulled);
+  /// while the pipelined pull runs (its thread counts them), as of the exchange before it.
+  std::uint64_t bytes_pushed() const { return pending_pull_.active() ? meter_up0_ : client_->bytes_pushed(); }
+  std::uint64_t bytes_pulled() const { return pending_pull_.active() ? meter_down0_ : client_->bytes_pulled(); }
   /// The step traffic against its dense equivalent (ps/exchange.h).
   const ps::TrafficMeter& meter() const { return *meter_; }
   /// Resyncs after a lost shard, this process.
@@ -96,8 +101,16 @@ class PsExchange {
   void push_partition(std::uint32_t key, bool in_backward);
   std::span<const ps::PartitionPush> encode_pushes(double density);
   void start_pull(double downlink);
+  /// Waits for the overlapped push in flight; false, its error in hook_.error (unless one
+  /// is there already), when it failed. Counts it as overlapped when it was started from
+  /// backward and succeeded.
+  bool finish_push();
+  /// finish_push() outside a step: a lost shard is recovered from; other errors thrown.
   void await_push();
   void await_pull();
+  /// After a lost connection: the resync (replica.params and the model hold the PS's
+  /// values) and the pull's target reset to them.
+  void recover(const ps::PsConnectionLost& lost);
 
   const WorkerConfig& cfg_;
   const JobSpec& spec_;
@@ -133,6 +146,7 @@ class PsExchange {
   // Overlap: the push of the last partition backward completed, writing while backward
   // goes on; awaited before the next push or the pull.
   ps::PsWork push_work_;
+  bool push_in_backward_ = false;  // push_work_ was started from a backward hook
 };
 
 }  // namespace dltrain::train::detail

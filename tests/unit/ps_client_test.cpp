@@ -1,6 +1,6 @@
 // PsClient against a shard played by the test: the silence timeout, the stop flag (also
 // during resync), a worker suspended past its timeout (a real child process,
-// ps_client_child), a malformed pull reply, and a pipelined pull's handle.
+// ps_client_child), a malformed pull reply, and the handle of a push or pull in flight (PsWork).
 #include <signal.h>
 
 #include <array>
