@@ -3,7 +3,7 @@
 
 Before every evaluation dltrain's worker 0 resets the BatchNorm running statistics and
 re-estimates them for the evaluated parameters over the first training images of its
-shard (lib/train/worker_reports.cpp, recalibrate_batchnorm: Izmailov et al. 2018, "SWA",
+shard (lib/train/worker_end.cpp, recalibrate_batchnorm: Izmailov et al. 2018, "SWA",
 §3.2, bn_update). Each of those forward passes costs what evaluating a test image does,
 and in sync mode the other workers wait for rank 0's evaluation, so the sample size is
 time-to-accuracy.

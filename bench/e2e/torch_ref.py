@@ -128,7 +128,7 @@ def evaluate(model, x, y, batch):
 
 def recalibrate_batchnorm(model, x, images):
     """dltrain's re-estimation of BatchNorm's statistics before an evaluation
-    (lib/train/worker_reports.cpp, recalibrate_batchnorm; Izmailov et al. 2018, §3.2):
+    (lib/train/worker_end.cpp, recalibrate_batchnorm; Izmailov et al. 2018, §3.2):
     reset, then a cumulative average over the first `images` of `x` in batches of 250 in
     train mode. Runs on the bare module, never through DDP (whose forward would start a
     collective on rank 0 alone)."""

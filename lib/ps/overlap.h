@@ -1,6 +1,6 @@
 // Overlap's bookkeeping (docs/training.md, "Overlap"): during backward, which partitions
 // of the flat gradient are complete, so that each is pushed as soon as the last of its
-// parameter tensors has its gradient. No LibTorch here: the worker (worker_exchange.cpp)
+// parameter tensors has its gradient. No LibTorch here: the worker (train/ps_exchange.cpp)
 // calls it from its autograd hooks.
 #pragma once
 

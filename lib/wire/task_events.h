@@ -1,8 +1,8 @@
 // The events of a job: what a task reports on its stdout (one JSON object per line), what
 // its agent adds, and what the leader relays to the clients that follow the job. One
 // definition (names, types, units) used by every sender and every reader: the worker
-// (train/worker_reports.cpp), the PS task (daemon/ps_main.cpp), the agent, the leader and the
-// client. docs/protocol.md ("Task events") lists them with their meaning.
+// (train/trainer.cpp, worker_end.cpp, step_reporter.cpp), the PS task (daemon/ps_main.cpp),
+// the agent, the leader and the client. docs/protocol.md ("Task events") lists them with their meaning.
 //
 // Every event is a JSON object whose "event" field names its kind. Each kind has a plain
 // struct here with

@@ -212,7 +212,7 @@ TEST(Resync, GivesUpWithAClearErrorWhenTheShardDoesNotComeBack) {
 
 // A pull started with start_pull hands its values, or its error, to the handle's wait();
 // the handle is inactive afterwards, and waiting on an inactive one returns at once.
-TEST_F(ResyncOfTwo, APendingPullHandsItsValuesOrItsErrorToWait) {
+TEST_F(ResyncOfTwo, APullInFlightHandsItsValuesOrItsErrorToWait) {
   std::vector<float> got(4);
   auto pending = c0->start_pull(got, 1.0);
   EXPECT_TRUE(pending.active());
