@@ -4,10 +4,10 @@
 //   leader_agents.cpp    the agent protocol: registration, heartbeats, task events and exits
 //   leader_clients.cpp   the client protocol: submit, plan, status, cancel, follow, logs, ...
 //                        and the planner's answers applied (decide, explore)
-// The parts own their state (most are unit-tested without sockets: tests/unit/
-// job_table_test, states_test, placement_test, scheduler_test, recovery_test,
-// log_relay_test, leader_metrics_test; planning, model collection and the dashboard
-// through the leader's control and cluster tests): the job table
+// The parts own their state (unit-tested without sockets: tests/unit/job_table_test,
+// states_test, placement_test, scheduler_test, recovery_test, planning_test,
+// model_collection_test, log_relay_test, leader_metrics_test; the dashboard's requests
+// through the leader's control tests): the job table
 // (job_table.h) and the records (job_record.h), each job's lifecycle (states.h), the
 // agents and placement (placement.h), the queue and its admission rule (scheduler.h),
 // recovery (recovery.h: lost tasks, re-assignment, restore, adoption; it acts on the rest

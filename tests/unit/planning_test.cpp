@@ -1,0 +1,114 @@
+// The leader's adapter to the planner (leader/planning.h) without a leader: the PS memory
+// check against the live agents' memory (resnet18's 11.2 M parameters and their momentum
+// are ~89 MB: refused on 64 MB, fine on 1 GiB; a TorchScript model and a cluster with no
+// live agent are not judged), the plan it remembers, and the history rows a job leaves in
+// a real RocksDB store (the slowest worker's epoch time, the bytes since the last row;
+// none for an exploration run's epochs or a resumed job's end).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "leader/planning.h"
+#include "planner/policy.h"
+#include "store/rocksdb_store.h"
+#include "support/session_double.h"
+#include "support/temp_dir.h"
+
+using namespace dltrain;
+using namespace dltrain::leader;
+
+namespace {
+
+JobSpec resnet18_job() {
+  JobSpec spec;
+  spec.model = ModelKind::kResnet18;
+  spec.channels = 1;  // Fashion-MNIST's, as the job file's reader sets them
+  spec.image_size = 28;
+  spec.workers = 2;
+  spec.ps_shards = 1;
+  return spec;
+}
+
+}  // namespace
+
+TEST(Planning, APsShardThatFitsNoLiveAgentsMemoryIsRefusedAndNothingIsJudgedWithoutOne) {
+  AgentRegistry agents;
+  config::AgentOptions opt;
+  Planning planning(agents, opt);
+  EXPECT_FALSE(planning.ps_memory_problem(resnet18_job()).has_value()) << "no live agent: nothing to compare with";
+
+  const std::shared_ptr<control::Session> session = std::make_shared<dltrain::testing::SessionDouble>();
+  auto& a = agents["agent-a"];
+  a.session = session;
+  a.memory_mb = 64;
+  const auto why = planning.ps_memory_problem(resnet18_job());
+  ASSERT_TRUE(why.has_value()) << "~89 MB of parameters and momentum on a 64 MB agent";
+  // torchvision's 11,181,642 for 3 channels and 10 classes, less the stem's 7·7·2·64 =
+  // 6,272 weights of the two channels Fashion-MNIST does not have.
+  EXPECT_NE(why->find("11175370-parameter resnet18"), std::string::npos) << *why;
+  EXPECT_NE(why->find("ps_shards"), std::string::npos) << *why;
+
+  auto scripted = resnet18_job();
+  scripted.model = ModelKind::kTorchScript;
+  EXPECT_FALSE(planning.ps_memory_problem(scripted).has_value()) << "a TorchScript model's size is the worker's to know";
+  a.memory_mb = 1024;
+  EXPECT_FALSE(planning.ps_memory_problem(resnet18_job()).has_value());
+  a.memory_mb = 64;
+  a.lost = true;  // a lost agent's memory does not count
+  EXPECT_FALSE(planning.ps_memory_problem(resnet18_job()).has_value());
+}
+
+TEST(Planning, HistoryRowsAndThePlanGoIntoTheStore) {
+  dltrain::testing::TempDir dir;
+  auto db = store::RocksDbStore::open((dir.path / "db").string());
+  AgentRegistry agents;
+  config::AgentOptions opt;
+  Planning planning(agents, opt);
+
+  JobRec j;
+  j.id = "job-7";
+  j.spec.model = ModelKind::kCnn;
+  j.spec.dataset = DatasetKind::kFashionMnist;
+  j.spec.workers = 2;
+  j.spec.batch_size = 64;
+  j.figures.epoch_seconds = {{0, 10.0}, {1, 12.5}};
+  j.bytes.pushed = {{0, 3000}, {1, 3000}};
+  j.bytes.pulled = {{0, 2000}, {1, 2000}};
+  wire::events::EpochEnd e;
+  e.epoch = 1;
+  e.eval_seconds = 1.5;
+  planning.record_epoch(j, e);  // no store yet: nothing, and no error
+  planning.use_store(db.get());
+  planning.record_epoch(j, e);
+  j.bytes.pushed = {{0, 5000}, {1, 5000}};  // 4,000 more bytes by the second epoch
+  e.epoch = 2;
+  planning.record_epoch(j, e);
+  auto rows = db->history("cnn", "fashion-mnist");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].job, "job-7");
+  EXPECT_EQ(rows[0].epoch, 1);
+  EXPECT_EQ(rows[0].epoch_seconds, 12.5);  // the slowest worker's
+  EXPECT_EQ(rows[0].bytes_per_epoch, 10000);
+  EXPECT_EQ(rows[0].eval_seconds, 1.5);
+  EXPECT_EQ(rows[0].workers, 2);
+  EXPECT_EQ(rows[0].batch_size, 64);
+  EXPECT_EQ(rows[1].epoch, 2);
+  EXPECT_EQ(rows[1].bytes_per_epoch, 4000);
+
+  // An exploration run's epochs and a resumed job's end leave no row.
+  JobRec run = j;
+  run.spec.profile = true;
+  planning.record_epoch(run, e);
+  JobRec resumed = j;
+  resumed.resume.epoch = 3;
+  planning.record_final(resumed);
+  EXPECT_EQ(db->history("cnn", "fashion-mnist").size(), 2u);
+
+  const planner::Config choice{4, 128};
+  planning.remember(j.spec, choice);
+  const auto key = planner::plan_key(j.spec);
+  const auto stored = db->get_meta(key);
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(planner::decode_plan(*stored, key), choice);
+}
