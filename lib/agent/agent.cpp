@@ -285,10 +285,6 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   // bounded, with back-off), from its launch: a worker resumes after its last finished
   // epoch, a PS shard on its port from its latest checkpoint.
   bool maybe_restart(const std::string& key, Task& t, const ExitStatus& st) {
-    if (st.exit_code == TaskTable::kConfigErrorExit && st.signal == 0 && !t.stop_requested && !shutting_down &&
-        t.restarts < opt.task_max_restarts) {
-      spdlog::warn("{} {}: a configuration error, not restarted", key, st.describe());
-    }
     const auto plan = tasks.plan_restart(t, st, shutting_down, opt.task_max_restarts);
     if (!plan) return false;
     const auto delay = plan->delay;

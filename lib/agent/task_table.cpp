@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
 #include "common/overloaded.h"
 
 namespace dltrain::agent {
@@ -41,7 +43,10 @@ std::optional<RestartPlan> TaskTable::plan_restart(Task& t, const ExitStatus& st
   }
   // A configuration error (a worker whose LibTorch has no CUDA, a data set that does not
   // parse) fails the same way every time: its message goes to the leader at once.
-  if (st.exit_code == kConfigErrorExit && st.signal == 0) return std::nullopt;
+  if (st.exit_code == kConfigErrorExit && st.signal == 0) {
+    spdlog::warn("{} {}: a configuration error, not restarted", key(t.job, t.name), st.describe());
+    return std::nullopt;
+  }
   ++t.restarts;
   ++restarts_;
   return RestartPlan{t.restarts, std::chrono::milliseconds(500) * (1 << std::min(t.restarts - 1, 6))};

@@ -71,10 +71,14 @@ class TaskTable {
   /// The key of task `task` of job `job`.
   static std::string key(const std::string& job, const std::string& task) { return job + "/" + task; }
 
+  /// The task with key `key` ("job/task"), or null when this agent runs none; valid until
+  /// the task is added again or ended.
   Task* find(const std::string& key);
   bool contains(const std::string& key) const { return tasks_.count(key) != 0; }
   bool empty() const { return tasks_.empty(); }
+  /// Tasks running or waiting to restart.
   std::size_t size() const { return tasks_.size(); }
+  /// The tasks by key, as a std::map.
   std::map<std::string, Task>::iterator begin() { return tasks_.begin(); }
   std::map<std::string, Task>::iterator end() { return tasks_.end(); }
   std::map<std::string, Task>::const_iterator begin() const { return tasks_.begin(); }
@@ -84,7 +88,8 @@ class TaskTable {
 
   /// Whether task `t`, which exited with `st`, is started again, and when: not after a
   /// clean exit, a stop asked for, the agent shutting down (`shutting_down`), a
-  /// configuration error (kConfigErrorExit) or `max_restarts` restarts; otherwise after
+  /// configuration error (kConfigErrorExit; logged, it fails the same way every time) or
+  /// `max_restarts` restarts; otherwise after
   /// 0.5 s doubling with each restart up to 32 s. A restart is counted (on `t` and in
   /// restarts()).
   std::optional<RestartPlan> plan_restart(Task& t, const ExitStatus& st, bool shutting_down, int max_restarts);

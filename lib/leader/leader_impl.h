@@ -39,6 +39,7 @@
 #include "leader/log_relay.h"
 #include "leader/metrics.h"
 #include "leader/model_collection.h"
+#include "leader/persist.h"
 #include "leader/leader.h"
 #include "leader/placement.h"
 #include "leader/planning.h"
@@ -106,16 +107,11 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   }
 
   // ------------------------------------------------------------ leader.cpp
-  /// A store failure is logged and the leader carries on serving from memory: losing a
-  /// history row must not stop running jobs.
+  /// persist_or_log (persist.h) when the leader has a store: losing a history row must
+  /// not stop running jobs.
   template <typename F>
   void persist(const char* what, F&& f) {
-    if (!db) return;
-    try {
-      f();
-    } catch (const std::exception& e) {
-      spdlog::error("store: {} failed: {}", what, e.what());
-    }
+    if (db) persist_or_log(what, std::forward<F>(f));
   }
   void save(const JobRec& j) override;
   void event(const JobRec& j, const json& ev);

@@ -1,5 +1,6 @@
 // Planning (leader/planning.h): the leader's adapter to the planner.
 #include "leader/planning.h"
+#include "leader/persist.h"
 
 #include <algorithm>
 
@@ -19,17 +20,6 @@ namespace {
 
 planner::PolicyOptions policy_options(const config::AgentOptions& o) {
   return planner::PolicyOptions{o.switch_threshold, o.margin_sigmas, o.prices, o.explore_steps};
-}
-
-// A store failure is logged and the leader carries on: losing a history row or a plan
-// must not stop running jobs.
-template <typename F>
-void persist(const char* what, F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    spdlog::error("store: {} failed: {}", what, e.what());
-  }
 }
 
 }  // namespace
@@ -83,7 +73,7 @@ std::optional<std::string> Planning::ps_memory_problem(const JobSpec& spec) cons
 
 void Planning::remember(const JobSpec& spec, const planner::Config& choice) {
   if (!db_) return;
-  persist("saving the plan", [&] { db_->put_meta(planner::plan_key(spec), planner::encode_plan(choice)); });
+  persist_or_log("saving the plan", [&] { db_->put_meta(planner::plan_key(spec), planner::encode_plan(choice)); });
 }
 
 void Planning::record_epoch(JobRec& j, const events::EpochEnd& ev) {
@@ -95,7 +85,7 @@ void Planning::record_epoch(JobRec& j, const events::EpochEnd& ev) {
                                             ev.epoch, seconds, bytes - j.bytes.last_bytes, j.spec,
                                             ev.eval_seconds.value_or(0.0));
   j.bytes.last_bytes = bytes;
-  persist("recording an observation", [&] { db_->add_observation(o); });
+  persist_or_log("recording an observation", [&] { db_->add_observation(o); });
 }
 
 void Planning::record_final(const JobRec& j) {
@@ -114,7 +104,7 @@ void Planning::record_final(const JobRec& j) {
     o = planner::final_observation(base, j.test_accuracy, j.epochs_done, j.wall_seconds(), ips,
                                    static_cast<double>(j.bytes_pushed() + j.bytes_pulled()));
   }
-  if (o) persist("recording an observation", [&] { db_->add_observation(*o); });
+  if (o) persist_or_log("recording an observation", [&] { db_->add_observation(*o); });
 }
 
 }  // namespace dltrain::leader

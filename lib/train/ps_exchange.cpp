@@ -164,18 +164,9 @@ void PsExchange::begin_backward(float lr, double density) {
 void PsExchange::end_backward(bool ran) {
   hook_.active = false;
   if (!ran) hook_.nonfinite = true;
-  if (!hook_.nonfinite) return;
   // A skipped step (no exchange follows): its pushes so far stay applied; the one in
-  // flight ends now, before the next forward, and one that failed fails the worker or,
-  // for a lost shard, resyncs, as in exchange().
-  finish_push();
-  if (const auto error = std::exchange(hook_.error, nullptr)) {
-    try {
-      std::rethrow_exception(error);
-    } catch (const ps::PsConnectionLost& lost) {
-      recover(lost);
-    }
-  }
+  // flight ends now, before the next forward.
+  if (hook_.nonfinite) await_push();
 }
 
 // Push this step's gradient and pull; a lost shard drops the step's gradient and leaves
@@ -263,11 +254,13 @@ void PsExchange::begin_epoch() {
 void PsExchange::start_pull(double downlink) { pending_pull_ = client_->start_pull(pulled_, downlink); }
 
 // Waits for the overlapped push in flight, if any: one of a step that was then skipped
-// (a NaN/Inf partition after it), before anything else uses the client. A lost
-// connection is recovered as in exchange().
+// (a NaN/Inf partition after it), before anything else uses the client. A push that
+// failed, now or earlier in that step, fails the worker or, for a lost connection,
+// resyncs, as in exchange().
 void PsExchange::await_push() {
-  if (finish_push()) return;
+  finish_push();
   const auto error = std::exchange(hook_.error, nullptr);
+  if (!error) return;
   try {
     std::rethrow_exception(error);
   } catch (const ps::PsConnectionLost& lost) {

@@ -105,7 +105,8 @@ class PsExchange {
   /// is there already), when it failed. Counts it as overlapped when it was started from
   /// backward and succeeded.
   bool finish_push();
-  /// finish_push() outside a step: a lost shard is recovered from; other errors thrown.
+  /// finish_push() outside an exchange, and the push error kept from the step, if any: a
+  /// lost shard is recovered from; other errors thrown.
   void await_push();
   void await_pull();
   /// After a lost connection: the resync (replica.params and the model hold the PS's
