@@ -165,7 +165,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   // starts from a trained model (init_sha256) starts once its agent has those files; the
   // others at once.
   void start_task(const wire::StartTaskBody& b) {
-    const std::string key = b.job + "/" + b.task;
+    const std::string key = TaskTable::key(b.job, b.task);
     if (tasks.contains(key) || fetching.count(key)) throw Error("task " + key + " is already running here");
     std::vector<std::pair<std::string, std::string>> needed;  // sha256, name in the task directory
     if (b.kind == wire::TaskKind::kWorker) {
@@ -188,7 +188,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
                                                                  const std::string& error) mutable {
       auto self = w.lock();
       if (!self) return;
-      const std::string key = b.job + "/" + b.task;
+      const std::string key = TaskTable::key(b.job, b.task);
       const auto it = self->fetching.find(key);
       // Stopped meanwhile, or started again as a newer generation (which fetches for itself).
       const bool current = it != self->fetching.end() && it->second == b.generation;
@@ -214,7 +214,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
 
   // `files`: name in the task directory → the fetched copy.
   void launch_task(const wire::StartTaskBody& b, const std::map<std::string, std::string>& files) {
-    const std::string key = b.job + "/" + b.task;
+    const std::string key = TaskTable::key(b.job, b.task);
     Task t;
     t.launch = prepare_task(opt, b);
     for (const auto& [name, path] : files) {
@@ -263,7 +263,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   }
 
   void stop_task(const wire::TaskRefBody& b) {
-    const std::string key = b.job + "/" + b.task;
+    const std::string key = TaskTable::key(b.job, b.task);
     if (fetching.erase(key)) {
       // Waiting for its model file: it never ran; it ends now, as stopped.
       return report_not_started(b.job, b.task, b.generation, 143, "stopped before it started", "");

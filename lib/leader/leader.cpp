@@ -54,7 +54,6 @@ void Leader::Impl::publish(JobRec& j, const json& ev) {
   notify(j, ev);
 }
 
-
 void Leader::Impl::send_agent(const std::string& agent_id, wire::ControlType type, const json& body) {
   auto it = agents.find(agent_id);
   if (it == agents.end()) return;

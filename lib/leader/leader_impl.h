@@ -19,7 +19,6 @@
 #pragma once
 
 #include <chrono>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -32,7 +31,6 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "common/file_transfer.h"
 #include "leader/job_record.h"
 #include "leader/dashboard.h"
 #include "leader/job_table.h"

@@ -56,8 +56,6 @@ class ModelCollection {
   /// Without a store (no state_dir, or one that did not open) what needs it is refused
   /// as unavailable.
   void open(const std::string& state_dir, int retention);
-  /// True once open() succeeded.
-  bool keeps() const { return models_ != nullptr && uploads_ != nullptr; }
 
   /// Starts collecting `j`'s model once every task exited: a succeeding job's "last"
   /// model and the checkpoints its metadata names; a failing or cancelled job's latest
