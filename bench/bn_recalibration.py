@@ -8,7 +8,7 @@ shard (lib/train/worker_end.cpp, recalibrate_batchnorm: Izmailov et al. 2018, "S
 and in sync mode the other workers wait for rank 0's evaluation, so the sample size is
 time-to-accuracy.
 
-This trains `resnet20` (python/dltrain_models.py, dltrain's module) on Fashion-MNIST in
+This trains `resnet20` (python/dltrain/networks.py, dltrain's module) on Fashion-MNIST in
 one process with the summed step of 4 workers of batch 64 (batch 256, lr 0.1, momentum
 0.9, weight decay 5e-4, linear warm-up over 0.3 epoch) and, at four points of its first
 epoch, measures the test accuracy with the running statistics training kept (PyTorch's
@@ -47,7 +47,7 @@ def main():
         import torch.nn.functional as F
     except ModuleNotFoundError as e:
         sys.exit(f"bn_recalibration.py: {e}: install Debian's python3-torch (scripts/setup --bench)")
-    import dltrain_models
+    from dltrain import networks as dltrain_models
     from torch_ref import read_idx
 
     torch.set_num_threads(args.threads)

@@ -13,6 +13,9 @@ set(CPACK_DEBIAN_PACKAGE_SECTION "science")
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser, dataset-fashion-mnist, libopenblas0-openmp")
+# The Python client (python3's module dltrain) imports these; the daemons need none of them.
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3, python3-websocket, python3-tomli-w")
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-torch, python3-tqdm")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     "${CMAKE_SOURCE_DIR}/packaging/postinst;${CMAKE_SOURCE_DIR}/packaging/prerm;${CMAKE_SOURCE_DIR}/packaging/postrm;${CMAKE_SOURCE_DIR}/packaging/conffiles")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)

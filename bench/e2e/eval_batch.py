@@ -24,7 +24,7 @@ from standalone import commit, machine  # noqa: E402
 
 import torch  # noqa: E402
 
-import dltrain_models  # noqa: E402
+from dltrain import networks as dltrain_models  # noqa: E402
 
 
 def seconds(net, x, batch, repeats):

@@ -66,7 +66,7 @@ except ModuleNotFoundError as e:
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 "python"))
-import dltrain_models  # noqa: E402  (dltrain's networks in PyTorch)
+from dltrain import networks as dltrain_models  # noqa: E402  (dltrain's networks in PyTorch)
 
 MEAN_STD = {"fashion-mnist": (0.2860, 0.3530), "mnist": (0.1307, 0.3081)}
 
@@ -93,7 +93,7 @@ def load(job, split):
 
 def make_model(name):
     """dltrain's built-in network `name` (cnn, mlp, mlp-large, resnet20) on 28x28 gray
-    images, as python/dltrain_models.py defines it: the same modules dltrain trains."""
+    images, as python/dltrain/networks.py defines it: the same modules dltrain trains."""
     return dltrain_models.build({"model": name, "channels": 1, "classes": 10, "image_size": 28})
 
 

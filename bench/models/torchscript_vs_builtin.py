@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The main job's CNN as a user's TorchScript model against the built-in C++ CNN.
 
-The same network (python/dltrain_models.py's SmallCnn, the C++ SmallCnn's twin), scripted
+The same network (python/dltrain/networks.py's SmallCnn, the C++ SmallCnn's twin), scripted
 with Debian's python3-torch, trains the main job (configs/jobs/fashion-mnist.toml: 2
 workers, 1 PS shard, 8 epochs of 60,000 images, asynchronous) beside the built-in model,
 on one standalone cluster (3 agents of 1 core, as the quick start), one job at a time,
@@ -28,7 +28,7 @@ from standalone import ROOT, run_job, start_cluster  # noqa: E402
 MAKE = r'''
 import sys, torch
 sys.path.insert(0, sys.argv[3])
-import dltrain_models
+from dltrain import networks as dltrain_models
 torch.manual_seed(int(sys.argv[2]))
 torch.jit.save(torch.jit.script(dltrain_models.SmallCnn(1, 10, 28)), sys.argv[1])
 '''

@@ -95,7 +95,7 @@ struct Model {
 /// `layerS.B.conv1.*` with S = K/2 + 1, B = K mod 2, `b1` → `bn1`, `c2` → `conv2`, `b2` →
 /// `bn2`; `downsample.*` and `fc.*` as they are), so that the file loads into
 /// torchvision.models.resnet18; every other model's are its modules' own
-/// (share/dltrain/dltrain_models.py defines them in PyTorch with the same names).
+/// (python/dltrain/networks.py defines them in PyTorch with the same names).
 std::string exported_name(const std::string& model, const std::string& key);
 
 /// Builds cnn, mlp, mlp-large, resnet20 or resnet18 for inputs

@@ -4,9 +4,10 @@ A job with a built-in model (cnn, mlp, mlp-large, resnet20, resnet18) comes back
 `dltrain model get JOB -o DIR` as DIR/state_dict.pt and DIR/metadata.json. The modules
 here have the names and shapes of dltrain's C++ networks (lib/train/models.h), so that
 
-    import json, torch, dltrain_models
+    import json, torch
+    from dltrain import networks
     meta = json.load(open("DIR/metadata.json"))
-    net = dltrain_models.build(meta)
+    net = networks.build(meta)
     net.load_state_dict(torch.load("DIR/state_dict.pt"))
     net.eval()
 
@@ -14,8 +15,8 @@ gives the network the job trained; feed it images as the job's loader did:
 (pixels / 255 - meta["mean"][c]) / meta["std"][c], shape [N, channels, size, size].
 resnet18 is torchvision.models.resnet18 itself (dltrain writes its state_dict with
 torchvision's names), its first convolution made for 1 channel where the data is gray.
-Installed with dltrain as /usr/share/dltrain/python/dltrain_models.py; needs only PyTorch
-(and torchvision for resnet18).
+`dltrain.Job.model()` does all of this. Part of the `dltrain` Python package; needs only
+PyTorch (and torchvision for resnet18).
 """
 import torch
 import torch.nn as nn

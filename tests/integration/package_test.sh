@@ -135,6 +135,11 @@ getent passwd dltrain >/dev/null || fail "no dltrain user"
 [[ -x /usr/bin/dltrain-agent && -f /lib/systemd/system/dltrain-agent.service ]] || fail "binaries or unit missing"
 [[ -f /etc/dltrain/agent.toml ]] || fail "config missing"
 dpkg-query -W -f='${Conffiles}' dltrain | grep -q /etc/dltrain/agent.toml || fail "agent.toml is not a conffile"
+# the Python client, as python3's module (docs/python.md); its Recommends name what it imports
+mod="$(cd / && env -u PYTHONPATH /usr/bin/python3 -c 'import dltrain, dltrain.networks; print(dltrain.__file__)')" ||
+  fail "python3 cannot import the installed dltrain module"
+[[ "$mod" == /usr/lib/python3/dist-packages/dltrain/__init__.py ]] || fail "python3 imports dltrain from $mod"
+dpkg-deb -f "$deb" Recommends | grep -q python3-websocket || fail "the .deb does not recommend python3-websocket"
 for t in /etc/dltrain/agent.token /etc/dltrain/client.token; do
   [[ $(stat -c %a "$t") == 600 && $(stat -c %U "$t") == dltrain ]] || fail "$t not 0600 dltrain"
 done

@@ -17,7 +17,9 @@ Exit status 77 (skipped) without python3-websocket, python3-tomli-w, python3-tor
 the data set; the Failover case skips itself without etcd.
 """
 import ast
+import contextlib
 import gzip
+import io
 import json
 import os
 import re
@@ -43,7 +45,7 @@ PYTHON = "/usr/bin/python3"
 
 def missing_prerequisites():
     for module, package in (("websocket", "python3-websocket"), ("tomli_w", "python3-tomli-w"),
-                            ("torch", "python3-torch")):
+                            ("torch", "python3-torch"), ("tqdm", "python3-tqdm")):
         try:
             __import__(module)
         except ImportError:
@@ -274,7 +276,6 @@ class Offline(unittest.TestCase):
 
 
 def _bytes_io(data):
-    import io
     return io.BytesIO(data)
 
 
@@ -352,6 +353,12 @@ class StandaloneCluster_(unittest.TestCase):
             self.assertIn("no epoch-time history for mlp", plan["explanation"])
             self.assertEqual({(r["workers"], r["batch_size"]) for r in plan["explore"]}, {(1, 32), (2, 32)}, plan)
             self.assertIsInstance(c.history(), list)
+            # wait() with its progress bar (tqdm) for a job of a built-in network.
+            bar = io.StringIO()
+            with contextlib.redirect_stderr(bar):
+                done = c.submit(job_fields("py-bar", model="mlp")).wait(timeout=600, progress=True)
+            self.assertEqual(done.state, "succeeded")
+            self.assertRegex(bar.getvalue(), r"job-\d+: 100%.*acc=" + "%.4f" % done.test_accuracy)
             # The requests it sent are the documented ones.
             self.assertEqual(set(c.sent) - documented_client_requests(), set(), c.sent)
 

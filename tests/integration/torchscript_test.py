@@ -115,12 +115,12 @@ print(json.dumps({"predictions": p_script.tolist(),
 '''
 
 
-# A built-in network's state_dict.pt in PyTorch, through python/dltrain_models.py: the
+# A built-in network's state_dict.pt in PyTorch, through python/dltrain/networks.py: the
 # accuracy on the first n test images.
 CHECK_BUILTIN = r'''
 import gzip, json, sys, numpy as np, torch
 sys.path.insert(0, sys.argv[4])
-import dltrain_models
+from dltrain import networks as dltrain_models
 ''' + LOAD_TEST_SET + r'''
 net = dltrain_models.load(d)  # load_state_dict is strict: every name and shape must match
 with torch.no_grad():
@@ -349,7 +349,7 @@ warmup_epochs = 0.2
         self.assertEqual(json.loads(r.stdout)["models"][0]["checkpoint"], "last", r.stdout)
 
     def assert_pytorch_accuracy(self, d, n, accuracy, delta=0.002):
-        """python/dltrain_models.py loads the built-in network's state_dict; its accuracy on
+        """python/dltrain/networks.py loads the built-in network's state_dict; its accuracy on
         the first n test images is the job's."""
         script = os.path.join(self.root, "check_builtin.py")
         with open(script, "w") as f:
