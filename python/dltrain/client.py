@@ -1,12 +1,13 @@
 """`Client`: the requests of the `dltrain` command, from Python."""
+import collections
 import logging
 import os
 import threading
 
 from . import models as models_mod
 from .config import find_leader
-from .connection import connect_first
-from .errors import ConfigError, NoLeader
+from .connection import IDLE_REUSE_SECONDS, ReplyTimeout, connect_first, tls_context
+from .errors import ConfigError, NoLeader, Unauthorized
 from .jobs import Job, JobSpec
 
 log = logging.getLogger("dltrain")
@@ -25,22 +26,29 @@ class Client:
     ws:// or wss:// URL or, with HA, the candidates' URLs separated by commas (the one that
     serves answers). `timeout` (s) bounds each request and each connection, as the CLI's
     --timeout; `failover_timeout` (s) how long a follower looks for a new leader after
-    losing one.
+    losing one (also a single leader's restart). Both in (0, 3600].
 
-    The client connects on its first request and reconnects (to the first candidate that
-    serves) when the connection is lost; a request the leader may have acted on (submit,
-    resume, cancel) is then not sent again but raises NoLeader. Methods may be called from
+    The client connects on its first request, and again (to the first candidate that
+    serves) when the connection was lost or idle for over 10 s (the leader closes a silent
+    session after 30 s); a request whose connection is lost before its reply is sent again
+    once, except one the leader may have acted on (submit, resume, cancel), which raises
+    NoLeader, as does a reply that does not come within `timeout`. Methods may be called from
     several threads (requests are serialised). Raises ConfigError (no leader or token
     configured, a bad client configuration); requests raise the exceptions of
     dltrain.errors. Use as a context manager, or call close()."""
 
     def __init__(self, leader=None, token=None, ca_file=None, timeout=30.0, failover_timeout=60.0):
+        for name, value in (("timeout", timeout), ("failover_timeout", failover_timeout)):
+            if not isinstance(value, (int, float)) or not 0 < value <= 3600:
+                raise ConfigError("%s must be a number of seconds in (0, 3600], not %r" % (name, value), field=name)
         self.target = find_leader(leader, token, ca_file)
         self.urls = self.target.urls
         self.timeout = float(timeout)
         self.failover_timeout = float(failover_timeout)
+        self._tls = tls_context(self.target.ca_file) if any(u.startswith("wss://") for u in self.urls) else None
         self.leader = None  # the URL of the leader the client last spoke to
         self._session = None
+        self._sent = collections.Counter()
         self._lock = threading.RLock()
 
     def __enter__(self):
@@ -50,6 +58,7 @@ class Client:
         self.close()
 
     def close(self):
+        """Closes the client's session (a later request opens a new one)."""
         with self._lock:
             if self._session is not None:
                 self._session.close()
@@ -60,34 +69,52 @@ class Client:
 
     # --- sessions ---------------------------------------------------------------------
 
-    def _open_session(self, total=None):
-        session, i = connect_first(self.urls, self.target.token, total or self.timeout, self.target.ca_file or None,
-                                   say=lambda m: log.warning("dltrain: %s", m))
+    def _open_session(self, total=None, follow_restart=False):
+        try:
+            session, i = connect_first(self.urls, self.target.token, total or self.timeout, self._tls,
+                                       say=lambda m: log.warning("dltrain: %s", m), rounds_for_one=follow_restart)
+        except Unauthorized as e:
+            raise Unauthorized("%s: check the token (from %s)" % (e.message, self.target.source),
+                               code=e.code) from None
         self.leader = self.urls[i]
         return session
 
+    def _drop_session(self):
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
     def _call(self, type_, body, timeout=None, retry=True):
-        """The reply body of request `type_`; errors as the module docstring says."""
+        """The reply body of request `type_`; errors as the class docstring says."""
         with self._lock:
+            if self._session is not None and self._session.idle_seconds() > IDLE_REUSE_SECONDS:
+                self._drop_session()
             if self._session is None:
                 self._session = self._open_session()
             try:
+                self._sent[type_] += 1
                 return self._session.request(type_, body, timeout or self.timeout)
+            except ReplyTimeout:
+                self._drop_session()
+                raise
             except NoLeader:
-                self._session.close()
-                self._session = None
+                self._drop_session()
                 if not retry or type_ in NOT_RETRIED:
                     raise
-            self._session = self._open_session(max(self.timeout, self.failover_timeout) if len(self.urls) > 1 else None)
-            return self._session.request(type_, body, timeout or self.timeout)
+            self._session = self._open_session(self.failover_timeout, follow_restart=True)
+            try:
+                return self._session.request(type_, body, timeout or self.timeout)
+            except NoLeader:
+                self._drop_session()
+                raise
 
     def _follow(self, session, job_id):
         return session.request("follow", {"job": job_id}, self.timeout)
 
     @property
     def sent(self):
-        """The message types this client's main session sent, counted."""
-        return self._session.sent if self._session is not None else {}
+        """The message types this client's sessions sent, counted (events() sessions apart)."""
+        return self._sent
 
     # --- jobs -------------------------------------------------------------------------
 
@@ -108,11 +135,7 @@ class Client:
                                   % (spec.source, spec["model_file"]), field="model_file")
             if isinstance(model, (str, os.PathLike)):
                 path = os.fspath(model)
-                try:
-                    with open(path, "rb") as f:
-                        content = f.read()
-                except OSError as e:
-                    raise ConfigError("cannot read model file %r: %s" % (path, e.strerror), field="model") from None
+                content = models_mod.read_model_file(path, "model")
                 name, export = os.path.basename(path), "file"
             else:
                 content, export = models_mod.export_module(model, example_input)
@@ -125,16 +148,14 @@ class Client:
             # the leader to read at its path (a shared file system).
             path = spec.local_path(spec["model_file"])
             if os.path.isfile(path):
-                with open(path, "rb") as f:
-                    body["model_sha256"] = upload(path, f.read(), "model_file")
+                body["model_sha256"] = upload(path, models_mod.read_model_file(path, "model_file"), "model_file")
         init_from = spec.get("init_from")
         if isinstance(init_from, str) and os.path.isdir(spec.local_path(init_from)):
             sd = os.path.join(spec.local_path(init_from), "state_dict.pt")
             if not os.path.isfile(sd):
                 raise ConfigError("%r has no state_dict.pt (a model directory is what Job.model() or "
                                   "`dltrain model get` writes)" % spec.local_path(init_from), field="init_from")
-            with open(sd, "rb") as f:
-                body["init_sha256"] = upload(sd, f.read(), "init_from")
+            body["init_sha256"] = upload(sd, models_mod.read_model_file(sd, "init_from"), "init_from")
         body.update({"job_toml": spec.to_toml(), "base_dir": spec.base_dir, "follow": follow})
         return body, export
 
@@ -162,8 +183,9 @@ class Client:
 
     def plan(self, job, model=None, example_input=None):
         """The planner's decision for `job` (as submit takes it) without running anything:
-        the reply of `dltrain plan --json` (feasible, workers, batch_size, predictions,
-        the ranked candidates, explanation)."""
+        the reply of `dltrain plan --json`, {feasible, explanation, choice: {workers,
+        batch_size}, table (every configuration with its predictions), explore,
+        kept_previous} (docs/protocol.md, docs/planner.md)."""
         body, _ = self._job_request(job, model, example_input)
         del body["follow"]
         return self._call("plan", body)

@@ -15,6 +15,7 @@
 import json
 import os
 import tomllib
+import urllib.parse
 from dataclasses import dataclass
 
 from .errors import ConfigError
@@ -39,10 +40,31 @@ class Target:
             raise ConfigError("an empty URL in the leader setting %r (from %s)" % (self.leader, self.source),
                               field="leader")
         for u in urls:
-            if not (u.startswith("ws://") or u.startswith("wss://")):
-                raise ConfigError("leader URL %r (from %s) is not ws://HOST:PORT or wss://HOST:PORT" % (u, self.source),
-                                  field="leader")
+            check_url(u, self.source)
         return urls
+
+
+def check_url(url, source):
+    """Raises ConfigError (field "leader") unless `url` is ws://HOST:PORT or
+    wss://HOST:PORT (port 1-65535, no path but "/"), as the CLI's leader URLs must be."""
+    why = None
+    try:
+        u = urllib.parse.urlsplit(url)
+        port = u.port
+    except ValueError as e:
+        why = str(e)
+    else:
+        if u.scheme not in ("ws", "wss"):
+            why = "the scheme must be ws or wss"
+        elif not u.hostname:
+            why = "it names no host"
+        elif port is None or not 1 <= port <= 65535:
+            why = "it needs a port, 1-65535"
+        elif u.path not in ("", "/") or u.query or u.fragment:
+            why = "it has a path; the leader's endpoints are its own"
+    if why:
+        raise ConfigError("leader URL %r (from %s) is not ws://HOST:PORT or wss://HOST:PORT: %s" % (url, source, why),
+                          field="leader")
 
 
 def _home():
@@ -124,6 +146,8 @@ def find_leader(leader=None, token=None, ca_file=None):
                 j = json.load(f)
         except (OSError, ValueError):
             raise ConfigError("standalone client file %s is not valid JSON" % sa) from None
+        if not isinstance(j, dict) or not all(isinstance(j.get(k, ""), str) for k in ("leader", "client_token")):
+            raise ConfigError("standalone client file %s is not an object with the strings leader and client_token" % sa)
         fill(j.get("leader", ""), j.get("client_token", ""), sa)
     if not t.leader:
         raise ConfigError("no leader configured: pass leader=\"ws://HOST:PORT\", set DLTRAIN_LEADER, write "

@@ -12,13 +12,33 @@ import socket
 import ssl
 import time
 
-from .errors import NoLeader, Unauthorized, from_reply
+from .errors import ConfigError, NoLeader, Unauthorized, from_reply
 
 PROTOCOL_VERSION = 1
 # How long a session may hear nothing before it sends a ping, and how long after the ping
 # it waits for anything (the pong included) before it takes the leader for gone: the
 # CLI's WebSocket keep-alive does the same.
 KEEPALIVE_SECONDS = 15.0
+# The leader closes a client session it has heard nothing from for 30 s
+# (wire::kControlIdleTimeout); a session idle for longer than this is not used for a
+# request but replaced (Session.idle_seconds, Client._call).
+IDLE_REUSE_SECONDS = 10.0
+
+
+class ReplyTimeout(NoLeader):
+    """No reply within the request's timeout on a connection that is still open (the
+    request may yet be acted on: it is not sent again)."""
+
+
+def tls_context(ca_file):
+    """The TLS context wss:// sessions verify the leader with: `ca_file`'s certificates
+    (PEM), or the system's trust store when None. Raises ConfigError (field "ca_file")
+    when the file cannot be read or holds no certificate."""
+    try:
+        ctx = ssl.create_default_context(cafile=ca_file or None)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError("cannot use CA file %r: %s" % (ca_file, e), field="ca_file") from None
+    return ctx
 
 
 def _websocket():
@@ -39,23 +59,22 @@ class Session:
     Raises Unauthorized when the leader refuses the token (HTTP 401), NoLeader for
     anything else that stops the connection (refused, unreachable, timed out, TLS)."""
 
-    def __init__(self, url, token, timeout, ca_file=None):
+    def __init__(self, url, token, timeout, tls=None):
         ws = _websocket()
         self.url = url
-        sslopt = None
-        if url.startswith("wss://"):
-            sslopt = {"cert_reqs": ssl.CERT_REQUIRED}
-            if ca_file:
-                sslopt["ca_certs"] = ca_file
-        # WebSocket() and connect() rather than create_connection(), which leaves the socket
-        # of a failed handshake open.
+        # The context is made by the caller (tls_context), so that a bad CA file is a
+        # ConfigError there, and websocket-client's own CA settings do not apply.
+        sslopt = {"context": tls or tls_context(None)} if url.startswith("wss://") else None
         self._ws = ws.WebSocket(sslopt=sslopt)
         try:
             try:
+                # As the CLI, straight to the leader: an http(s)_proxy in the environment
+                # is not used (http_no_proxy "*" turns websocket-client's use of it off).
                 self._ws.connect(url.rstrip("/") + "/v1/client", timeout=timeout,
-                                 header=["Authorization: Bearer " + token])
+                                 header=["Authorization: Bearer " + token], http_proxy_host="unused",
+                                 http_no_proxy=["*"])
             except BaseException:
-                self._ws.shutdown()
+                self._ws.shutdown()  # nothing of a failed connection stays open
                 raise
         except ws.WebSocketBadStatusException as e:
             if getattr(e, "status_code", None) == 401:
@@ -74,10 +93,16 @@ class Session:
         self.sent = collections.Counter()  # message types sent on this session, for the curious
 
     def close(self):
+        """Closes the session (a close frame when it is still open, then the socket)."""
         try:
             self._ws.close(timeout=1)
         except Exception:  # noqa: BLE001 (closing a broken session: nothing to report)
             pass
+        self._ws.shutdown()
+
+    def idle_seconds(self):
+        """Seconds since the leader was last heard on this session."""
+        return time.monotonic() - self._heard
 
     def request(self, type_, body, timeout):
         """Sends request `type_` with `body` (a dict) and returns the reply's body. Raises
@@ -90,7 +115,7 @@ class Session:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise NoLeader("the leader at %s did not answer %s within %g s" % (self.url, type_, timeout))
+                raise ReplyTimeout("the leader at %s did not answer %s within %g s" % (self.url, type_, timeout))
             msg = self._receive(left)
             if msg is None:
                 continue
@@ -158,16 +183,19 @@ class Session:
 
 
 def _describe(e):
-    return getattr(e, "strerror", None) or str(e) or type(e).__name__
+    return str(e) or type(e).__name__
 
 
-def connect_first(urls, token, total, ca_file=None, say=None):
+def connect_first(urls, token, total, tls=None, say=None, rounds_for_one=False):
     """A Session with the first of `urls` that answers (with HA only the serving candidate
     does): each tried in turn for up to min(total, 5) s when there are several, round
     after round 0.5 s apart for up to `total` s; a single URL is tried once within
-    `total`. `say` (may be None) is told about failed rounds. Returns (session, index of
-    its URL). Raises Unauthorized at once, NoLeader naming each URL and why after `total`."""
-    per_try = min(total, 5.0) if len(urls) > 1 else total
+    `total`, unless `rounds_for_one` (a leader that restarts). `tls`: tls_context()'s, for
+    wss:// URLs. `say` (may be None) is told about failed rounds. Returns (session, index
+    of its URL). Raises Unauthorized at once, NoLeader naming each URL and why after
+    `total`."""
+    several = len(urls) > 1 or rounds_for_one
+    per_try = min(total, 5.0) if several else total
     deadline = time.monotonic() + total
     why = {}
     rounds = 0
@@ -175,11 +203,11 @@ def connect_first(urls, token, total, ca_file=None, say=None):
         for i, url in enumerate(urls):
             left = deadline - time.monotonic()
             try:
-                return Session(url, token, max(0.1, min(per_try, left)), ca_file), i
+                return Session(url, token, max(0.1, min(per_try, left)), tls), i
             except NoLeader as e:
                 why[url] = e.message
         rounds += 1
-        if len(urls) == 1 or time.monotonic() + 0.5 >= deadline:
+        if not several or time.monotonic() + 0.5 >= deadline:
             raise NoLeader("no leader answered within %g s: %s" % (total, "; ".join("%s" % w for w in why.values())))
         if say is not None and (rounds == 1 or rounds % 10 == 0):
             say("no leader answered yet (%s); trying again" % "; ".join(why.values()))

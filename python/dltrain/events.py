@@ -69,6 +69,8 @@ KINDS = {
     "profile": "Profile",
     "log": "LogLine",
     "summary": "Summary",
+    # the client's own: a follower connected again after losing its leader (Job.events)
+    "reconnected": "Reconnected",
 }
 
 _CLASSES = {}

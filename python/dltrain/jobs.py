@@ -4,11 +4,12 @@ import os
 import sys
 import time
 import tomllib
+import urllib.parse
 from collections.abc import MutableMapping
 
 from . import events as events_mod
 from . import models as models_mod
-from .errors import ConfigError, JobFailed, NoLeader, Unavailable, WaitTimeout
+from .errors import ConfigError, DltrainError, JobFailed, NoLeader, Unavailable, WaitTimeout
 
 log = logging.getLogger("dltrain")
 
@@ -121,8 +122,9 @@ def checkpoint_name(checkpoint):
 class Job:
     """A job on the leader, by id ("job-3"). `info` is the job as the leader last returned
     it (settings, state, progress, test accuracy, tasks; `dltrain status JOB --json`).
-    From `Client.submit`, also `warning` (the leader's, or None) and `model_export` (how
-    a module passed to submit was made TorchScript: "scripted", "traced", or None).
+    From `Client.submit`, also `warning` (the leader's, or None) and `model_export` (what
+    was done with a model passed to submit: "scripted", "traced", "scriptmodule" (it was
+    TorchScript already), "file" (a path), or None).
 
     Thread-safety: as the Client's (every method may be called from any thread);
     `events()` uses a session of its own."""
@@ -158,11 +160,12 @@ class Job:
         is the last one (at once for a job that has ended). `timeout` (s, None = no
         limit) bounds the whole iteration: WaitTimeout when it runs out, the job goes on.
 
-        With HA, when the connection to the leader is lost the iterator connects to the
-        first candidate that serves within `Client.failover_timeout` and follows the job
-        there, yielding a client-side `leader_changed` event {from, to, seconds}; events
-        the leaders sent while no session was open are not repeated, the summary is never
-        lost. Raises NoLeader when no candidate serves in time."""
+        When the connection to the leader is lost (with HA, a failover; else the leader's
+        restart), the iterator connects to the first candidate that serves within
+        `Client.failover_timeout` and follows the job there, yielding a client-side
+        `reconnected` event {from, to, seconds} (`to` is another candidate's URL after a
+        failover); events the leaders sent while no session was open are not repeated, the
+        summary is never lost. Raises NoLeader when no leader serves in time."""
         deadline = None if timeout is None else time.monotonic() + timeout
         session = self.client._open_session()
         try:
@@ -177,9 +180,9 @@ class Job:
                     session.close()
                     lost_at, old = time.monotonic(), session.url
                     log.warning("dltrain: %s; looking for the leader among %s", e.message, ", ".join(self.client.urls))
-                    session = self.client._open_session(self.client.failover_timeout)
+                    session = self.client._open_session(self.client.failover_timeout, follow_restart=True)
                     self.client._follow(session, self.id)
-                    yield events_mod.from_json({"event": "leader_changed", "job": self.id, "from": old,
+                    yield events_mod.from_json({"event": "reconnected", "job": self.id, "from": old,
                                                 "to": session.url, "seconds": time.monotonic() - lost_at})
                     continue
                 if body is None or body.get("job") != self.id:
@@ -220,7 +223,10 @@ class Job:
                         post["acc"] = "%.4f" % ev.test_accuracy
                     if time.monotonic() - last_status >= 2.0 or isinstance(ev, events_mod.EpochEnd):
                         last_status = time.monotonic()
-                        p = self.status().get("progress")
+                        try:  # the bar's figure only: a failed look leaves it as it was
+                            p = self.status().get("progress")
+                        except DltrainError:
+                            p = None
                         if p is not None and p * 100 > shown:
                             bar.update(p * 100 - shown)
                             shown = p * 100
@@ -262,8 +268,9 @@ class Job:
 
     def model(self, checkpoint="last", dir=None, load=True, timeout=None):
         """The job's trained model (`models.TrainedModel`): downloaded into `dir` (default
-        $XDG_CACHE_HOME/dltrain/models/<job>-<checkpoint>; a file already there with the
-        right SHA-256 is kept), each file checked against the SHA-256 the leader keeps, then
+        $XDG_CACHE_HOME/dltrain/models/<leader host>_<port>/<job>-<checkpoint>; a file
+        already there with the right SHA-256 is kept, a model file the model does not have
+        is removed), each file checked against the SHA-256 the leader keeps, then
         loaded with PyTorch unless `load` is False. `checkpoint`: "last", "best", or N / "N"
         (after epoch N; [checkpoint] in the job). Waits up to `timeout` s (default: the
         client's) while the leader still collects it. Raises NotFound (no such model: the
@@ -283,7 +290,9 @@ class Job:
         manifest = models_mod.choose(r, self.id, checkpoint)
         if dir is None:
             cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.environ.get("HOME") or "/root", ".cache")
-            dir = os.path.join(cache, "dltrain", "models", "%s-%s" % (self.id, checkpoint))
+            leader = urllib.parse.urlsplit(self.client.leader or self.client.urls[0])
+            dir = os.path.join(cache, "dltrain", "models", "%s_%s" % (leader.hostname, leader.port),
+                               "%s-%s" % (self.id, checkpoint))
         models_mod.download(lambda t, b: self.client._call(t, b), self.id, checkpoint, manifest, dir)
         return models_mod.TrainedModel(dir, manifest, load)
 

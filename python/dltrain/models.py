@@ -51,13 +51,27 @@ def export_module(module, example_input=None):
                 raise ConfigError("%s can be neither scripted (%s) nor traced (%s)" %
                                   (type(module).__name__, first, str(e2).strip().splitlines()[0]), field="model") from None
             warnings.warn("dltrain: torch.jit.script failed on %s (%s); traced it with the example input instead, "
-                          "which records only the path that input took" % (type(module).__name__, first), stacklevel=3)
+                          "which records only the path that input took" % (type(module).__name__, first), stacklevel=4)
     else:
         raise ConfigError("model must be a torch.nn.Module, a torch.jit.ScriptModule or a path, not %s" %
                           type(module).__name__, field="model")
     buf = io.BytesIO()
     torch.jit.save(script, buf)
     return buf.getvalue(), how
+
+
+def read_model_file(path, field):
+    """The bytes of a model file to upload; ConfigError (naming `field`) when it cannot be
+    read, is empty or is larger than a model file may be (checked before reading it)."""
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_FILE_BYTES:
+            raise ConfigError("%r has %d bytes, more than the %d a model file may have" % (path, size, MAX_FILE_BYTES),
+                              field=field)
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ConfigError("cannot read %r: %s" % (path, e.strerror), field=field) from None
 
 
 def upload(call, content, what, field):
@@ -98,8 +112,13 @@ def download(call, job, checkpoint, manifest, directory):
     """Writes the files of `manifest` (a model's entry in the `models` reply) into
     `directory`: each read in windows of at most 1 MiB into FILE.part and renamed only
     once its size and SHA-256 match the manifest; a file already there with the right
-    SHA-256 is kept. Raises DltrainError for a mismatch (nothing left under the name)."""
+    SHA-256 is kept, a model file the manifest does not list is removed (it would be taken
+    for this model's). Raises DltrainError for a mismatch (nothing left under the name)."""
     os.makedirs(directory, exist_ok=True)
+    listed = {f["name"] for f in manifest.get("files", [])}
+    for name in MODEL_FILES:
+        if name not in listed and os.path.exists(os.path.join(directory, name)):
+            os.unlink(os.path.join(directory, name))
     for f in manifest.get("files", []):
         name, size, sha = f["name"], int(f["bytes"]), f["sha256"]
         if name not in MODEL_FILES:

@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import warnings
 
@@ -176,9 +177,38 @@ class Offline(unittest.TestCase):
         # 1. the arguments; the candidates' list split
         t = dltrain.find_leader("ws://a:5, ws://b:6", "arg-t")
         self.assertEqual((t.urls, t.token), (["ws://a:5", "ws://b:6"], "arg-t"))
+        for bad in ("http://a:5", "ws://host:abc", "ws://:1", "ws://", "ws://h:1/path", "ws://host", "ws://h:70000",
+                    "ws://a:5,"):
+            with self.assertRaises(dltrain.ConfigError, msg=bad) as e:
+                dltrain.find_leader(bad, "t").urls
+            self.assertEqual(e.exception.field, "leader")
+        self.assertEqual(dltrain.find_leader("wss://[::1]:7070/", "t").urls, ["wss://[::1]:7070/"])
+
+    def test_client_settings_are_checked_before_connecting(self):
+        import dltrain
         with self.assertRaises(dltrain.ConfigError) as e:
-            dltrain.find_leader("http://a:5", "t").urls
-        self.assertEqual(e.exception.field, "leader")
+            dltrain.Client("wss://127.0.0.1:1", "t", ca_file=os.path.join(self.root, "no-ca.pem"))
+        self.assertEqual(e.exception.field, "ca_file")
+        self.assertIn("no-ca.pem", e.exception.message)
+        for bad in (0, -1, 3601, "30"):
+            with self.assertRaises(dltrain.ConfigError, msg=repr(bad)) as e:
+                dltrain.Client("ws://127.0.0.1:1", "t", timeout=bad)
+            self.assertEqual(e.exception.field, "timeout")
+
+    def test_error_replies_map_to_the_clis_exit_classes(self):
+        import dltrain
+        from dltrain.errors import from_reply
+        cases = [("invalid_job", dltrain.InvalidJob, 2), ("bad_request", dltrain.InvalidJob, 2),
+                 ("not_found", dltrain.NotFound, 2), ("conflict", dltrain.Conflict, 2),
+                 ("infeasible", dltrain.Infeasible, 2), ("unauthorized", dltrain.Unauthorized, 2),
+                 ("internal", dltrain.LeaderError, 2), ("a_future_code", dltrain.LeaderError, 2),
+                 ("unavailable", dltrain.Unavailable, 3)]
+        for code, cls, exit_code in cases:
+            e = from_reply({"code": code, "message": "the leader's words", "field": "batch_size"})
+            self.assertIs(type(e), cls, code)
+            self.assertEqual((e.exit_code, e.code, e.field, e.message), (exit_code, code, "batch_size", "the leader's words"))
+            self.assertEqual(str(e), "batch_size: the leader's words [%s]" % code)
+        self.assertEqual((dltrain.NoLeader("x").exit_code, dltrain.JobFailed("job-1", "failed").exit_code), (3, 1))
 
     def test_a_bad_client_configuration_is_named(self):
         import dltrain
@@ -224,7 +254,7 @@ class Offline(unittest.TestCase):
             kinds = set(re.findall(r'kKind = "([a-z_]+)"', f.read()))
         # ps_stats stays with the PS shard's agent (docs/protocol.md); "stopped" is one kind
         # for a worker and a PS shard.
-        self.assertEqual(set(events.KINDS), kinds - {"ps_stats"})
+        self.assertEqual(set(events.KINDS) - {"reconnected"}, kinds - {"ps_stats"})
         ev = events.from_json({"event": "epoch_end", "job": "job-1", "epoch": 2, "test_accuracy": 0.5})
         self.assertIsInstance(ev, events.EpochEnd)
         self.assertEqual((ev.kind, ev.epoch, ev["test_accuracy"], ev.loss), ("epoch_end", 2, 0.5, None))
@@ -273,6 +303,7 @@ class Offline(unittest.TestCase):
         with open(os.path.join(target, "dltrain-0.1.0.dist-info", "METADATA")) as f:
             meta = f.read()
         self.assertIn("Requires-Dist: websocket-client", meta)
+        self.assertIn("Requires-Dist: tomli-w", meta)
 
 
 def _bytes_io(data):
@@ -353,6 +384,22 @@ class StandaloneCluster_(unittest.TestCase):
             self.assertIn("no epoch-time history for mlp", plan["explanation"])
             self.assertEqual({(r["workers"], r["batch_size"]) for r in plan["explore"]}, {(1, 32), (2, 32)}, plan)
             self.assertIsInstance(c.history(), list)
+            # A job file whose model_file is here: uploaded as `dltrain submit` does, sent
+            # through a candidate list whose first one is dead.
+            d = os.path.join(self.root, "jobdir")
+            os.makedirs(d, exist_ok=True)
+            torch.jit.save(torch.jit.script(make_net()), os.path.join(d, "net.pt"))
+            with open(os.path.join(d, "job.toml"), "w") as f:
+                f.write('model = "torchscript"\nmodel_file = "net.pt"\ndataset = "fashion-mnist"\n'
+                        'data_dir = "%s"\nepochs = 1\nworkers = 2\ntrain_samples = 6000\ntest_samples = 2000\n' % DATA)
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                dead = "ws://127.0.0.1:%d" % s.getsockname()[1]
+            with self.client(leader=dead + "," + self.cluster.settings["leader"]) as c2:
+                from_file = c2.submit(os.path.join(d, "job.toml"))
+                self.assertEqual(c2.leader, self.cluster.settings["leader"])
+                self.assertGreaterEqual(c2.sent["model_upload"], 1)
+                self.assertEqual(from_file.wait(timeout=600, progress=False).state, "succeeded")
             # wait() with its progress bar (tqdm) for a job of a built-in network.
             bar = io.StringIO()
             with contextlib.redirect_stderr(bar):
@@ -363,6 +410,7 @@ class StandaloneCluster_(unittest.TestCase):
             self.assertEqual(set(c.sent) - documented_client_requests(), set(), c.sent)
 
     def test_every_error_class_carries_the_leaders_message(self):
+        import torch
         import dltrain
         with self.client() as c:
             # A bad job field: the leader's message and field, exit class 2.
@@ -375,20 +423,40 @@ class StandaloneCluster_(unittest.TestCase):
             with self.assertRaises(dltrain.NotFound) as e:
                 c.job("job-999")
             self.assertIn("job-999", e.exception.message)
-            # A failed job: its model gives 5 classes where the data has 10.
-            job = c.submit(job_fields("py-fails"), model=make_net(classes=5))
+            # A failed job: its model, already TorchScript, gives 5 classes where the data has 10.
+            job = c.submit(job_fields("py-fails"), model=torch.jit.script(make_net(classes=5)))
+            self.assertEqual(job.model_export, "scriptmodule")
             with self.assertRaises(dltrain.JobFailed) as e:
                 job.wait(timeout=600, progress=False)
             self.assertEqual((e.exception.job, e.exception.state, e.exception.exit_code), (job.id, "failed", 1))
-            self.assertEqual((e.exception.failure["task"], e.exception.failure["cause"]), ("worker-0", "config"))
+            # Either worker finds it first.
+            self.assertIn(e.exception.failure["task"], ("worker-0", "worker-1"))
+            self.assertEqual(e.exception.failure["cause"], "config")
             self.assertIn("forward returns [2, 5] for input [2, 1, 28, 28]; expected [2, 10]", str(e.exception))
+            # After more than the leader's 30 s idle bound, the client's next request still
+            # reaches it (on a new session): here a cancel of the ended job, a conflict.
+            time.sleep(32)
             with self.assertRaises(dltrain.Conflict) as e:
                 job.cancel()
-            self.assertEqual(e.exception.exit_code, 2)
-        # A wrong token: refused at the handshake, exit class 2.
+            self.assertEqual((e.exception.exit_code, e.exception.code, e.exception.field, e.exception.message),
+                             (2, "conflict", "job", "job %s already failed" % job.id))
+            # A job that cannot start (5 workers and a PS shard on 3 cores): the leader's
+            # warning, a wait that times out, a cancel, and no checkpoint to resume from.
+            queued = c.submit(job_fields("py-queued", model="mlp", workers=5))
+            self.assertIn("more than the 3 cores", queued.warning)
+            with self.assertRaises(dltrain.WaitTimeout) as e:
+                queued.wait(timeout=1, progress=False)
+            self.assertEqual((e.exception.exit_code, queued.status()["state"]), (1, "queued"))
+            self.assertEqual(queued.cancel(), "cancelled")
+            with self.assertRaises(dltrain.NotFound) as e:
+                queued.resume()
+            self.assertIn(queued.id, e.exception.message)
+        # A wrong token: refused at the handshake, exit class 2, saying where the token came from.
         with self.assertRaises(dltrain.Unauthorized) as e:
             self.client(token="not-the-token").jobs()
-        self.assertEqual(e.exception.exit_code, 2)
+        self.assertEqual((e.exception.exit_code, e.exception.code), (2, "unauthorized"))
+        self.assertIn("refused the client token", e.exception.message)
+        self.assertIn("from arguments", e.exception.message)
         # No leader: a loopback port nothing listens on, exit class 3.
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -437,7 +505,7 @@ class Failover(unittest.TestCase):
                 self.assertTrue(killed.running())
                 killed.signal(signal.SIGKILL)
         self.assertIsNotNone(killed, "no progress event before the job ended: %s" % seen)
-        changed = [e for e in seen if e.kind == "leader_changed"]
+        changed = [e for e in seen if isinstance(e, dltrain.events.Reconnected)]
         self.assertEqual(len(changed), 1, seen)
         self.assertNotEqual(changed[0]["to"], changed[0]["from"])
         self.assertEqual(seen[-1].kind, "summary")
