@@ -9,6 +9,7 @@
   fetched and its test accuracy reproduced in PyTorch; every error class with the
   leader's message (a bad job field, no leader, a wrong token, a failed job, no such job,
   a conflict).
+- Tls: a leader that serves only wss://, verified with the test's CA.
 - Failover: two leader candidates on a real etcd; the serving one is killed while the
   client follows a job, which the client follows on to its summary on the new leader.
 
@@ -465,6 +466,59 @@ class StandaloneCluster_(unittest.TestCase):
             self.client(leader="ws://127.0.0.1:%d" % port, timeout=3).jobs()
         self.assertEqual(e.exception.exit_code, 3)
         self.assertIn("127.0.0.1:%d" % port, e.exception.message)
+
+
+class Tls(unittest.TestCase):
+    """A leader that serves only over TLS (a CA and a certificate for 127.0.0.1 made with
+    the openssl tool): the client verifies it with ca_file, and refuses it without."""
+
+    TOKEN = "client-token-for-the-tls-case-0123456789"
+
+    def setUp(self):
+        from dltrain_cluster import Daemon
+        self.root = tempfile.mkdtemp(prefix="dltrain-python-tls-")
+        ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+        cmd = ("openssl req -x509 %s -days 2 -subj /CN=test-ca -keyout ca.key -out ca.pem && "
+               "openssl req %s -subj /CN=leader -keyout leader.key -out leader.csr && "
+               "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && "
+               "openssl x509 -req -in leader.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext "
+               "-out leader.pem && chmod 600 leader.key ca.key") % (ec, ec)
+        r = subprocess.run(cmd, shell=True, cwd=self.root, capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.leader = Daemon(BUILD, self.root, "leader", """
+name = "leader"
+leader = true
+host_tasks = false
+listen_address = "127.0.0.1"
+listen_port = 0
+state_dir = "%s"
+agent_token = "agent-token-for-the-tls-case-0123456789"
+client_token = "%s"
+tls_cert_file = "%s"
+tls_key_file = "%s"
+""" % (os.path.join(self.root, "state"), self.TOKEN, os.path.join(self.root, "leader.pem"),
+                os.path.join(self.root, "leader.key"))).start()
+        m, _ = self.leader.wait_log(r"leader listening on 127\.0\.0\.1:(\d+)", 30)
+        self.url = "wss://127.0.0.1:%s" % m.group(1)
+
+    def tearDown(self):
+        self.leader.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def test_the_leader_is_verified_with_the_ca_file(self):
+        import dltrain
+        ca = os.path.join(self.root, "ca.pem")
+        with dltrain.Client(self.url, self.TOKEN, ca_file=ca, timeout=10) as c:
+            self.assertEqual((c.agents(), c.jobs()), ([], []))
+        with self.assertRaises(dltrain.Unauthorized):
+            dltrain.Client(self.url, "wrong-token", ca_file=ca, timeout=10).jobs()
+        # The system's trust store does not know the test's CA.
+        with self.assertRaises(dltrain.NoLeader) as e:
+            dltrain.Client(self.url, self.TOKEN, timeout=10).jobs()
+        self.assertIn("CERTIFICATE_VERIFY_FAILED", e.exception.message)
+        # Plain WebSocket to a TLS-only leader is not answered.
+        with self.assertRaises(dltrain.NoLeader):
+            dltrain.Client(self.url.replace("wss://", "ws://"), self.TOKEN, timeout=5).jobs()
 
 
 class Failover(unittest.TestCase):
