@@ -74,7 +74,7 @@ class Client:
             session, i = connect_first(self.urls, self.target.token, total or self.timeout, self._tls,
                                        say=lambda m: log.warning("dltrain: %s", m), rounds_for_one=follow_restart)
         except Unauthorized as e:
-            raise Unauthorized("%s: check the token (from %s)" % (e.message, self.target.source),
+            raise Unauthorized("%s: check the token (from %s)" % (e.message, self.target.token_source),
                                code=e.code) from None
         self.leader = self.urls[i]
         return session

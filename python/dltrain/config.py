@@ -24,13 +24,14 @@ from .errors import ConfigError
 @dataclass
 class Target:
     """Where the requests go. `leader` is one ws:// or wss:// URL or, with HA, the
-    candidates' URLs separated by commas; `source` says where it came from ("arguments",
-    "environment" or a file's path), for messages."""
+    candidates' URLs separated by commas; `source` and `token_source` say where the leader
+    and the token came from ("arguments", "environment" or a file's path), for messages."""
 
     leader: str = ""
     token: str = ""
     ca_file: str = ""
     source: str = "arguments"
+    token_source: str = "arguments"
 
     @property
     def urls(self):
@@ -107,7 +108,7 @@ def find_leader(leader=None, token=None, ca_file=None):
     configuration that is not TOML, a key of the wrong type, a token file that cannot be
     read, a standalone file that is not JSON; and naming the field when nothing sets the
     leader or the token."""
-    t = Target(leader or "", token or "", ca_file or "", "arguments")
+    t = Target(leader or "", token or "", ca_file or "", "arguments", "arguments")
     if not t.ca_file and os.environ.get("DLTRAIN_CA_FILE"):
         t.ca_file = os.environ["DLTRAIN_CA_FILE"]
 
@@ -115,7 +116,7 @@ def find_leader(leader=None, token=None, ca_file=None):
         if not t.leader and leader:
             t.leader, t.source = leader, source
         if not t.token and token:
-            t.token = token
+            t.token, t.token_source = token, source
 
     fill(os.environ.get("DLTRAIN_LEADER", ""), os.environ.get("DLTRAIN_TOKEN", ""), "environment")
     for path in client_configs():

@@ -103,14 +103,27 @@ class JobSpec(MutableMapping):
         except ImportError:
             raise ConfigError("writing a job as TOML needs tomli-w: apt install python3-tomli-w "
                               "(or pip install tomli-w)") from None
-        try:
-            return tomli_w.dumps(self._fields)
-        except TypeError as e:
-            raise ConfigError("the job has a value TOML cannot hold: %s" % e) from None
+        return tomli_w.dumps(_toml_values(self._fields, ""))
 
     def local_path(self, value):
         """A path of the job as this machine sees it: relative ones from base_dir."""
         return os.path.normpath(os.path.join(self.base_dir, os.fspath(value)))
+
+
+def _toml_values(value, key):
+    """`value` with NumPy scalars and arrays (a notebook's usual numbers) as Python's, and
+    tuples as lists; ConfigError naming the key (e.g. "optimizer.lr") for a value TOML
+    cannot hold (None, an object)."""
+    if isinstance(value, dict):
+        return {k: _toml_values(v, "%s.%s" % (key, k) if key else str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_toml_values(v, "%s[%d]" % (key, i)) for i, v in enumerate(value)]
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+        return _toml_values(value.tolist(), key)
+    raise ConfigError("%s = %r: TOML has no such value (%s); leave the key out for its default" %
+                      (key, value, type(value).__name__), field=key)
 
 
 def checkpoint_name(checkpoint):
@@ -207,10 +220,15 @@ class Job:
         shown = 0.0
         last_status = 0.0
         summary = None
+        said_waiting = False
         try:
             for ev in self.events(timeout):
                 if ev.kind == "summary":
                     summary = ev
+                if isinstance(ev, events_mod.Waiting) and ev.fits_cluster is False and not said_waiting:
+                    said_waiting = True  # as `dltrain follow` says it: the job cannot start as the cluster is
+                    log.warning("dltrain: %s waits: it needs %s cores, the agents registered have %s in all; it "
+                                "starts when agents join (or cancel it)", self.id, ev.cores_needed, ev.cores_total)
                 if bar is None:
                     continue
                 post = {}
@@ -253,13 +271,20 @@ class Job:
 
     def follow_logs(self, task="worker-0", tail=50, poll=1.0):
         """An iterator of `task`'s log text: the last `tail` lines, then what it appends,
-        read every `poll` s, until the task has ended and everything was read."""
+        read every `poll` s, until the task has ended and everything was read (a task that
+        has not started yet is waited for while the job has not ended)."""
         body = {"job": self.id, "task": task, "tail": int(tail)}
         while True:
             r = self.client._call("logs", body)
             if r.get("text"):
                 yield r["text"]
             drained = r.get("next_offset", 0) >= r.get("size", 0)
+            if not r.get("exists") and not r.get("running"):
+                # No log yet: the task has not started (or never will, once the job ended).
+                if self.status().get("state") in TERMINAL_STATES:
+                    return
+                time.sleep(poll)
+                continue
             if not r.get("running") and drained:
                 return
             body = {"job": self.id, "task": task, "offset": r.get("next_offset", 0), "max_bytes": 1 << 20}

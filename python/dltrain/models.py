@@ -42,6 +42,10 @@ def export_module(module, example_input=None):
             script, how = torch.jit.script(module), "scripted"
         except Exception as e:  # noqa: BLE001 (TorchScript's errors have no common class)
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            if "Can't redefine method" in first:
+                # TorchScript keeps a class whose compilation failed; a second try says only this.
+                first += " (an earlier torch.jit.script of this class in this process failed; a fresh " \
+                         "process shows why)"
             if example_input is None:
                 raise ConfigError("torch.jit.script failed on %s (%s); pass example_input=<a batch of inputs> to "
                                   "trace it instead" % (type(module).__name__, first), field="model") from None
@@ -202,11 +206,11 @@ def choose(models_reply, job, checkpoint):
         kept.append(m.get("checkpoint", ""))
         if m.get("checkpoint") == checkpoint:
             return m
-    why = "no model %r of %s is kept" % (checkpoint, job)
+    why = "no model %r of %s is kept (checkpoints are last, best or N, with [checkpoint] in the job)" % (checkpoint, job)
     if kept:
         why += " (its models: %s)" % ", ".join(kept)
     if models_reply.get("state"):
         why += "; the job is " + models_reply["state"]
     if models_reply.get("model_error"):
         why += "; " + models_reply["model_error"]
-    raise NotFound(why, code="not_found", field="job")
+    raise NotFound(why, code="not_found", field="checkpoint")

@@ -174,7 +174,7 @@ class Offline(unittest.TestCase):
         # 2. the environment, each setting on its own: the token still from the config
         os.environ["DLTRAIN_LEADER"] = "ws://env:4"
         t = dltrain.find_leader()
-        self.assertEqual((t.leader, t.token, t.source), ("ws://env:4", "other-t", "environment"))
+        self.assertEqual((t.leader, t.token, t.source, t.token_source), ("ws://env:4", "other-t", "environment", other))
         # 1. the arguments; the candidates' list split
         t = dltrain.find_leader("ws://a:5, ws://b:6", "arg-t")
         self.assertEqual((t.urls, t.token), (["ws://a:5", "ws://b:6"], "arg-t"))
@@ -229,6 +229,13 @@ class Offline(unittest.TestCase):
         fields = job_fields("t", augment={"crop_padding": 2}, mean=[0.5], data_dir='a "quoted" dir\\x')
         spec = dltrain.JobSpec(fields, base_dir=self.root)
         self.assertEqual(tomllib.loads(spec.to_toml()), fields)
+        # A notebook's NumPy numbers are numbers; None is no value, named by its key.
+        import numpy as np
+        spec = dltrain.JobSpec({"epochs": np.int64(3), "optimizer": {"lr": np.float32(0.5)}, "mean": np.array([0.25])})
+        self.assertEqual(tomllib.loads(spec.to_toml()), {"epochs": 3, "optimizer": {"lr": 0.5}, "mean": [0.25]})
+        with self.assertRaises(dltrain.ConfigError) as e:
+            dltrain.JobSpec({"optimizer": {"lr": None}}).to_toml()
+        self.assertEqual(e.exception.field, "optimizer.lr")
         text = "# my job\nname = 'x'   # kept as written\nepochs = 2\n"
         path = self.write("j/job.toml", text)
         spec = dltrain.JobSpec.of(path)
@@ -399,6 +406,9 @@ class StandaloneCluster_(unittest.TestCase):
             with self.client(leader=dead + "," + self.cluster.settings["leader"]) as c2:
                 from_file = c2.submit(os.path.join(d, "job.toml"))
                 self.assertEqual(c2.leader, self.cluster.settings["leader"])
+                # Its worker's log, followed from before the worker starts until it ends.
+                text = "".join(from_file.follow_logs("worker-0", tail=1000, poll=0.2))
+                self.assertIn('"event":"done"', text.replace(" ", ""))
                 self.assertGreaterEqual(c2.sent["model_upload"], 1)
                 self.assertEqual(from_file.wait(timeout=600, progress=False).state, "succeeded")
             # wait() with its progress bar (tqdm) for a job of a built-in network.
