@@ -3,8 +3,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
+#include <unordered_set>
 
 #include "common/errors.h"
 #include "models.h"
@@ -37,31 +39,79 @@ int exit_for_state(const std::string& state) {
   return state == "succeeded" ? kExitOk : kExitJobFailed;
 }
 
+namespace {
+
+// An event as the leader stores it and as it sends it live, without what differs between
+// the two (the stored copy's "time", the live copy's "job").
+std::string event_key(json ev) {
+  ev.erase("time");
+  ev.erase("job");
+  return ev.dump();
+}
+
+// The time of the latest event the leader stores for `job` (0 when none): what a
+// follower that reconnects has seen of the stored log.
+double stored_watermark(control::BlockingControlClient& c, const std::string& job, std::chrono::seconds timeout) {
+  const auto r = c.request("events", {{"job", job}, {"limit", 1}}, timeout);
+  const auto evs = r.value("events", json::array());
+  return evs.empty() ? 0.0 : evs.back().value("time", 0.0);
+}
+
+}  // namespace
+
 int follow_job(control::BlockingControlClient& c, const std::string& job, bool as_json,
-               wire::events::Summary* summary, const std::function<bool()>& stop) {
+               wire::events::Summary* summary, const std::function<bool()>& stop, const Reconnect& reconnect,
+               std::chrono::seconds timeout) {
   const auto wait = stop ? std::chrono::seconds(1) : std::chrono::seconds(30);
+  control::BlockingControlClient* cur = &c;
+  std::unique_ptr<control::BlockingControlClient> replaced;
+  // With reconnect: what was printed (bounded: progress lines are never stored, so only
+  // their count grows), and how far the stored log went when this follow began.
+  std::unordered_set<std::string> printed;
+  const double since = reconnect ? stored_watermark(c, job, timeout) : 0.0;
+  // Prints one event; the job's exit code once it is the summary.
+  const auto emit = [&](const json& ev) -> std::optional<int> {
+    if (reconnect && printed.size() < 200000 && !printed.insert(event_key(ev)).second) return std::nullopt;
+    if (as_json) {
+      std::cout << ev.dump() << std::endl;
+    } else {
+      print_event(std::cout, ev);
+    }
+    if (wire::events::kind_of(ev) != wire::events::Summary::kKind) return std::nullopt;
+    auto sum = wire::events::Summary::from_json(ev);
+    const int rc = exit_for_state(sum.state);
+    if (summary != nullptr) *summary = std::move(sum);
+    return rc;
+  };
   for (;;) {
     if (stop && stop()) return kFollowStopped;
-    auto ev = c.next_event(wait);
+    std::optional<json> ev;
+    try {
+      ev = cur->next_event(wait);
+    } catch (const IoError&) {
+      if (!reconnect) throw;
+      replaced = reconnect();
+      cur = replaced.get();
+      // Subscribe first, then read the stored log: an event stored in between comes
+      // both ways and is printed once.
+      cur->request("follow", {{"job", job}}, timeout);
+      const auto stored = cur->request("events", {{"job", job}, {"limit", wire::EventsBody::kMaxLimit}}, timeout);
+      for (auto s : stored.value("events", json::array())) {
+        if (s.value("time", 0.0) <= since) continue;
+        s["job"] = job;
+        if (const auto rc = emit(s)) return *rc;
+      }
+      continue;
+    }
     if (!ev) continue;  // WebSocket keep-alive pings close the session if the leader goes silent
     if (ev->value("job", "") != job) continue;
-    if (as_json) {
-      std::cout << ev->dump() << std::endl;
-    } else {
-      print_event(std::cout, *ev);
-    }
-    if (wire::events::kind_of(*ev) == wire::events::Summary::kKind) {
-      auto sum = wire::events::Summary::from_json(*ev);
-      const int rc = exit_for_state(sum.state);
-      if (summary != nullptr) *summary = std::move(sum);
-      return rc;
-    }
+    if (const auto rc = emit(*ev)) return *rc;
   }
 }
 
 int submit(control::BlockingControlClient& c, const json& request, const CommandOptions& opt, bool as_json) {
   const std::string id = submit_and_print(c, request, opt, as_json);
-  return opt.follow ? follow_job(c, id, as_json) : kExitOk;
+  return opt.follow ? follow_job(c, id, as_json, nullptr, {}, opt.reconnect, opt.timeout) : kExitOk;
 }
 
 std::string submit_and_print(control::BlockingControlClient& c, const json& request, const CommandOptions& opt,
@@ -94,7 +144,7 @@ int resume(control::BlockingControlClient& c, const CommandOptions& opt, bool as
               << " at epoch " << r.value("resume_epoch", 0) + 1 << std::endl;
     if (r.contains("warning")) std::cerr << "dltrain: warning: " << id << " " << r.value("warning", "") << std::endl;
   }
-  return opt.follow ? follow_job(c, id, as_json) : kExitOk;
+  return opt.follow ? follow_job(c, id, as_json, nullptr, {}, opt.reconnect, opt.timeout) : kExitOk;
 }
 
 int plan(control::BlockingControlClient& c, const json& request, const CommandOptions& opt, bool as_json) {
@@ -122,7 +172,7 @@ int history(control::BlockingControlClient& c, const CommandOptions& opt, bool a
 
 int follow(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json) {
   c.request("follow", {{"job", opt.job_id}}, opt.timeout);
-  return follow_job(c, opt.job_id, as_json);
+  return follow_job(c, opt.job_id, as_json, nullptr, {}, opt.reconnect, opt.timeout);
 }
 
 int status(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,10 @@ inline constexpr int kExitJobFailed = 1;  ///< the job failed or was cancelled; 
 inline constexpr int kExitBadInput = 2;   ///< usage error or a job/request the leader rejected
 inline constexpr int kExitNoLeader = 3;   ///< the leader cannot be reached, stopped answering, or is unavailable
 
+/// A new session with the leader that serves now, for a follower whose session was lost
+/// (HA: another candidate); throws what control::connect_first throws when none serves.
+using Reconnect = std::function<std::unique_ptr<control::BlockingControlClient>()>;
+
 /// What the command line gave the subcommands (each reads only its own fields).
 struct CommandOptions {
   std::string leader;          ///< the leader's URL, for messages ("submitted … to URL")
@@ -29,6 +34,9 @@ struct CommandOptions {
   std::string dataset_filter;  ///< history --dataset ("" = every dataset)
   std::chrono::seconds timeout{30};  ///< how long to wait for each reply
   std::int64_t list_limit = 100;     ///< list, status without a job: the latest this many jobs
+  /// follow, submit --follow, resume --follow: how to go on when the session is lost
+  /// (empty: the IoError ends the command, exit 3). Set with HA candidates.
+  Reconnect reconnect;
 };
 
 /// `dltrain logs` options.
@@ -129,9 +137,19 @@ int exit_for_state(const std::string& state);
 /// Waits without limit (the WebSocket keep-alive ends a session whose leader went
 /// silent). `summary`, when given, receives the summary. `stop`, when given, is asked
 /// about once a second; when it returns true, follow_job returns kFollowStopped without
-/// waiting for the summary (the job goes on). Throws IoError when the connection is lost.
+/// waiting for the summary (the job goes on).
+///
+/// With `reconnect`, a lost session is replaced by the leader that serves now (a
+/// failover): the job is followed again there, and the events the leader stored (state
+/// changes, epoch ends, the summary, ...; docs/protocol.md "events") since this follow
+/// began that were not printed are printed first, in order; none is printed twice (an
+/// event is the same when it is equal but for its `time` and `job`). Progress lines sent
+/// while no leader served are not stored, and not repeated. `timeout` bounds each
+/// request. Throws IoError when the connection is lost and there is no `reconnect`, and
+/// what `reconnect` throws.
 int follow_job(control::BlockingControlClient& c, const std::string& job, bool as_json,
-               wire::events::Summary* summary = nullptr, const std::function<bool()>& stop = {});
+               wire::events::Summary* summary = nullptr, const std::function<bool()>& stop = {},
+               const Reconnect& reconnect = {}, std::chrono::seconds timeout = std::chrono::seconds(30));
 
 /// follow_job()'s return value when its `stop` predicate ended it (not an exit code).
 inline constexpr int kFollowStopped = -1;

@@ -264,6 +264,22 @@ int main(int argc, char** argv) {
         [&](const std::string& m) { if (urls.size() > 1) std::cerr << "dltrain: " << m << "\n"; });
     target.leader = urls[at];
     opt.leader = urls[at];
+    if (urls.size() > 1) {
+      // A follower that loses its leader goes on with the candidate that serves next
+      // (commands.h, follow_job): looked for during a failover's time, at least a minute.
+      opt.reconnect = [&]() {
+        const auto total = std::max<std::chrono::milliseconds>(timeout, std::chrono::seconds(60));
+        std::cerr << "dltrain: lost the leader at " << opt.leader << "; looking for the candidate that serves (up to "
+                  << std::chrono::duration_cast<std::chrono::seconds>(total).count() << " s)" << std::endl;
+        auto [again, i] = dltrain::control::connect_first(
+            urls, target.token, total, std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(5)),
+            dltrain::control::TlsClientOptions{target.ca_file, "", target.ca_source},
+            [&](const std::string& m) { std::cerr << "dltrain: " << m << "\n"; });
+        opt.leader = target.leader = urls[i];
+        std::cerr << "dltrain: following on with the leader at " << opt.leader << std::endl;
+        return std::move(again);
+      };
+    }
     auto& c = *conn;
     if (submit->parsed()) return client::submit(c, request, opt, as_json);
     if (plan_cmd->parsed()) return client::plan(c, request, opt, as_json);

@@ -1,4 +1,5 @@
 """Job files and jobs: `JobSpec` (a job file as a dict) and `Job` (a job on the leader)."""
+import json
 import logging
 import os
 import sys
@@ -177,29 +178,48 @@ class Job:
         restart), the iterator connects to the first candidate that serves within
         `Client.failover_timeout` and follows the job there, yielding a client-side
         `reconnected` event {from, to, seconds} (`to` is another candidate's URL after a
-        failover); events the leaders sent while no session was open are not repeated, the
-        summary is never lost. Raises NoLeader when no leader serves in time."""
+        failover), then the events the leader stored (state changes, epoch ends, the
+        summary, ...) since this iteration began that it had not yielded, in order; none is
+        yielded twice (an event is the same when it is equal but for its "time" and "job"),
+        as `dltrain follow` does. Progress events sent while no leader served are not
+        stored, and not repeated. Raises NoLeader when no leader serves in time."""
         deadline = None if timeout is None else time.monotonic() + timeout
         session = self.client._open_session()
+        seen = set()
+
+        def key(body):
+            return json.dumps({k: v for k, v in body.items() if k not in ("time", "job")}, sort_keys=True)
+
         try:
+            # Subscribe first, then note how far the stored log went: an event stored in
+            # between comes live and is yielded then.
             self.client._follow(session, self.id)
+            since = self._stored(session, 1)
+            since = since[-1].get("time", 0.0) if since else 0.0
+            pending = []
             while True:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise WaitTimeout("%s has not ended within %g s" % (self.id, timeout))
                 wait = 1.0 if deadline is None else max(0.01, min(1.0, deadline - time.monotonic()))
                 try:
-                    body = session.next_event(wait)
+                    body = pending.pop(0) if pending else session.next_event(wait)
                 except NoLeader as e:
                     session.close()
                     lost_at, old = time.monotonic(), session.url
                     log.warning("dltrain: %s; looking for the leader among %s", e.message, ", ".join(self.client.urls))
                     session = self.client._open_session(self.client.failover_timeout, follow_restart=True)
                     self.client._follow(session, self.id)
+                    pending = [dict(s, job=self.id) for s in self._stored(session, 1000) if s.get("time", 0.0) > since]
                     yield events_mod.from_json({"event": "reconnected", "job": self.id, "from": old,
                                                 "to": session.url, "seconds": time.monotonic() - lost_at})
                     continue
                 if body is None or body.get("job") != self.id:
                     continue
+                if len(seen) < 200000:
+                    k = key(body)
+                    if k in seen:
+                        continue
+                    seen.add(k)
                 ev = events_mod.from_json(body)
                 if isinstance(ev, events_mod.StateChanged):
                     self.info["state"] = ev.state
@@ -209,6 +229,10 @@ class Job:
                     return
         finally:
             session.close()
+
+    def _stored(self, session, limit):
+        """The last `limit` (1-1000) events the leader stores for this job, oldest first."""
+        return session.request("events", {"job": self.id, "limit": limit}, self.client.timeout).get("events", [])
 
     def wait(self, timeout=None, progress=None):
         """Follows the job until it ends and returns its summary (`events.Summary`: state,

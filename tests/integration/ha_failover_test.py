@@ -8,6 +8,7 @@ test checks first (it serves, the job runs with epochs left).
 Usage: ha_failover_test.py BUILD_DIR [unittest args]. Exit status 77 (skipped) without
 /usr/bin/etcd or the data set.
 """
+import json
 import os
 import re
 import shutil
@@ -83,6 +84,15 @@ class Failover(unittest.TestCase):
         c = self.cluster
         job = self.submit(self.long_job("long"))
         c.wait_progress(job, 120)
+        # `dltrain follow`, given both candidates, started before the kill: it must go on
+        # with the new leader and print every stored event once (docs/ha.md, "Clients").
+        follower = subprocess.Popen([os.path.join(BUILD, "bin", "dltrain"), "follow", job, "--json"], env=c.env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = []
+        reader = threading.Thread(target=lambda: lines.extend(follower.stdout))
+        reader.start()
+        wait_for(lambda: lines or follower.poll() is not None, 60, "the follower's first event")
+        self.assertIsNone(follower.poll(), "the follower ended before the failover: %s" % lines)
         standby = next(d for d in c.candidates if d is not leader)
         since = {d.name: d.log_size() for d in c.candidates}
         self.assertTrue(leader.running())
@@ -112,6 +122,21 @@ class Failover(unittest.TestCase):
             self.assertEqual(late.returncode, 3, late.stderr)
             self.assertRegex(late.stderr, r"no leader answered|unavailable|no longer serves")
         self.assertEqual(c.wait_state(job, ENDED, 300)["state"], "succeeded")
+        rc = follower.wait(120)
+        err = follower.stderr.read()
+        self.assertEqual(rc, 0, err)
+        self.assertIn("following on with the leader at", err)
+        reader.join(30)
+        events = [json.loads(line) for line in lines]
+        self.assertEqual(events[-1]["event"], "summary", events[-1])
+        self.assertEqual(events[-1]["state"], "succeeded")
+        # Every epoch of the evaluating worker from the first printed on, once, in order
+        # (those during the failover came from the new leader's stored log).
+        epochs = [e["epoch"] for e in events if e["event"] == "epoch_end" and e.get("task") == "worker-0"]
+        self.assertTrue(epochs, lines)
+        self.assertEqual(epochs, list(range(epochs[0], 11)), lines)
+        keys = [json.dumps({k: v for k, v in e.items() if k not in ("time", "job")}, sort_keys=True) for e in events]
+        self.assertEqual(len(keys), len(set(keys)), "an event printed twice")
         # The killed candidate, restarted (as systemd would), stands by behind the new leader.
         size = leader.log_size()
         leader.start()

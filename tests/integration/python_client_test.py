@@ -574,6 +574,10 @@ class Failover(unittest.TestCase):
         self.assertNotEqual(changed[0]["to"], changed[0]["from"])
         self.assertEqual(seen[-1].kind, "summary")
         self.assertEqual(seen[-1].state, "succeeded", seen[-1])
+        # Every epoch of the evaluating worker from the first seen on, once, in order.
+        epochs = [e.epoch for e in seen if isinstance(e, dltrain.events.EpochEnd) and e.task == "worker-0"]
+        self.assertTrue(epochs, seen)
+        self.assertEqual(epochs, list(range(epochs[0], 11)), seen)
         self.assertGreater(seen[-1].test_accuracy, 0.7)
         # The client's own requests go to the new leader too.
         self.assertEqual(client.job(job.id).state, "succeeded")
