@@ -2,6 +2,8 @@
 // and cancel (docs/protocol.md, "Control messages"). Every decision is the leader's; the
 // client only prints what comes back.
 #include <algorithm>
+#include <chrono>
+#include <set>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -196,6 +198,27 @@ std::optional<std::string> Leader::Impl::gpu_refusal(const JobSpec& spec) const 
   return std::nullopt;
 }
 
+std::optional<std::string> Leader::Impl::reregistering() {
+  std::optional<Clock::time_point> until;
+  std::set<std::string> missing;
+  int restored = 0;
+  for (const JobRec* j : jobs.in_order()) {
+    if (!Recovery::adopting(*j)) continue;
+    ++restored;
+    until = std::max(until.value_or(*j->recovery.adopt_until), *j->recovery.adopt_until);
+    for (const auto& t : j->tasks) {
+      if (!t.agent.empty() && !agents.live(t.agent)) missing.insert(t.agent);
+    }
+  }
+  if (!until) return std::nullopt;
+  const auto left = std::chrono::ceil<std::chrono::seconds>(std::max(Clock::duration::zero(), *until - Clock::now()));
+  std::string names;
+  for (const auto& a : missing) names += (names.empty() ? "" : ", ") + a;
+  return "the agents are re-registering with this leader, which restored " + std::to_string(restored) +
+         " running job" + (restored == 1 ? "" : "s") + (names.empty() ? "" : " and waits for " + names) +
+         " (up to " + std::to_string(left.count()) + " s more): retry then";
+}
+
 void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
   const auto b = wire::parse_body<wire::SubmitBody>(env);
   const auto parsed = parse_submitted(s, env, b);
@@ -207,7 +230,10 @@ void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
 
 void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRec j, bool follow, const json& extra) {
   const JobSpec spec = j.spec;  // a copy: j moves into the job table below
+  // Capacity this leader does not know yet (agents re-registering) is no reason to refuse.
+  const auto registering = reregistering();
   if (const auto why = gpu_refusal(spec)) {
+    if (registering) return reply_error(s, req, wire::error_code::kUnavailable, *why + "; " + *registering, "gpus_per_worker");
     return reply_error(s, req, wire::error_code::kInfeasible, *why, "gpus_per_worker");
   }
   const bool automatic = spec.workers_auto || spec.batch_auto;
@@ -215,6 +241,7 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
   if (automatic) {
     p = planning.plan_for(spec, 0);
     if (!p->feasible && p->explore.empty()) {
+      if (registering) return reply_error(s, req, wire::error_code::kUnavailable, "planner: " + p->explanation + "; " + *registering);
       return reply_error(s, req, wire::error_code::kInfeasible, "planner: " + p->explanation);
     }
   }
@@ -279,6 +306,7 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
                      std::to_string(job.spec.workers + job.spec.ps_shards) + " tasks x " +
                      std::to_string(job.spec.threads_per_task) + "), more than the " + std::to_string(q.cores_total) +
                      " cores of the agents registered now; it waits in the queue until agents join";
+      if (registering) r["warning"] = r["warning"].get<std::string>() + " (" + *registering + ")";
     }
     reply(s, req, r);
   }

@@ -162,6 +162,12 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// Why a cuda job cannot run on this cluster even when idle (too few GPUs on any agent,
   /// or in all), with the numbers; nullopt for a CPU job or one that fits.
   std::optional<std::string> gpu_refusal(const JobSpec& spec) const;
+  /// While this leader waits for the agents of the running jobs it restored to register
+  /// again (Recovery::adopting), the capacity it knows is not the cluster's: a sentence
+  /// saying so, naming the agents still missing and the time left (when to retry);
+  /// nullopt otherwise. A submit then gets it with its warning, and a refusal that lack
+  /// of capacity caused is answered `unavailable` (retryable) with it.
+  std::optional<std::string> reregistering();
   /// What `j`'s tasks need, in JobRec::tasks order (PS shards, then workers).
   std::vector<TaskNeed> needs(const JobRec& j) const;
   /// What task `t` of `j` holds on its agent: the job's cores per task and t's GPUs.

@@ -98,6 +98,43 @@ TEST(LeaderTasks, MessagesOfAnOlderGenerationAreRefusedAndTheSecretStaysWithTheT
   EXPECT_NE(ps2->body["secret"], secret);
 }
 
+// A restarted leader waits for the agents of the jobs it restored: a submit meanwhile is
+// told that they re-register, naming the missing agent and the time left, and a refusal
+// that only the unknown capacity causes is `unavailable` (retryable), not `infeasible`.
+TEST(LeaderTasks, ASubmitWhileTheAgentsReRegisterIsToldSoAndWhenToRetry) {
+  dltrain::testing::TempDir d;
+  const auto state = d.path / "state";
+  {
+    RunningLeader l(state.string());
+    FakeAgent agent(l.url(), "fake-1", 4);
+    control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+    c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+    ASSERT_TRUE(agent.next("start_task"));
+  }
+  RunningLeader l(state.string());
+  control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+  ASSERT_EQ(c.request("status", {{"job", "job-1"}}, std::chrono::seconds(10))["state"], "starting");  // the premise
+  const auto sub = c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10));
+  EXPECT_EQ(sub["state"], "queued");
+  const std::string warning = sub.value("warning", "");
+  EXPECT_NE(warning.find("more than the 0 cores of the agents registered now; it waits in the queue until agents "
+                         "join (the agents are re-registering with this leader, which restored 1 running job and "
+                         "waits for fake-1 (up to "),
+            std::string::npos)
+      << warning;
+  EXPECT_NE(warning.find(" s more): retry then)"), std::string::npos) << warning;
+  try {
+    c.request("submit", {{"job_toml", std::string(kTwoTaskJob) + "device = \"cuda\"\n"}, {"base_dir", "."}},
+              std::chrono::seconds(10));
+    ADD_FAILURE() << "a cuda job was accepted with no GPU registered";
+  } catch (const control::RemoteError& e) {
+    EXPECT_EQ(e.code(), "unavailable");
+    EXPECT_EQ(e.field(), "gpus_per_worker");
+    EXPECT_NE(std::string(e.what()).find("no agent offers that many GPUs"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("re-registering with this leader"), std::string::npos) << e.what();
+  }
+}
+
 TEST(LeaderTasks, TheSecretIsStoredWhileTheJobLivesAndOlderRecordsStayReadable) {
   dltrain::testing::TempDir d;
   const auto state = d.path / "state";
