@@ -229,8 +229,37 @@ int agents(control::BlockingControlClient& c, const CommandOptions& opt, bool as
 
 int logs(control::BlockingControlClient& c, const CommandOptions& opt, const LogsOptions& lo, bool as_json) {
   json body{{"job", opt.job_id}, {"task", lo.task}, {"tail", lo.tail}};
+  control::BlockingControlClient* cur = &c;
+  std::unique_ptr<control::BlockingControlClient> replaced;
+  // With --follow and the HA candidates, a lost leader is replaced by the one that serves
+  // next, and the same window asked again: the log lives on the task's agent, and the
+  // offsets are the file's, whichever leader relays them.
+  // A new leader answers `unavailable` until the task's agent has registered with it
+  // again: asked again every poll interval, for up to a minute (or --timeout if longer).
+  const auto read = [&]() {
+    std::optional<std::chrono::steady_clock::time_point> waiting_since;
+    for (;;) {
+      try {
+        return cur->request("logs", body, opt.timeout);
+      } catch (const IoError&) {
+        if (!lo.follow || !opt.reconnect) throw;
+        replaced = opt.reconnect();
+        cur = replaced.get();
+      } catch (const control::RemoteError& e) {
+        if (!lo.follow || !replaced || e.code() != wire::error_code::kUnavailable) throw;
+        const auto now = std::chrono::steady_clock::now();
+        if (!waiting_since) {
+          waiting_since = now;
+          std::cerr << "dltrain: " << e.what() << "; asking again" << std::endl;
+        } else if (now - *waiting_since > std::max<std::chrono::steady_clock::duration>(opt.timeout, std::chrono::seconds(60))) {
+          throw;
+        }
+        std::this_thread::sleep_for(lo.poll);
+      }
+    }
+  };
   for (;;) {
-    const auto chunk = wire::LogChunkBody::from_json(c.request("logs", body, opt.timeout));
+    const auto chunk = wire::LogChunkBody::from_json(read());
     if (as_json) {
       std::cout << chunk.to_json().dump() << std::endl;
     } else {

@@ -50,8 +50,9 @@ struct LogsOptions {
 };
 
 /// `dltrain logs`: the last `lo.tail` lines of task `lo.task` of `opt.job_id`; with
-/// `lo.follow`, then what it appends, until it has ended and everything was read.
-/// Returns kExitOk. Throws RemoteError (no such job or task; its agent is not connected
+/// `lo.follow`, then what it appends, until it has ended and everything was read; with
+/// `opt.reconnect` a lost leader is replaced by the one that serves next and the read
+/// asked again from the same offset (nothing printed twice or skipped). Returns kExitOk. Throws RemoteError (no such job or task; its agent is not connected
 /// or did not answer: code unavailable) and what BlockingControlClient::request throws.
 int logs(control::BlockingControlClient& c, const CommandOptions& opt, const LogsOptions& lo, bool as_json);
 

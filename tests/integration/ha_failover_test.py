@@ -91,6 +91,10 @@ class Failover(unittest.TestCase):
         lines = []
         reader = threading.Thread(target=lambda: lines.extend(follower.stdout))
         reader.start()
+        # and `dltrain logs --follow` of its evaluating worker: it goes on from its offset.
+        log_follower = subprocess.Popen([os.path.join(BUILD, "bin", "dltrain"), "logs", job, "--task", "worker-0",
+                                         "--follow"], env=c.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True)
         wait_for(lambda: lines or follower.poll() is not None, 60, "the follower's first event")
         self.assertIsNone(follower.poll(), "the follower ended before the failover: %s" % lines)
         standby = next(d for d in c.candidates if d is not leader)
@@ -130,6 +134,12 @@ class Failover(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertIn("following on with the leader at", err)
         reader.join(30)
+        log_out, log_err = log_follower.communicate(timeout=120)
+        self.assertEqual(log_follower.returncode, 0, log_err)
+        self.assertIn("following on with the leader at", log_err)
+        log_lines = [line for line in log_out.splitlines() if line.strip()]
+        self.assertEqual(len(log_lines), len(set(log_lines)), "a log line printed twice")
+        self.assertTrue(any('"event":"done"' in line.replace(" ", "") for line in log_lines), log_out[-2000:])
         events = [json.loads(line) for line in lines]
         self.assertEqual(events[-1]["event"], "summary", events[-1])
         self.assertEqual(events[-1]["state"], "succeeded")
