@@ -158,7 +158,7 @@ class Cluster:
         deadline = time.time() + 60
         while time.time() < deadline:
             r = self.client("agents", "--json", check=False)
-            if r.returncode == 0 and sum(a["state"] == "ready" for a in json.loads(r.stdout)) == self.hosts:
+            if r.returncode == 0 and sum(a["state"] == "ready" for a in json.loads(r.stdout)["agents"]) == self.hosts:
                 return self
             time.sleep(0.3)
         raise RuntimeError(f"agents did not register; logs in {d}")

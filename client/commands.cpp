@@ -189,7 +189,8 @@ int status(control::BlockingControlClient& c, const CommandOptions& opt, bool as
 int list(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json) {
   auto r = c.request("list", {{"limit", opt.list_limit}}, opt.timeout);
   if (as_json) {
-    std::cout << r["jobs"].dump() << std::endl;
+    // The reply as it is: {leader, jobs, total, omitted, size_bound}, the leader line with it.
+    std::cout << r.dump() << std::endl;
   } else {
     print_leader(std::cout, r.value("leader", json::object()));
     print_job_list(std::cout, r["jobs"]);
@@ -219,7 +220,7 @@ int cancel(control::BlockingControlClient& c, const CommandOptions& opt, bool as
 int agents(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json) {
   auto r = c.request("agents", json::object(), opt.timeout);
   if (as_json) {
-    std::cout << r["agents"].dump() << std::endl;
+    std::cout << r.dump() << std::endl;  // {leader, agents}
   } else {
     print_leader(std::cout, r.value("leader", json::object()));
     print_agents(std::cout, r["agents"]);

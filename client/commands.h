@@ -118,15 +118,16 @@ int follow(control::BlockingControlClient& c, const CommandOptions& opt, bool as
 /// empty, every job as list() prints them. Returns kExitOk. Throws as submit() does.
 int status(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json);
 
-/// `dltrain list`: one line per job. Returns kExitOk. Throws as submit() does.
+/// `dltrain list`: one line per job; with `as_json` the leader's reply as one object,
+/// {leader, jobs, total, omitted, size_bound}. Returns kExitOk. Throws as submit() does.
 int list(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json);
 
 /// `dltrain cancel`: cancels `opt.job_id` and prints its new state. Returns kExitOk.
 /// Throws as submit() does.
 int cancel(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json);
 
-/// `dltrain agents`: the agents registered with the leader. Returns kExitOk. Throws as
-/// submit() does.
+/// `dltrain agents`: the agents registered with the leader; with `as_json` the reply as
+/// one object, {leader, agents}. Returns kExitOk. Throws as submit() does.
 int agents(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json);
 
 /// The exit code for a job that ended in `state`: kExitOk for "succeeded", else

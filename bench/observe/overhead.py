@@ -52,7 +52,7 @@ lr = 0.05
 
 def start_cluster(state):
     proc, client, settings = standalone.start_cluster(state, 3, ["--progress-interval", "1"])
-    agents = json.loads(subprocess.check_output(client + ["agents", "--json"]))
+    agents = json.loads(subprocess.check_output(client + ["agents", "--json"]))["agents"]
     endpoints = [settings["metrics_endpoint"]] + [a["metrics_endpoint"] for a in agents]
     return proc, client, endpoints
 

@@ -214,10 +214,13 @@ TEST_P(ClusterRefusals, IsRefusedAtSubmitNamingTheFieldAndTheLeaderCarriesOn) {
   EXPECT_NE(r.out.find(c.says), std::string::npos) << r.out;
   auto list = run(client_ + " list --json", 30);
   ASSERT_EQ(list.code, 0) << list.out;
-  EXPECT_EQ(json::parse(list.out).size(), 0u) << list.out;
+  EXPECT_EQ(json::parse(list.out)["jobs"].size(), 0u) << list.out;
   auto agents = run(client_ + " agents --json", 30);
   ASSERT_EQ(agents.code, 0);
-  EXPECT_EQ(json::parse(agents.out).size(), 3u);
+  EXPECT_EQ(json::parse(agents.out)["agents"].size(), 3u);
+  // --json carries the leader line the text form has.
+  EXPECT_EQ(json::parse(agents.out)["leader"]["name"], json::parse(list.out)["leader"]["name"]) << agents.out;
+  EXPECT_EQ(json::parse(list.out)["leader"]["ha"], false) << list.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(JobFiles, ClusterRefusals, ::testing::ValuesIn(kRefusals),
@@ -238,7 +241,7 @@ TEST_F(Cluster, AJobWhosePsShardOutgrowsEveryAgentIsRefusedAtSubmit) {
   auto agents = run(client_ + " agents --json", 30);
   ASSERT_EQ(agents.code, 0);
   std::int64_t largest_mb = 0;
-  for (const auto& a : json::parse(agents.out)) largest_mb = std::max<std::int64_t>(largest_mb, a.value("memory_mb", 0));
+  for (const auto& a : json::parse(agents.out)["agents"]) largest_mb = std::max<std::int64_t>(largest_mb, a.value("memory_mb", 0));
   const double limit = static_cast<double>(largest_mb) * 1024 * 1024;
   if (limit >= fixed + 1024 * per_worker) GTEST_SKIP() << "agents offer " << largest_mb << " MiB: 1,024 workers fit";
   auto big = write_job("outgrown", R"(model = "resnet18"

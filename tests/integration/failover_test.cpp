@@ -280,7 +280,7 @@ TEST_F(Failover, ATlsLeaderServesAgentsAndClientsThatTrustItsCa) {
   EXPECT_EQ(plain.code, 3) << plain.out;
   auto ok = run(client_ + " agents --json", 30);
   ASSERT_EQ(ok.code, 0) << ok.out;
-  EXPECT_EQ(json::parse(ok.out).size(), 3u);
+  EXPECT_EQ(json::parse(ok.out)["agents"].size(), 3u);
 }
 
 // An agent stopped cleanly (systemctl stop or restart, an upgrade: SIGTERM) stops its

@@ -30,7 +30,8 @@ class GpuAgents : public ::testing::Test, protected LeaderAndAgents {
   json agent(const std::string& name) {
     const auto r = run(client_ + " agents --json", 30);
     EXPECT_EQ(r.code, 0) << r.out;
-    for (const auto& a : json::parse(r.out, nullptr, false)) {
+    const auto reply = json::parse(r.out, nullptr, false);
+    for (const auto& a : reply.is_object() ? reply.value("agents", json::array()) : json::array()) {
       if (a.is_object() && a.value("agent", "") == name) return a;
     }
     return json::object();
@@ -219,7 +220,8 @@ TEST(GpuStandalone, TheFirstAgentOffersTheGpusOfGpusAndTheOthersNone) {
     Standalone cluster(dir / "state", dir / "xdg", 2, {"--gpus", "1", "--nvml-library", DLTRAIN_NVML_DOUBLE});
     ASSERT_FALSE(cluster.client.empty()) << slurp(dir / "standalone.log");
     const auto r = run(cluster.client + " agents --json", 30);
-    const auto agents = json::parse(r.out, nullptr, false);
+    const auto reply = json::parse(r.out, nullptr, false);
+    const auto agents = reply.is_object() ? reply.value("agents", json()) : json();
     ASSERT_TRUE(agents.is_array()) << r.out;
     std::map<std::string, json> by_name;
     for (const auto& a : agents) by_name[a.value("agent", "")] = a;

@@ -82,7 +82,7 @@ log_level = "info"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             agents = self.client("agents", "--json", check=False)
-            if agents.returncode == 0 and sum(a["state"] == "ready" for a in json.loads(agents.stdout)) == len(self.agents):
+            if agents.returncode == 0 and sum(a["state"] == "ready" for a in json.loads(agents.stdout)["agents"]) == len(self.agents):
                 return leader, term
             time.sleep(0.2)
         raise AssertionError("the agents did not register: %s" % [a.log()[-2000:] for a in self.agents])
@@ -131,7 +131,7 @@ log_level = "info"
         return json.loads(self.client("status", job, "--json").stdout)
 
     def jobs(self):
-        return json.loads(self.client("list", "--json", "--limit", "1000").stdout)
+        return json.loads(self.client("list", "--json", "--limit", "1000").stdout)["jobs"]
 
     def wait_state(self, job, states, timeout):
         deadline = time.monotonic() + timeout

@@ -29,7 +29,8 @@ class JobRetention : public ::testing::Test, protected LeaderAndAgents {
     const auto r = run(client_ + " list --json " + flags + " 2>/dev/null", 30);
     EXPECT_EQ(r.code, 0) << r.out;
     std::vector<std::string> ids;
-    const auto j = json::parse(r.out, nullptr, false);
+    const auto reply = json::parse(r.out, nullptr, false);
+    const auto j = reply.is_object() ? reply.value("jobs", json()) : json();
     if (j.is_array()) {
       for (const auto& job : j) ids.push_back(job.value("job", ""));
     }

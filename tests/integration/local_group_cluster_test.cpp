@@ -44,7 +44,8 @@ class LocalGroupCluster : public ::testing::Test, protected LeaderAndAgents {
 
   json agent_json(const std::string& name) {
     const auto r = run(client_ + " agents --json", 30);
-    for (const auto& a : json::parse(r.out, nullptr, false)) {
+    const auto reply = json::parse(r.out, nullptr, false);
+    for (const auto& a : reply.is_object() ? reply.value("agents", json::array()) : json::array()) {
       if (a.is_object() && a.value("agent", "") == name) return a;
     }
     return json::object();

@@ -46,7 +46,7 @@ TEST(PlannerCluster, AutoJobExploresPlansRunsAndHistorySurvivesARestart) {
     // The exploration runs are jobs of their own, and they finished.
     auto [lrc, lout] = run(c.client + " list --json");
     int profiles = 0;
-    for (const auto& j : json::parse(lout)) {
+    for (const auto& j : json::parse(lout)["jobs"]) {
       if (j.value("profile_of", "") == job_id) {
         ++profiles;
         EXPECT_EQ(j["state"], "succeeded") << j.dump();
@@ -83,7 +83,7 @@ TEST(PlannerCluster, AutoJobExploresPlansRunsAndHistorySurvivesARestart) {
     auto [hrc, hout] = run(c.client + " history --json");
     EXPECT_GE(json::parse(hout).size(), 4u);
     auto [lrc, lout] = run(c.client + " list --json");
-    EXPECT_GE(json::parse(lout).size(), 3u);
+    EXPECT_GE(json::parse(lout)["jobs"].size(), 3u);
     // The restarted leader plans from the history the first one recorded.
     auto [prc, pout] = run(c.client + " plan " + job.string() + " --json");
     auto plan = json::parse(pout);
