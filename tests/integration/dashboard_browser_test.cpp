@@ -106,7 +106,7 @@ TEST(Dashboard, InHeadlessChromiumShowsNothingWithoutTheTokenThenTheClusterAndAJ
     auto agents_r = run(cluster.client + " agents --json", 30);
     ASSERT_EQ(agents_r.code, 0) << agents_r.out;
     std::vector<std::string> agent_names;
-    for (const auto& a : json::parse(agents_r.out)["agents"]) agent_names.push_back(a["agent"]);
+    for (const auto& a : json::parse(agents_r.out).value("agents", nlohmann::json::array())) agent_names.push_back(a["agent"]);
     std::sort(agent_names.begin(), agent_names.end());
     ASSERT_EQ(agent_names.size(), 3u);
 

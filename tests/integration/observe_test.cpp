@@ -46,7 +46,7 @@ class Observe : public dltrain::testing::StandaloneSuite<Observe> {
     auto r = run(client_ + " agents --json", 30);
     EXPECT_EQ(r.code, 0) << r.out;
     std::vector<std::string> out;
-    for (const auto& a : json::parse(r.out)["agents"]) {
+    for (const auto& a : json::parse(r.out).value("agents", nlohmann::json::array())) {
       if (a["metrics_endpoint"].is_string()) out.push_back(a["metrics_endpoint"]);
     }
     return out;

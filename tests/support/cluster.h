@@ -457,7 +457,7 @@ class LeaderAndAgents {
           auto r = run(client_ + " agents --json", 30);
           if (r.code != 0) return false;
           ready = 0;
-          for (const auto& a : nlohmann::json::parse(r.out)["agents"]) ready += a["state"] == "ready" ? 1 : 0;
+          for (const auto& a : nlohmann::json::parse(r.out).value("agents", nlohmann::json::array())) ready += a["state"] == "ready" ? 1 : 0;
           return ready == n;
         },
         std::chrono::seconds(60), std::chrono::milliseconds(200));
