@@ -90,7 +90,6 @@ class Session:
         self._events = collections.deque()
         self._heard = time.monotonic()
         self._pinged = None
-        self.sent = collections.Counter()  # message types sent on this session, for the curious
 
     def close(self):
         """Closes the session (a close frame when it is still open, then the socket)."""
@@ -110,7 +109,6 @@ class Session:
         `timeout` s or the connection is lost."""
         rid = "p%d" % next(self._ids)
         self._send({"v": PROTOCOL_VERSION, "id": rid, "type": type_, "body": body})
-        self.sent[type_] += 1
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()

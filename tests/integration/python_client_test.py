@@ -30,7 +30,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 import warnings
 
@@ -444,9 +443,12 @@ class StandaloneCluster_(unittest.TestCase):
             self.assertIn(e.exception.failure["task"], ("worker-0", "worker-1"))
             self.assertEqual(e.exception.failure["cause"], "config")
             self.assertIn("forward returns [2, 5] for input [2, 1, 28, 28]; expected [2, 10]", str(e.exception))
-            # After more than the leader's 30 s idle bound, the client's next request still
-            # reaches it (on a new session): here a cancel of the ended job, a conflict.
-            time.sleep(32)
+            # Once the leader has closed the client's idle session (its 30 s bound; the raw
+            # socket read to its end, so that no ping is answered), the client's next
+            # request still reaches it, on a new session: a cancel of the ended job, a conflict.
+            sock = c._session._ws.sock
+            sock.settimeout(60)
+            wait_for(lambda: sock.recv(65536) == b"", 60, "the leader closing the idle session", interval=0)
             with self.assertRaises(dltrain.Conflict) as e:
                 job.cancel()
             self.assertEqual((e.exception.exit_code, e.exception.code, e.exception.field, e.exception.message),
