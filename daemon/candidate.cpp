@@ -37,6 +37,16 @@ Candidacy::Candidacy(asio::io_context& io, const config::AgentOptions& opt, agen
   } catch (const ConfigError& e) {
     throw ConfigError("ha." + e.field(), e.what());
   }
+  if (!opt.state_dir.empty()) {
+    leader::ModelReplica::Options ro;
+    ro.candidate = opt.name;
+    ro.state_dir = opt.state_dir;
+    ro.retention = opt.model_retention;
+    ro.agent_token = opt.agent_token;
+    ro.tls = !opt.tls_cert_file.empty();
+    ro.tls_options = control::TlsClientOptions{opt.tls_ca_file, "", "tls_ca_file"};
+    replica_ = std::make_shared<leader::ModelReplica>(io, ro);
+  }
 }
 
 std::unique_ptr<ha::LeaderElection> Candidacy::make_election() {
@@ -59,6 +69,9 @@ std::unique_ptr<ha::LeaderElection> Candidacy::make_election() {
       if (!alive.lock()) return;
       spdlog::info("standing by: {} serves at {} (term {})", l.candidate, l.address, l.term);
       notifier_.status("standing by: " + l.candidate + " serves at " + l.address + " (term " + std::to_string(l.term) + ")");
+      // Copies the serving leader's models and uploads while it stands by; not while its
+      // own leader runs (a notice can arrive late).
+      if (replica_ && !leader_ && l.candidate != opt_.name && !l.address.empty()) replica_->follow(l.address);
     });
   };
   cb.trouble = [](const std::string& why) { spdlog::warn("leader election: {}", why); };
@@ -82,6 +95,7 @@ void Candidacy::start() {
 void Candidacy::stop() {
   alive_.reset();
   retry_timer_.cancel();
+  if (replica_) replica_->stop();
   if (leader_) {
     leader_->stop();
     leader_.reset();
@@ -91,6 +105,9 @@ void Candidacy::stop() {
 
 void Candidacy::become_leader(std::int64_t term) {
   if (!election_ || election_->term() != term || leader_) return;  // that term is over already
+  // The leader opens the stores the standby copied into: the copy stops first (a file
+  // half fetched is dropped).
+  if (replica_) replica_->stop();
   ha::EtcdOptions etcd = etcd_;
   const std::string prefix = opt_.ha.prefix, key = key_;
   std::weak_ptr<bool> alive = alive_;

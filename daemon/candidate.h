@@ -17,6 +17,7 @@
 #include "control/metrics_server.h"
 #include "ha/election.h"
 #include "leader/leader.h"
+#include "leader/model_replica.h"
 
 namespace dltrain::daemon {
 
@@ -59,6 +60,9 @@ class Candidacy {
   std::string key_, candidates_prefix_;
   std::unique_ptr<ha::LeaderElection> election_;
   std::optional<leader::Leader> leader_;
+  /// While standing by: the copy of the serving leader's models and uploads in this
+  /// candidate's state_dir (docs/ha.md "Artifacts"); stopped while it serves.
+  std::shared_ptr<leader::ModelReplica> replica_;
   std::int64_t term_ = 0;  ///< the term leader_ serves
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  ///< posted callbacks check it
 };

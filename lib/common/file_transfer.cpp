@@ -210,21 +210,37 @@ void ContentStore::touch(const std::string& sha256) const {
   std::filesystem::last_write_time(path(sha256), std::filesystem::file_time_type::clock::now(), ec);
 }
 
-void ContentStore::prune(const std::set<std::string>& pinned) const {
+namespace {
+
+// The stored files (<sha256>.pt, whole ones: part files end in .part), newest first;
+// equal times in name order, so that an order does not depend on the directory's.
+std::vector<std::pair<std::filesystem::file_time_type, std::filesystem::path>> stored_files(const std::string& dir) {
   namespace fs = std::filesystem;
   std::vector<std::pair<fs::file_time_type, fs::path>> files;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
     if (e.path().extension() == ".pt") files.emplace_back(e.last_write_time(ec), e.path());
   }
-  if (files.size() <= static_cast<std::size_t>(keep_)) return;
-  // Newest first; equal times in name order, so that the choice does not depend on the
-  // directory's order.
   std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   });
+  return files;
+}
+
+}  // namespace
+
+std::vector<std::string> ContentStore::list() const {
+  std::vector<std::string> out;
+  for (const auto& [t, p] : stored_files(dir_)) out.push_back(p.stem().string());
+  return out;
+}
+
+void ContentStore::prune(const std::set<std::string>& pinned) const {
+  std::error_code ec;
+  const auto files = stored_files(dir_);
+  if (files.size() <= static_cast<std::size_t>(keep_)) return;
   for (std::size_t i = static_cast<std::size_t>(keep_); i < files.size(); ++i) {
-    if (!pinned.count(files[i].second.stem().string())) fs::remove(files[i].second, ec);
+    if (!pinned.count(files[i].second.stem().string())) std::filesystem::remove(files[i].second, ec);
   }
 }
 

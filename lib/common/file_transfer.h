@@ -102,6 +102,9 @@ class ContentStore {
   /// Removes the files beyond the `keep` most recently stored or used ones, except the
   /// `pinned` ones (by sha256).
   void prune(const std::set<std::string>& pinned = {}) const;
+  /// The SHA-256 of every stored file, most recently stored or used first (none when the
+  /// directory does not exist).
+  std::vector<std::string> list() const;
   const std::string& dir() const { return dir_; }
 
  private:

@@ -244,6 +244,12 @@ void read_ha(const toml::table& t, const std::function<std::string(const std::st
        }},
       {"request_timeout",
        [](HaOptions& o, const Node& n, const std::string& k) { o.request_timeout = duration_ms(n, k, 100); }},
+      {"replication_timeout",
+       [](HaOptions& o, const Node& n, const std::string& k) {
+         const double sec = toml_fields::get_duration(n, k, "60s");
+         if (sec < 0 || sec > 3600) throw ConfigError(k, "expected 0s to 1h, got " + toml_fields::render(n));
+         o.replication_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(sec * 1000));
+       }},
   };
   HaOptions out;
   toml_fields::read_keys(t, "ha.", keys, out);

@@ -30,6 +30,10 @@ struct HaOptions {
   std::string prefix = "/dltrain";
   /// The longest one etcd request may take on one member.
   std::chrono::milliseconds request_timeout{2000};
+  /// How long a job's end waits for the candidates standing by to hold copies of its
+  /// trained models, checkpoints and uploaded model files (docs/ha.md "Artifacts");
+  /// 0 = it does not wait (they still copy them). [0, 1 h].
+  std::chrono::milliseconds replication_timeout{60000};
   bool enabled() const { return !etcd.empty(); }
 };
 

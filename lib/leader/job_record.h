@@ -159,6 +159,10 @@ struct JobRec {
     /// ("epoch-4") for a failed or cancelled one; "" when none.
     std::string checkpoint;
     std::string error;        ///< why none was stored
+    /// The standby candidates that held its models when the job ended (docs/ha.md
+    /// "Artifacts"); empty without [ha].
+    std::vector<std::string> replicas;
+    std::string replication;  ///< why a standby did not hold them in time ("" when all did)
   } model;
   std::vector<std::weak_ptr<control::Session>> followers;
   bool workers_started = false;  ///< some generation of this job trained (its PS state matters)

@@ -82,6 +82,19 @@ json Leader::Impl::leader_json() const {
   return j;
 }
 
+std::vector<std::string> Leader::Impl::standbys() const {
+  std::vector<std::string> out;
+  if (!ha.candidates) return out;
+  try {
+    for (const auto& c : ha.candidates()) {
+      if (c.value("state", std::string()) == "standing by") out.push_back(c.value("candidate", std::string()));
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("the candidates standing by are unknown: {}", e.what());
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------- helpers
 void Leader::Impl::reply(const SessionPtr& s, const std::string& id, const json& body) {
   s->send(wire::make_reply(id, body));
@@ -112,6 +125,8 @@ json Leader::Impl::status_json(const JobRec& j) const {
   json out = job_json(j, q);
   if (auto kept = models.models_json(j.id); !kept.empty()) out["models"] = std::move(kept);
   if (!j.model.error.empty()) out["model_error"] = j.model.error;
+  if (!j.model.replicas.empty()) out["model_replicas"] = j.model.replicas;
+  if (!j.model.replication.empty()) out["model_replication"] = j.model.replication;
   return out;
 }
 
@@ -564,6 +579,7 @@ void Leader::Impl::on_message(const SessionPtr& s, const std::string& text) {
 }
 
 void Leader::Impl::on_close(const SessionPtr& s) {
+  models.on_replica_closed(s);
   auto it = agent_by_session.find(s->id());
   if (it == agent_by_session.end()) return;
   const std::string id = it->second;
@@ -625,6 +641,7 @@ void Leader::start() {
   if (!impl_->opt.state_dir.empty()) {
     try {
       impl_->models.open(impl_->opt.state_dir, impl_->opt.model_retention);
+      impl_->models.set_replication_timeout(impl_->opt.ha.replication_timeout);
     } catch (const std::exception& e) {
       spdlog::error("{}: the leader keeps no trained models and takes no model uploads", e.what());
     }

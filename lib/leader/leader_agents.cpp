@@ -52,6 +52,17 @@ void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& e
     if (!env.ok) spdlog::warn("agent {} reported an error: {}", s->peer(), env.error.dump());
     return;
   }
+  // A standby leader candidate copies the models and uploads (docs/ha.md "Artifacts"):
+  // it does not register; once it sent replicate it may read them.
+  if (env.is(wire::ControlType::kReplicate)) {
+    return models.on_replicate(s, env.id, wire::parse_body<wire::ReplicateBody>(env),
+                               [](const SessionPtr& to, const std::string& id, const json& body) { reply(to, id, body); });
+  }
+  if ((env.is(wire::ControlType::kModelRead) || env.is(wire::ControlType::kModelDownload)) && models.is_replica(s)) {
+    return env.is(wire::ControlType::kModelRead)
+               ? reply(s, env.id, models.on_model_read(wire::parse_body<wire::ModelFileRequestBody>(env)))
+               : reply(s, env.id, models.on_model_download(wire::parse_body<wire::ModelDownloadBody>(env)));
+  }
   if (!env.is(wire::ControlType::kRegister)) {
     auto sid = agent_by_session.find(s->id());
     if (sid == agent_by_session.end()) {

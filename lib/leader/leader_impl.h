@@ -94,7 +94,8 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
                {[this](const SessionPtr& s, const std::string& id, wire::ControlType type, const json& body) {
                   return order(s, id, type, body);
                 },
-                [this](JobRec& j) { maybe_finish(j); }}),
+                [this](JobRec& j) { maybe_finish(j); },
+                [this] { return standbys(); }}),
         planning(agents, opt) {
     add_client_handlers();
     add_agent_handlers();
@@ -127,6 +128,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// Who leads, for `status` and `agents`: this leader's name, term, since when, and the
   /// election's candidates ({"ha": false} fields only for a single leader).
   json leader_json() const;
+  /// The names of the leader candidates standing by, as the election last read them
+  /// (docs/ha.md "Artifacts"); none for a single leader.
+  std::vector<std::string> standbys() const;
   static void reply(const SessionPtr& s, const std::string& id, const json& body);
   /// Sends an error reply and counts it (dltrain_leader_control_errors_total).
   void reply_error(const SessionPtr& s, const std::string& id, const std::string& code, const std::string& msg,

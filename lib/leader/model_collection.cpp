@@ -44,7 +44,7 @@ int checkpoint_epoch(const std::string& name) {
 }  // namespace
 
 bool ModelCollection::collect(JobRec& j) {
-  if (collecting_.count(j.id)) return true;
+  if (collecting(j.id)) return true;
   const auto skip = [&](std::string why) {
     j.model.done = true;
     j.model.error = std::move(why);
@@ -179,6 +179,7 @@ void ModelCollection::take_chunk(Collecting& c, const wire::ModelFileChunkBody& 
   }
   c.manifest.created_unix = unix_now();
   models_->commit(c.manifest);
+  inventory_changed();
   spdlog::info("job {}: trained model \"{}\" stored ({} files, {} bytes)", c.job, c.manifest.checkpoint,
                c.manifest.files.size(), c.manifest.bytes());
   if (c.stored.empty()) c.stored = c.manifest.checkpoint;
@@ -259,19 +260,22 @@ void ModelCollection::end(std::string job, const std::string& error) {
     const auto jit = jobs_.find(job);
     if (jit == jobs_.end()) return;
     JobRec& j = jit->second;
-    j.model.done = true;
     j.model.checkpoint = checkpoint;
     if (!error.empty()) {
       // With the job's model kept, the error is of another checkpoint: it says which.
       j.model.error = checkpoint.empty() ? error : "checkpoint \"" + failed + "\" not kept: " + error;
       spdlog::warn("job {}: {} trained model kept: {}", job, checkpoint.empty() ? "no" : "not every", error);
     }
-    hooks_.ended(j);
+    await_replicas(j);
   }
 }
 
 void ModelCollection::expire(Clock::time_point now) {
   if (uploads_) uploads_->expire(std::chrono::seconds(120));
+  check_awaiting(now);
+  for (auto& [name, r] : replicas_) {
+    if (!r.parked.empty() && r.parked_until <= now) answer(r, reply_);
+  }
   std::vector<std::pair<std::string, std::string>> ended;  // job, why
   for (const auto& [job, c] : collecting_) {
     const auto a = agents_.find(c.agent);
@@ -368,6 +372,7 @@ json ModelCollection::on_model_upload(const wire::ModelUploadBody& b) {
     wire::ModelUploadState st;
     st.offset = uploads_->put(b.sha256, b.size, b.offset, base64_decode(b.data), keep);
     st.stored = st.offset == b.size;
+    if (st.stored && !b.data.empty()) inventory_changed();
     if (st.stored && !b.data.empty()) spdlog::info("model file {} uploaded ({} bytes)", b.sha256, b.size);
     return st.to_json();
   } catch (const ProtocolError& e) {
@@ -406,6 +411,7 @@ void ModelCollection::resolve_init_from(const wire::SubmitBody& b, JobSpec& spec
   if (f == m->files.end()) throw fail("the model of " + spec.init_from + " has no state_dict.pt");
   try {
     uploads_->adopt(models_->file_path(m->job, m->checkpoint, "state_dict.pt"), f->sha256);
+    inventory_changed();
   } catch (const std::exception& e) {
     throw fail(e.what());
   }
@@ -508,6 +514,7 @@ JobRec ModelCollection::resume_job(const wire::ResumeBody& b,
       uploads_->adopt(models_->file_path(from->job, from->checkpoint, pt->name), pt->sha256);
       j.spec.model_sha256 = pt->sha256;
     }
+    inventory_changed();
   } catch (const wire::Refused&) {
     throw;
   } catch (const std::exception& e) {

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,10 @@ class ModelCollection {
     std::function<bool(const SessionPtr&, const std::string& id, wire::ControlType type, const json& body)> order;
     /// `j`'s collection ended (j.model says how): the job may end now.
     std::function<void(JobRec& j)> ended;
+    /// The names of the leader candidates standing by (docs/ha.md "Artifacts"): a job's
+    /// model is theirs too before the job ends. Empty function or list: none (a single
+    /// leader, or every other candidate down).
+    std::function<std::vector<std::string>()> standbys;
   };
 
   /// `jobs` and `agents` are the leader's and must outlive this.
@@ -56,6 +61,9 @@ class ModelCollection {
   /// Without a store (no state_dir, or one that did not open) what needs it is refused
   /// as unavailable.
   void open(const std::string& state_dir, int retention);
+  /// How long a job's end waits for the standby candidates to hold its models (0: it
+  /// does not wait; the standbys still copy them). Default 60 s.
+  void set_replication_timeout(std::chrono::milliseconds t) { replication_timeout_ = t; }
 
   /// Starts collecting `j`'s model once every task exited: a succeeding job's "last"
   /// model and the checkpoints its metadata names; a failing or cancelled job's latest
@@ -68,8 +76,26 @@ class ModelCollection {
   /// Ends the collections whose agent was lost or did not answer in time, and the
   /// uploads left unfinished for 2 minutes (UploadStore::expire).
   void expire(Clock::time_point now);
-  /// Whether `job`'s model is being collected.
-  bool collecting(const std::string& job) const { return collecting_.count(job) != 0; }
+  /// Whether `job`'s model is being collected, or waits for the standbys to hold it.
+  bool collecting(const std::string& job) const { return collecting_.count(job) != 0 || awaiting_.count(job) != 0; }
+
+  /// `replicate {candidate, models, uploads}` (request `id`) from a standby candidate on
+  /// session `s`: records what it holds (an acknowledgement) and answers with the
+  /// inventory (wire::ReplicaInventoryBody) at once when it lacks something, else parks
+  /// the request until the inventory changes or ReplicateBody::kHold has passed
+  /// (expire()). `reply` sends a reply on a session. Jobs whose end waited for this
+  /// standby go on when it now holds their models.
+  using Reply = std::function<void(const SessionPtr&, const std::string& id, const json& body)>;
+  void on_replicate(const SessionPtr& s, const std::string& id, const wire::ReplicateBody& b, const Reply& reply);
+  /// The standby on session `s` went away (its session closed): its parked request is
+  /// dropped; what it held is remembered until it asks again.
+  void on_replica_closed(const SessionPtr& s);
+  /// Whether session `s` is a standby candidate's (it sent replicate): it may read models
+  /// (model_read) and uploads (model_download) without registering as an agent.
+  bool is_replica(const SessionPtr& s) const;
+  /// The candidates that hold every model of `job` and its uploaded files, as far as
+  /// their last acknowledgement says.
+  std::vector<std::string> replicas_of(const std::string& job) const;
 
   /// The stored models (of `job` when given), newest first, as JSON manifests (at most
   /// 1,000: the latest).
@@ -120,8 +146,45 @@ class ModelCollection {
   /// A failed or cancelled job's checkpoint its agent does not have: asks for the one
   /// before it; false when there is none to ask for.
   bool try_earlier_checkpoint(Collecting& c);
-  /// Ends `job`'s collection ("" = stored) and lets the job end.
+  /// Ends `job`'s collection ("" = stored) and lets the job end once the standbys hold
+  /// its models (await_replicas).
   void end(std::string job, const std::string& error);
+
+  // ---- replication to the standby candidates (model_replication.cpp)
+  /// A standby candidate as its last replicate request said.
+  struct Replica {
+    std::set<std::string> models;   ///< ModelManifest::key() of each model it holds
+    std::set<std::string> uploads;  ///< SHA-256 of each upload it holds
+    std::weak_ptr<control::Session> session;
+    std::uint64_t session_id = 0;
+    std::string parked;             ///< the id of its request waiting for a change ("" none)
+    Clock::time_point parked_until;
+    std::uint64_t answered_version = 0;  ///< inventory_version_ of its last answer
+  };
+  /// A job whose end waits until every standby holds what it must.
+  struct Awaiting {
+    std::set<std::string> models, uploads;
+    Clock::time_point deadline;
+  };
+  /// What every standby must hold of `job` before it ends: its models' keys and its
+  /// uploaded files (model_file, init_from).
+  Awaiting wanted_of(const JobRec& j) const;
+  /// The standbys of Hooks::standbys that do not yet hold all of `a` (with why).
+  std::vector<std::string> missing_replicas(const Awaiting& a) const;
+  /// Lets `j` end now, or once the standbys hold its models (within the timeout).
+  void await_replicas(JobRec& j);
+  /// Ends the waits that are satisfied or past their deadline.
+  void check_awaiting(Clock::time_point now);
+  /// The models or uploads changed: parked requests are answered.
+  void inventory_changed();
+  json inventory_json() const;
+  void answer(Replica& r, const Reply& reply);
+
+  std::chrono::milliseconds replication_timeout_{60000};
+  std::map<std::string, Replica> replicas_;   ///< by candidate name
+  std::map<std::string, Awaiting> awaiting_;  ///< by job
+  std::uint64_t inventory_version_ = 1;
+  Reply reply_;  ///< the last on_replicate's, for answers of parked requests
 
   JobTable& jobs_;
   const AgentRegistry& agents_;

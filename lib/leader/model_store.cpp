@@ -66,6 +66,13 @@ std::int64_t ModelManifest::bytes() const {
   return n;
 }
 
+std::string ModelManifest::key() const {
+  std::string joined;
+  for (const auto& f : files) joined += f.name + ":" + f.sha256 + ";";
+  return job + "/" + checkpoint + "/" +
+         sha256_hex({reinterpret_cast<const std::uint8_t*>(joined.data()), joined.size()});
+}
+
 ModelStore::ModelStore(std::string root, int retention) : root_(std::move(root)), retention_(std::max(1, retention)) {
   std::error_code ec;
   fs::create_directories(root_, ec);
@@ -148,6 +155,14 @@ void ModelStore::remove_job(const std::string& job) {
   std::erase_if(models_, [&](const ModelManifest& x) { return x.job == job; });
 }
 
+void ModelStore::remove(const std::string& job, const std::string& checkpoint) {
+  std::error_code ec;
+  fs::remove_all(fs::path(root_) / job / checkpoint, ec);
+  if (ec) spdlog::warn("model store: cannot remove {}/{}: {}", job, checkpoint, ec.message());
+  if (fs::is_empty(fs::path(root_) / job, ec)) fs::remove(fs::path(root_) / job, ec);
+  std::erase_if(models_, [&](const ModelManifest& x) { return x.job == job && x.checkpoint == checkpoint; });
+}
+
 // The jobs ranked by their newest model; those beyond the retention lose every model.
 void ModelStore::prune() {
   std::vector<std::string> jobs;
@@ -225,6 +240,16 @@ std::string UploadStore::adopt(const std::string& path, const std::string& sha25
   if (ec) throw IoError("cannot rename " + part.string() + ": " + ec.message());
   files_.touch(sha256);
   return dst.string();
+}
+
+std::unique_ptr<ChunkedFileWriter> UploadStore::receive(const std::string& sha256, std::int64_t size) {
+  return std::make_unique<ChunkedFileWriter>(files_.path(sha256), size, sha256,
+                                             static_cast<std::int64_t>(kMaxModelFileBytes));
+}
+
+void UploadStore::stored(const std::string& sha256) {
+  files_.touch(sha256);
+  files_.prune({sha256});
 }
 
 void UploadStore::expire(std::chrono::seconds idle) {

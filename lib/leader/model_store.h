@@ -46,6 +46,10 @@ struct ModelManifest {
   static ModelManifest from_json(const nlohmann::json& j);
   /// The files' total size, bytes.
   std::int64_t bytes() const;
+  /// "JOB/CHECKPOINT/DIGEST", DIGEST the SHA-256 of the files' names and SHA-256s in
+  /// order: two stores hold the same model exactly when their keys are equal (what a
+  /// standby candidate reports it holds, docs/ha.md "Artifacts").
+  std::string key() const;
 };
 
 /// The models under one directory.
@@ -78,6 +82,8 @@ class ModelStore {
 
   /// Removes every model of `job` (a job the leader no longer keeps).
   void remove_job(const std::string& job);
+  /// Removes job/checkpoint's model, if stored.
+  void remove(const std::string& job, const std::string& checkpoint);
 
   const std::string& root() const { return root_; }
 
@@ -124,6 +130,15 @@ class UploadStore {
 
   /// Drops the uploads that received nothing for `idle`.
   void expire(std::chrono::seconds idle);
+
+  /// The SHA-256 of every stored file, most recently used first.
+  std::vector<std::string> list() const { return files_.list(); }
+  /// A writer of `sha256`'s file (`size` bytes) fetched from another store (a standby
+  /// candidate's copy of the leader's uploads): the file is stored when the writer's
+  /// finish() succeeds; then call stored(). Throws what ChunkedFileWriter throws.
+  std::unique_ptr<ChunkedFileWriter> receive(const std::string& sha256, std::int64_t size);
+  /// Marks `sha256`, just received, as the most recently used and applies the retention.
+  void stored(const std::string& sha256);
 
  private:
   struct InFlight;

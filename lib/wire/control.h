@@ -33,6 +33,8 @@ enum class ControlType {
   kModelUpload, kResume, kSeries, kEvents,
   // agent → leader
   kRegister, kHeartbeat, kModelDownload, kTaskEvent, kTaskExit,
+  // standby leader candidate → the serving leader (docs/ha.md "Artifacts")
+  kReplicate,
   // leader → agent
   kStartTask, kStopTask, kReadLog, kReadModelFile,
   // either way
@@ -45,7 +47,7 @@ namespace dltrain {
 template <>
 struct EnumNames<wire::ControlType> {
   using T = wire::ControlType;
-  static constexpr std::array<EnumName<T>, 27> kNames{{
+  static constexpr std::array<EnumName<T>, 28> kNames{{
       {T::kAuth, "auth"},
       {T::kSubmit, "submit"},
       {T::kPlan, "plan"},
@@ -67,6 +69,7 @@ struct EnumNames<wire::ControlType> {
       {T::kModelDownload, "model_download"},
       {T::kTaskEvent, "task_event"},
       {T::kTaskExit, "task_exit"},
+      {T::kReplicate, "replicate"},
       {T::kStartTask, "start_task"},
       {T::kStopTask, "stop_task"},
       {T::kReadLog, "read_log"},

@@ -161,6 +161,17 @@ void ModelDownloadBody::check(const std::string& type) const {
   check_range(type, "max_bytes", max_bytes, 1, ModelFileRequestBody::kMaxBytes);
 }
 
+void ReplicateBody::check(const std::string& type) const {
+  if (candidate.empty()) throw BodyError("candidate", type + " needs \"candidate\" (the standby's name)");
+  if (models.size() > kMaxItems) throw BodyError("models", type + " field \"models\": more than 100000 entries");
+  if (uploads.size() > kMaxItems) throw BodyError("uploads", type + " field \"uploads\": more than 100000 entries");
+  for (const auto& u : uploads) {
+    if (!is_sha256_hex(u)) {
+      throw BodyError("uploads", type + " field \"uploads\": expected 64 lowercase hex digits, got " + quoted(u));
+    }
+  }
+}
+
 void EventsBody::check(const std::string& type) const {
   if (job.empty()) throw BodyError("job", type + " needs \"job\" (a job id such as \"job-1\")");
   check_range(type, "limit", limit, 1, kMaxLimit, "events");

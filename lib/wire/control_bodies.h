@@ -359,6 +359,40 @@ struct ModelDownloadBody : json_fields::Fields<ModelDownloadBody> {
   void check(const std::string& type) const;
 };
 
+/// replicate (a standby leader candidate → the serving leader; docs/ha.md "Artifacts"):
+/// what the standby holds of the leader's artifacts. It is answered with a
+/// ReplicaInventoryBody at once when it lacks something the leader keeps, else when the
+/// leader's artifacts change or after at most kHold (a long poll); each request is also
+/// the acknowledgement of what the previous answer asked the standby to fetch.
+struct ReplicateBody : json_fields::Fields<ReplicateBody> {
+  static constexpr std::chrono::seconds kHold{10};  ///< the longest an in-sync request waits
+  static constexpr std::size_t kMaxItems = 100000;  ///< per list
+  std::string candidate;               ///< the standby's name (its [ha] candidate name); required
+  std::vector<std::string> models;     ///< "JOB/CHECKPOINT/DIGEST" of each model it holds (ModelManifest::key)
+  std::vector<std::string> uploads;    ///< SHA-256 (hex) of each uploaded model file it holds
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("candidate", s.candidate), v("models", s.models), v("uploads", s.uploads);
+  }
+  /// BodyError for an empty candidate, more than kMaxItems entries in a list, or an
+  /// upload that is not 64 hex digits.
+  void check(const std::string& type) const;
+};
+
+/// The answer to replicate: what the serving leader keeps.
+struct ReplicaInventoryBody : json_fields::Fields<ReplicaInventoryBody> {
+  /// The stored models' manifests (leader/model_store.h ModelManifest::to_json), newest first.
+  nlohmann::json models = nlohmann::json::array();
+  std::vector<std::string> uploads;  ///< SHA-256 of every uploaded model file it keeps
+  /// The jobs the leader still keeps (its job table): a standby drops the models of
+  /// every other job (retired by job_retention).
+  std::vector<std::string> jobs;
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("models", s.models), v("uploads", s.uploads), v("jobs", s.jobs);
+  }
+};
+
 /// auth (dashboard → leader): the first message of a /v1/dashboard session, which a
 /// browser opens without an Authorization header (a page's WebSocket cannot set one).
 /// The session is served like /v1/client once the token matches the client token.

@@ -64,8 +64,10 @@ def stop_process(proc, grace=30):
 class Daemon:
     """One dltrain-agent with its configuration and its log file."""
 
-    def __init__(self, build, root, name, config):
-        self.build, self.name = build, name
+    def __init__(self, build, root, name, config, wrap=()):
+        """`wrap`: what the daemon's command line is run under (e.g. nsenter into a network
+        namespace)."""
+        self.build, self.name, self.wrap = build, name, list(wrap)
         self.dir = os.path.join(root, name)
         os.makedirs(self.dir, exist_ok=True)
         self.config_path = os.path.join(self.dir, "agent.toml")
@@ -76,7 +78,7 @@ class Daemon:
 
     def start(self):
         log = open(self.log_path, "a")
-        self.proc = subprocess.Popen([os.path.join(self.build, "bin", "dltrain-agent"), "-c", self.config_path],
+        self.proc = subprocess.Popen(self.wrap + [os.path.join(self.build, "bin", "dltrain-agent"), "-c", self.config_path],
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         return self

@@ -25,22 +25,23 @@ def free_port():
 
 
 class Member:
-    """One etcd member on loopback ports of its own."""
+    """One etcd member on ports of its own at `host` (loopback unless a test's network
+    namespaces need another address)."""
 
-    def __init__(self, root, name, peer_port, cluster):
-        self.name, self.peer_port, self.cluster = name, peer_port, cluster
+    def __init__(self, root, name, peer_port, cluster, host="127.0.0.1"):
+        self.name, self.peer_port, self.cluster, self.host = name, peer_port, cluster, host
         self.dir = os.path.join(root, name)
         self.log_path = os.path.join(root, name + ".log")
         self.proc = None
-        self.url = "http://127.0.0.1:%d" % free_port()
+        self.url = "http://%s:%d" % (host, free_port())
 
     def start(self, state="new"):
         log = open(self.log_path, "a")
         self.proc = subprocess.Popen(
             [ETCD, "--name", self.name, "--data-dir", self.dir,
              "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
-             "--listen-peer-urls", "http://127.0.0.1:%d" % self.peer_port,
-             "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % self.peer_port,
+             "--listen-peer-urls", "http://%s:%d" % (self.host, self.peer_port),
+             "--initial-advertise-peer-urls", "http://%s:%d" % (self.host, self.peer_port),
              "--initial-cluster", self.cluster, "--initial-cluster-state", state,
              "--initial-cluster-token", "dltrain-test"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -65,12 +66,12 @@ class Member:
             self.proc.wait()
 
 
-def start_cluster(root, n):
-    """n members, a cluster of their own, started and serving; (the members, their client
-    URLs)."""
+def start_cluster(root, n, host="127.0.0.1"):
+    """n members at `host`, a cluster of their own, started and serving; (the members,
+    their client URLs)."""
     ports = [free_port() for _ in range(n)]
-    cluster = ",".join("m%d=http://127.0.0.1:%d" % (i, p) for i, p in enumerate(ports))
-    members = [Member(root, "m%d" % i, p, cluster) for i, p in enumerate(ports)]
+    cluster = ",".join("m%d=http://%s:%d" % (i, host, p) for i, p in enumerate(ports))
+    members = [Member(root, "m%d" % i, p, cluster, host) for i, p in enumerate(ports)]
     for m in members:
         m.start()
     deadline = time.monotonic() + 60

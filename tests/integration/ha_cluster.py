@@ -22,11 +22,17 @@ CLIENT_TOKEN = "client-secret-for-the-ha-test-0123456789"
 class HaCluster:
     """etcd, `candidates` leader candidates (no tasks of their own) and `agents` agents."""
 
-    def __init__(self, build, root, etcd_members=1, candidates=2, agents=2, ttl=3, agent_cores=3):
+    def __init__(self, build, root, etcd_members=1, candidates=2, agents=2, ttl=3, agent_cores=3,
+                 etcd_host="127.0.0.1", candidate_hosts=None, candidate_wraps=None, ha_extra=""):
+        """`candidate_hosts`: the address each candidate listens on and advertises (default
+        loopback); `candidate_wraps`: what each candidate's command runs under (e.g. nsenter
+        into its host's network namespace); `ha_extra`: more lines of each [ha] table."""
         self.build, self.root, self.ttl = build, root, ttl
-        self.members, self.etcd_urls = start_cluster(root, etcd_members)
+        self.members, self.etcd_urls = start_cluster(root, etcd_members, etcd_host)
         self.ports = [free_port() for _ in range(candidates)]
-        self.urls = ["ws://127.0.0.1:%d" % p for p in self.ports]
+        hosts = candidate_hosts or ["127.0.0.1"] * candidates
+        wraps = candidate_wraps or [()] * candidates
+        self.urls = ["ws://%s:%d" % (h, p) for h, p in zip(hosts, self.ports)]
         endpoints = ", ".join('"%s"' % u for u in self.etcd_urls)
         self.candidates = []
         for i, port in enumerate(self.ports):
@@ -34,9 +40,9 @@ class HaCluster:
 name = "cand-%c"
 leader = true
 host_tasks = false
-listen_address = "127.0.0.1"
+listen_address = "%s"
 listen_port = %d
-advertise_address = "127.0.0.1"
+advertise_address = "%s"
 state_dir = "%s"
 agent_token = "%s"
 client_token = "%s"
@@ -48,8 +54,9 @@ log_level = "info"
 etcd = [%s]
 lease_ttl = "%ds"
 request_timeout = "700ms"
-""" % (ord("a") + i, port, os.path.join(root, "cand-%c" % (ord("a") + i), "state"), AGENT_TOKEN, CLIENT_TOKEN,
-                endpoints, ttl)))
+%s
+""" % (ord("a") + i, hosts[i], port, hosts[i], os.path.join(root, "cand-%c" % (ord("a") + i), "state"), AGENT_TOKEN,
+                CLIENT_TOKEN, endpoints, ttl, ha_extra), wraps[i]))
         leader_urls = ", ".join('"%s"' % u for u in self.urls)
         self.agents = []
         for i in range(agents):

@@ -71,7 +71,8 @@ TEST(AgentOptions, HaSettingsAreReadAndEachMistakeIsNamed) {
   const std::string cand = "agent_token = \"t\"\nclient_token = \"c\"\nleader = true\nhost_tasks = false\n";
   const auto o = config::parse_agent_options(
       cand + "[ha]\netcd = [\"http://10.0.0.1:2379\", \"https://10.0.0.2:2379\"]\nuser = \"dltrain\"\n"
-             "password = \"pw\"\nlease_ttl = \"15s\"\nprefix = \"/team-a\"\nca_file = \"ca.pem\"\n",
+             "password = \"pw\"\nlease_ttl = \"15s\"\nprefix = \"/team-a\"\nca_file = \"ca.pem\"\n"
+             "replication_timeout = \"2m\"\n",
       "/etc/dltrain");
   EXPECT_TRUE(o.ha.enabled());
   EXPECT_EQ(o.ha.etcd, (std::vector<std::string>{"http://10.0.0.1:2379", "https://10.0.0.2:2379"}));
@@ -80,7 +81,10 @@ TEST(AgentOptions, HaSettingsAreReadAndEachMistakeIsNamed) {
   EXPECT_EQ(o.ha.lease_ttl_seconds, 15);
   EXPECT_EQ(o.ha.prefix, "/team-a");
   EXPECT_EQ(o.ha.ca_file, "/etc/dltrain/ca.pem");
+  EXPECT_EQ(o.ha.replication_timeout, std::chrono::minutes(2));
   EXPECT_FALSE(config::parse_agent_options(cand, "/").ha.enabled());
+  EXPECT_EQ(config::parse_agent_options(cand + "[ha]\netcd = [\"http://e:2379\"]\n", "/").ha.replication_timeout,
+            std::chrono::seconds(60));
   const auto error = [&](const std::string& ha, const std::string& head = "") {
     return message_of<ConfigError>([&] { config::parse_agent_options((head.empty() ? cand : head) + ha, "/"); });
   };
@@ -91,6 +95,8 @@ TEST(AgentOptions, HaSettingsAreReadAndEachMistakeIsNamed) {
             "ha.etcd[0]: expected http://HOST:PORT or https://HOST:PORT, got \"10.0.0.1:2379\"");
   EXPECT_EQ(error("[ha]\netcd = [\"http://e:2379\"]\nlease_ttl = \"1s\"\n"),
             "ha.lease_ttl: expected whole seconds from 2s to 300s, got \"1s\"");
+  EXPECT_EQ(error("[ha]\netcd = [\"http://e:2379\"]\nreplication_timeout = \"2h\"\n"),
+            "ha.replication_timeout: expected 0s to 1h, got \"2h\"");
   EXPECT_EQ(error("[ha]\netcd = [\"http://e:2379\"]\nuser = \"u\"\n"),
             "ha.password: etcd credentials need both user and password (or password_file)");
   EXPECT_EQ(error("[ha]\netcd = [\"http://e:2379\"]\nprefix = \"dltrain/\"\n"),

@@ -165,3 +165,119 @@ TEST_F(ModelCollectionTest, AnAgentLostMidwayEndsTheCollectionAndAnAgentAwayMean
   EXPECT_EQ(k.model.error, "agent agent-a, which has worker-0's model, is not connected");
   EXPECT_EQ(orders.size(), 1u);
 }
+
+// Replication to the standby candidates (docs/ha.md "Artifacts"): the job ends only once
+// the standby acknowledged the model, its replicate requests are answered with what it
+// lacks at once and otherwise wait for a change; a standby that never comes costs the
+// timeout, said in the job's record.
+class ModelReplicationTest : public ModelCollectionTest {
+ protected:
+  ModelReplicationTest()
+      : replicated(jobs, agents,
+                   {[this](const ModelCollection::SessionPtr&, const std::string& id, wire::ControlType type,
+                           const json& body) {
+                      orders.push_back({id, type, body});
+                      return true;
+                    },
+                    [this](JobRec& j) { ended.push_back(j.id); }, [this] { return standbys; }}) {
+    replicated.open((dir.path / "replicated").string(), 5);
+    replicated.set_replication_timeout(std::chrono::seconds(60));
+  }
+
+  // Collects `j`'s model (metadata.json and state_dict.pt) through `replicated`.
+  void collect(JobRec& j, const std::string& weights) {
+    ASSERT_TRUE(replicated.collect(j));
+    const std::string meta = json{{"files", {"metadata.json", "state_dict.pt"}}, {"checkpoints", json::array()}}.dump();
+    ASSERT_TRUE(replicated.on_reply(whole_file(orders.back(), meta)));
+    ASSERT_TRUE(replicated.on_reply(whole_file(orders.back(), weights)));
+    meta_sha = sha256_hex(bytes_of(meta));
+  }
+
+  void replicate(const std::string& id, std::vector<std::string> models_held) {
+    wire::ReplicateBody b;
+    b.candidate = "cand-b";
+    b.models = std::move(models_held);
+    replicated.on_replicate(standby, id, b,
+                            [this](const ModelCollection::SessionPtr&, const std::string& rid, const json& body) {
+                              replies.emplace_back(rid, body);
+                            });
+  }
+
+  std::vector<std::string> standbys{"cand-b"};
+  std::shared_ptr<control::Session> standby =
+      std::make_shared<dltrain::testing::SessionDouble>(control::PeerKind::kAgent, 7);
+  std::vector<std::pair<std::string, json>> replies;
+  std::string meta_sha;
+  ModelCollection replicated;
+};
+
+TEST_F(ModelReplicationTest, AJobEndsOnlyOnceTheStandbyHoldsItsModelAndAnInSyncRequestWaitsForAChange) {
+  JobRec& j = succeeding_job();
+  const std::string weights = "the weights of the first job";
+  collect(j, weights);
+  EXPECT_TRUE(ended.empty());  // stored, but the standby holds nothing yet
+  EXPECT_FALSE(j.model.done);
+  EXPECT_TRUE(replicated.collecting(j.id));
+
+  // Its first request says it holds nothing: answered at once with the inventory.
+  replicate("r1", {});
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].first, "r1");
+  const json& inv = replies[0].second;
+  ASSERT_EQ(inv["models"].size(), 1u);
+  EXPECT_EQ(inv["models"][0]["job"], j.id);
+  EXPECT_EQ(inv["jobs"], json::array({j.id}));
+  EXPECT_TRUE(replicated.is_replica(standby));
+  // The key it must report: the files' names and SHA-256s, hashed (ModelManifest::key).
+  const std::string files = "metadata.json:" + meta_sha + ";state_dict.pt:" + sha256_hex(bytes_of(weights)) + ";";
+  const std::string key = j.id + "/last/" + sha256_hex(bytes_of(files));
+  EXPECT_EQ(ModelManifest::from_json(inv["models"][0]).key(), key);
+  EXPECT_TRUE(ended.empty());
+
+  // Having copied it, it asks again: the acknowledgement ends the job; the request waits.
+  replicate("r2", {key});
+  EXPECT_EQ(ended, std::vector<std::string>{j.id});
+  EXPECT_TRUE(j.model.done);
+  EXPECT_EQ(j.model.replicas, std::vector<std::string>{"cand-b"});
+  EXPECT_EQ(j.model.replication, "");
+  EXPECT_EQ(replies.size(), 1u);
+
+  // A second job's model stored: the waiting request is answered with both.
+  JobRec& k = succeeding_job();
+  collect(k, "the weights of the second job");
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_EQ(replies[1].first, "r2");
+  EXPECT_EQ(replies[1].second["models"].size(), 2u);
+  // A request that still lacks what the answer it had listed (its copy failed) is not
+  // answered again at once, which would spin: it waits, at most ReplicateBody::kHold.
+  replicate("r3", {key});
+  EXPECT_EQ(replies.size(), 2u);
+  replicated.expire(std::chrono::steady_clock::now() + wire::ReplicateBody::kHold + std::chrono::seconds(1));
+  ASSERT_EQ(replies.size(), 3u);
+  EXPECT_EQ(replies[2].first, "r3");
+  // A closed session's waiting request is dropped.
+  replicate("r4", {key});
+  replicated.on_replica_closed(standby);
+  replicated.expire(std::chrono::steady_clock::now() + wire::ReplicateBody::kHold + std::chrono::seconds(1));
+  EXPECT_EQ(replies.size(), 3u);
+}
+
+TEST_F(ModelReplicationTest, AStandbyThatNeverComesCostsTheTimeoutSaidInTheJobsRecord) {
+  JobRec& j = succeeding_job();
+  collect(j, "weights");
+  EXPECT_TRUE(ended.empty());
+  replicated.expire(std::chrono::steady_clock::now() + std::chrono::seconds(30));
+  EXPECT_TRUE(ended.empty());  // within the timeout it waits
+  replicated.expire(std::chrono::steady_clock::now() + std::chrono::seconds(61));
+  EXPECT_EQ(ended, std::vector<std::string>{j.id});
+  EXPECT_TRUE(j.model.done);
+  EXPECT_TRUE(j.model.replicas.empty());
+  EXPECT_NE(j.model.replication.find("cand-b (not connected)"), std::string::npos) << j.model.replication;
+
+  // Without standbys (a single leader, or none standing by) a job ends at once.
+  standbys.clear();
+  JobRec& k = succeeding_job();
+  collect(k, "more weights");
+  EXPECT_EQ(ended.back(), k.id);
+  EXPECT_TRUE(k.model.replication.empty());
+}
