@@ -20,25 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(os.environ.get("DLTRAIN_BUILD_DIR", os.path.join(ROOT, "build")), "bin")
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 from dltrain_cluster import StandaloneCluster  # noqa: E402  (the one way tests and benchmarks start one)
-
-
-def machine():
-    """The CPU model, core count and platform, for a result file's record."""
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, {platform.platform()}"
-
-
-def commit(root=ROOT):
-    """The commit of checkout `root` (12 hex digits), marked when tracked files differ from it."""
-    def git(*a):
-        return subprocess.run(["git", "-C", root, *a], capture_output=True, text=True).stdout.strip()
-    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
-    return head + (" (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else "")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from provenance import commit, machine  # noqa: E402,F401  (what the benchmarks import from here)
 
 
 def build_commit(bin_dir=BIN):

@@ -95,6 +95,10 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     h.lost = [this](const std::string& why) { fetcher.fail_all(why); };
     h.running_tasks = [this] { return tasks.size(); };
     h.other_reply = [this](const wire::Envelope& env) { return fetcher.on_reply(env); };
+    h.exit_unanswered = [this](const json& b) {
+      tasks.exit_pending(TaskTable::key(b.value("job", std::string()), b.value("task", std::string())),
+                         b.value("generation", std::uint32_t{0}));
+    };
     leader = std::make_shared<LeaderLink>(io, opt, std::move(h));
     add_order_handlers();
   }

@@ -1,6 +1,7 @@
 #include "agent/leader_link.h"
 
 #include <algorithm>
+#include <random>
 
 #include <spdlog/spdlog.h>
 
@@ -18,6 +19,12 @@ LeaderLink::LeaderLink(asio::io_context& io, const config::AgentOptions& opt, Ho
     control::parse_leader_url(opt.leader_urls[i],
                               opt.leader_urls.size() == 1 ? "leader_url" : "leader_url[" + std::to_string(i) + "]");
   }
+  // 64 random bits: another process of this agent (after a restart) is another sender.
+  std::random_device rd;
+  const std::uint64_t r = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r));
+  sender_ = hex;
 }
 
 LeaderLink::~LeaderLink() = default;
@@ -37,9 +44,47 @@ void LeaderLink::close() {
 bool LeaderLink::connected() const { return link_ && link_->is_open() && registered_; }
 
 void LeaderLink::send(wire::ControlType type, const json& body, bool droppable) {
-  std::string text = wire::make_request("a" + std::to_string(next_req_++), type, body);
-  if (connected()) return link_->send(std::move(text));
+  const std::string id = "a" + std::to_string(next_req_++);
+  std::string text;
+  if (type == wire::ControlType::kTaskEvent || type == wire::ControlType::kTaskExit) {
+    json b = body;
+    b["sender"] = sender_;
+    b["seq"] = ++seq_;
+    text = wire::make_request(id, type, b);
+  } else {
+    text = wire::make_request(id, type, body);
+  }
+  if (connected()) return send_tracked(id, std::string(enum_name(type)), std::move(text));
   outbox_.push(std::move(text), droppable);
+}
+
+void LeaderLink::send_tracked(const std::string& id, const std::string& type, std::string text) {
+  if (type == enum_name(wire::ControlType::kTaskEvent) || type == enum_name(wire::ControlType::kTaskExit)) {
+    unanswered_.emplace_back(id, text);
+    if (unanswered_.size() > Outbox::kMaxMessages) unanswered_.pop_front();
+  }
+  link_->send(std::move(text));
+}
+
+void LeaderLink::requeue_unanswered() {
+  if (unanswered_.empty()) return;
+  std::deque<std::string> again;
+  for (auto& [id, text] : unanswered_) {
+    if (hooks_.exit_unanswered && text.find("\"task_exit\"") != std::string::npos) {
+      try {
+        const auto env = wire::parse_envelope(text);
+        if (env.is(wire::ControlType::kTaskExit)) hooks_.exit_unanswered(env.body);
+      } catch (const std::exception&) {
+        // our own text: it parses
+      }
+    }
+    again.push_back(std::move(text));
+  }
+  spdlog::info("{} task event(s) and exit(s) the leader did not answer before the link was lost are sent again "
+               "after the next registration",
+               again.size());
+  unanswered_.clear();
+  outbox_.push_front(again);
 }
 
 bool LeaderLink::send_now(std::string text) {
@@ -79,6 +124,7 @@ void LeaderLink::next_leader(const std::string& why) {
 void LeaderLink::connect() {
   if (stopping_) return;
   registered_ = false;
+  requeue_unanswered();  // what the last link took and never answered
   try {
     link_ = std::make_shared<control::ControlClient>(
         io_, url(), opt_.agent_token, control::PeerKind::kAgent,
@@ -171,6 +217,12 @@ void LeaderLink::on_message(const std::string& text) {
   }
   last_heard_ = std::chrono::steady_clock::now();
   if (env.is(wire::ControlType::kReply)) {
+    // Answered (taken, or refused for good): not sent again.
+    const auto done = std::find_if(unanswered_.begin(), unanswered_.end(), [&](const auto& m) { return m.first == env.id; });
+    if (done != unanswered_.end()) {
+      unanswered_.erase(done);
+      if (env.ok) return;
+    }
     if (auto waiting = awaiting_.extract(env.id)) {
       waiting.mapped()(env);
     } else if (hooks_.other_reply && hooks_.other_reply(env)) {
@@ -214,7 +266,16 @@ void LeaderLink::on_registration_reply(const wire::Envelope& env) {
   backoff_ = std::chrono::milliseconds(500);
   spdlog::info("registered with the leader {} at {} as {} ({} cores){}", env.body.value("leader", "?"), url(),
                opt_.name, opt_.cores, term > 0 ? ", term " + std::to_string(term) : "");
-  for (auto& m : outbox_.take_all()) link_->send(std::move(m));
+  for (auto& m : outbox_.take_all()) {
+    std::string id, type;
+    try {
+      const auto head = json::parse(m);
+      id = head.value("id", "");
+      type = head.value("type", "");
+    } catch (const json::exception&) {
+    }
+    send_tracked(id, type, std::move(m));
+  }
   heartbeat();
   const bool first = !ever_registered_;
   ever_registered_ = true;

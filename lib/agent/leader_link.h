@@ -7,11 +7,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -49,6 +51,9 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
     /// A reply to none of the link's own requests (a window of a model file, say): true
     /// when the hook took it.
     std::function<bool(const wire::Envelope&)> other_reply;
+    /// A task_exit (its body) that was sent but not answered when the link was lost: it
+    /// is sent again after the next registration, which must list the task as ended.
+    std::function<void(const nlohmann::json& body)> exit_unanswered;
   };
 
   /// `opt` (leader_urls, tokens, TLS, heartbeat interval and timeout) must outlive the
@@ -73,7 +78,11 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
   void close();
 
   /// Sends request `type` now when registered, otherwise keeps it in the outbox (a
-  /// `droppable` one may be dropped first when the outbox is full: outbox.h).
+  /// `droppable` one may be dropped first when the outbox is full: outbox.h). A
+  /// task_event or task_exit gets this process's `sender` id and the next `seq`
+  /// (TaskRefBody) and is kept until the leader answers it: when the link is lost first
+  /// (a leader's machine gone silently drops what was on its way), it goes back into the
+  /// outbox and is sent again, and the leader takes each (sender, seq) once.
   void send(wire::ControlType type, const nlohmann::json& body, bool droppable = false);
   /// Sends `text` (a request built by the caller) now; false, sending nothing, unless
   /// registered.
@@ -100,6 +109,11 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
   void heartbeat();
   void on_message(const std::string& text);
   void on_registration_reply(const wire::Envelope& env);
+  /// Sends `text` (request `id` of `type`) on the registered link, kept until answered
+  /// when it is a task_event or task_exit.
+  void send_tracked(const std::string& id, const std::string& type, std::string text);
+  /// Puts the requests not answered on the link just lost back into the outbox, first.
+  void requeue_unanswered();
 
   boost::asio::io_context& io_;
   const config::AgentOptions& opt_;
@@ -112,6 +126,11 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
   std::chrono::steady_clock::time_point last_heard_{};
   Outbox outbox_;
   std::uint64_t next_req_ = 1;
+  /// task_event / task_exit requests sent on the current link and not yet answered: (id,
+  /// text), oldest first (at most Outbox::kMaxMessages).
+  std::deque<std::pair<std::string, std::string>> unanswered_;
+  std::string sender_;     ///< this process's random id (TaskRefBody::sender)
+  std::uint64_t seq_ = 0;  ///< the last TaskRefBody::seq given
   wire::Dispatcher<> orders_;
   std::map<std::string, std::function<void(const wire::Envelope&)>> awaiting_;
 };

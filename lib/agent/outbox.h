@@ -33,6 +33,18 @@ class Outbox {
     if (droppable && q_.size() >= kMaxMessages) return;
     q_.push_back(std::move(text));
   }
+  /// Puts `msgs` (oldest first) before every kept message: requests sent on a connection
+  /// that was lost before the leader answered them, older than anything kept since.
+  /// Bounded as push() is: the oldest progress events go first.
+  void push_front(const std::deque<std::string>& msgs) {
+    q_.insert(q_.begin(), msgs.begin(), msgs.end());
+    while (q_.size() > kMaxMessages) {
+      auto victim = std::find_if(q_.begin(), q_.end(),
+                                 [](const std::string& m) { return m.find("\"progress\"") != std::string::npos; });
+      if (victim == q_.end()) break;
+      q_.erase(victim);
+    }
+  }
   /// Every kept message, oldest first; the outbox is empty after.
   std::deque<std::string> take_all() { return std::exchange(q_, {}); }
   std::size_t size() const { return q_.size(); }

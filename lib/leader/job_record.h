@@ -50,6 +50,12 @@ struct TaskRec : json_fields::Fields<TaskRec> {
   std::int64_t global_step = 0;  ///< worker: its latest progress event's global step (not stored)
   std::int64_t steps_per_epoch = 0;  ///< worker: its shard's steps per epoch, from progress (not stored)
   bool straggler = false;  ///< worker: behind the others by more than the factor (mark_stragglers)
+  /// The newest task_event / task_exit of this task the leader took: its agent process's
+  /// `sender` id and the message's `seq` (TaskRefBody). A message sent again after a lost
+  /// connection (the agent resends what was not answered) with a seq at or below it is
+  /// answered and not taken twice (docs/protocol.md "Delivery").
+  std::string delivered_sender;
+  std::uint64_t delivered_seq = 0;
 
   /// The stored form (a restarted leader adopts the tasks its agents re-report).
   template <typename S, typename V>
@@ -58,7 +64,8 @@ struct TaskRec : json_fields::Fields<TaskRec> {
         v("port", s.port), v("address", s.address), v("exit", s.exit), v("ok_exit", s.ok_exit),
         v("restarts", s.restarts), v("epochs_done", s.epochs_done), v("recovery", s.recovery),
         v("resyncs", s.resyncs), v("last_error", s.last_error), v("replica", s.replica),
-        v("replica_generation", s.replica_generation), v("gpus", s.gpus);
+        v("replica_generation", s.replica_generation), v("gpus", s.gpus), v("delivered_sender", s.delivered_sender),
+        v("delivered_seq", s.delivered_seq);
   }
 };
 

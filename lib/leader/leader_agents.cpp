@@ -104,6 +104,17 @@ Leader::Impl::Addressed Leader::Impl::addressed_task(const SessionPtr& s, const 
     reply_error(s, env.id, wire::error_code::kNotFound, "unknown task", "task");
     return {};
   }
+  // Sent again after a lost connection (the agent resends what was not answered): taken
+  // once, by this leader or the one before it (the number is in the job's record).
+  if (ref.seq > 0) {
+    if (ref.sender == t->delivered_sender && ref.seq <= t->delivered_seq) {
+      spdlog::debug("job {}: {} {} #{} from {} again: already taken", j.id, t->name, env.type, ref.seq, agent.id);
+      reply(s, env.id, json::object());
+      return {};
+    }
+    t->delivered_sender = ref.sender;
+    t->delivered_seq = ref.seq;
+  }
   return {&j, t};
 }
 

@@ -109,9 +109,15 @@ struct TaskRefBody : json_fields::Fields<TaskRefBody> {
   std::string job;               ///< "job-3"
   std::string task;              ///< "worker-1"
   std::uint32_t generation = 0;  ///< the generation the sender means
+  /// task_event and task_exit: the agent process that sent it (a random id of that
+  /// process) and the message's number in that process's sending order, from 1; "" / 0
+  /// from older agents. The agent sends a message again when its connection was lost
+  /// before the leader answered it; the leader takes each (sender, seq) once.
+  std::string sender;
+  std::uint64_t seq = 0;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
-    v("job", s.job), v("task", s.task), v("generation", s.generation);
+    v("job", s.job), v("task", s.task), v("generation", s.generation), v("sender", s.sender), v("seq", s.seq);
   }
   /// Best effort, never throws: the job, task and generation of `body` where they have
   /// the right types, else empty / 0. For reporting about a request that was refused.

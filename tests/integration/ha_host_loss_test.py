@@ -3,13 +3,15 @@
 candidate runs in a network namespace of its own (its "host", reached over a veth pair),
 the standby candidate, a one-member etcd and two agents in the test's namespace, all
 real dltrain-agent daemons and the real `dltrain` client given both candidates' URLs.
-After one job succeeded and another was cancelled (its latest epoch checkpoint kept),
+After one job succeeded, another started from its model (uploaded by the client) and
+a third was cancelled (its latest epoch checkpoint kept),
 while a third trains with checkpoints and a `dltrain follow` of it runs, the host is
 taken down: its link first (its peers' packets are dropped, no connection is reset),
 then every process in it is killed and the namespace deleted. The standby serves, and
 everything the lost leader kept is served by it: `model get` of the succeeded job gives
-the same files, `resume` of the cancelled one trains from its checkpoint, and the follow
-prints every event once and ends with the summary.
+the same files, the uploaded file is not uploaded again, `resume` of the cancelled one
+trains from its checkpoint, and the follow prints every event once (the agents send
+again what the lost leader never answered) and ends with the summary.
 
 Usage: ha_host_loss_test.py BUILD_DIR [unittest args]. Exit status 77 (skipped) without
 root, ip netns and nsenter, /usr/bin/etcd or the data set.
@@ -87,8 +89,11 @@ class Host:
 
 
 def files_sha256(directory):
-    return {name: hashlib.sha256(open(os.path.join(directory, name), "rb").read()).hexdigest()
-            for name in sorted(os.listdir(directory))}
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), "rb") as f:
+            out[name] = hashlib.sha256(f.read()).hexdigest()
+    return out
 
 
 class HostLoss(unittest.TestCase):
@@ -106,14 +111,23 @@ class HostLoss(unittest.TestCase):
         else:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def job(self, name, epochs, train_samples, checkpoint_every=0):
+    def job(self, name, epochs, train_samples, checkpoint_every=0, init_from=None, uploads=None):
+        """Submits an MLP job; `init_from`: a model directory (its state_dict.pt uploaded);
+        `uploads`: True/False, whether the client must say it uploads a file."""
         path = self.cluster.job_file(name, epochs=epochs, train_samples=train_samples)
+        with open(path) as f:
+            text = f.read()
+        if init_from:  # a top-level key: before the first table
+            text = text.replace("[optimizer]", 'init_from = "%s"\n\n[optimizer]' % init_from, 1)
         if checkpoint_every:
-            with open(path, "a") as f:
-                f.write("\n[checkpoint]\nevery_epochs = %d\n" % checkpoint_every)
-        out = self.cluster.client("submit", path).stdout
-        m = re.search(r"(job-\d+) submitted", out)
-        self.assertTrue(m, out)
+            text += "\n[checkpoint]\nevery_epochs = %d\n" % checkpoint_every
+        with open(path, "w") as f:
+            f.write(text)
+        r = self.cluster.client("submit", path)
+        m = re.search(r"(job-\d+) submitted", r.stdout)
+        self.assertTrue(m, r.stdout)
+        if uploads is not None:
+            self.assertEqual("uploading" in r.stderr, uploads, r.stderr)
         return m.group(1)
 
     def test_the_lost_leaders_models_checkpoints_and_followers_go_on_with_the_standby(self):
@@ -139,6 +153,13 @@ class HostLoss(unittest.TestCase):
         before = os.path.join(self.root, "kept-from-a")
         c.client("model", "get", kept, "-o", before)
         self.assertIn("state_dict.pt", os.listdir(before))
+
+        # A job that starts from that model directory: its state_dict is uploaded, and the
+        # job ends only once the standby holds the upload too.
+        warm = self.job("warm", epochs=1, train_samples=6000, init_from=before, uploads=True)
+        st = c.wait_state(warm, ENDED, 300)
+        self.assertEqual(st["state"], "succeeded", st)
+        self.assertEqual(st.get("model_replicas"), ["cand-b"], st)
 
         # A job cancelled after an epoch: its latest epoch checkpoint is kept, and copied.
         stopped = self.job("stopped", epochs=8, train_samples=36000, checkpoint_every=1)
@@ -177,6 +198,8 @@ class HostLoss(unittest.TestCase):
                      "model get " + kept + " on the new leader")
         self.assertTrue(r)
         self.assertEqual(files_sha256(after), files_sha256(before))
+        # The upload is there too: the same directory is not uploaded again.
+        again = self.job("warm-again", epochs=1, train_samples=6000, init_from=before, uploads=False)
         out = c.client("resume", stopped).stdout
         m = re.search(r"(job-\d+) submitted", out)
         self.assertTrue(m, out)
@@ -184,6 +207,8 @@ class HostLoss(unittest.TestCase):
         self.assertEqual(resumed["state"], "succeeded", resumed)
         self.assertEqual((resumed["resumed_from"], resumed["epochs"]), (stopped, resumed["epochs_total"]), resumed)
         self.assertGreaterEqual(resumed["resume_epoch"], 1, resumed)
+
+        self.assertEqual(c.wait_state(again, ENDED, 300)["state"], "succeeded")
 
         # The job that trained through the loss, and its follower.
         st = c.wait_state(running, ENDED, 400)

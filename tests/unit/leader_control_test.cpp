@@ -98,6 +98,44 @@ TEST(LeaderTasks, MessagesOfAnOlderGenerationAreRefusedAndTheSecretStaysWithTheT
   EXPECT_NE(ps2->body["secret"], secret);
 }
 
+// An agent sends again the task events and exits that a lost connection left unanswered
+// (docs/protocol.md "Delivery"): the leader takes each (sender, seq) once, so a follower
+// sees every epoch once; another process of the agent (a new sender) starts afresh.
+TEST(LeaderTasks, ATaskEventSentAgainIsTakenOnceAndANewSenderStartsAfresh) {
+  RunningLeader l;
+  FakeAgent agent(l.url(), "fake-1", 4);
+  control::BlockingControlClient c(l.url(), "client-secret", std::chrono::seconds(10));
+  const std::string job = c.request("submit", {{"job_toml", kTwoTaskJob}, {"base_dir", "."}}, std::chrono::seconds(10))["job"];
+  const auto ps = agent.next("start_task");
+  ASSERT_TRUE(ps);
+  const auto gen = ps->body["generation"].get<std::uint32_t>();
+  const auto sent = [&](const std::string& task, const nlohmann::json& ev, const std::string& sender, std::uint64_t seq) {
+    return agent.request("task_event", {{"job", job}, {"task", task}, {"generation", gen}, {"event", ev},
+                                        {"sender", sender}, {"seq", seq}});
+  };
+  ASSERT_TRUE(sent("ps-0", {{"event", "listening"}, {"port", 5555}, {"address", "127.0.0.1"}}, "s1", 1).ok);
+  ASSERT_TRUE(agent.next("start_task"));  // worker-0
+  control::BlockingControlClient follower(l.url(), "client-secret", std::chrono::seconds(10));
+  follower.request("follow", {{"job", job}}, std::chrono::seconds(10));
+  const auto epoch_end = [&](int epoch) {
+    return nlohmann::json{{"event", "epoch_end"}, {"rank", 0}, {"epoch", epoch}, {"epochs", 5},
+                          {"train_loss", 1.0}, {"epoch_seconds", 1.0}, {"images_per_sec", 100.0},
+                          {"test_accuracy", 0.5}};
+  };
+  EXPECT_TRUE(sent("worker-0", epoch_end(1), "s1", 2).ok);
+  const auto again = sent("worker-0", epoch_end(1), "s1", 2);  // its reply was lost: sent again
+  EXPECT_TRUE(again.ok) << again.error.dump();  // answered, so the agent lets it go
+  EXPECT_TRUE(sent("worker-0", epoch_end(2), "s1", 3).ok);
+  EXPECT_TRUE(sent("worker-0", epoch_end(3), "s2", 1).ok);  // the agent restarted: numbers start again
+  std::vector<int> epochs;
+  for (int i = 0; i < 50 && epochs.size() < 4; ++i) {
+    const auto ev = follower.next_event(std::chrono::milliseconds(epochs.size() < 3 ? 5000 : 300));
+    if (!ev) break;
+    if ((*ev)["event"] == "epoch_end") epochs.push_back((*ev)["epoch"]);
+  }
+  EXPECT_EQ(epochs, (std::vector<int>{1, 2, 3}));
+}
+
 // A restarted leader waits for the agents of the jobs it restored: a submit meanwhile is
 // told that they re-register, naming the missing agent and the time left, and a refusal
 // that only the unknown capacity causes is `unavailable` (retryable), not `infeasible`.
