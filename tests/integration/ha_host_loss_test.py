@@ -25,67 +25,18 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from etcd_cluster import missing_prerequisites  # noqa: E402
 from dltrain_cluster import wait_for  # noqa: E402
 from ha_cluster import DATA, HaCluster  # noqa: E402
+from netns_host import Host, missing as netns_missing  # noqa: E402
 
 BUILD = None
 SKIP = 77
 TTL = 3
 ENDED = ("succeeded", "failed", "cancelled")
-
-
-def sh(argv, check=True):
-    return subprocess.run(argv, capture_output=True, text=True, check=check)
-
-
-class Host:
-    """A network namespace joined to the test's by a veth pair: 10.231.N.1 on the test's
-    side, 10.231.N.2 inside."""
-
-    def __init__(self):
-        n = os.getpid() % 200 + 20
-        self.ns = "dlthl%d" % os.getpid()
-        self.veth = "hl%dr" % os.getpid()
-        self.outside, self.inside = "10.231.%d.1" % n, "10.231.%d.2" % n
-        sh(["ip", "netns", "add", self.ns])
-        try:
-            sh(["ip", "link", "add", self.veth, "type", "veth", "peer", "name", "eth0", "netns", self.ns])
-            sh(["ip", "addr", "add", self.outside + "/30", "dev", self.veth])
-            sh(["ip", "link", "set", self.veth, "up"])
-            sh(["ip", "-n", self.ns, "addr", "add", self.inside + "/30", "dev", "eth0"])
-            sh(["ip", "-n", self.ns, "link", "set", "eth0", "up"])
-            sh(["ip", "-n", self.ns, "link", "set", "lo", "up"])
-        except subprocess.CalledProcessError:
-            self.delete()
-            raise
-        self.wrap = ["nsenter", "--net=/run/netns/" + self.ns]
-
-    def pids(self):
-        return [int(p) for p in sh(["ip", "netns", "pids", self.ns], check=False).stdout.split()]
-
-    def take_down(self):
-        """The machine is gone: its link first (packets to it are dropped, nothing is
-        reset), then everything on it."""
-        sh(["ip", "link", "set", self.veth, "down"])
-        for pid in self.pids():
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-
-    def delete(self):
-        for pid in self.pids():
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        sh(["ip", "netns", "delete", self.ns], check=False)
-        sh(["ip", "link", "delete", self.veth], check=False)
 
 
 def files_sha256(directory):
@@ -236,10 +187,7 @@ def main():
         return 2
     BUILD = os.path.abspath(sys.argv.pop(1))
     why = missing_prerequisites() or (None if os.path.isdir(DATA) else DATA + " is missing (dataset-fashion-mnist)")
-    if not why and os.geteuid() != 0:
-        why = "needs root (network namespaces)"
-    if not why and not (shutil.which("ip") and shutil.which("nsenter")):
-        why = "needs ip (iproute2) and nsenter"
+    why = why or netns_missing()
     if why:
         print("skipped: " + why, file=sys.stderr)
         return SKIP
