@@ -78,7 +78,7 @@ class Trial:
         out["job"]."""
         def run():
             while time.monotonic() - self.t0 < 300:
-                r = self.c.client("--timeout", "5", "submit", path, check=False, timeout=60)
+                r = self.c.client("submit", path, check=False, timeout=120)
                 if r.returncode == 0:
                     out["seconds"] = time.monotonic() - self.t0
                     m = re.search(r"(job-\d+) submitted", r.stdout)

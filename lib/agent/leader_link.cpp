@@ -149,7 +149,12 @@ void LeaderLink::connect() {
       self->next_leader("lost the connection (" + reason + ")");
     }
   };
-  link_->connect(std::chrono::seconds(10), [w](std::exception_ptr e) {
+  // With several candidates, a paused one (SIGSTOP, a stalled VM) accepts the TCP
+  // connection in its kernel and never answers the upgrade: 3 s, not 10, before the next
+  // candidate is tried (an upgrade, TLS included, takes milliseconds on a LAN and about a
+  // second across continents).
+  const auto limit = std::chrono::seconds(opt_.leader_urls.size() > 1 ? 3 : 10);
+  link_->connect(limit, [w](std::exception_ptr e) {
     auto self = w.lock();
     if (!self) return;
     if (e) {
