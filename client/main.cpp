@@ -258,12 +258,17 @@ int main(int argc, char** argv) {
     // One leader, or the HA candidates (comma-separated): the first that answers, retried
     // for up to --timeout while a failover runs, each try said on stderr.
     const auto urls = dltrain::control::split_leader_urls(target.leader, "leader");
-    auto [conn, at] = dltrain::control::connect_first(
-        urls, target.token, timeout, urls.size() > 1 ? std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(5)) : timeout,
-        dltrain::control::TlsClientOptions{target.ca_file, "", target.ca_source},
-        [&](const std::string& m) { if (urls.size() > 1) std::cerr << "dltrain: " << m << "\n"; });
-    target.leader = urls[at];
-    opt.leader = urls[at];
+    // The first of `urls` that answers within `total` (each candidate tried for 5 s at
+    // most); it becomes the leader the commands name.
+    const auto connect = [&](std::chrono::milliseconds total) {
+      auto [c, i] = dltrain::control::connect_first(
+          urls, target.token, total, urls.size() > 1 ? std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(5)) : total,
+          dltrain::control::TlsClientOptions{target.ca_file, "", target.ca_source},
+          [&](const std::string& m) { if (urls.size() > 1) std::cerr << "dltrain: " << m << "\n"; });
+      opt.leader = target.leader = urls[i];
+      return std::move(c);
+    };
+    auto conn = connect(timeout);
     if (urls.size() > 1) {
       // A follower that loses its leader goes on with the candidate that serves next
       // (commands.h, follow_job): looked for during a failover's time, at least a minute.
@@ -271,13 +276,9 @@ int main(int argc, char** argv) {
         const auto total = std::max<std::chrono::milliseconds>(timeout, std::chrono::seconds(60));
         std::cerr << "dltrain: lost the leader at " << opt.leader << "; looking for the candidate that serves (up to "
                   << std::chrono::duration_cast<std::chrono::seconds>(total).count() << " s)" << std::endl;
-        auto [again, i] = dltrain::control::connect_first(
-            urls, target.token, total, std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(5)),
-            dltrain::control::TlsClientOptions{target.ca_file, "", target.ca_source},
-            [&](const std::string& m) { std::cerr << "dltrain: " << m << "\n"; });
-        opt.leader = target.leader = urls[i];
+        auto again = connect(total);
         std::cerr << "dltrain: following on with the leader at " << opt.leader << std::endl;
-        return std::move(again);
+        return again;
       };
     }
     auto& c = *conn;

@@ -44,6 +44,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 from compression_bench import BIN, write_tokens  # noqa: E402
+from provenance import record  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 
 RESULTS = os.path.join(ROOT, "bench", "results")
 DOC = os.path.join(ROOT, "docs", "benchmarks", "load.md")
@@ -66,11 +68,16 @@ def raise_fd_limit():
     return hard
 
 
-def leader_config(d, heartbeat_interval, heartbeat_timeout):
-    return (f'name = "leader"\nleader = true\nhost_tasks = false\nlisten_address = "127.0.0.1"\nlisten_port = 0\n'
+def leader_config(d, heartbeat_interval, heartbeat_timeout, etcd_url=None, port=0):
+    """The leader's configuration; with `etcd_url`, a leader candidate ([ha]) on that
+    etcd, its state there instead of RocksDB (a candidate needs a fixed `port`)."""
+    text = (f'name = "leader"\nleader = true\nhost_tasks = false\nlisten_address = "127.0.0.1"\nlisten_port = {port}\n'
             f'state_dir = "{d}/state"\nagent_token_file = "{d}/agent.token"\n'
             f'client_token_file = "{d}/client.token"\nheartbeat_interval = "{heartbeat_interval}"\n'
             f'heartbeat_timeout = "{heartbeat_timeout}"\nlog_level = "info"\n')
+    if etcd_url:
+        text += f'\n[ha]\netcd = ["{etcd_url}"]\nlease_ttl = "10s"\n'
+    return text
 
 
 def machine_busy(seconds=3.0):
@@ -104,8 +111,16 @@ def run_cell(args, agents, clients, extra, label="", duration=None):
     d = tempfile.mkdtemp(prefix="dltrain-load-")
     write_tokens(d)
     cfg = os.path.join(d, "leader.toml")
-    with open(cfg, "w") as f:
-        f.write(leader_config(d, args.heartbeat_interval, args.heartbeat_timeout))
+    members = []
+    if args.store == "etcd":
+        # A one-member etcd of its own per cell (Debian's etcd-server), the leader a candidate on it.
+        from etcd_cluster import free_port, start_cluster  # noqa: E402
+        members, urls = start_cluster(d, 1)
+        with open(cfg, "w") as f:
+            f.write(leader_config(d, args.heartbeat_interval, args.heartbeat_timeout, urls[0], free_port()))
+    else:
+        with open(cfg, "w") as f:
+            f.write(leader_config(d, args.heartbeat_interval, args.heartbeat_timeout))
     log_path = os.path.join(d, "leader.log")
     log = open(log_path, "w")
     leader = subprocess.Popen([f"{BIN}/dltrain-agent", "-c", cfg], stdout=log, stderr=subprocess.STDOUT,
@@ -139,6 +154,8 @@ def run_cell(args, agents, clients, extra, label="", duration=None):
         leader.kill()
         leader.wait()
     log.close()
+    for m in members:
+        m.kill()
     text = open(log_path, errors="replace").read()
     try:
         report = json.load(open(f"{d}/report.json"))
@@ -279,6 +296,9 @@ def main():
     ap.add_argument("--only-stress", action="store_true", help="only the sweeps past the grid")
     ap.add_argument("--smoke", action="store_true",
                     help="5 agents, 3 clients, 6 s, short jobs; checks the report and exits 1 unless clean")
+    ap.add_argument("--store", choices=["rocksdb", "etcd"], default="rocksdb",
+                    help="the leader's state: RocksDB (a single leader, the default) or a one-member etcd (a "
+                         "leader candidate with [ha], docs/ha.md); write etcd runs elsewhere with --out")
     ap.add_argument("--out", default=os.path.join(RESULTS, "load.json"))
     ap.add_argument("--out-md", default=os.path.join(RESULTS, "load.md"))
     ap.add_argument("--report", action="store_true", help="only rebuild the tables from --out")
@@ -329,8 +349,9 @@ def main():
     runs = [run_cell(args, a, c, e, label, d) for label, a, c, e, d in cells]
     doc = {"date": datetime.date.today().isoformat(), "machine": machine(),
            "command": " ".join(["bench/load/run.py", *[shlex.quote(a) for a in sys.argv[1:]]]),
+           "provenance": record(["bench/load/run.py", *[shlex.quote(a) for a in sys.argv[1:]]]),
            "settings": {"duration": args.duration, "heartbeat_interval": args.heartbeat_interval,
-                        "heartbeat_timeout": args.heartbeat_timeout},
+                        "heartbeat_timeout": args.heartbeat_timeout, "store": args.store},
            "total_seconds": time.time() - t0, "runs": runs}
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)

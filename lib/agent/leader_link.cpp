@@ -61,7 +61,16 @@ void LeaderLink::send(wire::ControlType type, const json& body, bool droppable) 
 void LeaderLink::send_tracked(const std::string& id, const std::string& type, std::string text) {
   if (type == enum_name(wire::ControlType::kTaskEvent) || type == enum_name(wire::ControlType::kTaskExit)) {
     unanswered_.emplace_back(id, text);
-    if (unanswered_.size() > Outbox::kMaxMessages) unanswered_.pop_front();
+    if (unanswered_.size() > Outbox::kMaxMessages) {
+      // Progress reports go first, as from the outbox; an exit is never dropped.
+      auto victim = std::find_if(unanswered_.begin(), unanswered_.end(),
+                                 [](const auto& m) { return Outbox::is_progress(m.second); });
+      if (victim == unanswered_.end()) {
+        victim = std::find_if(unanswered_.begin(), unanswered_.end(),
+                              [](const auto& m) { return m.second.find("\"type\":\"task_exit\"") == std::string::npos; });
+      }
+      if (victim != unanswered_.end()) unanswered_.erase(victim);
+    }
   }
   link_->send(std::move(text));
 }
@@ -222,9 +231,12 @@ void LeaderLink::on_message(const std::string& text) {
   }
   last_heard_ = std::chrono::steady_clock::now();
   if (env.is(wire::ControlType::kReply)) {
-    // Answered (taken, or refused for good): not sent again.
+    // Answered (taken, or refused for good): not sent again. A leader whose term may be
+    // over answers everything `unavailable`: that one goes to the next leader instead,
+    // with the rest, when this link closes.
     const auto done = std::find_if(unanswered_.begin(), unanswered_.end(), [&](const auto& m) { return m.first == env.id; });
     if (done != unanswered_.end()) {
+      if (!env.ok && env.error.value("code", std::string()) == wire::error_code::kUnavailable) return;
       unanswered_.erase(done);
       if (env.ok) return;
     }

@@ -16,6 +16,7 @@
 
 #include "common/file_transfer.h"
 #include "common/secret.h"
+#include "ha/etcd_json.h"
 
 namespace dltrain::ha {
 
@@ -25,6 +26,10 @@ namespace http = beast::http;
 namespace ssl = asio::ssl;
 using json = nlohmann::json;
 using tcp = asio::ip::tcp;
+using gateway::b64;
+using gateway::bool_of;
+using gateway::int_of;
+using gateway::object_of;
 
 namespace {
 
@@ -57,42 +62,6 @@ Url parse_url(const std::string& url) {
     throw ConfigError("etcd", "endpoint \"" + url + "\": port \"" + u.port + "\" is not in [1, 65535]");
   }
   return u;
-}
-
-std::string b64(const std::string& s) {
-  return base64_encode(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(s.data()), s.size()));
-}
-
-std::string unb64(const json& v) {
-  if (!v.is_string()) return {};
-  const auto bytes = base64_decode(v.get<std::string>());
-  return std::string(bytes.begin(), bytes.end());
-}
-
-// The gateway writes 64-bit integers as decimal strings and leaves out zero values.
-std::int64_t int_of(const json& j, const char* key) {
-  const auto it = j.find(key);
-  if (it == j.end()) return 0;
-  if (it->is_number_integer()) return it->get<std::int64_t>();
-  if (it->is_string()) {
-    try {
-      return std::stoll(it->get<std::string>());
-    } catch (const std::exception&) {
-      throw ProtocolError(std::string("etcd: \"") + key + "\" is not an integer: " + it->dump());
-    }
-  }
-  throw ProtocolError(std::string("etcd: \"") + key + "\" is not an integer: " + it->dump());
-}
-
-KeyValue kv_of(const json& j) {
-  KeyValue kv;
-  kv.key = unb64(j.value("key", json()));
-  kv.value = unb64(j.value("value", json()));
-  kv.create_revision = int_of(j, "create_revision");
-  kv.mod_revision = int_of(j, "mod_revision");
-  kv.version = int_of(j, "version");
-  kv.lease = int_of(j, "lease");
-  return kv;
 }
 
 // The end of the range of keys that start with `prefix` (etcd's "range_end": the prefix
@@ -197,8 +166,8 @@ struct EtcdClient::Impl {
         if (line.find_first_not_of(" \r\t") == std::string::npos) continue;
         json j = json::parse(line, nullptr, false);
         if (j.is_discarded()) throw ProtocolError("etcd: a watch line that is not JSON: " + line.substr(0, 200));
-        if (j.contains("error")) (void)reply_of(500, line, u);
-        done = on_line(j.contains("result") ? j["result"] : j);
+        if (j.is_object() && j.contains("error")) (void)reply_of(500, line, u);
+        done = on_line(j);
       }
     };
     run([&](auto h) { http::async_read_header(stream, buf, parser, h); });
@@ -236,25 +205,8 @@ struct EtcdClient::Impl {
     return json::object();
   }
 
-  json reply_of(unsigned status, const std::string& text, const Url& u) {
-    json j = json::parse(text, nullptr, false);
-    const std::string where = (u.tls ? "https://" : "http://") + u.host + ":" + u.port;
-    if (status != 200 || (j.is_object() && j.contains("error"))) {
-      // {"error": "…", "message": "…", "code": N}, or on a streamed reply {"error":
-      // {"grpc_code": N, "message": "…", …}}.
-      std::string msg = text.substr(0, 300);
-      int code = -1;
-      if (j.is_object()) {
-        const json& e = j.contains("error") && j["error"].is_object() ? j["error"] : j;
-        if (e.contains("message") && e["message"].is_string()) msg = e["message"].get<std::string>();
-        else if (e.contains("error") && e["error"].is_string()) msg = e["error"].get<std::string>();
-        if (e.contains("code") && e["code"].is_number_integer()) code = e["code"].get<int>();
-        if (e.contains("grpc_code") && e["grpc_code"].is_number_integer()) code = e["grpc_code"].get<int>();
-      }
-      throw EtcdError(where, code, "etcd at " + where + ": " + msg + " (HTTP " + std::to_string(status) + ")");
-    }
-    if (j.is_discarded()) throw EtcdError(where, -1, "etcd at " + where + ": a reply that is not JSON: " + text.substr(0, 200));
-    return j;
+  static json reply_of(unsigned status, const std::string& text, const Url& u) {
+    return gateway::reply_of(status, text, (u.tls ? "https://" : "http://") + u.host + ":" + u.port);
   }
 
   // One request to endpoint `u`, with `timeout` over the whole exchange.
@@ -310,7 +262,8 @@ struct EtcdClient::Impl {
   void authenticate(const Url& u) {
     const json r = request_one(u, "/v3/auth/authenticate", {{"name", opt.user}, {"password", opt.password}},
                                opt.request_timeout, {});
-    token = r.value("token", "");
+    const auto t = r.find("token");
+    token = t != r.end() && t->is_string() ? t->get<std::string>() : "";
     if (token.empty()) throw EtcdError("", -1, "etcd: /v3/auth/authenticate returned no token");
   }
 
@@ -365,16 +318,18 @@ const std::string& EtcdClient::endpoint() const { return impl_->opt.endpoints[im
 
 std::string EtcdClient::check() {
   const json r = impl_->request("/v3/maintenance/status", json::object());
-  const json h = r.value("header", json::object());
-  return "etcd " + r.value("version", std::string("?")) + " at " + endpoint() + ", cluster " +
-         h.value("cluster_id", std::string("?")) + ", raft leader member " + r.value("leader", std::string("?"));
+  const auto text = [](const json& j, const char* key) {
+    const auto it = j.is_object() ? j.find(key) : j.end();
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string("?");
+  };
+  return "etcd " + text(r, "version") + " at " + endpoint() + ", cluster " + text(object_of(r, "header"), "cluster_id") +
+         ", raft leader member " + text(r, "leader");
 }
 
 std::optional<KeyValue> EtcdClient::get(const std::string& key) {
-  const json r = impl_->request("/v3/kv/range", {{"key", b64(key)}});
-  const auto kvs = r.value("kvs", json::array());
+  const auto kvs = gateway::range_kvs(impl_->request("/v3/kv/range", {{"key", b64(key)}}));
   if (kvs.empty()) return std::nullopt;
-  return kv_of(kvs.at(0));
+  return kvs.front();
 }
 
 std::vector<KeyValue> EtcdClient::get_prefix(const std::string& prefix, std::int64_t limit, const std::string& from,
@@ -382,16 +337,13 @@ std::vector<KeyValue> EtcdClient::get_prefix(const std::string& prefix, std::int
   json body{{"key", b64(from.empty() ? prefix : from)}, {"range_end", b64(prefix_end(prefix))}};
   if (keys_only) body["keys_only"] = true;
   if (limit > 0) body["limit"] = std::to_string(limit);
-  const json r = impl_->request("/v3/kv/range", body);
-  std::vector<KeyValue> out;
-  for (const auto& kv : r.value("kvs", json::array())) out.push_back(kv_of(kv));
-  return out;
+  return gateway::range_kvs(impl_->request("/v3/kv/range", body));
 }
 
 std::int64_t EtcdClient::put(const std::string& key, const std::string& value, std::int64_t lease) {
   json body{{"key", b64(key)}, {"value", b64(value)}};
   if (lease != 0) body["lease"] = std::to_string(lease);
-  return int_of(impl_->request("/v3/kv/put", body).value("header", json::object()), "revision");
+  return int_of(object_of(impl_->request("/v3/kv/put", body), "header"), "revision");
 }
 
 std::int64_t EtcdClient::erase(const std::string& key, bool prefix) {
@@ -400,23 +352,7 @@ std::int64_t EtcdClient::erase(const std::string& key, bool prefix) {
   return int_of(impl_->request("/v3/kv/deleterange", body), "deleted");
 }
 
-namespace {
-
-EtcdClient::TxnResult txn_result(const json& r) {
-  EtcdClient::TxnResult t;
-  t.succeeded = r.value("succeeded", false);
-  t.revision = int_of(r.value("header", json::object()), "revision");
-  if (!t.succeeded) {
-    for (const auto& resp : r.value("responses", json::array())) {
-      const auto range = resp.value("response_range", json::object());
-      const auto kvs = range.value("kvs", json::array());
-      if (!kvs.empty()) t.current = kv_of(kvs.at(0));
-    }
-  }
-  return t;
-}
-
-}  // namespace
+using gateway::txn_result;
 
 EtcdClient::TxnResult EtcdClient::create(const std::string& key, const std::string& value, std::int64_t lease) {
   json put{{"key", b64(key)}, {"value", b64(value)}};
@@ -460,7 +396,7 @@ bool EtcdClient::erase_if(const std::string& key, std::int64_t revision) {
                                              {"result", "EQUAL"},
                                              {"create_revision", std::to_string(revision)}}})},
                   {"success", json::array({{{"request_delete_range", {{"key", b64(key)}}}}})}};
-  return impl_->request("/v3/kv/txn", body).value("succeeded", false);
+  return bool_of(impl_->request("/v3/kv/txn", body), "succeeded");
 }
 
 void EtcdClient::compact(std::int64_t revision) {
@@ -482,7 +418,7 @@ std::int64_t EtcdClient::lease_grant(int ttl_seconds) {
 
 std::int64_t EtcdClient::lease_keepalive(std::int64_t id) {
   const json r = impl_->request("/v3/lease/keepalive", {{"ID", std::to_string(id)}});
-  return int_of(r.value("result", json::object()), "TTL");
+  return int_of(object_of(r, "result"), "TTL");
 }
 
 void EtcdClient::lease_revoke(std::int64_t id) {
@@ -498,15 +434,7 @@ std::vector<WatchEvent> EtcdClient::watch(const std::string& key, std::int64_t f
   json create{{"key", b64(key)}};
   if (from_revision > 0) create["start_revision"] = std::to_string(from_revision);
   std::vector<WatchEvent> events;
-  const auto on_line = [&](const json& r) {
-    for (const auto& e : r.value("events", json::array())) {
-      WatchEvent w;
-      w.deleted = e.value("type", std::string("PUT")) == "DELETE";
-      w.kv = kv_of(e.value("kv", json::object()));
-      events.push_back(std::move(w));
-    }
-    return !events.empty() || r.value("canceled", false);
-  };
+  const auto on_line = [&](const json& line) { return gateway::watch_line(line, events); };
   impl_->request("/v3/watch", {{"create_request", create}}, timeout, on_line);
   return events;
 }

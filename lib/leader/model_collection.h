@@ -81,14 +81,14 @@ class ModelCollection {
 
   /// `replicate {candidate, models, uploads}` (request `id`) from a standby candidate on
   /// session `s`: records what it holds (an acknowledgement) and answers with the
-  /// inventory (wire::ReplicaInventoryBody) at once when it lacks something, else parks
-  /// the request until the inventory changes or ReplicateBody::kHold has passed
-  /// (expire()). `reply` sends a reply on a session. Jobs whose end waited for this
-  /// standby go on when it now holds their models.
+  /// inventory (wire::ReplicaInventoryBody) at once when the inventory changed since its
+  /// last answer on this session, else parks the request until it changes or
+  /// ReplicateBody::kHold has passed (expire()). `reply` sends a reply on a session. Jobs
+  /// whose end waited for this standby go on when it now holds their models.
   using Reply = std::function<void(const SessionPtr&, const std::string& id, const json& body)>;
   void on_replicate(const SessionPtr& s, const std::string& id, const wire::ReplicateBody& b, const Reply& reply);
   /// The standby on session `s` went away (its session closed): its parked request is
-  /// dropped; what it held is remembered until it asks again.
+  /// dropped, jobs no longer wait for it; what it held is remembered until it asks again.
   void on_replica_closed(const SessionPtr& s);
   /// Whether session `s` is a standby candidate's (it sent replicate): it may read models
   /// (model_read) and uploads (model_download) without registering as an agent.
@@ -157,6 +157,7 @@ class ModelCollection {
     std::set<std::string> uploads;  ///< SHA-256 of each upload it holds
     std::weak_ptr<control::Session> session;
     std::uint64_t session_id = 0;
+    bool connected = false;         ///< its session is open: jobs wait for it
     std::string parked;             ///< the id of its request waiting for a change ("" none)
     Clock::time_point parked_until;
     std::uint64_t answered_version = 0;  ///< inventory_version_ of its last answer
@@ -169,7 +170,8 @@ class ModelCollection {
   /// What every standby must hold of `job` before it ends: its models' keys and its
   /// uploaded files (model_file, init_from).
   Awaiting wanted_of(const JobRec& j) const;
-  /// The standbys of Hooks::standbys that do not yet hold all of `a` (with why).
+  /// The standbys of Hooks::standbys copying now (session open) that do not yet hold all
+  /// of `a` (with how much is left).
   std::vector<std::string> missing_replicas(const Awaiting& a) const;
   /// Lets `j` end now, or once the standbys hold its models (within the timeout).
   void await_replicas(JobRec& j);

@@ -25,6 +25,7 @@ void ModelReplica::follow(const std::string& address) {
   if (address == address_ && link_) return;
   stop();
   address_ = address;
+  failures_ = 0;
   try {
     models_ = std::make_unique<ModelStore>((fs::path(opt_.state_dir) / "models").string(), opt_.retention);
     uploads_ = std::make_unique<UploadStore>((fs::path(opt_.state_dir) / "uploads").string(), opt_.retention);
@@ -86,8 +87,7 @@ void ModelReplica::connect() {
         return self->retry_later(e.what());
       }
     }
-    self->failures_ = 0;
-    spdlog::info("standby: copying the models and uploads of the leader at {}", self->address_);
+    if (self->failures_ == 0) spdlog::info("standby: copying the models and uploads of the leader at {}", self->address_);
     self->ask();
   });
 }
@@ -101,6 +101,11 @@ void ModelReplica::retry_later(const std::string& why) {
   pending_.clear();
   writer_.reset();
   queue_.clear();
+  if (!staging_.empty()) {
+    std::error_code ec;
+    fs::remove_all(staging_, ec);  // the files of a model half copied
+    staging_.clear();
+  }
   if (address_.empty()) return;
   // 0.5 s doubling to 8 s: a leader that has just gone is usually replaced within a TTL.
   const auto delay = std::chrono::milliseconds(std::min(8000, 500 << std::min(failures_, 4)));
@@ -172,14 +177,22 @@ void ModelReplica::on_inventory(const wire::ReplicaInventoryBody& inv) {
   for (const auto& m : models_->list()) held.insert(m.key());
   std::int64_t bytes = 0;
   for (const auto& mj : inv.models) {
-    auto m = ModelManifest::from_json(mj);
-    // Names that become paths here: one component each, files of a model only.
-    wire::check_path_name(m.job, "job", "replicate");
-    wire::check_path_name(m.checkpoint, "checkpoint", "replicate");
-    for (const auto& f : m.files) {
-      if (!wire::is_model_file(f.name) || !is_sha256_hex(f.sha256) || f.bytes < 0) {
-        throw ProtocolError("model " + m.job + "/" + m.checkpoint + ": file \"" + f.name + "\" is not a model file");
+    ModelManifest m;
+    try {
+      m = ModelManifest::from_json(mj);
+      // Names that become paths here: one component each, not hidden (the store's
+      // staging directory is one), files of a model only.
+      wire::check_path_name(m.job, "job", "replicate");
+      wire::check_path_name(m.checkpoint, "checkpoint", "replicate");
+      if (m.job.front() == '.' || m.checkpoint.front() == '.') throw ProtocolError("a name starting with \".\"");
+      for (const auto& f : m.files) {
+        if (!wire::is_model_file(f.name) || !is_sha256_hex(f.sha256) || f.bytes < 0) {
+          throw ProtocolError("file \"" + f.name + "\" is not a model file");
+        }
       }
+    } catch (const std::exception& e) {
+      spdlog::warn("standby: not copied: a model the leader lists ({}): {}", mj.dump().substr(0, 200), e.what());
+      continue;
     }
     kept_jobs.insert(m.job);
     listed.insert(m.key());
@@ -188,13 +201,18 @@ void ModelReplica::on_inventory(const wire::ReplicaInventoryBody& inv) {
     queue_.push_back(Item{false, std::move(m), {}});
   }
   const auto have = uploads_->list();
-  const std::set<std::string> have_uploads(have.begin(), have.end());
+  const std::set<std::string> have_uploads(have.begin(), have.end()), listed_uploads(inv.uploads.begin(), inv.uploads.end());
   std::size_t uploads = 0;
   for (const auto& u : inv.uploads) {
     if (!is_sha256_hex(u) || have_uploads.count(u)) continue;
     queue_.push_back(Item{true, {}, u});
     ++uploads;
   }
+  // The uploads mirror the leader's: what it no longer keeps goes here too.
+  for (const auto& u : have) {
+    if (!listed_uploads.count(u)) uploads_->remove(u);
+  }
+  failures_ = 0;  // a leader that answers: the back-off starts again
   // The models of the jobs the leader retired go here too; a model of a job it still
   // keeps but does not list stays (this candidate may have stored it as an earlier
   // leader: it is served again when this one leads).

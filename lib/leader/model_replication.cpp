@@ -44,16 +44,15 @@ std::vector<std::string> ModelCollection::missing_replicas(const Awaiting& a) co
   std::vector<std::string> missing;
   if (!hooks_.standbys) return missing;
   for (const auto& name : hooks_.standbys()) {
+    // Only a standby that copies now is waited for: one that never asked (no state_dir,
+    // its stores unusable) or whose session closed copies what it lacks when it asks.
     const auto it = replicas_.find(name);
-    if (it == replicas_.end()) {
-      missing.push_back(name + " (not connected)");
-      continue;
-    }
+    if (it == replicas_.end() || !it->second.connected) continue;
     const auto& r = it->second;
     std::size_t lacks = 0;
     for (const auto& k : a.models) lacks += r.models.count(k) == 0;
     for (const auto& k : a.uploads) lacks += r.uploads.count(k) == 0;
-    if (lacks > 0) missing.push_back(name + " (" + std::to_string(lacks) + " file set(s) still to copy)");
+    if (lacks > 0) missing.push_back(name + " (" + std::to_string(lacks) + " model(s) or upload(s) still to copy)");
   }
   return missing;
 }
@@ -64,12 +63,19 @@ void ModelCollection::await_replicas(JobRec& j) {
     hooks_.ended(j);
   };
   Awaiting a = wanted_of(j);
-  if (replication_timeout_.count() <= 0 || (a.models.empty() && a.uploads.empty()) || !hooks_.standbys ||
-      hooks_.standbys().empty()) {
-    return finish();
-  }
-  if (missing_replicas(a).empty()) {
-    j.model.replicas = hooks_.standbys();
+  const auto standbys = hooks_.standbys ? hooks_.standbys() : std::vector<std::string>{};
+  if (a.models.empty() && a.uploads.empty()) return finish();
+  if (replication_timeout_.count() <= 0 || missing_replicas(a).empty()) {
+    j.model.replicas = replicas_of(j.id);
+    // Standing by but not copying: said, so that nobody counts on a copy that is not there.
+    std::vector<std::string> away;
+    for (const auto& s : standbys) {
+      if (std::find(j.model.replicas.begin(), j.model.replicas.end(), s) == j.model.replicas.end()) away.push_back(s);
+    }
+    if (!away.empty()) {
+      j.model.replication = "not copied yet to " + join(away) + " (standing by, not copying now): kept on this " +
+                            "candidate until they do";
+    }
     return finish();
   }
   a.deadline = Clock::now() + replication_timeout_;
@@ -161,36 +167,25 @@ void ModelCollection::on_replicate(const SessionPtr& s, const std::string& id, c
   r.uploads = {b.uploads.begin(), b.uploads.end()};
   r.session = s;
   r.session_id = s->id();
+  r.connected = true;
   r.parked = id;
   r.parked_until = Clock::now() + wire::ReplicateBody::kHold;
   check_awaiting(Clock::now());
-  // What it lacks: a model or an upload this leader keeps that it does not report.
-  bool lacks = r.answered_version != inventory_version_;
-  if (!lacks && models_) {
-    for (const auto& m : models_->list()) {
-      if (!r.models.count(m.key())) {
-        lacks = true;
-        break;
-      }
-    }
-  }
-  if (!lacks && uploads_) {
-    for (const auto& u : uploads_->list()) {
-      if (!r.uploads.count(u)) {
-        lacks = true;
-        break;
-      }
-    }
-  }
-  // A standby that could not copy something (it logs why) is not asked again at once:
-  // its next answer comes with the next change or after kHold.
-  if (lacks && r.answered_version != inventory_version_) answer(r, reply);
+  // Answered at once when the inventory changed since its last answer; otherwise the
+  // request waits for a change or kHold — also when the standby still lacks what the
+  // last answer listed (a copy that failed, which it logged): asking again at once
+  // would spin.
+  if (r.answered_version != inventory_version_) answer(r, reply);
 }
 
 void ModelCollection::on_replica_closed(const SessionPtr& s) {
   for (auto& [name, r] : replicas_) {
-    if (r.session_id == s->id()) r.parked.clear();
+    if (r.session_id == s->id()) {
+      r.parked.clear();
+      r.connected = false;
+    }
   }
+  check_awaiting(Clock::now());  // a job that waited only for it ends now
 }
 
 bool ModelCollection::is_replica(const SessionPtr& s) const {

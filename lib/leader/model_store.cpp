@@ -125,7 +125,11 @@ void ModelStore::commit(const ModelManifest& m) {
     throw;
   }
   std::erase_if(models_, [&](const ModelManifest& x) { return x.job == m.job && x.checkpoint == m.checkpoint; });
-  models_.insert(models_.begin(), m);
+  // Newest first by when the leader stored it (a standby commits copies in any order; the
+  // retention must rank them as the leader does).
+  const auto at = std::find_if(models_.begin(), models_.end(),
+                               [&](const ModelManifest& x) { return x.created_unix < m.created_unix; });
+  models_.insert(at, m);
   prune();
 }
 
@@ -247,9 +251,11 @@ std::unique_ptr<ChunkedFileWriter> UploadStore::receive(const std::string& sha25
                                              static_cast<std::int64_t>(kMaxModelFileBytes));
 }
 
-void UploadStore::stored(const std::string& sha256) {
-  files_.touch(sha256);
-  files_.prune({sha256});
+void UploadStore::stored(const std::string& sha256) { files_.touch(sha256); }
+
+void UploadStore::remove(const std::string& sha256) {
+  std::error_code ec;
+  if (is_sha256_hex(sha256)) fs::remove(files_.path(sha256), ec);
 }
 
 void UploadStore::expire(std::chrono::seconds idle) {

@@ -67,7 +67,8 @@ class ModelStore {
 
   /// Writes `m`'s manifest into its staging directory and renames that to
   /// <root>/<job>/<checkpoint> (replacing an earlier model of that name), then removes the
-  /// models of the oldest jobs beyond the retention. Throws IoError; the staging
+  /// models of the oldest jobs beyond the retention (ranked by their newest model's
+  /// created_unix). Throws IoError; the staging
   /// directory is then removed and nothing listed changes.
   void commit(const ModelManifest& m);
 
@@ -137,8 +138,11 @@ class UploadStore {
   /// candidate's copy of the leader's uploads): the file is stored when the writer's
   /// finish() succeeds; then call stored(). Throws what ChunkedFileWriter throws.
   std::unique_ptr<ChunkedFileWriter> receive(const std::string& sha256, std::int64_t size);
-  /// Marks `sha256`, just received, as the most recently used and applies the retention.
+  /// Marks `sha256`, just received, as the most recently used. No retention is applied:
+  /// a copy mirrors the leader's set, which the leader bounds (remove() drops the rest).
   void stored(const std::string& sha256);
+  /// Removes `sha256`'s stored file, if any.
+  void remove(const std::string& sha256);
 
  private:
   struct InFlight;

@@ -367,9 +367,9 @@ struct ModelDownloadBody : json_fields::Fields<ModelDownloadBody> {
 
 /// replicate (a standby leader candidate → the serving leader; docs/ha.md "Artifacts"):
 /// what the standby holds of the leader's artifacts. It is answered with a
-/// ReplicaInventoryBody at once when it lacks something the leader keeps, else when the
-/// leader's artifacts change or after at most kHold (a long poll); each request is also
-/// the acknowledgement of what the previous answer asked the standby to fetch.
+/// ReplicaInventoryBody at once when the leader's artifacts changed since the standby's
+/// last answer, else when they change or after at most kHold (a long poll); each request
+/// is also the acknowledgement of what the previous answer asked the standby to fetch.
 struct ReplicateBody : json_fields::Fields<ReplicateBody> {
   static constexpr std::chrono::seconds kHold{10};  ///< the longest an in-sync request waits
   static constexpr std::size_t kMaxItems = 100000;  ///< per list

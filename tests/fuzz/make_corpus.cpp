@@ -260,7 +260,7 @@ void control_messages() {
   st.restore_generation = 1;
   st.workers_done = {0};
   write_text("control", "start-task-ps", wire::make_request("l2", "start_task", st.to_json()));
-  write_text("control", "stop-task", wire::make_request("l3", "stop_task", wire::TaskRefBody{{}, "job-1", "ps-0", 2}.to_json()));
+  write_text("control", "stop-task", wire::make_request("l3", "stop_task", wire::TaskRefBody{{}, "job-1", "ps-0", 2, {}, 0}.to_json()));
   write_text("control", "reply", wire::make_reply("register", {{"agent_id", "agent-1"}, {"heartbeat_interval_ms", 1000}}));
   write_text("control", "error", wire::make_error("c1", wire::error_code::kInvalidJob, "batch_size: expected ...", "batch_size"));
   write_text("control", "event", wire::make_event(events::StateChanged{{}, "running"}.to_json()));

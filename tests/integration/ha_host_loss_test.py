@@ -4,8 +4,8 @@ candidate runs in a network namespace of its own (its "host", reached over a vet
 the standby candidate, a one-member etcd and two agents in the test's namespace, all
 real dltrain-agent daemons and the real `dltrain` client given both candidates' URLs.
 After one job succeeded, another started from its model (uploaded by the client) and
-a third was cancelled (its latest epoch checkpoint kept),
-while a third trains with checkpoints and a `dltrain follow` of it runs, the host is
+a third was cancelled (its latest epoch checkpoint kept), while a fourth trains with
+checkpoints and a `dltrain follow` of it runs, the host is
 taken down: its link first (its peers' packets are dropped, no connection is reset),
 then every process in it is killed and the namespace deleted. The standby serves, and
 everything the lost leader kept is served by it: `model get` of the succeeded job gives

@@ -487,7 +487,7 @@ TEST(AgentRequests, MalformedStartTaskIsRefusedNamingTheFieldAndTheAgentCarriesO
   EXPECT_FALSE(std::filesystem::exists(l.dir.path / "escaped"));
 
   // Still answering: a stop_task of a task it does not run is fine.
-  l.session->send(wire::make_request("l3", "stop_task", wire::TaskRefBody{{}, "job-1", "ps-0", 1}.to_json()));
+  l.session->send(wire::make_request("l3", "stop_task", wire::TaskRefBody{{}, "job-1", "ps-0", 1, {}, 0}.to_json()));
   r = l.reply_to("l3");
   ASSERT_TRUE(r) << "the agent stopped answering";
   EXPECT_TRUE(r->ok) << r->error.dump();
@@ -625,7 +625,7 @@ TEST(AgentFencing, OrdersAndLeadersOfAnOlderTermAreRefused) {
   };
   // The first candidate serves (term 5): its orders are taken.
   ASSERT_TRUE(run_until(io, [&] { return take(old_leader->got, is("register")).has_value(); }));
-  const auto stop = wire::TaskRefBody{{}, "job-1", "ps-0", 1}.to_json();
+  const auto stop = wire::TaskRefBody{{}, "job-1", "ps-0", 1, {}, 0}.to_json();
   old_leader->session->send(wire::make_request("o1", "stop_task", stop, 5));
   std::optional<wire::Envelope> r;
   ASSERT_TRUE(run_until(io, [&] { return (r = take(old_leader->got, reply_to("o1"))).has_value(); }));

@@ -6,6 +6,7 @@
 // requests that need a kept model are refused with the leader's code and field.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -212,6 +213,12 @@ class ModelReplicationTest : public ModelCollectionTest {
 };
 
 TEST_F(ModelReplicationTest, AJobEndsOnlyOnceTheStandbyHoldsItsModelAndAnInSyncRequestWaitsForAChange) {
+  // The standby connects: its first request, holding nothing, is answered at once.
+  replicate("r0", {});
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].second["models"], json::array());
+  EXPECT_TRUE(replicated.is_replica(standby));
+
   JobRec& j = succeeding_job();
   const std::string weights = "the weights of the first job";
   collect(j, weights);
@@ -219,15 +226,14 @@ TEST_F(ModelReplicationTest, AJobEndsOnlyOnceTheStandbyHoldsItsModelAndAnInSyncR
   EXPECT_FALSE(j.model.done);
   EXPECT_TRUE(replicated.collecting(j.id));
 
-  // Its first request says it holds nothing: answered at once with the inventory.
+  // It asks again (still holding nothing): the inventory changed, so it is answered at once.
   replicate("r1", {});
-  ASSERT_EQ(replies.size(), 1u);
-  EXPECT_EQ(replies[0].first, "r1");
-  const json& inv = replies[0].second;
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_EQ(replies[1].first, "r1");
+  const json& inv = replies[1].second;
   ASSERT_EQ(inv["models"].size(), 1u);
   EXPECT_EQ(inv["models"][0]["job"], j.id);
   EXPECT_EQ(inv["jobs"], json::array({j.id}));
-  EXPECT_TRUE(replicated.is_replica(standby));
   // The key it must report: the files' names and SHA-256s, hashed (ModelManifest::key).
   const std::string files = "metadata.json:" + meta_sha + ";state_dict.pt:" + sha256_hex(bytes_of(weights)) + ";";
   const std::string key = j.id + "/last/" + sha256_hex(bytes_of(files));
@@ -240,44 +246,58 @@ TEST_F(ModelReplicationTest, AJobEndsOnlyOnceTheStandbyHoldsItsModelAndAnInSyncR
   EXPECT_TRUE(j.model.done);
   EXPECT_EQ(j.model.replicas, std::vector<std::string>{"cand-b"});
   EXPECT_EQ(j.model.replication, "");
-  EXPECT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies.size(), 2u);
 
   // A second job's model stored: the waiting request is answered with both.
   JobRec& k = succeeding_job();
   collect(k, "the weights of the second job");
-  ASSERT_EQ(replies.size(), 2u);
-  EXPECT_EQ(replies[1].first, "r2");
-  EXPECT_EQ(replies[1].second["models"].size(), 2u);
+  ASSERT_EQ(replies.size(), 3u);
+  EXPECT_EQ(replies[2].first, "r2");
+  EXPECT_EQ(replies[2].second["models"].size(), 2u);
   // A request that still lacks what the answer it had listed (its copy failed) is not
   // answered again at once, which would spin: it waits, at most ReplicateBody::kHold.
   replicate("r3", {key});
-  EXPECT_EQ(replies.size(), 2u);
+  EXPECT_EQ(replies.size(), 3u);
   replicated.expire(std::chrono::steady_clock::now() + wire::ReplicateBody::kHold + std::chrono::seconds(1));
-  ASSERT_EQ(replies.size(), 3u);
-  EXPECT_EQ(replies[2].first, "r3");
-  // A closed session's waiting request is dropped.
+  ASSERT_EQ(replies.size(), 4u);
+  EXPECT_EQ(replies[3].first, "r3");
+  // Its session closes: the waiting request is dropped, and the second job, which waited
+  // for it, ends with that said.
   replicate("r4", {key});
+  EXPECT_TRUE(std::find(ended.begin(), ended.end(), k.id) == ended.end());
   replicated.on_replica_closed(standby);
   replicated.expire(std::chrono::steady_clock::now() + wire::ReplicateBody::kHold + std::chrono::seconds(1));
-  EXPECT_EQ(replies.size(), 3u);
+  EXPECT_EQ(replies.size(), 4u);
+  EXPECT_EQ(ended.back(), k.id);
 }
 
-TEST_F(ModelReplicationTest, AStandbyThatNeverComesCostsTheTimeoutSaidInTheJobsRecord) {
+TEST_F(ModelReplicationTest, AStandbyThatDoesNotCopyCostsTheTimeoutAndOneThatIsNotConnectedNothing) {
+  // Standing by but never connected (no state_dir, say): the job ends at once, saying so.
   JobRec& j = succeeding_job();
   collect(j, "weights");
-  EXPECT_TRUE(ended.empty());
-  replicated.expire(std::chrono::steady_clock::now() + std::chrono::seconds(30));
-  EXPECT_TRUE(ended.empty());  // within the timeout it waits
-  replicated.expire(std::chrono::steady_clock::now() + std::chrono::seconds(61));
   EXPECT_EQ(ended, std::vector<std::string>{j.id});
-  EXPECT_TRUE(j.model.done);
   EXPECT_TRUE(j.model.replicas.empty());
-  EXPECT_NE(j.model.replication.find("cand-b (not connected)"), std::string::npos) << j.model.replication;
+  EXPECT_NE(j.model.replication.find("not copied yet to cand-b (standing by, not copying now)"), std::string::npos)
+      << j.model.replication;
 
-  // Without standbys (a single leader, or none standing by) a job ends at once.
-  standbys.clear();
+  // Connected but never acknowledging: the job waits the timeout, then ends, saying why.
+  replicate("r0", {});
   JobRec& k = succeeding_job();
-  collect(k, "more weights");
+  collect(k, "other weights");
+  EXPECT_EQ(ended.size(), 1u);
+  replicated.expire(std::chrono::steady_clock::now() + std::chrono::seconds(30));
+  EXPECT_EQ(ended.size(), 1u);  // within the timeout it waits
+  replicated.expire(std::chrono::steady_clock::now() + std::chrono::seconds(61));
   EXPECT_EQ(ended.back(), k.id);
-  EXPECT_TRUE(k.model.replication.empty());
+  EXPECT_TRUE(k.model.done);
+  EXPECT_TRUE(k.model.replicas.empty());
+  EXPECT_NE(k.model.replication.find("not copied to cand-b (1 model(s) or upload(s) still to copy)"), std::string::npos)
+      << k.model.replication;
+
+  // Without standbys (a single leader, or none standing by) a job ends at once, saying nothing.
+  standbys.clear();
+  JobRec& l = succeeding_job();
+  collect(l, "more weights");
+  EXPECT_EQ(ended.back(), l.id);
+  EXPECT_TRUE(l.model.replication.empty());
 }
