@@ -2,7 +2,8 @@
 // (wire::parse_envelope, every WebSocket text message) and every message body they
 // accept (wire::parse_body of wire/control_bodies.h: register, task_event, task_exit, logs,
 // read_log and its reply,
-// submit / plan, status / cancel / follow / series, list, history, events, auth, start_task,
+// submit / plan, status / cancel / follow / series, list, history, events, auth, replicate and
+// its reply (the standby candidates' copying), start_task,
 // stop_task).
 //
 // Input: one control message's text. Every body schema is tried on its body, whatever
@@ -20,6 +21,7 @@
 #include <string>
 
 #include "common/errors.h"
+#include "common/file_transfer.h"
 #include "job/job_spec.h"
 #include "fuzz_check.h"
 #include "wire/control.h"
@@ -143,6 +145,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   wire::AuthBody auth;
   try_body(env, "auth", auth);
+  wire::ReplicateBody rep;
+  if (const auto* r = try_body(env, "replicate", rep)) {
+    FUZZ_CHECK(!r->candidate.empty() && r->models.size() <= wire::ReplicateBody::kMaxItems &&
+                   r->uploads.size() <= wire::ReplicateBody::kMaxItems,
+               "replicate: an empty candidate or too many entries accepted");
+    for (const auto& u : r->uploads) FUZZ_CHECK(is_sha256_hex(u), "replicate: an upload that is not a SHA-256 accepted");
+  }
+  wire::ReplicaInventoryBody inv;
+  try_body(env, "reply", inv);  // what a standby reads back from the leader
   wire::LogChunkBody chunk;
   try_body(env, "reply", chunk);  // what the leader reads back from an agent's read_log
   wire::StartTaskBody st;
