@@ -46,6 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 from compression_bench import BIN, free_port, write_tokens  # noqa: E402
+from provenance import record  # noqa: E402
 
 FAULTS = ["none", "worker", "ps", "agent-ps", "agent-worker", "leader"]
 RESULTS = os.path.join(ROOT, "bench", "results")
@@ -336,11 +337,13 @@ def main():
     seeds = list(range(1, args.seeds + 1))
     runs = []
     t0 = time.time()
+    prov = record(["bench/faults/run.py", *sys.argv[1:]])  # commit, date, CPU, command
 
     def document(complete):
         return {"date": datetime.date.today().isoformat(),
                 "machine": machine(),
                 "command": " ".join(["bench/faults/run.py", *sys.argv[1:]]),
+                "provenance": prov,
                 "settings": {k: getattr(args, k) for k in ("epochs", "train_samples", "test_samples", "agents",
                                                             "delay", "leader_down", "sync")},
                 "seeds": seeds, "complete": complete, "total_seconds": time.time() - t0, "runs": runs,
