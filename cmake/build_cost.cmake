@@ -36,6 +36,9 @@ function(dltrain_unity_by_directory target)
     get_filename_component(dir "${source}" DIRECTORY)
     if(dir STREQUAL "")
       set(dir "${target}")
+    elseif(IS_ABSOLUTE "${dir}")
+      # A generated source (build/generated/...): named by its own folder, not the path.
+      get_filename_component(dir "${dir}" NAME)
     endif()
     # The group names the generated file (unity_<group>_cxx.cxx): no slashes.
     string(MAKE_C_IDENTIFIER "${dir}" group)

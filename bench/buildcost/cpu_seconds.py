@@ -2,7 +2,8 @@
 """Where a build spends its CPU time: every Ninja step's seconds from a build directory's
 .ninja_log (each compile is one single-threaded process, so with a cold cache the sum of
 the steps is the build's CPU time, which `time` confirms to within its system time),
-summed by directory and listed for the costliest steps.
+summed by directory (a unity build's unit counts for the directory of its sources) and
+listed for the costliest steps.
 
 Usage: cpu_seconds.py BUILD_DIR [--top N] [--json OUT] [--command "what was built"]
 
@@ -46,6 +47,11 @@ def group(target):
     if ".dir/" in target and target.endswith(".o"):
         lib, rest = target.split("/CMakeFiles/", 1) if "/CMakeFiles/" in target else ("", target)
         src = rest.split(".dir/", 1)[1].rsplit("/", 1)
+        if len(src) == 2 and src[0] == "Unity":
+            # A unity unit (cmake/build_cost.cmake): unity_<group>_cxx.cxx.o, the group
+            # being the directory its sources share, or the target's name for a program's.
+            name = src[1][len("unity_"):].split("_cxx.", 1)[0]
+            return (lib + "/" + name) if lib == "lib" else lib
         return (lib + "/" + src[0]) if len(src) == 2 else lib
     return "link and other steps"
 
