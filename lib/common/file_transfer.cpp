@@ -16,12 +16,14 @@
 #include "common/errors.h"
 
 namespace dltrain {
-namespace {
 
+// Not in the anonymous namespace: ChunkedFileWriter::Hash (external linkage) holds one.
 struct MdCtxFree {
   void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
 };
 using MdCtx = std::unique_ptr<EVP_MD_CTX, MdCtxFree>;
+
+namespace {
 
 MdCtx new_sha256() {
   MdCtx ctx(EVP_MD_CTX_new());

@@ -38,10 +38,10 @@ struct SessionHost {
   ControlServerOptions opt;
   ControlHandler handler;
   std::uint64_t next_id = 1;
-  std::map<std::uint64_t, std::weak_ptr<Session>> sessions;
+  std::map<std::uint64_t, std::weak_ptr<Session>> sessions{};
   /// The TLS context when serving wss:// (null for ws://): held here, so that it lives
   /// as long as the last session that uses it.
-  std::shared_ptr<boost::asio::ssl::context> tls;
+  std::shared_ptr<boost::asio::ssl::context> tls{};
 };
 
 namespace session_detail {

@@ -31,15 +31,16 @@ using gateway::bool_of;
 using gateway::int_of;
 using gateway::object_of;
 
-namespace {
-
-struct Url {
+// Not in the anonymous namespace: EtcdClient::Impl (external linkage) holds them.
+struct EtcdUrl {
   bool tls = false;
   std::string host, port;
 };
 
-Url parse_url(const std::string& url) {
-  Url u;
+namespace {
+
+EtcdUrl parse_url(const std::string& url) {
+  EtcdUrl u;
   std::string rest;
   if (url.rfind("http://", 0) == 0) {
     rest = url.substr(7);
@@ -87,7 +88,7 @@ void check_endpoints(const std::vector<std::string>& endpoints) {
 
 struct EtcdClient::Impl {
   EtcdOptions opt;
-  std::vector<Url> urls;
+  std::vector<EtcdUrl> urls;
   std::size_t current = 0;  // the endpoint that answered last
   std::optional<ssl::context> tls;
   std::string token;        // from /v3/auth/authenticate
@@ -96,7 +97,7 @@ struct EtcdClient::Impl {
   explicit Impl(EtcdOptions o) : opt(std::move(o)) {
     check_endpoints(opt.endpoints);
     for (const auto& e : opt.endpoints) urls.push_back(parse_url(e));
-    if (std::any_of(urls.begin(), urls.end(), [](const Url& u) { return u.tls; })) {
+    if (std::any_of(urls.begin(), urls.end(), [](const EtcdUrl& u) { return u.tls; })) {
       tls.emplace(ssl::context::tls_client);
       tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
                        ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
@@ -137,7 +138,7 @@ struct EtcdClient::Impl {
   // handshaken already. `on_line`, for a streamed reply (watch), gets each JSON line and
   // returns true to stop reading.
   template <class Stream>
-  json exchange(Stream& stream, const Url& u, const std::string& path, const json& body,
+  json exchange(Stream& stream, const EtcdUrl& u, const std::string& path, const json& body,
                 const std::function<bool(const json&)>& on_line) {
     http::request<http::string_body> req{http::verb::post, path, 11};
     req.set(http::field::host, u.host + ":" + u.port);
@@ -205,12 +206,12 @@ struct EtcdClient::Impl {
     return json::object();
   }
 
-  static json reply_of(unsigned status, const std::string& text, const Url& u) {
+  static json reply_of(unsigned status, const std::string& text, const EtcdUrl& u) {
     return gateway::reply_of(status, text, (u.tls ? "https://" : "http://") + u.host + ":" + u.port);
   }
 
   // One request to endpoint `u`, with `timeout` over the whole exchange.
-  json request_one(const Url& u, const std::string& path, const json& body, std::chrono::milliseconds timeout,
+  json request_one(const EtcdUrl& u, const std::string& path, const json& body, std::chrono::milliseconds timeout,
                    const std::function<bool(const json&)>& on_line) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     tcp::resolver resolver(io);
@@ -259,7 +260,7 @@ struct EtcdClient::Impl {
     return r;
   }
 
-  void authenticate(const Url& u) {
+  void authenticate(const EtcdUrl& u) {
     const json r = request_one(u, "/v3/auth/authenticate", {{"name", opt.user}, {"password", opt.password}},
                                opt.request_timeout, {});
     const auto t = r.find("token");
@@ -276,7 +277,7 @@ struct EtcdClient::Impl {
     std::string failures;
     for (std::size_t k = 0; k < urls.size(); ++k) {
       const std::size_t i = (current + k) % urls.size();
-      const Url& u = urls[i];
+      const EtcdUrl& u = urls[i];
       const std::string where = opt.endpoints[i];
       for (int attempt = 0; attempt < 2; ++attempt) {
         try {

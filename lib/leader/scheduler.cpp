@@ -46,7 +46,9 @@ std::vector<Admitted> Scheduler::admit(const std::vector<AgentSlots>& idle, std:
       a.free_cores -= need[i].cores;
       for (const int g : (*placement)[i].gpus) std::erase(a.free_gpus, g);
     }
-    for (const auto& id : added) slot(id).free_cores -= spread->shard_cores;
+    // (added is empty without a spread; the value read once keeps GCC's -O1 from doubting it)
+    const int spread_cores = spread ? spread->shard_cores : 0;
+    for (const auto& id : added) slot(id).free_cores -= spread_cores;
     out.push_back(Admitted{*it, std::move(*placement), std::move(added)});
     it = queue_.erase(it);
   }
