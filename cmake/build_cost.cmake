@@ -8,7 +8,7 @@
 # file (18-34 s each, 19 s of it at -O0), nlohmann::json in every leader and agent file,
 # Beast's WebSocket stream in both the server and the client. Compiled as one unit per
 # directory, each of those is parsed, instantiated and optimised once: lib/train's eight
-# files cost 218 CPU-s apart and 47 s together. The files of one directory already belong
+# files cost four times as much apart as together. The files of one directory already belong
 # together (they share headers and helpers), so grouping by directory keeps a group's
 # failures local and its unit's size bounded.
 #
@@ -22,7 +22,7 @@ option(DLTRAIN_UNITY_BUILD
 # dltrain_unity_by_directory(TARGET)
 #   Puts each C++ source of TARGET into the unity group of its directory (lib/leader,
 #   lib/train, ...). Sources CMake cannot merge (those with their own COMPILE_OPTIONS,
-#   for instance) stay units of their own; so do directories with one source.
+#   for instance) stay units of their own; a directory with one source is a unit of one.
 #   Call it in the directory that created TARGET, after its sources are all added.
 function(dltrain_unity_by_directory target)
   if(NOT DLTRAIN_UNITY_BUILD)
@@ -50,30 +50,33 @@ endfunction()
 # The control plane at -O1.
 #
 # The code that runs per training step or per byte (the PS, the compressors, the wire
-# formats, the data sets: dltrain_base; the training loop: dltrain_train) keeps the build
-# type's optimisation (-O3 in Release). The control plane (the leader, the agent, the HA
-# gateway, the client: dltrain_core and its programs, and the setup code of the PS's and the
-# worker's main) handles a few messages a second per task: it is I/O-bound, and at -O3 it
-# costs more than half of the build's CPU time, most of it GCC optimising the Asio/Beast
-# operations and nlohmann::json code it instantiates. -O1 compiles it in two thirds of the
-# time; bench/load measures the leader with it (docs/benchmarks/build.md).
+# formats, the data sets: dltrain_base; the training loop: dltrain_train) and the programs
+# built on it alone (dltrain-ps, dltrain-worker) keep the build type's optimisation (-O3 in
+# Release). The control plane (dltrain_core: the leader, the agent, the HA gateway, the
+# planner, the store; the client; the agent's program) handles a few messages a second per
+# task: it is I/O-bound, and at -O3 it cost more than half of the build's CPU time, most of
+# it GCC optimising the Asio/Beast operations and nlohmann::json code it instantiates.
+#
+# Only whole programs of the control plane get -O1, never a file of a data-plane program:
+# an inline function (an Asio event loop, a LibTorch accessor) compiled in several units is
+# kept once, from whichever unit the linker sees first, so an -O1 main would hand its
+# copies to the hot code of the same program. dltrain-agent links dltrain_base too, but
+# runs no data plane: its tasks are separate processes.
 set(DLTRAIN_CONTROL_PLANE_OPTIMIZATION "-O1" CACHE STRING
-    "Optimisation flag of the control plane's code (the leader, agent, HA gateway, client) in Release builds: -O1 (the default), -O2, -O3, or empty for the build type's own")
+    "Optimisation flag of the control plane (dltrain_core, the client, the agent) in Release builds: -O1 (the default), -O2, -O3, or empty for the build type's own")
+if(NOT DLTRAIN_CONTROL_PLANE_OPTIMIZATION MATCHES "^(-O[0-3sg]|)$")
+  message(FATAL_ERROR "DLTRAIN_CONTROL_PLANE_OPTIMIZATION: expected one of -O0, -O1, -O2, -O3, -Os, -Og or empty, got \"${DLTRAIN_CONTROL_PLANE_OPTIMIZATION}\"")
+endif()
 
-# dltrain_control_plane(TARGET... SOURCES file...)
-#   Compiles TARGETs (and the named SOURCES of this directory) with
-#   DLTRAIN_CONTROL_PLANE_OPTIMIZATION in Release builds; the flag comes after the build
-#   type's, so it wins. Sanitizer builds keep their own -O1; Debug builds their -O0.
+# dltrain_control_plane(TARGET...)
+#   Compiles TARGETs with DLTRAIN_CONTROL_PLANE_OPTIMIZATION in Release builds; the flag
+#   comes after the build type's, so it wins. Sanitizer builds keep their own -O1 (it comes
+#   later still); Debug builds their -O0.
 function(dltrain_control_plane)
-  cmake_parse_arguments(PARSE_ARGV 0 arg "" "" "SOURCES")
   if(DLTRAIN_CONTROL_PLANE_OPTIMIZATION STREQUAL "")
     return()
   endif()
-  set(flag "$<$<CONFIG:Release>:${DLTRAIN_CONTROL_PLANE_OPTIMIZATION}>")
-  foreach(target IN LISTS arg_UNPARSED_ARGUMENTS)
-    target_compile_options(${target} PRIVATE ${flag})
+  foreach(target IN LISTS ARGN)
+    target_compile_options(${target} PRIVATE "$<$<CONFIG:Release>:${DLTRAIN_CONTROL_PLANE_OPTIMIZATION}>")
   endforeach()
-  if(arg_SOURCES)
-    set_property(SOURCE ${arg_SOURCES} APPEND PROPERTY COMPILE_OPTIONS ${flag})
-  endif()
 endfunction()

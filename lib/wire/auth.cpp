@@ -1,6 +1,5 @@
 #include "wire/auth.h"
 
-#include <bit>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -12,29 +11,15 @@
 #include <openssl/rand.h>
 
 #include "common/errors.h"
+#include "wire/le_bytes.h"
 
 namespace dltrain::wire {
 namespace {
 
-static_assert(std::endian::native == std::endian::little,
-              "dltrain's wire format is little-endian; big-endian hosts need byte swaps here");
-
-template <typename T>
-void put(std::uint8_t* out, std::size_t off, T v) {
-  std::memcpy(out + off, &v, sizeof(T));
-}
-
-template <typename T>
-T get(const std::uint8_t* in, std::size_t off) {
-  T v;
-  std::memcpy(&v, in + off, sizeof(T));
-  return v;
-}
-
 void put_prefix(std::uint8_t* out, AuthType type) {
-  put(out, 0, kAuthMagic);
-  put(out, 4, kAuthVersion);
-  put(out, 6, static_cast<std::uint16_t>(type));
+  store_le(out, 0, kAuthMagic);
+  store_le(out, 4, kAuthVersion);
+  store_le(out, 6, static_cast<std::uint16_t>(type));
 }
 
 std::string hex32(std::uint32_t v) {
@@ -45,17 +30,17 @@ std::string hex32(std::uint32_t v) {
 
 // Checks the 8-byte prefix every handshake message starts with.
 void check_prefix(const std::uint8_t* in, AuthType want, const char* what) {
-  const auto magic = get<std::uint32_t>(in, 0);
+  const auto magic = load_le<std::uint32_t>(in, 0);
   if (magic != kAuthMagic) {
     throw ProtocolError(std::string("handshake ") + what + " magic: expected " + hex32(kAuthMagic) + ", got " +
                         hex32(magic) + " (not a dltrain data-plane peer, or an older version)");
   }
-  const auto version = get<std::uint16_t>(in, 4);
+  const auto version = load_le<std::uint16_t>(in, 4);
   if (version != kAuthVersion) {
     throw ProtocolError(std::string("handshake ") + what + " version: expected " + std::to_string(kAuthVersion) +
                         ", got " + std::to_string(version));
   }
-  const auto type = get<std::uint16_t>(in, 6);
+  const auto type = load_le<std::uint16_t>(in, 6);
   if (type != static_cast<std::uint16_t>(want)) {
     throw ProtocolError(std::string("handshake ") + what + " type: expected " +
                         std::to_string(static_cast<int>(want)) + ", got " + std::to_string(type));
@@ -80,8 +65,8 @@ Mac auth_mac(std::span<const std::uint8_t> secret, const Nonce& nonce, std::uint
              std::string_view context) {
   std::vector<std::uint8_t> msg(kNonceSize + 8 + 4 + context.size());
   std::memcpy(msg.data(), nonce.data(), kNonceSize);
-  put(msg.data(), kNonceSize, job);
-  put(msg.data(), kNonceSize + 8, generation);
+  store_le(msg.data(), kNonceSize, job);
+  store_le(msg.data(), kNonceSize + 8, generation);
   std::memcpy(msg.data() + kNonceSize + 12, context.data(), context.size());
   return hmac_sha256(secret, msg);
 }
@@ -101,9 +86,9 @@ void encode_challenge(const Nonce& nonce, std::span<std::uint8_t, kChallengeSize
 
 void encode_answer(const AuthAnswer& a, std::span<std::uint8_t, kAnswerSize> out) {
   put_prefix(out.data(), AuthType::kAnswer);
-  put(out.data(), 8, a.job);
-  put(out.data(), 16, a.generation);
-  put(out.data(), 20, std::uint32_t{0});
+  store_le(out.data(), 8, a.job);
+  store_le(out.data(), 16, a.generation);
+  store_le(out.data(), 20, std::uint32_t{0});
   std::memcpy(out.data() + 24, a.nonce.data(), kNonceSize);
   std::memcpy(out.data() + 56, a.mac.data(), kMacSize);
 }
@@ -122,13 +107,13 @@ Nonce decode_challenge(std::span<const std::uint8_t, kChallengeSize> in) {
 
 AuthAnswer decode_answer(std::span<const std::uint8_t, kAnswerSize> in) {
   check_prefix(in.data(), AuthType::kAnswer, "answer");
-  const auto reserved = get<std::uint32_t>(in.data(), 20);
+  const auto reserved = load_le<std::uint32_t>(in.data(), 20);
   if (reserved != 0) {
     throw ProtocolError("handshake answer reserved field: expected 0, got " + std::to_string(reserved));
   }
   AuthAnswer a;
-  a.job = get<std::uint64_t>(in.data(), 8);
-  a.generation = get<std::uint32_t>(in.data(), 16);
+  a.job = load_le<std::uint64_t>(in.data(), 8);
+  a.generation = load_le<std::uint32_t>(in.data(), 16);
   std::memcpy(a.nonce.data(), in.data() + 24, kNonceSize);
   std::memcpy(a.mac.data(), in.data() + 56, kMacSize);
   return a;

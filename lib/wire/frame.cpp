@@ -1,30 +1,15 @@
 #include "wire/frame.h"
 
-#include <bit>
 #include <cstdio>
 #include <cstring>
 #include <ostream>
 
 #include "common/enforce.h"
 #include "common/errors.h"
+#include "wire/le_bytes.h"
 
 namespace dltrain::wire {
 namespace {
-
-static_assert(std::endian::native == std::endian::little,
-              "dltrain's wire format is little-endian; big-endian hosts need byte swaps here");
-
-template <typename T>
-void put(std::span<std::byte, kHeaderSize> out, std::size_t off, T v) {
-  std::memcpy(out.data() + off, &v, sizeof(T));
-}
-
-template <typename T>
-T get(std::span<const std::byte, kHeaderSize> in, std::size_t off) {
-  T v;
-  std::memcpy(&v, in.data() + off, sizeof(T));
-  return v;
-}
 
 // A 32-bit value that ENFORCE messages print as 0x%08X (the magic number).
 struct Hex32 {
@@ -80,39 +65,39 @@ bool expected_payload_bytes(Codec codec, std::uint32_t count, std::uint32_t& byt
 }
 
 void encode_header(const FrameHeader& h, std::span<std::byte, kHeaderSize> out) {
-  put<std::uint32_t>(out, 0, kMagic);
-  put<std::uint16_t>(out, 4, h.version);
-  put<std::uint16_t>(out, 6, static_cast<std::uint16_t>(h.type));
-  put<std::uint64_t>(out, 8, h.job);
-  put<std::uint64_t>(out, 16, h.seq);
-  put<std::uint32_t>(out, 24, h.key);
-  put<std::uint16_t>(out, 28, static_cast<std::uint16_t>(h.codec));
-  put<std::uint16_t>(out, 30, h.flags);
-  put<std::uint32_t>(out, 32, h.count);
-  put<std::uint32_t>(out, 36, h.payload_bytes);
-  put<float>(out, 40, h.scale);
-  put<std::uint32_t>(out, 44, h.generation);
+  store_le<std::uint32_t>(out.data(), 0, kMagic);
+  store_le<std::uint16_t>(out.data(), 4, h.version);
+  store_le<std::uint16_t>(out.data(), 6, static_cast<std::uint16_t>(h.type));
+  store_le<std::uint64_t>(out.data(), 8, h.job);
+  store_le<std::uint64_t>(out.data(), 16, h.seq);
+  store_le<std::uint32_t>(out.data(), 24, h.key);
+  store_le<std::uint16_t>(out.data(), 28, static_cast<std::uint16_t>(h.codec));
+  store_le<std::uint16_t>(out.data(), 30, h.flags);
+  store_le<std::uint32_t>(out.data(), 32, h.count);
+  store_le<std::uint32_t>(out.data(), 36, h.payload_bytes);
+  store_le<float>(out.data(), 40, h.scale);
+  store_le<std::uint32_t>(out.data(), 44, h.generation);
 }
 
 FrameHeader decode_header(std::span<const std::byte, kHeaderSize> in, const FrameLimits& limits) {
-  DLTRAIN_ENFORCE_EQ(Hex32{get<std::uint32_t>(in, 0)}, Hex32{kMagic}, ProtocolError, "frame magic");
+  DLTRAIN_ENFORCE_EQ(Hex32{load_le<std::uint32_t>(in.data(), 0)}, Hex32{kMagic}, ProtocolError, "frame magic");
   FrameHeader h;
-  h.version = get<std::uint16_t>(in, 4);
+  h.version = load_le<std::uint16_t>(in.data(), 4);
   DLTRAIN_ENFORCE_EQ(h.version, kProtocolVersion, ProtocolError, "frame version");
-  const auto type = get<std::uint16_t>(in, 6);
+  const auto type = load_le<std::uint16_t>(in.data(), 6);
   if (!known_type(type)) throw ProtocolError("frame type: unknown value " + std::to_string(type));
   h.type = static_cast<MessageType>(type);
-  h.job = get<std::uint64_t>(in, 8);
-  h.seq = get<std::uint64_t>(in, 16);
-  h.key = get<std::uint32_t>(in, 24);
-  const auto codec = get<std::uint16_t>(in, 28);
+  h.job = load_le<std::uint64_t>(in.data(), 8);
+  h.seq = load_le<std::uint64_t>(in.data(), 16);
+  h.key = load_le<std::uint32_t>(in.data(), 24);
+  const auto codec = load_le<std::uint16_t>(in.data(), 28);
   h.codec = static_cast<Codec>(codec);
-  h.flags = get<std::uint16_t>(in, 30);
+  h.flags = load_le<std::uint16_t>(in.data(), 30);
   DLTRAIN_ENFORCE_EQ(h.flags, 0u, ProtocolError, "frame flags");
-  h.count = get<std::uint32_t>(in, 32);
-  h.payload_bytes = get<std::uint32_t>(in, 36);
-  h.scale = get<float>(in, 40);
-  h.generation = get<std::uint32_t>(in, 44);
+  h.count = load_le<std::uint32_t>(in.data(), 32);
+  h.payload_bytes = load_le<std::uint32_t>(in.data(), 36);
+  h.scale = load_le<float>(in.data(), 40);
+  h.generation = load_le<std::uint32_t>(in.data(), 44);
   if (h.count > limits.max_count) {
     throw ProtocolError("frame count: " + std::to_string(h.count) + " exceeds the limit " +
                         std::to_string(limits.max_count));
