@@ -4,8 +4,8 @@
 Three phases, each on a fresh cluster on loopback (a leader that hosts no tasks and 1-core
 agents, every one a separate dltrain-agent process, as bench/faults/run.py starts them):
 
-  reference  the job undisturbed (the README's main job, --epochs epochs: >= 10 minutes
-             on a 2-core machine with the default 36)
+  reference  the job undisturbed (the README's main job, --epochs epochs: about 7 minutes
+             on a 2-core machine with the default 36 since 2026-12-07's code; 20 before)
   chaos      the same job while a schedule drawn from --seed acts every 20-60 s: SIGKILL
              of a worker or the PS shard task (its agent restarts it), SIGSTOP of one for
              2-10 s then SIGCONT, SIGKILL of an agent holding a task (started again 3-15 s
@@ -369,7 +369,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--phases", default=",".join(PHASES), help="comma-separated subset of " + ",".join(PHASES))
     ap.add_argument("--seed", type=int, default=1, help="seed of the job and of the fault schedule")
-    ap.add_argument("--epochs", type=int, default=36, help="epochs of the long job (36: >= 10 min on 2 cores)")
+    ap.add_argument("--epochs", type=int, default=36, help="epochs of the long job (36: about 7 min on 2 cores)")
     ap.add_argument("--agents", type=int, default=4, help="agents of 1 core for the long job (it takes 3)")
     ap.add_argument("--storm-jobs", type=int, default=25, help="short jobs of the storm, 2 task restarts each")
     ap.add_argument("--timeout", type=float, default=3600, help="bound on the long job, seconds")
@@ -385,7 +385,8 @@ def main():
     if not os.path.exists(f"{BIN}/dltrain-agent"):
         ap.error(f"{BIN}/dltrain-agent not found: build first (scripts/test builds) or set DLTRAIN_BUILD_DIR")
     doc = {"date": datetime.date.today().isoformat(), "machine": faults.machine(),
-           "command": " ".join(["bench/chaos/run.py", *sys.argv[1:]]), "seed": args.seed, "epochs": args.epochs}
+           "command": " ".join(["bench/chaos/run.py", *sys.argv[1:]]), "seed": args.seed, "epochs": args.epochs,
+           "provenance": faults.record(["bench/chaos/run.py", *sys.argv[1:]])}  # commit, date, CPU, command
     if os.path.exists(args.out):  # phases run separately add up
         old = json.load(open(args.out))
         doc.update({k: old[k] for k in PHASES if k in old and k not in phases})

@@ -50,28 +50,29 @@ std::int64_t int_of(const json& j, const char* key) {
   throw ProtocolError(std::string("etcd: \"") + key + "\" is not an integer: " + shown(*it));
 }
 
-json object_of(const json& j, const char* key) {
+namespace {
+
+// The member `key` of the reply object `j`, checked by `is_type`: absent or null gives
+// `absent`; any other JSON type is a ProtocolError naming the key and the `kind` expected.
+json member_of(const json& j, const char* key, bool (json::*is_type)() const noexcept, const char* kind,
+               json absent) {
   need_object(j, "a reply");
   const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return json::object();
-  if (!it->is_object()) throw ProtocolError(std::string("etcd: \"") + key + "\" is not an object: " + shown(*it));
+  if (it == j.end() || it->is_null()) return absent;
+  if (!((*it).*is_type)()) throw ProtocolError(std::string("etcd: \"") + key + "\" is not " + kind + ": " + shown(*it));
   return *it;
 }
 
-json array_of(const json& j, const char* key) {
-  need_object(j, "a reply");
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return json::array();
-  if (!it->is_array()) throw ProtocolError(std::string("etcd: \"") + key + "\" is not an array: " + shown(*it));
-  return *it;
+}  // namespace
+
+json object_of(const json& j, const char* key) {
+  return member_of(j, key, &json::is_object, "an object", json::object());
 }
+
+json array_of(const json& j, const char* key) { return member_of(j, key, &json::is_array, "an array", json::array()); }
 
 bool bool_of(const json& j, const char* key) {
-  need_object(j, "a reply");
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return false;
-  if (!it->is_boolean()) throw ProtocolError(std::string("etcd: \"") + key + "\" is not a boolean: " + shown(*it));
-  return it->get<bool>();
+  return member_of(j, key, &json::is_boolean, "a boolean", false).get<bool>();
 }
 
 KeyValue kv_of(const json& j) {

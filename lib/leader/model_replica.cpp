@@ -290,7 +290,6 @@ void ModelReplica::on_chunk(const wire::ModelFileChunkBody& chunk) {
     spdlog::info("standby: copied the model {}/{} ({} bytes)", it.manifest.job, it.manifest.checkpoint,
                  it.manifest.bytes());
   }
-  ++copied_;
   queue_.pop_front();
   next();
 }

@@ -54,9 +54,6 @@ class ModelReplica : public std::enable_shared_from_this<ModelReplica> {
   /// closes the stores. Idempotent.
   void stop();
 
-  /// Models and uploads fetched and stored since start (for logs and tests).
-  std::uint64_t copied() const { return copied_; }
-
  private:
   /// One thing to fetch: a model (its manifest; its files in order) or an upload.
   struct Item {
@@ -90,7 +87,7 @@ class ModelReplica : public std::enable_shared_from_this<ModelReplica> {
   std::string staging_;   ///< the current model's staging directory
   std::unique_ptr<ChunkedFileWriter> writer_;
   std::string pending_;   ///< the id of the request in flight ("" none)
-  std::uint64_t next_id_ = 1, copied_ = 0;
+  std::uint64_t next_id_ = 1;
   int failures_ = 0;      ///< connection attempts failed in a row (back-off)
 };
 
