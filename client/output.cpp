@@ -269,6 +269,15 @@ void print_job_status(std::ostream& out, json r) {
     out << "  generation " << r.value("generation", 0) << ", re-assigned " << r.value("reassignments", 0)
         << "x; last because " << r.value("recovery_reason", "") << std::endl;
   }
+  if (r.contains("plan") && r["plan"].is_object()) {
+    // An automatic job: what the planner chose (workers, batch, compression) and why.
+    const auto& p = r["plan"];
+    out << "  plan: ";
+    if (p.contains("choice") && p["choice"].contains("compression")) {
+      out << "compression " << p["choice"].value("compression", "") << "; ";
+    }
+    out << p.value("explanation", "") << std::endl;
+  }
   if (r.contains("error")) out << "  error: " << r.value("error", "") << std::endl;
   if (r.contains("failure") && r["failure"].is_object()) {
     print_failure(out, events::Failure::from_json(r["failure"]));
@@ -302,17 +311,39 @@ void print_job_status(std::ostream& out, json r) {
 }
 
 void print_plan(std::ostream& out, json r) {
+  const bool methods = r.value("chooses_method", false);
   out << (r.value("feasible", false) ? "decision: " : "no decision: ") << r.value("explanation", "") << std::endl;
   if (!r["explore"].empty()) {
-    out << "history is thin; a submit would first profile:";
-    for (const auto& e : r["explore"]) out << " " << e.value("workers", 0) << "x" << e.value("batch_size", 0);
+    out << (r.value("feasible", false) ? "a submit would first profile:" : "history is thin; a submit would first profile:");
+    for (const auto& e : r["explore"]) {
+      out << " " << e.value("workers", 0) << "x" << e.value("batch_size", 0);
+      if (methods) out << " " << e.value("compression", "");
+    }
     out << std::endl;
   }
-  out << std::left << std::setw(8) << "workers" << std::setw(7) << "batch" << std::setw(12) << "s/epoch"
-      << std::setw(10) << "total s" << std::setw(10) << "accuracy" << std::setw(10) << "cost"
-      << "verdict" << std::endl;
+  if (methods) {
+    const double link = r.value("link_bytes_per_sec", 0.0);
+    out << "link: " << (link > 0 ? fmt(link * 8 / 1e6, 0) + " Mbit/s (the slowest agent's probe)" : std::string("not measured"))
+        << std::endl;
+    out << "best of each method:" << std::endl;
+    for (const auto& row : r.value("methods", json::array())) {
+      out << "  " << std::left << std::setw(16) << row.value("compression", "") << row.value("workers", 0) << "x"
+          << std::setw(6) << row.value("batch_size", 0);
+      if (row.contains("total_seconds")) {
+        out << " " << fmt(row.value("total_seconds", 0.0), 1) << " s (" << fmt(row.value("comm_seconds_per_epoch", 0.0), 1)
+            << " s/epoch on the wire), accuracy " << fmt(row.value("accuracy", 0.0), 4) << ", cost "
+            << fmt(row.value("cost", 0.0), 4);
+      }
+      out << "  " << (row.value("feasible", false) ? "ok" : row.value("reason", "")) << std::endl;
+    }
+  }
+  out << std::left << std::setw(8) << "workers" << std::setw(7) << "batch";
+  if (methods) out << std::setw(16) << "compression";
+  out << std::setw(12) << "s/epoch" << std::setw(10) << "total s" << std::setw(10) << "accuracy" << std::setw(10)
+      << "cost" << "verdict" << std::endl;
   for (const auto& row : r["table"]) {
     out << std::left << std::setw(8) << row.value("workers", 0) << std::setw(7) << row.value("batch_size", 0);
+    if (methods) out << std::setw(16) << row.value("compression", "");
     if (row.contains("total_seconds")) {
       out << std::setw(12) << fmt(row.value("seconds_per_epoch", 0.0), 1) << std::setw(10)
           << fmt(row.value("total_seconds", 0.0), 0) << std::setw(10) << fmt(row.value("accuracy", 0.0), 4)
@@ -365,6 +396,7 @@ void print_agents(std::ostream& out, const json& agents) {
     out << std::left << std::setw(14) << a.value("agent", "") << std::setw(9) << a.value("state", "") << std::setw(16)
         << a.value("address", "") << a.value("free_cores", 0) << "/" << a.value("cores", 0) << " cores free  "
         << a.value("memory_mb", 0) << " MiB  " << a.value("hardware_class", "");
+    if (const double link = a.value("link_bytes_per_sec", 0.0); link > 0) out << "  link " << fmt(link * 8 / 1e6, 0) << " Mbit/s";
     const auto gpus = a.value("gpus", json::array());
     if (!gpus.empty()) {
       out << "  " << a.value("gpus_free", 0) << "/" << gpus.size() << " GPUs free:";

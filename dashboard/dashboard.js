@@ -450,17 +450,24 @@
   function renderPlan(plan) {
     const box = $("job-plan");
     if (!plan) { box.replaceChildren(); return; }
+    // With method = "auto" the plan chooses the compression too: one more column, and the
+    // chosen row is the one with the chosen method.
+    const methods = !!plan.chooses_method;
+    const chosen = (r) => plan.choice && r.workers === plan.choice.workers && r.batch_size === plan.choice.batch_size &&
+      (!methods || r.compression === plan.choice.compression);
     const rows = (plan.table || []).map((r, i) => el("tr", {
-      class: (plan.choice && r.workers === plan.choice.workers && r.batch_size === plan.choice.batch_size ?
-        "chosen " : "") + (r.feasible ? "feasible" : "rejected") },
+      class: (chosen(r) ? "chosen " : "") + (r.feasible ? "feasible" : "rejected") },
       el("td", { class: "num" }, i + 1), el("td", { class: "num" }, r.workers), el("td", { class: "num" }, r.batch_size),
       el("td", { class: "num" }, fmtSeconds(r.total_seconds)), el("td", { class: "num" }, fmtAccuracy(r.accuracy)),
-      el("td", { class: "num" }, fmtNum(r.cost, 2)), el("td", {}, r.feasible ? "yes" : "no"), el("td", {}, r.reason)));
+      el("td", { class: "num" }, fmtNum(r.cost, 2)), el("td", {}, r.feasible ? "yes" : "no"), el("td", {}, r.reason),
+      ...(methods ? [el("td", {}, r.compression || "")] : [])));
+    const link = methods ? (plan.link_bytes_per_sec > 0 ? ` Link: ${fmtNum(plan.link_bytes_per_sec * 8 / 1e6, 0)} Mbit/s.`
+      : " Link: not measured.") : "";
     box.replaceChildren(el("h3", {}, "Planner's decision"),
-      el("p", { id: "plan-explanation" }, plan.explanation ||
-        (plan.choice ? `${plan.choice.workers} workers × batch ${plan.choice.batch_size}` : "no feasible configuration")),
+      el("p", { id: "plan-explanation" }, (plan.explanation ||
+        (plan.choice ? `${plan.choice.workers} workers × batch ${plan.choice.batch_size}` : "no feasible configuration")) + link),
       table("plan-table", ["rank", "workers", "batch", "predicted time", "predicted accuracy", "cost", "feasible",
-        "reason"], rows));
+        "reason", ...(methods ? ["compression"] : [])], rows));
   }
 
   function renderEvents(evs) {

@@ -114,6 +114,15 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
   void send_tracked(const std::string& id, const std::string& type, std::string text);
   /// Puts the requests not answered on the link just lost back into the outbox, first.
   void requeue_unanswered();
+  /// Times this agent's link to the leader (docs/planner.md, "The link"): an empty
+  /// link_probe for the round trip, then payloads from 64 KiB growing ×4 until one takes
+  /// 0.2 s or reaches link_probe_bytes; the rate, bytes / (time − round trip), goes to the
+  /// leader in a last probe. Runs after each registration; nothing when link_probe_bytes is 0.
+  void probe_link();
+  void probe_step(double rtt, std::size_t bytes);
+  /// Sends one link_probe of `bytes` filler bytes (and `measured` fields); `done` gets the
+  /// seconds to its reply.
+  void send_probe(std::size_t bytes, nlohmann::json measured, std::function<void(double)> done);
 
   boost::asio::io_context& io_;
   const config::AgentOptions& opt_;

@@ -54,6 +54,9 @@ namespace dltrain::compress {
 /// Settings, validated by the job-file parser.
 struct CompressionSpec {
   Method method = Method::kNone;
+  /// method = "auto": the leader's planner chooses the method and its setting
+  /// (docs/planner.md, "Choosing the compression"); `method` stays kNone until it has.
+  bool method_auto = false;
   double ratio = 0.001;          ///< uplink density after warm-up, (0, 1]
   /// PS → worker density, (0, 1]; 1 = dense pulls; 0 = "auto" (downlink_density): what
   /// the workers pushed since the pull before, the default of method = "dgc".

@@ -122,6 +122,13 @@ struct AgentOptions {
   /// Leader: price of one task-hour per hardware class ([prices] table), for the planner.
   std::map<std::string, double> prices{{"cpu", 1.0}};
   int explore_steps = 40;          ///< leader: steps per worker of an exploration run
+  /// Agent: the largest payload of the link probe it sends the leader after registering
+  /// (link_probe, docs/planner.md), bytes, [0, 3 MiB]; 0 = no probe. The probe grows its
+  /// payload from 64 KiB by ×4 until one takes 0.2 s or this size is reached.
+  std::int64_t link_probe_bytes = 3 << 20;
+  /// Leader: relative cost within which candidates of different compression methods
+  /// count as tied (planner::PlanRequest::method_tie), [0, 1].
+  double method_tie = 0.05;
   double switch_threshold = 0.10;  ///< leader: relative predicted gain needed to change a plan
   double margin_sigmas = 0.0;      ///< leader: planner safety margin (docs/planner.md)
   /// Leader: a running worker whose step count times this factor is below its job's

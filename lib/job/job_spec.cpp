@@ -96,7 +96,15 @@ const KeyTable<data::AugmentSpec>& augment_keys() {
 const KeyTable<compress::CompressionSpec>& compression_keys() {
   using compress::CompressionSpec;
   static const KeyTable<CompressionSpec> keys{
-      {"method", enum_key(&CompressionSpec::method)},
+      {"method",
+       [](CompressionSpec& c, const Node& n, const std::string& f) {
+         if (n.is_string() && n.value_or(std::string()) == "auto") {
+           c.method_auto = true;
+           c.method = compress::Method::kNone;
+           return;
+         }
+         enum_key(&CompressionSpec::method)(c, n, f);
+       }},
       {"ratio", double_key(&CompressionSpec::ratio, 0.0, 1.0, true, false)},
       {"downlink_ratio",
        [](CompressionSpec& c, const Node& n, const std::string& f) {
@@ -370,6 +378,18 @@ void apply_file_defaults(JobSpec& s, Given&& given) {
   if (!given("ps_shards")) s.ps_shards_auto = true;
   if (!given("ps.partition_size")) s.partition_size_auto = true;
   if (s.device == Device::kCuda && !given("gpus_per_worker")) s.gpus_per_worker = 1;
+  if (s.compression.method_auto) {
+    // The planner chooses the method and takes its recipe (compress::apply_method_defaults):
+    // a setting of one method would be wrong for another.
+    for (const auto& k : compression_keys()) {
+      if (k.name != "method" && given("compression." + k.name)) {
+        throw ConfigError("compression." + k.name, "not with method = \"auto\": the planner chooses the method and "
+                                                "its settings (docs/planner.md, \"Choosing the compression\"); "
+                                                "name a method to set it");
+      }
+    }
+    return;
+  }
   compress::apply_method_defaults(s.compression, s.epochs,
                                   [&](const char* key) { return given(std::string("compression.") + key); });
 }
@@ -562,7 +582,7 @@ void checkpoint_fields(S& c, V&& v) {
 
 template <typename S, typename V>
 void compression_fields(S& c, V&& v) {
-  v("method", c.method), v("ratio", c.ratio), v("downlink_ratio", c.downlink_ratio),
+  v("method", c.method), v("method_auto", c.method_auto, Need::kOptional), v("ratio", c.ratio), v("downlink_ratio", c.downlink_ratio),
       v("warmup_epochs", c.warmup_epochs), v("momentum", c.momentum), v("clip_norm", c.clip_norm),
       v("sample_ratio", c.sample_ratio), v("min_compress_bytes", c.min_compress_bytes, Need::kOptional),
       v("warmup_schedule", c.warmup_schedule, Need::kOptional), v("rank", c.rank, Need::kOptional);

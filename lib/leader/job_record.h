@@ -119,6 +119,10 @@ struct JobExploration {
   double exploration_seconds = 0;             ///< its runs' wall time, summed
   std::map<int, double> profile_ips;          ///< exploration runs: per worker
   double profile_eval_seconds = 0;            ///< exploration runs: worker 0's one evaluation, s (0: none)
+  /// Rounds of exploration runs started for this job by this leader (a method = "auto"
+  /// job profiles the method it would choose, then plans again: at most kMaxRounds).
+  int rounds = 0;
+  static constexpr int kMaxRounds = 3;
 };
 
 /// When this leader got a job's first progress report, and its progress() then: the base

@@ -26,6 +26,17 @@ void Leader::Impl::add_agent_handlers() {
       .on(T::kModelDownload, [this](const SessionPtr& s, const wire::Envelope& env) {
         reply(s, env.id, models.on_model_download(wire::parse_body<wire::ModelDownloadBody>(env)));
       })
+      .on(T::kLinkProbe,
+          [this](const SessionPtr& s, const wire::Envelope& env) {
+            const auto probe = wire::parse_body<wire::LinkProbeBody>(env);
+            if (probe.bytes_per_sec) {
+              auto& a = agents.at(agent_by_session.at(s->id()));
+              a.link_bytes_per_sec = *probe.bytes_per_sec;
+              spdlog::info("agent {}: link measured at {:.0f} Mbit/s (round trip {:.2f} ms)", a.id,
+                           *probe.bytes_per_sec * 8 / 1e6, probe.rtt_seconds.value_or(0) * 1e3);
+            }
+            reply(s, env.id, json{{"bytes", probe.payload.size()}});
+          })
       .on(T::kTaskEvent,
           [this](const SessionPtr& s, const wire::Envelope& env) {
             const auto [j, t] = addressed_task(s, env);

@@ -236,7 +236,7 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
     if (registering) return reply_error(s, req, wire::error_code::kUnavailable, *why + "; " + *registering, "gpus_per_worker");
     return reply_error(s, req, wire::error_code::kInfeasible, *why, "gpus_per_worker");
   }
-  const bool automatic = spec.workers_auto || spec.batch_auto;
+  const bool automatic = spec.workers_auto || spec.batch_auto || spec.compression.method_auto;
   std::optional<planner::Plan> p;
   if (automatic) {
     p = planning.plan_for(spec, 0);
@@ -331,6 +331,7 @@ json Leader::Impl::agents_json() const {
                    {"cores", a.cores},
                    {"free_cores", a.lost ? 0 : a.free_cores},  // a lost agent offers nothing
                    {"memory_mb", a.memory_mb},
+                   {"link_bytes_per_sec", a.link_bytes_per_sec},
                    {"hardware_class", a.hardware_class},
                    {"gpus", [&] {
                       json g = json::array();
@@ -363,18 +364,24 @@ void Leader::Impl::decide(JobRec& j) {
   const auto p = planning.plan_for(j.spec, j.explore.exploration_seconds);
   j.explore.plan = planner::to_json(p);
   ++counters.plans;
+  if (!p.explore.empty() && j.explore.rounds < JobExploration::kMaxRounds) {
+    // The plan would choose a method never measured here: profile it, then plan again.
+    notify(j, events::PlanDecided{{}, j.explore.plan}.to_json());
+    return explore(j, p.explore);
+  }
   if (!p.feasible) {
     ++counters.infeasible_plans;
     return fail_unplaced(j, "planner: " + p.explanation);
   }
   j.spec.workers = p.choice.workers;
   j.spec.batch_size = p.choice.batch_size;
+  if (j.spec.compression.method_auto) planner::apply_method(j.spec, p.choice.compression);
   if (auto why = planning.ps_memory_problem(j.spec)) {
     return fail_unplaced(j, "planner chose " + std::to_string(p.choice.workers) + " workers, but " + *why);
   }
   planning.remember(j.spec, p.choice);
-  spdlog::info("job {}: planner chose {} workers x batch {}: {}", j.id, p.choice.workers, p.choice.batch_size,
-               p.explanation);
+  spdlog::info("job {}: planner chose {} workers x batch {}, compression {}: {}", j.id, p.choice.workers,
+               p.choice.batch_size, planner::method_label(p.choice.compression), p.explanation);
   notify(j, events::PlanDecided{{}, j.explore.plan}.to_json());
   set_state(j, JobState::kQueued);
   enqueue(j);
@@ -382,7 +389,8 @@ void Leader::Impl::decide(JobRec& j) {
 
 // Starts one exploration run per configuration the planner asked to profile.
 void Leader::Impl::explore(JobRec& parent, const std::vector<planner::Config>& configs) {
-  set_state(parent, JobState::kExploring);
+  ++parent.explore.rounds;
+  if (parent.state() != JobState::kExploring) set_state(parent, JobState::kExploring);
   for (const auto& c : configs) {
     JobRec p;
     jobs.number(p);
@@ -396,7 +404,8 @@ void Leader::Impl::explore(JobRec& parent, const std::vector<planner::Config>& c
     auto& run = jobs.add(std::move(p));
     enqueue(run);
     save(run);
-    spdlog::info("job {}: exploring {} workers x batch {} as {}", parent.id, c.workers, c.batch_size, run.id);
+    spdlog::info("job {}: exploring {} workers x batch {} ({}) as {}", parent.id, c.workers, c.batch_size,
+                 planner::method_label(c.compression), run.id);
   }
   persist("saving the job counter", [&] { db->put_meta("next_job", std::to_string(jobs.next_number())); });
 }

@@ -240,6 +240,15 @@ std::string AgentRegistry::hardware_class(bool gpu) const {
   return "cpu";
 }
 
+double AgentRegistry::slowest_link() const {
+  double slowest = 0;
+  for (const auto& [id, a] : agents_) {
+    if (!live(id) || a.link_bytes_per_sec <= 0) continue;
+    slowest = slowest > 0 ? std::min(slowest, a.link_bytes_per_sec) : a.link_bytes_per_sec;
+  }
+  return slowest;
+}
+
 void AgentRegistry::take(const std::string& id, const TaskHold& hold) {
   auto it = agents_.find(id);
   if (it != agents_.end()) it->second.take(hold);

@@ -46,6 +46,9 @@ struct AgentRec {
   std::string metrics_endpoint;        ///< HOST:PORT of its /metrics; "" = none
   std::vector<wire::GpuInfo> gpus;     ///< GPUs it offers
   std::vector<int> free_gpus;          ///< indices of those not held by a task, ascending
+  /// Its link as it measured it after registering (link_probe), bytes/s each way; 0 =
+  /// not measured (an older agent, or the probe failed).
+  double link_bytes_per_sec = 0;
 
   /// The model of its GPUs ("NVIDIA H200"; the first one's), "" without GPUs.
   std::string gpu_model() const;
@@ -185,6 +188,9 @@ class AgentRegistry {
   /// that offers GPUs, with its GPU model appended ("cpu/NVIDIA H200"): a job's history
   /// and price on one GPU model say nothing of another.
   std::string hardware_class(bool gpu = false) const;
+  /// The slowest measured link of the live agents, bytes/s each way: what a job spread
+  /// over them can count on (the planner's compression choice); 0 when none measured.
+  double slowest_link() const;
   /// Takes `hold` from `id`'s free cores and GPUs (a task placed there); unknown ids are
   /// ignored.
   void take(const std::string& id, const TaskHold& hold);

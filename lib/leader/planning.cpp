@@ -19,7 +19,7 @@ namespace events = wire::events;
 namespace {
 
 planner::PolicyOptions policy_options(const config::AgentOptions& o) {
-  return planner::PolicyOptions{o.switch_threshold, o.margin_sigmas, o.prices, o.explore_steps};
+  return planner::PolicyOptions{o.switch_threshold, o.margin_sigmas, o.prices, o.explore_steps, o.method_tie};
 }
 
 }  // namespace
@@ -35,16 +35,21 @@ planner::Plan Planning::plan_for(const JobSpec& spec, double exploration_seconds
     }
     slots = std::min(slots, gpu_slots + spec.ps_shards);
   }
-  const planner::ClusterView cluster{agents_.hardware_class(gpu), slots};
-  auto req = planner::plan_request(spec, cluster, policy_options(opt_), exploration_seconds);
+  const planner::ClusterView cluster{agents_.hardware_class(gpu), slots, agents_.slowest_link()};
   std::vector<store::Observation> history;
   if (db_) {
     const std::string model(enum_name(spec.model)), dataset(enum_name(spec.dataset));
     history = planner::relevant_history(db_->history(model, dataset), spec);
+  }
+  auto req = planner::plan_request(spec, cluster, policy_options(opt_), exploration_seconds, history);
+  if (db_) {
+    const std::string model(enum_name(spec.model)), dataset(enum_name(spec.dataset));
     const std::string key = planner::plan_key(spec);
     if (auto prev = db_->get_meta(key)) {
       try {
         req.previous = planner::decode_plan(*prev, key);
+        // A job that names its method keeps it: the previous plan's workers and batch.
+        if (!spec.compression.method_auto) req.previous->compression = planner::method_option(spec.compression);
       } catch (const ProtocolError& e) {
         // The plan is only a hint against flapping: plan afresh, and say so.
         spdlog::warn("store: {}; planning {} / {} without a previous plan", e.what(), model, dataset);
@@ -81,9 +86,10 @@ void Planning::record_epoch(JobRec& j, const events::EpochEnd& ev) {
   std::vector<double> seconds;
   for (const auto& [r, v] : j.figures.epoch_seconds) seconds.push_back(v);
   const double bytes = static_cast<double>(j.bytes_pushed() + j.bytes_pulled());
-  const auto o = planner::epoch_observation(planner::base_observation(j.spec, j.id, agents_.hardware_class(j.spec.device == Device::kCuda)),
+  auto o = planner::epoch_observation(planner::base_observation(j.spec, j.id, agents_.hardware_class(j.spec.device == Device::kCuda)),
                                             ev.epoch, seconds, bytes - j.bytes.last_bytes, j.spec,
                                             ev.eval_seconds.value_or(0.0));
+  o.link_bytes_per_sec = agents_.slowest_link();
   j.bytes.last_bytes = bytes;
   persist_or_log("recording an observation", [&] { db_->add_observation(o); });
 }
@@ -96,7 +102,7 @@ void Planning::record_final(const JobRec& j) {
   if (j.spec.profile) {
     double ips = 0;
     for (const auto& [r, v] : j.explore.profile_ips) ips += v;
-    o = planner::profile_observation(base, ips, j.spec);
+    o = planner::profile_observation(base, ips, j.spec, static_cast<double>(j.bytes_pushed() + j.bytes_pulled()));
     if (o) o->eval_seconds = j.explore.profile_eval_seconds;
   } else {
     double ips = 0;
@@ -104,7 +110,9 @@ void Planning::record_final(const JobRec& j) {
     o = planner::final_observation(base, j.test_accuracy, j.epochs_done, j.wall_seconds(), ips,
                                    static_cast<double>(j.bytes_pushed() + j.bytes_pulled()));
   }
-  if (o) persist_or_log("recording an observation", [&] { db_->add_observation(*o); });
+  if (!o) return;
+  o->link_bytes_per_sec = agents_.slowest_link();
+  persist_or_log("recording an observation", [&] { db_->add_observation(*o); });
 }
 
 }  // namespace dltrain::leader

@@ -115,4 +115,87 @@ GridFit isotonic_grid(const std::vector<std::vector<double>>& y, const std::vect
   return out;
 }
 
+namespace {
+
+// Position of v in sorted `xs`: lower index and interpolation fraction (clipped).
+std::pair<std::size_t, double> grid_locate(const std::vector<double>& xs, double v) {
+  if (xs.size() == 1 || v <= xs.front()) return {0, 0.0};
+  if (v >= xs.back()) return {xs.size() - 2, 1.0};
+  const auto j = static_cast<std::size_t>(std::upper_bound(xs.begin(), xs.end(), v) - xs.begin());
+  return {j - 1, (v - xs[j - 1]) / (xs[j] - xs[j - 1])};
+}
+
+std::size_t grid_index(const std::vector<double>& xs, double v) {
+  return static_cast<std::size_t>(std::lower_bound(xs.begin(), xs.end(), v) - xs.begin());
+}
+
+}  // namespace
+
+MonotoneGrid::MonotoneGrid(const std::vector<Point>& points, Direction x_dir, Direction y_dir) : points_(points) {
+  if (points.empty()) throw InvalidArgument("MonotoneGrid: no points");
+  double sum = 0, total = 0;
+  for (const auto& p : points) {
+    if (!(p.weight > 0)) throw InvalidArgument("MonotoneGrid: a weight must be > 0");
+    xs_.push_back(p.x);
+    ys_.push_back(p.y);
+    sum += p.weight * p.value;
+    total += p.weight;
+  }
+  for (auto* v : {&xs_, &ys_}) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+  const double mean = sum / total;
+  std::vector<std::vector<double>> ysum(xs_.size(), std::vector<double>(ys_.size(), 0.0));
+  weight_.assign(xs_.size(), std::vector<double>(ys_.size(), 0.0));
+  for (const auto& p : points) {
+    const auto i = grid_index(xs_, p.x), j = grid_index(ys_, p.y);
+    ysum[i][j] += p.weight * p.value;
+    weight_[i][j] += p.weight;
+  }
+  std::vector<std::vector<double>> y(xs_.size(), std::vector<double>(ys_.size(), mean));
+  std::vector<std::vector<double>> w(xs_.size(), std::vector<double>(ys_.size(), 1e-9));
+  for (std::size_t i = 0; i < xs_.size(); ++i) {
+    for (std::size_t j = 0; j < ys_.size(); ++j) {
+      if (weight_[i][j] > 0) {
+        y[i][j] = ysum[i][j] / weight_[i][j];
+        w[i][j] = weight_[i][j];
+      }
+    }
+  }
+  z_ = isotonic_grid(y, w, x_dir, y_dir).z;
+}
+
+double MonotoneGrid::predict(double x, double y) const {
+  const auto [i, fi] = grid_locate(xs_, x);
+  const auto [j, fj] = grid_locate(ys_, y);
+  auto at = [&](std::size_t a, std::size_t b) { return z_[std::min(a, xs_.size() - 1)][std::min(b, ys_.size() - 1)]; };
+  return (1 - fi) * ((1 - fj) * at(i, j) + fj * at(i, j + 1)) + fi * ((1 - fj) * at(i + 1, j) + fj * at(i + 1, j + 1));
+}
+
+double MonotoneGrid::weight_at(double x, double y) const {
+  const auto i = grid_index(xs_, x), j = grid_index(ys_, y);
+  if (i >= xs_.size() || j >= ys_.size() || xs_[i] != x || ys_[j] != y) return 0;
+  return weight_[i][j];
+}
+
+int MonotoneGrid::cells() const {
+  int n = 0;
+  for (const auto& row : weight_) {
+    for (double w : row) n += w > 0 ? 1 : 0;
+  }
+  return n;
+}
+
+double MonotoneGrid::rms_residual(bool relative) const {
+  double sq = 0, n = 0;
+  for (const auto& p : points_) {
+    const double f = z_[grid_index(xs_, p.x)][grid_index(ys_, p.y)];
+    if (relative && f <= 0) continue;
+    sq += std::pow(relative ? (p.value - f) / f : p.value - f, 2);
+    n += 1;
+  }
+  return n > 0 ? std::sqrt(sq / n) : 0.0;
+}
+
 }  // namespace dltrain::planner

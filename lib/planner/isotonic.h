@@ -56,4 +56,38 @@ struct GridFit {
 GridFit isotonic_grid(const std::vector<std::vector<double>>& y, const std::vector<std::vector<double>>& w,
                       Direction row_dir, Direction col_dir, double tol = 1e-9, int max_iterations = 100000);
 
+/// A monotone function of two variables fitted to scattered points: the points are
+/// merged into the cells of the grid of their distinct x and y values (weighted means),
+/// fitted by isotonic_grid (cells without a point get the overall mean at a negligible
+/// weight, so that only the monotonicity constraints place them), and predicted by
+/// bilinear interpolation between grid points, clipped outside the grid (as
+/// IsotonicFit clips). The planner's epoch-time surface over (workers, batch size) and
+/// its accuracy surface over (global batch, density) are such fits. Immutable after
+/// construction; thread-safe to read.
+class MonotoneGrid {
+ public:
+  /// One point: position (x, y), measured value and weight (> 0).
+  struct Point {
+    double x = 0, y = 0, value = 0, weight = 1;
+  };
+  /// Throws InvalidArgument for no points or a weight <= 0.
+  MonotoneGrid(const std::vector<Point>& points, Direction x_dir, Direction y_dir);
+  /// The fitted value at (x, y): bilinear between grid points, clipped to the grid.
+  double predict(double x, double y) const;
+  /// Total weight of the points at exactly (x, y) (0 off the grid or in an empty cell).
+  double weight_at(double x, double y) const;
+  /// Distinct cells holding at least one point.
+  int cells() const;
+  const std::vector<double>& xs() const { return xs_; }  ///< distinct x, ascending
+  const std::vector<double>& ys() const { return ys_; }  ///< distinct y, ascending
+  /// Root mean square of the points' residuals value − predict(x, y) (unweighted),
+  /// or of (value − fit) / fit when `relative` (cells fitted at 0 skipped).
+  double rms_residual(bool relative) const;
+
+ private:
+  std::vector<Point> points_;
+  std::vector<double> xs_, ys_;
+  std::vector<std::vector<double>> z_, weight_;
+};
+
 }  // namespace dltrain::planner

@@ -4,21 +4,26 @@
 // (docs/planner.md).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "planner/compression_model.h"
 #include "planner/isotonic.h"
 #include "store/store.h"
 
 namespace dltrain::planner {
 
-/// A configuration: worker count and per-worker batch size.
+/// A configuration: worker count, per-worker batch size and compression.
 struct Config {
   int workers = 1;
   int batch_size = 32;
+  MethodOption compression;  ///< the job's own method, or the candidate's for method = "auto"
+  Config() = default;
+  Config(int w, int b, MethodOption m = {}) : workers(w), batch_size(b), compression(m) {}
   bool operator==(const Config&) const = default;
 };
 
@@ -41,6 +46,22 @@ struct PlanRequest {
   /// accuracy − k·σ_acc ≥ target and time·(1 + k·σ_time) ≤ deadline, with σ the RMS
   /// residuals of the fits (the measurements' scatter around the monotone fit).
   double margin_sigmas = 0.0;
+  /// The compression methods to consider: the job's own, or auto_method_options() (and
+  /// measured ones) for method = "auto"; empty means {none}.
+  std::vector<MethodOption> method_options;
+  /// The slowest live agent's measured link, bytes/s each way; 0 = not measured, and
+  /// communication is not separated from computation (every method then predicts alike).
+  double link_bytes_per_sec = 0;
+  /// Element counts of the model's parameter tensors (ps_memory.h), for the bytes of
+  /// methods not measured yet; empty for a TorchScript model.
+  std::vector<std::int64_t> tensor_sizes;
+  /// PS shards that carry the traffic: ps_shards, or each candidate's worker count when
+  /// the job's ps_shards is "auto" (a shard beside every worker) — comm_seconds_per_image.
+  bool shards_follow_workers = false;
+  /// Relative cost within which candidates of different methods count as tied; of tied
+  /// candidates the plan takes the one predicted most accurate, then the densest method
+  /// (the smaller risk for the same price). Only with more than one method option.
+  double method_tie = 0.05;
 };
 
 /// One candidate as the planner saw it.
@@ -56,6 +77,11 @@ struct CandidateRow {
   int accuracy_observations = 0;  ///< final accuracies at exactly this global batch size
   std::string accuracy_source;    ///< "history", "history (other epochs)", "beyond history" or "prior"
   double cost = 0;                ///< (workers + PS shards) × price × total hours
+  double bytes_per_step = 0;      ///< a worker's link per step, push + pull (0: link unknown or no bytes model)
+  double comm_seconds_per_epoch = 0;  ///< of seconds_per_epoch: the bytes over the measured link
+  /// Where the epoch time comes from: "measured" (this method at this configuration),
+  /// "model" (the computation measured, this method's bytes over the link).
+  std::string time_source;
   bool feasible = false;
   std::string reason;             ///< why rejected; empty when feasible
 };
@@ -64,24 +90,63 @@ struct CandidateRow {
 struct Plan {
   bool feasible = false;
   Config choice;                      ///< valid when feasible
-  std::vector<CandidateRow> table;    ///< every candidate, cheapest feasible first
+  /// Every candidate, cheapest feasible first (with several methods, the tie-break of
+  /// PlanRequest::method_tie may put a slightly dearer one first: the choice).
+  std::vector<CandidateRow> table;
   std::string explanation;            ///< one paragraph a person reads
-  std::vector<Config> explore;        ///< configurations to profile first (thin history)
+  /// Configurations to profile first: the corners of a thin history, or, when the plan
+  /// chooses the method, the choice itself if its method was never measured (the plan
+  /// is then feasible too: what it would choose without the profile).
+  std::vector<Config> explore;
   bool kept_previous = false;         ///< the previous choice was kept (gain under threshold)
+  double link_bytes_per_sec = 0;      ///< the link the plan assumed (PlanRequest), 0 = unknown
+  bool chooses_method = false;        ///< more than one method was a candidate
 };
 
-/// Epoch-time predictor: seconds per image, non-increasing in workers and in batch size,
-/// plus worker 0's evaluation after each epoch (eval_seconds);
-/// fitted by isotonic_grid over the grid of measured (workers, batch) values with
-/// weights = observation counts; predictions interpolate bilinearly between grid points
-/// and clip outside. Accuracy predictor: final test accuracy non-increasing in the
-/// global batch size (workers × batch), by 1-D weighted PAVA, from runs of the same
-/// epochs when there are any, else all runs of the model and dataset.
+/// The planner's models (docs/planner.md, "The models").
+///
+/// Epoch time: the computation's seconds per image, non-increasing in workers and in
+/// batch size, fitted (MonotoneGrid) over the measured (workers, batch) of every method's
+/// rows after the time each row's bytes needed over its recorded link
+/// (comm_seconds_per_image) is taken out; a method whose own rows sit above or below the
+/// pooled fit carries that ratio (its selection or conversion cost); plus the
+/// communication of the candidate's method over the request's link: its bytes per step
+/// measured at that worker count, else the analytic wire_bytes_per_step scaled by what
+/// the method's rows measured against it; plus worker 0's evaluation after each epoch.
+///
+/// Final accuracy: non-increasing in the global batch (workers × batch) and
+/// non-decreasing in the method's density (method_density), one 2-D isotonic fit over
+/// the final rows of every method with a density, and a 1-D fit per PowerSGD rank; from
+/// runs of the same epochs when there are any, else all. A density below every measured
+/// one gets the accuracy of the lowest measured (Lin et al. 2018, Table 3: DGC at 0.1 %
+/// density with its warm-up matched dense training) and says it is a prior.
 class Predictors {
  public:
+  Predictors(const std::vector<store::Observation>& history, const PlanRequest& req);
+  /// The legacy form: one method (none), no link.
   Predictors(const std::vector<store::Observation>& history, const std::string& hardware_class, int epochs);
-  /// Seconds per image and the observation count at exactly (w, b); nullopt without data.
+
+  /// A time prediction.
+  struct Time {
+    double seconds_per_image = 0;   ///< computation + communication, all workers together
+    double comm_seconds_per_image = 0;
+    double bytes_per_step = 0;      ///< a worker's, push + pull; 0 when not known
+    int observations = 0;           ///< rows of this method at exactly this (workers, batch)
+    bool measured_method = false;   ///< the method's own rows informed it
+  };
+  /// Nullopt without a computation measurement, or, with a measured link, without bytes
+  /// for the method (neither measured nor modelled).
+  std::optional<Time> time(const Config& c) const;
+  /// Seconds per image and the observation count at exactly (w, b), the request's first method.
   std::optional<std::pair<double, int>> seconds_per_image(const Config& c) const;
+  /// Accuracy, the count of final rows at exactly this global batch and method, and
+  /// whether it is the density prior; nullopt without data for the method's family.
+  struct Accuracy {
+    double value = 0;
+    int observations = 0;
+    bool density_prior = false;  ///< the method's density is below every measured one
+  };
+  std::optional<Accuracy> accuracy_of(const Config& c) const;
   /// Accuracy and the count at exactly this global batch; nullopt without data.
   std::optional<std::pair<double, int>> accuracy(const Config& c) const;
   bool accuracy_from_same_epochs() const { return same_epochs_; }
@@ -98,14 +163,34 @@ class Predictors {
   /// is non-increasing in the global batch, so the history only bounds it from above
   /// there, and the planner does not count on it.
   bool accuracy_beyond_history(const Config& c) const;
-  int time_cells() const;  ///< distinct configurations with epoch measurements
+  int time_cells() const;  ///< distinct (workers, batch) with computation measurements
+  /// Whether the history holds epoch-time rows of method `m` (at any configuration).
+  bool method_measured(const MethodOption& m) const;
 
  private:
-  std::vector<double> ws_, bs_;
-  std::vector<std::vector<double>> t_fit_;
-  std::vector<std::vector<int>> t_count_;
-  std::optional<IsotonicFit> acc_;
-  std::vector<std::pair<double, int>> acc_counts_;
+  void fit_time(const std::vector<store::Observation>& rows);
+  void fit_accuracy(const std::vector<store::Observation>& finals, int epochs);
+  /// The request's option a row measured (same method; same setting, or none recorded).
+  std::optional<MethodOption> option_of(const store::Observation& o) const;
+  int shards_for(int workers) const;
+
+  PlanRequest req_;
+  std::optional<MonotoneGrid> compute_;           ///< computation seconds per image over (w, b)
+  std::map<std::string, double> compute_ratio_;   ///< by method_label: its rows over the pooled fit
+  /// By method_label: measured bytes per step by worker count (sum, n), and the mean of
+  /// measured / wire_bytes_per_step over its rows.
+  struct Bytes {
+    std::map<int, std::pair<double, int>> by_workers;
+    double model_ratio_sum = 0;
+    int model_ratio_n = 0;
+  };
+  std::map<std::string, Bytes> bytes_;
+  std::map<std::string, std::map<std::pair<int, int>, int>> time_counts_;  ///< label → (w, b) → rows
+  std::optional<MonotoneGrid> acc_density_;        ///< over (global batch, density)
+  std::map<double, MonotoneGrid> acc_rank_;        ///< PowerSGD, by rank, over (global batch, 0)
+  std::map<std::string, std::map<double, int>> acc_counts_;  ///< label → global batch → final rows
+  double acc_max_global_ = 0;
+  double min_density_ = 1;
   bool same_epochs_ = false;
   double acc_sigma_ = 0, t_sigma_ = 0;
   double eval_seconds_ = 0;

@@ -7,6 +7,7 @@
 
 #include "common/compression_spec.h"
 #include "common/errors.h"
+#include "planner/ps_memory.h"
 
 namespace dltrain::planner {
 
@@ -15,7 +16,7 @@ double train_examples(const JobSpec& spec) {
 }
 
 PlanRequest plan_request(const JobSpec& spec, const ClusterView& cluster, const PolicyOptions& options,
-                         double exploration_seconds) {
+                         double exploration_seconds, const std::vector<store::Observation>& history) {
   PlanRequest req;
   req.model = enum_name(spec.model);
   req.dataset = enum_name(spec.dataset);
@@ -28,6 +29,17 @@ PlanRequest plan_request(const JobSpec& spec, const ClusterView& cluster, const 
   req.exploration_seconds = exploration_seconds;
   req.switch_threshold = options.switch_threshold;
   req.margin_sigmas = options.margin_sigmas;
+  req.method_tie = options.method_tie;
+  req.method_options = method_options(spec, history);
+  req.link_bytes_per_sec = cluster.link_bytes_per_sec;
+  req.shards_follow_workers = spec.ps_shards_auto;
+  if (spec.model != ModelKind::kTorchScript) {
+    try {
+      req.tensor_sizes = model_tensor_sizes(spec.model, spec.channels, dataset_classes(spec), spec.image_size);
+    } catch (const ConfigError&) {
+      // Classes not countable here: the methods' bytes come from their measurements only.
+    }
+  }
   const auto price = options.prices.find(req.hardware_class);
   req.price_per_task_hour = spec.price_per_task_hour > 0 ? spec.price_per_task_hour
                             : price != options.prices.end() ? price->second
@@ -47,7 +59,31 @@ PlanRequest plan_request(const JobSpec& spec, const ClusterView& cluster, const 
   return req;
 }
 
+std::vector<MethodOption> method_options(const JobSpec& spec, const std::vector<store::Observation>& history) {
+  if (!spec.compression.method_auto) return {method_option(spec.compression)};
+  auto options = auto_method_options();
+  for (const auto& o : history) {
+    if (o.compression != enum_name(compress::Method::kPowerSgd) || o.compression_setting < 1) continue;
+    const MethodOption m{compress::Method::kPowerSgd, o.compression_setting};
+    if (std::find(options.begin(), options.end(), m) == options.end()) options.push_back(m);
+  }
+  return options;
+}
+
+void apply_method(JobSpec& spec, const MethodOption& m) {
+  compress::CompressionSpec c;
+  c.method = m.method;
+  if (m.method == compress::Method::kPowerSgd) {
+    c.rank = static_cast<int>(m.setting);
+  } else if (m.method != compress::Method::kNone && m.method != compress::Method::kFp16) {
+    c.ratio = m.setting;
+  }
+  compress::apply_method_defaults(c, spec.epochs, [](const char*) { return false; });
+  spec.compression = c;
+}
+
 std::vector<store::Observation> relevant_history(std::vector<store::Observation> rows, const JobSpec& spec) {
+  if (spec.compression.method_auto) return rows;
   const std::string_view method = enum_name(spec.compression.method);
   std::erase_if(rows, [&](const store::Observation& o) { return o.compression != method; });
   return rows;
@@ -58,13 +94,24 @@ std::string plan_key(const JobSpec& spec) {
 }
 
 std::string encode_plan(const Config& c) {
-  return nlohmann::json{{"workers", c.workers}, {"batch_size", c.batch_size}}.dump();
+  return nlohmann::json{{"workers", c.workers},
+                        {"batch_size", c.batch_size},
+                        {"method", enum_name(c.compression.method)},
+                        {"setting", c.compression.setting}}
+      .dump();
 }
 
 Config decode_plan(const std::string& text, const std::string& key) {
   try {
     const auto j = nlohmann::json::parse(text);
-    return Config{j.at("workers").get<int>(), j.at("batch_size").get<int>()};
+    MethodOption m;
+    if (j.contains("method")) {
+      m.method = parse_enum<compress::Method>(j.at("method").get<std::string>(), key + ".method");
+      m.setting = j.at("setting").get<double>();
+    }
+    return Config{j.at("workers").get<int>(), j.at("batch_size").get<int>(), m};
+  } catch (const ConfigError& e) {
+    throw ProtocolError("stored plan " + key + " names no known method (" + e.what() + ")");
   } catch (const nlohmann::json::exception& e) {
     throw ProtocolError("stored plan " + key + " is not {\"workers\": W, \"batch_size\": B} (" + e.what() + ")");
   }
@@ -72,10 +119,12 @@ Config decode_plan(const std::string& text, const std::string& key) {
 
 JobSpec exploration_spec(const JobSpec& parent, const std::string& parent_id, const Config& c, int explore_steps) {
   JobSpec p = parent;
-  p.name = "profile " + std::to_string(c.workers) + "x" + std::to_string(c.batch_size) + " for " + parent_id;
+  p.name = "profile " + std::to_string(c.workers) + "x" + std::to_string(c.batch_size) +
+           (parent.compression.method_auto ? " " + method_label(c.compression) : std::string()) + " for " + parent_id;
   p.workers = c.workers;
   p.batch_size = c.batch_size;
   p.workers_auto = p.batch_auto = false;
+  if (parent.compression.method_auto) apply_method(p, c.compression);
   p.epochs = 1;
   p.max_steps = explore_steps;
   p.profile = true;
@@ -95,6 +144,7 @@ store::Observation base_observation(const JobSpec& spec, const std::string& job_
   o.batch_size = spec.batch_size;
   o.timestamp = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   o.compression = enum_name(spec.compression.method);
+  o.compression_setting = method_option(spec.compression).setting;
   return o;
 }
 
@@ -119,10 +169,12 @@ store::Observation final_observation(store::Observation o, double test_accuracy,
 }
 
 std::optional<store::Observation> profile_observation(store::Observation o, double images_per_sec,
-                                                      const JobSpec& spec) {
+                                                      const JobSpec& spec, double bytes_total) {
   if (images_per_sec <= 0) return std::nullopt;
   o.images_per_sec = images_per_sec;
   o.epoch_seconds = train_examples(spec) / images_per_sec;
+  const double images = static_cast<double>(spec.max_steps) * spec.workers * spec.batch_size;
+  if (bytes_total > 0 && images > 0) o.bytes_per_epoch = bytes_total / images * train_examples(spec);
   o.epoch = 0;
   o.source = "profile";
   return o;

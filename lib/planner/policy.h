@@ -23,12 +23,14 @@ struct PolicyOptions {
   double margin_sigmas = 0.0;           ///< safety margin (PlanRequest::margin_sigmas)
   std::map<std::string, double> prices{{"cpu", 1.0}};  ///< per task-hour, by hardware class
   int explore_steps = 40;               ///< steps per worker of an exploration run
+  double method_tie = 0.05;             ///< PlanRequest::method_tie
 };
 
 /// What the policy needs to know of the cluster.
 struct ClusterView {
   std::string hardware_class = "cpu";   ///< of the agents the job will run on
   int task_slots = 0;                   ///< tasks of the job's threads_per_task that fit when idle
+  double link_bytes_per_sec = 0;        ///< the slowest live agent's measured link; 0 = none measured
 };
 
 /// Training images per epoch (all workers together): train_samples, or the 60,000 of the
@@ -37,24 +39,38 @@ double train_examples(const JobSpec& spec);
 
 /// The request for `spec` on `cluster`: worker options 1 … (task_slots − ps_shards,
 /// capped by max_workers) when workers = "auto", else the job's count if it fits; batch
-/// options from the job; the price from the job, else the hardware class's, else 1.
+/// options from the job; the price from the job, else the hardware class's, else 1; the
+/// method options (method_options), the cluster's link and the model's tensor sizes
+/// (none for a TorchScript model or an ImageFolder whose classes cannot be counted).
 PlanRequest plan_request(const JobSpec& spec, const ClusterView& cluster, const PolicyOptions& options,
-                         double exploration_seconds);
+                         double exploration_seconds, const std::vector<store::Observation>& history = {});
+
+/// The compression methods `spec`'s plan considers: with method = "auto",
+/// auto_method_options() and every PowerSGD rank `history` measured; else the job's own.
+std::vector<MethodOption> method_options(const JobSpec& spec, const std::vector<store::Observation>& history);
+
+/// Gives `spec` the method `m` with its recipe's defaults (compress::apply_method_defaults,
+/// every other [compression] key at its default), method_auto cleared: the planner's
+/// choice for a method = "auto" job.
+void apply_method(JobSpec& spec, const MethodOption& m);
 
 /// The history rows that inform `spec`'s plan: same model and dataset (the store's
-/// query) and the same compression method.
+/// query) and the same compression method; every method's for method = "auto".
 std::vector<store::Observation> relevant_history(std::vector<store::Observation> rows, const JobSpec& spec);
 
 /// The store meta key of the last plan for the job's model and dataset: "plan/<model>/<dataset>".
 std::string plan_key(const JobSpec& spec);
-/// The stored form of a plan's choice: {"workers": W, "batch_size": B}.
+/// The stored form of a plan's choice: {"workers": W, "batch_size": B, "method": M,
+/// "setting": S}.
 std::string encode_plan(const Config& c);
-/// The choice back from its stored form. Throws ProtocolError naming `key` and the
-/// problem when the text is not such an object.
+/// The choice back from its stored form (method none when it has none: plans stored
+/// before the planner chose methods). Throws ProtocolError naming `key` and the problem
+/// when the text is not such an object.
 Config decode_plan(const std::string& text, const std::string& key);
 
 /// The specification of the exploration run of `parent` (job `parent_id`) at `c`: one
-/// epoch capped at `explore_steps` steps, no warm-ups, profile only.
+/// epoch capped at `explore_steps` steps, no warm-ups, profile only; with method =
+/// "auto", c's method (apply_method).
 JobSpec exploration_spec(const JobSpec& parent, const std::string& parent_id, const Config& c, int explore_steps);
 
 /// The fields every history row of job `job_id` shares (time stamp: now).
@@ -73,8 +89,9 @@ store::Observation final_observation(store::Observation base, double test_accura
                                      double wall_seconds, double images_per_sec, double bytes_total);
 
 /// The row of a finished exploration run (source "profile"), or nullopt when it measured
-/// no throughput. `images_per_sec`: the sum over its workers.
+/// no throughput. `images_per_sec`: the sum over its workers; `bytes_total`: pushed +
+/// pulled over the run, scaled to an epoch as max_steps × workers × batch images (0: none).
 std::optional<store::Observation> profile_observation(store::Observation base, double images_per_sec,
-                                                      const JobSpec& spec);
+                                                      const JobSpec& spec, double bytes_total = 0);
 
 }  // namespace dltrain::planner

@@ -18,7 +18,9 @@ void to_json(nlohmann::json& j, const Observation& o) {
        {"eval_seconds", o.eval_seconds},
        {"timestamp", o.timestamp},
        {"source", o.source},
-       {"compression", o.compression}};
+       {"compression", o.compression},
+       {"compression_setting", o.compression_setting},
+       {"link_bytes_per_sec", o.link_bytes_per_sec}};
 }
 
 void from_json(const nlohmann::json& j, Observation& o) {
@@ -38,6 +40,8 @@ void from_json(const nlohmann::json& j, Observation& o) {
   o.timestamp = j.value("timestamp", 0.0);
   o.source = j.value("source", "job");
   o.compression = j.value("compression", "none");
+  o.compression_setting = j.value("compression_setting", 0.0);
+  o.link_bytes_per_sec = j.value("link_bytes_per_sec", 0.0);
 }
 
 }  // namespace dltrain::store

@@ -28,6 +28,13 @@ struct Observation {
   double timestamp = 0;         ///< unix time, s
   std::string source = "job";   ///< "job" or "profile" (exploration)
   std::string compression = "none";  ///< the job's compression method
+  /// The method's setting (planner::MethodOption::setting: a sparse method's density, powersgd's
+  /// rank, 1 for none and fp16); 0 = not recorded (rows stored before it was).
+  double compression_setting = 0;
+  /// The slowest live agent's measured link when the row was recorded, bytes/s each way
+  /// (the agents' probe, docs/planner.md); 0 = not measured. The planner takes the time the
+  /// row's bytes needed over it out of the row's epoch time, leaving the computation.
+  double link_bytes_per_sec = 0;
 };
 void to_json(nlohmann::json& j, const Observation& o);
 void from_json(const nlohmann::json& j, Observation& o);

@@ -32,7 +32,7 @@ enum class ControlType {
   kAuth, kSubmit, kPlan, kHistory, kList, kStatus, kCancel, kFollow, kAgents, kLogs, kModels, kModelRead,
   kModelUpload, kResume, kSeries, kEvents,
   // agent → leader
-  kRegister, kHeartbeat, kModelDownload, kTaskEvent, kTaskExit,
+  kRegister, kHeartbeat, kModelDownload, kTaskEvent, kTaskExit, kLinkProbe,
   // standby leader candidate → the serving leader (docs/ha.md "Artifacts")
   kReplicate,
   // leader → agent
@@ -47,7 +47,7 @@ namespace dltrain {
 template <>
 struct EnumNames<wire::ControlType> {
   using T = wire::ControlType;
-  static constexpr std::array<EnumName<T>, 28> kNames{{
+  static constexpr std::array<EnumName<T>, 29> kNames{{
       {T::kAuth, "auth"},
       {T::kSubmit, "submit"},
       {T::kPlan, "plan"},
@@ -69,6 +69,7 @@ struct EnumNames<wire::ControlType> {
       {T::kModelDownload, "model_download"},
       {T::kTaskEvent, "task_event"},
       {T::kTaskExit, "task_exit"},
+      {T::kLinkProbe, "link_probe"},
       {T::kReplicate, "replicate"},
       {T::kStartTask, "start_task"},
       {T::kStopTask, "stop_task"},

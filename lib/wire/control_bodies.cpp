@@ -1,5 +1,7 @@
 #include "wire/control_bodies.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -44,6 +46,19 @@ void check_path_name(const std::string& name, const std::string& field, const st
                         std::string::npos;
   if (dots || bad_char) {
     throw BodyError(field, what + " field \"" + field + "\": " + quoted(name) + " is not a valid name (letters, digits, '-', '_' and '.'; not \".\" or \"..\")");
+  }
+}
+
+void LinkProbeBody::check(const std::string& type) const {
+  if (payload.size() > kMaxLinkProbeBytes) {
+    throw BodyError("payload", type + " field \"payload\": at most " + std::to_string(kMaxLinkProbeBytes) +
+                                   " bytes, got " + std::to_string(payload.size()));
+  }
+  if (bytes_per_sec && !(std::isfinite(*bytes_per_sec) && *bytes_per_sec > 0)) {
+    throw BodyError("bytes_per_sec", type + " field \"bytes_per_sec\" must be a finite number > 0");
+  }
+  if (rtt_seconds && !(std::isfinite(*rtt_seconds) && *rtt_seconds >= 0)) {
+    throw BodyError("rtt_seconds", type + " field \"rtt_seconds\" must be a finite number >= 0");
   }
 }
 

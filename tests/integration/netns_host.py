@@ -75,11 +75,68 @@ class Dummy:
         sh(["ip", "addr", "del", self.address + "/32", "dev", "lo"], check=False)
 
 
+class Lan:
+    """Hosts on one bridge of the caller's namespace, as machines on one switch: host i is
+    a network namespace with 10.232.M.(10+i)/24 on its end of a veth pair whose other end
+    is a port of the bridge, which holds 10.232.M.1 (`leader_address`: a daemon of the
+    caller's namespace listens there). With `rate` (tc's form, "100mbit"), every host's link
+    is limited by a token bucket (tc tbf) in both directions, as a NIC of that speed. The
+    hosts reach each other over the bridge without forwarding. delete() removes it all."""
+
+    def __init__(self, hosts, rate=None):
+        pid = os.getpid()
+        m = (pid * 13) % 200 + 20
+        self.bridge = "dlb%d" % (pid % 100000)
+        self.subnet = "10.232.%d" % m
+        self.leader_address = self.subnet + ".1"
+        self.names = ["dlln%d-%d" % (pid, i) for i in range(hosts)]
+        self.ports = ["l%d%dp" % (pid % 100000, i) for i in range(hosts)]
+        self.rate = rate
+        try:
+            sh(["ip", "link", "add", self.bridge, "type", "bridge"])
+            sh(["ip", "addr", "add", self.leader_address + "/24", "dev", self.bridge])
+            sh(["ip", "link", "set", self.bridge, "up"])
+            for i, (ns, port) in enumerate(zip(self.names, self.ports)):
+                sh(["ip", "netns", "add", ns])
+                sh(["ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns])
+                sh(["ip", "link", "set", port, "master", self.bridge])
+                sh(["ip", "link", "set", port, "up"])
+                sh(["ip", "-n", ns, "addr", "add", self.address(i) + "/24", "dev", "eth0"])
+                sh(["ip", "-n", ns, "link", "set", "eth0", "up"])
+                sh(["ip", "-n", ns, "link", "set", "lo", "up"])
+                if rate:
+                    tbf = ["root", "tbf", "rate", rate, "burst", "256kbit", "latency", "100ms"]
+                    sh(["tc", "qdisc", "add", "dev", port] + tbf)
+                    sh(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0"] + tbf)
+        except subprocess.CalledProcessError:
+            self.delete()
+            raise
+
+    def address(self, i):
+        return "%s.%d" % (self.subnet, 10 + i)
+
+    def wrap(self, i):
+        """The command prefix that runs a program on host i."""
+        return ["nsenter", "--net=/run/netns/" + self.names[i]]
+
+    def delete(self):
+        for ns in self.names:
+            for pid in sh(["ip", "netns", "pids", ns], check=False).stdout.split():
+                try:
+                    os.kill(int(pid), 9)
+                except ProcessLookupError:
+                    pass
+            sh(["ip", "netns", "delete", ns], check=False)
+        for port in self.ports:
+            sh(["ip", "link", "delete", port], check=False)
+        sh(["ip", "link", "delete", self.bridge], check=False)
+
+
 def missing():
     """Why hosts cannot be made here, or None."""
     if os.geteuid() != 0:
         return "needs root (network namespaces)"
     import shutil
-    if not (shutil.which("ip") and shutil.which("nsenter")):
-        return "needs ip (iproute2) and nsenter"
+    if not (shutil.which("ip") and shutil.which("nsenter") and shutil.which("tc")):
+        return "needs ip and tc (iproute2) and nsenter"
     return None

@@ -506,3 +506,22 @@ TEST(JobSpec, PartitionSizeIsAutoUnlessTheJobFileGivesANumber) {
   EXPECT_EQ(reject(kData + "[ps]\npartition_size = \"big\"\n").first, "ps.partition_size");
   expect_auto_flag_stored(a, d, &JobSpec::partition_size_auto, "partition_size_auto");
 }
+
+TEST(JobSpec, CompressionMethodAutoLeavesTheChoiceToThePlannerAndTakesNoOtherKey) {
+  const std::string base = kData + "model = \"mlp\"\nepochs = 4\n[compression]\nmethod = \"auto\"\n";
+  const auto s = parse_job_toml(base);
+  EXPECT_TRUE(s.compression.method_auto);
+  EXPECT_EQ(s.compression.method, compress::Method::kNone);  // until the planner chose
+  const auto back = job_from_json(nlohmann::json(s));
+  EXPECT_TRUE(back.compression.method_auto);
+  // Stored before the key existed: a method the file named.
+  auto old = nlohmann::json(s);
+  old["compression"].erase("method_auto");
+  EXPECT_FALSE(job_from_json(old).compression.method_auto);
+  // A setting of one method would be wrong for another: refused, naming the key.
+  const auto [field, message] = reject(base + "ratio = 0.01\n");
+  EXPECT_EQ(field, "compression.ratio");
+  EXPECT_NE(message.find("not with method = \"auto\""), std::string::npos) << message;
+  EXPECT_EQ(reject(base + "warmup_epochs = 1\n").first, "compression.warmup_epochs");
+  EXPECT_EQ(reject(kData + "[compression]\nmethod = \"automatic\"\n").first, "compression.method");
+}

@@ -293,3 +293,198 @@ TEST(Planner, EvaluationAfterEachEpochCountsInThePredictedTime) {
     if (r["workers"] == 4 && r["batch_size"] == 32) EXPECT_NEAR(r["eval_seconds"].get<double>(), 3.0, 1e-12);
   }
 }
+
+// ---------------------------------------------------------------- the compression choice
+
+TEST(MonotoneGrid, MergesPointsIntoCellsAndInterpolates) {
+  // Decreasing in x, increasing in y. Cell (1, 0) holds 4 and 6 (mean 5); (2, 0) holds 7,
+  // which violates the decrease in x and pools with it: (5·2 + 7·1) / 3 = 17/3.
+  const MonotoneGrid g({{1, 0, 4}, {1, 0, 6}, {2, 0, 7}, {1, 1, 9}, {2, 1, 8}}, Direction::kDecreasing,
+                       Direction::kIncreasing);
+  EXPECT_NEAR(g.predict(1, 0), 17.0 / 3, 1e-6);
+  EXPECT_NEAR(g.predict(2, 0), 17.0 / 3, 1e-6);
+  EXPECT_NEAR(g.predict(1, 1), 9.0, 1e-6);
+  EXPECT_NEAR(g.predict(1.5, 1), 8.5, 1e-6);       // halfway between 9 and 8
+  EXPECT_NEAR(g.predict(5, 0.5), (17.0 / 3 + 8) / 2, 1e-6);  // clipped in x, halfway in y
+  EXPECT_EQ(g.weight_at(1, 0), 2.0);
+  EXPECT_EQ(g.weight_at(3, 0), 0.0);
+  EXPECT_EQ(g.cells(), 4);
+}
+
+TEST(CompressionModel, BytesPerStepAndCommunicationByHand) {
+  const std::vector<std::int64_t> sizes{1000, 10, 100000};  // P = 101,010 floats
+  const auto none = wire_bytes_per_step({compress::Method::kNone, 1}, sizes, 4, 0);
+  const auto fp16 = wire_bytes_per_step({compress::Method::kFp16, 1}, sizes, 4, 0);
+  ASSERT_TRUE(none && fp16);
+  EXPECT_DOUBLE_EQ(*none, 8.0 * 101010);
+  EXPECT_DOUBLE_EQ(*fp16, 4.0 * 101010);
+  // DGC 1 %, tensors under 16 KiB in full: the 1,000 and 10 (4,000 and 40 bytes), 1,010
+  // floats. Up: 8·0.01·100,000 + 4·1,010 = 12,040. Down: density 4·(0.01 + 1,010/101,010),
+  // 8 bytes each: 32·(1,010.1 + 1,010) = 64,643.2.
+  const auto dgc = wire_bytes_per_step({compress::Method::kDgc, 0.01}, sizes, 4, 16384);
+  ASSERT_TRUE(dgc);
+  EXPECT_NEAR(*dgc, 12040 + 64643.2, 1e-6);
+  // Eight workers at 10 %: the downlink would be dense, 4P.
+  const auto dense_down = wire_bytes_per_step({compress::Method::kDgc, 0.1}, {100000}, 8, 0);
+  EXPECT_NEAR(*dense_down, 8 * 0.1 * 100000 + 4.0 * 100000, 1e-6);
+  EXPECT_FALSE(wire_bytes_per_step({compress::Method::kPowerSgd, 4}, sizes, 4, 0));
+  EXPECT_FALSE(wire_bytes_per_step({compress::Method::kNone, 1}, {}, 4, 0));
+  // 1,000 bytes an image at 1 MB/s each way: 1,000 / (2·10⁶) s over one shard's link;
+  // four shards beside four workers carry it over four links.
+  EXPECT_DOUBLE_EQ(comm_seconds_per_image(1000, 4, 1, 1e6), 5e-4);
+  EXPECT_DOUBLE_EQ(comm_seconds_per_image(1000, 4, 4, 1e6), 1.25e-4);
+  EXPECT_DOUBLE_EQ(comm_seconds_per_image(1000, 4, 4, 0), 0.0);
+  EXPECT_EQ(method_label({compress::Method::kDgc, 0.001}), "dgc 0.1%");
+  EXPECT_EQ(method_label({compress::Method::kPowerSgd, 4}), "powersgd rank 4");
+}
+
+namespace {
+
+const MethodOption kNone{compress::Method::kNone, 1}, kFp16{compress::Method::kFp16, 1},
+    kDgc1{compress::Method::kDgc, 0.01}, kDgc01{compress::Method::kDgc, 0.001};
+
+// One 10⁶-float tensor, 4 workers × batch 64, 4 PS shards, one epoch of 60,000 images.
+// Bytes per step (wire_bytes_per_step, no tensor sent in full): none 8·10⁶, fp16 4·10⁶,
+// dgc 1 % 8·10⁴ up + 8·0.04·10⁶ down = 4·10⁵, dgc 0.1 % 4·10⁴.
+PlanRequest auto_request(double link) {
+  PlanRequest r;
+  r.model = "mlp-large";
+  r.dataset = "fashion-mnist";
+  r.ps_shards = 4;
+  r.epochs = 1;
+  r.train_examples = 60000;
+  r.worker_options = {4};
+  r.batch_options = {64};
+  r.price_per_task_hour = 3.6;
+  r.method_options = {kNone, kFp16, kDgc1, kDgc01};
+  r.tensor_sizes = {1000000};
+  r.link_bytes_per_sec = link;
+  return r;
+}
+
+// A profile row of `m` at 4 × 64 measuring 2,000 images/s of computation, on an unmeasured
+// link (so all of it counts as computation).
+store::Observation profile_row(const MethodOption& m, double ips = 2000) {
+  auto o = epoch_obs(4, 64, ips);
+  o.model = "mlp-large";
+  o.ps_shards = 4;
+  o.compression = enum_name(m.method);
+  o.compression_setting = m.setting;
+  o.source = "profile";
+  o.epoch = 0;
+  return o;
+}
+
+const CandidateRow& row_of(const Plan& p, const MethodOption& m) {
+  const auto it = std::find_if(p.table.begin(), p.table.end(), [&](const auto& r) { return r.config.compression == m; });
+  EXPECT_NE(it, p.table.end());
+  return *it;
+}
+
+}  // namespace
+
+TEST(PlannerCompression, ASlowLinkChoosesSparseAFastOneDense) {
+  // Computation 1/2000 s an image (30 s an epoch) for every method: only dgc 0.1 % was
+  // measured. Communication s / (64 images · 2·B · 4 links) an image, × 60,000.
+  const std::vector<store::Observation> h{profile_row(kDgc01)};
+  // 100 Mbit/s (B = 1.25·10⁷): none 8·10⁶ → 75 s, fp16 37.5 s, dgc 1 % 3.75 s, dgc 0.1 % 0.375 s.
+  auto plan = make_plan(auto_request(1.25e7), h);
+  ASSERT_TRUE(plan.feasible) << plan.explanation;
+  EXPECT_TRUE(plan.chooses_method);
+  EXPECT_NEAR(row_of(plan, kNone).total_seconds, 105.0, 1e-6);
+  EXPECT_NEAR(row_of(plan, kFp16).total_seconds, 67.5, 1e-6);
+  EXPECT_NEAR(row_of(plan, kDgc1).total_seconds, 33.75, 1e-6);
+  EXPECT_NEAR(row_of(plan, kDgc01).total_seconds, 30.375, 1e-6);
+  EXPECT_NEAR(row_of(plan, kNone).comm_seconds_per_epoch, 75.0, 1e-6);
+  EXPECT_NEAR(row_of(plan, kDgc1).bytes_per_step, 4e5, 1e-6);
+  // dgc 1 % costs 11 % more than dgc 0.1 %: beyond the 5 % tie, the cheapest is taken.
+  EXPECT_EQ(plan.choice, (Config{4, 64, kDgc01}));
+  EXPECT_EQ(row_of(plan, kDgc01).time_source, "measured");
+  EXPECT_TRUE(plan.explore.empty());  // its method was measured
+  // With a 15 % tie the denser dgc 1 % is taken for the same risk-adjusted price, and,
+  // never measured, profiled first.
+  auto tie = auto_request(1.25e7);
+  tie.method_tie = 0.15;
+  plan = make_plan(tie, h);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_EQ(plan.choice, (Config{4, 64, kDgc1}));
+  EXPECT_NE(plan.explanation.find("taken for its higher density"), std::string::npos) << plan.explanation;
+  ASSERT_EQ(plan.explore.size(), 1u);
+  EXPECT_EQ(plan.explore.front(), (Config{4, 64, kDgc1}));
+  // 10 Gbit/s (1.25·10⁹): none 30.75 s, fp16 30.375, dgc 1 % 30.0375, dgc 0.1 % 30.00375:
+  // every method within 5 % of the cheapest; of the densest two (density 1), the cheaper
+  // first in the table, fp16.
+  plan = make_plan(auto_request(1.25e9), h);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_EQ(plan.choice, (Config{4, 64, kFp16}));
+  EXPECT_NEAR(plan.table.front().total_seconds, 30.375, 1e-6);
+  // The JSON names every method's best row.
+  const auto j = to_json(plan);
+  EXPECT_EQ(j["choice"]["compression"], "fp16");
+  EXPECT_EQ(j["methods"].size(), 4u);
+}
+
+TEST(PlannerCompression, AccuracyIsMonotoneInDensityAndUntriedDensitiesTakeThePrior) {
+  std::vector<store::Observation> h{profile_row(kDgc01)};
+  auto dense = final_obs(4, 64, 0.92, 1);
+  auto sparse = final_obs(4, 64, 0.91, 1);
+  sparse.compression = "dgc";
+  sparse.compression_setting = 0.01;
+  h.push_back(dense);
+  h.push_back(sparse);
+  auto req = auto_request(1.25e7);
+  req.target_accuracy = 0.915;
+  const auto plan = make_plan(req, h);
+  ASSERT_TRUE(plan.feasible) << plan.explanation;
+  EXPECT_NEAR(row_of(plan, kNone).accuracy, 0.92, 1e-9);
+  EXPECT_NEAR(row_of(plan, kFp16).accuracy, 0.92, 1e-9);  // density 1, as dense
+  EXPECT_NEAR(row_of(plan, kDgc1).accuracy, 0.91, 1e-9);
+  // 0.1 % is below every measured density: the accuracy of the lowest measured (1 %).
+  EXPECT_NEAR(row_of(plan, kDgc01).accuracy, 0.91, 1e-9);
+  EXPECT_EQ(row_of(plan, kDgc01).accuracy_source, "prior (density below any measured)");
+  EXPECT_FALSE(row_of(plan, kDgc1).feasible);
+  // The sparse methods miss the target: fp16, 67.5 s, is the cheapest that reaches it.
+  EXPECT_EQ(plan.choice, (Config{4, 64, kFp16}));
+  // A sparse run measured more accurate than the dense one violates the order: both pool
+  // to their mean, 0.925.
+  h[2].final_accuracy = 0.93;
+  const auto pooled = make_plan(auto_request(1.25e7), h);
+  EXPECT_NEAR(row_of(pooled, kNone).accuracy, 0.925, 1e-9);
+  EXPECT_NEAR(row_of(pooled, kDgc1).accuracy, 0.925, 1e-9);
+}
+
+TEST(PlannerCompression, MeasuredRowsGiveEachMethodItsComputationAndTheLinkIsTakenOut) {
+  // none measured at 2,000 images/s, dgc 1 % at 1,600 (its selection), no link: the pooled
+  // computation 5.625·10⁻⁴ s an image, and each measured method's rows over it:
+  // none 5·10⁻⁴ / 5.625·10⁻⁴, dgc 6.25·10⁻⁴ / 5.625·10⁻⁴. fp16, never run, the pooled fit.
+  const std::vector<store::Observation> h{profile_row(kNone, 2000), profile_row(kDgc1, 1600)};
+  const auto plan = make_plan(auto_request(0), h);
+  EXPECT_NEAR(row_of(plan, kNone).seconds_per_epoch, 60000 * 5e-4, 1e-6);
+  EXPECT_NEAR(row_of(plan, kDgc1).seconds_per_epoch, 60000 * 6.25e-4, 1e-6);
+  EXPECT_NEAR(row_of(plan, kFp16).seconds_per_epoch, 60000 * 5.625e-4, 1e-6);
+  EXPECT_NE(plan.explanation.find("no link measured"), std::string::npos) << plan.explanation;
+  // A dense epoch measured over 100 Mbit/s: 5·10⁻⁴ s computing + 8·10⁶ bytes a step,
+  // 60,000/64 steps: 7.5·10⁹ bytes, 125,000 an image, 1.25·10⁻³ s over 4 links. The row's
+  // 1.75·10⁻³ s an image is taken apart again: on 10 Gbit/s the epoch is 30 + 0.75 s.
+  auto row = profile_row(kNone, 1.0 / 1.75e-3);
+  row.source = "job";
+  row.epoch = 1;
+  row.bytes_per_epoch = 7.5e9;
+  row.link_bytes_per_sec = 1.25e7;
+  auto fast = auto_request(1.25e9);
+  fast.tensor_sizes.clear();  // bytes only from measurements
+  const auto p = make_plan(fast, {row});
+  EXPECT_NEAR(row_of(p, kNone).seconds_per_epoch, 30.75, 1e-6);
+  EXPECT_NEAR(row_of(p, kNone).bytes_per_step, 8e6, 1e-3);
+  // The other methods were never measured and the model's tensors are unknown.
+  EXPECT_FALSE(row_of(p, kFp16).feasible);
+  EXPECT_NE(row_of(p, kFp16).reason.find("no bytes per step known for fp16"), std::string::npos);
+  EXPECT_EQ(p.choice, (Config{4, 64, kNone}));
+}
+
+TEST(PlannerCompression, ThinHistoryProfilesTheMethodThatSendsLeast) {
+  const auto plan = make_plan(auto_request(1.25e7), {});
+  EXPECT_FALSE(plan.feasible);
+  ASSERT_FALSE(plan.explore.empty());
+  EXPECT_EQ(plan.explore.front(), (Config{4, 64, kDgc01}));
+}

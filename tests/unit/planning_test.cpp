@@ -112,3 +112,47 @@ TEST(Planning, HistoryRowsAndThePlanGoIntoTheStore) {
   ASSERT_TRUE(stored.has_value());
   EXPECT_EQ(planner::decode_plan(*stored, key), choice);
 }
+
+TEST(Planning, TheChosenMethodTakesItsRecipeAndAnAutoJobsProfileRunsTheCandidatesMethod) {
+  JobSpec spec;
+  spec.model = ModelKind::kMlpLarge;
+  spec.epochs = 8;
+  spec.compression.method_auto = true;
+  // The recipe's defaults (compress::apply_method_defaults): DGC's warm-up over
+  // min(1, 8/4) = 1 epoch in four stages, tensors under 16 KiB in full, the "auto" downlink.
+  JobSpec dgc = spec;
+  planner::apply_method(dgc, {compress::Method::kDgc, 0.01});
+  EXPECT_FALSE(dgc.compression.method_auto);
+  EXPECT_EQ(dgc.compression.method, compress::Method::kDgc);
+  EXPECT_DOUBLE_EQ(dgc.compression.ratio, 0.01);
+  EXPECT_DOUBLE_EQ(dgc.compression.warmup_epochs, 1.0);
+  EXPECT_EQ(dgc.compression.min_compress_bytes, 16384);
+  EXPECT_DOUBLE_EQ(dgc.compression.downlink_ratio, 0.0);
+  JobSpec fp16 = spec;
+  planner::apply_method(fp16, {compress::Method::kFp16, 1});
+  EXPECT_EQ(fp16.compression.method, compress::Method::kFp16);
+  EXPECT_TRUE(compress::half_downlink(fp16.compression));
+  // The exploration run of a candidate runs the candidate's method, and says so.
+  const auto run = planner::exploration_spec(spec, "job-7", {4, 64, {compress::Method::kDgc, 0.001}}, 40);
+  EXPECT_EQ(run.compression.method, compress::Method::kDgc);
+  EXPECT_DOUBLE_EQ(run.compression.ratio, 0.001);
+  EXPECT_EQ(run.name, "profile 4x64 dgc 0.1% for job-7");
+  // Its rows record the setting; a method = "auto" job's history is every method's.
+  EXPECT_DOUBLE_EQ(planner::base_observation(run, "job-8", "cpu").compression_setting, 0.001);
+  std::vector<store::Observation> rows(2);
+  rows[1].compression = "dgc";
+  EXPECT_EQ(planner::relevant_history(rows, spec).size(), 2u);
+  EXPECT_EQ(planner::relevant_history(rows, dgc).size(), 1u);
+  // Its options: the four candidates and a PowerSGD rank the history measured.
+  rows[0].compression = "powersgd";
+  rows[0].compression_setting = 2;
+  const auto options = planner::method_options(spec, rows);
+  ASSERT_EQ(options.size(), 5u);
+  EXPECT_EQ(planner::method_label(options.back()), "powersgd rank 2");
+  EXPECT_EQ(planner::method_options(dgc, rows).size(), 1u);
+  // The stored plan keeps the method; one stored before it had none reads as none.
+  const planner::Config c{4, 64, {compress::Method::kDgc, 0.01}};
+  EXPECT_EQ(planner::decode_plan(planner::encode_plan(c), "k"), c);
+  EXPECT_EQ(planner::decode_plan(R"({"workers":2,"batch_size":32})", "k"), (planner::Config{2, 32}));
+  EXPECT_THROW(planner::decode_plan(R"({"workers":2,"batch_size":32,"method":"zip","setting":1})", "k"), ProtocolError);
+}
