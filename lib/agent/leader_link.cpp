@@ -300,37 +300,35 @@ void LeaderLink::on_registration_reply(const wire::Envelope& env) {
   probe_link();
 }
 
-void LeaderLink::send_probe(std::size_t bytes, json measured, std::function<void(double)> done) {
-  const std::string id = "probe-" + std::to_string(next_req_++);
-  const auto start = std::chrono::steady_clock::now();
-  awaiting_.emplace(id, [start, done = std::move(done)](const wire::Envelope& env) {
-    if (!env.ok) {
-      spdlog::warn("link probe refused by the leader: {}", env.error.value("message", "?"));
-      return;
-    }
-    done(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  });
-  measured["payload"] = std::string(bytes, 'x');
-  link_->send(wire::make_request(id, wire::ControlType::kLinkProbe, measured));
-}
-
 void LeaderLink::probe_link() {
-  if (opt_.link_probe_bytes <= 0 || !connected()) return;
-  send_probe(0, json::object(), [this](double rtt) {
-    probe_step(rtt, static_cast<std::size_t>(std::min<std::int64_t>(65536, opt_.link_probe_bytes)));
-  });
-}
-
-void LeaderLink::probe_step(double rtt, std::size_t bytes) {
-  send_probe(bytes, json::object(), [this, rtt, bytes](double seconds) {
-    const auto most = static_cast<std::size_t>(opt_.link_probe_bytes);
-    if (seconds < 0.2 && bytes < most) return probe_step(rtt, std::min(bytes * 4, most));
-    // Each way: the probe's bytes went up, its reply (a few bytes) came down.
-    const double rate = static_cast<double>(bytes) / std::max(seconds - rtt, 1e-6);
-    spdlog::info("link to the leader: {:.0f} Mbit/s ({} KiB in {:.1f} ms, round trip {:.2f} ms)", rate * 8 / 1e6,
-                 bytes / 1024, seconds * 1e3, rtt * 1e3);
-    send_probe(0, json{{"bytes_per_sec", rate}, {"rtt_seconds", rtt}}, [](double) {});
-  });
+  if (opt_.link_probe_bytes <= 0 || probing_) return;
+  probing_ = true;
+  const std::string leader = url();
+  try {
+    control::measure_link(io_, leader, opt_.agent_token,
+                          control::TlsClientOptions{opt_.tls_ca_file, opt_.tls_pinned_cert_file, "tls_ca_file"},
+                          opt_.link_probe_bytes, std::chrono::seconds(10),
+                          [w = weak_from_this(), leader](const control::LinkMeasurement* m, const std::string& error) {
+                            auto self = w.lock();
+                            if (!self) return;
+                            self->probing_ = false;
+                            if (m == nullptr) {
+                              spdlog::warn("{} (the planner counts on the other agents' links)", error);
+                              return;
+                            }
+                            spdlog::info("link to the leader {}: {:.0f} Mbit/s ({} KiB in {:.1f} ms, set-up and answer {:.2f} ms)",
+                                         leader, m->bytes_per_sec * 8 / 1e6, m->bytes / 1024, m->seconds * 1e3,
+                                         m->rtt_seconds * 1e3);
+                            // To the leader it measured; after a failover, the next registration measures again.
+                            if (self->url() == leader) {
+                              self->send(wire::ControlType::kLinkReport,
+                                         {{"bytes_per_sec", m->bytes_per_sec}, {"rtt_seconds", m->rtt_seconds}}, true);
+                            }
+                          });
+  } catch (const std::exception& e) {
+    probing_ = false;
+    spdlog::warn("link probe: {}", e.what());
+  }
 }
 
 }  // namespace dltrain::agent

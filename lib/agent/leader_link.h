@@ -114,15 +114,10 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
   void send_tracked(const std::string& id, const std::string& type, std::string text);
   /// Puts the requests not answered on the link just lost back into the outbox, first.
   void requeue_unanswered();
-  /// Times this agent's link to the leader (docs/planner.md, "The link"): an empty
-  /// link_probe for the round trip, then payloads from 64 KiB growing ×4 until one takes
-  /// 0.2 s or reaches link_probe_bytes; the rate, bytes / (time − round trip), goes to the
-  /// leader in a last probe. Runs after each registration; nothing when link_probe_bytes is 0.
+  /// Times this agent's link to the leader (control::measure_link, docs/planner.md,
+  /// "The link") after each registration and sends it in a link_report; nothing when
+  /// link_probe_bytes is 0 or a probe is still running. A failed probe is logged.
   void probe_link();
-  void probe_step(double rtt, std::size_t bytes);
-  /// Sends one link_probe of `bytes` filler bytes (and `measured` fields); `done` gets the
-  /// seconds to its reply.
-  void send_probe(std::size_t bytes, nlohmann::json measured, std::function<void(double)> done);
 
   boost::asio::io_context& io_;
   const config::AgentOptions& opt_;
@@ -142,6 +137,7 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
   std::uint64_t seq_ = 0;  ///< the last TaskRefBody::seq given
   wire::Dispatcher<> orders_;
   std::map<std::string, std::function<void(const wire::Envelope&)>> awaiting_;
+  bool probing_ = false;  ///< a measure_link runs
 };
 
 }  // namespace dltrain::agent

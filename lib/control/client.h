@@ -53,6 +53,32 @@ struct TlsClientOptions {
   std::string ca_field = "tls_ca_file";
 };
 
+/// One measurement of an agent's link to the leader (measure_link).
+struct LinkMeasurement {
+  double bytes_per_sec = 0;  ///< bytes / (seconds − rtt_seconds): the link's rate one way, > 0
+  double rtt_seconds = 0;    ///< an empty probe: connection set-up, request and answer, s
+  std::int64_t bytes = 0;    ///< the last probe's filler
+  double seconds = 0;        ///< the last probe, s
+};
+/// The first probe's filler and the time a probe should take, per measure_link.
+inline constexpr std::int64_t kLinkProbeStartBytes = 64 * 1024;
+inline constexpr double kLinkProbeSeconds = 0.2;
+
+/// Times this machine's link to the leader at `url` (docs/planner.md, "The link"):
+/// `POST /v1/link-probe` with the agent token, each on a fresh TCP (and, for wss://, TLS)
+/// connection: once empty (its time, the round trip with the set-up, comes off the
+/// others), then with kLinkProbeStartBytes of filler growing ×4 until a probe's extra
+/// time reaches kLinkProbeSeconds or its filler `max_bytes` (at most 3 MiB, what the
+/// leader reads). Raw bytes on a socket, not WebSocket messages, whose handling (masking,
+/// UTF-8 checks, JSON) bounded a probe to ~1–2 Gbit/s on loopback here. Runs on `io`,
+/// returns at once; `done` runs on `io`'s thread once, with the measurement, or with
+/// nullptr and an error naming the leader and the cause (unreachable, HTTP 401 for a
+/// refused token, a timeout: `timeout` per probe). Throws ConfigError for a bad URL or
+/// TLS file. Not thread-safe: call it on `io`'s thread.
+void measure_link(boost::asio::io_context& io, const std::string& url, const std::string& agent_token,
+                  const TlsClientOptions& tls, std::int64_t max_bytes, std::chrono::milliseconds timeout,
+                  std::function<void(const LinkMeasurement*, const std::string& error)> done);
+
 /// Asynchronous client session. Create with make_shared; every call and callback runs on
 /// the io_context's thread.
 class ControlClient : public std::enable_shared_from_this<ControlClient> {

@@ -72,7 +72,9 @@ struct ControlHandler {
 /// message must be `auth {token}` with the client token (a browser's WebSocket cannot
 /// send a header), then a client session; `GET`/`HEAD` of `/` and the dashboard's other
 /// embedded files (control/dashboard_assets.h) → the file, with its security headers;
-/// anything else → 404.
+/// `POST /v1/link-probe` with the agent token → its body (at most 3 MiB, read only once
+/// the header's token matched) read and answered `{"bytes": N}`, which an agent times
+/// to measure its link (control/link_probe.h); anything else → 404.
 class ControlServer {
  public:
   ControlServer(boost::asio::io_context& io, ControlServerOptions options, ControlHandler handler);

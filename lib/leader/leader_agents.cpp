@@ -26,16 +26,14 @@ void Leader::Impl::add_agent_handlers() {
       .on(T::kModelDownload, [this](const SessionPtr& s, const wire::Envelope& env) {
         reply(s, env.id, models.on_model_download(wire::parse_body<wire::ModelDownloadBody>(env)));
       })
-      .on(T::kLinkProbe,
+      .on(T::kLinkReport,
           [this](const SessionPtr& s, const wire::Envelope& env) {
-            const auto probe = wire::parse_body<wire::LinkProbeBody>(env);
-            if (probe.bytes_per_sec) {
-              auto& a = agents.at(agent_by_session.at(s->id()));
-              a.link_bytes_per_sec = *probe.bytes_per_sec;
-              spdlog::info("agent {}: link measured at {:.0f} Mbit/s (round trip {:.2f} ms)", a.id,
-                           *probe.bytes_per_sec * 8 / 1e6, probe.rtt_seconds.value_or(0) * 1e3);
-            }
-            reply(s, env.id, json{{"bytes", probe.payload.size()}});
+            const auto link = wire::parse_body<wire::LinkReportBody>(env);
+            auto& a = agents.at(agent_by_session.at(s->id()));
+            a.link_bytes_per_sec = link.bytes_per_sec;
+            spdlog::info("agent {}: link measured at {:.0f} Mbit/s (round trip {:.2f} ms)", a.id,
+                         link.bytes_per_sec * 8 / 1e6, link.rtt_seconds.value_or(0) * 1e3);
+            reply(s, env.id, json::object());
           })
       .on(T::kTaskEvent,
           [this](const SessionPtr& s, const wire::Envelope& env) {

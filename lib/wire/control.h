@@ -32,7 +32,7 @@ enum class ControlType {
   kAuth, kSubmit, kPlan, kHistory, kList, kStatus, kCancel, kFollow, kAgents, kLogs, kModels, kModelRead,
   kModelUpload, kResume, kSeries, kEvents,
   // agent → leader
-  kRegister, kHeartbeat, kModelDownload, kTaskEvent, kTaskExit, kLinkProbe,
+  kRegister, kHeartbeat, kModelDownload, kTaskEvent, kTaskExit, kLinkReport,
   // standby leader candidate → the serving leader (docs/ha.md "Artifacts")
   kReplicate,
   // leader → agent
@@ -69,7 +69,7 @@ struct EnumNames<wire::ControlType> {
       {T::kModelDownload, "model_download"},
       {T::kTaskEvent, "task_event"},
       {T::kTaskExit, "task_exit"},
-      {T::kLinkProbe, "link_probe"},
+      {T::kLinkReport, "link_report"},
       {T::kReplicate, "replicate"},
       {T::kStartTask, "start_task"},
       {T::kStopTask, "stop_task"},

@@ -49,12 +49,8 @@ void check_path_name(const std::string& name, const std::string& field, const st
   }
 }
 
-void LinkProbeBody::check(const std::string& type) const {
-  if (payload.size() > kMaxLinkProbeBytes) {
-    throw BodyError("payload", type + " field \"payload\": at most " + std::to_string(kMaxLinkProbeBytes) +
-                                   " bytes, got " + std::to_string(payload.size()));
-  }
-  if (bytes_per_sec && !(std::isfinite(*bytes_per_sec) && *bytes_per_sec > 0)) {
+void LinkReportBody::check(const std::string& type) const {
+  if (!(std::isfinite(bytes_per_sec) && bytes_per_sec > 0)) {
     throw BodyError("bytes_per_sec", type + " field \"bytes_per_sec\" must be a finite number > 0");
   }
   if (rtt_seconds && !(std::isfinite(*rtt_seconds) && *rtt_seconds >= 0)) {

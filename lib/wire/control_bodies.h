@@ -104,22 +104,19 @@ struct RegisterBody : json_fields::Fields<RegisterBody> {
   void check(const std::string& type) const;
 };
 
-/// link_probe (agent → leader; docs/protocol.md, "link_probe"): bytes that time the
-/// agent's link, and, in the last probe of a round, what the agent measured. The leader
-/// answers {"bytes": the payload's size} and keeps the measurement as the agent's link,
-/// which the planner's compression choice reads (docs/planner.md).
-struct LinkProbeBody : json_fields::Fields<LinkProbeBody> {
-  std::string payload;                       ///< filler, at most kMaxLinkProbeBytes
-  std::optional<double> bytes_per_sec;       ///< measured, each way; > 0 and finite
-  std::optional<double> rtt_seconds;         ///< round trip of an empty probe, s; >= 0
+/// link_report (agent → leader; docs/protocol.md): the agent's link as it measured it
+/// (control::measure_link) after registering. The leader keeps it as the agent's link,
+/// which `dltrain agents` shows and the planner's compression choice reads
+/// (docs/planner.md, "The link").
+struct LinkReportBody : json_fields::Fields<LinkReportBody> {
+  double bytes_per_sec = 0;               ///< one way, finite, > 0
+  std::optional<double> rtt_seconds;      ///< an empty probe's time, s; >= 0
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
-    v("payload", s.payload), v("bytes_per_sec", s.bytes_per_sec), v("rtt_seconds", s.rtt_seconds);
+    v("bytes_per_sec", s.bytes_per_sec), v("rtt_seconds", s.rtt_seconds);
   }
-  /// The largest payload a probe carries: under the leader's 4 MiB message limit.
-  static constexpr std::size_t kMaxLinkProbeBytes = 3u << 20;
-  /// BodyError for a payload over kMaxLinkProbeBytes, a bytes_per_sec that is not a
-  /// finite number > 0 or an rtt_seconds < 0.
+  /// BodyError for a bytes_per_sec that is not a finite number > 0 or an rtt_seconds
+  /// that is not a finite number >= 0.
   void check(const std::string& type) const;
 };
 

@@ -100,13 +100,14 @@ class PlannerChoosesCompression(unittest.TestCase):
         return mbits
 
     def train(self, client):
-        """Submits the job, waits for it to end; returns its status and its plan events."""
-        out = client.run("submit", self.job).stdout
-        job = next(w for w in out.split() if w.startswith("job-"))
-        status = wait_for(lambda: (lambda s: s if s["state"] in ENDED else None)(client.json("status", job)), 400,
-                          "job %s to end" % job, interval=0.5)
-        events = client.json("events", job)["events"]
-        plans = [e["plan"] for e in events if e.get("kind") == "plan"]
+        """Submits the job and follows it to its end (`submit --follow --json`, bounded);
+        returns its id, its status and its `plan` events (each plan: one per round)."""
+        out = client.run("submit", self.job, "--follow", "--json", check=False, timeout=600)
+        events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+        job = next(e["job"] for e in events if e.get("event") == "submitted")
+        status = client.json("status", job)
+        plans = [e["plan"] for e in events if e.get("event") == "plan"]
+        self.assertTrue(plans, "no plan event: %s" % out.stdout[-3000:])
         return job, status, plans
 
     def check_plan_output(self, client, method_family):

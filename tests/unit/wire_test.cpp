@@ -276,7 +276,7 @@ std::string body_error(const std::string& type, const nlohmann::json& body, std:
     if (type == "task_event") parse_body<TaskEventBody>(env);
     if (type == "task_exit") parse_body<TaskExitBody>(env);
     if (type == "submit") parse_body<SubmitBody>(env);
-    if (type == "link_probe") parse_body<LinkProbeBody>(env);
+    if (type == "link_report") parse_body<LinkReportBody>(env);
   } catch (const BodyError& e) {
     if (field != nullptr) *field = e.field();
     return e.what();
@@ -651,22 +651,21 @@ TEST(DataPlaneAuth, NoncesAreFresh) {
   EXPECT_NE(random_nonce(), random_nonce());
 }
 
-TEST(ControlBodies, ALinkProbeCarriesBoundedFillerAndAPlausibleMeasurement) {
+TEST(ControlBodies, ALinkReportCarriesAPlausibleMeasurement) {
   Envelope env;
-  env.type = "link_probe";
-  env.body = {{"payload", std::string(1000, 'x')}, {"bytes_per_sec", 1.25e7}, {"rtt_seconds", 0.0004}};
-  const auto p = parse_body<LinkProbeBody>(env);
-  EXPECT_EQ(p.payload.size(), 1000u);
-  EXPECT_DOUBLE_EQ(*p.bytes_per_sec, 1.25e7);
-  env.body = {{"payload", ""}};
-  EXPECT_FALSE(parse_body<LinkProbeBody>(env).bytes_per_sec.has_value());
+  env.type = "link_report";
+  env.body = {{"bytes_per_sec", 1.25e7}, {"rtt_seconds", 0.0004}};
+  const auto r = parse_body<LinkReportBody>(env);
+  EXPECT_DOUBLE_EQ(r.bytes_per_sec, 1.25e7);
+  EXPECT_DOUBLE_EQ(*r.rtt_seconds, 0.0004);
   std::string field;
-  EXPECT_NE(body_error("link_probe", {{"payload", std::string(LinkProbeBody::kMaxLinkProbeBytes + 1, 'x')}}, &field),
-            "(no error)");
-  EXPECT_EQ(field, "payload");
-  EXPECT_NE(body_error("link_probe", {{"payload", ""}, {"bytes_per_sec", 0}}, &field), "(no error)");
+  for (const auto& bad : {nlohmann::json(0), nlohmann::json(-5.0), nlohmann::json("fast")}) {
+    field.clear();
+    EXPECT_NE(body_error("link_report", {{"bytes_per_sec", bad}}, &field), "(no error)") << bad;
+    EXPECT_EQ(field, "bytes_per_sec") << bad;
+  }
+  EXPECT_NE(body_error("link_report", nlohmann::json::object(), &field), "(no error)");
   EXPECT_EQ(field, "bytes_per_sec");
-  EXPECT_NE(body_error("link_probe", {{"payload", ""}, {"bytes_per_sec", 1e6}, {"rtt_seconds", -1}}, &field), "(no error)");
+  EXPECT_NE(body_error("link_report", {{"bytes_per_sec", 1e6}, {"rtt_seconds", -1}}, &field), "(no error)");
   EXPECT_EQ(field, "rtt_seconds");
-  EXPECT_NE(body_error("link_probe", {{"bytes_per_sec", 1e6}}, &field), "(no error)");  // no payload
 }
