@@ -183,8 +183,16 @@ std::optional<Predictors::Time> Predictors::time(const Config& c) const {
   if (!compute_) return std::nullopt;
   const std::string label = method_label(c.compression);
   Time t;
-  const auto ratio = compute_ratio_.find(label);
-  const double compute = compute_->predict(c.workers, c.batch_size) * (ratio != compute_ratio_.end() ? ratio->second : 1.0);
+  // A method never run computes, optimistically, as the fastest measured one: if that
+  // makes it the choice, it is profiled first (make_plan), and its own rows then decide.
+  double ratio = 1.0;
+  if (const auto own = compute_ratio_.find(label); own != compute_ratio_.end()) {
+    ratio = own->second;
+  } else if (!compute_ratio_.empty()) {
+    ratio = std::min_element(compute_ratio_.begin(), compute_ratio_.end(),
+                             [](const auto& a, const auto& b) { return a.second < b.second; })->second;
+  }
+  const double compute = compute_->predict(c.workers, c.batch_size) * ratio;
   // The method's bytes per step at this worker count: measured there, else the model
   // scaled by what its rows measured against the model, else measured elsewhere.
   std::optional<double> bytes;
@@ -387,7 +395,7 @@ Plan make_plan(const PlanRequest& req, const std::vector<store::Observation>& hi
     // guess. Profile it first (the leader plans again after, at most a few rounds).
     plan.explore.push_back(best->config);
     tie_note += "; first profiling " + method_label(best->config.compression) +
-                ", never run here: its computation is so far assumed that of the methods measured";
+                ", never run here: its computation is so far assumed that of the fastest method measured";
   }
   if (best != plan.table.end()) {
     plan.feasible = true;

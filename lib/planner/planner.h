@@ -109,7 +109,8 @@ struct Plan {
 /// batch size, fitted (MonotoneGrid) over the measured (workers, batch) of every method's
 /// rows after the time each row's bytes needed over its recorded link
 /// (comm_seconds_per_image) is taken out; a method whose own rows sit above or below the
-/// pooled fit carries that ratio (its selection or conversion cost); plus the
+/// pooled fit carries that ratio (its selection or conversion cost), and a method never
+/// run the smallest such ratio (optimism that exploration then checks); plus the
 /// communication of the candidate's method over the request's link: its bytes per step
 /// measured at that worker count, else the analytic wire_bytes_per_step scaled by what
 /// the method's rows measured against it; plus worker 0's evaluation after each epoch.

@@ -32,8 +32,9 @@ BUILD = None
 DATA = "/usr/share/datasets/fashion-mnist"
 ENDED = ("succeeded", "failed", "cancelled")
 
-# mlp-large (3.4 M parameters: 27 MB a dense step), 2 workers, a short epoch: on
-# 100 Mbit/s a dense step takes seconds, a DGC step milliseconds.
+# mlp-large (703 k parameters: 5.6 MB a dense step, push and pull), 2 workers: on
+# 100 Mbit/s a dense step's bytes take ~0.2 s, ten times its computation; on loopback a
+# millisecond.
 JOB = """name = "auto-compression"
 model = "mlp-large"
 dataset = "fashion-mnist"
@@ -110,7 +111,9 @@ class PlannerChoosesCompression(unittest.TestCase):
         self.assertTrue(plans, "no plan event: %s" % out.stdout[-3000:])
         return job, status, plans
 
-    def check_plan_output(self, client, method_family):
+    def check_plan_output(self, client):
+        """`dltrain plan` of the job file now: the link and every method's best row. (Its
+        choice may differ from the job's: the job's own rows are history now.)"""
         text = client.run("plan", self.job).stdout
         self.assertIn("link: ", text)
         self.assertIn("best of each method:", text)
@@ -118,7 +121,8 @@ class PlannerChoosesCompression(unittest.TestCase):
             self.assertIn("  " + label, text)
         plan = client.json("plan", self.job)
         self.assertTrue(plan["chooses_method"])
-        self.assertEqual(plan["choice"]["method"] in method_family, True, plan["explanation"])
+        self.assertGreater(plan["link_bytes_per_sec"], 0)
+        self.assertEqual(len(plan["methods"]), 4, plan["methods"])
         return plan
 
     def test_a_slow_link_chooses_dgc(self):
@@ -167,7 +171,7 @@ log_level = "info"
         self.assertEqual(final["choice"]["method"], "dgc", final["explanation"])
         self.assertEqual(status["compression_settings"]["method"], "dgc")
         self.assertIn("Mbit/s", final["explanation"])
-        self.check_plan_output(client, ("dgc",))
+        self.check_plan_output(client)
 
     def test_loopback_chooses_a_dense_method(self):
         cluster = StandaloneCluster(os.path.join(BUILD, "bin"), os.path.join(self.root, "standalone"), agents=2,
@@ -181,7 +185,7 @@ log_level = "info"
         final = plans[-1]
         self.assertIn(final["choice"]["method"], ("none", "fp16"), final["explanation"])
         self.assertEqual(status["compression_settings"]["method"], final["choice"]["method"])
-        self.check_plan_output(client, ("none", "fp16"))
+        self.check_plan_output(client)
 
 
 if __name__ == "__main__":
