@@ -57,6 +57,18 @@ Predictors::Predictors(const std::vector<store::Observation>& history, const Pla
   }
   eval_seconds_ = eval_n > 0 ? eval_sum / eval_n : 0.0;
   fit_time(rows);
+  if (req_.tensor_sizes.empty()) {
+    // A model whose tensors the leader does not know (TorchScript): its size from a dense
+    // method's measured bytes per step (8 bytes a float for none, 4 for fp16), as one
+    // tensor, so that the other methods' bytes follow from the wire model.
+    for (const auto& [label, per_float] : {std::pair<std::string, double>{"none", 8.0}, {"fp16", 4.0}}) {
+      const auto b = bytes_.find(label);
+      if (b == bytes_.end() || b->second.by_workers.empty()) continue;
+      const auto& [sum, n] = b->second.by_workers.begin()->second;
+      req_.tensor_sizes = {std::max<std::int64_t>(1, std::llround(sum / n / per_float))};
+      break;
+    }
+  }
   fit_accuracy(finals, req_.epochs);
 }
 

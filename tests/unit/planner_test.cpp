@@ -477,10 +477,17 @@ TEST(PlannerCompression, MeasuredRowsGiveEachMethodItsComputationAndTheLinkIsTak
   const auto p = make_plan(fast, {row});
   EXPECT_NEAR(row_of(p, kNone).seconds_per_epoch, 30.75, 1e-6);
   EXPECT_NEAR(row_of(p, kNone).bytes_per_step, 8e6, 1e-3);
-  // The other methods were never measured and the model's tensors are unknown.
-  EXPECT_FALSE(row_of(p, kFp16).feasible);
-  EXPECT_NE(row_of(p, kFp16).reason.find("no bytes per step known for fp16"), std::string::npos);
-  EXPECT_EQ(p.choice, (Config{4, 64, kNone}));
+  // The model's tensors unknown (a TorchScript model): its size from the dense bytes,
+  // 8·10⁶ / 8 = 10⁶ floats, and the other methods' bytes from the wire model: fp16 4·10⁶.
+  EXPECT_NEAR(row_of(p, kFp16).bytes_per_step, 4e6, 1e-3);
+  EXPECT_NEAR(row_of(p, kDgc1).bytes_per_step, 4e5, 1e-3);
+  // Nothing measured a dense method: no bytes for any method, and no plan.
+  auto sparse_row = row;
+  sparse_row.compression = "dgc";
+  sparse_row.compression_setting = 0.01;
+  const auto q = make_plan(fast, {sparse_row});
+  EXPECT_FALSE(row_of(q, kFp16).feasible);
+  EXPECT_NE(row_of(q, kFp16).reason.find("no bytes per step known for fp16"), std::string::npos);
 }
 
 TEST(PlannerCompression, ThinHistoryProfilesTheMethodThatSendsLeast) {
