@@ -319,11 +319,11 @@ void LeaderLink::probe_link() {
                             spdlog::info("link to the leader {}: {:.0f} Mbit/s ({} KiB in {:.1f} ms, set-up and answer {:.2f} ms)",
                                          leader, m->bytes_per_sec * 8 / 1e6, m->bytes / 1024, m->seconds * 1e3,
                                          m->rtt_seconds * 1e3);
-                            // To the leader it measured; after a failover, the next registration measures again.
-                            if (self->url() == leader) {
-                              self->send(wire::ControlType::kLinkReport,
-                                         {{"bytes_per_sec", m->bytes_per_sec}, {"rtt_seconds", m->rtt_seconds}}, true);
-                            }
+                            // To the leader it measured. After a failover during the probe the new
+                            // leader's registration found it running: measure that leader now.
+                            if (self->url() != leader) return self->probe_link();
+                            self->send(wire::ControlType::kLinkReport,
+                                       {{"bytes_per_sec", m->bytes_per_sec}, {"rtt_seconds", m->rtt_seconds}}, true);
                           });
   } catch (const std::exception& e) {
     probing_ = false;

@@ -116,7 +116,8 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
   void requeue_unanswered();
   /// Times this agent's link to the leader (control::measure_link, docs/planner.md,
   /// "The link") after each registration and sends it in a link_report; nothing when
-  /// link_probe_bytes is 0 or a probe is still running. A failed probe is logged.
+  /// link_probe_bytes is 0 or a probe is still running (one that ends after the link moved
+  /// to another leader measures again). A failed probe is logged.
   void probe_link();
 
   boost::asio::io_context& io_;

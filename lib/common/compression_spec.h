@@ -114,6 +114,9 @@ bool half_downlink(const CompressionSpec& spec);
 /// below 1 or "auto" (0) — the top-k, low-rank and binary16 downlinks.
 bool keeps_x_seen(const CompressionSpec& spec);
 
+/// The tensors method dgc's recipe sends in full: those under 16 KiB (4,096 floats).
+inline constexpr std::int64_t kDgcMinCompressBytes = 16384;
+
 /// DGC's recipe where a job file leaves it out (docs/compression.md, "Defaults"), for
 /// method dgc: warm-up over min(1, epochs / 4) epochs in DGC's four stages, tensors under
 /// 16 KiB (4,096 floats) sent in full, the "auto" downlink; for method powersgd the "auto" downlink
@@ -126,7 +129,7 @@ void apply_method_defaults(CompressionSpec& spec, int epochs, Given&& given) {
   if (spec.method == Method::kDgc) {
     if (!given("warmup_epochs")) spec.warmup_epochs = std::min(1.0, epochs / 4.0);
     if (!given("warmup_schedule")) spec.warmup_schedule = WarmupSchedule::kStages;
-    if (!given("min_compress_bytes")) spec.min_compress_bytes = 16384;
+    if (!given("min_compress_bytes")) spec.min_compress_bytes = kDgcMinCompressBytes;
     if (!given("downlink_ratio")) spec.downlink_ratio = 0;
   }
   if ((spec.method == Method::kPowerSgd || spec.method == Method::kFp16) && !given("downlink_ratio")) {

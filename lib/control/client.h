@@ -55,7 +55,9 @@ struct TlsClientOptions {
 
 /// One measurement of an agent's link to the leader (measure_link).
 struct LinkMeasurement {
-  double bytes_per_sec = 0;  ///< bytes / (seconds − rtt_seconds): the link's rate one way, > 0
+  /// bytes / max(seconds − rtt_seconds, seconds / 2): the link's rate one way, bytes/s, > 0
+  /// (at most twice bytes / seconds, whatever jitter did to the empty probe).
+  double bytes_per_sec = 0;
   double rtt_seconds = 0;    ///< an empty probe: connection set-up, request and answer, s
   std::int64_t bytes = 0;    ///< the last probe's filler
   double seconds = 0;        ///< the last probe, s

@@ -74,7 +74,7 @@ struct ControlHandler {
 /// embedded files (control/dashboard_assets.h) → the file, with its security headers;
 /// `POST /v1/link-probe` with the agent token → its body (at most 3 MiB, read only once
 /// the header's token matched) read and answered `{"bytes": N}`, which an agent times
-/// to measure its link (control/link_probe.h); anything else → 404.
+/// to measure its link (control::measure_link, control/client.h); anything else → 404.
 class ControlServer {
  public:
   ControlServer(boost::asio::io_context& io, ControlServerOptions options, ControlHandler handler);

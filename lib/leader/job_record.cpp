@@ -195,6 +195,7 @@ json stored_record(const JobRec& j) {
   r["generation"] = j.generation;
   if (!j.terminal() && !j.secret.empty()) r["secret"] = j.secret;
   if (!j.explore.profile_of.empty()) r["profile_of"] = j.explore.profile_of;
+  if (j.explore.rounds > 0) r["explore_rounds"] = j.explore.rounds;
   if (!j.terminal()) {
     json tasks = json::array();
     for (const auto& t : j.tasks) tasks.push_back(t.to_json());
@@ -234,6 +235,7 @@ JobRec job_from_record(std::uint64_t num, const json& r) {
   j.error = r.value("error", "");
   if (r.contains("failure") && r["failure"].is_object()) j.failure = wire::events::Failure::from_json(r["failure"]);
   j.explore.profile_of = r.value("profile_of", "");
+  j.explore.rounds = r.value("explore_rounds", 0);
   j.resume.from = r.value("resumed_from", "");
   j.resume.checkpoint = r.value("resume_checkpoint", "");
   j.resume.epoch = r.value("resume_epoch", 0);

@@ -119,9 +119,11 @@ struct JobExploration {
   double exploration_seconds = 0;             ///< its runs' wall time, summed
   std::map<int, double> profile_ips;          ///< exploration runs: per worker
   double profile_eval_seconds = 0;            ///< exploration runs: worker 0's one evaluation, s (0: none)
-  /// Rounds of exploration runs started for this job by this leader (a method = "auto"
-  /// job profiles the method it would choose, then plans again: at most kMaxRounds).
+  /// Rounds of exploration runs started for this job, kept in its record: the corners of
+  /// a thin history, then, for a method = "auto" job, the method the plan would choose,
+  /// and the plan again. decide() starts another only below kMaxRounds.
   int rounds = 0;
+  /// The most rounds of exploration a job gets, the first included.
   static constexpr int kMaxRounds = 3;
 };
 

@@ -35,15 +35,14 @@ planner::Plan Planning::plan_for(const JobSpec& spec, double exploration_seconds
     }
     slots = std::min(slots, gpu_slots + spec.ps_shards);
   }
-  const planner::ClusterView cluster{agents_.hardware_class(gpu), slots, agents_.slowest_link()};
+  int live = 0;
+  for (const auto& [id, a] : agents_) live += agents_.live(id) ? 1 : 0;
+  const planner::ClusterView cluster{agents_.hardware_class(gpu), slots, agents_.slowest_link(), live};
+  const std::string model(enum_name(spec.model)), dataset(enum_name(spec.dataset));
   std::vector<store::Observation> history;
-  if (db_) {
-    const std::string model(enum_name(spec.model)), dataset(enum_name(spec.dataset));
-    history = planner::relevant_history(db_->history(model, dataset), spec);
-  }
+  if (db_) history = planner::relevant_history(db_->history(model, dataset), spec);
   auto req = planner::plan_request(spec, cluster, policy_options(opt_), exploration_seconds, history);
   if (db_) {
-    const std::string model(enum_name(spec.model)), dataset(enum_name(spec.dataset));
     const std::string key = planner::plan_key(spec);
     if (auto prev = db_->get_meta(key)) {
       try {

@@ -55,7 +55,9 @@ std::optional<double> method_density(const MethodOption& m) {
   }
 }
 
-std::int64_t default_min_compress_bytes(const MethodOption& m) { return m.method == Method::kDgc ? 16384 : 0; }
+std::int64_t default_min_compress_bytes(const MethodOption& m) {
+  return m.method == Method::kDgc ? compress::kDgcMinCompressBytes : 0;
+}
 
 std::optional<double> wire_bytes_per_step(const MethodOption& m, const std::vector<std::int64_t>& tensor_sizes,
                                           int workers, std::int64_t min_compress_bytes) {

@@ -52,7 +52,8 @@ std::optional<double> method_density(const MethodOption& m);
 ///    when that is less (compress::downlink_density);
 ///  - powersgd: nullopt (shapes unknown here).
 /// `tensor_sizes`: element counts of the model's parameter tensors (ps_memory.h's
-/// model_tensor_sizes), non-empty; `workers` >= 1. Nullopt also for an empty list.
+/// model_tensor_sizes), non-empty; `workers` >= 1; `min_compress_bytes` in bytes (4 a
+/// float), >= 0. Nullopt also for an empty list.
 std::optional<double> wire_bytes_per_step(const MethodOption& m, const std::vector<std::int64_t>& tensor_sizes,
                                           int workers, std::int64_t min_compress_bytes);
 
@@ -62,7 +63,7 @@ std::int64_t default_min_compress_bytes(const MethodOption& m);
 
 /// Seconds of communication per training image (all workers together) when the workers
 /// exchange `bytes_per_image` (push + pull, all workers, per image trained) with
-/// `shards` PS shards over links of `link_bytes_per_sec` each way (full duplex): half
+/// `shards` PS shards over links of `link_bytes_per_sec` bytes/s each way (full duplex): half
 /// the bytes go each way, and they cross min(workers, shards) links in parallel — every
 /// worker's when there are as many shards as workers, else the shards' (each shard's
 /// link carries workers/shards workers' share). So bytes_per_image / (2·B·min(w, S)).

@@ -73,14 +73,21 @@ Predictors::Predictors(const std::vector<store::Observation>& history, const Pla
 }
 
 std::optional<MethodOption> Predictors::option_of(const store::Observation& o) const {
+  std::optional<MethodOption> unrecorded;  // a row without its setting: the method's one option, if one
+  int same_method = 0;
   for (const auto& m : req_.method_options) {
     if (enum_name(m.method) != o.compression) continue;
-    if (o.compression_setting <= 0 || std::abs(o.compression_setting - m.setting) <= 1e-9 * m.setting) return m;
+    ++same_method;
+    if (o.compression_setting > 0 && std::abs(o.compression_setting - m.setting) <= 1e-9 * m.setting) return m;
+    if (o.compression_setting <= 0) unrecorded = m;
   }
-  return std::nullopt;
+  return same_method == 1 ? unrecorded : std::nullopt;
 }
 
-int Predictors::shards_for(int workers) const { return req_.shards_follow_workers ? workers : req_.ps_shards; }
+int Predictors::shards_for(int workers) const {
+  if (!req_.shards_follow_workers) return req_.ps_shards;
+  return req_.auto_shards_cap > 0 ? std::min(workers, req_.auto_shards_cap) : workers;
+}
 
 void Predictors::fit_time(const std::vector<store::Observation>& rows) {
   if (rows.empty()) return;
@@ -92,9 +99,11 @@ void Predictors::fit_time(const std::vector<store::Observation>& rows) {
                                               : static_cast<double>(req_.train_examples);
     const double bytes_per_image = images > 0 ? o.bytes_per_epoch / images : 0.0;
     const double spi = 1.0 / o.images_per_sec;
-    const double comm = o.bytes_per_epoch > 0 ? comm_seconds_per_image(bytes_per_image, o.workers,
-                                                                       std::max(1, o.ps_shards), o.link_bytes_per_sec)
-                                              : 0.0;
+    // A row recorded before links were measured is taken to have run over today's link.
+    const double link = o.link_bytes_per_sec > 0 ? o.link_bytes_per_sec : req_.link_bytes_per_sec;
+    const double comm = o.bytes_per_epoch > 0
+                            ? comm_seconds_per_image(bytes_per_image, o.workers, std::max(1, o.ps_shards), link)
+                            : 0.0;
     // The computation is what is left; never taken below a twentieth of the measured time,
     // whatever a link measured faster than it ran says.
     points.push_back({static_cast<double>(o.workers), static_cast<double>(o.batch_size), std::max(spi - comm, 0.05 * spi), 1.0});
@@ -228,12 +237,15 @@ std::optional<Predictors::Time> Predictors::time(const Config& c) const {
       bytes = sum / n;
     }
   }
-  if (req_.link_bytes_per_sec > 0 && !bytes) return std::nullopt;
+  const auto counts = time_counts_.find(label);
+  if (req_.link_bytes_per_sec > 0 && !bytes && counts == time_counts_.end()) return std::nullopt;
+  // Without bytes (rows from before they were counted) a method's own rows carry its
+  // communication: nothing is added to them.
   t.bytes_per_step = bytes.value_or(0.0);
   t.comm_seconds_per_image =
       comm_seconds_per_image(t.bytes_per_step / c.batch_size, c.workers, shards_for(c.workers), req_.link_bytes_per_sec);
   t.seconds_per_image = compute + t.comm_seconds_per_image;
-  if (const auto counts = time_counts_.find(label); counts != time_counts_.end()) {
+  if (counts != time_counts_.end()) {
     t.measured_method = true;
     if (const auto n = counts->second.find({c.workers, c.batch_size}); n != counts->second.end()) t.observations = n->second;
   }
@@ -401,14 +413,6 @@ Plan make_plan(const PlanRequest& req, const std::vector<store::Observation>& hi
       std::rotate(best, pick, pick + 1);
     }
   }
-  if (best != plan.table.end() && wm && best->time_source == "model" && plan.explore.empty() &&
-      !pred.method_measured(best->config.compression)) {
-    // The choice's method was never run here: its selection or conversion cost is a
-    // guess. Profile it first (the leader plans again after, at most a few rounds).
-    plan.explore.push_back(best->config);
-    tie_note += "; first profiling " + method_label(best->config.compression) +
-                ", never run here: its computation is so far assumed that of the fastest method measured";
-  }
   if (best != plan.table.end()) {
     plan.feasible = true;
     plan.choice = best->config;
@@ -432,6 +436,13 @@ Plan make_plan(const PlanRequest& req, const std::vector<store::Observation>& hi
                            fmt("%.1f", 100.0 * (1.0 - best->cost / prev->cost)) + "% of its cost, under the " +
                            fmt("%.0f", 100.0 * req.switch_threshold) + "% switching threshold";
       }
+    }
+    if (wm && plan.explore.empty() && !pred.method_measured(plan.choice.compression)) {
+      // The choice's method was never run here: its selection or conversion cost is a
+      // guess. Profile it first (the leader plans again after, a bounded number of rounds).
+      plan.explore.push_back(plan.choice);
+      plan.explanation += "; first profiling " + method_label(plan.choice.compression) +
+                          ", never run here: its computation is so far assumed that of the fastest method measured";
     }
     return plan;
   }

@@ -58,6 +58,10 @@ struct PlanRequest {
   /// PS shards that carry the traffic: ps_shards, or each candidate's worker count when
   /// the job's ps_shards is "auto" (a shard beside every worker) — comm_seconds_per_image.
   bool shards_follow_workers = false;
+  /// With shards_follow_workers: at most this many shards (the live agents, and the
+  /// model's partitions: ps_shards = "auto" places one per machine, each holding some);
+  /// 0 = no cap known.
+  int auto_shards_cap = 0;
   /// Relative cost within which candidates of different methods count as tied; of tied
   /// candidates the plan takes the one predicted most accurate, then the densest method
   /// (the smaller risk for the same price). Only with more than one method option.
@@ -130,7 +134,7 @@ class Predictors {
   /// A time prediction.
   struct Time {
     double seconds_per_image = 0;   ///< computation + communication, all workers together
-    double comm_seconds_per_image = 0;
+    double comm_seconds_per_image = 0;  ///< of seconds_per_image: the bytes over the request's link
     double bytes_per_step = 0;      ///< a worker's, push + pull; 0 when not known
     int observations = 0;           ///< rows of this method at exactly this (workers, batch)
     bool measured_method = false;   ///< the method's own rows informed it
@@ -138,7 +142,8 @@ class Predictors {
   /// Nullopt without a computation measurement, or, with a measured link, without bytes
   /// for the method (neither measured nor modelled).
   std::optional<Time> time(const Config& c) const;
-  /// Seconds per image and the observation count at exactly (w, b), the request's first method.
+  /// Seconds per image of c (its method's, time()) and the rows of every method at exactly
+  /// (w, b): what decides whether (w, b) needs exploring.
   std::optional<std::pair<double, int>> seconds_per_image(const Config& c) const;
   /// Accuracy, the count of final rows at exactly this global batch and method, and
   /// whether it is the density prior; nullopt without data for the method's family.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
+#include <cmath>
 
 #include <nlohmann/json.hpp>
 
@@ -33,9 +35,13 @@ PlanRequest plan_request(const JobSpec& spec, const ClusterView& cluster, const 
   req.method_options = method_options(spec, history);
   req.link_bytes_per_sec = cluster.link_bytes_per_sec;
   req.shards_follow_workers = spec.ps_shards_auto;
+  req.auto_shards_cap = cluster.live_agents;
   if (spec.model != ModelKind::kTorchScript) {
     try {
-      req.tensor_sizes = model_tensor_sizes(spec.model, spec.channels, dataset_classes(spec), spec.image_size);
+      const int classes = dataset_classes(spec);
+      req.tensor_sizes = model_tensor_sizes(spec.model, spec.channels, classes, spec.image_size);
+      const int partitions = model_partitions(spec, classes);
+      req.auto_shards_cap = req.auto_shards_cap > 0 ? std::min(req.auto_shards_cap, partitions) : partitions;
     } catch (const ConfigError&) {
       // Classes not countable here: the methods' bytes come from their measurements only.
     }
@@ -173,8 +179,21 @@ std::optional<store::Observation> profile_observation(store::Observation o, doub
   if (images_per_sec <= 0) return std::nullopt;
   o.images_per_sec = images_per_sec;
   o.epoch_seconds = train_examples(spec) / images_per_sec;
-  const double images = static_cast<double>(spec.max_steps) * spec.workers * spec.batch_size;
-  if (bytes_total > 0 && images > 0) o.bytes_per_epoch = bytes_total / images * train_examples(spec);
+  // Each worker trains its share of the epoch, or max_steps batches of it if fewer.
+  const double share = std::ceil(train_examples(spec) / std::max(1, spec.workers));
+  const double steps = std::min<double>(spec.max_steps > 0 ? spec.max_steps : share, std::ceil(share / spec.batch_size));
+  const double images = steps * spec.batch_size * spec.workers;
+  double step_bytes = bytes_total;
+  if (spec.model != ModelKind::kTorchScript) {
+    // Not the steps': every worker's first, dense pull and worker 0's evaluation pull.
+    try {
+      const auto sizes = model_tensor_sizes(spec.model, spec.channels, dataset_classes(spec), spec.image_size);
+      const double floats = std::accumulate(sizes.begin(), sizes.end(), 0.0);
+      step_bytes -= 4.0 * floats * (spec.workers + 1);
+    } catch (const ConfigError&) {
+    }
+  }
+  if (step_bytes > 0 && images > 0) o.bytes_per_epoch = step_bytes / images * train_examples(spec);
   o.epoch = 0;
   o.source = "profile";
   return o;

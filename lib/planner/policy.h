@@ -31,6 +31,7 @@ struct ClusterView {
   std::string hardware_class = "cpu";   ///< of the agents the job will run on
   int task_slots = 0;                   ///< tasks of the job's threads_per_task that fit when idle
   double link_bytes_per_sec = 0;        ///< the slowest live agent's measured link; 0 = none measured
+  int live_agents = 0;                  ///< agents tasks may go to now; 0 = not known
 };
 
 /// Training images per epoch (all workers together): train_samples, or the 60,000 of the
@@ -90,7 +91,9 @@ store::Observation final_observation(store::Observation base, double test_accura
 
 /// The row of a finished exploration run (source "profile"), or nullopt when it measured
 /// no throughput. `images_per_sec`: the sum over its workers; `bytes_total`: pushed +
-/// pulled over the run, scaled to an epoch as max_steps × workers × batch images (0: none).
+/// pulled over the run (0: none), less every worker's first dense pull and worker 0's
+/// evaluation pull (4 bytes a parameter each, for a built-in model), scaled to an epoch
+/// from the images its workers trained: each min(max_steps, ⌈share / batch⌉) batches.
 std::optional<store::Observation> profile_observation(store::Observation base, double images_per_sec,
                                                       const JobSpec& spec, double bytes_total = 0);
 
