@@ -14,7 +14,7 @@ namespace asio = boost::asio;
 using json = nlohmann::json;
 
 LeaderLink::LeaderLink(asio::io_context& io, const config::AgentOptions& opt, Hooks hooks)
-    : io_(io), opt_(opt), hooks_(std::move(hooks)), leaders_(opt.leader_urls), hb_timer_(io), retry_timer_(io) {
+    : io_(io), opt_(opt), hooks_(std::move(hooks)), leaders_(opt.leader_urls), hb_timer_(io), retry_timer_(io), probe_timer_(io) {
   for (std::size_t i = 0; i < opt.leader_urls.size(); ++i) {
     control::parse_leader_url(opt.leader_urls[i],
                               opt.leader_urls.size() == 1 ? "leader_url" : "leader_url[" + std::to_string(i) + "]");
@@ -38,6 +38,7 @@ void LeaderLink::stop_reconnecting() {
 
 void LeaderLink::close() {
   hb_timer_.cancel();
+  probe_timer_.cancel();
   if (link_) link_->close();
 }
 
@@ -303,6 +304,22 @@ void LeaderLink::on_registration_reply(const wire::Envelope& env) {
 void LeaderLink::probe_link() {
   if (opt_.link_probe_bytes <= 0 || probing_) return;
   probing_ = true;
+  // Agents started together register together: a random start within a second keeps
+  // their probes from sharing the leader's link (a 3 MiB probe takes 25 ms at 1 Gbit/s).
+  static thread_local std::mt19937 rng{std::random_device{}()};
+  probe_timer_.expires_after(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 1000)(rng)));
+  probe_timer_.async_wait([w = weak_from_this()](boost::system::error_code ec) {
+    if (auto self = w.lock()) {
+      if (ec || !self->connected()) {
+        self->probing_ = false;
+        return;
+      }
+      self->measure();
+    }
+  });
+}
+
+void LeaderLink::measure() {
   const std::string leader = url();
   try {
     control::measure_link(io_, leader, opt_.agent_token,

@@ -115,17 +115,20 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
   /// Puts the requests not answered on the link just lost back into the outbox, first.
   void requeue_unanswered();
   /// Times this agent's link to the leader (control::measure_link, docs/planner.md,
-  /// "The link") after each registration and sends it in a link_report; nothing when
+  /// "The link") after each registration, from a random moment in its first second, and
+  /// sends it in a link_report; nothing when
   /// link_probe_bytes is 0 or a probe is still running (one that ends after the link moved
   /// to another leader measures again). A failed probe is logged.
   void probe_link();
+  /// The probe itself, after probe_link's random delay.
+  void measure();
 
   boost::asio::io_context& io_;
   const config::AgentOptions& opt_;
   Hooks hooks_;
   LeaderCandidates leaders_;
   std::shared_ptr<control::ControlClient> link_;
-  boost::asio::steady_timer hb_timer_, retry_timer_;
+  boost::asio::steady_timer hb_timer_, retry_timer_, probe_timer_;
   std::chrono::milliseconds backoff_{500};
   bool registered_ = false, ever_registered_ = false, stopping_ = false;
   std::chrono::steady_clock::time_point last_heard_{};

@@ -35,36 +35,6 @@ std::vector<double> pava(const std::vector<double>& y, const std::vector<double>
   return z;
 }
 
-IsotonicFit::IsotonicFit(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& w,
-                         Direction dir) {
-  if (x.empty() || x.size() != y.size() || x.size() != w.size()) {
-    throw InvalidArgument("isotonic fit: x, y, w must be non-empty and of equal size");
-  }
-  std::map<double, std::pair<double, double>> merged;  // x → (Σ w·y, Σ w)
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    if (!(w[i] > 0)) throw InvalidArgument("isotonic fit: weight " + std::to_string(i) + " is not positive");
-    auto& m = merged[x[i]];
-    m.first += w[i] * y[i];
-    m.second += w[i];
-  }
-  std::vector<double> ym;
-  for (const auto& [xv, m] : merged) {
-    x_.push_back(xv);
-    ym.push_back(m.first / m.second);
-    w_.push_back(m.second);
-  }
-  z_ = pava(ym, w_, dir);
-}
-
-double IsotonicFit::predict(double x) const {
-  if (x <= x_.front()) return z_.front();
-  if (x >= x_.back()) return z_.back();
-  const auto it = std::upper_bound(x_.begin(), x_.end(), x);
-  const std::size_t j = static_cast<std::size_t>(it - x_.begin());
-  const double t = (x - x_[j - 1]) / (x_[j] - x_[j - 1]);
-  return z_[j - 1] + t * (z_[j] - z_[j - 1]);
-}
-
 GridFit isotonic_grid(const std::vector<std::vector<double>>& y, const std::vector<std::vector<double>>& w,
                       Direction row_dir, Direction col_dir, double tol, int max_iterations) {
   const std::size_t R = y.size();

@@ -20,24 +20,6 @@ enum class Direction { kIncreasing, kDecreasing };
 /// otherwise. Thread-safe.
 std::vector<double> pava(const std::vector<double>& y, const std::vector<double>& w, Direction dir);
 
-/// A fitted 1-D isotonic function of x, predicting by linear interpolation between the
-/// fitted points and clipping outside them — the behaviour of scikit-learn's
-/// IsotonicRegression(out_of_bounds="clip"). Observations with equal x are first merged
-/// into their weighted mean (weights added).
-class IsotonicFit {
- public:
-  /// Throws InvalidArgument for empty input, unequal sizes or a weight <= 0.
-  IsotonicFit(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& w,
-              Direction dir);
-  double predict(double x) const;
-  const std::vector<double>& xs() const { return x_; }      ///< distinct x, ascending
-  const std::vector<double>& fitted() const { return z_; }  ///< fitted value at each xs()
-  const std::vector<double>& weights() const { return w_; } ///< merged weight at each xs()
-
- private:
-  std::vector<double> x_, z_, w_;
-};
-
 /// Result of a 2-D fit.
 struct GridFit {
   std::vector<std::vector<double>> z;  ///< z[r][c], fitted values
@@ -60,8 +42,9 @@ GridFit isotonic_grid(const std::vector<std::vector<double>>& y, const std::vect
 /// merged into the cells of the grid of their distinct x and y values (weighted means),
 /// fitted by isotonic_grid (cells without a point get the overall mean at a negligible
 /// weight, so that only the monotonicity constraints place them), and predicted by
-/// bilinear interpolation between grid points, clipped outside the grid (as
-/// IsotonicFit clips). The planner's epoch-time surface over (workers, batch size) and
+/// bilinear interpolation between grid points, clipped outside the grid — with one
+/// column, the predictions of scikit-learn's IsotonicRegression(out_of_bounds="clip"),
+/// which a test checks against a committed fixture. The planner's epoch-time surface over (workers, batch size) and
 /// its accuracy surface over (global batch, density) are such fits. Immutable after
 /// construction; thread-safe to read.
 class MonotoneGrid {

@@ -26,6 +26,7 @@ TEST(Pava, HandWorkedExamples) {
   EXPECT_THROW(pava({1, 2}, {1, 0}, Direction::kIncreasing), dltrain::InvalidArgument);
 }
 
+// The accuracy fit's 1-D case (one density): a MonotoneGrid of one column.
 TEST(Pava, MatchesScikitLearnFixture) {
   std::ifstream in(std::string(DLTRAIN_SOURCE_DIR) + "/tests/fixtures/isotonic_sklearn.json");
   ASSERT_TRUE(in) << "fixture missing";
@@ -34,14 +35,17 @@ TEST(Pava, MatchesScikitLearnFixture) {
   for (const auto& c : fx["cases"]) {
     const auto x = c["x"].get<std::vector<double>>(), y = c["y"].get<std::vector<double>>(),
                w = c["w"].get<std::vector<double>>();
-    IsotonicFit fit(x, y, w, c["increasing"].get<bool>() ? Direction::kIncreasing : Direction::kDecreasing);
+    std::vector<MonotoneGrid::Point> points;
+    for (std::size_t i = 0; i < x.size(); ++i) points.push_back({x[i], 0.0, y[i], w[i]});
+    const MonotoneGrid fit(points, c["increasing"].get<bool>() ? Direction::kIncreasing : Direction::kDecreasing,
+                           Direction::kIncreasing);
     const auto fitted = c["fitted"].get<std::vector<double>>();
     for (std::size_t i = 0; i < x.size(); ++i) {
-      EXPECT_NEAR(fit.predict(x[i]), fitted[i], 1e-9) << c["name"] << " x=" << x[i];
+      EXPECT_NEAR(fit.predict(x[i], 0.0), fitted[i], 1e-9) << c["name"] << " x=" << x[i];
     }
     const auto q = c["queries"].get<std::vector<double>>(), p = c["predicted"].get<std::vector<double>>();
     for (std::size_t i = 0; i < q.size(); ++i) {
-      EXPECT_NEAR(fit.predict(q[i]), p[i], 1e-9) << c["name"] << " query " << q[i];
+      EXPECT_NEAR(fit.predict(q[i], 0.0), p[i], 1e-9) << c["name"] << " query " << q[i];
     }
   }
 }
