@@ -500,3 +500,36 @@ TEST(PlannerCompression, ThinHistoryProfilesTheMethodThatSendsLeast) {
   ASSERT_FALSE(plan.explore.empty());
   EXPECT_EQ(plan.explore.front(), (Config{4, 64, kDgc01}));
 }
+
+TEST(PlannerCompression, RowsFromBeforeTheFieldsStillPlan) {
+  // A dgc row without its setting (stored before rows had one) cannot say which of the two
+  // DGC candidates it measured: it informs the computation only, not either one's bytes.
+  auto legacy = profile_row(kDgc01);
+  legacy.compression_setting = 0;
+  auto plan = make_plan(auto_request(1.25e7), {legacy});
+  EXPECT_EQ(row_of(plan, kDgc01).time_observations, 0);
+  EXPECT_EQ(row_of(plan, kDgc01).time_source, "model");
+  // A job that names its method keeps its rows: with one DGC option the row is its.
+  auto single = auto_request(1.25e7);
+  single.method_options = {kDgc01};
+  plan = make_plan(single, {legacy});
+  EXPECT_EQ(row_of(plan, kDgc01).time_observations, 1);
+  // Without bytes (and without the model's tensors) a method's own rows carry its
+  // communication: nothing is added, even with a measured link. 60,000 / 2,000 = 30 s.
+  single.tensor_sizes.clear();
+  plan = make_plan(single, {legacy});
+  ASSERT_TRUE(plan.feasible) << plan.explanation;
+  EXPECT_NEAR(plan.table.front().seconds_per_epoch, 30.0, 1e-9);
+  EXPECT_EQ(plan.table.front().bytes_per_step, 0.0);
+}
+
+TEST(PlannerCompression, AutoShardsAreCappedByAgentsAndPartitions) {
+  // ps_shards = "auto" with 4 workers on 2 agents: 2 shards carry the traffic, so the
+  // dense bytes take twice as long as over 4 links: 8·10⁶ / 64 / (2 · 1.25·10⁷ · 2) s an
+  // image, 60,000 images: 150 s.
+  auto req = auto_request(1.25e7);
+  req.shards_follow_workers = true;
+  req.auto_shards_cap = 2;
+  const auto plan = make_plan(req, {profile_row(kDgc01)});
+  EXPECT_NEAR(row_of(plan, kNone).comm_seconds_per_epoch, 150.0, 1e-6);
+}
