@@ -358,8 +358,14 @@ void print_plan(std::ostream& out, json r) {
 void print_history(std::ostream& out, json r) {
   if (!r.value("persistent", false)) out << "(this leader keeps no store)" << std::endl;
   for (const auto& o : r["observations"]) {
-    out << std::left << std::setw(9) << o.value("job", "") << std::setw(6) << o.value("model", "") << std::setw(15)
-        << o.value("dataset", "") << std::setw(8) << o.value("source", "") << o.value("workers", 0) << "w x "
+    // The method as plans name it ("dgc 1%"), from the row's method and setting.
+    std::string method = o.value("compression", "none");
+    if (const double setting = o.value("compression_setting", 0.0); setting > 0 && method != "none" && method != "fp16") {
+      method += method == "powersgd" ? " rank " + fmt(setting, 0) : " " + fmt(100.0 * setting, setting < 0.01 ? 1 : 0) + "%";
+    }
+    out << std::left << std::setw(9) << o.value("job", "") << std::setw(11) << o.value("model", "") << std::setw(15)
+        << o.value("dataset", "") << std::setw(8) << o.value("source", "") << std::setw(10) << method
+        << o.value("workers", 0) << "w x "
         << std::setw(5) << o.value("batch_size", 0) << " epoch " << std::setw(3) << o.value("epoch", 0) << " "
         << std::setw(8) << fmt(o.value("epoch_seconds", 0.0), 1) << "s " << std::setw(7)
         << fmt(o.value("images_per_sec", 0.0), 0) << " img/s";

@@ -103,7 +103,13 @@ const KeyTable<compress::CompressionSpec>& compression_keys() {
            c.method = compress::Method::kNone;
            return;
          }
-         enum_key(&CompressionSpec::method)(c, n, f);
+         try {
+           enum_key(&CompressionSpec::method)(c, n, f);
+         } catch (const ConfigError& e) {
+           // The enum's names, and "auto", which is not a method but the planner's choice.
+           const std::string what = e.what();
+           throw ConfigError(f, what.substr(std::min(what.size(), f.size() + 2)) + " (or \"auto\": the planner chooses)");
+         }
        }},
       {"ratio", double_key(&CompressionSpec::ratio, 0.0, 1.0, true, false)},
       {"downlink_ratio",

@@ -254,6 +254,8 @@ std::optional<Predictors::Time> Predictors::time(const Config& c) const {
 
 bool Predictors::method_measured(const MethodOption& m) const { return time_counts_.count(method_label(m)) > 0; }
 
+bool Predictors::method_has_finals(const MethodOption& m) const { return acc_counts_.count(method_label(m)) > 0; }
+
 std::optional<std::pair<double, int>> Predictors::seconds_per_image(const Config& c) const {
   const auto t = time(c);
   if (!t) return std::nullopt;
@@ -299,7 +301,15 @@ Plan make_plan(const PlanRequest& req, const std::vector<store::Observation>& hi
     }
   }
   if (cands.empty()) {
-    plan.explanation = "no candidate configuration: no worker count fits the free agents or no batch size is allowed";
+    plan.explanation =
+        req.batch_options.empty() ? "no candidate configuration: no batch size is allowed"
+        : req.requested_workers > 0
+            ? "no candidate configuration: workers = " + std::to_string(req.requested_workers) + " and " +
+                  std::to_string(req.ps_shards) + " PS shard(s) need " +
+                  std::to_string(req.requested_workers + req.ps_shards) + " task slots; the live agents offer " +
+                  std::to_string(req.task_slots) + " (cores ÷ threads_per_task, when idle)"
+            : "no candidate configuration: no worker count fits the live agents' " + std::to_string(req.task_slots) +
+                  " task slots beside " + std::to_string(req.ps_shards) + " PS shard(s)";
     return plan;
   }
   if (pred.time_cells() < req.min_time_cells) {
@@ -354,6 +364,7 @@ Plan make_plan(const PlanRequest& req, const std::vector<store::Observation>& hi
       row.accuracy_observations = a->observations;
       row.accuracy_source = beyond                              ? "beyond history"
                             : a->density_prior                 ? "prior (density below any measured)"
+                            : wm && !pred.method_has_finals(c.compression) ? "history of other methods (monotone in density)"
                             : pred.accuracy_from_same_epochs() ? "history"
                                                                : "history (other epochs)";
     } else {
@@ -416,9 +427,12 @@ Plan make_plan(const PlanRequest& req, const std::vector<store::Observation>& hi
   if (best != plan.table.end()) {
     plan.feasible = true;
     plan.choice = best->config;
-    plan.explanation = config_label(best->config, wm) + ": cheapest configuration predicted to reach " +
-                       fmt("%.4f", best->accuracy) + " in " + minutes(best->total_seconds) + " at cost " +
-                       fmt("%.4f", best->cost) + tie_note;
+    plan.explanation = config_label(best->config, wm) + ": cheapest configuration predicted to " +
+                       (best->accuracy_source == "prior" && req.target_accuracy <= 0
+                            ? std::string("finish (its accuracy not known yet: no finished run in the history)")
+                            : "reach " + fmt("%.4f", best->accuracy)) +
+                       " in " + minutes(best->total_seconds) + " at cost " + fmt("%.4f", best->cost) +
+                       " (task-hours × price)" + tie_note;
     if (wm) {
       plan.explanation += req.link_bytes_per_sec > 0
                               ? "; the link measured " + mbit(req.link_bytes_per_sec) + ", " +

@@ -36,6 +36,8 @@ struct PlanRequest {
   double target_accuracy = 0;           ///< 0 = no accuracy constraint
   double deadline_seconds = 0;          ///< 0 = no deadline
   std::vector<int> worker_options;      ///< worker counts that fit the free agents
+  int task_slots = 0;                   ///< tasks of the job's size the live agents hold when idle (for messages)
+  int requested_workers = 0;            ///< the job's fixed worker count; 0 with workers = "auto" (for messages)
   std::vector<int> batch_options;       ///< per-worker batch sizes the model/memory allow
   double price_per_task_hour = 1.0;     ///< of the hardware class, per task (worker or PS shard)
   double exploration_seconds = 0;       ///< already spent profiling for this plan
@@ -79,7 +81,9 @@ struct CandidateRow {
   double accuracy_margin = 0;     ///< k·σ_acc subtracted before comparing with the target
   double time_margin = 0;         ///< k·σ_time: relative margin added before the deadline
   int accuracy_observations = 0;  ///< final accuracies at exactly this global batch size
-  std::string accuracy_source;    ///< "history", "history (other epochs)", "beyond history" or "prior"
+  /// "history", "history (other epochs)", "history of other methods (monotone in density)",
+  /// "prior (density below any measured)", "beyond history" or "prior".
+  std::string accuracy_source;
   double cost = 0;                ///< (workers + PS shards) × price × total hours
   double bytes_per_step = 0;      ///< a worker's link per step, push + pull (0: link unknown or no bytes model)
   double comm_seconds_per_epoch = 0;  ///< of seconds_per_epoch: the bytes over the measured link
@@ -172,6 +176,8 @@ class Predictors {
   int time_cells() const;  ///< distinct (workers, batch) with computation measurements
   /// Whether the history holds epoch-time rows of method `m` (at any configuration).
   bool method_measured(const MethodOption& m) const;
+  /// Whether the history holds finished runs of method `m` (its own final accuracies).
+  bool method_has_finals(const MethodOption& m) const;
 
  private:
   void fit_time(const std::vector<store::Observation>& rows);

@@ -50,6 +50,8 @@ PlanRequest plan_request(const JobSpec& spec, const ClusterView& cluster, const 
   req.price_per_task_hour = spec.price_per_task_hour > 0 ? spec.price_per_task_hour
                             : price != options.prices.end() ? price->second
                                                             : 1.0;
+  req.task_slots = cluster.task_slots;
+  req.requested_workers = spec.workers_auto ? 0 : spec.workers;
   int wmax = cluster.task_slots - spec.ps_shards;
   if (spec.max_workers > 0) wmax = std::min(wmax, spec.max_workers);
   if (spec.workers_auto) {

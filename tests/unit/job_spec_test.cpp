@@ -523,5 +523,7 @@ TEST(JobSpec, CompressionMethodAutoLeavesTheChoiceToThePlannerAndTakesNoOtherKey
   EXPECT_EQ(field, "compression.ratio");
   EXPECT_NE(message.find("not with method = \"auto\""), std::string::npos) << message;
   EXPECT_EQ(reject(base + "warmup_epochs = 1\n").first, "compression.warmup_epochs");
-  EXPECT_EQ(reject(kData + "[compression]\nmethod = \"automatic\"\n").first, "compression.method");
+  const auto [bad_field, bad_message] = reject(kData + "[compression]\nmethod = \"Auto\"\n");
+  EXPECT_EQ(bad_field, "compression.method");
+  EXPECT_NE(bad_message.find("got \"Auto\" (or \"auto\": the planner chooses)"), std::string::npos) << bad_message;
 }
