@@ -146,7 +146,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "planner-compression.json"))
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="dltrain-plan-comp-")
-    results = {"provenance": provenance.record(sys.argv), "settings": vars(args), "links": []}
+    # The output path as the repository names it: a result file names no machine's paths.
+    settings = dict(vars(args), out=os.path.relpath(args.out, ROOT))
+    results = {"provenance": provenance.record(sys.argv), "settings": settings, "links": []}
     for link in args.links.split(","):
         results["links"].append(one_link(link, args, workdir))
         with open(args.out, "w") as f:
