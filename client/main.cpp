@@ -13,6 +13,8 @@
 #include "common/errors.h"
 #include "data/export.h"
 #include "data/inspect.h"
+#include "data/pack.h"
+#include "dataset_shards.h"
 #include "control/client.h"
 #include "dltrain/config.h"
 #include "leader_target.h"
@@ -104,10 +106,29 @@ int main(int argc, char** argv) {
       "inspect", "list an ImageFolder's (or CIFAR-10 directory's) classes, images per class and split, image "
                  "sizes and unreadable files; every image is decoded, as training would; exit 2 if the layout is "
                  "invalid");
-  inspect_cmd->add_option("DIR", dataset_dir, "the data_dir of a job: DIR/train/<class>/*.jpg|png and DIR/test/ (or val/)")
+  inspect_cmd->add_option("DIR", dataset_dir,
+                          "the data_dir of a job (DIR/train/<class>/*.jpg|png and DIR/test/ or val/), or a sharded data "
+                          "set: a directory with manifest.json, or its http(s)://, s3:// or file:// URL")
       ->required();
+  bool inspect_verify = false;
+  inspect_cmd->add_flag("--verify", inspect_verify,
+                        "a sharded data set: also fetch every shard, check its SHA-256 and decode every image");
   inspect_cmd->add_option("--threads", inspect_threads, "decoding threads")->capture_default_str()->check(CLI::Range(1, 256));
   inspect_cmd->add_flag("--json", as_json, "JSON output");
+  std::string pack_src, pack_dest, pack_size = "256MB";
+  dltrain::data::PackOptions pack_opt;
+  auto* pack_cmd = dataset_cmd->add_subcommand(
+      "pack", "write an IDX (Fashion-MNIST, MNIST), CIFAR-10 or ImageFolder directory as a sharded data set: tar "
+              "shards in WebDataset's layout (KEY.png|jpg + KEY.cls) and manifest.json, for data = \"URL\" "
+              "(docs/data.md)");
+  pack_cmd->add_option("SRC", pack_src, "the data set's directory")->required();
+  pack_cmd->add_option("DEST", pack_dest, "where to write the shards and manifest.json (created)")->required();
+  pack_cmd->add_option("--shard-size", pack_size, "target size of a shard (e.g. 256MB, 64MiB)")->capture_default_str();
+  pack_cmd->add_option("--dataset", pack_opt.dataset, "auto, fashion-mnist, mnist, cifar10 or imagefolder")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "fashion-mnist", "mnist", "cifar10", "imagefolder"}));
+  pack_cmd->add_option("--seed", pack_opt.seed, "shuffles the samples across the shards")->capture_default_str();
+  pack_cmd->add_flag("--json", as_json, "JSON output");
   std::string idx_dir, out_dir;
   dltrain::data::IdxExportOptions export_opt;
   auto* from_idx_cmd = dataset_cmd->add_subcommand(
@@ -222,6 +243,37 @@ int main(int argc, char** argv) {
       const auto n = dltrain::data::export_idx_as_image_folder(idx_dir, out_dir, export_opt);
       std::cout << "wrote " << n << " " << export_opt.format << " files under " << out_dir << std::endl;
       return client::kExitOk;
+    } catch (const std::exception& e) {
+      std::cerr << "dltrain: " << e.what() << "\n";
+      return client::kExitBadInput;
+    }
+  }
+  if (pack_cmd->parsed()) {
+    try {
+      pack_opt.shard_bytes = dltrain::data::parse_byte_size(pack_size);
+      auto report = dltrain::data::pack_dataset(pack_src, pack_dest, pack_opt);
+      if (as_json) {
+        std::cout << report.dump() << std::endl;
+      } else {
+        report["dest"] = std::filesystem::absolute(pack_dest).lexically_normal().string();
+        client::print_pack_report(std::cout, report);
+      }
+      return client::kExitOk;
+    } catch (const std::exception& e) {
+      std::cerr << "dltrain: " << e.what() << "\n";
+      return client::kExitBadInput;
+    }
+  }
+  if (inspect_cmd->parsed() && client::is_sharded_location(dataset_dir)) {
+    try {
+      const auto report = client::inspect_shards(dataset_dir, inspect_verify);
+      if (as_json) {
+        std::cout << report.dump() << std::endl;
+      } else {
+        client::print_shards_report(std::cout, report);
+      }
+      const bool bad = report.contains("verified") && !report["verified"]["bad_shards"].empty();
+      return bad ? client::kExitBadInput : client::kExitOk;
     } catch (const std::exception& e) {
       std::cerr << "dltrain: " << e.what() << "\n";
       return client::kExitBadInput;

@@ -17,6 +17,9 @@
 #include "agent/failure.h"
 #include "agent/leader_link.h"
 #include "agent/model_fetch.h"
+#include "agent/shard_cache.h"
+#include "agent/shard_cache_server.h"
+#include "data/shard_client.h"
 #include "agent/supervisor.h"
 #include "agent/task_files.h"
 #include "agent/task_launch.h"
@@ -71,6 +74,12 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
   // (key job/task) that wait for theirs before they start.
   ModelFetcher fetcher;
   std::map<std::string, std::uint32_t> fetching;  // key → the generation waiting
+  // The shard cache its workers read sharded data sets through (cache_bytes > 0), and the
+  // heartbeats since its list of held shards was last sent with one.
+  std::unique_ptr<ShardCache> shard_cache;
+  std::unique_ptr<ShardCacheServer> shard_server;
+  std::vector<std::string> held_sent;
+  int beats_since_held = 0;
 
   Impl(asio::io_context& i, config::AgentOptions o)
       : io(i), opt(std::move(o)), supervisor(i), log_timer(i),
@@ -94,6 +103,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     };
     h.lost = [this](const std::string& why) { fetcher.fail_all(why); };
     h.running_tasks = [this] { return tasks.size(); };
+    h.heartbeat_extra = [this] { return cache_figures(); };
     h.other_reply = [this](const wire::Envelope& env) { return fetcher.on_reply(env); };
     h.exit_unanswered = [this](const json& b) {
       tasks.exit_pending(TaskTable::key(b.value("job", std::string()), b.value("task", std::string())),
@@ -101,6 +111,40 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     };
     leader = std::make_shared<LeaderLink>(io, opt, std::move(h));
     add_order_handlers();
+  }
+
+  // Opens the shard cache under the state directory and serves it to the tasks.
+  void open_shard_cache() {
+    if (opt.cache_bytes <= 0) return;
+    ShardCache::Options o;
+    o.dir = opt.cache_dir.empty() ? (fs::path(opt.state_dir) / "shard-cache").string() : opt.cache_dir;
+    o.capacity_bytes = opt.cache_bytes;
+    o.fetch.s3.endpoint = opt.s3_endpoint;
+    o.fetch.s3.region = opt.s3_region;
+    o.fetch.s3.credentials_file = opt.s3_credentials_file;
+    o.fetch.log = [](const std::string& line) { spdlog::warn("shard cache: {}", line); };
+    shard_cache = std::make_unique<ShardCache>(std::move(o));
+    shard_server = std::make_unique<ShardCacheServer>((fs::path(opt.state_dir) / "shard-cache.sock").string(), *shard_cache);
+    const auto st = shard_cache->stats();
+    spdlog::info("shard cache: {} shards, {} MiB of {} MiB, at {}", st.shards, st.bytes >> 20, st.capacity_bytes >> 20,
+                 shard_server->path());
+  }
+
+  // The heartbeat's "shard_cache": the cache's figures, and the shards it holds when that
+  // changed (or every 30 heartbeats, for a leader that started meanwhile).
+  json cache_figures() {
+    if (!shard_cache) return json::object();
+    const auto st = shard_cache->stats();
+    json c{{"capacity_bytes", st.capacity_bytes}, {"bytes", st.bytes}, {"shards", st.shards},
+           {"hits", st.hits}, {"misses", st.misses}, {"fetches", st.fetches},
+           {"bytes_fetched", st.bytes_fetched}, {"evictions", st.evictions}, {"failures", st.failures}};
+    auto held = shard_cache->held();
+    if (held != held_sent || ++beats_since_held >= 30) {
+      c["held"] = held;
+      held_sent = std::move(held);
+      beats_since_held = 0;
+    }
+    return {{"shard_cache", c}};
   }
 
   wire::RegisterBody registration() const {
@@ -221,6 +265,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     const std::string key = TaskTable::key(b.job, b.task);
     Task t;
     t.launch = prepare_task(opt, b);
+    if (shard_server) t.launch.process.env.emplace_back(data::kShardCacheEnv, shard_server->path());
     for (const auto& [name, path] : files) {
       // The worker reads a fetched file from its own directory (a hard link to the
       // cached copy; a copy where the two are on different file systems).
@@ -434,6 +479,18 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     a.leader_term = leader ? leader->newest_term() : 0;
     a.stale_refused = leader ? leader->refused() : 0;
     tasks.add_metrics(out, a, opt.name, unix_seconds_now());
+    if (shard_cache) {
+      const auto st = shard_cache->stats();
+      const control::MetricLabels l{{"agent", opt.name}};
+      out.gauge("dltrain_shard_cache_capacity_bytes", "The shard cache's bound (cache_bytes)", l, static_cast<double>(st.capacity_bytes));
+      out.gauge("dltrain_shard_cache_bytes", "Bytes of the shards the cache holds", l, static_cast<double>(st.bytes));
+      out.gauge("dltrain_shard_cache_shards", "Shards the cache holds", l, static_cast<double>(st.shards));
+      out.counter("dltrain_shard_cache_hits_total", "Shards workers asked for that were cached", l, static_cast<double>(st.hits));
+      out.counter("dltrain_shard_cache_misses_total", "Shards workers asked for that had to be fetched first", l, static_cast<double>(st.misses));
+      out.counter("dltrain_shard_cache_fetched_bytes_total", "Bytes of shards fetched from their source", l, static_cast<double>(st.bytes_fetched));
+      out.counter("dltrain_shard_cache_evictions_total", "Shards evicted to make room", l, static_cast<double>(st.evictions));
+      out.counter("dltrain_shard_cache_failures_total", "Shard fetches that failed for good", l, static_cast<double>(st.failures));
+    }
   }
 };
 
@@ -455,6 +512,7 @@ void Agent::start() {
   fs::create_directories(impl_->opt.state_dir, ec);
   if (ec) throw ConfigError("state_dir", "cannot create \"" + impl_->opt.state_dir + "\": " + ec.message());
   impl_->rotate_logs();
+  impl_->open_shard_cache();
   impl_->leader->start();
 }
 

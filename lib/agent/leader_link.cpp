@@ -216,8 +216,9 @@ void LeaderLink::heartbeat() {
           "no answer for " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()) +
           " ms");
     }
-    self->link_->send(wire::make_request("a" + std::to_string(self->next_req_++), wire::ControlType::kHeartbeat,
-                                         {{"running_tasks", self->hooks_.running_tasks()}}));
+    nlohmann::json body{{"running_tasks", self->hooks_.running_tasks()}};
+    if (self->hooks_.heartbeat_extra) body.update(self->hooks_.heartbeat_extra());
+    self->link_->send(wire::make_request("a" + std::to_string(self->next_req_++), wire::ControlType::kHeartbeat, body));
     self->heartbeat();
   });
 }

@@ -48,6 +48,8 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
     std::function<void(const std::string& why)> lost;
     /// The tasks running now (the heartbeat's running_tasks).
     std::function<std::size_t()> running_tasks;
+    /// More fields of the heartbeat's body (the shard cache's figures); may be null.
+    std::function<nlohmann::json()> heartbeat_extra;
     /// A reply to none of the link's own requests (a window of a model file, say): true
     /// when the hook took it.
     std::function<bool(const wire::Envelope&)> other_reply;

@@ -126,6 +126,17 @@ struct AgentOptions {
   /// (link_probe, docs/planner.md), bytes, [0, 3 MiB]; 0 = no probe. The probe grows its
   /// payload from 64 KiB by ×4 until one takes 0.2 s or this size is reached.
   std::int64_t link_probe_bytes = 3 << 20;
+  /// Agent: the shard cache's bound (docs/data.md, "The cache"), bytes, >= 0; the least
+  /// recently used shard not held by a worker goes first. 0 = no cache: jobs whose data is
+  /// a sharded data set cannot run here.
+  std::int64_t cache_bytes = std::int64_t{20} << 30;
+  /// Agent: the shard cache's directory; empty = <state_dir>/shard-cache.
+  std::string cache_dir;
+  /// Agent: where s3:// data URLs go (data::S3Settings): the store's base URL (empty =
+  /// AWS_ENDPOINT_URL, else AWS's), the signing region (empty = AWS_REGION, else
+  /// us-east-1), and an AWS shared-credentials file (empty = AWS_ACCESS_KEY_ID and
+  /// AWS_SECRET_ACCESS_KEY from the agent's environment).
+  std::string s3_endpoint, s3_region, s3_credentials_file;
   /// Leader: relative cost within which candidates of different compression methods
   /// count as tied (planner::PlanRequest::method_tie), [0, 1].
   double method_tie = 0.05;

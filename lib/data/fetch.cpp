@@ -246,40 +246,6 @@ std::int64_t fetch(const std::string& url, Sink& sink, const std::string* path, 
 
 }  // namespace
 
-std::string join_url(const std::string& prefix, const std::string& name) {
-  if (prefix.empty()) return name;
-  return prefix.back() == '/' ? prefix + name : prefix + "/" + name;
-}
-
-bool is_local_url(const std::string& url) {
-  return url.rfind("file://", 0) == 0 || url.find("://") == std::string::npos;
-}
-
-void check_data_url(const std::string& url) {
-  if (url.empty()) throw ConfigError("data", "empty");
-  if (url.size() > 4096) throw ConfigError("data", "longer than 4096 bytes");
-  for (unsigned char c : url) {
-    if (c < 32 || c == 127) throw ConfigError("data", "\"" + url + "\" holds a control character");
-  }
-  if (url.rfind("s3://", 0) == 0) {
-    const auto bucket = url.substr(5, url.find('/', 5) == std::string::npos ? std::string::npos : url.find('/', 5) - 5);
-    if (bucket.empty()) throw ConfigError("data", "\"" + url + "\" names no bucket (s3://bucket/prefix)");
-    return;
-  }
-  if (url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0) {
-    if (url.find("://") + 3 >= url.size()) throw ConfigError("data", "\"" + url + "\" names no host");
-    return;
-  }
-  if (url.rfind("file://", 0) == 0) {
-    if (url.size() <= 7 || url[7] != '/') throw ConfigError("data", "\"" + url + "\": file:// takes an absolute path (file:///srv/data)");
-    return;
-  }
-  if (url.find("://") != std::string::npos) {
-    throw ConfigError("data", "\"" + url + "\": unknown scheme (use a path, file://, http://, https:// or s3://)");
-  }
-  if (url[0] != '/') throw ConfigError("data", "\"" + url + "\" is not an absolute path");
-}
-
 std::int64_t fetch_to_file(const std::string& url, const std::string& path, std::int64_t max_bytes, const FetchOptions& o) {
   if (is_local_url(url)) {
     const std::string from = url.rfind("file://", 0) == 0 ? url.substr(7) : url;

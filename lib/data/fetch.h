@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/errors.h"
+#include "data/shards.h"  // join_url, is_local_url, check_data_url
 
 namespace dltrain::data {
 
@@ -53,17 +54,6 @@ struct FetchOptions {
   /// Called with one line per retry ("GET URL failed (cause); retry 2 of 5 in 1.0 s").
   std::function<void(const std::string&)> log;
 };
-
-/// `prefix` joined with the file `name` ("s3://b/p" + "x.tar" → "s3://b/p/x.tar"; a
-/// local directory gives a path).
-std::string join_url(const std::string& prefix, const std::string& name);
-
-/// True when `url` names a local or shared path (no scheme, or file://).
-bool is_local_url(const std::string& url);
-
-/// Checks the form of a data URL: an absolute path, file://, http://, https:// or
-/// s3://bucket[/prefix]. Throws ConfigError("data", …) naming what is wrong.
-void check_data_url(const std::string& url);
 
 /// Fetches `url` into the file `path` (created or replaced), at most `max_bytes` bytes.
 /// Transient failures (connection refused or reset, timeouts, HTTP 5xx and 429) are retried

@@ -339,19 +339,28 @@ std::vector<ShardSample> read_shard_samples(std::span<const std::uint8_t> bytes,
   return kept;
 }
 
-std::vector<std::vector<std::int64_t>> deal_shards(const std::vector<std::int64_t>& samples, int workers, std::uint64_t seed,
-                                                   std::int64_t epoch) {
-  if (workers < 1) throw InvalidArgument("deal_shards: workers must be >= 1");
-  const auto n = static_cast<std::int64_t>(samples.size());
-  if (n < workers) {
-    throw InvalidArgument("deal_shards: " + std::to_string(n) + " shards cannot feed " + std::to_string(workers) + " workers");
+std::vector<ShardSlice> deal_shards(const std::vector<std::int64_t>& samples, int rank, int workers, std::uint64_t seed,
+                                    std::int64_t epoch) {
+  if (workers < 1 || rank < 0 || rank >= workers) {
+    throw InvalidArgument("deal_shards: rank " + std::to_string(rank) + " of " + std::to_string(workers) + " workers");
   }
-  std::vector<std::vector<std::int64_t>> out(static_cast<std::size_t>(workers));
-  std::vector<std::int64_t> load(static_cast<std::size_t>(workers), 0);
-  for (const auto s : epoch_permutation(n, seed, epoch)) {
-    const auto w = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    out[w].push_back(s);
-    load[w] += samples[static_cast<std::size_t>(s)];
+  std::int64_t n = 0;
+  for (const auto c : samples) {
+    if (c < 1) throw InvalidArgument("deal_shards: a shard of " + std::to_string(c) + " samples");
+    n += c;
+  }
+  // This rank's run [lo, hi) of the n samples: the ranks before it take shard_size each.
+  const std::int64_t w = workers, q = n / w, r = n % w;
+  const std::int64_t lo = rank * q + std::min<std::int64_t>(rank, r);
+  const std::int64_t hi = lo + shard_size(n, rank, workers);
+  std::vector<ShardSlice> out;
+  std::int64_t at = 0;  // where the current shard starts in the sequence
+  for (const auto s : epoch_permutation(static_cast<std::int64_t>(samples.size()), seed, epoch)) {
+    const std::int64_t len = samples[static_cast<std::size_t>(s)];
+    const std::int64_t b = std::max(lo, at), e = std::min(hi, at + len);
+    if (b < e) out.push_back({s, b - at, e - at});
+    at += len;
+    if (at >= hi) break;
   }
   return out;
 }
@@ -366,6 +375,40 @@ std::vector<std::int64_t> shard_windows(std::int64_t shards, std::int64_t window
     left -= w;
   }
   return out;
+}
+
+std::string join_url(const std::string& prefix, const std::string& name) {
+  if (prefix.empty()) return name;
+  return prefix.back() == '/' ? prefix + name : prefix + "/" + name;
+}
+
+bool is_local_url(const std::string& url) {
+  return url.rfind("file://", 0) == 0 || url.find("://") == std::string::npos;
+}
+
+void check_data_url(const std::string& url) {
+  if (url.empty()) throw ConfigError("data", "empty");
+  if (url.size() > 4096) throw ConfigError("data", "longer than 4096 bytes");
+  for (unsigned char c : url) {
+    if (c < 32 || c == 127) throw ConfigError("data", "\"" + url + "\" holds a control character");
+  }
+  if (url.rfind("s3://", 0) == 0) {
+    const auto bucket = url.substr(5, url.find('/', 5) == std::string::npos ? std::string::npos : url.find('/', 5) - 5);
+    if (bucket.empty()) throw ConfigError("data", "\"" + url + "\" names no bucket (s3://bucket/prefix)");
+    return;
+  }
+  if (url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0) {
+    if (url.find("://") + 3 >= url.size()) throw ConfigError("data", "\"" + url + "\" names no host");
+    return;
+  }
+  if (url.rfind("file://", 0) == 0) {
+    if (url.size() <= 7 || url[7] != '/') throw ConfigError("data", "\"" + url + "\": file:// takes an absolute path (file:///srv/data)");
+    return;
+  }
+  if (url.find("://") != std::string::npos) {
+    throw ConfigError("data", "\"" + url + "\": unknown scheme (use a path, file://, http://, https:// or s3://)");
+  }
+  if (url[0] != '/') throw ConfigError("data", "\"" + url + "\" is not an absolute path");
 }
 
 }  // namespace dltrain::data

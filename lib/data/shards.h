@@ -130,20 +130,41 @@ struct ShardSample {
 /// label that is not a number in range, or a tar error (read_tar).
 std::vector<ShardSample> read_shard_samples(std::span<const std::uint8_t> bytes, int classes, const std::string& name);
 
-/// Which shards each of `workers` workers reads in `epoch` (indices into `samples`, the
-/// shards' sample counts): the shards in the order of epoch_permutation(shards, seed,
-/// epoch), each given to the worker with the fewest samples so far (the lowest rank on a
-/// tie). Every shard goes to exactly one worker; with shards of equal size the workers'
-/// sample counts differ by at most one shard's. A pure function of its arguments, so every
-/// worker computes the same deal without coordination, and a job resized to another
-/// worker count re-deals from the next epoch. Throws InvalidArgument unless workers >= 1
-/// and there are at least `workers` shards.
-std::vector<std::vector<std::int64_t>> deal_shards(const std::vector<std::int64_t>& samples, int workers,
-                                                   std::uint64_t seed, std::int64_t epoch);
+/// A run of samples of one shard: samples [begin, end) in the shard's own order.
+struct ShardSlice {
+  std::int64_t shard = 0;  ///< index into the split's shards
+  std::int64_t begin = 0, end = 0;
+};
 
-/// Sizes, in shards, of the windows a worker reads an epoch's shards in (the samples of
+/// What worker `rank` of `workers` reads in `epoch`: the split's shards (their sample
+/// counts in `samples`) in the order of epoch_permutation(shards, seed, epoch), their
+/// samples laid end to end, cut into `workers` consecutive runs whose sizes are those of
+/// data::shard_size (⌈(n − rank)/workers⌉: they differ by at most one); this rank's run,
+/// as slices of whole or partial shards, in that order. Over the ranks of an epoch every
+/// sample is read exactly once; a shard is read by at most the workers whose runs meet it
+/// (a whole shard by one, in general). A pure function of its arguments, so every worker
+/// computes the deal without coordination, and a job resized to another worker count
+/// re-deals from the next epoch. Throws InvalidArgument unless 0 <= rank < workers and
+/// every count is >= 1.
+std::vector<ShardSlice> deal_shards(const std::vector<std::int64_t>& samples, int rank, int workers,
+                                    std::uint64_t seed, std::int64_t epoch);
+
+/// Sizes, in slices, of the windows a worker reads an epoch's slices in (the samples of
 /// one window are shuffled together): 1 first, so that training starts once the first
 /// shard is there, then `window` at a time. Sums to `shards`. Pure.
 std::vector<std::int64_t> shard_windows(std::int64_t shards, std::int64_t window);
+
+// ---------------------------------------------------------------- data URLs
+
+/// `prefix` joined with the file `name` ("s3://b/p" + "x.tar" → "s3://b/p/x.tar"; a
+/// local directory gives a path).
+std::string join_url(const std::string& prefix, const std::string& name);
+
+/// True when `url` names a local or shared path (no scheme, or file://).
+bool is_local_url(const std::string& url);
+
+/// Checks the form of a data URL: an absolute path, file://, http://, https:// or
+/// s3://bucket[/prefix]. Throws ConfigError("data", …) naming what is wrong.
+void check_data_url(const std::string& url);
 
 }  // namespace dltrain::data

@@ -13,10 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
+#include "common/file_transfer.h"
 #include "common/json_fields.h"
 #include "common/toml_fields.h"
 #include "data/cifar10.h"
 #include "data/imagefolder.h"
+#include "data/shards.h"
 
 namespace dltrain {
 namespace {
@@ -206,6 +208,7 @@ const KeyTable<JobSpec>& job_keys() {
       {"init_from", bounded_string_key(&JobSpec::init_from, kMaxPathLength, "bytes")},
       {"dataset", enum_key(&JobSpec::dataset)},
       {"data_dir", bounded_string_key(&JobSpec::data_dir, kMaxPathLength, "bytes")},
+      {"data", bounded_string_key(&JobSpec::data, kMaxPathLength, "bytes")},
       {"image_size", int_key(&JobSpec::image_size, 8, 1024)},
       {"channels",
        [](JobSpec& s, const Node& n, const std::string& k) {
@@ -257,6 +260,21 @@ const KeyTable<JobSpec>& job_keys() {
 
 void apply_data_defaults(JobSpec& s) {
   const bool idx = is_idx_dataset(s.dataset);
+  if (s.dataset == DatasetKind::kShards) {
+    // image_size and channels default to the manifest's (set by the leader at submit, or
+    // by the worker), which is not at hand here.
+    if (s.data.empty()) throw ConfigError("data", "dataset = \"shards\" needs data = \"URL\" (docs/data.md)");
+    data::check_data_url(s.data);
+    if (s.channels == 0 || s.image_size == 0) {
+      if (s.mean.empty() != s.std.empty()) {
+        throw ConfigError(s.mean.empty() ? "mean" : "std", "give mean and std together (or neither: the manifest's)");
+      }
+      return;
+    }
+  } else if (!s.data.empty()) {
+    throw ConfigError("data", "applies only to dataset = \"shards\" (this job has dataset = \"" +
+                                  std::string(enum_name(s.dataset)) + "\")");
+  }
   if (s.image_size == 0) s.image_size = idx ? 28 : s.dataset == DatasetKind::kCifar10 ? 32 : 224;
   if (s.channels == 0) s.channels = idx ? 1 : 3;
   for (const auto* v : {&s.mean, &s.std}) {
@@ -435,6 +453,17 @@ void resolve_model_file(JobSpec& s, const std::string& base_dir, bool check_file
 // hold the data set.
 void resolve_data_dir(JobSpec& s, const std::string& base_dir, bool check_files) {
   namespace fs = std::filesystem;
+  if (s.dataset == DatasetKind::kShards) {
+    // A local manifest is read here; a remote one by the leader (leader_clients.cpp).
+    if (!check_files || !data::is_local_url(s.data)) return;
+    const std::string dir = s.data.rfind("file://", 0) == 0 ? s.data.substr(7) : s.data;
+    const auto path = (fs::path(dir) / data::kManifestName).string();
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ConfigError("data", "\"" + path + "\" cannot be read on the leader (pack the data set with dltrain dataset pack)");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    data::parse_manifest(text, path);
+    return;
+  }
   fs::path dir(s.data_dir);
   if (dir.is_relative()) dir = fs::path(base_dir) / dir;
   s.data_dir = dir.lexically_normal().string();
@@ -472,6 +501,22 @@ void validate_job(JobSpec& s) {
   apply_data_defaults(s);
 }
 
+std::string dataset_label(const JobSpec& spec) {
+  if (spec.dataset == DatasetKind::kShards) {
+    // The location's last component, made a safe key part, and a hash of the whole.
+    std::string d = spec.data;
+    while (!d.empty() && d.back() == '/') d.pop_back();
+    std::string base = d.substr(d.find_last_of('/') == std::string::npos ? 0 : d.find_last_of('/') + 1);
+    for (auto& c : base) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+    }
+    if (base.size() > 40) base.resize(40);
+    const auto hash = sha256_hex(std::span(reinterpret_cast<const std::uint8_t*>(spec.data.data()), spec.data.size()));
+    return "shards-" + base + "-" + hash.substr(0, 8);
+  }
+  return std::string(enum_name(spec.dataset));
+}
+
 double effective_barrier_timeout(const JobSpec& spec) {
   return spec.barrier_timeout_seconds > 0 ? spec.barrier_timeout_seconds : spec.ps_timeout_seconds / 2;
 }
@@ -491,6 +536,16 @@ JobSpec parse_job_toml(const std::string& text, const std::string& base_dir, boo
   }
   if (given("gpus_per_worker") && s.device == Device::kCpu) {
     throw ConfigError("gpus_per_worker", "applies only to device = \"cuda\"" + this_job_has("device", s.device));
+  }
+  if (given("data")) {
+    if (given("dataset") && s.dataset != DatasetKind::kShards) {
+      throw ConfigError("dataset", "a job with data = \"URL\" reads a sharded data set: leave dataset out (or write \"shards\")");
+    }
+    if (given("data_dir")) throw ConfigError("data_dir", "not with data = \"URL\" (a sharded data set has no data_dir)");
+    s.dataset = DatasetKind::kShards;
+    if (data::is_local_url(s.data) && s.data.rfind("file://", 0) != 0 && !s.data.empty() && s.data[0] != '/') {
+      s.data = (std::filesystem::path(base_dir) / s.data).lexically_normal().string();  // relative to the job file
+    }
   }
   apply_file_defaults(s, given);
   validate_job(s);
@@ -605,6 +660,7 @@ template <typename S, typename V>
 void job_fields(S& s, V&& v) {
   constexpr auto opt = Need::kOptional;
   v("name", s.name), v("model", s.model), v("dataset", s.dataset), v("data_dir", s.data_dir), v("epochs", s.epochs),
+      v("data", s.data, opt),
       v("workers", s.workers), v("ps_shards", s.ps_shards), v("batch_size", s.batch_size),
       v("threads_per_task", s.threads_per_task), v("sync", s.sync), v("seed", s.seed),
       v("train_samples", s.train_samples), v("test_samples", s.test_samples), v("partition_size", s.partition_size),

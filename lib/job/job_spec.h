@@ -22,6 +22,7 @@ enum class DatasetKind {
   kMnist,         ///< IDX files
   kCifar10,       ///< CIFAR-10's binary version
   kImageFolder,   ///< data_dir/train/<class>/*.jpg|png, data_dir/test|val/<class>/…
+  kShards,        ///< a sharded data set (data/shards.h) at `data`, read through the agents' shard caches
 };
 /// Where workers train (job `device`; docs/gpu.md).
 enum class Device { kCpu, kCuda };
@@ -39,10 +40,11 @@ struct EnumNames<ModelKind> {
 };
 template <>
 struct EnumNames<DatasetKind> {
-  static constexpr std::array<EnumName<DatasetKind>, 4> kNames{{{DatasetKind::kFashionMnist, "fashion-mnist"},
+  static constexpr std::array<EnumName<DatasetKind>, 5> kNames{{{DatasetKind::kFashionMnist, "fashion-mnist"},
                                                                 {DatasetKind::kMnist, "mnist"},
                                                                 {DatasetKind::kCifar10, "cifar10"},
-                                                                {DatasetKind::kImageFolder, "imagefolder"}}};
+                                                                {DatasetKind::kImageFolder, "imagefolder"},
+                                                                {DatasetKind::kShards, "shards"}}};
 };
 template <>
 struct EnumNames<Device> {
@@ -109,6 +111,10 @@ struct JobSpec {
   std::string init_sha256;
   DatasetKind dataset = DatasetKind::kFashionMnist;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";  ///< absolute after parsing
+  /// A sharded data set's location (dataset = "shards"; docs/data.md): the directory or URL
+  /// prefix that holds manifest.json and the shards — an absolute path (a local copy or a
+  /// shared file system), file://, http(s)://, or s3://bucket/prefix. "" for the others.
+  std::string data;
   /// Network input height and width in pixels, [8, 1024]: images are resized (shorter
   /// side) and centre-cropped to it. parse_job_toml sets the data set's default when the
   /// job file has none: 28 (IDX), 32 (cifar10), 224 (imagefolder).
@@ -240,6 +246,11 @@ std::vector<std::string> compression_warnings(const JobSpec& spec);
 /// The barrier timeout of a job's PS shards in ssp/sync, s: [ps] barrier_timeout, or half
 /// of ps.timeout when it is not given.
 double effective_barrier_timeout(const JobSpec& spec);
+
+/// The data set's name in the performance history and the plan's key: the dataset kind;
+/// for a sharded data set "shards-<last component of data>-<first 8 hex digits of
+/// SHA-256(data)>", so that two sharded data sets never share a history.
+std::string dataset_label(const JobSpec& spec);
 
 /// Parses and validates a job file's text. Relative `data_dir` values are resolved
 /// against `base_dir` (the job file's directory). When `check_files` is true the data

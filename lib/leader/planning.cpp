@@ -38,7 +38,7 @@ planner::Plan Planning::plan_for(const JobSpec& spec, double exploration_seconds
   int live = 0;
   for (const auto& [id, a] : agents_) live += agents_.live(id) ? 1 : 0;
   const planner::ClusterView cluster{agents_.hardware_class(gpu), slots, agents_.slowest_link(), live};
-  const std::string model(enum_name(spec.model)), dataset(enum_name(spec.dataset));
+  const std::string model(enum_name(spec.model)), dataset(dataset_label(spec));
   std::vector<store::Observation> history;
   if (db_) history = planner::relevant_history(db_->history(model, dataset), spec);
   auto req = planner::plan_request(spec, cluster, policy_options(opt_), exploration_seconds, history);

@@ -21,7 +21,7 @@ PlanRequest plan_request(const JobSpec& spec, const ClusterView& cluster, const 
                          double exploration_seconds, const std::vector<store::Observation>& history) {
   PlanRequest req;
   req.model = enum_name(spec.model);
-  req.dataset = enum_name(spec.dataset);
+  req.dataset = dataset_label(spec);
   req.hardware_class = cluster.hardware_class;
   req.ps_shards = spec.ps_shards;
   req.epochs = spec.epochs;
@@ -98,7 +98,7 @@ std::vector<store::Observation> relevant_history(std::vector<store::Observation>
 }
 
 std::string plan_key(const JobSpec& spec) {
-  return "plan/" + std::string(enum_name(spec.model)) + "/" + std::string(enum_name(spec.dataset));
+  return "plan/" + std::string(enum_name(spec.model)) + "/" + dataset_label(spec);
 }
 
 std::string encode_plan(const Config& c) {
@@ -144,7 +144,7 @@ JobSpec exploration_spec(const JobSpec& parent, const std::string& parent_id, co
 store::Observation base_observation(const JobSpec& spec, const std::string& job_id, const std::string& hardware_class) {
   store::Observation o;
   o.model = enum_name(spec.model);
-  o.dataset = enum_name(spec.dataset);
+  o.dataset = dataset_label(spec);
   o.hardware_class = hardware_class;
   o.job = job_id;
   o.workers = spec.workers;

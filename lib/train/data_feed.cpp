@@ -10,6 +10,7 @@
 #include "data/export.h"
 #include "data/imagefolder.h"
 #include "data/loader.h"
+#include "data/shard_reader.h"
 #include "data/sharding.h"
 #include "data/idx.h"
 #include "train/tensors.h"
@@ -134,9 +135,12 @@ torch::Tensor images_tensor(data::Batch& b, int c, int s) {
 
 /// CIFAR-10, ImageFolder, and IDX when it needs the loader: a new shard of the whole
 /// training set every epoch (data::epoch_shard), streamed through data::StreamingLoader.
+/// A sharded data set: the worker's run of samples each epoch in windows of shards
+/// (data::ShardReader), each window streamed through its own StreamingLoader.
 class StreamFeed final : public DataFeed {
  public:
-  StreamFeed(JobSpec spec, int rank, int threads) : spec_(std::move(spec)), rank_(rank) {
+  StreamFeed(JobSpec spec, int rank, int threads, std::unique_ptr<data::ShardReader> shards = nullptr)
+      : spec_(std::move(spec)), rank_(rank), shards_(std::move(shards)) {
     threads_ = spec_.loader_threads > 0 ? spec_.loader_threads : std::max(1, threads);
     load_sources();
     transform_.image_size = spec_.image_size;
@@ -145,7 +149,9 @@ class StreamFeed final : public DataFeed {
     transform_.augment = spec_.augment;
   }
 
-  std::int64_t shard_examples() const override { return data::shard_size(train_->size(), rank_, spec_.workers); }
+  std::int64_t shard_examples() const override {
+    return shards_ ? shards_->epoch_samples() : data::shard_size(train_->size(), rank_, spec_.workers);
+  }
   std::int64_t classes() const override { return classes_; }
   bool streaming() const override { return true; }
   double wait_seconds() const override { return wait_seconds_; }
@@ -157,8 +163,8 @@ class StreamFeed final : public DataFeed {
     d.rank = rank_;
     d.dataset = enum_name(spec_.dataset);
     d.classes = classes_;
-    d.train_images = train_->size();
-    d.test_images = test_ ? test_->size() : 0;
+    d.train_images = shards_ ? shards_->manifest().train.samples : train_->size();
+    d.test_images = shards_ ? (rank_ == 0 ? shards_->manifest().test.samples : 0) : test_ ? test_->size() : 0;
     d.image_size = spec_.image_size;
     d.channels = spec_.channels;
     d.mean.assign(transform_.mean.begin(), transform_.mean.end());
@@ -174,6 +180,11 @@ class StreamFeed final : public DataFeed {
   void start_epoch(int epoch) override {
     loader_.reset();  // joins the previous epoch's threads
     train_skipped_ = 0;
+    if (shards_) {
+      epoch_ = epoch;
+      shards_->start_epoch(epoch);
+      return;
+    }
     auto order = data::epoch_shard(train_->size(), rank_, spec_.workers, static_cast<std::uint64_t>(spec_.seed), epoch);
     auto t = transform_;
     t.train = true;
@@ -183,7 +194,19 @@ class StreamFeed final : public DataFeed {
   bool next(torch::Tensor& x, torch::Tensor& y) override {
     const auto t0 = std::chrono::steady_clock::now();
     data::Batch b;
-    const bool got = loader_->next(b);
+    bool got = loader_ && loader_->next(b);
+    while (!got && shards_) {  // the next window of shards, if any
+      std::shared_ptr<const data::ExampleSource> window;
+      std::vector<std::int64_t> order;
+      loader_.reset();
+      if (!shards_->next_window(window, order)) break;
+      auto t = transform_;
+      t.train = true;
+      auto o = options(epoch_);
+      o.seed ^= data::mix64(static_cast<std::uint64_t>(++window_count_));
+      loader_ = std::make_unique<data::StreamingLoader>(std::move(window), std::move(order), t, o);
+      got = loader_->next(b);
+    }
     wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!got) return false;
     note_skips(b, train_skipped_);
@@ -196,11 +219,13 @@ class StreamFeed final : public DataFeed {
     if (recal_.defined()) return recal_;
     const std::int64_t per = static_cast<std::int64_t>(spec_.channels) * spec_.image_size * spec_.image_size * 4;
     const std::int64_t want = std::clamp<std::int64_t>(kRecalibrationBytes / per, 64, 2000);
-    auto order = data::epoch_shard(train_->size(), rank_, spec_.workers, static_cast<std::uint64_t>(spec_.seed), 0);
+    auto source = shards_ ? shards_->sample(want) : train_;
+    auto order = shards_ ? all_of(*source)
+                         : data::epoch_shard(train_->size(), rank_, spec_.workers, static_cast<std::uint64_t>(spec_.seed), 0);
     if (static_cast<std::int64_t>(order.size()) > want) order.resize(static_cast<std::size_t>(want));
     std::vector<torch::Tensor> parts;
     std::int64_t ignored = 0;  // met again in the epochs
-    run_loader(train_, std::move(order), ignored, [&](torch::Tensor x, torch::Tensor) { parts.push_back(std::move(x)); });
+    run_loader(source, std::move(order), ignored, [&](torch::Tensor x, torch::Tensor) { parts.push_back(std::move(x)); });
     recal_ = torch::cat(parts, 0);
     return recal_;
   }
@@ -208,8 +233,8 @@ class StreamFeed final : public DataFeed {
   double evaluate(torch::nn::Module& m, const Model& model) override {
     torch::NoGradGuard ng;
     m.eval();
-    std::vector<std::int64_t> all(static_cast<std::size_t>(test_->size()));
-    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
+    if (shards_ && !test_) test_ = std::const_pointer_cast<data::ExampleSource>(shards_->test_set());
+    auto all = all_of(*test_);
     std::int64_t correct = 0, total = 0;
     test_skipped_ = 0;
     run_loader(test_, std::move(all), test_skipped_, [&](const torch::Tensor& x, const torch::Tensor& y) {
@@ -222,8 +247,19 @@ class StreamFeed final : public DataFeed {
   }
 
  private:
+  static std::vector<std::int64_t> all_of(const data::ExampleSource& s) {
+    std::vector<std::int64_t> all(static_cast<std::size_t>(s.size()));
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
+    return all;
+  }
+
   void load_sources() {
     const auto seed = static_cast<std::uint64_t>(spec_.seed);
+    if (shards_) {
+      classes_ = static_cast<std::int64_t>(shards_->manifest().classes.size());
+      class_names_ = shards_->manifest().classes;
+      return;
+    }
     if (spec_.dataset == DatasetKind::kImageFolder) {
       auto idx = data::scan_image_folder(spec_.data_dir);
       classes_ = static_cast<std::int64_t>(idx.classes.size());
@@ -258,6 +294,17 @@ class StreamFeed final : public DataFeed {
       transform_.mean.assign(spec_.mean.begin(), spec_.mean.end());
       transform_.std.assign(spec_.std.begin(), spec_.std.end());
       normalization_ = "job";
+    } else if (shards_) {
+      // The manifest's statistics, in the job's channel count.
+      const auto& m = shards_->manifest();
+      const auto mean = [](const std::vector<float>& v) {
+        float t = 0;
+        for (float x : v) t += x;
+        return t / static_cast<float>(v.size());
+      };
+      transform_.mean = c == m.mean.size() ? m.mean : std::vector<float>(c, mean(m.mean));
+      transform_.std = c == m.std.size() ? m.std : std::vector<float>(c, mean(m.std));
+      normalization_ = "manifest";
     } else if (is_idx_dataset(spec_.dataset)) {
       transform_.mean.assign(c, static_cast<float>(idx_mean(spec_.dataset)));
       transform_.std.assign(c, static_cast<float>(idx_std(spec_.dataset)));
@@ -317,6 +364,9 @@ class StreamFeed final : public DataFeed {
   data::Transform transform_;
   std::string normalization_;
   std::int64_t sample_images_ = 0;
+  std::unique_ptr<data::ShardReader> shards_;  ///< a sharded data set's reader, else null
+  int epoch_ = 0;
+  std::int64_t window_count_ = 0;
   std::unique_ptr<data::StreamingLoader> loader_;
   torch::Tensor recal_;
   double wait_seconds_ = 0;
@@ -329,6 +379,24 @@ class StreamFeed final : public DataFeed {
 
 std::unique_ptr<DataFeed> make_data_feed(const JobSpec& job, int rank, int threads, torch::Generator gen) {
   JobSpec spec = job;
+  if (spec.dataset == DatasetKind::kShards) {
+    // Read through the agent's shard cache; image size and channels default to the manifest's.
+    const char* socket = std::getenv(data::kShardCacheEnv);
+    if (socket == nullptr || *socket == '\0') {
+      throw ConfigError("data", std::string("a sharded data set is read through the agent's shard cache, and ") +
+                                    data::kShardCacheEnv + " is not set (is cache_bytes 0 in the agent's configuration?)");
+    }
+    data::ShardReaderOptions o;
+    o.data = spec.data;
+    o.rank = rank;
+    o.workers = spec.workers;
+    o.seed = static_cast<std::uint64_t>(spec.seed);
+    auto reader = std::make_unique<data::ShardReader>(std::make_shared<data::ShardCacheClient>(socket), o);
+    if (spec.image_size == 0) spec.image_size = std::clamp(reader->manifest().image_size, 8, 1024);
+    if (spec.channels == 0) spec.channels = reader->manifest().channels;
+    apply_data_defaults(spec);
+    return std::make_unique<StreamFeed>(std::move(spec), rank, threads, std::move(reader));
+  }
   apply_data_defaults(spec);  // a JobSpec built in code has image_size and channels 0
   const bool tensors = is_idx_dataset(spec.dataset) && spec.image_size == 28 && spec.channels == 1 &&
                        !spec.augment.any() && spec.mean.empty();
