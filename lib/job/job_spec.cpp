@@ -461,7 +461,7 @@ void resolve_data_dir(JobSpec& s, const std::string& base_dir, bool check_files)
     std::ifstream in(path, std::ios::binary);
     if (!in) throw ConfigError("data", "\"" + path + "\" cannot be read on the leader (pack the data set with dltrain dataset pack)");
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    data::parse_manifest(text, path);
+    apply_manifest(s, data::parse_manifest(text, path));
     return;
   }
   fs::path dir(s.data_dir);
@@ -498,6 +498,16 @@ void validate_job(JobSpec& s) {
   check_device_fields(s);
   check_model_fields(s);
   check_warmups(s);
+  apply_data_defaults(s);
+}
+
+void apply_manifest(JobSpec& s, const data::Manifest& m) {
+  if (s.image_size == 0) s.image_size = std::clamp(m.image_size, 8, 1024);
+  if (s.channels == 0) s.channels = m.channels;
+  if (!s.workers_auto && m.train.samples < s.workers) {
+    throw ConfigError("data", std::to_string(m.train.samples) + " training samples cannot feed " + std::to_string(s.workers) +
+                                  " workers");
+  }
   apply_data_defaults(s);
 }
 

@@ -12,6 +12,10 @@
 #include "common/sync_mode.h"
 #include "data/augment.h"
 
+namespace dltrain::data {
+struct Manifest;  // data/shards.h
+}  // namespace dltrain::data
+
 namespace dltrain {
 
 /// The built-in networks (train/models.h) and a user's TorchScript module (job `model`).
@@ -246,6 +250,12 @@ std::vector<std::string> compression_warnings(const JobSpec& spec);
 /// The barrier timeout of a job's PS shards in ssp/sync, s: [ps] barrier_timeout, or half
 /// of ps.timeout when it is not given.
 double effective_barrier_timeout(const JobSpec& spec);
+
+/// A sharded data set's manifest applied to its job: image_size and channels take the
+/// manifest's when the job file has none (image_size clamped to [8, 1024]). Throws
+/// ConfigError("data", …) when the data set has fewer training samples than the job has
+/// workers (a fixed count), or the job's mean/std do not fit its channels.
+void apply_manifest(JobSpec& spec, const data::Manifest& manifest);
 
 /// The data set's name in the performance history and the plan's key: the dataset kind;
 /// for a sharded data set "shards-<last component of data>-<first 8 hex digits of

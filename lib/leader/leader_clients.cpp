@@ -11,6 +11,7 @@
 #include "leader/leader_impl.h"
 #include "common/errors.h"
 #include "common/secret.h"
+#include "data/fetch.h"
 #include "planner/policy.h"
 
 namespace dltrain::leader {
@@ -24,7 +25,7 @@ namespace events = wire::events;
 // The validated job of a submit or plan request (`b`, its body), or nullopt after replying
 // the error.
 std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const wire::Envelope& env,
-                                                     const wire::SubmitBody& b) {
+                                                     const wire::SubmitBody& b, const std::string& manifest) {
   try {
     // An uploaded model file is checked in its stead (model_collection.cpp).
     std::string uploaded;
@@ -40,6 +41,7 @@ std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const 
       uploaded = *path;
     }
     auto spec = parse_job_toml(*b.job_toml, b.base_dir, true, uploaded);
+    if (!manifest.empty()) apply_manifest(spec, data::parse_manifest(manifest, data::join_url(spec.data, data::kManifestName)));
     if (b.model_sha256 && spec.model == ModelKind::kTorchScript) spec.model_sha256 = *b.model_sha256;
     if (!spec.init_from.empty()) models.resolve_init_from(b, spec);  // throws wire::Refused
     // A job whose PS shard cannot fit on any agent is refused now, not when it is placed.
@@ -104,8 +106,56 @@ void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& 
   reply_error(s, env.id, wire::error_code::kBadRequest, "unknown message type \"" + env.type + "\"", "type");
 }
 
+void Leader::Impl::with_manifest(const SessionPtr& s, const wire::Envelope& env, const wire::SubmitBody& b,
+                                 std::function<void(const std::string&)> then) {
+  std::string url;
+  try {
+    const auto spec = parse_job_toml(*b.job_toml, b.base_dir, false);
+    if (spec.dataset == DatasetKind::kShards && !data::is_local_url(spec.data)) url = data::join_url(spec.data, data::kManifestName);
+  } catch (const ConfigError&) {
+    // parse_submitted replies the error
+  }
+  if (url.empty()) return then("");
+  std::erase_if(manifest_reads, [](ManifestRead& r) {  // those that ended
+    if (!r.done->load()) return false;
+    r.thread.join();
+    return true;
+  });
+  data::FetchOptions fo;
+  fo.attempts = 3;
+  fo.connect_timeout_s = 5;
+  fo.stall_timeout_s = 10;
+  fo.s3 = {opt.s3_endpoint, opt.s3_region, opt.s3_credentials_file, ""};
+  fo.log = [](const std::string& line) { spdlog::warn("manifest: {}", line); };
+  spdlog::info("reading the manifest {} for a submitted job", url);
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  manifest_reads.push_back({std::thread([w = weak_from_this(), &io = io, url, fo, s, env, then = std::move(then), done] {
+    std::string text, error;
+    try {
+      text = data::fetch_text(url, data::kMaxManifestBytes, fo);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    boost::asio::post(io, [w, s, env, text = std::move(text), error = std::move(error), then] {
+      auto self = w.lock();
+      if (!self) return;
+      if (!error.empty()) {
+        return self->reply_error(s, env.id, wire::error_code::kInvalidJob, "data: the manifest cannot be read: " + error, "data");
+      }
+      then(text);
+    });
+    done->store(true);
+  }), done});
+}
+
 void Leader::Impl::on_plan(const SessionPtr& s, const wire::Envelope& env) {
-  const auto parsed = parse_submitted(s, env, wire::parse_body<wire::SubmitBody>(env));
+  const auto b = wire::parse_body<wire::SubmitBody>(env);
+  with_manifest(s, env, b, [this, s, env, b](const std::string& manifest) { plan_submitted(s, env, b, manifest); });
+}
+
+void Leader::Impl::plan_submitted(const SessionPtr& s, const wire::Envelope& env, const wire::SubmitBody& b,
+                                  const std::string& manifest) {
+  const auto parsed = parse_submitted(s, env, b, manifest);
   if (!parsed) return;
   if (const auto why = gpu_refusal(*parsed)) {
     return reply_error(s, env.id, wire::error_code::kInfeasible, *why, "gpus_per_worker");
@@ -221,11 +271,13 @@ std::optional<std::string> Leader::Impl::reregistering() {
 
 void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
   const auto b = wire::parse_body<wire::SubmitBody>(env);
-  const auto parsed = parse_submitted(s, env, b);
-  if (!parsed) return;
-  JobRec j;
-  j.spec = *parsed;
-  accept_job(s, env.id, std::move(j), b.follow, json::object());
+  with_manifest(s, env, b, [this, s, env, b](const std::string& manifest) {
+    const auto parsed = parse_submitted(s, env, b, manifest);
+    if (!parsed) return;
+    JobRec j;
+    j.spec = *parsed;
+    accept_job(s, env.id, std::move(j), b.follow, json::object());
+  });
 }
 
 void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRec j, bool follow, const json& extra) {

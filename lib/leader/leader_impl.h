@@ -18,12 +18,14 @@
 // none needs to be.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -245,7 +247,26 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   void on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody& b);
 
   // ------------------------------------------------------------ leader_clients.cpp
-  std::optional<JobSpec> parse_submitted(const SessionPtr& s, const wire::Envelope& env, const wire::SubmitBody& b);
+  /// `manifest`: the text of a remote sharded data set's manifest (with_manifest), or "".
+  std::optional<JobSpec> parse_submitted(const SessionPtr& s, const wire::Envelope& env, const wire::SubmitBody& b,
+                                         const std::string& manifest = "");
+  /// Calls `then(manifest)` on the io thread: for a job (b) whose data is a sharded data set
+  /// elsewhere than a path (http, https, s3), once its manifest was read on a thread of
+  /// its own (the io thread never waits for a store); when it cannot be read, replies the
+  /// error (invalid_job, field "data") instead. Others at once, with "".
+  void with_manifest(const SessionPtr& s, const wire::Envelope& env, const wire::SubmitBody& b,
+                     std::function<void(const std::string& manifest)> then);
+  /// The threads reading manifests (with_manifest); joined once done, or when the leader
+  /// is destroyed.
+  struct ManifestRead {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<ManifestRead> manifest_reads;
+  ~Impl() {
+    for (auto& r : manifest_reads) r.thread.join();
+  }
+  void plan_submitted(const SessionPtr& s, const wire::Envelope& env, const wire::SubmitBody& b, const std::string& manifest);
   void add_client_handlers();
   void on_client_message(const SessionPtr& s, const wire::Envelope& env);
   void on_submit(const SessionPtr& s, const wire::Envelope& env);
