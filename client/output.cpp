@@ -216,6 +216,14 @@ void print_event(std::ostream& out, const json& e) {
         << json(s.agents).dump();
     if (s.partition_size) out << ", partitions of at most " << *s.partition_size << " floats";
     out << std::endl;
+  } else if (kind == events::DataPlaced::kKind) {
+    const auto d = events::DataPlaced::from_json(e);
+    out << job << ": workers placed where the data set's shards are cached:";
+    for (std::size_t i = 0; i < d.agents.size(); ++i) {
+      out << (i ? "," : "") << " worker-" << i << " on " << d.agents[i] << " ("
+          << fmt(100 * (i < d.cached_fraction.size() ? d.cached_fraction[i] : 0.0), 0) << "% cached)";
+    }
+    out << std::endl;
   } else if (kind == events::PlanDecided::kKind) {
     out << job << " planner: " << events::PlanDecided::from_json(e).plan.value("explanation", "") << std::endl;
   } else if (kind == events::Summary::kKind) {
@@ -403,6 +411,11 @@ void print_agents(std::ostream& out, const json& agents) {
         << a.value("address", "") << a.value("free_cores", 0) << "/" << a.value("cores", 0) << " cores free  "
         << a.value("memory_mb", 0) << " MiB  " << a.value("hardware_class", "");
     if (const double link = a.value("link_bytes_per_sec", 0.0); link > 0) out << "  link " << fmt(link * 8 / 1e6, 0) << " Mbit/s";
+    if (const auto c = a.find("shard_cache"); c != a.end() && c->is_object()) {
+      const auto mib = [&](const char* k) { return fmt(c->value(k, 0.0) / (1 << 20), 0); };
+      out << "  cache " << c->value("shards", 0) << " shards " << mib("bytes") << "/" << mib("capacity_bytes") << " MiB, "
+          << c->value("hits", 0) << " hits " << c->value("misses", 0) << " misses, fetched " << mib("bytes_fetched") << " MiB";
+    }
     const auto gpus = a.value("gpus", json::array());
     if (!gpus.empty()) {
       out << "  " << a.value("gpus_free", 0) << "/" << gpus.size() << " GPUs free:";

@@ -140,6 +140,10 @@ struct JobRec {
   std::string id;                  ///< "job-<num>"
   std::uint64_t num = 0;
   JobSpec spec;
+  /// A sharded data set's training shards (SHA-256 → bytes) from its manifest at submit,
+  /// for placing workers where they are cached; empty for other jobs (and after a leader
+  /// restart, which places without it).
+  std::map<std::string, std::int64_t> data_shards;
   /// Its state and the end it is headed for (leader/states.h): changed only through
   /// Leader::Impl::set_state and the lifecycle's own rules.
   JobLifecycle life;

@@ -275,8 +275,21 @@ std::optional<ShardSpread> Leader::Impl::shard_spread(const JobRec& j) const {
 }
 
 std::vector<TaskNeed> Leader::Impl::needs(const JobRec& j) const {
-  return job_needs(j.spec.ps_shards, j.spec.workers, j.spec.threads_per_task, j.spec.gpus_per_worker,
-                   j.spec.local_group);
+  auto out = job_needs(j.spec.ps_shards, j.spec.workers, j.spec.threads_per_task, j.spec.gpus_per_worker,
+                       j.spec.local_group);
+  if (!j.data_shards.empty()) {
+    // Workers of a sharded data set prefer the agents whose caches hold its shards.
+    std::map<std::string, std::int64_t> cached;
+    for (const auto& [id, a] : agents) {
+      std::int64_t bytes = 0;
+      for (const auto& sha : a.cached_shards) {
+        if (const auto it = j.data_shards.find(sha); it != j.data_shards.end()) bytes += it->second;
+      }
+      if (bytes > 0) cached[id] = bytes;
+    }
+    for (std::size_t i = static_cast<std::size_t>(j.spec.ps_shards); i < out.size(); ++i) out[i].cached = cached;
+  }
+  return out;
 }
 
 TaskHold Leader::Impl::hold_of(const JobRec& j, const TaskRec& t) const {
@@ -307,6 +320,26 @@ void Leader::Impl::launch(JobRec& j, std::vector<Placed> placement, const std::v
     for (int s = 0; s < j.spec.ps_shards; ++s) ev.agents.push_back(placement[static_cast<std::size_t>(s)].agent);
     spdlog::info("job {}: {} PS shards on {}, partitions of at most {} floats", j.id, j.spec.ps_shards,
                  json(ev.agents).dump(), j.spec.partition_size);
+    notify(j, ev.to_json());
+    event(j, ev.to_json());
+  }
+  if (!j.data_shards.empty()) {
+    // Where the workers went, and how much of the data set their agents had cached.
+    std::int64_t total = 0;
+    for (const auto& [sha, bytes] : j.data_shards) total += bytes;
+    events::DataPlaced ev;
+    for (std::size_t i = static_cast<std::size_t>(j.spec.ps_shards); i < placement.size(); ++i) {
+      const auto& id = placement[i].agent;
+      std::int64_t cached = 0;
+      if (const auto a = agents.find(id); a != agents.end()) {
+        for (const auto& sha : a->second.cached_shards) {
+          if (const auto it = j.data_shards.find(sha); it != j.data_shards.end()) cached += it->second;
+        }
+      }
+      ev.agents.push_back(id);
+      ev.cached_fraction.push_back(total > 0 ? static_cast<double>(cached) / static_cast<double>(total) : 0.0);
+    }
+    spdlog::info("job {}: workers on {}, data set cached {}", j.id, json(ev.agents).dump(), json(ev.cached_fraction).dump());
     notify(j, ev.to_json());
     event(j, ev.to_json());
   }

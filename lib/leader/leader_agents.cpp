@@ -22,7 +22,25 @@ namespace events = wire::events;
 void Leader::Impl::add_agent_handlers() {
   using T = wire::ControlType;
   agent_api.on(T::kRegister, [this](const SessionPtr& s, const wire::Envelope& env) { on_register(s, env); })
-      .on(T::kHeartbeat, [](const SessionPtr& s, const wire::Envelope& env) { reply(s, env.id, json::object()); })
+      .on(T::kHeartbeat,
+          [this](const SessionPtr& s, const wire::Envelope& env) {
+            // The shard cache's figures, and the shards it holds when they changed.
+            if (const auto c = env.body.find("shard_cache"); c != env.body.end() && c->is_object()) {
+              const auto id = agent_by_session.find(s->id());
+              if (id != agent_by_session.end() && agents.find(id->second) != agents.end()) {
+                auto& a = agents.at(id->second);
+                a.shard_cache = *c;
+                if (const auto held = c->find("held"); held != c->end() && held->is_array()) {
+                  a.cached_shards.clear();
+                  for (const auto& h : *held) {
+                    if (h.is_string()) a.cached_shards.insert(h.get<std::string>());
+                  }
+                  a.shard_cache.erase("held");
+                }
+              }
+            }
+            reply(s, env.id, json::object());
+          })
       .on(T::kModelDownload, [this](const SessionPtr& s, const wire::Envelope& env) {
         reply(s, env.id, models.on_model_download(wire::parse_body<wire::ModelDownloadBody>(env)));
       })

@@ -25,7 +25,8 @@ namespace events = wire::events;
 // The validated job of a submit or plan request (`b`, its body), or nullopt after replying
 // the error.
 std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const wire::Envelope& env,
-                                                     const wire::SubmitBody& b, const std::string& manifest) {
+                                                     const wire::SubmitBody& b, const std::string& manifest,
+                                                     std::map<std::string, std::int64_t>* data_shards) {
   try {
     // An uploaded model file is checked in its stead (model_collection.cpp).
     std::string uploaded;
@@ -41,7 +42,13 @@ std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const 
       uploaded = *path;
     }
     auto spec = parse_job_toml(*b.job_toml, b.base_dir, true, uploaded);
-    if (!manifest.empty()) apply_manifest(spec, data::parse_manifest(manifest, data::join_url(spec.data, data::kManifestName)));
+    if (!manifest.empty() && spec.dataset == DatasetKind::kShards) {
+      const auto m = data::parse_manifest(manifest, data::join_url(spec.data, data::kManifestName));
+      apply_manifest(spec, m);
+      if (data_shards) {
+        for (const auto& sh : m.train.shards) (*data_shards)[sh.sha256] = sh.bytes;
+      }
+    }
     if (b.model_sha256 && spec.model == ModelKind::kTorchScript) spec.model_sha256 = *b.model_sha256;
     if (!spec.init_from.empty()) models.resolve_init_from(b, spec);  // throws wire::Refused
     // A job whose PS shard cannot fit on any agent is refused now, not when it is placed.
@@ -111,11 +118,20 @@ void Leader::Impl::with_manifest(const SessionPtr& s, const wire::Envelope& env,
   std::string url;
   try {
     const auto spec = parse_job_toml(*b.job_toml, b.base_dir, false);
-    if (spec.dataset == DatasetKind::kShards && !data::is_local_url(spec.data)) url = data::join_url(spec.data, data::kManifestName);
+    if (spec.dataset == DatasetKind::kShards) url = data::join_url(spec.data, data::kManifestName);
   } catch (const ConfigError&) {
     // parse_submitted replies the error
   }
   if (url.empty()) return then("");
+  if (data::is_local_url(url)) {
+    std::string text;
+    try {
+      text = data::fetch_text(url, data::kMaxManifestBytes, {});
+    } catch (const std::exception&) {
+      // parse_job_toml names the file and the problem
+    }
+    return then(text);
+  }
   std::erase_if(manifest_reads, [](ManifestRead& r) {  // those that ended
     if (!r.done->load()) return false;
     r.thread.join();
@@ -240,7 +256,7 @@ std::optional<std::string> Leader::Impl::gpu_refusal(const JobSpec& spec) const 
            ")";
   }
   const int workers = spec.workers_auto ? 1 : spec.workers;
-  if (!fits(caps, std::vector<TaskNeed>(static_cast<std::size_t>(workers), TaskNeed{0, spec.gpus_per_worker, true}))) {
+  if (!fits(caps, std::vector<TaskNeed>(static_cast<std::size_t>(workers), TaskNeed{0, spec.gpus_per_worker, true, {}}))) {
     return "device = \"cuda\": " + std::to_string(workers) + " workers x " + std::to_string(spec.gpus_per_worker) +
            " GPUs = " + std::to_string(workers * spec.gpus_per_worker) + " GPUs, more than the cluster can give (" +
            std::to_string(agents.total_gpus()) + " GPUs on " + where + ")";
@@ -272,9 +288,9 @@ std::optional<std::string> Leader::Impl::reregistering() {
 void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
   const auto b = wire::parse_body<wire::SubmitBody>(env);
   with_manifest(s, env, b, [this, s, env, b](const std::string& manifest) {
-    const auto parsed = parse_submitted(s, env, b, manifest);
-    if (!parsed) return;
     JobRec j;
+    const auto parsed = parse_submitted(s, env, b, manifest, &j.data_shards);
+    if (!parsed) return;
     j.spec = *parsed;
     accept_job(s, env.id, std::move(j), b.follow, json::object());
   });
@@ -384,6 +400,7 @@ json Leader::Impl::agents_json() const {
                    {"free_cores", a.lost ? 0 : a.free_cores},  // a lost agent offers nothing
                    {"memory_mb", a.memory_mb},
                    {"link_bytes_per_sec", a.link_bytes_per_sec},
+                   {"shard_cache", a.shard_cache},
                    {"hardware_class", a.hardware_class},
                    {"gpus", [&] {
                       json g = json::array();

@@ -248,12 +248,15 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
 
   // ------------------------------------------------------------ leader_clients.cpp
   /// `manifest`: the text of a remote sharded data set's manifest (with_manifest), or "".
+  /// `data_shards`, when given, gets a sharded data set's training shards (JobRec::data_shards).
   std::optional<JobSpec> parse_submitted(const SessionPtr& s, const wire::Envelope& env, const wire::SubmitBody& b,
-                                         const std::string& manifest = "");
+                                         const std::string& manifest = "",
+                                         std::map<std::string, std::int64_t>* data_shards = nullptr);
   /// Calls `then(manifest)` on the io thread: for a job (b) whose data is a sharded data set
   /// elsewhere than a path (http, https, s3), once its manifest was read on a thread of
   /// its own (the io thread never waits for a store); when it cannot be read, replies the
-  /// error (invalid_job, field "data") instead. Others at once, with "".
+  /// error (invalid_job, field "data") instead. A path's manifest is read at once (its
+  /// errors are parse_job_toml's); other jobs get "" at once.
   void with_manifest(const SessionPtr& s, const wire::Envelope& env, const wire::SubmitBody& b,
                      std::function<void(const std::string& manifest)> then);
   /// The threads reading manifests (with_manifest); joined once done, or when the leader

@@ -39,8 +39,12 @@ AgentSlots* best_for(std::vector<AgentSlots>& agents, const TaskNeed& need, cons
         return std::tuple(held_by(x), -static_cast<std::ptrdiff_t>(x.free_gpus.size()), x.free_cores);
       };
       if (key(a) > key(*best)) best = &a;
-    } else if (a.free_cores > best->free_cores) {
-      best = &a;
+    } else {
+      const auto key = [&](const AgentSlots& x) {
+        const auto c = need.cached.find(x.id);
+        return std::tuple(c == need.cached.end() ? 0 : c->second, x.free_cores);
+      };
+      if (key(a) > key(*best)) best = &a;
     }
   }
   return best;
@@ -85,7 +89,7 @@ std::optional<std::vector<Placed>> place(std::vector<AgentSlots> agents, const s
 
 std::optional<std::vector<std::string>> place(std::vector<AgentSlots> agents, int tasks, int threads_per_task) {
   const auto placed = place(std::move(agents), std::vector<TaskNeed>(static_cast<std::size_t>(std::max(0, tasks)),
-                                                                      TaskNeed{threads_per_task, 0, false}));
+                                                                      TaskNeed{threads_per_task, 0, false, {}}));
   if (!placed) return std::nullopt;
   std::vector<std::string> out;
   for (const auto& p : *placed) out.push_back(p.agent);
@@ -133,9 +137,9 @@ std::vector<std::string> spread_shards(std::vector<AgentSlots> free, const std::
 
 std::vector<TaskNeed> job_needs(int ps_shards, int workers, int threads_per_task, int gpus_per_worker,
                                 bool pack_workers) {
-  std::vector<TaskNeed> out(static_cast<std::size_t>(std::max(0, ps_shards)), TaskNeed{threads_per_task, 0, false});
+  std::vector<TaskNeed> out(static_cast<std::size_t>(std::max(0, ps_shards)), TaskNeed{threads_per_task, 0, false, {}});
   out.insert(out.end(), static_cast<std::size_t>(std::max(0, workers)),
-             TaskNeed{threads_per_task, gpus_per_worker, pack_workers || gpus_per_worker > 0});
+             TaskNeed{threads_per_task, gpus_per_worker, pack_workers || gpus_per_worker > 0, {}});
   return out;
 }
 
@@ -147,7 +151,7 @@ Replacement place_again(std::vector<AgentSlots> agents, const std::vector<Replac
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     const auto& t = tasks[i];
     if (t.skip || t.current.empty()) continue;
-    const TaskNeed need{threads_per_task, t.gpus, t.gpus > 0};
+    const TaskNeed need{threads_per_task, t.gpus, t.gpus > 0, {}};
     auto a = std::find_if(agents.begin(), agents.end(), [&](const AgentSlots& s) { return s.id == t.current; });
     if (a != agents.end() && a->free_cores >= need.cores && static_cast<int>(a->free_gpus.size()) >= need.gpus &&
         !is_excluded(t.excluded, t.current)) {
@@ -157,7 +161,7 @@ Replacement place_again(std::vector<AgentSlots> agents, const std::vector<Replac
   }
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     if (tasks[i].skip || !r.placement[i].empty()) continue;
-    const TaskNeed need{threads_per_task, tasks[i].gpus, tasks[i].gpus > 0};
+    const TaskNeed need{threads_per_task, tasks[i].gpus, tasks[i].gpus > 0, {}};
     AgentSlots* a = best_for(agents, need, tasks[i].excluded);
     if (a == nullptr) {
       r.unplaced.push_back(i);

@@ -11,8 +11,11 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "wire/control_bodies.h"
 
@@ -49,6 +52,11 @@ struct AgentRec {
   /// Its link as it measured it after registering (link_probe), bytes/s each way; 0 =
   /// not measured (an older agent, or the probe failed).
   double link_bytes_per_sec = 0;
+  /// Its shard cache's figures as its last heartbeat gave them (capacity_bytes, bytes,
+  /// shards, hits, misses, fetches, bytes_fetched, evictions, failures); null = no cache.
+  nlohmann::json shard_cache;
+  /// The SHA-256s of the shards its cache holds (sent with a heartbeat when they change).
+  std::set<std::string> cached_shards;
 
   /// The model of its GPUs ("NVIDIA H200"; the first one's), "" without GPUs.
   std::string gpu_model() const;
@@ -71,6 +79,10 @@ struct TaskNeed {
   /// Placed with the job's other packed tasks where it can (GPU workers, and the workers
   /// of a local_group job): fewer machines, larger local groups. Implied by gpus > 0.
   bool pack = false;
+  /// A worker of a sharded data set: agent id → bytes of the job's shards its cache holds.
+  /// Among agents with room, an unpacked CPU task goes to the one holding the most, then
+  /// the one with the most free cores. Empty for other tasks.
+  std::map<std::string, std::int64_t> cached;
 };
 
 /// Where one task goes: its agent and the GPU indices it is given ({} for a CPU task).

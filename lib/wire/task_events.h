@@ -510,6 +510,18 @@ struct ShardsSpread : Fields<ShardsSpread> {
   }
 };
 
+/// Where a sharded data set's workers went, and how much of the data set each one's agent
+/// had cached then (the leader places them where the shards are: placement.h, TaskNeed).
+struct DataPlaced : Fields<DataPlaced> {
+  static constexpr const char* kKind = "data_placed";
+  std::vector<std::string> agents;      ///< the agent of worker i
+  std::vector<double> cached_fraction;  ///< of the training shards' bytes, [0, 1], per worker
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("agents", s.agents), v("cached_fraction", s.cached_fraction);
+  }
+};
+
 /// The planner's decision for an automatic job (planner::to_json of its Plan).
 struct PlanDecided : Fields<PlanDecided> {
   static constexpr const char* kKind = "plan";

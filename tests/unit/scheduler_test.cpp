@@ -16,7 +16,7 @@ namespace {
 // Each job's needs, by id.
 using Needs = std::map<std::string, std::vector<TaskNeed>>;
 
-std::vector<TaskNeed> cpu_tasks(int n) { return std::vector<TaskNeed>(static_cast<std::size_t>(n), TaskNeed{1, 0, false}); }
+std::vector<TaskNeed> cpu_tasks(int n) { return std::vector<TaskNeed>(static_cast<std::size_t>(n), TaskNeed{1, 0, false, {}}); }
 
 std::vector<std::string> ids(const std::vector<Admitted>& a) {
   std::vector<std::string> out;
