@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""Sharded data sets read from where they live (docs/data.md): Fashion-MNIST packed by
+`dltrain dataset pack`, served by a real nginx over HTTP and by a real S3 store (a one-node
+Ceph with radosgw, SigV4 credentials), trained on by real dltrain-agent daemons: a leader in
+the test's network namespace and two agents each in a network namespace of its own on one
+bridge (netns_host.Lan), whose workers read nothing from a file system they share with the
+data: every shard comes over the network into the agents' shard caches.
+
+In order (the cases share the servers and the cluster):
+ 1. HTTP, cold caches: the job succeeds; nginx's log shows each shard fetched at most once
+    per machine; a second job fetches nothing (every shard a cache hit, seen in
+    `dltrain agents`) and its workers are placed where the shards are cached.
+ 2. An agent restarted keeps its cache: the same shards, and the next job fetches nothing.
+ 3. S3 (caches emptied first): the job succeeds; the agents fetched the data set from
+    radosgw; the accuracies of the HTTP, S3 and local-path jobs agree within 0.5 point
+    (sync = "sync": the same data in the same order).
+ 4. Bad input and faults, each with its message, and the cluster then runs the next job: a
+    shard that does not match its manifest; a shard missing (404); an unreachable source
+    (the leader's retries, logged); a malformed and an inconsistent manifest; an S3 read
+    without credentials names the setting.
+
+Usage: data_sources_test.py BUILD_DIR [unittest args]. Exit status 77 (skipped) without
+root, ip/nsenter, nginx, Ceph or the data set.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from data_servers import Ceph, Nginx, missing as servers_missing  # noqa: E402
+from dltrain_cluster import Daemon, test_main, wait_for  # noqa: E402
+from netns_host import Lan, missing as netns_missing  # noqa: E402
+
+BUILD = None
+DATA = "/usr/share/datasets/fashion-mnist"
+
+JOB = """name = "%(name)s"
+model = "mlp"
+data = "%(data)s"
+epochs = 2
+workers = 2
+ps_shards = 1
+batch_size = 64
+threads_per_task = 1
+sync = "sync"
+seed = 5
+
+[optimizer]
+lr = 0.05
+momentum = 0.9
+"""
+
+
+def missing_prerequisites():
+    why = netns_missing() or servers_missing()
+    if why:
+        return why
+    if not os.path.isdir(DATA):
+        return "needs the Fashion-MNIST data set in " + DATA
+    return None
+
+
+class DataSources(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="dltrain-data-")
+        cls.cleanups = []
+        try:
+            cls._set_up()
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def _set_up(cls):
+        cls.dltrain = os.path.join(BUILD, "bin", "dltrain")
+        cls.packed = os.path.join(cls.root, "www", "fm")
+        out = subprocess.run([cls.dltrain, "dataset", "pack", DATA, cls.packed, "--shard-size", "4MB", "--json"],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        cls.report = json.loads(out.stdout)
+        cls.manifest = cls.report["manifest"]
+        cls.lan = Lan(2)
+        cls.cleanups.append(cls.lan.delete)
+        cls.nginx = Nginx(os.path.join(cls.root, "nginx"), os.path.join(cls.root, "www"), cls.lan.leader_address)
+        cls.cleanups.append(cls.nginx.stop)
+        cls.ceph = Ceph(os.path.join(cls.root, "ceph"), cls.lan.leader_address)
+        cls.cleanups.append(cls.ceph.stop)
+        cls.ceph.make_bucket("datasets")
+        cls.ceph.put_dir(cls.packed, "datasets/fm")
+        creds = cls.ceph.credentials_file(os.path.join(cls.root, "s3-credentials"))
+        s3 = 's3_endpoint = "%s"\ns3_credentials_file = "%s"\n' % (cls.ceph.endpoint, creds)
+        tokens = {}
+        for name in ("agent", "client"):
+            tokens[name] = os.urandom(24).hex()
+            with open(os.open(os.path.join(cls.root, name + ".token"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+                f.write(tokens[name] + "\n")
+        state = os.path.join(cls.root, "leader", "state")
+        cls.leader = Daemon(BUILD, cls.root, "leader", """leader = true
+host_tasks = false
+listen_address = "%s"
+listen_port = 0
+state_dir = "%s"
+agent_token_file = "%s/agent.token"
+client_token_file = "%s/client.token"
+log_level = "info"
+""" % (cls.lan.leader_address, state, cls.root, cls.root) + s3)
+        cls.leader.start()
+        cls.cleanups.append(cls.leader.stop)
+        info = os.path.join(state, "leader.json")
+        wait_for(lambda: os.path.exists(info), 30, "the leader's leader.json")
+        with open(info) as f:
+            url = json.load(f)["url"]
+        cls.agents = []
+        for i in range(2):
+            agent = Daemon(BUILD, cls.root, "agent-%d" % i, """name = "host-%d"
+leader_url = "%s"
+agent_token_file = "%s/agent.token"
+advertise_address = "%s"
+task_bind_address = "%s"
+cores = 2
+state_dir = "%s"
+cache_bytes = 1073741824
+log_level = "info"
+""" % (i, url, cls.root, cls.lan.address(i), cls.lan.address(i), os.path.join(cls.root, "agent-%d" % i, "state")) + s3,
+                           wrap=cls.lan.wrap(i))
+            agent.start()
+            cls.cleanups.append(agent.stop)
+            cls.agents.append(agent)
+        cls.client = [cls.dltrain, "--leader", url, "--token", tokens["client"]]
+        cls.wait_agents(2)
+        cls.accuracy = {}
+
+    @classmethod
+    def tearDownClass(cls):
+        for f in reversed(cls.cleanups):
+            try:
+                f()
+            except Exception as e:  # noqa: BLE001 - every cleanup runs
+                print("cleanup: %s" % e)
+        shutil.rmtree(cls.root, True)
+
+    # ------------------------------------------------------------ helpers
+    @classmethod
+    def run_client(cls, *args, check=True, timeout=120):
+        r = subprocess.run(cls.client + list(args), capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError("dltrain %s exited %d: %s%s" % (" ".join(args), r.returncode, r.stdout, r.stderr))
+        return r
+
+    @classmethod
+    def agents_json(cls):
+        return json.loads(cls.run_client("agents", "--json").stdout)["agents"]
+
+    @classmethod
+    def wait_agents(cls, n):
+        def ready():
+            rows = [a for a in cls.agents_json() if a.get("state") == "ready" and a.get("shard_cache")]
+            return rows if len(rows) == n else None
+        return wait_for(ready, 60, "%d agents ready with their shard caches" % n, interval=0.2)
+
+    def cache(self):
+        """Each agent's shard cache figures, by agent name."""
+        return {a["agent"]: a["shard_cache"] for a in self.agents_json() if a.get("shard_cache")}
+
+    def job_file(self, name, data):
+        path = os.path.join(self.root, name + ".toml")
+        with open(path, "w") as f:
+            f.write(JOB % {"name": name, "data": data})
+        return path
+
+    def train(self, name, data, expect="succeeded"):
+        """Submits a job reading `data`, follows it to its end; returns (status, events)."""
+        out = self.run_client("submit", self.job_file(name, data), "--follow", "--json", check=False, timeout=600)
+        events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+        submitted = [e for e in events if e.get("event") == "submitted"]
+        self.assertTrue(submitted, "not submitted: %s %s" % (out.stdout[-2000:], out.stderr[-2000:]))
+        status = json.loads(self.run_client("status", submitted[0]["job"], "--json").stdout)
+        self.assertEqual(status["state"], expect, json.dumps(status)[:3000] + self.leader.log()[-3000:])
+        return status, events
+
+    def shard_gets(self):
+        """(client address, shard path) of every successful shard GET nginx served."""
+        return [(a, p) for a, p, s in self.nginx.fetched("/fm/") if p.endswith(".tar") and s in ("200", "206")]
+
+    # ------------------------------------------------------------ cases
+    def test_1_http_cold_then_cached(self):
+        url = self.nginx.url + "/fm"
+        status, events = self.train("http-cold", url)
+        self.accuracy["http"] = status["final_accuracy"]
+        gets = self.shard_gets()
+        self.assertTrue(gets, "no shard came over HTTP")
+        # Each shard at most once per machine, however many workers read it.
+        self.assertEqual(len(gets), len(set(gets)), sorted(gets))
+        self.assertEqual({a for a, _ in gets} <= {self.lan.address(0), self.lan.address(1)}, True, gets)
+        figures = self.cache()
+        fetched = sum(c["bytes_fetched"] for c in figures.values())
+        self.assertGreater(fetched, 0)
+        placed = [e for e in events if e.get("event") == "data_placed"]
+        self.assertEqual(len(placed), 1, events)
+
+        status, events = self.train("http-warm", url)
+        self.assertEqual(self.shard_gets(), gets, "the second job fetched shards again")
+        after = self.cache()
+        self.assertEqual(sum(c["bytes_fetched"] for c in after.values()), fetched)
+        self.assertGreater(sum(c["hits"] for c in after.values()), sum(c["hits"] for c in figures.values()))
+        # Placed where the shards are: each worker's agent holds some of the data set.
+        placed = [e for e in events if e.get("event") == "data_placed"][0]
+        self.assertTrue(all(f > 0 for f in placed["cached_fraction"]), placed)
+
+    def test_2_restarted_agent_keeps_its_cache(self):
+        before = self.cache()["host-0"]
+        self.assertGreater(before["shards"], 0, "premise: agent host-0 holds shards")
+        agent = self.agents[0]
+        agent.stop()
+        agent.start()
+        wait_for(lambda: self.cache().get("host-0", {}).get("shards") == before["shards"], 60,
+                 "host-0 back with its %d shards" % before["shards"], interval=0.2)
+        gets = self.shard_gets()
+        self.train("http-after-restart", self.nginx.url + "/fm")
+        self.assertEqual(self.shard_gets(), gets, "shards fetched again after the restart")
+
+    def test_3_s3_matches_http_and_local(self):
+        # Empty caches (the shards are content-addressed: the same data from another URL
+        # would be a hit): stop the agents, remove their caches, start them again.
+        for i, agent in enumerate(self.agents):
+            agent.stop()
+            shutil.rmtree(os.path.join(self.root, "agent-%d" % i, "state", "shard-cache"), True)
+            agent.start()
+        self.wait_agents(2)
+        self.assertEqual(sum(c["shards"] for c in self.cache().values()), 0, "premise: the caches are empty")
+        status, _ = self.train("s3", "s3://datasets/fm")
+        figures = self.cache()
+        self.assertGreater(sum(c["bytes_fetched"] for c in figures.values()), self.manifest["splits"]["train"]["bytes"] // 2)
+        self.accuracy["s3"] = status["final_accuracy"]
+        status, _ = self.train("local-path", self.packed)
+        self.accuracy["local"] = status["final_accuracy"]
+        self.assertGreater(self.accuracy["local"], 0.80, self.accuracy)
+        for source in ("http", "s3"):
+            if source in self.accuracy:
+                self.assertLessEqual(abs(self.accuracy[source] - self.accuracy["local"]), 0.005, self.accuracy)
+
+    def test_4_bad_input_and_faults(self):
+        www = os.path.join(self.root, "www")
+        train = [s["name"] for s in self.manifest["splits"]["train"]["shards"]]
+
+        def variant(name, edit):
+            d = os.path.join(www, name)
+            shutil.copytree(self.packed, d)
+            edit(d)
+            return self.nginx.url + "/" + name
+
+        # A shard whose bytes do not match its manifest (same size, one byte flipped).
+        def corrupt(d):
+            with open(os.path.join(d, train[0]), "r+b") as f:
+                f.seek(2048)
+                b = f.read(1)
+                f.seek(2048)
+                f.write(bytes([b[0] ^ 0xFF]))
+        status, _ = self.train("corrupt", variant("corrupt", corrupt), expect="failed")
+        text = json.dumps(status)
+        self.assertIn("does not match its manifest twice", text)
+        self.assertIn(train[0], text)
+
+        # A shard missing on the server.
+        status, _ = self.train("missing", variant("missing", lambda d: os.remove(os.path.join(d, train[1]))),
+                               expect="failed")
+        text = json.dumps(status)
+        self.assertIn("404", text)
+        self.assertIn(train[1], text)
+
+        # An unreachable source: the leader retries reading the manifest, logs each retry,
+        # then refuses the job with the cause.
+        dead = "http://%s:%d/fm" % (self.lan.leader_address, 9)
+        r = self.run_client("submit", self.job_file("unreachable", dead), check=False, timeout=120)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("manifest cannot be read", r.stderr)
+        self.assertIn("gave up after 3 tries", r.stderr)
+        self.assertIn("retry 2 of 3", self.leader.log())
+
+        # A malformed manifest, and one whose totals contradict its shards.
+        def truncate(d):
+            with open(os.path.join(d, "manifest.json"), "r+") as f:
+                f.truncate(100)
+        r = self.run_client("submit", self.job_file("malformed", variant("malformed", truncate)), check=False)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("not JSON", r.stderr)
+
+        def contradict(d):
+            path = os.path.join(d, "manifest.json")
+            with open(path) as f:
+                m = json.load(f)
+            m["splits"]["train"]["samples"] += 1
+            with open(path, "w") as f:
+                json.dump(m, f)
+        r = self.run_client("submit", self.job_file("inconsistent", variant("inconsistent", contradict)), check=False)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("splits.train.samples", r.stderr)
+
+        # S3 without credentials names where they go.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env["AWS_ENDPOINT_URL"] = self.ceph.endpoint
+        r = subprocess.run([self.dltrain, "dataset", "inspect", "s3://datasets/fm"], capture_output=True, text=True,
+                           env=env, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("AWS_ACCESS_KEY_ID", r.stderr)
+        self.assertIn("s3_credentials_file", r.stderr)
+
+        # The cluster carries on.
+        self.train("after-faults", self.nginx.url + "/fm")
+
+
+if __name__ == "__main__":
+    test_main(sys.modules[__name__], missing_prerequisites)
