@@ -355,14 +355,20 @@ std::vector<ShardSlice> deal_shards(const std::vector<std::int64_t>& samples, in
   const std::int64_t hi = lo + shard_size(n, rank, workers);
   std::vector<ShardSlice> out;
   std::int64_t at = 0;  // where the current shard starts in the sequence
-  for (const auto s : epoch_permutation(static_cast<std::int64_t>(samples.size()), seed, epoch)) {
+  for (const auto s : epoch_permutation(static_cast<std::int64_t>(samples.size()), seed, 0)) {
     const std::int64_t len = samples[static_cast<std::size_t>(s)];
     const std::int64_t b = std::max(lo, at), e = std::min(hi, at + len);
     if (b < e) out.push_back({s, b - at, e - at});
     at += len;
     if (at >= hi) break;
   }
-  return out;
+  std::vector<ShardSlice> shuffled;
+  shuffled.reserve(out.size());
+  const std::uint64_t mine = mix64(seed ^ mix64(static_cast<std::uint64_t>(rank) + 0x5bd1e995ULL));
+  for (const auto i : epoch_permutation(static_cast<std::int64_t>(out.size()), mine, epoch)) {
+    shuffled.push_back(out[static_cast<std::size_t>(i)]);
+  }
+  return shuffled;
 }
 
 std::vector<std::int64_t> shard_windows(std::int64_t shards, std::int64_t window) {

@@ -136,16 +136,19 @@ struct ShardSlice {
   std::int64_t begin = 0, end = 0;
 };
 
-/// What worker `rank` of `workers` reads in `epoch`: the split's shards (their sample
-/// counts in `samples`) in the order of epoch_permutation(shards, seed, epoch), their
+/// What worker `rank` of `workers` reads in `epoch`. The deal: the split's shards (their
+/// sample counts in `samples`) in the order of epoch_permutation(shards, seed, 0), their
 /// samples laid end to end, cut into `workers` consecutive runs whose sizes are those of
 /// data::shard_size (⌈(n − rank)/workers⌉: they differ by at most one); this rank's run,
-/// as slices of whole or partial shards, in that order. Over the ranks of an epoch every
-/// sample is read exactly once; a shard is read by at most the workers whose runs meet it
-/// (a whole shard by one, in general). A pure function of its arguments, so every worker
-/// computes the deal without coordination, and a job resized to another worker count
-/// re-deals from the next epoch. Throws InvalidArgument unless 0 <= rank < workers and
-/// every count is >= 1.
+/// as slices of whole or partial shards. The order of the slices is then shuffled per
+/// epoch (epoch_permutation of them, from seed, rank and epoch). So over the ranks of an
+/// epoch every sample is read exactly once, and a rank reads the same shards every epoch:
+/// a machine fetches its workers' part of the data set once per job, not all of it over
+/// the epochs, and a second job with the same seed and worker count finds it cached
+/// (docs/data.md, "How workers read shards", says why this is the deal). A pure function
+/// of its arguments, so every worker computes it without coordination; a job resized to
+/// another worker count is dealt again. Throws InvalidArgument unless 0 <= rank < workers
+/// and every count is >= 1.
 std::vector<ShardSlice> deal_shards(const std::vector<std::int64_t>& samples, int rank, int workers,
                                     std::uint64_t seed, std::int64_t epoch);
 

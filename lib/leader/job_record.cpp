@@ -1,5 +1,7 @@
 #include "leader/job_record.h"
 
+#include "data/shards.h"
+
 #include "common/compression_spec.h"
 #include "common/errors.h"
 
@@ -296,6 +298,24 @@ void resume_stored_counters(JobRec& j, const json& r) {
       t.exit = "never started";
     }
   }
+}
+
+std::map<std::string, std::int64_t> JobRec::cached_for(
+    int rank, const std::map<std::string, const std::set<std::string>*>& cached) const {
+  std::map<std::string, std::int64_t> out;
+  if (data_shards.empty() || rank < 0 || rank >= spec.workers) return out;
+  std::vector<std::int64_t> counts;
+  for (const auto& s : data_shards) counts.push_back(s.samples);
+  const auto slices = data::deal_shards(counts, rank, spec.workers, static_cast<std::uint64_t>(spec.seed), 0);
+  for (const auto& [agent, held] : cached) {
+    std::int64_t bytes = 0;
+    for (const auto& sl : slices) {
+      const auto& s = data_shards[static_cast<std::size_t>(sl.shard)];
+      if (held == nullptr || held->count(s.sha256)) bytes += s.bytes;
+    }
+    if (bytes > 0 || held == nullptr) out[agent] = bytes;
+  }
+  return out;
 }
 
 }  // namespace dltrain::leader

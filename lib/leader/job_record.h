@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -140,10 +141,19 @@ struct JobRec {
   std::string id;                  ///< "job-<num>"
   std::uint64_t num = 0;
   JobSpec spec;
-  /// A sharded data set's training shards (SHA-256 → bytes) from its manifest at submit,
-  /// for placing workers where they are cached; empty for other jobs (and after a leader
-  /// restart, which places without it).
-  std::map<std::string, std::int64_t> data_shards;
+  /// A sharded data set's training shards from its manifest at submit, in its order, for
+  /// placing each worker where its shards are cached; empty for other jobs (and after a
+  /// leader restart, which places without it).
+  struct DataShard {
+    std::string sha256;
+    std::int64_t bytes = 0, samples = 0;
+  };
+  std::vector<DataShard> data_shards;
+  /// The bytes of worker `rank`'s shards (data::deal_shards) that each agent's cache holds,
+  /// by agent id (agents holding none left out); `cached` gives an agent's shard set (a
+  /// null set: it holds every shard, which gives the worker's total).
+  std::map<std::string, std::int64_t> cached_for(int rank,
+                                                 const std::map<std::string, const std::set<std::string>*>& cached) const;
   /// Its state and the end it is headed for (leader/states.h): changed only through
   /// Leader::Impl::set_state and the lifecycle's own rules.
   JobLifecycle life;

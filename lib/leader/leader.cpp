@@ -278,16 +278,19 @@ std::vector<TaskNeed> Leader::Impl::needs(const JobRec& j) const {
   auto out = job_needs(j.spec.ps_shards, j.spec.workers, j.spec.threads_per_task, j.spec.gpus_per_worker,
                        j.spec.local_group);
   if (!j.data_shards.empty()) {
-    // Workers of a sharded data set prefer the agents whose caches hold its shards.
-    std::map<std::string, std::int64_t> cached;
-    for (const auto& [id, a] : agents) {
-      std::int64_t bytes = 0;
-      for (const auto& sha : a.cached_shards) {
-        if (const auto it = j.data_shards.find(sha); it != j.data_shards.end()) bytes += it->second;
-      }
-      if (bytes > 0) cached[id] = bytes;
+    // Each worker of a sharded data set prefers the agents whose caches hold its shards.
+    const auto held = cached_shard_sets();
+    for (std::size_t i = static_cast<std::size_t>(j.spec.ps_shards); i < out.size(); ++i) {
+      out[i].cached = j.cached_for(static_cast<int>(i) - j.spec.ps_shards, held);
     }
-    for (std::size_t i = static_cast<std::size_t>(j.spec.ps_shards); i < out.size(); ++i) out[i].cached = cached;
+  }
+  return out;
+}
+
+std::map<std::string, const std::set<std::string>*> Leader::Impl::cached_shard_sets() const {
+  std::map<std::string, const std::set<std::string>*> out;
+  for (const auto& [id, a] : agents) {
+    if (!a.lost && !a.cached_shards.empty()) out[id] = &a.cached_shards;
   }
   return out;
 }
@@ -324,20 +327,18 @@ void Leader::Impl::launch(JobRec& j, std::vector<Placed> placement, const std::v
     event(j, ev.to_json());
   }
   if (!j.data_shards.empty()) {
-    // Where the workers went, and how much of the data set their agents had cached.
-    std::int64_t total = 0;
-    for (const auto& [sha, bytes] : j.data_shards) total += bytes;
+    // Where the workers went, and how much of each one's shards its agent had cached.
+    const auto held = cached_shard_sets();
     events::DataPlaced ev;
     for (std::size_t i = static_cast<std::size_t>(j.spec.ps_shards); i < placement.size(); ++i) {
+      const int rank = static_cast<int>(i) - j.spec.ps_shards;
       const auto& id = placement[i].agent;
-      std::int64_t cached = 0;
-      if (const auto a = agents.find(id); a != agents.end()) {
-        for (const auto& sha : a->second.cached_shards) {
-          if (const auto it = j.data_shards.find(sha); it != j.data_shards.end()) cached += it->second;
-        }
-      }
+      const auto cached = j.cached_for(rank, held);
+      const auto total = j.cached_for(rank, {{"", nullptr}}).at("");
+      const auto it = cached.find(id);
       ev.agents.push_back(id);
-      ev.cached_fraction.push_back(total > 0 ? static_cast<double>(cached) / static_cast<double>(total) : 0.0);
+      ev.cached_fraction.push_back(it == cached.end() || total == 0 ? 0.0
+                                                                     : static_cast<double>(it->second) / static_cast<double>(total));
     }
     spdlog::info("job {}: workers on {}, data set cached {}", j.id, json(ev.agents).dump(), json(ev.cached_fraction).dump());
     notify(j, ev.to_json());

@@ -26,7 +26,7 @@ namespace events = wire::events;
 // the error.
 std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const wire::Envelope& env,
                                                      const wire::SubmitBody& b, const std::string& manifest,
-                                                     std::map<std::string, std::int64_t>* data_shards) {
+                                                     std::vector<JobRec::DataShard>* data_shards) {
   try {
     // An uploaded model file is checked in its stead (model_collection.cpp).
     std::string uploaded;
@@ -46,7 +46,7 @@ std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const 
       const auto m = data::parse_manifest(manifest, data::join_url(spec.data, data::kManifestName));
       apply_manifest(spec, m);
       if (data_shards) {
-        for (const auto& sh : m.train.shards) (*data_shards)[sh.sha256] = sh.bytes;
+        for (const auto& sh : m.train.shards) data_shards->push_back({sh.sha256, sh.bytes, sh.samples});
       }
     }
     if (b.model_sha256 && spec.model == ModelKind::kTorchScript) spec.model_sha256 = *b.model_sha256;

@@ -178,6 +178,8 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   std::vector<TaskNeed> needs(const JobRec& j) const;
   /// What task `t` of `j` holds on its agent: the job's cores per task and t's GPUs.
   TaskHold hold_of(const JobRec& j, const TaskRec& t) const override;
+  /// Each live agent's cached shards (AgentRec::cached_shards), by agent id.
+  std::map<std::string, const std::set<std::string>*> cached_shard_sets() const;
   /// Worker `t`'s local group: the workers of `j` on its agent that have not finished.
   wire::LocalGroupInfo local_group_of(const JobRec& j, const TaskRec& t) const;
   /// Starts `j` where the scheduler placed it (`placement`, one per task of needs(j)), with
@@ -251,7 +253,7 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// `data_shards`, when given, gets a sharded data set's training shards (JobRec::data_shards).
   std::optional<JobSpec> parse_submitted(const SessionPtr& s, const wire::Envelope& env, const wire::SubmitBody& b,
                                          const std::string& manifest = "",
-                                         std::map<std::string, std::int64_t>* data_shards = nullptr);
+                                         std::vector<JobRec::DataShard>* data_shards = nullptr);
   /// Calls `then(manifest)` on the io thread: for a job (b) whose data is a sharded data set
   /// elsewhere than a path (http, https, s3), once its manifest was read on a thread of
   /// its own (the io thread never waits for a store); when it cannot be read, replies the

@@ -12,6 +12,7 @@ Neither can bind port 0 and report it, so each takes a port the kernel just hand
 outlives the test, their data is scratch).
 """
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -159,17 +160,48 @@ rgw data = %(d)s/rgw
                        os.path.join(self.dir, "monmap")])
             self._run(["ceph-mon", "-c", self.conf, "--mkfs", "-i", "a", "--monmap", os.path.join(self.dir, "monmap")])
             self._start(["ceph-mon", "-c", self.conf, "-i", "a", "-f"], "mon")
-            self._run(["ceph", "-c", self.conf, "osd", "create"], timeout=60)
-            self._run(["ceph-osd", "-c", self.conf, "-i", "0", "--mkfs"])
-            self._start(["ceph-osd", "-c", self.conf, "-i", "0", "-f"], "osd")
+            osd_uuid = str(uuid.uuid4())  # the same in the map and on the OSD, or it is refused
+            self._run(["ceph", "-c", self.conf, "osd", "create", osd_uuid, "0"], timeout=60)
+            self._run(["ceph-osd", "-c", self.conf, "-i", "0", "--mkfs", "--osd-uuid", osd_uuid])
+            self._start_osd()
             self._start(["radosgw", "-c", self.conf, "-n", "client.rgw", "-f"], "rgw")
             wait_http(self.endpoint + "/", 60, "radosgw")
             self._run(["radosgw-admin", "-c", self.conf, "-n", "client.rgw", "user", "create", "--uid", "dltrain",
                        "--display-name", "dltrain tests", "--access-key", self.access_key, "--secret-key",
                        self.secret_key], timeout=60)
-        except BaseException:
+        except BaseException as e:
             self.stop()
-            raise
+            logs = ""
+            for name in ("mon.out", "osd-0.out", "osd-1.out", "osd-2.out", "rgw.out", "client.rgw.log", "mon.a.log"):
+                path = os.path.join(self.dir, name)
+                if os.path.exists(path):
+                    with open(path, errors="replace") as f:
+                        logs += "\n--- %s:\n%s" % (name, f.read()[-1500:])
+            raise AssertionError("the one-node Ceph did not start: %s%s" % (e, logs)) from e
+
+    def _osd_up(self):
+        r = subprocess.run(["ceph", "-c", self.conf, "osd", "stat", "-f", "json"], capture_output=True, text=True,
+                           timeout=30)
+        try:
+            return json.loads(r.stdout).get("num_up_osds", 0) >= 1
+        except ValueError:
+            return False
+
+    def _start_osd(self):
+        """Starts the OSD and waits for it to be up. A first boot sometimes fails its own
+        registration with the monitor ("mon_cmd_maybe_osd_create fail: 'wrong fsid'") and
+        stays down; it is started again then, at most three times."""
+        for attempt in range(3):
+            self._start(["ceph-osd", "-c", self.conf, "-i", "0", "-f"], "osd-%d" % attempt)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                if self._osd_up():
+                    return
+                time.sleep(0.1)
+            p = self.procs.pop()
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        raise AssertionError("the OSD did not come up in three starts")
 
     def _run(self, argv, timeout=30):
         r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)

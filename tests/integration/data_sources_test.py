@@ -68,6 +68,7 @@ class DataSources(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.root = tempfile.mkdtemp(prefix="dltrain-data-")
+        os.chmod(cls.root, 0o755)  # nginx's workers run as another user
         cls.cleanups = []
         try:
             cls._set_up()
@@ -163,6 +164,16 @@ log_level = "info"
             return rows if len(rows) == n else None
         return wait_for(ready, 60, "%d agents ready with their shard caches" % n, interval=0.2)
 
+    def empty_caches(self):
+        """Stops the agents, removes their shard caches, starts them again. (Shards are
+        content-addressed: the same data from another URL would be a hit.)"""
+        for i, agent in enumerate(self.agents):
+            agent.stop()
+            shutil.rmtree(os.path.join(self.root, "agent-%d" % i, "state", "shard-cache"), True)
+            agent.start()
+        self.wait_agents(2)
+        self.assertEqual(sum(c["shards"] for c in self.cache().values()), 0, "premise: the caches are empty")
+
     def cache(self):
         """Each agent's shard cache figures, by agent name."""
         return {a["agent"]: a["shard_cache"] for a in self.agents_json() if a.get("shard_cache")}
@@ -191,7 +202,7 @@ log_level = "info"
     def test_1_http_cold_then_cached(self):
         url = self.nginx.url + "/fm"
         status, events = self.train("http-cold", url)
-        self.accuracy["http"] = status["final_accuracy"]
+        self.accuracy["http"] = status["test_accuracy"]
         gets = self.shard_gets()
         self.assertTrue(gets, "no shard came over HTTP")
         # Each shard at most once per machine, however many workers read it.
@@ -218,33 +229,33 @@ log_level = "info"
         agent = self.agents[0]
         agent.stop()
         agent.start()
-        wait_for(lambda: self.cache().get("host-0", {}).get("shards") == before["shards"], 60,
-                 "host-0 back with its %d shards" % before["shards"], interval=0.2)
+        self.assertGreater(before["hits"] + before["fetches"], 0, "premise: host-0's counters are not zero")
+
+        def back():  # the new process (its counters start at zero) with the old shards
+            c = self.cache().get("host-0", {})
+            return c.get("shards") == before["shards"] and c.get("hits") == 0 and c.get("fetches") == 0
+        wait_for(back, 60, "host-0 back with its %d shards" % before["shards"], interval=0.2)
         gets = self.shard_gets()
-        self.train("http-after-restart", self.nginx.url + "/fm")
-        self.assertEqual(self.shard_gets(), gets, "shards fetched again after the restart")
+        _, events = self.train("http-after-restart", self.nginx.url + "/fm")
+        placed = [e for e in events if e.get("event") == "data_placed"]
+        self.assertEqual(self.shard_gets(), gets, "shards fetched again after the restart: %s %s %s" % (
+            placed, self.cache(), [l for l in self.leader.log().splitlines() if "shard" in l or "cached" in l][-12:]))
 
     def test_3_s3_matches_http_and_local(self):
-        # Empty caches (the shards are content-addressed: the same data from another URL
-        # would be a hit): stop the agents, remove their caches, start them again.
-        for i, agent in enumerate(self.agents):
-            agent.stop()
-            shutil.rmtree(os.path.join(self.root, "agent-%d" % i, "state", "shard-cache"), True)
-            agent.start()
-        self.wait_agents(2)
-        self.assertEqual(sum(c["shards"] for c in self.cache().values()), 0, "premise: the caches are empty")
+        self.empty_caches()
         status, _ = self.train("s3", "s3://datasets/fm")
         figures = self.cache()
         self.assertGreater(sum(c["bytes_fetched"] for c in figures.values()), self.manifest["splits"]["train"]["bytes"] // 2)
-        self.accuracy["s3"] = status["final_accuracy"]
+        self.accuracy["s3"] = status["test_accuracy"]
         status, _ = self.train("local-path", self.packed)
-        self.accuracy["local"] = status["final_accuracy"]
+        self.accuracy["local"] = status["test_accuracy"]
         self.assertGreater(self.accuracy["local"], 0.80, self.accuracy)
         for source in ("http", "s3"):
             if source in self.accuracy:
                 self.assertLessEqual(abs(self.accuracy[source] - self.accuracy["local"]), 0.005, self.accuracy)
 
     def test_4_bad_input_and_faults(self):
+        self.empty_caches()  # so that the bad shards are fetched, not found cached
         www = os.path.join(self.root, "www")
         train = [s["name"] for s in self.manifest["splits"]["train"]["shards"]]
 
@@ -266,7 +277,9 @@ log_level = "info"
         self.assertIn("does not match its manifest twice", text)
         self.assertIn(train[0], text)
 
-        # A shard missing on the server.
+        # A shard missing on the server (the caches emptied again: the corrupt job's other
+        # shards are this one's too).
+        self.empty_caches()
         status, _ = self.train("missing", variant("missing", lambda d: os.remove(os.path.join(d, train[1]))),
                                expect="failed")
         text = json.dumps(status)
