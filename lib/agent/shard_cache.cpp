@@ -115,14 +115,14 @@ void ShardCache::fetch_verified(const ShardRef& ref) {
   if (ec) throw IoError("cannot rename \"" + part + "\": " + ec.message());
 }
 
-void ShardCache::ensure(const ShardRef& ref, std::unique_lock<std::mutex>& lock, bool for_acquire) {
+bool ShardCache::ensure(const ShardRef& ref, std::unique_lock<std::mutex>& lock, bool for_acquire) {
   bool waited = false;
   for (;;) {
     if (stop_) throw IoError("the agent is stopping");
     auto it = entries_.find(ref.sha256);
     if (it != entries_.end() && it->second.state == State::kReady) {
       if (for_acquire) ++(waited ? counters_.misses : counters_.hits);
-      return;
+      return !waited;
     }
     if (it != entries_.end()) {  // a fetch under way: wait for it (or its failure)
       waited = true;
@@ -152,14 +152,15 @@ void ShardCache::ensure(const ShardRef& ref, std::unique_lock<std::mutex>& lock,
     counters_.bytes_fetched += ref.bytes;
     if (for_acquire) ++counters_.misses;
     cv_.notify_all();
-    return;
+    return false;
   }
 }
 
-std::string ShardCache::acquire(const ShardRef& ref, Owner owner) {
+std::string ShardCache::acquire(const ShardRef& ref, Owner owner, bool* hit) {
   if (!is_sha256_hex(ref.sha256)) throw InvalidArgument("shard cache: \"" + ref.sha256 + "\" is not a SHA-256");
   std::unique_lock<std::mutex> lock(mu_);
-  ensure(ref, lock, true);
+  const bool there = ensure(ref, lock, true);
+  if (hit) *hit = there;
   auto& e = entries_.at(ref.sha256);
   ++e.pins[owner];
   e.last_use = now_ns();

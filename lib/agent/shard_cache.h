@@ -73,7 +73,8 @@ class ShardCache {
   /// data::FetchError (unreachable after the retries, a 404/403, a missing credential, a
   /// checksum that did not match twice: the message names the shard and the URL) or
   /// IoError (no room: every shard held, or the disk full); the cache stays consistent.
-  std::string acquire(const ShardRef& ref, Owner owner);
+  /// `hit`, when given, is set to whether the shard was there already.
+  std::string acquire(const ShardRef& ref, Owner owner, bool* hit = nullptr);
   /// Lets `owner` go of one hold of shard `sha256`. Unknown holds are ignored.
   void release(const std::string& sha256, Owner owner);
   /// Drops every hold of `owner` (a worker that exited).
@@ -99,7 +100,9 @@ class ShardCache {
     std::int64_t last_use = 0;              // a logical clock (file mtimes after a restart)
     std::map<Owner, int> pins;
   };
-  void ensure(const ShardRef& ref, std::unique_lock<std::mutex>& lock, bool for_acquire);
+  /// Makes `ref` present (fetching it, or waiting for a fetch under way); true when it was
+  /// there at once.
+  bool ensure(const ShardRef& ref, std::unique_lock<std::mutex>& lock, bool for_acquire);
   void make_room(std::int64_t bytes, std::unique_lock<std::mutex>& lock, const ShardRef& ref);
   void fetch_verified(const ShardRef& ref);
   void evict(const std::string& sha256);

@@ -87,9 +87,9 @@ struct ShardCacheServer::Impl {
           res.body() = cache.read_text(url, data::kMaxManifestBytes);
         } else if (target == "/v1/acquire") {
           const auto ref = ref_of(body);
-          const auto before = cache.stats().hits;
-          const auto p = cache.acquire(ref, owner);
-          res.body() = nlohmann::json{{"path", p}, {"hit", cache.stats().hits > before}}.dump();
+          bool hit = false;
+          const auto p = cache.acquire(ref, owner, &hit);
+          res.body() = nlohmann::json{{"path", p}, {"hit", hit}}.dump();
         } else if (target == "/v1/release") {
           cache.release(body.at("sha256").get<std::string>(), owner);
           res.result(http::status::no_content);

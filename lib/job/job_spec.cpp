@@ -265,6 +265,12 @@ void apply_data_defaults(JobSpec& s) {
     // by the worker), which is not at hand here.
     if (s.data.empty()) throw ConfigError("data", "dataset = \"shards\" needs data = \"URL\" (docs/data.md)");
     data::check_data_url(s.data);
+    for (const auto& [key, n] : {std::pair<const char*, std::int64_t>{"train_samples", s.train_samples}, {"test_samples", s.test_samples}}) {
+      if (n > 0) {
+        throw ConfigError(key, "does not apply to a sharded data set, which is read whole (pack a smaller one: "
+                               "dltrain dataset pack)");
+      }
+    }
     if (s.channels == 0 || s.image_size == 0) {
       if (s.mean.empty() != s.std.empty()) {
         throw ConfigError(s.mean.empty() ? "mean" : "std", "give mean and std together (or neither: the manifest's)");

@@ -29,6 +29,7 @@
 #include "compress/fp16.h"
 #include "compress/topk.h"
 #include "data/cifar10.h"
+#include "data/shards.h"
 #include "data/image.h"
 #include "ps/checkpoint.h"
 #include "ps/shard_state.h"
@@ -399,6 +400,40 @@ void image_files() {
   write("cifar10", "partial-record", rec);
 }
 
+// A shard of two samples written by TarWriter and a manifest (a leading byte picks the
+// parser: 0 a shard, 1 a manifest).
+void shard_files() {
+  const auto path = (std::filesystem::temp_directory_path() / "dltrain-corpus-shard.tar").string();
+  {
+    data::TarWriter w(path);
+    data::Image gray{2, 2, 1, {0, 64, 128, 255}};
+    const auto png = data::encode_png(gray);
+    for (const char* key : {"00000000", "00000001"}) {
+      w.add(std::string(key) + ".png", png);
+      w.add(std::string(key) + ".cls", std::vector<std::uint8_t>{'3'});
+    }
+    std::string sha;
+    w.finish(sha);
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::vector<std::uint8_t> bytes{0};
+  bytes.insert(bytes.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::filesystem::remove(path);
+  write("shards", "two-samples.tar", bytes);
+  data::Manifest m;
+  m.classes = {"a", "b"};
+  m.train.shards = {{"train-000000.tar", 2, 4096, std::string(64, 'a')}};
+  m.train.samples = 2;
+  m.train.bytes = 4096;
+  m.test = m.train;
+  m.test.shards[0].name = "test-000000.tar";
+  m.channels = 1;
+  m.image_size = 2;
+  m.mean = {0.5f};
+  m.std = {0.4f};
+  write_text("shards", "manifest.json", "\x01" + data::manifest_json(m).dump());
+}
+
 // Inputs that triggered a bug found while writing the targets (each has a regression
 // test in tests/unit), so that every run tries them again.
 void regressions() {
@@ -468,6 +503,7 @@ int main(int argc, char** argv) {
     checkpoints();
     idx_files();
     image_files();
+    shard_files();
     regressions();
     copy_configs(argv[1]);
   } catch (const std::exception& e) {

@@ -29,10 +29,11 @@ def free_port(address="127.0.0.1"):
         return s.getsockname()[1]
 
 
-def wait_http(url, timeout, what):
+def wait_http(url, timeout, what, wrap=()):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url], capture_output=True, text=True)
+        r = subprocess.run(list(wrap) + ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url], capture_output=True,
+                           text=True)
         if r.stdout.strip() not in ("", "000"):
             return
         time.sleep(0.05)
@@ -50,10 +51,13 @@ def missing():
 class Nginx:
     """nginx serving `root` at http://ADDRESS:PORT/."""
 
-    def __init__(self, workdir, root, address="127.0.0.1"):
+    def __init__(self, workdir, root, address="127.0.0.1", wrap=()):
+        """`wrap`: what nginx runs under (nsenter into a network namespace: a store on a
+        host of its own)."""
         self.dir = workdir
         os.makedirs(self.dir, exist_ok=True)
-        self.address, self.port = address, free_port(address)
+        self.address = address
+        self.port = free_port("127.0.0.1") if wrap else free_port(address)
         self.url = "http://%s:%d" % (address, self.port)
         self.access_log = os.path.join(self.dir, "access.log")
         conf = os.path.join(self.dir, "nginx.conf")
@@ -79,9 +83,9 @@ http {
 }
 """ % {"d": self.dir, "a": address, "p": self.port, "r": root})
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-        self.proc = subprocess.Popen([nginx, "-c", conf, "-p", self.dir], stdout=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(list(wrap) + [nginx, "-c", conf, "-p", self.dir], stdout=subprocess.DEVNULL,
                                      stderr=open(os.path.join(self.dir, "stderr.log"), "w"), start_new_session=True)
-        wait_http(self.url + "/", 20, "nginx")
+        wait_http(self.url + "/", 20, "nginx", list(wrap))
 
     def fetched(self, path_part):
         """Requests in the access log whose line names `path_part`, as (client address,

@@ -7,6 +7,7 @@
 
 #include "common/errors.h"
 #include "common/toml_fields.h"
+#include "data/shards.h"
 #include "job/job_spec.h"
 #include "support/temp_dir.h"
 
@@ -526,4 +527,68 @@ TEST(JobSpec, CompressionMethodAutoLeavesTheChoiceToThePlannerAndTakesNoOtherKey
   const auto [bad_field, bad_message] = reject(kData + "[compression]\nmethod = \"Auto\"\n");
   EXPECT_EQ(bad_field, "compression.method");
   EXPECT_NE(bad_message.find("got \"Auto\" (or \"auto\": the planner chooses)"), std::string::npos) << bad_message;
+}
+
+TEST(JobSpec, ASharedDataSetIsNamedByDataAlone) {
+  // A URL: the manifest is the leader's to read (not parse_job_toml's); image size and
+  // channels wait for it.
+  auto s = parse_job_toml("model = \"mlp\"\ndata = \"http://files:8080/fm\"\n", "/tmp", true);
+  EXPECT_EQ(s.dataset, DatasetKind::kShards);
+  EXPECT_EQ(s.data, "http://files:8080/fm");
+  EXPECT_EQ(s.image_size, 0);
+  EXPECT_EQ(job_from_json(nlohmann::json(s)).data, s.data);
+  // The history key: kind, last component and a hash of the whole location.
+  const auto label = dataset_label(s);
+  EXPECT_EQ(label.rfind("shards-fm-", 0), 0u) << label;
+  EXPECT_EQ(label.size(), std::string("shards-fm-").size() + 8);
+  auto other = s;
+  other.data = "http://other:8080/fm";
+  EXPECT_NE(dataset_label(other), label);
+  EXPECT_EQ(dataset_label(parse_job_toml("model = \"mlp\"\n" + kData, "/tmp", true)), "fashion-mnist");
+
+  // Misuse names the field.
+  EXPECT_EQ(reject("model = \"mlp\"\ndata = \"http://h/x\"\ndataset = \"cifar10\"\n").first, "dataset");
+  EXPECT_EQ(reject("model = \"mlp\"\ndata = \"http://h/x\"\n" + kData).first, "data_dir");
+  EXPECT_EQ(reject("model = \"mlp\"\ndataset = \"shards\"\n").first, "data");
+  EXPECT_EQ(reject("model = \"mlp\"\ndata = \"ftp://h/x\"\n").first, "data");
+  EXPECT_EQ(reject("model = \"mlp\"\ndata = \"s3:///x\"\n").first, "data");
+  EXPECT_EQ(reject("model = \"mlp\"\ndata = \"s3://b/x\"\ntrain_samples = 100\n").first, "train_samples");
+  EXPECT_EQ(reject("model = \"mlp\"\ndataset = \"cifar10\"\ndata_dir = \"/nonexistent\"\n").first, "data_dir");
+  // A path: resolved against the job file's directory; its manifest is read and checked.
+  testing::TempDir dir;
+  const auto [field, what] = reject("model = \"mlp\"\ndata = \"" + (dir.path / "fm").string() + "\"\n");
+  EXPECT_EQ(field, "data");
+  EXPECT_NE(what.find("manifest.json"), std::string::npos) << what;
+  std::filesystem::create_directories(dir.path / "fm");
+  std::ofstream(dir.path / "fm" / "manifest.json") << "{\"format\": \"dltrain-shards/1\"}";
+  EXPECT_THROW(parse_job_toml("model = \"mlp\"\ndata = \"fm\"\n", dir.path.string(), true), ConfigError);
+  EXPECT_EQ(parse_job_toml("model = \"mlp\"\ndata = \"fm\"\n", dir.path.string(), false).data, (dir.path / "fm").string());
+}
+
+TEST(JobSpec, AManifestSetsImageSizeAndChannelsUnlessTheJobDoes) {
+  data::Manifest m;
+  m.classes = {"a", "b"};
+  m.train.shards = {{"t.tar", 3, 4096, std::string(64, 'a')}};
+  m.train.samples = 3;
+  m.test = m.train;
+  m.channels = 3;
+  m.image_size = 2000;  // clamped to the largest image_size
+  m.mean = {0.5f, 0.5f, 0.5f};
+  m.std = {0.2f, 0.2f, 0.2f};
+  auto s = parse_job_toml("model = \"mlp\"\ndata = \"http://h/x\"\nworkers = 2\n", "/tmp", false);
+  apply_manifest(s, m);
+  EXPECT_EQ(s.image_size, 1024);
+  EXPECT_EQ(s.channels, 3);
+  auto fixed = parse_job_toml("model = \"mlp\"\ndata = \"http://h/x\"\nimage_size = 32\nchannels = 1\n", "/tmp", false);
+  apply_manifest(fixed, m);
+  EXPECT_EQ(fixed.image_size, 32);
+  EXPECT_EQ(fixed.channels, 1);
+  auto many = parse_job_toml("model = \"mlp\"\ndata = \"http://h/x\"\nworkers = 4\n", "/tmp", false);
+  try {
+    apply_manifest(many, m);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), "data");
+    EXPECT_NE(std::string(e.what()).find("3 training samples cannot feed 4 workers"), std::string::npos);
+  }
 }
