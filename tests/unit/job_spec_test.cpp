@@ -555,7 +555,7 @@ TEST(JobSpec, ASharedDataSetIsNamedByDataAlone) {
   EXPECT_EQ(reject("model = \"mlp\"\ndata = \"s3://b/x\"\ntrain_samples = 100\n").first, "train_samples");
   EXPECT_EQ(reject("model = \"mlp\"\ndataset = \"cifar10\"\ndata_dir = \"/nonexistent\"\n").first, "data_dir");
   // A path: resolved against the job file's directory; its manifest is read and checked.
-  testing::TempDir dir;
+  dltrain::testing::TempDir dir;
   const auto [field, what] = reject("model = \"mlp\"\ndata = \"" + (dir.path / "fm").string() + "\"\n");
   EXPECT_EQ(field, "data");
   EXPECT_NE(what.find("manifest.json"), std::string::npos) << what;
