@@ -218,10 +218,10 @@ void print_event(std::ostream& out, const json& e) {
     out << std::endl;
   } else if (kind == events::DataPlaced::kKind) {
     const auto d = events::DataPlaced::from_json(e);
-    out << job << ": workers placed where the data set's shards are cached:";
+    out << job << ": workers placed by where their shards are cached:";
     for (std::size_t i = 0; i < d.agents.size(); ++i) {
       out << (i ? "," : "") << " worker-" << i << " on " << d.agents[i] << " ("
-          << fmt(100 * (i < d.cached_fraction.size() ? d.cached_fraction[i] : 0.0), 0) << "% cached)";
+          << fmt(100 * (i < d.cached_fraction.size() ? d.cached_fraction[i] : 0.0), 0) << "% of its shards cached)";
     }
     out << std::endl;
   } else if (kind == events::PlanDecided::kKind) {

@@ -48,6 +48,7 @@ KINDS = {
     "state": "StateChanged",
     "plan": "PlanDecided",
     "ps_shards": "PsShards",
+    "data_placed": "DataPlaced",
     "started": "Started",
     "data": "DataInfo",
     "progress": "Progress",
