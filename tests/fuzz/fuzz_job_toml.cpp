@@ -27,7 +27,11 @@ void check_ranges(const JobSpec& s) {
   FUZZ_CHECK(!s.data_dir.empty() && s.data_dir.front() == '/', "data_dir not absolute");
   FUZZ_CHECK(enum_name(s.model) != "?" && s.model != ModelKind::kTorchScript, "unknown model");
   FUZZ_CHECK(enum_name(s.dataset) != "?", "unknown dataset");
-  FUZZ_CHECK(s.image_size >= 8 && s.image_size <= 1024 && (s.channels == 1 || s.channels == 3), "image_size or channels");
+  // A sharded data set's image size and channels may wait for its manifest (0).
+  const bool from_manifest = s.dataset == DatasetKind::kShards && (s.image_size == 0 || s.channels == 0);
+  FUZZ_CHECK(from_manifest || (s.image_size >= 8 && s.image_size <= 1024 && (s.channels == 1 || s.channels == 3)),
+             "image_size or channels");
+  FUZZ_CHECK((s.dataset == DatasetKind::kShards) == !s.data.empty(), "data without dataset = shards, or the reverse");
   FUZZ_CHECK(s.mean.size() == s.std.size() && (s.mean.empty() || static_cast<int>(s.mean.size()) == s.channels),
              "mean/std not one per channel");
   for (double v : s.std) FUZZ_CHECK(std::isfinite(v) && v > 0, "a std that is not positive");
@@ -35,7 +39,7 @@ void check_ranges(const JobSpec& s) {
   FUZZ_CHECK(s.loader_threads >= 0 && s.loader_threads <= 64 && s.loader_queue >= 0 && s.loader_queue <= 1024,
              "loader_threads or loader_queue");
   const auto& a = s.augment;
-  FUZZ_CHECK(a.crop_padding >= 0 && a.crop_padding <= 64 && (a.crop_padding == 0 || a.crop_padding < s.image_size),
+  FUZZ_CHECK(a.crop_padding >= 0 && a.crop_padding <= 64 && (a.crop_padding == 0 || from_manifest || a.crop_padding < s.image_size),
              "augment.crop_padding");
   FUZZ_CHECK(in(a.scale_min, 0, 1) && a.scale_min > 0 && a.scale_min <= a.scale_max && a.scale_max <= 1, "augment.scale");
   FUZZ_CHECK(in(a.ratio_min, 0, 100) && a.ratio_min > 0 && a.ratio_min <= a.ratio_max && a.ratio_max <= 100,
@@ -53,7 +57,7 @@ void check_ranges(const JobSpec& s) {
   FUZZ_CHECK(in(s.optimizer.weight_decay, 0, 1) && s.optimizer.weight_decay < 1, "weight_decay");
   FUZZ_CHECK(in(s.optimizer.warmup_epochs, 0, s.epochs) && s.optimizer.warmup_epochs < s.epochs, "warmup_epochs");
   FUZZ_CHECK(in(s.compression.ratio, 0, 1) && s.compression.ratio > 0, "compression.ratio");
-  FUZZ_CHECK(in(s.compression.downlink_ratio, 0, 1) && s.compression.downlink_ratio > 0, "downlink_ratio");
+  FUZZ_CHECK(in(s.compression.downlink_ratio, 0, 1), "downlink_ratio");  // 0 = "auto"
   FUZZ_CHECK(in(s.compression.warmup_epochs, 0, s.epochs) && s.compression.warmup_epochs < s.epochs,
              "compression.warmup_epochs");
   FUZZ_CHECK(in(s.target_accuracy, 0, 1) && std::isfinite(s.deadline_seconds) && s.deadline_seconds >= 0, "target or deadline");
