@@ -4,9 +4,10 @@
 
 The data: Fashion-MNIST written as 128×128 JPEG files (`dltrain dataset from-idx --size
 128 --format jpeg`), an ImageFolder, and the same files packed (`dltrain dataset pack`,
-64 MB shards). The cluster: a leader in this namespace and AGENTS agents, each in a
-network namespace of its own on one bridge, every link 1 Gbit/s each way (tc tbf); the
-store — nginx serving the shards — on a host of its own on the same bridge. Two jobs with
+16 MB shards: 10 training shards, so that each of 4 workers reads two or three). The
+cluster: a leader in this namespace and AGENTS agents, each in a network namespace of its
+own on one bridge, every link 1 Gbit/s each way (tc tbf); the store — nginx serving the
+shards — on a host of its own on the same bridge. Two jobs with
 the same settings (an MLP on 128×128 inputs, AGENTS workers, 2 epochs, seed 1):
 
   local  dataset = "imagefolder", data_dir = the JPEG files (every agent reads them from
@@ -237,10 +238,10 @@ def main():
     folder, folder224 = prepare()
     shards_dir = os.path.join(DATA_ROOT, "www", "fm128")
     if not os.path.exists(os.path.join(shards_dir, "manifest.json")):
-        sh([DLTRAIN, "dataset", "pack", folder, shards_dir, "--shard-size", "64MB"], timeout=3600)
+        sh([DLTRAIN, "dataset", "pack", folder, shards_dir, "--shard-size", "16MB"], timeout=3600)
     out = {"provenance": provenance.record(sys.argv),
            "data": {"files": folder, "file_bytes": du(os.path.join(folder, "train")) + du(os.path.join(folder, "test")),
-                    "shards_bytes": du(shards_dir), "images": 70000, "image": "128x128 JPEG (quality 95), gray"},
+                    "shards_bytes": du(shards_dir), "images": 70000, "image": "128x128 JPEG (quality 95), gray: the 28x28 image centred on black (dltrain dataset from-idx --size 128)"},
            "settings": {"agents": a.agents, "link": "1 Gbit/s each way (tc tbf), the store on its own host",
                         "job": JOB % {"name": "NAME", "data": "DATA", "workers": a.agents}}}
     if not a.skip_jobs:

@@ -91,6 +91,11 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     if (opt.task_bin_dir.empty()) opt.task_bin_dir = self_dir();
   }
 
+  // The shard cache stops first: its server's connections may wait in it.
+  ~Impl() {
+    if (shard_cache) shard_cache->stop();
+  }
+
   void send(wire::ControlType type, const json& body, bool droppable = false) { leader->send(type, body, droppable); }
 
   // The link to the leader, with what only the agent knows; its orders' handlers.

@@ -20,28 +20,33 @@ std::string mib(std::int64_t b) { return std::to_string((b + (1 << 19)) >> 20) +
 }  // namespace
 
 ShardCache::ShardCache(Options options) : o_(std::move(options)) {
+  o_.fetch.cancel = &cancel_;
   std::error_code ec;
   fs::create_directories(o_.dir, ec);
   if (ec) throw IoError("cannot create the shard cache \"" + o_.dir + "\": " + ec.message());
-  for (const auto& e : fs::directory_iterator(o_.dir, ec)) {
-    const auto p = e.path();
+  fs::directory_iterator it(o_.dir, ec), end;
+  if (ec) throw IoError("cannot read the shard cache \"" + o_.dir + "\": " + ec.message());
+  for (; it != end; it.increment(ec)) {
+    if (ec) throw IoError("cannot read the shard cache \"" + o_.dir + "\": " + ec.message());
+    const auto p = it->path();
+    std::error_code one;  // a file that cannot be looked at is left alone, not fatal
     if (p.extension() == ".part") {
-      fs::remove(p, ec);
+      fs::remove(p, one);
       continue;
     }
-    if (p.extension() != ".tar" || !is_sha256_hex(p.stem().string())) continue;
+    if (p.extension() != ".tar" || !is_sha256_hex(p.stem().string()) || !fs::is_regular_file(p, one)) continue;
     Entry en;
     en.state = State::kReady;
-    en.bytes = static_cast<std::int64_t>(fs::file_size(p, ec));
-    if (ec) continue;
-    const auto mt = fs::last_write_time(p, ec);
+    en.bytes = static_cast<std::int64_t>(fs::file_size(p, one));
+    if (one) continue;
+    const auto mt = fs::last_write_time(p, one);
+    if (one) continue;
     en.last_use = std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::chrono::file_clock::to_sys(mt).time_since_epoch())
                       .count();
     used_ += en.bytes;
     entries_.emplace(p.stem().string(), en);
   }
-  if (ec) throw IoError("cannot read the shard cache \"" + o_.dir + "\": " + ec.message());
   while (used_ > o_.capacity_bytes) {  // a smaller cache_bytes than last time
     auto lru = std::min_element(entries_.begin(), entries_.end(),
                                 [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
@@ -52,13 +57,18 @@ ShardCache::ShardCache(Options options) : o_(std::move(options)) {
   for (int i = 0; i < std::max(1, o_.fetch_threads); ++i) threads_.emplace_back([this] { run_prefetch(); });
 }
 
-ShardCache::~ShardCache() {
+void ShardCache::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
     queue_.clear();
   }
+  cancel_ = true;
   cv_.notify_all();
+}
+
+ShardCache::~ShardCache() {
+  stop();
   for (auto& t : threads_) t.join();
 }
 
@@ -120,9 +130,28 @@ bool ShardCache::ensure(const ShardRef& ref, std::unique_lock<std::mutex>& lock,
   for (;;) {
     if (stop_) throw IoError("the agent is stopping");
     auto it = entries_.find(ref.sha256);
+    if (it != entries_.end() && it->second.state == State::kReady && it->second.bytes != ref.bytes) {
+      // Not the size the manifest says (a file cut short before a crash, say): fetched again.
+      spdlog::warn("shard cache: {} holds {} bytes, the manifest says {}; fetching it again", ref.sha256.substr(0, 12),
+                   it->second.bytes, ref.bytes);
+      if (!it->second.pins.empty()) throw IoError("shard " + ref.url + " in the cache does not have its manifest's size");
+      evict(ref.sha256);
+      --counters_.evictions;
+      continue;
+    }
     if (it != entries_.end() && it->second.state == State::kReady) {
       if (for_acquire) ++(waited ? counters_.misses : counters_.hits);
       return !waited;
+    }
+    if (it != entries_.end() && it->second.state == State::kFailed) {
+      // The fetch this caller waited for failed: the same error, not another round of
+      // retries. A caller that comes later tries afresh.
+      if (waited) {
+        if (for_acquire) ++counters_.misses;
+        throw data::FetchError(it->second.error, it->second.permanent);
+      }
+      entries_.erase(it);
+      continue;
     }
     if (it != entries_.end()) {  // a fetch under way: wait for it (or its failure)
       waited = true;
@@ -130,14 +159,22 @@ bool ShardCache::ensure(const ShardRef& ref, std::unique_lock<std::mutex>& lock,
       continue;
     }
     make_room(ref.bytes, lock, ref);
-    entries_[ref.sha256] = Entry{State::kFetching, ref.bytes, now_ns(), {}};
+    Entry fetching;
+    fetching.bytes = ref.bytes;
+    fetching.last_use = now_ns();
+    entries_[ref.sha256] = std::move(fetching);
     used_ += ref.bytes;
     lock.unlock();
     try {
       fetch_verified(ref);
-    } catch (...) {
+    } catch (const std::exception& e) {
       lock.lock();
-      entries_.erase(ref.sha256);
+      auto& failed = entries_[ref.sha256];
+      failed.state = State::kFailed;
+      failed.error = e.what();
+      const auto* fe = dynamic_cast<const data::FetchError*>(&e);
+      failed.permanent = fe == nullptr || fe->permanent();
+      failed.bytes = 0;
       used_ -= ref.bytes;
       ++counters_.failures;
       if (for_acquire) ++counters_.misses;
@@ -187,8 +224,15 @@ void ShardCache::release_owner(Owner owner) {
 void ShardCache::prefetch(const std::vector<ShardRef>& refs) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // At most half the capacity ahead, so that prefetching never evicts shards it fetched
+    // itself before they were read; the rest is fetched when asked for.
+    std::int64_t ahead = 0;
+    for (const auto& q : queue_) ahead += q.bytes;
     for (const auto& r : refs) {
-      if (!is_sha256_hex(r.sha256) || entries_.count(r.sha256)) continue;
+      const auto it = entries_.find(r.sha256);
+      if (!is_sha256_hex(r.sha256) || (it != entries_.end() && it->second.state != State::kFailed)) continue;
+      if (ahead + r.bytes > o_.capacity_bytes / 2) break;
+      ahead += r.bytes;
       if (std::any_of(queue_.begin(), queue_.end(), [&](const ShardRef& q) { return q.sha256 == r.sha256; })) continue;
       queue_.push_back(r);
     }

@@ -9,6 +9,7 @@
 // called from any thread; acquire() blocks its caller until the shard is there.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -63,8 +64,11 @@ class ShardCache {
   /// file's modification time), unfinished downloads (*.part) removed, shards beyond
   /// the capacity evicted. Throws IoError when the directory cannot be created or read.
   explicit ShardCache(Options options);
-  /// Stops the prefetching threads (a fetch under way finishes first).
+  /// stop(), then joins the prefetching threads.
   ~ShardCache();
+  /// Makes every waiting and later acquire() throw IoError("the agent is stopping") and
+  /// aborts the transfers under way. Idempotent; thread-safe.
+  void stop();
   ShardCache(const ShardCache&) = delete;
   ShardCache& operator=(const ShardCache&) = delete;
 
@@ -80,7 +84,8 @@ class ShardCache {
   /// Drops every hold of `owner` (a worker that exited).
   void release_owner(Owner owner);
   /// Queues `refs` for fetching in the background, in order (those cached or under way
-  /// are skipped); a failure is logged and counted, and met again by acquire().
+  /// are skipped), as long as the queue holds at most half the capacity (the rest is
+  /// fetched when asked for); a failure is logged and counted, and met again by acquire().
   void prefetch(const std::vector<ShardRef>& refs);
   /// The counters now.
   ShardCacheStats stats() const;
@@ -93,9 +98,13 @@ class ShardCache {
   std::string path_of(const std::string& sha256) const;
 
  private:
-  enum class State { kFetching, kReady };
+  // kFailed: the fetch its waiters waited for failed with `error` (they get it too
+  // rather than each trying again); a later acquire tries afresh.
+  enum class State { kFetching, kReady, kFailed };
   struct Entry {
     State state = State::kFetching;
+    std::string error;
+    bool permanent = false;
     std::int64_t bytes = 0;
     std::int64_t last_use = 0;              // a logical clock (file mtimes after a restart)
     std::map<Owner, int> pins;
@@ -117,6 +126,7 @@ class ShardCache {
   ShardCacheStats counters_;
   std::deque<ShardRef> queue_;
   bool stop_ = false;
+  std::atomic<bool> cancel_{false};  // o_.fetch.cancel
   std::vector<std::thread> threads_;
 };
 

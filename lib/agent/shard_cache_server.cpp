@@ -130,8 +130,7 @@ struct ShardCacheServer::Impl {
       if (ec || !res.keep_alive()) break;
     }
     cache.release_owner(owner);
-    c.socket.close(ec);
-    c.done = true;
+    c.done = true;  // the socket is closed by whoever joins this thread
   }
 
   void accept_loop() {
@@ -141,12 +140,16 @@ struct ShardCacheServer::Impl {
       acceptor.accept(s, ec);
       if (ec) {
         if (stopping) return;
+        spdlog::warn("shard cache socket: accept failed: {}", ec.message());
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // EMFILE and the like: no busy loop
         continue;
       }
       std::lock_guard<std::mutex> lock(mu);
       for (auto it = conns.begin(); it != conns.end();) {  // reap finished connections
         if ((*it)->done) {
           (*it)->thread.join();
+          boost::system::error_code ignored;
+          (*it)->socket.close(ignored);
           it = conns.erase(it);
         } else {
           ++it;
@@ -179,14 +182,19 @@ ShardCacheServer::ShardCacheServer(const std::string& socket_path, ShardCache& c
 ShardCacheServer::~ShardCacheServer() {
   impl_->stopping = true;
   boost::system::error_code ec;
+  // shutdown() wakes the blocked accept(); the acceptor is closed once its thread is gone.
   ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
-  impl_->acceptor.close(ec);
   impl_->accept_thread.join();
+  impl_->acceptor.close(ec);
   {
+    // Wake every connection's blocked read (their sockets stay open until joined).
     std::lock_guard<std::mutex> lock(impl_->mu);
     for (auto& c : impl_->conns) ::shutdown(c->socket.native_handle(), SHUT_RDWR);
   }
-  for (auto& c : impl_->conns) c->thread.join();
+  for (auto& c : impl_->conns) {
+    c->thread.join();
+    c->socket.close(ec);
+  }
   std::error_code fec;
   std::filesystem::remove(impl_->path, fec);
 }

@@ -171,10 +171,18 @@ long one_try(const Request& r, Sink& sink, std::int64_t offset, const FetchOptio
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.connect_timeout_s * 1000));
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::max(1.0, o.stall_timeout_s)));
+  curl_easy_setopt(h, CURLOPT_FAILONERROR, 1L);  // an error status's body is not the data
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
   curl_easy_setopt(h, CURLOPT_USERAGENT, "dltrain-agent");
   if (offset > 0) curl_easy_setopt(h, CURLOPT_RESUME_FROM_LARGE, static_cast<curl_off_t>(offset));
+  if (o.cancel) {
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, o.cancel);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, +[](void* p, curl_off_t, curl_off_t, curl_off_t, curl_off_t) -> int {
+      return static_cast<const std::atomic<bool>*>(p)->load() ? 1 : 0;
+    });
+  }
   if (!r.sigv4.empty()) {
     curl_easy_setopt(h, CURLOPT_AWS_SIGV4, r.sigv4.c_str());
     curl_easy_setopt(h, CURLOPT_USERPWD, r.userpwd.c_str());
@@ -202,6 +210,7 @@ std::int64_t fetch(const std::string& url, Sink& sink, const std::string* path, 
   std::string last;
   const int attempts = std::max(1, o.attempts);
   for (int attempt = 1; attempt <= attempts; ++attempt) {
+    if (o.cancel && o.cancel->load()) throw FetchError("GET " + url + ": cancelled (the agent is stopping)", true);
     std::string error;
     bool resumed = false;
     const std::int64_t offset = sink.written;
@@ -211,6 +220,9 @@ std::int64_t fetch(const std::string& url, Sink& sink, const std::string* path, 
                     (sink.write_errno == ENOSPC ? " (the cache's disk is full: lower cache_bytes or free the disk)" : ""));
     }
     if (sink.too_big) throw FetchError("GET " + url + ": larger than " + std::to_string(sink.max) + " bytes", true);
+    if (code >= 400) {  // an error status (its body was not written: CURLOPT_FAILONERROR)
+      error.clear();
+    }
     if (offset > 0 && code == 200) {  // the server ignored the Range: start over
       if (sink.file) {
         std::fflush(sink.file);
@@ -267,13 +279,20 @@ std::int64_t fetch_to_file(const std::string& url, const std::string& path, std:
   sink.max = max_bytes;
   try {
     const auto n = fetch(url, sink, &path, o);
-    if (std::fclose(f) != 0) {
-      const int e = errno;
-      throw IoError("cannot write \"" + path + "\": " + std::strerror(e) + (e == ENOSPC ? " (the cache's disk is full)" : ""));
+    // Written through to the disk before the caller renames it into place, so that a
+    // crash never leaves a shard that is only partly there under its final name.
+    const bool synced = std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
+    const int e = synced ? 0 : errno;
+    const bool closed = std::fclose(f) == 0;
+    f = nullptr;
+    if (!synced || !closed) {
+      const int err = e != 0 ? e : errno;
+      throw IoError("cannot write \"" + path + "\": " + std::strerror(err) +
+                    (err == ENOSPC ? " (the cache's disk is full: lower cache_bytes or free the disk)" : ""));
     }
     return n;
   } catch (...) {
-    std::fclose(f);
+    if (f) std::fclose(f);
     std::error_code ec;
     fs::remove(path, ec);
     throw;

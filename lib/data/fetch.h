@@ -7,6 +7,7 @@
 // thread-safe (one curl easy handle per call; curl_global_init runs once).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -53,6 +54,9 @@ struct FetchOptions {
   S3Settings s3;
   /// Called with one line per retry ("GET URL failed (cause); retry 2 of 5 in 1.0 s").
   std::function<void(const std::string&)> log;
+  /// When set and true, a transfer under way is aborted and no retry is made (the agent
+  /// is stopping); the fetch then throws FetchError("… cancelled").
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 /// Fetches `url` into the file `path` (created or replaced), at most `max_bytes` bytes.

@@ -77,6 +77,7 @@ std::vector<ShardSample> ShardReader::read_window(std::size_t w) {
 void ShardReader::start_epoch(std::int64_t epoch) {
   if (pending_.valid()) pending_.wait();
   pending_ = {};
+  carry_.clear();
   epoch_ = epoch;
   std::vector<std::int64_t> counts;
   for (const auto& s : manifest_.train.shards) counts.push_back(s.samples);
@@ -97,13 +98,28 @@ void ShardReader::start_epoch(std::int64_t epoch) {
 
 bool ShardReader::next_window(std::shared_ptr<const ExampleSource>& source, std::vector<std::int64_t>& order) {
   if (next_ >= windows_.size()) return false;
-  auto samples = pending_.get();  // rethrows a read's error
+  if (!pending_.valid()) throw IoError(o_.data + ": an earlier read of this epoch failed");
+  auto fresh = pending_.get();  // rethrows a read's error
   const std::size_t w = next_++;
-  if (next_ < windows_.size()) pending_ = std::async(std::launch::async, [this, n = next_] { return read_window(n); });
-  const auto n = static_cast<std::int64_t>(samples.size());
+  const bool last = next_ >= windows_.size();
+  if (!last) pending_ = std::async(std::launch::async, [this, n = next_] { return read_window(n); });
+  std::vector<ShardSample> samples = std::move(carry_);
+  carry_.clear();
+  for (auto& s : fresh) samples.push_back(std::move(s));
   const std::uint64_t mixed = mix64(o_.seed ^ mix64(static_cast<std::uint64_t>(o_.rank) + 1)) ^ mix64(w + 7);
-  order = epoch_permutation(n, mixed, epoch_);
-  source = std::make_shared<EncodedSource>(std::move(samples), o_.data);
+  const auto perm = epoch_permutation(static_cast<std::int64_t>(samples.size()), mixed, epoch_);
+  // All but the epoch's last window hand out whole batches; the rest waits for the next.
+  const auto b = std::max<std::int64_t>(1, o_.batch);
+  const auto keep = last ? static_cast<std::int64_t>(perm.size()) : static_cast<std::int64_t>(perm.size()) / b * b;
+  std::vector<ShardSample> out;
+  out.reserve(static_cast<std::size_t>(keep));
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(perm.size()); ++i) {
+    auto& s = samples[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])];
+    (i < keep ? out : carry_).push_back(std::move(s));
+  }
+  order.resize(out.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int64_t>(i);
+  source = std::make_shared<EncodedSource>(std::move(out), o_.data);
   return true;
 }
 

@@ -44,6 +44,10 @@ struct ShardReaderOptions {
   int workers = 1;        ///< >= 1
   std::uint64_t seed = 0; ///< the job's seed
   std::int64_t window = 4;  ///< shards shuffled together, >= 1
+  /// The batch size: every window but the epoch's last hands out a whole number of
+  /// batches (the samples left over join the next window), so that only the epoch's last
+  /// batch is short, as with one loader over the whole epoch. >= 1.
+  std::int64_t batch = 1;
 };
 
 /// Counters of what a reader asked its agent's cache.
@@ -74,8 +78,9 @@ class ShardReader {
   /// first window in the background. A window still being read is waited for first.
   void start_epoch(std::int64_t epoch);
   /// The next window of the epoch: its samples and their shuffled order (a function of
-  /// seed, epoch, rank and window). Waits for it; starts reading the one after. Returns
-  /// false after the last one. Throws what reading a shard throws (IoError with the
+  /// seed, epoch, rank and window), a whole number of batches but for the last window (the
+  /// remainder is carried into the next). Waits for it; starts reading the one after.
+  /// Returns false after the last one. Throws what reading a shard throws (IoError with the
   /// agent's message naming the shard and URL, ProtocolError for a malformed shard).
   bool next_window(std::shared_ptr<const ExampleSource>& source, std::vector<std::int64_t>& order);
   /// Every sample of the test split (read once, then kept).
@@ -98,6 +103,7 @@ class ShardReader {
   std::vector<std::int64_t> windows_;             // slices per window
   std::size_t next_ = 0;                          // the next window to hand out
   std::future<std::vector<ShardSample>> pending_;  // window next_, being read
+  std::vector<ShardSample> carry_;                 // samples left over from the last window
   std::shared_ptr<const ExampleSource> test_;
   mutable std::mutex mu_;  // the client, stats_
   ShardReadStats stats_;

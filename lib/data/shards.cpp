@@ -1,6 +1,7 @@
 #include "data/shards.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstring>
 #include <set>
@@ -22,7 +23,8 @@ constexpr std::size_t kBlock = 512;
 
 bool plain_name(const std::string& s) {
   if (s.empty() || s.size() > 100 || s == "." || s == "..") return false;
-  return std::all_of(s.begin(), s.end(), [](unsigned char c) { return c > 32 && c < 127 && c != '/' && c != '\\'; });
+  // Letters, digits, '.', '_' and '-': safe in a path, a URL and an S3 key as they are.
+  return std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isalnum(c) || c == '.' || c == '_' || c == '-'; });
 }
 
 std::int64_t get_int(const nlohmann::json& j, const char* key, const std::string& where, const std::string& field,
@@ -280,7 +282,7 @@ std::vector<TarMember> read_tar(std::span<const std::uint8_t> bytes, const std::
     const char type = static_cast<char>(h[156]);
     if (type == '0' || type == '\0' || type == '7') {
       std::string member = field_string(h, 100);
-      if (std::memcmp(h + 257, "ustar", 5) == 0) {
+      if (std::memcmp(h + 257, "ustar\0" "00", 8) == 0) {  // POSIX ustar (GNU tar keeps times there)
         const std::string prefix = field_string(h + 345, 155);
         if (!prefix.empty()) member = prefix + "/" + member;
       }

@@ -149,6 +149,7 @@ void Leader::Impl::with_manifest(const SessionPtr& s, const wire::Envelope& env,
     std::string text, error;
     try {
       text = data::fetch_text(url, data::kMaxManifestBytes, fo);
+      if (text.empty()) error = url + " is empty";
     } catch (const std::exception& e) {
       error = e.what();
     }

@@ -391,6 +391,7 @@ std::unique_ptr<DataFeed> make_data_feed(const JobSpec& job, int rank, int threa
     o.rank = rank;
     o.workers = spec.workers;
     o.seed = static_cast<std::uint64_t>(spec.seed);
+    o.batch = spec.batch_size;
     auto reader = std::make_unique<data::ShardReader>(std::make_shared<data::ShardCacheClient>(socket), o);
     if (spec.image_size == 0) spec.image_size = std::clamp(reader->manifest().image_size, 8, 1024);
     if (spec.channels == 0) spec.channels = reader->manifest().channels;

@@ -584,6 +584,23 @@ TEST(ShardCacheServer, TheWorkersClientOverTheUnixSocket) {
     while (reader.next_window(window, order)) seen += static_cast<std::int64_t>(order.size());
     EXPECT_EQ(seen, 4);
     EXPECT_EQ(reader.test_set()->size(), 4);
+    // One worker, batches of 3: the first window (one shard, 4 samples) hands out 3 and
+    // carries 1; the last hands out the other 5. Every sample once.
+    data::ShardReaderOptions one = o;
+    one.rank = 0;
+    one.workers = 1;
+    one.batch = 3;
+    data::ShardReader whole(client, one);
+    whole.start_epoch(1);
+    std::vector<std::int64_t> sizes;
+    std::multiset<int> labels;
+    while (whole.next_window(window, order)) {
+      sizes.push_back(static_cast<std::int64_t>(order.size()));
+      for (const auto i : order) labels.insert(window->label(i));
+    }
+    EXPECT_EQ(sizes, (std::vector<std::int64_t>{3, 5}));
+    EXPECT_EQ(labels.count(0), 4u);  // samples 0..7, label i % 2
+    EXPECT_EQ(labels.count(1), 4u);
     // An unknown shard: the agent's message comes back.
     try {
       client->acquire({(store.src.path / "missing.tar").string(), std::string(64, 'a'), 2048});
