@@ -8,7 +8,8 @@ The data: Fashion-MNIST written as 128×128 JPEG files (`dltrain dataset from-id
 cluster: a leader in this namespace and AGENTS agents, each in a network namespace of its
 own on one bridge, every link 1 Gbit/s each way (tc tbf); the store — nginx serving the
 shards — on a host of its own on the same bridge. Two jobs with
-the same settings (an MLP on 128×128 inputs, AGENTS workers, 2 epochs, seed 1):
+the same settings (an MLP on the images decoded and resized to 32×32 — a small model, so
+that the PS's traffic does not hide the data path; AGENTS workers, 2 epochs, seed 1):
 
   local  dataset = "imagefolder", data_dir = the JPEG files (every agent reads them from
          this machine's disk: the "local copy on every machine")
@@ -57,7 +58,7 @@ DLTRAIN = os.path.join(BUILD, "bin", "dltrain")
 JOB = """name = "%(name)s"
 model = "mlp"
 %(data)s
-image_size = 128
+image_size = 32
 channels = 1
 mean = [0.2860]
 std = [0.3530]
@@ -128,7 +129,7 @@ leader_url = "%s"
 agent_token_file = "%s/agent.token"
 advertise_address = "%s"
 task_bind_address = "%s"
-cores = 1
+cores = 2
 state_dir = "%s"
 cache_bytes = 4294967296
 """ % (i, url, root, self.lan.address(i), self.lan.address(i), os.path.join(root, "agent-%d" % i, "state")),
@@ -210,7 +211,7 @@ def loader(folder, size, images):
     r = sh([os.path.join(BUILD, "bin", "loader_bench"), folder, "--threads", "1", "--images", str(images), "--size",
             str(size), "--channels", "3", "--augment"], timeout=1200)
     dl = json.loads(r.stdout.strip().splitlines()[-1])
-    peer = sh([sys.executable, "-c", """
+    peer = sh(["/usr/bin/python3", "-c", """
 import sys, time, torch, torchvision
 from torchvision import transforms as T
 torch.set_num_threads(1)

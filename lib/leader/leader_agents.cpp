@@ -36,7 +36,7 @@ void Leader::Impl::add_agent_handlers() {
                     if (h.is_string()) a.cached_shards.insert(h.get<std::string>());
                   }
                   a.shard_cache.erase("held");
-                  spdlog::info("agent {}: its shard cache holds {} shards", a.id, a.cached_shards.size());
+                  spdlog::debug("agent {}: its shard cache holds {} shards", a.id, a.cached_shards.size());
                 }
               }
             }
