@@ -256,21 +256,30 @@ std::int64_t fetch(const std::string& url, Sink& sink, const std::string* path, 
   throw FetchError("GET " + url + ": " + last + " (gave up after " + std::to_string(attempts) + " tries)", false);
 }
 
+// A local or file:// URL's path, after checking that it exists and holds at most max_bytes;
+// its size. Throws FetchError (permanent) naming the path.
+std::string local_file(const std::string& url, std::int64_t max_bytes, std::int64_t& size) {
+  const std::string from = url.rfind("file://", 0) == 0 ? url.substr(7) : url;
+  std::error_code ec;
+  size = static_cast<std::int64_t>(fs::file_size(from, ec));
+  if (ec) throw FetchError("\"" + from + "\": " + ec.message(), true);
+  if (size > max_bytes) throw FetchError("\"" + from + "\": larger than " + std::to_string(max_bytes) + " bytes", true);
+  return from;
+}
+
 }  // namespace
 
 std::int64_t fetch_to_file(const std::string& url, const std::string& path, std::int64_t max_bytes, const FetchOptions& o) {
   if (is_local_url(url)) {
-    const std::string from = url.rfind("file://", 0) == 0 ? url.substr(7) : url;
+    std::int64_t size = 0;
+    const auto from = local_file(url, max_bytes, size);
     std::error_code ec;
-    const auto size = fs::file_size(from, ec);
-    if (ec) throw FetchError("\"" + from + "\": " + ec.message(), true);
-    if (static_cast<std::int64_t>(size) > max_bytes) throw FetchError("\"" + from + "\": larger than " + std::to_string(max_bytes) + " bytes", true);
     fs::copy_file(from, path, fs::copy_options::overwrite_existing, ec);
     if (ec) {
       throw IoError("cannot copy \"" + from + "\" to \"" + path + "\": " + ec.message() +
                     (ec == std::errc::no_space_on_device ? " (the cache's disk is full: lower cache_bytes or free the disk)" : ""));
     }
-    return static_cast<std::int64_t>(size);
+    return size;
   }
   std::FILE* f = std::fopen(path.c_str(), "wb+");
   if (!f) throw IoError("cannot create \"" + path + "\": " + std::strerror(errno));
@@ -301,11 +310,8 @@ std::int64_t fetch_to_file(const std::string& url, const std::string& path, std:
 
 std::string fetch_text(const std::string& url, std::int64_t max_bytes, const FetchOptions& o) {
   if (is_local_url(url)) {
-    const std::string from = url.rfind("file://", 0) == 0 ? url.substr(7) : url;
-    std::error_code ec;
-    const auto size = fs::file_size(from, ec);
-    if (ec) throw FetchError("\"" + from + "\": " + ec.message(), true);
-    if (static_cast<std::int64_t>(size) > max_bytes) throw FetchError("\"" + from + "\": larger than " + std::to_string(max_bytes) + " bytes", true);
+    std::int64_t size = 0;
+    const auto from = local_file(url, max_bytes, size);
     std::ifstream in(from, std::ios::binary);
     std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (!in && !in.eof()) throw FetchError("\"" + from + "\": cannot be read", true);

@@ -8,6 +8,17 @@
 
 namespace dltrain::data {
 
+InMemoryImages idx_as_in_memory(const Split& s) {
+  InMemoryImages m;
+  m.count = s.images.count;
+  m.height = static_cast<int>(s.images.rows);
+  m.width = static_cast<int>(s.images.cols);
+  m.channels = 1;
+  m.pixels = s.images.pixels;
+  m.labels.assign(s.labels.begin(), s.labels.end());
+  return m;
+}
+
 Image InMemorySource::load(std::int64_t i, int channels) const {
   Image img;
   img.height = images_.height;

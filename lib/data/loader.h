@@ -17,6 +17,7 @@
 
 #include "data/augment.h"
 #include "data/cifar10.h"
+#include "data/idx.h"
 #include "data/image.h"
 #include "data/imagefolder.h"
 
@@ -39,6 +40,10 @@ class ExampleSource {
   /// A name for messages (the file path, or "record i").
   virtual std::string name(std::int64_t i) const = 0;
 };
+
+/// An IDX split (28×28 gray, labels 0–9) as InMemoryImages: 1 channel, its pixels
+/// copied, its labels widened. Pure; never throws but for allocation.
+InMemoryImages idx_as_in_memory(const Split& s);
 
 /// Images already in memory (IDX, CIFAR-10).
 class InMemorySource final : public ExampleSource {

@@ -13,6 +13,7 @@
 #include "data/idx.h"
 #include "data/image.h"
 #include "data/imagefolder.h"
+#include "data/loader.h"
 #include "data/sharding.h"
 #include "data/shards.h"
 
@@ -85,17 +86,6 @@ std::vector<Item> in_memory_items(const InMemoryImages& m, Stats* stats) {
     out.push_back(std::move(it));
   }
   return out;
-}
-
-InMemoryImages idx_as_images(const Split& s) {
-  InMemoryImages m;
-  m.count = s.images.count;
-  m.height = static_cast<int>(s.images.rows);
-  m.width = static_cast<int>(s.images.cols);
-  m.channels = 1;
-  m.pixels = s.images.pixels;
-  m.labels.assign(s.labels.begin(), s.labels.end());
-  return m;
 }
 
 std::vector<Item> file_items(const std::vector<ImageFile>& files, Stats* stats, nlohmann::json& skipped) {
@@ -204,8 +194,8 @@ nlohmann::json pack_dataset(const std::string& src_dir, const std::string& dest_
   } else if (kind == "fashion-mnist" || kind == "mnist") {
     m.classes = kind == "mnist" ? std::vector<std::string>{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
                                 : fashion_mnist_classes();
-    train = in_memory_items(idx_as_images(load_split(src_dir, "train")), &stats);
-    test = in_memory_items(idx_as_images(load_split(src_dir, "test")), nullptr);
+    train = in_memory_items(idx_as_in_memory(load_split(src_dir, "train")), &stats);
+    test = in_memory_items(idx_as_in_memory(load_split(src_dir, "test")), nullptr);
   } else {
     throw ConfigError("dataset", "\"" + o.dataset + "\" is not auto, fashion-mnist, mnist, cifar10 or imagefolder");
   }

@@ -105,17 +105,6 @@ class TensorFeed final : public DataFeed {
   std::int64_t pos_ = 0;
 };
 
-data::InMemoryImages idx_images(const data::Split& s) {
-  data::InMemoryImages m;
-  m.count = s.images.count;
-  m.height = static_cast<int>(s.images.rows);
-  m.width = static_cast<int>(s.images.cols);
-  m.channels = 1;
-  m.pixels = s.images.pixels;
-  m.labels.assign(s.labels.begin(), s.labels.end());
-  return m;
-}
-
 // The first `limit` examples (train_samples/test_samples): for an ImageFolder, whose
 // list is sorted by class, a seeded sample instead, so that every class keeps its share.
 std::vector<data::ImageFile> limit_files(std::vector<data::ImageFile> files, std::int64_t limit, std::uint64_t seed) {
@@ -277,9 +266,9 @@ class StreamFeed final : public DataFeed {
         test_ = std::make_shared<data::InMemorySource>(data::load_cifar10(spec_.data_dir, "test", spec_.test_samples));
       }
     } else {
-      train_ = std::make_shared<data::InMemorySource>(idx_images(data::load_split(spec_.data_dir, "train", spec_.train_samples)));
+      train_ = std::make_shared<data::InMemorySource>(data::idx_as_in_memory(data::load_split(spec_.data_dir, "train", spec_.train_samples)));
       if (rank_ == 0) {
-        test_ = std::make_shared<data::InMemorySource>(idx_images(data::load_split(spec_.data_dir, "test", spec_.test_samples)));
+        test_ = std::make_shared<data::InMemorySource>(data::idx_as_in_memory(data::load_split(spec_.data_dir, "test", spec_.test_samples)));
       }
     }
     if (train_->size() < spec_.workers) {

@@ -519,10 +519,12 @@ TEST(ShardCache, KeptAcrossARestartWithItsOrder) {
     for (std::size_t i = 0; i < 3; ++i) {
       cache.acquire(store.ref(i), 1);
       cache.release(store.shards[i].sha256, 1);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // distinct file times
     }
-    cache.acquire(store.ref(0), 1);  // 0 is now the most recently used
-    cache.release(store.shards[0].sha256, 1);
+  }
+  // The last uses as file times (what a restart reads): 1 oldest, then 2, then 0.
+  const auto now = fs::file_time_type::clock::now();
+  for (const auto& [i, age] : {std::pair<std::size_t, int>{1, 30}, {2, 20}, {0, 10}}) {
+    fs::last_write_time(dir.path / (store.shards[i].sha256 + ".tar"), now - std::chrono::seconds(age));
   }
   std::ofstream(dir.path / (std::string(64, 'e') + ".part")) << "an unfinished download";
   // Restarted with room for two: the least recently used (1) goes; the .part is removed.
