@@ -2,32 +2,34 @@
 """Sharded data sets against the same files on local disk (docs/benchmarks/data.md,
 "Sharded data sets"; docs/data.md).
 
-The data: Fashion-MNIST written as 128×128 JPEG files (`dltrain dataset from-idx --size
-128 --format jpeg`), an ImageFolder, and the same files packed (`dltrain dataset pack`,
-16 MB shards: 10 training shards, so that each of 4 workers reads two or three). The
+The data: Fashion-MNIST written as photo-like 3×128×128 JPEG files
+(bench/data/photo_fmnist.py: each garment enlarged, tinted and placed on a noisy colour
+scene, the training set twice; 130,000 files, 1.28 GB), an ImageFolder, and the same files
+packed (`dltrain dataset pack`, 32 MB shards: 43 training shards, so that each of 4 workers
+reads ten or eleven). The
 cluster: a leader in this namespace and AGENTS agents, each in a network namespace of its
 own on one bridge, every link 1 Gbit/s each way (tc tbf); the store — nginx serving the
 shards — on a host of its own on the same bridge. Two jobs with
 the same settings (an MLP on the images decoded and resized to 32×32 — a small model, so
-that the PS's traffic does not hide the data path; AGENTS workers, 2 epochs, seed 1):
+that neither the PS's traffic nor the model's arithmetic hides the data path; AGENTS workers, 2 epochs, seed 1):
 
   local  dataset = "imagefolder", data_dir = the JPEG files (every agent reads them from
          this machine's disk: the "local copy on every machine")
-  shards data = "http://STORE/fm128", the agents' caches empty at the start: epoch 1 is
+  shards data = "http://STORE/fmphoto128", the agents' caches empty at the start: epoch 1 is
          the cold epoch (every shard fetched while training), epoch 2 the warm one (each
          worker reads the same shards again, from its agent's cache)
 
 Measured: time from submit to the first training progress of any worker, the images/s of
 each epoch (all workers), the bytes each agent fetched against the bytes of the shards its
 workers read, and nginx's count of GETs per shard and machine. Then the loader alone:
-decode + augment images/s on one core at 128×128 and at 224×224 (a 224 px copy of the
-first 5,000 training images), dltrain's streaming loader (build/bin/loader_bench,
+decode + augment images/s on one core at 128×128 and at 224×224 (a 224 px set of the
+first 5,000 training garments, written the same way), dltrain's streaming loader (build/bin/loader_bench,
 --threads 1 --augment: random crop with 4 px padding, horizontal flip, normalise) beside
 torchvision's ImageFolder with the same transform (RandomCrop(padding=4),
 RandomHorizontalFlip, ToTensor, Normalize; PIL decoding; one thread, no worker
 processes) on the same files.
 
-Needs root (network namespaces), nginx, python3-torchvision. Writes
+Needs root (network namespaces), nginx, python3-torchvision (numpy and PIL for the data). Writes
 bench/results/data-shards.json with its provenance.
 
 Usage: bench/data/shards.py [--agents N] [--skip-jobs] [--skip-loader]
@@ -59,9 +61,9 @@ JOB = """name = "%(name)s"
 model = "mlp"
 %(data)s
 image_size = 32
-channels = 1
-mean = [0.2860]
-std = [0.3530]
+channels = 3
+mean = %(mean)s
+std = %(std)s
 epochs = 2
 workers = %(workers)d
 ps_shards = 1
@@ -70,7 +72,7 @@ threads_per_task = 1
 seed = 1
 
 [optimizer]
-lr = 0.02
+lr = 0.01
 momentum = 0.9
 """
 
@@ -84,19 +86,21 @@ def du(path):
 
 
 def prepare():
-    folder = os.path.join(DATA_ROOT, "fashion-mnist-jpeg128")
+    photos = os.path.join(ROOT, "bench", "data", "photo_fmnist.py")
+    folder = os.path.join(DATA_ROOT, "fm-photo128")
     if not os.path.isdir(os.path.join(folder, "train")):
-        sh([DLTRAIN, "dataset", "from-idx", IDX, folder, "--format", "jpeg", "--size", "128"])
-    folder224 = os.path.join(DATA_ROOT, "fashion-mnist-jpeg224-5k")
+        sh(["/usr/bin/python3", photos, IDX, folder], timeout=3600)
+    folder224 = os.path.join(DATA_ROOT, "fm-photo224-5k")
     if not os.path.isdir(os.path.join(folder224, "train")):
-        sh([DLTRAIN, "dataset", "from-idx", IDX, folder224, "--format", "jpeg", "--size", "224", "--train", "5000",
-            "--test", "500"])
+        sh(["/usr/bin/python3", photos, IDX, folder224, "--size", "224", "--copies", "1", "--limit", "5000"],
+           timeout=3600)
     return folder, folder224
 
 
 class Cluster:
-    def __init__(self, root, agents, shards_dir):
+    def __init__(self, root, agents, shards_dir, stats):
         self.root = root
+        self.stats = stats
         self.lan = Lan(agents + 1, rate="1gbit")
         self.store_host = agents
         try:
@@ -148,7 +152,7 @@ cache_bytes = 4294967296
     def run(self, name, data_line, workers):
         path = os.path.join(self.root, name + ".toml")
         with open(path, "w") as f:
-            f.write(JOB % {"name": name, "data": data_line, "workers": workers})
+            f.write(JOB % dict(self.stats, name=name, data=data_line, workers=workers))
         t0 = time.monotonic()
         p = subprocess.Popen(self.client + ["submit", path, "--follow", "--json"], stdout=subprocess.PIPE, text=True)
         first_progress = None
@@ -184,9 +188,17 @@ cache_bytes = 4294967296
         self.lan.delete()
 
 
+def manifest_stats(shards_dir):
+    """The job file's mean and std: the manifest's, which `dataset pack` computed."""
+    with open(os.path.join(shards_dir, "manifest.json")) as f:
+        stats = json.load(f)["stats"]
+    return {"mean": "[%s]" % ", ".join("%.4f" % v for v in stats["mean"]),
+            "std": "[%s]" % ", ".join("%.4f" % v for v in stats["std"])}
+
+
 def jobs(agents, folder, shards_dir):
     root = tempfile.mkdtemp(prefix="dltrain-bench-data-")
-    cluster = Cluster(root, agents, shards_dir)
+    cluster = Cluster(root, agents, shards_dir, manifest_stats(shards_dir))
     try:
         local = cluster.run("local", 'dataset = "imagefolder"\ndata_dir = "%s"' % folder, agents)
         url = "http://%s:%d/%s" % (cluster.lan.address(cluster.store_host), cluster.nginx.port,
@@ -217,7 +229,7 @@ from torchvision import transforms as T
 torch.set_num_threads(1)
 size, images = int(sys.argv[2]), int(sys.argv[3])
 tf = T.Compose([T.RandomCrop(size, padding=4), T.RandomHorizontalFlip(), T.ToTensor(),
-                T.Normalize([0.286] * 3, [0.353] * 3)])
+                T.Normalize([0.5] * 3, [0.25] * 3)])
 ds = torchvision.datasets.ImageFolder(sys.argv[1] + "/train", transform=tf)
 g = torch.Generator().manual_seed(1)
 idx = torch.randperm(len(ds), generator=g)[:images].tolist()
@@ -237,14 +249,19 @@ def main():
     ap.add_argument("--skip-loader", action="store_true")
     a = ap.parse_args()
     folder, folder224 = prepare()
-    shards_dir = os.path.join(DATA_ROOT, "www", "fm128")
+    shards_dir = os.path.join(DATA_ROOT, "www", "fmphoto128")
     if not os.path.exists(os.path.join(shards_dir, "manifest.json")):
-        sh([DLTRAIN, "dataset", "pack", folder, shards_dir, "--shard-size", "16MB"], timeout=3600)
+        sh([DLTRAIN, "dataset", "pack", folder, shards_dir, "--shard-size", "32MB"], timeout=3600)
+    images = sum(len(files) for _, _, files in os.walk(folder))
     out = {"provenance": provenance.record(sys.argv),
-           "data": {"files": folder, "file_bytes": du(os.path.join(folder, "train")) + du(os.path.join(folder, "test")),
-                    "shards_bytes": du(shards_dir), "images": 70000, "image": "128x128 JPEG (quality 95), gray: the 28x28 image centred on black (dltrain dataset from-idx --size 128)"},
+           "data": {"files": os.path.basename(folder),
+                    "file_bytes": du(os.path.join(folder, "train")) + du(os.path.join(folder, "test")),
+                    "shards_bytes": du(shards_dir), "images": images,
+                    "image": "3x128x128 JPEG (quality 95), photo-like: each garment enlarged, tinted and placed on a "
+                             "noisy colour scene, the training set twice (bench/data/photo_fmnist.py)"},
            "settings": {"agents": a.agents, "link": "1 Gbit/s each way (tc tbf), the store on its own host",
-                        "job": JOB % {"name": "NAME", "data": "DATA", "workers": a.agents}}}
+                        "job": JOB % dict(manifest_stats(shards_dir), name="NAME", data="DATA",
+                                          workers=a.agents)}}
     if not a.skip_jobs:
         out["jobs"] = jobs(a.agents, folder, shards_dir)
         j = out["jobs"]
