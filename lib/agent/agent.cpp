@@ -161,6 +161,7 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     r.hardware_class = opt.hardware_class;
     r.gpus = opt.gpu_devices;
     if (!opt.metrics_endpoint.empty()) r.metrics_endpoint = opt.metrics_endpoint;
+    r.shard_cache_bytes = shard_cache ? opt.cache_bytes : 0;
     r.tasks = tasks.registered();
     return r;
   }

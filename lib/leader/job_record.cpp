@@ -90,6 +90,12 @@ void mark_stragglers(JobRec& j, double factor) {
   }
 }
 
+std::string QueueStatus::cache_note() const {
+  if (cache_agents < 0 || fits_cluster || cache_agents == agents) return {};
+  return "; its workers read a sharded data set and go only to agents with a shard cache (cache_bytes > 0): " +
+         std::to_string(cache_agents) + " of the " + std::to_string(agents) + " agents have one";
+}
+
 wire::events::Summary summary(const JobRec& j) {
   wire::events::Summary s;
   s.job = j.id;

@@ -240,6 +240,13 @@ struct QueueStatus {
   int gpus_needed = 0;       ///< workers × gpus_per_worker (0: a CPU job)
   int gpus_free = 0;         ///< on the live agents
   int gpus_total = 0;        ///< of the live agents, busy or not
+  /// A sharded data set's job: how many live agents have a shard cache (its workers go
+  /// only there); -1 for other jobs.
+  int cache_agents = -1;
+  int agents = 0;            ///< live agents
+  /// When a sharded job does not fit for want of agents with a cache: "; its workers read
+  /// a sharded data set …: N of the M agents have one", else "" (for the queue's messages).
+  std::string cache_note() const;
 };
 
 /// The summary event of `j` (its last event for followers).

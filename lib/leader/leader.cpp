@@ -111,7 +111,12 @@ QueueStatus Leader::Impl::queue_status(const JobRec& j) const {
   q.position = queue.position(j.id);
   q.cores_needed = (j.spec.workers + j.spec.ps_shards) * j.spec.threads_per_task;
   q.cores_free = agents.free_cores();
-  q.fits_cluster = fits(agents.capacities(), needs(j));
+  const auto caps = agents.capacities();
+  q.fits_cluster = fits(caps, needs(j));
+  q.agents = static_cast<int>(caps.size());
+  if (j.spec.dataset == DatasetKind::kShards) {
+    q.cache_agents = static_cast<int>(std::count_if(caps.begin(), caps.end(), [](const AgentSlots& a) { return a.serves_shards; }));
+  }
   for (const int c : agents.sizes()) q.cores_total += c;
   q.gpus_needed = j.spec.workers * j.spec.gpus_per_worker;
   q.gpus_free = agents.free_gpus();
@@ -199,7 +204,7 @@ void Leader::Impl::expire_queued() {
     fail_job(j, "waited " + fmt::format("{:g}", static_cast<double>(timeout.count()) / 1000.0) +
                     " s in the queue (queue_timeout): it needs " + std::to_string(q.cores_needed) + " cores, " +
                     std::to_string(q.cores_free) + " are free and the cluster has " + std::to_string(q.cores_total) +
-                    (q.fits_cluster ? "" : " in all") + gpus);
+                    (q.fits_cluster ? "" : " in all") + gpus + q.cache_note());
   }
 }
 
@@ -277,11 +282,13 @@ std::optional<ShardSpread> Leader::Impl::shard_spread(const JobRec& j) const {
 std::vector<TaskNeed> Leader::Impl::needs(const JobRec& j) const {
   auto out = job_needs(j.spec.ps_shards, j.spec.workers, j.spec.threads_per_task, j.spec.gpus_per_worker,
                        j.spec.local_group);
-  if (!j.data_shards.empty()) {
-    // Each worker of a sharded data set prefers the agents whose caches hold its shards.
+  if (j.spec.dataset == DatasetKind::kShards) {
+    // Each worker of a sharded data set goes to an agent with a shard cache, preferring
+    // those that hold its shards (known from the manifest read at submit).
     const auto held = cached_shard_sets();
     for (std::size_t i = static_cast<std::size_t>(j.spec.ps_shards); i < out.size(); ++i) {
-      out[i].cached = j.cached_for(static_cast<int>(i) - j.spec.ps_shards, held);
+      out[i].reads_shards = true;
+      if (!j.data_shards.empty()) out[i].cached = j.cached_for(static_cast<int>(i) - j.spec.ps_shards, held);
     }
   }
   return out;

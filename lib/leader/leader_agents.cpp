@@ -211,6 +211,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
   a.memory_mb = b.memory_mb;
   a.hardware_class = b.hardware_class;
   a.metrics_endpoint = b.metrics_endpoint.value_or("");
+  a.serves_shards = b.shard_cache_bytes.value_or(1) > 0;
   a.gpus = b.gpus;
   for (const auto& g : a.gpus) a.free_gpus.push_back(g.index);
   std::sort(a.free_gpus.begin(), a.free_gpus.end());

@@ -374,7 +374,7 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
       r["warning"] = (r.contains("warning") ? r["warning"].get<std::string>() + "; " : std::string()) + "needs " + std::to_string(q.cores_needed) + " cores (" +
                      std::to_string(job.spec.workers + job.spec.ps_shards) + " tasks x " +
                      std::to_string(job.spec.threads_per_task) + "), more than the " + std::to_string(q.cores_total) +
-                     " cores of the agents registered now; it waits in the queue until agents join";
+                     " cores of the agents registered now" + q.cache_note() + "; it waits in the queue until agents join";
       if (registering) r["warning"] = r["warning"].get<std::string>() + " (" + *registering + ")";
     }
     reply(s, req, r);

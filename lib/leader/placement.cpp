@@ -21,29 +21,31 @@ AgentSlots* best_for(std::vector<AgentSlots>& agents, const TaskNeed& need, cons
     auto it = held.find(a.id);
     return it == held.end() ? 0 : it->second;
   };
+  const auto cached_by = [&](const AgentSlots& a) {
+    const auto c = need.cached.find(a.id);
+    return c == need.cached.end() ? std::int64_t{0} : c->second;
+  };
   for (auto& a : agents) {
-    if (a.free_cores < need.cores || static_cast<int>(a.free_gpus.size()) < need.gpus || is_excluded(excluded, a.id)) {
+    if (a.free_cores < need.cores || static_cast<int>(a.free_gpus.size()) < need.gpus ||
+        (need.reads_shards && !a.serves_shards) || is_excluded(excluded, a.id)) {
       continue;
     }
     if (best == nullptr) {
       best = &a;
     } else if (need.gpus > 0) {
       const auto key = [&](const AgentSlots& x) {
-        return std::tuple(held_by(x), x.free_gpus.size(), x.free_cores);
+        return std::tuple(held_by(x), cached_by(x), x.free_gpus.size(), x.free_cores);
       };
       if (key(a) > key(*best)) best = &a;
     } else if (need.pack) {
       // Packed CPU tasks (a local_group CPU job) keep off GPU machines where they can:
       // their cores are what the GPU workers there need.
       const auto key = [&](const AgentSlots& x) {
-        return std::tuple(held_by(x), -static_cast<std::ptrdiff_t>(x.free_gpus.size()), x.free_cores);
+        return std::tuple(held_by(x), cached_by(x), -static_cast<std::ptrdiff_t>(x.free_gpus.size()), x.free_cores);
       };
       if (key(a) > key(*best)) best = &a;
     } else {
-      const auto key = [&](const AgentSlots& x) {
-        const auto c = need.cached.find(x.id);
-        return std::tuple(c == need.cached.end() ? 0 : c->second, x.free_cores);
-      };
+      const auto key = [&](const AgentSlots& x) { return std::tuple(cached_by(x), x.free_cores); };
       if (key(a) > key(*best)) best = &a;
     }
   }
@@ -151,17 +153,17 @@ Replacement place_again(std::vector<AgentSlots> agents, const std::vector<Replac
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     const auto& t = tasks[i];
     if (t.skip || t.current.empty()) continue;
-    const TaskNeed need{threads_per_task, t.gpus, t.gpus > 0, {}};
+    const TaskNeed need{threads_per_task, t.gpus, t.gpus > 0, {}, t.reads_shards};
     auto a = std::find_if(agents.begin(), agents.end(), [&](const AgentSlots& s) { return s.id == t.current; });
     if (a != agents.end() && a->free_cores >= need.cores && static_cast<int>(a->free_gpus.size()) >= need.gpus &&
-        !is_excluded(t.excluded, t.current)) {
+        (!need.reads_shards || a->serves_shards) && !is_excluded(t.excluded, t.current)) {
       r.placement[i] = t.current;
       r.gpus[i] = take_from(*a, need);
     }
   }
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     if (tasks[i].skip || !r.placement[i].empty()) continue;
-    const TaskNeed need{threads_per_task, tasks[i].gpus, tasks[i].gpus > 0, {}};
+    const TaskNeed need{threads_per_task, tasks[i].gpus, tasks[i].gpus > 0, {}, tasks[i].reads_shards};
     AgentSlots* a = best_for(agents, need, tasks[i].excluded);
     if (a == nullptr) {
       r.unplaced.push_back(i);
@@ -185,7 +187,7 @@ bool AgentRegistry::live(const std::string& id) const {
 std::vector<AgentSlots> AgentRegistry::slots() const {
   std::vector<AgentSlots> out;
   for (const auto& [id, a] : agents_) {
-    if (live(id)) out.push_back({id, a.free_cores, a.free_gpus});
+    if (live(id)) out.push_back({id, a.free_cores, a.free_gpus, a.serves_shards});
   }
   return out;
 }
@@ -194,7 +196,7 @@ std::vector<AgentSlots> AgentRegistry::capacities() const {
   std::vector<AgentSlots> out;
   for (const auto& [id, a] : agents_) {
     if (!live(id)) continue;
-    AgentSlots s{id, a.cores, {}};
+    AgentSlots s{id, a.cores, {}, a.serves_shards};
     for (const auto& g : a.gpus) s.free_gpus.push_back(g.index);
     out.push_back(std::move(s));
   }

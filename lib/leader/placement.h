@@ -57,6 +57,9 @@ struct AgentRec {
   nlohmann::json shard_cache;
   /// The SHA-256s of the shards its cache holds (sent with a heartbeat when they change).
   std::set<std::string> cached_shards;
+  /// It has a shard cache (registered with shard_cache_bytes > 0, or too old to say):
+  /// workers of a sharded data set may go there.
+  bool serves_shards = true;
 
   /// The model of its GPUs ("NVIDIA H200"; the first one's), "" without GPUs.
   std::string gpu_model() const;
@@ -70,6 +73,7 @@ struct AgentSlots {
   std::string id;
   int free_cores = 0;
   std::vector<int> free_gpus;  ///< free GPU indices, ascending
+  bool serves_shards = true;   ///< it has a shard cache (AgentRec::serves_shards)
 };
 
 /// What one task needs: cores (>= 1) and GPUs (>= 0, all on the same agent).
@@ -81,8 +85,12 @@ struct TaskNeed {
   bool pack = false;
   /// A worker of a sharded data set: agent id → bytes of the job's shards its cache holds.
   /// Among agents with room, an unpacked CPU task goes to the one holding the most, then
-  /// the one with the most free cores. Empty for other tasks.
+  /// the one with the most free cores; a packed one weighs it after the job's tasks
+  /// already there. Empty for other tasks.
   std::map<std::string, std::int64_t> cached;
+  /// A worker of a sharded data set: it reads through its agent's shard cache, so it goes
+  /// only to agents with one (AgentSlots::serves_shards).
+  bool reads_shards = false;
 };
 
 /// Where one task goes: its agent and the GPU indices it is given ({} for a CPU task).
@@ -143,6 +151,7 @@ struct Replacing {
   bool skip = false;                   ///< needs no place (a worker that finished)
   std::vector<std::string> excluded;   ///< agents it must not go to (one still runs an orphan of it)
   int gpus = 0;                        ///< GPUs it needs (a worker of a cuda job)
+  bool reads_shards = false;           ///< a worker of a sharded data set (TaskNeed::reads_shards)
 };
 
 /// Where a re-assigned job's tasks go: every task stays on its current agent where that

@@ -124,7 +124,8 @@ void Recovery::try_resume(JobRec& j) {
   const auto slots = agents_.slots();
   std::vector<Replacing> want;
   for (const auto& t : j.tasks) {
-    Replacing r{t.agent, t.kind == TaskKind::kWorker && t.ok_exit, {}, t.kind == TaskKind::kWorker ? j.spec.gpus_per_worker : 0};
+    Replacing r{t.agent, t.kind == TaskKind::kWorker && t.ok_exit, {}, t.kind == TaskKind::kWorker ? j.spec.gpus_per_worker : 0,
+                t.kind == TaskKind::kWorker && j.spec.dataset == DatasetKind::kShards};
     for (const auto& a : slots) {
       if (agents_.holds_orphan(a.id, j.id, t.name)) r.excluded.push_back(a.id);
     }

@@ -66,6 +66,9 @@ void RegisterBody::check(const std::string& type) const {
   }
   if (cores < 1) throw BodyError("cores", "cores must be >= 1, got " + std::to_string(cores));
   if (memory_mb < 0) throw BodyError("memory_mb", "memory_mb must be >= 0, got " + std::to_string(memory_mb));
+  if (shard_cache_bytes && *shard_cache_bytes < 0) {
+    throw BodyError("shard_cache_bytes", "shard_cache_bytes must be >= 0, got " + std::to_string(*shard_cache_bytes));
+  }
   if (gpus.size() > kMaxGpus) {
     throw BodyError("gpus", type + " field \"gpus\": at most " + std::to_string(kMaxGpus) + " GPUs, got " +
                                 std::to_string(gpus.size()));

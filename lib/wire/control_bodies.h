@@ -92,13 +92,16 @@ struct RegisterBody : json_fields::Fields<RegisterBody> {
   std::vector<ReportedTask> tasks;                  ///< running (or exited, unreported)
   std::optional<std::string> metrics_endpoint;      ///< HOST:PORT of its /metrics; absent = none
   std::vector<GpuInfo> gpus;                        ///< GPUs offered; absent = none (older agents)
+  /// Its shard cache's bound (cache_bytes), bytes, >= 0; 0 = no cache, so no worker of a
+  /// sharded data set goes there; absent = an agent too old to say (treated as having one).
+  std::optional<std::int64_t> shard_cache_bytes;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("name", s.name), v("advertise_address", s.advertise_address), v("cores", s.cores),
         v("memory_mb", s.memory_mb), v("hardware_class", s.hardware_class), v("tasks", s.tasks),
-        v("metrics_endpoint", s.metrics_endpoint), v("gpus", s.gpus);
+        v("metrics_endpoint", s.metrics_endpoint), v("gpus", s.gpus), v("shard_cache_bytes", s.shard_cache_bytes);
   }
-  /// BodyError for an empty or over-long name, cores < 1, memory_mb < 0, more than
+  /// BodyError for an empty or over-long name, cores < 1, memory_mb < 0, shard_cache_bytes < 0, more than
   /// kMaxGpus GPUs, a GPU index outside [0, 63] or listed twice, a GPU's name or uuid
   /// over kMaxNameLength bytes, or its memory_mb < 0.
   void check(const std::string& type) const;

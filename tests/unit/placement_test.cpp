@@ -253,3 +253,50 @@ TEST(ShardSpread, AShardNeverTakesTheLastCoreOfAFreeGpu) {
   ASSERT_EQ((*q)[1].agent, "g");
   EXPECT_EQ(spread_shards(roomy, needs, *q, 1, 1, 256), (std::vector<std::string>{"g"}));
 }
+
+TEST(ShardPlacement, AShardedDataSetsWorkersGoOnlyToAgentsWithACacheAndPreferTheirShards) {
+  // a: 4 free cores, no shard cache; b and c: 2 free each, with caches; c holds 100 bytes
+  // of worker 0's shards, nobody holds worker 1's. The PS shard (no data) goes to the most
+  // free cores: a (4 → 3). Worker 0: a is out (no cache); c holds its shards → c (2 → 1).
+  // Worker 1: b (2 free) over c (1 free), nothing cached → b. Without reads_shards the
+  // same workers would go to a, the most free cores.
+  const std::vector<AgentSlots> agents{{"a", 4, {}, false}, {"b", 2, {}, true}, {"c", 2, {}, true}};
+  std::vector<TaskNeed> needs{{1, 0, false, {}, false}, {1, 0, false, {{"c", 100}}, true}, {1, 0, false, {}, true}};
+  const auto p = place(agents, needs);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ((*p)[0].agent, "a");
+  EXPECT_EQ((*p)[1].agent, "c");
+  EXPECT_EQ((*p)[2].agent, "b");
+  for (auto& n : needs) n.reads_shards = false;
+  EXPECT_EQ((*place(agents, needs))[2].agent, "a");
+  // Three such workers fit b and c (2 + 2 cores), five do not, though a has 4 more.
+  const std::vector<TaskNeed> three(3, TaskNeed{1, 0, false, {}, true}), five(5, TaskNeed{1, 0, false, {}, true});
+  EXPECT_TRUE(fits(agents, three));
+  EXPECT_FALSE(fits(agents, five));
+  EXPECT_FALSE(fits({{"a", 64, {}, false}}, three));
+}
+
+TEST(ShardPlacement, PackedGpuWorkersWeighTheCacheAfterTheJobsOtherWorkers) {
+  // g1 and g2: 2 GPUs and 4 cores each, both with caches. Worker 0 (1 GPU): nothing of the
+  // job is placed yet; g2 holds 50 bytes of its shards → g2, GPU 0. Worker 1: g1 holds 10
+  // bytes of its shards, but g2 holds one of the job's GPU workers already (a larger local
+  // group) → g2, GPU 1.
+  const std::vector<AgentSlots> agents{{"g1", 4, {0, 1}, true}, {"g2", 4, {0, 1}, true}};
+  const std::vector<TaskNeed> needs{{1, 1, true, {{"g2", 50}}, true}, {1, 1, true, {{"g1", 10}}, true}};
+  const auto p = place(agents, needs);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ((*p)[0].agent, "g2");
+  EXPECT_EQ((*p)[0].gpus, std::vector<int>{0});
+  EXPECT_EQ((*p)[1].agent, "g2");
+  EXPECT_EQ((*p)[1].gpus, std::vector<int>{1});
+}
+
+TEST(ShardPlacement, AReplacedWorkerOfAShardedDataSetNeedsAnAgentWithACache) {
+  // The worker's agent x is gone; a has room but no cache: unplaced (it waits), while a
+  // PS shard of the same job moves to a.
+  const std::vector<AgentSlots> agents{{"a", 4, {}, false}};
+  const std::vector<Replacing> tasks{{"x", false, {}, 0, false}, {"x", false, {}, 0, true}};
+  const auto r = place_again(agents, tasks, 1);
+  EXPECT_EQ(r.placement, (std::vector<std::string>{"a", ""}));
+  EXPECT_EQ(r.unplaced, std::vector<std::size_t>{1});
+}
