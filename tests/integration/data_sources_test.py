@@ -18,6 +18,9 @@ In order (the cases share the servers and the cluster):
     shard that does not match its manifest; a shard missing (404); an unreachable source
     (the leader's retries, logged); a malformed and an inconsistent manifest; an S3 read
     without credentials names the setting.
+ 5. An agent without a shard cache (cache_bytes = 0) joins, with the most free cores: a
+    sharded job's PS shard goes there, its workers only to the agents with caches; a job
+    with more workers than those agents have cores waits, and submit says why.
 
 Usage: data_sources_test.py BUILD_DIR [unittest args]. Exit status 77 (skipped) without
 root, ip/nsenter, nginx, Ceph or the data set.
@@ -132,6 +135,7 @@ log_level = "info"
             agent.start()
             cls.cleanups.append(agent.stop)
             cls.agents.append(agent)
+        cls.leader_url = url
         cls.client = [cls.dltrain, "--leader", url, "--token", tokens["client"]]
         cls.wait_agents(2)
         cls.accuracy = {}
@@ -178,15 +182,17 @@ log_level = "info"
         """Each agent's shard cache figures, by agent name."""
         return {a["agent"]: a["shard_cache"] for a in self.agents_json() if a.get("shard_cache")}
 
-    def job_file(self, name, data):
+    def job_file(self, name, data, workers=2, epochs=2):
         path = os.path.join(self.root, name + ".toml")
         with open(path, "w") as f:
-            f.write(JOB % {"name": name, "data": data})
+            f.write((JOB % {"name": name, "data": data}).replace("workers = 2", "workers = %d" % workers)
+                    .replace("epochs = 2", "epochs = %d" % epochs))
         return path
 
-    def train(self, name, data, expect="succeeded"):
+    def train(self, name, data, expect="succeeded", **job):
         """Submits a job reading `data`, follows it to its end; returns (status, events)."""
-        out = self.run_client("submit", self.job_file(name, data), "--follow", "--json", check=False, timeout=600)
+        out = self.run_client("submit", self.job_file(name, data, **job), "--follow", "--json", check=False,
+                              timeout=600)
         events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
         submitted = [e for e in events if e.get("event") == "submitted"]
         self.assertTrue(submitted, "not submitted: %s %s" % (out.stdout[-2000:], out.stderr[-2000:]))
@@ -325,6 +331,41 @@ log_level = "info"
 
         # The cluster carries on.
         self.train("after-faults", self.nginx.url + "/fm")
+
+    def test_5_workers_only_on_agents_with_a_cache(self):
+        agent = Daemon(BUILD, self.root, "agent-nocache", """name = "host-nocache"
+leader_url = "%s"
+agent_token_file = "%s/agent.token"
+advertise_address = "%s"
+task_bind_address = "%s"
+cores = 4
+state_dir = "%s"
+cache_bytes = 0
+log_level = "info"
+""" % (self.leader_url, self.root, self.lan.leader_address, self.lan.leader_address,
+       os.path.join(self.root, "agent-nocache", "state")))
+        agent.start()
+        self.addCleanup(agent.stop)
+        wait_for(lambda: any(a["agent"] == "host-nocache" and a.get("state") == "ready" for a in self.agents_json()),
+                 60, "host-nocache ready")
+        rows = {a["agent"]: a for a in self.agents_json()}
+        self.assertFalse(rows["host-nocache"].get("shard_cache"), "premise: host-nocache has no cache")
+        # 4 workers + 1 PS shard, one core each: the PS shard goes to the most free cores
+        # (host-nocache, 4), the workers to host-0 and host-1 (2 cores each), not to the
+        # agent with 4 free cores.
+        status, events = self.train("cache-agents-only", self.nginx.url + "/fm", workers=4, epochs=1)
+        where = {t["task"]: t["agent"] for t in status["tasks"]}
+        self.assertEqual(where["ps-0"], "host-nocache", where)
+        workers = {a for t, a in where.items() if t.startswith("worker")}
+        self.assertEqual(workers, {"host-0", "host-1"}, where)
+        placed = [e for e in events if e.get("event") == "data_placed"][0]
+        self.assertNotIn("host-nocache", placed["agents"])
+        # 5 workers do not fit the 4 cores of the agents with caches: it waits, and says why.
+        r = self.run_client("submit", self.job_file("too-wide", self.nginx.url + "/fm", workers=5), "--json")
+        reply = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertEqual(reply["state"], "queued", reply)
+        self.assertIn("2 of the 3 agents have one", reply.get("warning", ""), reply)
+        self.run_client("cancel", reply["job"])
 
 
 if __name__ == "__main__":

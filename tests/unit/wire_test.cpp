@@ -363,6 +363,16 @@ TEST(ControlBodies, EveryFieldRoundTripsThroughItsOneSchema) {
   ASSERT_EQ(r.tasks.size(), 1u);
   EXPECT_EQ(r.tasks[0].generation, 2u);
   EXPECT_FALSE(r.tasks[0].exited);
+  EXPECT_FALSE(r.shard_cache_bytes.has_value());  // an older agent: absent
+  env.body["shard_cache_bytes"] = 0;
+  EXPECT_EQ(parse_body<RegisterBody>(env).shard_cache_bytes, std::optional<std::int64_t>(0));
+  env.body["shard_cache_bytes"] = -1;
+  try {
+    parse_body<RegisterBody>(env);
+    ADD_FAILURE() << "a negative shard_cache_bytes was accepted";
+  } catch (const BodyError& e) {
+    EXPECT_EQ(e.field(), "shard_cache_bytes");
+  }
 }
 
 // Found while writing tests/fuzz/fuzz_control.cpp: a start_task whose job or
