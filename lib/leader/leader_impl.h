@@ -1,6 +1,7 @@
 // The leader's core (private to lib/leader/): the parts it is wired from and the code that
-// needs more than one of them. One struct, one event loop, three files:
+// needs more than one of them. One struct, one event loop, four files:
 //   leader.cpp           the job's life (launch, finish, fail, cancel, retire), plumbing
+//   leader_queue.cpp     the queue: a job's needs, why it waits, admission, expiry
 //   leader_agents.cpp    the agent protocol: registration, heartbeats, task events and exits
 //   leader_clients.cpp   the client protocol: submit, plan, status, cancel, follow, logs, ...
 //                        and the planner's answers applied (decide, explore)
