@@ -20,6 +20,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitJobFailed = 1;  ///< the job failed or was cancelled; `plan` found no decision
 inline constexpr int kExitBadInput = 2;   ///< usage error or a job/request the leader rejected
 inline constexpr int kExitNoLeader = 3;   ///< the leader cannot be reached, stopped answering, or is unavailable
+inline constexpr int kExitForbidden = 4;  ///< the job is another user's (the leader's `forbidden`)
 
 /// A new session with the leader that serves now, for a follower whose session was lost
 /// (HA: another candidate); throws what control::connect_first throws when none serves.

@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
                ": submit and watch training jobs on a dltrain cluster.\n"
                "The leader is found from --leader/--token, then DLTRAIN_LEADER/DLTRAIN_TOKEN, then\n"
                "~/.config/dltrain/client.toml (leader, token), then a local `dltrain-agent --standalone` cluster.\n"
-               "Exit codes: 0 ok, 1 job failed or cancelled, 2 bad input, 3 leader unreachable or unavailable."};
+               "Exit codes: 0 ok, 1 job failed or cancelled, 2 bad input, 3 leader unreachable or unavailable, "
+               "4 the job is another user's."};
   app.require_subcommand(1);
   std::string leader, token;
   int timeout_s = 30;
@@ -354,7 +355,8 @@ int main(int argc, char** argv) {
   } catch (const dltrain::control::RemoteError& e) {
     std::cerr << "dltrain: the leader rejected the request: " << e.what() << " [" << e.code() << "]\n";
     // "unavailable": nothing is wrong with the request; the leader cannot take it now.
-    return e.code() == dltrain::wire::error_code::kUnavailable ? client::kExitNoLeader : client::kExitBadInput;
+    if (e.code() == dltrain::wire::error_code::kUnavailable) return client::kExitNoLeader;
+    return e.code() == dltrain::wire::error_code::kForbidden ? client::kExitForbidden : client::kExitBadInput;
   } catch (const dltrain::TimeoutError& e) {
     std::cerr << "dltrain: cannot reach the leader at " << target.leader << " (from " << target.source
               << "): " << e.what() << "\n";

@@ -202,6 +202,7 @@ void print_event(std::ostream& out, const json& e) {
           << w.gpus_total.value_or(0) << " in the cluster";
     }
     if (!w.fits_cluster) out << "; more than the whole cluster has, it waits for agents to join";
+    if (w.quota) out << "; " << *w.quota;
     if (w.queue_timeout_seconds) out << "; fails after " << fmt(*w.queue_timeout_seconds, 0) << " s (queue_timeout)";
     out << std::endl;
   } else if (kind == events::WaitingForAgent::kKind) {
@@ -253,6 +254,7 @@ void print_job_list(std::ostream& out, const json& jobs) {
 
 void print_job_status(std::ostream& out, json r) {
   print_job_line(out, r);
+  if (r.contains("owner") && r.value("owner", "") != "admin") out << "  owner " << r.value("owner", "") << std::endl;
   for (const auto& t : r["tasks"]) {
     out << "  " << std::left << std::setw(10) << t.value("task", "") << std::setw(10) << t.value("state", "")
         << std::setw(12) << t.value("agent", "") << t.value("endpoint", "") << " " << t.value("exit", "")

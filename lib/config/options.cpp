@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -203,6 +205,47 @@ std::function<std::string(const std::string&)> resolve_in(const std::string& bas
 }
 
 // The [ha] table (HaOptions): every key, each checked as it is read.
+// The [users] table: one [users.NAME] table per user (UserOptions).
+std::vector<UserOptions> read_users(const toml::table& t, const std::function<std::string(const std::string&)>& resolve) {
+  using toml_fields::int_key;
+  const toml_fields::KeyTable<UserOptions> keys{
+      {"token", [](UserOptions& u, const Node& n, const std::string& k) { u.token = get_string(n, k); }},
+      {"token_file",
+       [resolve](UserOptions& u, const Node& n, const std::string& k) {
+         u.token = read_private_file(resolve(get_string(n, k)), k);
+       }},
+      {"role",
+       [](UserOptions& u, const Node& n, const std::string& k) {
+         u.admin = toml_fields::get_choice(n, k, {"user", "admin"}) == "admin";
+       }},
+      {"max_cores", int_key(&UserOptions::max_cores, 0, 1 << 20)},
+      {"max_gpus", int_key(&UserOptions::max_gpus, 0, 1 << 20)},
+      {"max_running_jobs", int_key(&UserOptions::max_running_jobs, 0, 1 << 20)},
+  };
+  std::vector<UserOptions> users;
+  for (auto&& [key, node] : t) {
+    UserOptions u;
+    u.name = std::string(key.str());
+    const std::string f = "users." + u.name;
+    const bool name_ok = !u.name.empty() && u.name.size() <= 64 &&
+                         std::all_of(u.name.begin(), u.name.end(), [](unsigned char c) {
+                           return std::isalnum(c) || c == '_' || c == '.' || c == '-';
+                         });
+    if (!name_ok) throw ConfigError(f, "a user name is 1 to 64 letters, digits, '_', '.' or '-'");
+    if (u.name == "admin") {
+      throw ConfigError(f, "\"admin\" is the user of the client token (client_token); name this user otherwise");
+    }
+    if (!node.is_table()) {
+      throw ConfigError(f, "expected a table such as [users." + u.name + "] with token_file and role, got " +
+                               toml_fields::type_name(node));
+    }
+    toml_fields::read_keys(*node.as_table(), f + ".", keys, u);
+    if (u.token.empty()) throw ConfigError(f + ".token_file", "required: the token this user's clients present");
+    users.push_back(std::move(u));
+  }
+  return users;
+}
+
 void read_ha(const toml::table& t, const std::function<std::string(const std::string&)>& resolve, HaOptions& ha) {
   using toml_fields::Key;
   const auto file = [resolve](std::string HaOptions::*f) {
@@ -290,6 +333,10 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
       read_ha(toml_fields::get_table(node, k), resolve_in(base_dir), o.ha);
       continue;
     }
+    if (k == "users") {
+      o.users = read_users(toml_fields::get_table(node, k), resolve_in(base_dir));
+      continue;
+    }
     if (k == "prices") {
       o.prices.clear();
       for (auto&& [ck, cv] : toml_fields::get_table(node, k)) {
@@ -310,6 +357,18 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
   }
   if (o.agent_token.empty()) throw ConfigError("agent_token", "required (or agent_token_file)");
   if (o.leader && o.client_token.empty()) throw ConfigError("client_token", "required on the leader (or client_token_file)");
+  if (!o.users.empty() && !o.leader) throw ConfigError("users", "only the leader (leader = true) has users");
+  for (std::size_t i = 0; i < o.users.size(); ++i) {
+    const auto& u = o.users[i];
+    const std::string f = "users." + u.name + ".token_file";
+    if (u.token == o.client_token) throw ConfigError(f, "the same token as client_token (the admin's): give each user its own");
+    if (u.token == o.agent_token) throw ConfigError(f, "the same token as agent_token: a user's token must not let it join as an agent");
+    for (std::size_t j = 0; j < i; ++j) {
+      if (o.users[j].token == u.token) {
+        throw ConfigError(f, "the same token as user \"" + o.users[j].name + "\": each user needs its own");
+      }
+    }
+  }
   if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
     throw ConfigError(o.tls_cert_file.empty() ? "tls_cert_file" : "tls_key_file",
                       "TLS needs both tls_cert_file and tls_key_file");

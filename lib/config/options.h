@@ -12,6 +12,19 @@
 
 namespace dltrain::config {
 
+/// One user of a shared cluster: a [users.NAME] table of the leader's configuration
+/// (docs/operations.md, "Users"). The client token (client_token) is the user "admin",
+/// an admin without quotas: a configuration without [users] is one admin user.
+struct UserOptions {
+  std::string name;          ///< the table's key: [A-Za-z0-9_.-], 1–64 characters; not "admin"
+  std::string token;         ///< its bearer token (token_file or token); unique, not the agent or client token
+  bool admin = false;        ///< role = "admin": may cancel, read and resume every user's jobs
+  /// Quotas over the user's running jobs together (0 = no bound): cores and GPUs their
+  /// tasks hold, and jobs running at once. A job that can never fit them is refused at
+  /// submit; one that fits once the user's other jobs end waits in the queue.
+  int max_cores = 0, max_gpus = 0, max_running_jobs = 0;
+};
+
 /// A leader candidate's [ha] table: leadership through an etcd election, the leader's
 /// state in etcd (docs/ha.md). Absent (empty `etcd`): the single leader with RocksDB.
 struct HaOptions {
@@ -47,6 +60,8 @@ struct AgentOptions {
   std::vector<std::string> leader_urls{"ws://127.0.0.1:7070"};
   /// Leader candidates: [ha] (docs/ha.md); disabled by default.
   HaOptions ha;
+  /// Leader: the cluster's users besides "admin" (the client token), from [users.NAME].
+  std::vector<UserOptions> users;
   std::string listen_address = "127.0.0.1";  ///< leader: control endpoint address
   std::uint16_t listen_port = 7070;        ///< leader: control endpoint port (0 = ephemeral)
   std::string advertise_address = "127.0.0.1";  ///< address workers use to reach this agent's PS tasks

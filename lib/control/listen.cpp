@@ -28,6 +28,11 @@ bool bearer_matches(std::string_view header, const std::string& token) {
   return CRYPTO_memcmp(header.data() + prefix.size(), token.data(), token.size()) == 0;
 }
 
+std::string_view bearer_token(std::string_view header) {
+  constexpr std::string_view prefix = "Bearer ";
+  return header.substr(0, prefix.size()) == prefix ? header.substr(prefix.size()) : std::string_view();
+}
+
 bool token_matches(std::string_view given, const std::string& token) {
   if (token.empty() || given.size() != token.size()) return false;
   return CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;

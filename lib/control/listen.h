@@ -25,4 +25,7 @@ bool bearer_matches(std::string_view header, const std::string& token);
 /// nothing). Pure, thread-safe.
 bool token_matches(std::string_view given, const std::string& token);
 
+/// The token of an `Authorization: Bearer <token>` header value; "" for any other value.
+std::string_view bearer_token(std::string_view header);
+
 }  // namespace dltrain::control

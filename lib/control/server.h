@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
@@ -16,12 +17,27 @@ namespace dltrain::control {
 /// checked against the matching token).
 enum class PeerKind { kAgent, kClient };
 
+/// Who a client session is: the user its token belongs to. Agent sessions have none.
+struct ClientIdentity {
+  std::string user;    ///< "admin" for the client token, a [users.NAME] name, "" for an agent
+  bool admin = false;  ///< may act on every user's jobs
+};
+
+/// A client token besides client_token, and whose it is.
+struct ClientUser {
+  std::string token;   ///< bearer token; non-empty, unique
+  ClientIdentity identity;
+};
+
 /// Options of the control server.
 struct ControlServerOptions {
   std::string bind_address = "127.0.0.1";  ///< IP literal
   std::uint16_t port = 0;                  ///< 0 = ephemeral; read back with port()
   std::string agent_token;   ///< bearer token for /v1/agent; must not be empty
-  std::string client_token;  ///< bearer token for /v1/client; must not be empty
+  std::string client_token;  ///< bearer token for /v1/client (the user "admin"); must not be empty
+  /// More client tokens, each a user's (config::UserOptions): /v1/client and the
+  /// dashboard accept any of them, and the session carries its identity.
+  std::vector<ClientUser> users;
   std::size_t max_message_bytes = 4u << 20;  ///< WebSocket message limit
   std::size_t max_http_body_bytes = 64u << 10;
   std::size_t max_send_queue = 4096;  ///< messages queued for one slow peer before it is dropped
@@ -54,6 +70,8 @@ class Session {
   virtual const std::string& peer() const = 0;
   /// Unique per server, > 0.
   virtual std::uint64_t id() const = 0;
+  /// Whose token opened it (a client session); an agent session's is empty.
+  virtual const ClientIdentity& identity() const = 0;
 };
 
 /// Callbacks from the server into its owner (the leader). Invoked on the io thread.

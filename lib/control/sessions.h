@@ -37,6 +37,16 @@ namespace dltrain::control {
 struct SessionHost {
   ControlServerOptions opt;
   ControlHandler handler;
+  /// Whose client token `token` is (client_token: the admin; else a user's), or nullopt.
+  /// Every token is compared, in constant time each, whichever matches.
+  std::optional<ClientIdentity> client_identity(std::string_view token) const {
+    std::optional<ClientIdentity> who;
+    if (token_matches(token, opt.client_token)) who = ClientIdentity{"admin", true};
+    for (const auto& u : opt.users) {
+      if (token_matches(token, u.token) && !who) who = u.identity;
+    }
+    return who;
+  }
   std::uint64_t next_id = 1;
   std::map<std::uint64_t, std::weak_ptr<Session>> sessions{};
   /// The TLS context when serving wss:// (null for ws://): held here, so that it lives
@@ -97,10 +107,11 @@ template <class Stream>
 class WsSession : public Session, public std::enable_shared_from_this<WsSession<Stream>> {
  public:
   WsSession(Stream stream, std::shared_ptr<SessionHost> srv, PeerKind kind, std::string peer,
-            bool auth_message = false)
+            bool auth_message = false, ClientIdentity identity = {})
       : ws_(std::move(stream)),
         srv_(std::move(srv)),
         kind_(kind),
+        identity_(std::move(identity)),
         peer_(std::move(peer)),
         id_(srv_->next_id++),
         authenticated_(!auth_message),
@@ -167,6 +178,7 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession<
   PeerKind kind() const override { return kind_; }
   const std::string& peer() const override { return peer_; }
   std::uint64_t id() const override { return id_; }
+  const ClientIdentity& identity() const override { return identity_; }
 
  private:
   void read() {
@@ -208,7 +220,9 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession<
       id = env.id;
       if (env.type != "auth") {
         why = "the first message must be auth {token}, got \"" + env.type + "\"";
-      } else if (!token_matches(wire::parse_body<wire::AuthBody>(env).token, srv_->opt.client_token)) {
+      } else if (auto who = srv_->client_identity(wire::parse_body<wire::AuthBody>(env).token)) {
+        identity_ = std::move(*who);
+      } else {
         why = "wrong client token";
       }
     } catch (const ProtocolError& e) {
@@ -251,6 +265,7 @@ class WsSession : public Session, public std::enable_shared_from_this<WsSession<
   websocket::stream<Stream> ws_;
   std::shared_ptr<SessionHost> srv_;
   PeerKind kind_;
+  ClientIdentity identity_;
   std::string peer_;
   std::uint64_t id_;
   beast::flat_buffer buf_;
@@ -396,18 +411,23 @@ class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
       return respond_asset(*a, req.method() == http::verb::head);
     }
     PeerKind kind;
-    const std::string* token;
+    ClientIdentity who;
+    bool authorized = false;
+    const auto auth = req[http::field::authorization];
+    const std::string_view header(auth.data(), auth.size());
     if (target == "/v1/agent") {
       kind = PeerKind::kAgent;
-      token = &srv_->opt.agent_token;
+      authorized = bearer_matches(header, srv_->opt.agent_token);
     } else if (target == "/v1/client") {
       kind = PeerKind::kClient;
-      token = &srv_->opt.client_token;
+      if (auto id = srv_->client_identity(bearer_token(header))) {
+        who = std::move(*id);
+        authorized = true;
+      }
     } else {
       return respond(http::status::not_found, R"({"error":"not found"})");
     }
-    const auto auth = req[http::field::authorization];
-    if (!bearer_matches(std::string_view(auth.data(), auth.size()), *token)) {
+    if (!authorized) {
       spdlog::warn("control: refused {} from {}: missing or wrong bearer token", target, peer_);
       return respond(http::status::unauthorized, R"({"error":"missing or wrong bearer token"})", true);
     }
@@ -415,7 +435,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
       return respond(http::status::upgrade_required, R"({"error":"WebSocket upgrade required"})");
     }
     clear_deadline(beast::get_lowest_layer(stream_));
-    std::make_shared<WsSession<Stream>>(std::move(stream_), srv_, kind, peer_)->run(std::move(req));
+    std::make_shared<WsSession<Stream>>(std::move(stream_), srv_, kind, peer_, false, std::move(who))->run(std::move(req));
   }
 
   Stream stream_;

@@ -163,6 +163,7 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
                                  {"warmup_epochs", j.spec.compression.warmup_epochs},
                                  {"warmup_schedule", std::string(enum_name(j.spec.compression.warmup_schedule))}};
   out["submitted_at"] = j.submitted_unix;
+  out["owner"] = j.owner;
   if (!j.resume.from.empty()) {
     out["resumed_from"] = j.resume.from;
     out["resume_checkpoint"] = j.resume.checkpoint;
@@ -239,6 +240,7 @@ JobRec job_from_record(std::uint64_t num, const json& r) {
   j.test_accuracy = acc != r.end() && acc->is_number() ? acc->get<double>() : -1.0;
   j.epochs_done = r.value("epochs", 0);
   j.submitted_unix = r.value("submitted_at", 0.0);
+  j.owner = r.value("owner", std::string("admin"));
   j.fixed_wall = r.value("wall_seconds", 0.0);
   j.error = r.value("error", "");
   if (r.contains("failure") && r["failure"].is_object()) j.failure = wire::events::Failure::from_json(r["failure"]);

@@ -165,6 +165,10 @@ struct JobRec {
   std::string secret;
   Clock::time_point submitted;
   double submitted_unix = 0;
+  /// The user who submitted it (control::ClientIdentity::user; "admin" for the client
+  /// token and for records stored before jobs had owners): only it and admins may cancel
+  /// it, read its logs and model, or resume it.
+  std::string owner = "admin";
   std::optional<Clock::time_point> ended;
   std::vector<TaskRec> tasks;
   double test_accuracy = -1;

@@ -96,12 +96,14 @@ std::vector<std::string> Leader::Impl::standbys() const {
 
 // ---------------------------------------------------------------- helpers
 void Leader::Impl::reply(const SessionPtr& s, const std::string& id, const json& body) {
+  if (!audit_pending.empty()) audit_reply(s, id, &body, "", "");
   s->send(wire::make_reply(id, body));
 }
 
 void Leader::Impl::reply_error(const SessionPtr& s, const std::string& id, const std::string& code,
                         const std::string& msg, const std::string& field) {
   ++counters.errors[{s->kind() == PeerKind::kAgent ? "agent" : "client", code}];
+  if (!audit_pending.empty()) audit_reply(s, id, nullptr, code, msg);
   s->send(wire::make_error(id, code, msg, field));
 }
 
@@ -475,6 +477,7 @@ void Leader::Impl::on_message(const SessionPtr& s, const std::string& text) {
 
 void Leader::Impl::on_close(const SessionPtr& s) {
   models.on_replica_closed(s);
+  if (!audit_pending.empty()) audit_closed(s);
   auto it = agent_by_session.find(s->id());
   if (it == agent_by_session.end()) return;
   const std::string id = it->second;
@@ -504,6 +507,7 @@ void Leader::start() {
   so.port = impl_->opt.listen_port;
   so.agent_token = impl_->opt.agent_token;
   so.client_token = impl_->opt.client_token;
+  for (const auto& u : impl_->opt.users) so.users.push_back({u.token, {u.name, u.admin}});
   so.tls_cert_file = impl_->opt.tls_cert_file;
   so.tls_key_file = impl_->opt.tls_key_file;
   std::weak_ptr<Impl> w = impl_;
@@ -534,6 +538,7 @@ void Leader::start() {
     if (impl_->ha.term > 0) spdlog::info("leader state in {}: {} jobs", impl_->db->location(), impl_->jobs.size());
   }
   if (!impl_->opt.state_dir.empty()) {
+    impl_->audit_log = std::make_unique<AuditLog>((std::filesystem::path(impl_->opt.state_dir) / "audit.log").string());
     try {
       impl_->models.open(impl_->opt.state_dir, impl_->opt.model_retention);
       impl_->models.set_replication_timeout(impl_->opt.ha.replication_timeout);

@@ -84,7 +84,7 @@ void Leader::Impl::on_agent_message(const SessionPtr& s, const wire::Envelope& e
   // it does not register; once it sent replicate it may read them.
   if (env.is(wire::ControlType::kReplicate)) {
     return models.on_replicate(s, env.id, wire::parse_body<wire::ReplicateBody>(env),
-                               [](const SessionPtr& to, const std::string& id, const json& body) { reply(to, id, body); });
+                               [this](const SessionPtr& to, const std::string& id, const json& body) { reply(to, id, body); });
   }
   if ((env.is(wire::ControlType::kModelRead) || env.is(wire::ControlType::kModelDownload)) && models.is_replica(s)) {
     return env.is(wire::ControlType::kModelRead)

@@ -94,7 +94,15 @@ void Leader::Impl::add_client_handlers() {
         reply(s, env.id, models.on_models(wire::parse_body<wire::ModelsQueryBody>(env)));
       })
       .on(T::kModelRead, [this](const SessionPtr& s, const wire::Envelope& env) {
-        reply(s, env.id, models.on_model_read(wire::parse_body<wire::ModelFileRequestBody>(env)));
+        const auto b = wire::parse_body<wire::ModelFileRequestBody>(env);
+        const auto j = jobs.find(b.job);
+        if (j != jobs.end() && !may_act(s, env.id, j->second, "read the model of")) return;
+        if (j == jobs.end() && !s->identity().admin) {
+          // A job the leader retired: whose it was is no longer known.
+          return reply_error(s, env.id, wire::error_code::kForbidden,
+                             "the leader no longer knows " + b.job + "'s owner: only an admin may read its model", "job");
+        }
+        reply(s, env.id, models.on_model_read(b));
       })
       .on(T::kModelUpload, [this](const SessionPtr& s, const wire::Envelope& env) {
         reply(s, env.id, models.on_model_upload(wire::parse_body<wire::ModelUploadBody>(env)));
@@ -109,6 +117,7 @@ void Leader::Impl::add_client_handlers() {
 }
 
 void Leader::Impl::on_client_message(const SessionPtr& s, const wire::Envelope& env) {
+  audit_request(s, env);
   if (client_api.dispatch(s, env)) return;
   reply_error(s, env.id, wire::error_code::kBadRequest, "unknown message type \"" + env.type + "\"", "type");
 }
@@ -293,12 +302,16 @@ void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
     const auto parsed = parse_submitted(s, env, b, manifest, &j.data_shards);
     if (!parsed) return;
     j.spec = *parsed;
+    j.owner = s->identity().user;
     accept_job(s, env.id, std::move(j), b.follow, json::object());
   });
 }
 
 void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRec j, bool follow, const json& extra) {
   const JobSpec spec = j.spec;  // a copy: j moves into the job table below
+  if (const auto why = quota_refusal(j.owner, spec)) {
+    return reply_error(s, req, wire::error_code::kInfeasible, *why, "workers");
+  }
   // Capacity this leader does not know yet (agents re-registering) is no reason to refuse.
   const auto registering = reregistering();
   if (const auto why = gpu_refusal(spec)) {
@@ -384,6 +397,7 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
 
 // `cancel {job}`: refused for a job that has ended; else cancel_job (leader.cpp).
 void Leader::Impl::on_cancel(const SessionPtr& s, const wire::Envelope& env, JobRec& j) {
+  if (!may_act(s, env.id, j, "cancel")) return;
   const std::string jid = j.id;
   if (j.terminal()) {
     return reply_error(s, env.id, wire::error_code::kConflict, "job " + jid + " already " + std::string(to_string(j.state())), "job");
@@ -422,7 +436,9 @@ json Leader::Impl::agents_json() const {
 // checkpoint's epoch (leader.cpp, launch).
 void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
   const auto b = wire::parse_body<wire::ResumeBody>(env);
+  if (const auto from = jobs.find(b.job); from != jobs.end() && !may_act(s, env.id, from->second, "resume")) return;
   JobRec j = models.resume_job(b, [this](const JobSpec& spec) { return planning.ps_memory_problem(spec); });
+  j.owner = s->identity().user;
   const json extra{{"resumed_from", j.resume.from}, {"checkpoint", j.resume.checkpoint}, {"resume_epoch", j.resume.epoch}};
   accept_job(s, env.id, std::move(j), b.follow, extra);
 }
@@ -469,6 +485,7 @@ void Leader::Impl::explore(JobRec& parent, const std::vector<planner::Config>& c
     p.submitted_unix = unix_now();
     p.secret = new_job_secret_hex();
     p.explore.profile_of = parent.id;
+    p.owner = parent.owner;
     ++counters.exploration_runs;
     parent.explore.pending_profiles.push_back(p.id);
     auto& run = jobs.add(std::move(p));
@@ -487,6 +504,7 @@ void Leader::Impl::on_logs(const SessionPtr& s, const wire::Envelope& env) {
   const auto jit = jobs.find(b.job);
   if (jit == jobs.end()) return reply_error(s, env.id, wire::error_code::kNotFound, "no job \"" + b.job + "\"", "job");
   JobRec& j = jit->second;
+  if (!may_act(s, env.id, j, "read the logs of")) return;
   const TaskRec* t = j.find_task(b.task);
   if (t == nullptr) {
     std::string names;

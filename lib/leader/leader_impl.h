@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "leader/audit.h"
 #include "leader/job_record.h"
 #include "leader/dashboard.h"
 #include "leader/job_table.h"
@@ -134,7 +135,8 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// The names of the leader candidates standing by, as the election last read them
   /// (docs/ha.md "Artifacts"); none for a single leader.
   std::vector<std::string> standbys() const;
-  static void reply(const SessionPtr& s, const std::string& id, const json& body);
+  /// Sends a reply (and completes the request's audit line, when it has one).
+  void reply(const SessionPtr& s, const std::string& id, const json& body);
   /// Sends an error reply and counts it (dltrain_leader_control_errors_total).
   void reply_error(const SessionPtr& s, const std::string& id, const std::string& code, const std::string& msg,
                    const std::string& field = "");
@@ -248,6 +250,36 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   void on_progress(JobRec& j, TaskRec& t, const wire::events::Progress& p);
   void on_epoch_end(JobRec& j, TaskRec& t, const wire::events::EpochEnd& e, const json& ev);
   void on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody& b);
+
+  // ------------------------------------------------------------ leader_users.cpp
+  /// The audit log (<state_dir>/audit.log; null without a state directory).
+  std::unique_ptr<AuditLog> audit_log;
+  /// Client requests that change something (submit, cancel, resume, model_upload),
+  /// waiting for their reply: (session id, request id) → their audit line so far.
+  std::map<std::pair<std::uint64_t, std::string>, json> audit_pending;
+  /// Starts the audit line of a client request that changes something (others: nothing).
+  void audit_request(const SessionPtr& s, const wire::Envelope& env);
+  /// Completes and writes the audit line of request `id` of `s`, if it has one: `body`
+  /// for a reply, else the error's `code` and `message`.
+  void audit_reply(const SessionPtr& s, const std::string& id, const json* body, const std::string& code,
+                   const std::string& message);
+  /// Drops the audit lines of a closed session's unanswered requests (written as such).
+  void audit_closed(const SessionPtr& s);
+  /// The [users.NAME] options of `user`; nullptr for "admin" (the client token) and for
+  /// a name not (or no longer) configured.
+  const config::UserOptions* user_options(const std::string& user) const;
+  /// May the user of session `s` `action` ("cancel", "read the logs of", ...) job `j`?
+  /// Its owner and admins may; anyone else gets a `forbidden` reply to request `req`
+  /// naming the owner, and false.
+  bool may_act(const SessionPtr& s, const std::string& req, const JobRec& j, const std::string& action);
+  /// Why `spec` can never run within `user`'s quotas (it alone needs more cores or GPUs
+  /// than max_cores or max_gpus), naming the quota; nullopt when it can (or the user
+  /// has no bounds). Automatic worker counts are checked when planned (admission).
+  std::optional<std::string> quota_refusal(const std::string& user, const JobSpec& spec) const;
+  /// Each bounded user's quota and what that user's running jobs hold now, for admission.
+  AdmitQuotas admit_quotas() const;
+  /// Why queued `j` waits for its owner's other jobs to end (its quota), or nullopt.
+  std::optional<std::string> quota_wait(const JobRec& j) const;
 
   // ------------------------------------------------------------ leader_clients.cpp
   /// `manifest`: the text of a remote sharded data set's manifest (with_manifest), or "".

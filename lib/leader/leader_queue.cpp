@@ -61,6 +61,7 @@ json Leader::Impl::waiting_event(const JobRec& j) const {
     w.gpus_total = q.gpus_total;
   }
   if (const auto t = queue_timeout(j); t.count() > 0) w.queue_timeout_seconds = static_cast<double>(t.count()) / 1000.0;
+  w.quota = quota_wait(j);
   json e = w.to_json();
   e["job"] = j.id;
   return e;
@@ -123,7 +124,7 @@ void Leader::Impl::schedule_pass() {
   }
   const auto admitted =
       queue.admit(agents.capacities(), agents.slots(), [this](const std::string& id) { return needs(jobs.at(id)); },
-                  [this](const std::string& id) { return shard_spread(jobs.at(id)); });
+                  [this](const std::string& id) { return shard_spread(jobs.at(id)); }, admit_quotas());
   for (const auto& a : admitted) launch(jobs.at(a.job), a.placement, a.added_shards);
 }
 

@@ -23,7 +23,8 @@ std::size_t Scheduler::position(const std::string& job) const {
 
 std::vector<Admitted> Scheduler::admit(const std::vector<AgentSlots>& idle, std::vector<AgentSlots> free,
                                        const std::function<std::vector<TaskNeed>(const std::string&)>& needs_of,
-                                       const std::function<std::optional<ShardSpread>(const std::string&)>& spread_of) {
+                                       const std::function<std::optional<ShardSpread>(const std::string&)>& spread_of,
+                                       AdmitQuotas quotas) {
   std::vector<Admitted> out;
   for (auto it = queue_.begin(); it != queue_.end();) {
     const auto need = needs_of(*it);
@@ -31,11 +32,23 @@ std::vector<Admitted> Scheduler::admit(const std::vector<AgentSlots>& idle, std:
       ++it;  // not even on an idle cluster: it waits for agents, blocking nobody
       continue;
     }
+    Quota* quota = nullptr;
+    if (quotas.owner_of) {
+      const auto q = quotas.by_user.find(quotas.owner_of(*it));
+      if (q != quotas.by_user.end()) quota = &q->second;
+    }
+    int cores = 0, gpus = 0;
+    for (const auto& n : need) cores += n.cores, gpus += n.gpus;
+    if (quota && !quota->allows(cores, gpus)) {
+      ++it;  // its owner's running jobs hold the quota: it waits for them, blocking nobody
+      continue;
+    }
     auto placement = place(free, need);
     if (!placement) break;  // fits the cluster, not what is free: the queue waits behind it
-    // A job spreads its shards only when no job waits behind it: spare cores go to the
-    // queue first.
-    const auto spread = spread_of && std::next(it) == queue_.end() ? spread_of(*it) : std::nullopt;
+    // A job spreads its shards only when no job waits behind it (spare cores go to the
+    // queue first), and not when its owner has a core quota (a spread shard is a core more).
+    const bool may_spread = spread_of && std::next(it) == queue_.end() && !(quota && quota->max_cores > 0);
+    const auto spread = may_spread ? spread_of(*it) : std::nullopt;
     std::vector<std::string> added;
     if (spread) added = spread_shards(free, need, *placement, spread->shards, spread->shard_cores, spread->max_shards);
     const auto slot = [&](const std::string& id) -> AgentSlots& {
@@ -49,6 +62,11 @@ std::vector<Admitted> Scheduler::admit(const std::vector<AgentSlots>& idle, std:
     // (added is empty without a spread; the value read once keeps GCC's -O1 from doubting it)
     const int spread_cores = spread ? spread->shard_cores : 0;
     for (const auto& id : added) slot(id).free_cores -= spread_cores;
+    if (quota) {
+      quota->cores += cores + spread_cores * static_cast<int>(added.size());
+      quota->gpus += gpus;
+      ++quota->jobs;
+    }
     out.push_back(Admitted{*it, std::move(*placement), std::move(added)});
     it = queue_.erase(it);
   }

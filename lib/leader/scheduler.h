@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,12 +33,33 @@ struct ShardSpread {
   int max_shards = 1;
 };
 
+/// One user's quotas (config::UserOptions; 0 = no bound) and what that user's running
+/// jobs hold now: the cores and GPUs of their tasks, and how many jobs run.
+struct Quota {
+  int max_cores = 0, max_gpus = 0, max_jobs = 0;
+  int cores = 0, gpus = 0, jobs = 0;
+  /// Would a job taking `cores` and `gpus` more, and one more job, stay within bounds?
+  bool allows(int more_cores, int more_gpus) const {
+    return (max_cores == 0 || cores + more_cores <= max_cores) && (max_gpus == 0 || gpus + more_gpus <= max_gpus) &&
+           (max_jobs == 0 || jobs + 1 <= max_jobs);
+  }
+};
+
+/// The quota rule of an admission pass: each queued job's owner, and each user's Quota
+/// (users without an entry have no bounds).
+struct AdmitQuotas {
+  std::function<std::string(const std::string&)> owner_of;
+  std::map<std::string, Quota> by_user;
+};
+
 /// The queue (job ids, first come first served) and its admission rule: in queue order,
 /// a job that could not run even on an idle cluster (`fits` on the idle agents) is
 /// passed over without blocking the others (agents may still join); the first job that
 /// fits the idle cluster but not what is free now blocks every job behind it (no
-/// overtaking, so a large job is not starved by small ones). Not thread-safe: the
-/// leader's io thread only.
+/// overtaking, so a large job is not starved by small ones). A job its owner's quota does
+/// not allow now (AdmitQuotas) is passed over too, blocking nobody: it waits for its
+/// owner's own jobs to end, and a user's jobs never hold up another user's. Not
+/// thread-safe: the leader's io thread only.
 class Scheduler {
  public:
   /// Puts `job` at the back. A job already queued is not queued twice.
@@ -57,10 +79,13 @@ class Scheduler {
   /// the next job is considered. `spread_of(job)`, where given, says whether a job's PS
   /// shards spread (ps_shards = "auto": a ShardSpread) or not (nullopt). Only a job
   /// with none queued behind it spreads (spare cores go to the jobs waiting first); the
-  /// shards it adds are taken from `free` too.
+  /// shards it adds are taken from `free` too. `quotas`, where given, passes over the jobs
+  /// their owners' quotas do not allow; a job admitted adds its cores (spread shards
+  /// included), GPUs and one job to its owner's counts before the next is considered.
   std::vector<Admitted> admit(const std::vector<AgentSlots>& idle, std::vector<AgentSlots> free,
                               const std::function<std::vector<TaskNeed>(const std::string&)>& needs_of,
-                              const std::function<std::optional<ShardSpread>(const std::string&)>& spread_of = {});
+                              const std::function<std::optional<ShardSpread>(const std::string&)>& spread_of = {},
+                              AdmitQuotas quotas = {});
 
  private:
   std::deque<std::string> queue_;

@@ -106,6 +106,9 @@ inline constexpr const char* kInfeasible = "infeasible";           ///< the plan
 inline constexpr const char* kInternal = "internal";
 /// The dashboard's first message was not an `auth` with the client token.
 inline constexpr const char* kUnauthorized = "unauthorized";
+/// The session's user may not act on this job: it is another user's, and the user is no
+/// admin (docs/operations.md, "Users"); the message names the owner.
+inline constexpr const char* kForbidden = "forbidden";
 /// The leader cannot accept the request now (its state database refuses writes: a full
 /// disk, a read-only file system); the message names the cause. Reads still work.
 inline constexpr const char* kUnavailable = "unavailable";

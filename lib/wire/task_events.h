@@ -556,12 +556,14 @@ struct Waiting : Fields<Waiting> {
   std::optional<int> gpus_needed;    ///< a cuda job: workers × gpus_per_worker
   std::optional<int> gpus_free;      ///< a cuda job: free GPUs on the live agents now
   std::optional<int> gpus_total;     ///< a cuda job: GPUs of the live agents
+  /// Why it waits for its owner's other jobs (their quota: docs/operations.md, "Users").
+  std::optional<std::string> quota;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
     v("position", s.position), v("cores_needed", s.cores_needed), v("cores_free", s.cores_free),
         v("cores_total", s.cores_total), v("fits_cluster", s.fits_cluster),
         v("queue_timeout_seconds", s.queue_timeout_seconds), v("gpus_needed", s.gpus_needed),
-        v("gpus_free", s.gpus_free), v("gpus_total", s.gpus_total);
+        v("gpus_free", s.gpus_free), v("gpus_total", s.gpus_total), v("quota", s.quota);
   }
 };
 

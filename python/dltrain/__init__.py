@@ -15,8 +15,8 @@ See docs/python.md.
 from . import errors, events
 from .client import Client
 from .config import find_leader
-from .errors import (BadInput, ConfigError, Conflict, DltrainError, Infeasible, InvalidJob, JobFailed, LeaderError,
-                     NoLeader, NotFound, Unauthorized, Unavailable, WaitTimeout)
+from .errors import (BadInput, ConfigError, Conflict, DltrainError, Forbidden, Infeasible, InvalidJob, JobFailed,
+                     LeaderError, NoLeader, NotFound, Unauthorized, Unavailable, WaitTimeout)
 from .jobs import Job, JobSpec
 from .models import TrainedModel
 
@@ -24,4 +24,4 @@ __version__ = "0.1.0"
 
 __all__ = ["Client", "Job", "JobSpec", "TrainedModel", "find_leader", "errors", "events", "DltrainError",
            "BadInput", "ConfigError", "InvalidJob", "Unauthorized", "NotFound", "Conflict", "Infeasible",
-           "LeaderError", "Unavailable", "NoLeader", "JobFailed", "WaitTimeout"]
+           "Forbidden", "LeaderError", "Unavailable", "NoLeader", "JobFailed", "WaitTimeout"]

@@ -73,6 +73,13 @@ class Infeasible(BadInput):
     """The planner or the cluster cannot run the job as asked (`infeasible`)."""
 
 
+class Forbidden(DltrainError):
+    """Exit class 4: the job is another user's, and this token's user is no admin
+    (`forbidden`; the message names the owner)."""
+
+    exit_code = 4
+
+
 class LeaderError(BadInput):
     """Another error reply (`internal`, `unsupported_version`, a code this client does not
     know)."""
@@ -123,6 +130,7 @@ _BY_CODE = {
     "not_found": NotFound,
     "conflict": Conflict,
     "infeasible": Infeasible,
+    "forbidden": Forbidden,
     "unavailable": Unavailable,
 }
 

@@ -120,6 +120,46 @@ TEST(AgentOptions, HaSettingsAreReadAndEachMistakeIsNamed) {
             "leader_url: expected at least one URL");
 }
 
+// [users.NAME] (docs/operations.md, "Users"): each user's token, role and quotas, and
+// every mistake named by its key.
+TEST(AgentOptions, UsersAreReadWithTheirRolesAndQuotasAndEachMistakeIsNamed) {
+  const std::string head = "agent_token = \"t\"\nclient_token = \"c\"\nleader = true\n";
+  const auto o = config::parse_agent_options(head + "[users.alice]\ntoken = \"a1\"\nmax_cores = 8\nmax_gpus = 2\n"
+                                                    "max_running_jobs = 3\n[users.ops]\ntoken = \"o1\"\nrole = \"admin\"\n",
+                                             "/");
+  ASSERT_EQ(o.users.size(), 2u);
+  EXPECT_EQ(o.users[0].name, "alice");
+  EXPECT_EQ(o.users[0].token, "a1");
+  EXPECT_FALSE(o.users[0].admin);
+  EXPECT_EQ(o.users[0].max_cores, 8);
+  EXPECT_EQ(o.users[0].max_gpus, 2);
+  EXPECT_EQ(o.users[0].max_running_jobs, 3);
+  EXPECT_EQ(o.users[1].name, "ops");
+  EXPECT_TRUE(o.users[1].admin);
+  EXPECT_EQ(o.users[1].max_cores, 0);  // no bound
+  EXPECT_TRUE(config::parse_agent_options(head, "/").users.empty());
+  const auto error = [&](const std::string& users, const std::string& h = "") {
+    return message_of<ConfigError>([&] { config::parse_agent_options((h.empty() ? head : h) + users, "/"); });
+  };
+  EXPECT_EQ(error("[users.bob]\nrole = \"user\"\n"), "users.bob.token_file: required: the token this user's clients present");
+  EXPECT_EQ(error("[users.bob]\ntoken = \"b\"\nrole = \"root\"\n"),
+            "users.bob.role: expected one of user | admin, got \"root\"");
+  EXPECT_EQ(error("[users.bob]\ntoken = \"b\"\nmax_cores = -1\n").rfind("users.bob.max_cores: ", 0), 0u);
+  EXPECT_EQ(error("[users.bob]\ntoken = \"b\"\ncores = 1\n").rfind("users.bob.cores: unknown key (expected token, ", 0),
+            0u);
+  EXPECT_EQ(error("[users.bob]\ntoken = \"c\"\n"),
+            "users.bob.token_file: the same token as client_token (the admin's): give each user its own");
+  EXPECT_EQ(error("[users.bob]\ntoken = \"t\"\n"),
+            "users.bob.token_file: the same token as agent_token: a user's token must not let it join as an agent");
+  EXPECT_EQ(error("[users.bob]\ntoken = \"b\"\n[users.eve]\ntoken = \"b\"\n"),
+            "users.eve.token_file: the same token as user \"bob\": each user needs its own");
+  EXPECT_EQ(error("[users.admin]\ntoken = \"b\"\n"),
+            "users.admin: \"admin\" is the user of the client token (client_token); name this user otherwise");
+  EXPECT_EQ(error("[users.\"a b\"]\ntoken = \"b\"\n"), "users.a b: a user name is 1 to 64 letters, digits, '_', '.' or '-'");
+  EXPECT_EQ(error("users = 3\n"), "users: expected a table, got an integer");
+  EXPECT_EQ(error("[users.bob]\ntoken = \"b\"\n", "agent_token = \"t\"\n"), "users: only the leader (leader = true) has users");
+}
+
 TEST(AgentOptions, KeysWrittenBelowThePricesTableAreNamedAsMisplaced) {
   // configs/leader.toml ends with [prices]: a key appended to it lands in that table.
   EXPECT_EQ(message_of<ConfigError>([] {

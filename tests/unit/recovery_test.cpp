@@ -12,6 +12,7 @@
 
 #include "control/server.h"
 #include "leader/recovery.h"
+#include "support/session_double.h"
 #include "wire/task_events.h"
 
 using namespace dltrain::leader;
@@ -22,17 +23,7 @@ using namespace std::chrono_literals;
 namespace {
 
 // A connected agent's control session (AgentRegistry::live needs one).
-class OpenSession : public dltrain::control::Session {
- public:
-  void send(std::string) override {}
-  void close() override {}
-  dltrain::control::PeerKind kind() const override { return dltrain::control::PeerKind::kAgent; }
-  const std::string& peer() const override { return peer_; }
-  std::uint64_t id() const override { return 1; }
-
- private:
-  std::string peer_ = "127.0.0.1:1";
-};
+using OpenSession = dltrain::testing::SessionDouble;  // an agent's session, always open
 
 // What recovery asked of the leader, in order.
 struct RecordedActions : JobActions {

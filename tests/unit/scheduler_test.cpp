@@ -136,3 +136,45 @@ TEST(Scheduler, OnlyAJobWithNoneQueuedBehindItSpreadsAndItsShardsAreTaken) {
     EXPECT_EQ(a[0].added_shards, (std::vector<std::string>{"b"}));
   }
 }
+
+TEST(SchedulerQuotas, AJobItsOwnersQuotaDoesNotAllowWaitsWithoutBlockingOtherUsers) {
+  // One agent of 8 cores. alice may run 1 job at once and hold 4 cores; bob has no bounds.
+  // Queue: a1 (alice, 2 tasks), a2 (alice, 2), b1 (bob, 2), a3 (alice, 5 tasks).
+  // a1: fits, alice 0 jobs → admitted (alice: 1 job, 2 cores). a2: alice would run 2 jobs
+  // → passed over. b1: bob unbounded → admitted. a3: 5 cores > alice's 4 → passed over.
+  // Free after: 8 − 2 − 2 = 4 cores.
+  Scheduler s;
+  for (const char* j : {"a1", "a2", "b1", "a3"}) s.enqueue(j);
+  const Needs needs{{"a1", cpu_tasks(2)}, {"a2", cpu_tasks(2)}, {"b1", cpu_tasks(2)}, {"a3", cpu_tasks(5)}};
+  const std::vector<AgentSlots> agent{{"x", 8}};
+  AdmitQuotas q;
+  q.owner_of = [](const std::string& job) { return job[0] == 'a' ? std::string("alice") : std::string("bob"); };
+  q.by_user["alice"] = Quota{4, 0, 1, 0, 0, 0};
+  const auto first = s.admit(agent, agent, [&](const std::string& j) { return needs.at(j); }, {}, q);
+  EXPECT_EQ(ids(first), (std::vector<std::string>{"a1", "b1"}));
+  EXPECT_EQ(queued(s), (std::vector<std::string>{"a2", "a3"}));
+  // a1 ended: alice runs nothing. 8 free cores: a2 (2 cores, 1 job) is admitted; a3 still
+  // needs 5 > 4 cores of alice's quota (the leader refuses such a job at submit; here it
+  // only waits).
+  q.by_user["alice"] = Quota{4, 0, 1, 0, 0, 0};
+  const auto second = s.admit(agent, agent, [&](const std::string& j) { return needs.at(j); }, {}, q);
+  EXPECT_EQ(ids(second), (std::vector<std::string>{"a2"}));
+  EXPECT_EQ(queued(s), (std::vector<std::string>{"a3"}));
+}
+
+TEST(SchedulerQuotas, JobsAdmittedInOnePassCountAgainstTheQuotaAndGpusAreBounded) {
+  // Two GPU agents of 2 GPUs and 4 cores each; carol may hold 2 GPUs, any number of jobs.
+  // c1: 1 worker with 2 GPUs → admitted (carol: 2 GPUs). c2: 1 worker with 1 GPU → 3 > 2,
+  // passed over, though GPUs are free.
+  Scheduler s;
+  s.enqueue("c1");
+  s.enqueue("c2");
+  const Needs needs{{"c1", {TaskNeed{1, 2, true, {}}}}, {"c2", {TaskNeed{1, 1, true, {}}}}};
+  const std::vector<AgentSlots> agents{{"g1", 4, {0, 1}}, {"g2", 4, {0, 1}}};
+  AdmitQuotas q;
+  q.owner_of = [](const std::string&) { return std::string("carol"); };
+  q.by_user["carol"] = Quota{0, 2, 0, 0, 0, 0};
+  const auto a = s.admit(agents, agents, [&](const std::string& j) { return needs.at(j); }, {}, q);
+  EXPECT_EQ(ids(a), std::vector<std::string>{"c1"});
+  EXPECT_EQ(queued(s), std::vector<std::string>{"c2"});
+}

@@ -1,0 +1,154 @@
+// Users of a shared cluster (docs/operations.md, "Users"): who may act on a job, the
+// quotas admission keeps, and the audit line of every request that changes something.
+// A session's user comes from its token (control::ClientIdentity); the client token is
+// the admin, so a configuration without [users] is one admin user, as before.
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "leader/leader_impl.h"
+#include "common/toml_fields.h"
+
+namespace dltrain::leader {
+
+using json = nlohmann::json;
+using SessionPtr = Leader::Impl::SessionPtr;
+
+namespace {
+
+// The client requests that change something, each with the body key naming its job.
+bool changes_something(const std::string& type) {
+  return type == "submit" || type == "cancel" || type == "resume" || type == "model_upload";
+}
+
+// A job's tasks that hold cores or GPUs now: placed and not exited.
+bool holds(const TaskRec& t) { return !t.agent.empty() && t.state != TaskState::kExited; }
+
+}  // namespace
+
+void Leader::Impl::audit_request(const SessionPtr& s, const wire::Envelope& env) {
+  if (!changes_something(env.type)) return;
+  json line{{"user", s->identity().user}, {"peer", s->peer()}, {"request", env.type}};
+  if (const auto j = env.body.find("job"); j != env.body.end() && j->is_string()) line["job"] = *j;
+  if (const auto n = env.body.find("job_toml"); n != env.body.end() && n->is_string()) {
+    // The job's name, as the file says it (for a submit that is refused before it has an id).
+    try {
+      const auto t = toml_fields::parse(n->get<std::string>());
+      if (const auto name = t["name"].value<std::string>()) line["name"] = *name;
+    } catch (const std::exception&) {
+      // a malformed file: its refusal says why
+    }
+  }
+  audit_pending[{s->id(), env.id}] = std::move(line);
+}
+
+void Leader::Impl::audit_reply(const SessionPtr& s, const std::string& id, const json* body, const std::string& code,
+                               const std::string& message) {
+  const auto it = audit_pending.find({s->id(), id});
+  if (it == audit_pending.end()) return;
+  json line = std::move(it->second);
+  audit_pending.erase(it);
+  if (body != nullptr) {
+    line["result"] = "ok";
+    if (const auto j = body->find("job"); j != body->end() && j->is_string()) line["job"] = *j;
+  } else {
+    line["result"] = "refused";
+    line["code"] = code;
+    line["error"] = message;
+  }
+  if (audit_log) {
+    audit_log->write(std::move(line));
+  } else {
+    spdlog::info("audit: {}", line.dump());
+  }
+}
+
+void Leader::Impl::audit_closed(const SessionPtr& s) {
+  for (auto it = audit_pending.begin(); it != audit_pending.end();) {
+    if (it->first.first != s->id()) {
+      ++it;
+      continue;
+    }
+    it->second["result"] = "unanswered";
+    it->second["error"] = "the session closed before the reply";
+    if (audit_log) audit_log->write(std::move(it->second));
+    it = audit_pending.erase(it);
+  }
+}
+
+const config::UserOptions* Leader::Impl::user_options(const std::string& user) const {
+  const auto it = std::find_if(opt.users.begin(), opt.users.end(), [&](const auto& u) { return u.name == user; });
+  return it == opt.users.end() ? nullptr : &*it;
+}
+
+bool Leader::Impl::may_act(const SessionPtr& s, const std::string& req, const JobRec& j, const std::string& action) {
+  const auto& who = s->identity();
+  if (who.admin || who.user == j.owner) return true;
+  reply_error(s, req, wire::error_code::kForbidden,
+              "user " + who.user + " may not " + action + " " + j.id + ": it belongs to " + j.owner +
+                  " (only its owner or an admin may)",
+              "job");
+  return false;
+}
+
+std::optional<std::string> Leader::Impl::quota_refusal(const std::string& user, const JobSpec& spec) const {
+  const auto* u = user_options(user);
+  if (u == nullptr) return std::nullopt;
+  const int ps = spec.ps_shards;
+  const int cores = spec.workers_auto ? ps * spec.threads_per_task : (spec.workers + ps) * spec.threads_per_task;
+  const int gpus = spec.workers_auto ? 0 : spec.workers * spec.gpus_per_worker;
+  if (u->max_cores > 0 && cores > u->max_cores) {
+    return "needs " + std::to_string(cores) + " cores (" + std::to_string(spec.workers_auto ? ps : spec.workers + ps) +
+           " tasks x " + std::to_string(spec.threads_per_task) + "), more than user " + user + "'s max_cores = " +
+           std::to_string(u->max_cores);
+  }
+  if (u->max_gpus > 0 && gpus > u->max_gpus) {
+    return "needs " + std::to_string(gpus) + " GPUs, more than user " + user + "'s max_gpus = " +
+           std::to_string(u->max_gpus);
+  }
+  return std::nullopt;
+}
+
+AdmitQuotas Leader::Impl::admit_quotas() const {
+  AdmitQuotas q;
+  for (const auto& u : opt.users) {
+    if (u.max_cores > 0 || u.max_gpus > 0 || u.max_running_jobs > 0) {
+      q.by_user[u.name] = Quota{u.max_cores, u.max_gpus, u.max_running_jobs, 0, 0, 0};
+    }
+  }
+  if (q.by_user.empty()) return q;
+  for (const auto& [id, j] : jobs) {
+    const auto it = q.by_user.find(j.owner);
+    if (it == q.by_user.end() || j.terminal()) continue;
+    bool running = false;
+    for (const auto& t : j.tasks) {
+      if (!holds(t)) continue;
+      running = true;
+      const auto h = hold_of(j, t);
+      it->second.cores += h.cores;
+      it->second.gpus += static_cast<int>(h.gpus.size());
+    }
+    if (running) ++it->second.jobs;
+  }
+  q.owner_of = [this](const std::string& job) { return jobs.at(job).owner; };
+  return q;
+}
+
+std::optional<std::string> Leader::Impl::quota_wait(const JobRec& j) const {
+  const auto* u = user_options(j.owner);
+  if (u == nullptr || (u->max_cores == 0 && u->max_gpus == 0 && u->max_running_jobs == 0)) return std::nullopt;
+  auto q = admit_quotas();
+  const auto& mine = q.by_user.at(j.owner);
+  int cores = 0, gpus = 0;
+  for (const auto& n : needs(j)) cores += n.cores, gpus += n.gpus;
+  if (mine.allows(cores, gpus)) return std::nullopt;
+  return "user " + j.owner + "'s running jobs hold its quota (" + std::to_string(mine.jobs) + " running of max_running_jobs " +
+         (u->max_running_jobs ? std::to_string(u->max_running_jobs) : std::string("unbounded")) + ", " +
+         std::to_string(mine.cores) + " cores of max_cores " +
+         (u->max_cores ? std::to_string(u->max_cores) : std::string("unbounded")) + ", " + std::to_string(mine.gpus) +
+         " GPUs of max_gpus " + (u->max_gpus ? std::to_string(u->max_gpus) : std::string("unbounded")) +
+         "): it starts when they end";
+}
+
+}  // namespace dltrain::leader
