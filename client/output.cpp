@@ -316,6 +316,7 @@ void print_job_status(std::ostream& out, json r) {
           << r.value("gpus_total", 0) << " in the cluster";
     }
     if (!r.value("fits_cluster", true)) out << "; more than the whole cluster has, it waits for agents to join";
+    if (r.contains("quota")) out << "; " << r.value("quota", "");
     out << std::endl;
   }
 }

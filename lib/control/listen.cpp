@@ -1,6 +1,9 @@
 #include "control/listen.h"
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include <array>
 
 #include "common/errors.h"
 
@@ -22,10 +25,23 @@ std::uint16_t listen_on(asio::ip::tcp::acceptor& acceptor, const std::string& ad
   return acceptor.local_endpoint().port();
 }
 
+namespace {
+
+// SHA-256 of `s`: tokens are compared by their digests, so that neither the time a
+// comparison takes nor its early exits reveal a token's bytes or its length.
+std::array<unsigned char, 32> digest(std::string_view s) {
+  std::array<unsigned char, 32> d{};
+  unsigned int n = 0;
+  EVP_Digest(s.data(), s.size(), d.data(), &n, EVP_sha256(), nullptr);
+  return d;
+}
+
+}  // namespace
+
 bool bearer_matches(std::string_view header, const std::string& token) {
   constexpr std::string_view prefix = "Bearer ";
-  if (header.size() != prefix.size() + token.size() || header.substr(0, prefix.size()) != prefix) return false;
-  return CRYPTO_memcmp(header.data() + prefix.size(), token.data(), token.size()) == 0;
+  if (header.substr(0, prefix.size()) != prefix) return false;
+  return token_matches(header.substr(prefix.size()), token);
 }
 
 std::string_view bearer_token(std::string_view header) {
@@ -34,8 +50,9 @@ std::string_view bearer_token(std::string_view header) {
 }
 
 bool token_matches(std::string_view given, const std::string& token) {
-  if (token.empty() || given.size() != token.size()) return false;
-  return CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
+  if (token.empty()) return false;
+  const auto a = digest(given), b = digest(token);
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 }  // namespace dltrain::control

@@ -17,12 +17,13 @@ namespace dltrain::control {
 std::uint16_t listen_on(boost::asio::ip::tcp::acceptor& acceptor, const std::string& address, std::uint16_t port,
                         const std::string& what, const std::string& field);
 
-/// `Authorization` header value `header` is exactly "Bearer <token>" (constant-time
-/// comparison of the token). Pure, thread-safe.
+/// `Authorization` header value `header` is exactly "Bearer <token>" (token_matches).
+/// Pure, thread-safe.
 bool bearer_matches(std::string_view header, const std::string& token);
 
-/// `given` is exactly `token` (constant-time comparison; an empty `token` matches
-/// nothing). Pure, thread-safe.
+/// `given` is exactly `token`, compared by their SHA-256 digests in constant time (so
+/// neither a token's bytes nor its length show in the time taken); an empty `token`
+/// matches nothing. Pure, thread-safe.
 bool token_matches(std::string_view given, const std::string& token);
 
 /// The token of an `Authorization: Bearer <token>` header value; "" for any other value.

@@ -111,6 +111,9 @@ json Leader::Impl::status_json(const JobRec& j) const {
   std::optional<QueueStatus> q;
   if (j.state() == JobState::kQueued) q = queue_status(j);
   json out = job_json(j, q);
+  if (q) {
+    if (auto why = quota_wait(j)) out["quota"] = *why;
+  }
   if (auto kept = models.models_json(j.id); !kept.empty()) out["models"] = std::move(kept);
   if (!j.model.error.empty()) out["model_error"] = j.model.error;
   if (!j.model.replicas.empty()) out["model_replicas"] = j.model.replicas;
@@ -477,7 +480,6 @@ void Leader::Impl::on_message(const SessionPtr& s, const std::string& text) {
 
 void Leader::Impl::on_close(const SessionPtr& s) {
   models.on_replica_closed(s);
-  if (!audit_pending.empty()) audit_closed(s);
   auto it = agent_by_session.find(s->id());
   if (it == agent_by_session.end()) return;
   const std::string id = it->second;

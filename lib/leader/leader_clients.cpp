@@ -50,6 +50,17 @@ std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const 
       }
     }
     if (b.model_sha256 && spec.model == ModelKind::kTorchScript) spec.model_sha256 = *b.model_sha256;
+    if (!spec.init_from.empty() && !b.init_sha256) {
+      // Starting from a job's model reads it: its owner's or an admin's to do.
+      const auto from = jobs.find(spec.init_from);
+      if (from != jobs.end() && !may_act(s, env.id, from->second, "start from the model of")) return std::nullopt;
+      if (from == jobs.end() && !s->identity().admin && !models.models_json(spec.init_from).empty()) {
+        reply_error(s, env.id, wire::error_code::kForbidden,
+                    "init_from: the leader no longer knows " + spec.init_from + "'s owner: only an admin may start from "
+                    "its model", "init_from");
+        return std::nullopt;
+      }
+    }
     if (!spec.init_from.empty()) models.resolve_init_from(b, spec);  // throws wire::Refused
     // A job whose PS shard cannot fit on any agent is refused now, not when it is placed.
     if (auto why = spec.workers_auto ? std::nullopt : planning.ps_memory_problem(spec)) {
@@ -310,7 +321,7 @@ void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
 void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRec j, bool follow, const json& extra) {
   const JobSpec spec = j.spec;  // a copy: j moves into the job table below
   if (const auto why = quota_refusal(j.owner, spec)) {
-    return reply_error(s, req, wire::error_code::kInfeasible, *why, "workers");
+    return reply_error(s, req, wire::error_code::kInfeasible, *why, why->find("max_gpus") == std::string::npos ? "workers" : "gpus_per_worker");
   }
   // Capacity this leader does not know yet (agents re-registering) is no reason to refuse.
   const auto registering = reregistering();
@@ -437,6 +448,11 @@ json Leader::Impl::agents_json() const {
 void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
   const auto b = wire::parse_body<wire::ResumeBody>(env);
   if (const auto from = jobs.find(b.job); from != jobs.end() && !may_act(s, env.id, from->second, "resume")) return;
+  if (jobs.find(b.job) == jobs.end() && !s->identity().admin) {
+    // A job the leader retired (its checkpoint may still be kept): whose it was is unknown.
+    return reply_error(s, env.id, wire::error_code::kForbidden,
+                       "the leader no longer knows " + b.job + "'s owner: only an admin may resume it", "job");
+  }
   JobRec j = models.resume_job(b, [this](const JobSpec& spec) { return planning.ps_memory_problem(spec); });
   j.owner = s->identity().user;
   const json extra{{"resumed_from", j.resume.from}, {"checkpoint", j.resume.checkpoint}, {"resume_epoch", j.resume.epoch}};
@@ -465,6 +481,9 @@ void Leader::Impl::decide(JobRec& j) {
   if (auto why = planning.ps_memory_problem(j.spec)) {
     return fail_unplaced(j, "planner chose " + std::to_string(p.choice.workers) + " workers, but " + *why);
   }
+  if (auto why = quota_refusal(j.owner, j.spec)) {
+    return fail_unplaced(j, "planner chose " + std::to_string(p.choice.workers) + " workers, but the job then " + *why);
+  }
   planning.remember(j.spec, p.choice);
   spdlog::info("job {}: planner chose {} workers x batch {}, compression {}: {}", j.id, p.choice.workers,
                p.choice.batch_size, planner::method_label(p.choice.compression), p.explanation);
@@ -479,8 +498,12 @@ void Leader::Impl::explore(JobRec& parent, const std::vector<planner::Config>& c
   if (parent.state() != JobState::kExploring) set_state(parent, JobState::kExploring);
   for (const auto& c : configs) {
     JobRec p;
-    jobs.number(p);
     p.spec = planner::exploration_spec(parent.spec, parent.id, c, opt.explore_steps);
+    if (const auto why = quota_refusal(parent.owner, p.spec)) {
+      spdlog::info("job {}: not exploring {} workers x batch {}: it {}", parent.id, c.workers, c.batch_size, *why);
+      continue;
+    }
+    jobs.number(p);
     p.submitted = Clock::now();
     p.submitted_unix = unix_now();
     p.secret = new_job_secret_hex();
@@ -495,6 +518,9 @@ void Leader::Impl::explore(JobRec& parent, const std::vector<planner::Config>& c
                  planner::method_label(c.compression), run.id);
   }
   persist("saving the job counter", [&] { db->put_meta("next_job", std::to_string(jobs.next_number())); });
+  // Every run it asked for is beyond its owner's quota: plan again without them (the
+  // rounds are bounded, JobExploration::kMaxRounds).
+  if (parent.explore.pending_profiles.empty()) decide(parent);
 }
 
 // `dltrain logs`: the client's request checked against the job and its task, then handed

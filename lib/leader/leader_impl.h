@@ -252,10 +252,13 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   void on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody& b);
 
   // ------------------------------------------------------------ leader_users.cpp
-  /// The audit log (<state_dir>/audit.log; null without a state directory).
-  std::unique_ptr<AuditLog> audit_log;
+  /// The audit log (<state_dir>/audit.log; without a state directory, the leader's log only).
+  std::unique_ptr<AuditLog> audit_log = std::make_unique<AuditLog>("");
   /// Client requests that change something (submit, cancel, resume, model_upload),
-  /// waiting for their reply: (session id, request id) → their audit line so far.
+  /// waiting for their reply: (session id, request id) → their audit line so far. Every
+  /// request gets a reply or an error (on_message answers what a handler throws), also
+  /// when its session closed meanwhile (a submit reading a remote manifest replies later),
+  /// so each line is written once, with the request's true outcome.
   std::map<std::pair<std::uint64_t, std::string>, json> audit_pending;
   /// Starts the audit line of a client request that changes something (others: nothing).
   void audit_request(const SessionPtr& s, const wire::Envelope& env);
@@ -263,8 +266,6 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// for a reply, else the error's `code` and `message`.
   void audit_reply(const SessionPtr& s, const std::string& id, const json* body, const std::string& code,
                    const std::string& message);
-  /// Drops the audit lines of a closed session's unanswered requests (written as such).
-  void audit_closed(const SessionPtr& s);
   /// The [users.NAME] options of `user`; nullptr for "admin" (the client token) and for
   /// a name not (or no longer) configured.
   const config::UserOptions* user_options(const std::string& user) const;

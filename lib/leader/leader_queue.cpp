@@ -106,7 +106,8 @@ void Leader::Impl::expire_queued() {
     fail_job(j, "waited " + fmt::format("{:g}", static_cast<double>(timeout.count()) / 1000.0) +
                     " s in the queue (queue_timeout): it needs " + std::to_string(q.cores_needed) + " cores, " +
                     std::to_string(q.cores_free) + " are free and the cluster has " + std::to_string(q.cores_total) +
-                    (q.fits_cluster ? "" : " in all") + gpus + q.cache_note());
+                    (q.fits_cluster ? "" : " in all") + gpus + q.cache_note() +
+                    (quota_wait(j) ? "; " + *quota_wait(j) : std::string()));
   }
 }
 

@@ -30,7 +30,16 @@ bool holds(const TaskRec& t) { return !t.agent.empty() && t.state != TaskState::
 void Leader::Impl::audit_request(const SessionPtr& s, const wire::Envelope& env) {
   if (!changes_something(env.type)) return;
   json line{{"user", s->identity().user}, {"peer", s->peer()}, {"request", env.type}};
-  if (const auto j = env.body.find("job"); j != env.body.end() && j->is_string()) line["job"] = *j;
+  if (env.type == "model_upload") {
+    // One line per file, not per window: the first window names it.
+    if (env.body.value("offset", std::int64_t{0}) != 0) return;
+    for (const char* k : {"sha256", "size"}) {
+      if (const auto v = env.body.find(k); v != env.body.end() && (v->is_string() || v->is_number())) line[k] = *v;
+    }
+  }
+  if (const auto j = env.body.find("job"); j != env.body.end() && j->is_string()) {
+    line[env.type == "resume" ? "resumed_from" : "job"] = *j;  // a resume's reply names the new job
+  }
   if (const auto n = env.body.find("job_toml"); n != env.body.end() && n->is_string()) {
     // The job's name, as the file says it (for a submit that is refused before it has an id).
     try {
@@ -57,24 +66,7 @@ void Leader::Impl::audit_reply(const SessionPtr& s, const std::string& id, const
     line["code"] = code;
     line["error"] = message;
   }
-  if (audit_log) {
-    audit_log->write(std::move(line));
-  } else {
-    spdlog::info("audit: {}", line.dump());
-  }
-}
-
-void Leader::Impl::audit_closed(const SessionPtr& s) {
-  for (auto it = audit_pending.begin(); it != audit_pending.end();) {
-    if (it->first.first != s->id()) {
-      ++it;
-      continue;
-    }
-    it->second["result"] = "unanswered";
-    it->second["error"] = "the session closed before the reply";
-    if (audit_log) audit_log->write(std::move(it->second));
-    it = audit_pending.erase(it);
-  }
+  audit_log->write(std::move(line));
 }
 
 const config::UserOptions* Leader::Impl::user_options(const std::string& user) const {

@@ -26,6 +26,7 @@ std::vector<Admitted> Scheduler::admit(const std::vector<AgentSlots>& idle, std:
                                        const std::function<std::optional<ShardSpread>(const std::string&)>& spread_of,
                                        AdmitQuotas quotas) {
   std::vector<Admitted> out;
+  std::set<std::string> held;  // users one of whose jobs waits for their quota in this pass
   for (auto it = queue_.begin(); it != queue_.end();) {
     const auto need = needs_of(*it);
     if (!fits(idle, need)) {
@@ -33,14 +34,19 @@ std::vector<Admitted> Scheduler::admit(const std::vector<AgentSlots>& idle, std:
       continue;
     }
     Quota* quota = nullptr;
+    std::string owner;
     if (quotas.owner_of) {
-      const auto q = quotas.by_user.find(quotas.owner_of(*it));
+      owner = quotas.owner_of(*it);
+      const auto q = quotas.by_user.find(owner);
       if (q != quotas.by_user.end()) quota = &q->second;
     }
     int cores = 0, gpus = 0;
     for (const auto& n : need) cores += n.cores, gpus += n.gpus;
-    if (quota && !quota->allows(cores, gpus)) {
-      ++it;  // its owner's running jobs hold the quota: it waits for them, blocking nobody
+    if (quota && (held.count(owner) || !quota->allows(cores, gpus))) {
+      // Its owner's running jobs hold the quota: it waits for them, blocking nobody else;
+      // the owner's later jobs wait behind it (first come, first served within a quota).
+      held.insert(owner);
+      ++it;
       continue;
     }
     auto placement = place(free, need);

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,8 +58,9 @@ struct AdmitQuotas {
 /// passed over without blocking the others (agents may still join); the first job that
 /// fits the idle cluster but not what is free now blocks every job behind it (no
 /// overtaking, so a large job is not starved by small ones). A job its owner's quota does
-/// not allow now (AdmitQuotas) is passed over too, blocking nobody: it waits for its
-/// owner's own jobs to end, and a user's jobs never hold up another user's. Not
+/// not allow now (AdmitQuotas) is passed over too, and so are its owner's later jobs
+/// (no overtaking within a quota): they wait for the owner's own jobs to end, and a
+/// user's jobs never hold up another user's. Not
 /// thread-safe: the leader's io thread only.
 class Scheduler {
  public:

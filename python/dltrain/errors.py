@@ -4,13 +4,14 @@ Every exception is a `DltrainError` with
 
 - `message`: what went wrong, the leader's own words when it refused a request;
 - `code`: the leader's error code (`invalid_job`, `not_found`, `conflict`, `infeasible`,
-  `unauthorized`, `unavailable`, `bad_request`, `internal`; docs/protocol.md), or None when
+  `unauthorized`, `forbidden`, `unavailable`, `bad_request`, `internal`; docs/protocol.md), or None when
   the client itself found the problem;
 - `field`: the job field or request field the leader named (`batch_size`,
   `optimizer.lr`, `job`), or None;
 - `exit_code`: what `dltrain` exits with for the same error: 1 (`JobFailed`), 2
-  (`BadInput`: the request, the job or the client's settings are wrong) or 3
-  (`Unavailable`: the leader cannot be reached or cannot take the request now).
+  (`BadInput`: the request, the job or the client's settings are wrong), 3
+  (`Unavailable`: the leader cannot be reached or cannot take the request now) or 4
+  (`Forbidden`: the job is another user's).
 
     try:
         job = client.submit(spec)

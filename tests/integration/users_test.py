@@ -9,7 +9,8 @@ In order (the cases share the cluster):
     and hold 3 cores; three of her jobs submitted at the same moment all succeed, never
     two running at once (the leader's list polled throughout), and the ones held back say
     it is her quota; a job needing more cores than max_cores is refused at submit, naming
-    it; bob's job is not held back by alice's; bob cannot download her trained model.
+    it; bob's job is not held back by alice's; bob can neither download her trained model
+    nor start a job from it.
  3. The audit log: one line per request that changed something or tried to, with the
     user and the result (bob's refused cancel, the admin's cancel, the submits).
 
@@ -223,6 +224,15 @@ log_level = "info"
         self.assertIn("may not read the model of " + first, r.stderr)
         r = self.as_user("alice", "model", "get", first, "-o", os.path.join(self.root, "alice-model"))
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # Nor may bob start a job from it (init_from reads it).
+        path = self.job_file("bob-from-alice")
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text.replace('model = "mlp"\n', 'model = "mlp"\ninit_from = "%s"\n' % first, 1))
+        r = self.as_user("bob", "submit", path)
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        self.assertIn("may not start from the model of " + first, r.stderr)
         self.assertIsNotNone(bob_job)
         wait_for(lambda: self.status(bob_job)["state"] == "succeeded", 300, "bob's job")
         self.assertLess(time.monotonic() - barrier_start, 600)

@@ -162,6 +162,22 @@ TEST(SchedulerQuotas, AJobItsOwnersQuotaDoesNotAllowWaitsWithoutBlockingOtherUse
   EXPECT_EQ(queued(s), (std::vector<std::string>{"a3"}));
 }
 
+TEST(SchedulerQuotas, AUsersLaterJobDoesNotOvertakeOneHeldByTheirQuota) {
+  // One agent of 8 cores; dave may hold 4 cores and already holds 2. Queue: d1 (4 tasks:
+  // 2 + 4 > 4, held), d2 (1 task: 2 + 1 ≤ 4 would fit, but waits behind d1), e1 (eve,
+  // unbounded, 1 task) → admitted.
+  Scheduler s;
+  for (const char* j : {"d1", "d2", "e1"}) s.enqueue(j);
+  const Needs needs{{"d1", cpu_tasks(4)}, {"d2", cpu_tasks(1)}, {"e1", cpu_tasks(1)}};
+  const std::vector<AgentSlots> agent{{"x", 8}};
+  AdmitQuotas q;
+  q.owner_of = [](const std::string& job) { return job[0] == 'd' ? std::string("dave") : std::string("eve"); };
+  q.by_user["dave"] = Quota{4, 0, 0, 2, 0, 1};
+  const auto a = s.admit(agent, {{"x", 6}}, [&](const std::string& j) { return needs.at(j); }, {}, q);
+  EXPECT_EQ(ids(a), std::vector<std::string>{"e1"});
+  EXPECT_EQ(queued(s), (std::vector<std::string>{"d1", "d2"}));
+}
+
 TEST(SchedulerQuotas, JobsAdmittedInOnePassCountAgainstTheQuotaAndGpusAreBounded) {
   // Two GPU agents of 2 GPUs and 4 cores each; carol may hold 2 GPUs, any number of jobs.
   // c1: 1 worker with 2 GPUs → admitted (carol: 2 GPUs). c2: 1 worker with 1 GPU → 3 > 2,
