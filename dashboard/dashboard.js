@@ -348,6 +348,7 @@
     if (typeof st.test_accuracy === "number") accAttrs["data-value"] = JSON.stringify(st.test_accuracy);
     head.replaceChildren(
       card("state", st.state, { id: "job-state" }),
+      card("owner", st.owner || "admin", { id: "job-owner" }),
       card("test accuracy", fmtAccuracy(st.test_accuracy), accAttrs),
       card("epochs", `${st.epochs} / ${st.epochs_total}`),
       card("progress", typeof st.progress === "number" ? Math.round(st.progress * 100) + " %" :
