@@ -209,10 +209,15 @@ std::function<std::string(const std::string&)> resolve_in(const std::string& bas
 std::vector<UserOptions> read_users(const toml::table& t, const std::function<std::string(const std::string&)>& resolve) {
   using toml_fields::int_key;
   const toml_fields::KeyTable<UserOptions> keys{
-      {"token", [](UserOptions& u, const Node& n, const std::string& k) { u.token = get_string(n, k); }},
+      {"token",
+       [](UserOptions& u, const Node& n, const std::string& k) {
+         u.token = get_string(n, k);
+         u.token_key = "token";
+       }},
       {"token_file",
        [resolve](UserOptions& u, const Node& n, const std::string& k) {
          u.token = read_private_file(resolve(get_string(n, k)), k);
+         u.token_key = "token_file";
        }},
       {"role",
        [](UserOptions& u, const Node& n, const std::string& k) {
@@ -239,8 +244,13 @@ std::vector<UserOptions> read_users(const toml::table& t, const std::function<st
       throw ConfigError(f, "expected a table such as [users." + u.name + "] with token_file and role, got " +
                                toml_fields::type_name(node));
     }
+    if (node.as_table()->contains("token") && node.as_table()->contains("token_file")) {
+      throw ConfigError(f + ".token", "give token or token_file, not both");
+    }
     toml_fields::read_keys(*node.as_table(), f + ".", keys, u);
-    if (u.token.empty()) throw ConfigError(f + ".token_file", "required: the token this user's clients present");
+    if (u.token.empty()) {
+      throw ConfigError(f + ".token_file", "required (or token): the token this user's clients present");
+    }
     users.push_back(std::move(u));
   }
   return users;
@@ -360,7 +370,7 @@ AgentOptions parse_agent_options(const std::string& text, const std::string& bas
   if (!o.users.empty() && !o.leader) throw ConfigError("users", "only the leader (leader = true) has users");
   for (std::size_t i = 0; i < o.users.size(); ++i) {
     const auto& u = o.users[i];
-    const std::string f = "users." + u.name + ".token_file";
+    const std::string f = "users." + u.name + "." + u.token_key;
     if (u.token == o.client_token) throw ConfigError(f, "the same token as client_token (the admin's): give each user its own");
     if (u.token == o.agent_token) throw ConfigError(f, "the same token as agent_token: a user's token must not let it join as an agent");
     for (std::size_t j = 0; j < i; ++j) {

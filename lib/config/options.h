@@ -18,6 +18,8 @@ namespace dltrain::config {
 struct UserOptions {
   std::string name;          ///< the table's key: [A-Za-z0-9_.-], 1–64 characters; not "admin"
   std::string token;         ///< its bearer token (token_file or token); unique, not the agent or client token
+  /// Not a configuration key: which key gave the token ("token" or "token_file"), for messages.
+  std::string token_key = "token_file";
   bool admin = false;        ///< role = "admin": may cancel, read and resume every user's jobs
   /// Quotas over the user's running jobs together (0 = no bound): cores and GPUs their
   /// tasks hold, and jobs running at once. A job that can never fit them is refused at

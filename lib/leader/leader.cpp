@@ -509,7 +509,12 @@ void Leader::start() {
   so.port = impl_->opt.listen_port;
   so.agent_token = impl_->opt.agent_token;
   so.client_token = impl_->opt.client_token;
-  for (const auto& u : impl_->opt.users) so.users.push_back({u.token, {u.name, u.admin}});
+  std::string users = "admin (admin, the client token)";
+  for (const auto& u : impl_->opt.users) {
+    so.users.push_back({u.token, {u.name, u.admin}});
+    users += ", " + u.name + (u.admin ? " (admin)" : " (user)");
+  }
+  spdlog::info("users: {}", users);
   so.tls_cert_file = impl_->opt.tls_cert_file;
   so.tls_key_file = impl_->opt.tls_key_file;
   std::weak_ptr<Impl> w = impl_;

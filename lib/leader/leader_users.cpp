@@ -132,9 +132,22 @@ std::optional<std::string> Leader::Impl::quota_wait(const JobRec& j) const {
   if (u == nullptr || (u->max_cores == 0 && u->max_gpus == 0 && u->max_running_jobs == 0)) return std::nullopt;
   auto q = admit_quotas();
   const auto& mine = q.by_user.at(j.owner);
-  int cores = 0, gpus = 0;
-  for (const auto& n : needs(j)) cores += n.cores, gpus += n.gpus;
-  if (mine.allows(cores, gpus)) return std::nullopt;
+  const auto over = [&](const JobRec& k) {
+    int cores = 0, gpus = 0;
+    for (const auto& n : needs(k)) cores += n.cores, gpus += n.gpus;
+    return !mine.allows(cores, gpus);
+  };
+  if (!over(j)) {
+    // Within the quota, but behind one of the owner's jobs that is not (no overtaking).
+    for (const auto& id : queue.jobs()) {
+      if (id == j.id) break;
+      const auto& k = jobs.at(id);
+      if (k.owner == j.owner && over(k)) {
+        return "waits behind " + k.id + ", which user " + j.owner + "'s quota holds back (first come, first served)";
+      }
+    }
+    return std::nullopt;
+  }
   return "user " + j.owner + "'s running jobs hold its quota (" + std::to_string(mine.jobs) + " running of max_running_jobs " +
          (u->max_running_jobs ? std::to_string(u->max_running_jobs) : std::string("unbounded")) + ", " +
          std::to_string(mine.cores) + " cores of max_cores " +

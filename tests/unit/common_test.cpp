@@ -141,18 +141,19 @@ TEST(AgentOptions, UsersAreReadWithTheirRolesAndQuotasAndEachMistakeIsNamed) {
   const auto error = [&](const std::string& users, const std::string& h = "") {
     return message_of<ConfigError>([&] { config::parse_agent_options((h.empty() ? head : h) + users, "/"); });
   };
-  EXPECT_EQ(error("[users.bob]\nrole = \"user\"\n"), "users.bob.token_file: required: the token this user's clients present");
+  EXPECT_EQ(error("[users.bob]\nrole = \"user\"\n"), "users.bob.token_file: required (or token): the token this user's clients present");
   EXPECT_EQ(error("[users.bob]\ntoken = \"b\"\nrole = \"root\"\n"),
             "users.bob.role: expected one of user | admin, got \"root\"");
   EXPECT_EQ(error("[users.bob]\ntoken = \"b\"\nmax_cores = -1\n").rfind("users.bob.max_cores: ", 0), 0u);
   EXPECT_EQ(error("[users.bob]\ntoken = \"b\"\ncores = 1\n").rfind("users.bob.cores: unknown key (expected token, ", 0),
             0u);
   EXPECT_EQ(error("[users.bob]\ntoken = \"c\"\n"),
-            "users.bob.token_file: the same token as client_token (the admin's): give each user its own");
+            "users.bob.token: the same token as client_token (the admin's): give each user its own");
   EXPECT_EQ(error("[users.bob]\ntoken = \"t\"\n"),
-            "users.bob.token_file: the same token as agent_token: a user's token must not let it join as an agent");
+            "users.bob.token: the same token as agent_token: a user's token must not let it join as an agent");
   EXPECT_EQ(error("[users.bob]\ntoken = \"b\"\n[users.eve]\ntoken = \"b\"\n"),
-            "users.eve.token_file: the same token as user \"bob\": each user needs its own");
+            "users.eve.token: the same token as user \"bob\": each user needs its own");
+  EXPECT_EQ(error("[users.bob]\ntoken = \"b\"\ntoken_file = \"b.token\"\n"), "users.bob.token: give token or token_file, not both");
   EXPECT_EQ(error("[users.admin]\ntoken = \"b\"\n"),
             "users.admin: \"admin\" is the user of the client token (client_token); name this user otherwise");
   EXPECT_EQ(error("[users.\"a b\"]\ntoken = \"b\"\n"), "users.a b: a user name is 1 to 64 letters, digits, '_', '.' or '-'");
