@@ -226,6 +226,7 @@ std::vector<UserOptions> read_users(const toml::table& t, const std::function<st
       {"max_cores", int_key(&UserOptions::max_cores, 0, 1 << 20)},
       {"max_gpus", int_key(&UserOptions::max_gpus, 0, 1 << 20)},
       {"max_running_jobs", int_key(&UserOptions::max_running_jobs, 0, 1 << 20)},
+      {"priority", int_key(&UserOptions::priority, -1000, 1000)},
   };
   std::vector<UserOptions> users;
   for (auto&& [key, node] : t) {

@@ -25,6 +25,10 @@ struct UserOptions {
   /// tasks hold, and jobs running at once. A job that can never fit them is refused at
   /// submit; one that fits once the user's other jobs end waits in the queue.
   int max_cores = 0, max_gpus = 0, max_running_jobs = 0;
+  /// Its jobs' place in the queue, [-1000, 1000]: ahead of every queued job of lower
+  /// priority, behind those of the same or higher (default 0, the admin's). Running jobs
+  /// are never stopped for a queued one.
+  int priority = 0;
 };
 
 /// A leader candidate's [ha] table: leadership through an etcd election, the leader's

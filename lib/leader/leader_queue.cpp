@@ -37,7 +37,8 @@ QueueStatus Leader::Impl::queue_status(const JobRec& j) const {
 }
 
 void Leader::Impl::enqueue(JobRec& j) {
-  queue.enqueue(j.id);
+  const auto* u = user_options(j.owner);
+  queue.enqueue(j.id, u ? u->priority : 0);
   j.queued_since = Clock::now();
   j.last_waiting.clear();
 }

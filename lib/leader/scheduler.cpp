@@ -5,14 +5,18 @@
 
 namespace dltrain::leader {
 
-void Scheduler::enqueue(const std::string& job) {
-  if (std::find(queue_.begin(), queue_.end(), job) == queue_.end()) queue_.push_back(job);
+void Scheduler::enqueue(const std::string& job, int priority) {
+  if (std::find(queue_.begin(), queue_.end(), job) != queue_.end()) return;
+  const auto behind = std::find_if(queue_.begin(), queue_.end(), [&](const std::string& q) { return priority_[q] < priority; });
+  queue_.insert(behind, job);
+  priority_[job] = priority;
 }
 
 bool Scheduler::remove(const std::string& job) {
   const auto it = std::find(queue_.begin(), queue_.end(), job);
   if (it == queue_.end()) return false;
   queue_.erase(it);
+  priority_.erase(job);
   return true;
 }
 
@@ -74,6 +78,7 @@ std::vector<Admitted> Scheduler::admit(const std::vector<AgentSlots>& idle, std:
       ++quota->jobs;
     }
     out.push_back(Admitted{*it, std::move(*placement), std::move(added)});
+    priority_.erase(*it);
     it = queue_.erase(it);
   }
   return out;

@@ -64,8 +64,10 @@ struct AdmitQuotas {
 /// thread-safe: the leader's io thread only.
 class Scheduler {
  public:
-  /// Puts `job` at the back. A job already queued is not queued twice.
-  void enqueue(const std::string& job);
+  /// Puts `job` behind every queued job of `priority` or higher and ahead of those of
+  /// lower priority (first come, first served within a priority; the owner's, from
+  /// [users.NAME] priority). A job already queued is not queued twice.
+  void enqueue(const std::string& job, int priority = 0);
   /// Takes `job` out of the queue (a cancel, a queue timeout); false when it was not in it.
   bool remove(const std::string& job);
   /// `job`'s place, 1 for the first; 0 when it is not queued.
@@ -91,6 +93,7 @@ class Scheduler {
 
  private:
   std::deque<std::string> queue_;
+  std::map<std::string, int> priority_;  ///< of each queued job
 };
 
 }  // namespace dltrain::leader

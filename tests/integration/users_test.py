@@ -13,6 +13,8 @@ In order (the cases share the cluster):
     nor start a job from it.
  3. The audit log: one line per request that changed something or tried to, with the
     user and the result (bob's refused cancel, the admin's cancel, the submits).
+ 4. Priorities: with the cluster full, vip's job (priority 10) queues ahead of bob's that
+    came first (priority 0), and starts first when the cores come free.
 
 Usage: users_test.py BUILD_DIR [unittest args]. Exit status 77 (skipped) without the
 Fashion-MNIST data set.
@@ -33,7 +35,7 @@ from job_files import mlp_job_toml  # noqa: E402
 
 BUILD = None
 DATA = "/usr/share/datasets/fashion-mnist"
-USERS = ("alice", "bob", "ops")
+USERS = ("alice", "bob", "ops", "vip")
 
 
 def missing_prerequisites():
@@ -82,6 +84,10 @@ role = "user"
 [users.ops]
 token_file = "%(root)s/ops.token"
 role = "admin"
+
+[users.vip]
+token_file = "%(root)s/vip.token"
+priority = 10
 """ % {"state": cls.state, "root": cls.root})
         cls.leader.start()
         cls.cleanups.append(cls.leader.stop)
@@ -253,6 +259,19 @@ log_level = "info"
         self.assertFalse([l for l in lines if l.get("request") in ("status", "list", "logs")])
         mode = os.stat(os.path.join(self.state, "audit.log")).st_mode & 0o777
         self.assertEqual(mode, 0o600)
+
+    def test_4_priority_orders_the_queue(self):
+        full = self.submit("bob", "bob-full", epochs=200, workers=3)  # 4 cores: the whole agent
+        wait_for(lambda: self.status(full)["state"] == "running", 60, "bob's job filling the cluster")
+        first = self.submit("bob", "bob-next")
+        wait_for(lambda: self.status(first).get("queue_position") == 1, 30, "bob's next job first in the queue")
+        vip = self.submit("vip", "vip-job")
+        self.assertEqual(self.status(vip).get("queue_position"), 1)
+        self.assertEqual(self.status(first).get("queue_position"), 2)
+        self.assertEqual(self.as_user("client", "cancel", full).returncode, 0)
+        wait_for(lambda: self.status(vip)["state"] in ("running", "finishing", "succeeded"), 120, "vip's job started")
+        wait_for(lambda: self.status(vip)["state"] == "succeeded", 300, "vip's job")
+        wait_for(lambda: self.status(first)["state"] == "succeeded", 300, "bob's next job")
 
 
 if __name__ == "__main__":

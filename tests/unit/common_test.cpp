@@ -125,7 +125,7 @@ TEST(AgentOptions, HaSettingsAreReadAndEachMistakeIsNamed) {
 TEST(AgentOptions, UsersAreReadWithTheirRolesAndQuotasAndEachMistakeIsNamed) {
   const std::string head = "agent_token = \"t\"\nclient_token = \"c\"\nleader = true\n";
   const auto o = config::parse_agent_options(head + "[users.alice]\ntoken = \"a1\"\nmax_cores = 8\nmax_gpus = 2\n"
-                                                    "max_running_jobs = 3\n[users.ops]\ntoken = \"o1\"\nrole = \"admin\"\n",
+                                                    "max_running_jobs = 3\npriority = 10\n[users.ops]\ntoken = \"o1\"\nrole = \"admin\"\n",
                                              "/");
   ASSERT_EQ(o.users.size(), 2u);
   EXPECT_EQ(o.users[0].name, "alice");
@@ -134,6 +134,7 @@ TEST(AgentOptions, UsersAreReadWithTheirRolesAndQuotasAndEachMistakeIsNamed) {
   EXPECT_EQ(o.users[0].max_cores, 8);
   EXPECT_EQ(o.users[0].max_gpus, 2);
   EXPECT_EQ(o.users[0].max_running_jobs, 3);
+  EXPECT_EQ(o.users[0].priority, 10);
   EXPECT_EQ(o.users[1].name, "ops");
   EXPECT_TRUE(o.users[1].admin);
   EXPECT_EQ(o.users[1].max_cores, 0);  // no bound
@@ -157,6 +158,7 @@ TEST(AgentOptions, UsersAreReadWithTheirRolesAndQuotasAndEachMistakeIsNamed) {
   EXPECT_EQ(error("[users.admin]\ntoken = \"b\"\n"),
             "users.admin: \"admin\" is the user of the client token (client_token); name this user otherwise");
   EXPECT_EQ(error("[users.\"a b\"]\ntoken = \"b\"\n"), "users.a b: a user name is 1 to 64 letters, digits, '_', '.' or '-'");
+  EXPECT_EQ(error("[users.bob]\ntoken = \"b\"\npriority = 1001\n").rfind("users.bob.priority: ", 0), 0u);
   EXPECT_EQ(error("users = 3\n"), "users: expected a table, got an integer");
   EXPECT_EQ(error("[users.bob]\ntoken = \"b\"\n", "agent_token = \"t\"\n"), "users: only the leader (leader = true) has users");
 }

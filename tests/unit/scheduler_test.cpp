@@ -194,3 +194,28 @@ TEST(SchedulerQuotas, JobsAdmittedInOnePassCountAgainstTheQuotaAndGpusAreBounded
   EXPECT_EQ(ids(a), std::vector<std::string>{"c1"});
   EXPECT_EQ(queued(s), std::vector<std::string>{"c2"});
 }
+
+TEST(SchedulerPriorities, AJobGoesAheadOfLowerPrioritiesAndBehindItsEquals) {
+  // Arrivals: a (0), b (0), c (5), d (-1), e (5), f (0). Order: c, e (5, as they came),
+  // a, b, f (0), d (-1).
+  Scheduler s;
+  s.enqueue("a");
+  s.enqueue("b");
+  s.enqueue("c", 5);
+  s.enqueue("d", -1);
+  s.enqueue("e", 5);
+  s.enqueue("f", 0);
+  EXPECT_EQ(queued(s), (std::vector<std::string>{"c", "e", "a", "b", "f", "d"}));
+  EXPECT_EQ(s.position("a"), 3u);
+  // Taken out and queued again (a restart's restore): its priority goes with it.
+  EXPECT_TRUE(s.remove("c"));
+  s.enqueue("c", 5);
+  EXPECT_EQ(queued(s), (std::vector<std::string>{"e", "c", "a", "b", "f", "d"}));
+  // Admission keeps the no-overtaking rule over this order: one 4-core agent, every job
+  // 3 cores: e starts, c blocks the rest.
+  Needs needs;
+  for (const char* j : {"a", "b", "c", "d", "e", "f"}) needs[j] = cpu_tasks(3);
+  const std::vector<AgentSlots> agent{{"x", 4}};
+  EXPECT_EQ(ids(admit(s, agent, agent, needs)), std::vector<std::string>{"e"});
+  EXPECT_EQ(queued(s).front(), "c");
+}
