@@ -241,7 +241,10 @@ void print_job_line(std::ostream& out, const json& j) {
       << (j.value("ps_shards_auto", false) ? std::string("a") : std::to_string(j.value("ps_shards", 0))) << "ps  epoch "
       << j.value("epochs", 0) << "/" << j.value("epochs_total", 0) << "  acc "
       << (j["test_accuracy"].is_number() ? fmt(j["test_accuracy"].get<double>(), 4) : std::string("  -   ")) << "  "
-      << fmt(j.value("wall_seconds", 0.0), 0) << " s" << std::endl;
+      << fmt(j.value("wall_seconds", 0.0), 0) << " s";
+  // Another user's than the admin's (docs/operations.md, "Users").
+  if (j.contains("owner") && j.value("owner", "") != "admin") out << "  " << j.value("owner", "");
+  out << std::endl;
 }
 
 void print_job_list(std::ostream& out, const json& jobs) {
@@ -254,7 +257,6 @@ void print_job_list(std::ostream& out, const json& jobs) {
 
 void print_job_status(std::ostream& out, json r) {
   print_job_line(out, r);
-  if (r.contains("owner") && r.value("owner", "") != "admin") out << "  owner " << r.value("owner", "") << std::endl;
   for (const auto& t : r["tasks"]) {
     out << "  " << std::left << std::setw(10) << t.value("task", "") << std::setw(10) << t.value("state", "")
         << std::setw(12) << t.value("agent", "") << t.value("endpoint", "") << " " << t.value("exit", "")

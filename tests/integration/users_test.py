@@ -154,6 +154,9 @@ log_level = "info"
         wait_for(lambda: self.status(job)["state"] == "running", 60, "alice's job running")
         st = self.status(job)
         self.assertEqual(st["owner"], "alice")
+        listed = [l for l in self.as_user("bob", "list").stdout.splitlines() if l.startswith(job + " ")]
+        self.assertEqual(len(listed), 1)
+        self.assertTrue(listed[0].endswith("  alice"), listed)  # the owner, for every user to see
         self.assertLess(st.get("epochs", 0), 200, "premise: the job has work left")
 
         r = self.as_user("bob", "cancel", job)
