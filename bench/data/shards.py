@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import provenance  # noqa: E402
 from data_servers import Nginx  # noqa: E402
-from dltrain_cluster import Daemon, wait_for  # noqa: E402
+from dltrain_cluster import Daemon, wait_for, write_tokens  # noqa: E402
 from netns_host import Lan  # noqa: E402
 
 BUILD = os.path.abspath(os.environ.get("DLTRAIN_BUILD_DIR", os.path.join(ROOT, "build")))
@@ -108,11 +108,7 @@ class Cluster:
             www = os.path.dirname(shards_dir)
             self.nginx = Nginx(os.path.join(root, "nginx"), www, self.lan.address(self.store_host),
                                wrap=self.lan.wrap(self.store_host))
-            tokens = {}
-            for name in ("agent", "client"):
-                tokens[name] = os.urandom(24).hex()
-                with open(os.open(os.path.join(root, name + ".token"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-                    f.write(tokens[name] + "\n")
+            tokens = write_tokens(root, ("agent", "client"))
             state = os.path.join(root, "leader", "state")
             self.leader = Daemon(BUILD, root, "leader", """leader = true
 host_tasks = false

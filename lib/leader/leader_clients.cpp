@@ -50,16 +50,10 @@ std::optional<JobSpec> Leader::Impl::parse_submitted(const SessionPtr& s, const 
       }
     }
     if (b.model_sha256 && spec.model == ModelKind::kTorchScript) spec.model_sha256 = *b.model_sha256;
-    if (!spec.init_from.empty() && !b.init_sha256) {
-      // Starting from a job's model reads it: its owner's or an admin's to do.
-      const auto from = jobs.find(spec.init_from);
-      if (from != jobs.end() && !may_act(s, env.id, from->second, "start from the model of")) return std::nullopt;
-      if (from == jobs.end() && !s->identity().admin && !models.models_json(spec.init_from).empty()) {
-        reply_error(s, env.id, wire::error_code::kForbidden,
-                    "init_from: the leader no longer knows " + spec.init_from + "'s owner: only an admin may start from "
-                    "its model", "init_from");
-        return std::nullopt;
-      }
+    // Starting from a job's model reads it: its owner's or an admin's to do.
+    if (!spec.init_from.empty() && !b.init_sha256 &&
+        !may_act(s, env.id, spec.init_from, "start from the model of", "init_from")) {
+      return std::nullopt;
     }
     if (!spec.init_from.empty()) models.resolve_init_from(b, spec);  // throws wire::Refused
     // A job whose PS shard cannot fit on any agent is refused now, not when it is placed.
@@ -106,14 +100,7 @@ void Leader::Impl::add_client_handlers() {
       })
       .on(T::kModelRead, [this](const SessionPtr& s, const wire::Envelope& env) {
         const auto b = wire::parse_body<wire::ModelFileRequestBody>(env);
-        const auto j = jobs.find(b.job);
-        if (j != jobs.end() && !may_act(s, env.id, j->second, "read the model of")) return;
-        if (j == jobs.end() && !s->identity().admin) {
-          // A job the leader retired: whose it was is no longer known.
-          return reply_error(s, env.id, wire::error_code::kForbidden,
-                             "the leader no longer knows " + b.job + "'s owner: only an admin may read its model", "job");
-        }
-        reply(s, env.id, models.on_model_read(b));
+        if (may_act(s, env.id, b.job, "read the model of", "job")) reply(s, env.id, models.on_model_read(b));
       })
       .on(T::kModelUpload, [this](const SessionPtr& s, const wire::Envelope& env) {
         reply(s, env.id, models.on_model_upload(wire::parse_body<wire::ModelUploadBody>(env)));
@@ -321,7 +308,7 @@ void Leader::Impl::on_submit(const SessionPtr& s, const wire::Envelope& env) {
 void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRec j, bool follow, const json& extra) {
   const JobSpec spec = j.spec;  // a copy: j moves into the job table below
   if (const auto why = quota_refusal(j.owner, spec)) {
-    return reply_error(s, req, wire::error_code::kInfeasible, *why, why->find("max_gpus") == std::string::npos ? "workers" : "gpus_per_worker");
+    return reply_error(s, req, wire::error_code::kInfeasible, why->message, why->field);
   }
   // Capacity this leader does not know yet (agents re-registering) is no reason to refuse.
   const auto registering = reregistering();
@@ -447,12 +434,7 @@ json Leader::Impl::agents_json() const {
 // checkpoint's epoch (leader.cpp, launch).
 void Leader::Impl::on_resume(const SessionPtr& s, const wire::Envelope& env) {
   const auto b = wire::parse_body<wire::ResumeBody>(env);
-  if (const auto from = jobs.find(b.job); from != jobs.end() && !may_act(s, env.id, from->second, "resume")) return;
-  if (jobs.find(b.job) == jobs.end() && !s->identity().admin) {
-    // A job the leader retired (its checkpoint may still be kept): whose it was is unknown.
-    return reply_error(s, env.id, wire::error_code::kForbidden,
-                       "the leader no longer knows " + b.job + "'s owner: only an admin may resume it", "job");
-  }
+  if (!may_act(s, env.id, b.job, "resume", "job")) return;
   JobRec j = models.resume_job(b, [this](const JobSpec& spec) { return planning.ps_memory_problem(spec); });
   j.owner = s->identity().user;
   const json extra{{"resumed_from", j.resume.from}, {"checkpoint", j.resume.checkpoint}, {"resume_epoch", j.resume.epoch}};
@@ -482,7 +464,7 @@ void Leader::Impl::decide(JobRec& j) {
     return fail_unplaced(j, "planner chose " + std::to_string(p.choice.workers) + " workers, but " + *why);
   }
   if (auto why = quota_refusal(j.owner, j.spec)) {
-    return fail_unplaced(j, "planner chose " + std::to_string(p.choice.workers) + " workers, but the job then " + *why);
+    return fail_unplaced(j, "planner chose " + std::to_string(p.choice.workers) + " workers, but the job then " + why->message);
   }
   planning.remember(j.spec, p.choice);
   spdlog::info("job {}: planner chose {} workers x batch {}, compression {}: {}", j.id, p.choice.workers,
@@ -500,7 +482,7 @@ void Leader::Impl::explore(JobRec& parent, const std::vector<planner::Config>& c
     JobRec p;
     p.spec = planner::exploration_spec(parent.spec, parent.id, c, opt.explore_steps);
     if (const auto why = quota_refusal(parent.owner, p.spec)) {
-      spdlog::info("job {}: not exploring {} workers x batch {}: it {}", parent.id, c.workers, c.batch_size, *why);
+      spdlog::info("job {}: not exploring {} workers x batch {}: it {}", parent.id, c.workers, c.batch_size, why->message);
       continue;
     }
     jobs.number(p);

@@ -273,10 +273,21 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// Its owner and admins may; anyone else gets a `forbidden` reply to request `req`
   /// naming the owner, and false.
   bool may_act(const SessionPtr& s, const std::string& req, const JobRec& j, const std::string& action);
+  /// may_act on the job with id `job`. One the leader no longer knows whose models or
+  /// checkpoints it still keeps (retired) only admins may act on; anyone else gets a
+  /// `forbidden` reply naming `field`. One it neither knows nor keeps anything of: true
+  /// (the request's own lookup answers "not found").
+  bool may_act(const SessionPtr& s, const std::string& req, const std::string& job, const std::string& action,
+               const std::string& field);
+  /// Why a job can never run within its owner's quotas.
+  struct QuotaRefusal {
+    std::string field;    ///< the job field to change: "workers" (cores) or "gpus_per_worker"
+    std::string message;  ///< "needs N cores (…), more than user U's max_cores = M"
+  };
   /// Why `spec` can never run within `user`'s quotas (it alone needs more cores or GPUs
-  /// than max_cores or max_gpus), naming the quota; nullopt when it can (or the user
-  /// has no bounds). Automatic worker counts are checked when planned (admission).
-  std::optional<std::string> quota_refusal(const std::string& user, const JobSpec& spec) const;
+  /// than max_cores or max_gpus); nullopt when it can (or the user has no bounds). An
+  /// automatic worker count counts as none here: it is checked when planned (decide).
+  std::optional<QuotaRefusal> quota_refusal(const std::string& user, const JobSpec& spec) const;
   /// Each bounded user's quota and what that user's running jobs hold now, for admission.
   AdmitQuotas admit_quotas() const;
   /// Why queued `j` waits for its owner's other jobs to end (its quota), or nullopt.

@@ -98,6 +98,7 @@ void Leader::Impl::expire_queued() {
     if (queue.position(id) == 0 || j.state() != JobState::kQueued) continue;
     const auto timeout = queue_timeout(j);
     const auto q = queue_status(j);
+    const auto quota = quota_wait(j);
     queue.remove(id);
     std::string gpus;
     if (q.gpus_needed > 0) {
@@ -107,8 +108,7 @@ void Leader::Impl::expire_queued() {
     fail_job(j, "waited " + fmt::format("{:g}", static_cast<double>(timeout.count()) / 1000.0) +
                     " s in the queue (queue_timeout): it needs " + std::to_string(q.cores_needed) + " cores, " +
                     std::to_string(q.cores_free) + " are free and the cluster has " + std::to_string(q.cores_total) +
-                    (q.fits_cluster ? "" : " in all") + gpus + q.cache_note() +
-                    (quota_wait(j) ? "; " + *quota_wait(j) : std::string()));
+                    (q.fits_cluster ? "" : " in all") + gpus + q.cache_note() + (quota ? "; " + *quota : std::string()));
   }
 }
 

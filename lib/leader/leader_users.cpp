@@ -84,20 +84,31 @@ bool Leader::Impl::may_act(const SessionPtr& s, const std::string& req, const Jo
   return false;
 }
 
-std::optional<std::string> Leader::Impl::quota_refusal(const std::string& user, const JobSpec& spec) const {
+bool Leader::Impl::may_act(const SessionPtr& s, const std::string& req, const std::string& job, const std::string& action,
+                           const std::string& field) {
+  if (const auto j = jobs.find(job); j != jobs.end()) return may_act(s, req, j->second, action);
+  // Nothing of it kept: nothing to protect, and the caller's own lookup says "not found".
+  if (s->identity().admin || models.models_json(job).empty()) return true;
+  reply_error(s, req, wire::error_code::kForbidden,
+              "the leader no longer knows " + job + "'s owner: only an admin may " + action + " it", field);
+  return false;
+}
+
+std::optional<Leader::Impl::QuotaRefusal> Leader::Impl::quota_refusal(const std::string& user, const JobSpec& spec) const {
   const auto* u = user_options(user);
   if (u == nullptr) return std::nullopt;
-  const int ps = spec.ps_shards;
-  const int cores = spec.workers_auto ? ps * spec.threads_per_task : (spec.workers + ps) * spec.threads_per_task;
-  const int gpus = spec.workers_auto ? 0 : spec.workers * spec.gpus_per_worker;
-  if (u->max_cores > 0 && cores > u->max_cores) {
-    return "needs " + std::to_string(cores) + " cores (" + std::to_string(spec.workers_auto ? ps : spec.workers + ps) +
-           " tasks x " + std::to_string(spec.threads_per_task) + "), more than user " + user + "'s max_cores = " +
-           std::to_string(u->max_cores);
+  // An automatic worker count is not known yet: its PS shards only.
+  const int workers = spec.workers_auto ? 0 : spec.workers;
+  const auto need = totals(job_needs(spec.ps_shards, workers, spec.threads_per_task, spec.gpus_per_worker));
+  if (u->max_cores > 0 && need.cores > u->max_cores) {
+    return QuotaRefusal{"workers", "needs " + std::to_string(need.cores) + " cores (" +
+                                       std::to_string(workers + spec.ps_shards) + " tasks x " +
+                                       std::to_string(spec.threads_per_task) + "), more than user " + user +
+                                       "'s max_cores = " + std::to_string(u->max_cores)};
   }
-  if (u->max_gpus > 0 && gpus > u->max_gpus) {
-    return "needs " + std::to_string(gpus) + " GPUs, more than user " + user + "'s max_gpus = " +
-           std::to_string(u->max_gpus);
+  if (u->max_gpus > 0 && need.gpus > u->max_gpus) {
+    return QuotaRefusal{"gpus_per_worker", "needs " + std::to_string(need.gpus) + " GPUs, more than user " + user +
+                                               "'s max_gpus = " + std::to_string(u->max_gpus)};
   }
   return std::nullopt;
 }
@@ -132,11 +143,7 @@ std::optional<std::string> Leader::Impl::quota_wait(const JobRec& j) const {
   if (u == nullptr || (u->max_cores == 0 && u->max_gpus == 0 && u->max_running_jobs == 0)) return std::nullopt;
   auto q = admit_quotas();
   const auto& mine = q.by_user.at(j.owner);
-  const auto over = [&](const JobRec& k) {
-    int cores = 0, gpus = 0;
-    for (const auto& n : needs(k)) cores += n.cores, gpus += n.gpus;
-    return !mine.allows(cores, gpus);
-  };
+  const auto over = [&](const JobRec& k) { return !mine.allows(totals(needs(k))); };
   if (!over(j)) {
     // Within the quota, but behind one of the owner's jobs that is not (no overtaking).
     for (const auto& id : queue.jobs()) {
@@ -148,11 +155,11 @@ std::optional<std::string> Leader::Impl::quota_wait(const JobRec& j) const {
     }
     return std::nullopt;
   }
-  return "user " + j.owner + "'s running jobs hold its quota (" + std::to_string(mine.jobs) + " running of max_running_jobs " +
-         (u->max_running_jobs ? std::to_string(u->max_running_jobs) : std::string("unbounded")) + ", " +
-         std::to_string(mine.cores) + " cores of max_cores " +
-         (u->max_cores ? std::to_string(u->max_cores) : std::string("unbounded")) + ", " + std::to_string(mine.gpus) +
-         " GPUs of max_gpus " + (u->max_gpus ? std::to_string(u->max_gpus) : std::string("unbounded")) +
+  const auto of = [](int held, const char* what, int bound) {
+    return std::to_string(held) + " " + what + (bound ? std::to_string(bound) : std::string("unbounded"));
+  };
+  return "user " + j.owner + "'s running jobs hold its quota (" + of(mine.jobs, "running of max_running_jobs ", u->max_running_jobs) +
+         ", " + of(mine.cores, "cores of max_cores ", u->max_cores) + ", " + of(mine.gpus, "GPUs of max_gpus ", u->max_gpus) +
          "): it starts when they end";
 }
 

@@ -11,9 +11,18 @@ bool is_excluded(const std::vector<std::string>& excluded, const std::string& id
   return std::find(excluded.begin(), excluded.end(), id) != excluded.end();
 }
 
-// The agent with room for `need` that is not excluded, or nullptr: for a CPU task the
-// one with the most free cores; for a GPU task the one holding the most of `held` (this
-// job's GPU tasks so far), then the most free GPUs, then the most free cores.
+// `a` has room for `need` (its cores, its GPUs, and a shard cache for a worker of a
+// sharded data set) and is not `excluded`.
+bool has_room(const AgentSlots& a, const TaskNeed& need, const std::vector<std::string>& excluded) {
+  return a.free_cores >= need.cores && static_cast<int>(a.free_gpus.size()) >= need.gpus &&
+         (!need.reads_shards || a.serves_shards) && !is_excluded(excluded, a.id);
+}
+
+// The agent with room for `need`, or nullptr: for an unpacked CPU task the one holding
+// the most bytes of its shards (need.cached), then the most free cores; for a GPU or
+// packed task the one holding the most of `held` (this job's packed tasks so far), then
+// the most of its shards, then the most free GPUs (the fewest for a packed CPU task),
+// then the most free cores.
 AgentSlots* best_for(std::vector<AgentSlots>& agents, const TaskNeed& need, const std::vector<std::string>& excluded,
                      const std::map<std::string, int>& held = {}) {
   AgentSlots* best = nullptr;
@@ -26,10 +35,7 @@ AgentSlots* best_for(std::vector<AgentSlots>& agents, const TaskNeed& need, cons
     return c == need.cached.end() ? std::int64_t{0} : c->second;
   };
   for (auto& a : agents) {
-    if (a.free_cores < need.cores || static_cast<int>(a.free_gpus.size()) < need.gpus ||
-        (need.reads_shards && !a.serves_shards) || is_excluded(excluded, a.id)) {
-      continue;
-    }
+    if (!has_room(a, need, excluded)) continue;
     if (best == nullptr) {
       best = &a;
     } else if (need.gpus > 0) {
@@ -98,6 +104,12 @@ std::optional<std::vector<std::string>> place(std::vector<AgentSlots> agents, in
   return out;
 }
 
+NeedTotals totals(const std::vector<TaskNeed>& tasks) {
+  NeedTotals t;
+  for (const auto& n : tasks) t.cores += n.cores, t.gpus += n.gpus;
+  return t;
+}
+
 bool fits(const std::vector<AgentSlots>& agents, const std::vector<TaskNeed>& tasks) {
   return place(agents, tasks).has_value();
 }
@@ -155,8 +167,7 @@ Replacement place_again(std::vector<AgentSlots> agents, const std::vector<Replac
     if (t.skip || t.current.empty()) continue;
     const TaskNeed need{threads_per_task, t.gpus, t.gpus > 0, {}, t.reads_shards};
     auto a = std::find_if(agents.begin(), agents.end(), [&](const AgentSlots& s) { return s.id == t.current; });
-    if (a != agents.end() && a->free_cores >= need.cores && static_cast<int>(a->free_gpus.size()) >= need.gpus &&
-        (!need.reads_shards || a->serves_shards) && !is_excluded(t.excluded, t.current)) {
+    if (a != agents.end() && has_room(*a, need, t.excluded)) {
       r.placement[i] = t.current;
       r.gpus[i] = take_from(*a, need);
     }

@@ -125,6 +125,14 @@ std::vector<std::string> spread_shards(std::vector<AgentSlots> free, const std::
                                        const std::vector<Placed>& placement, int shards, int shard_cores,
                                        int max_shards);
 
+/// What tasks need together: cores and GPUs.
+struct NeedTotals {
+  int cores = 0;
+  int gpus = 0;
+};
+/// The sums of `tasks`' cores and GPUs (a user's quota counts them, scheduler.h).
+NeedTotals totals(const std::vector<TaskNeed>& tasks);
+
 /// Could tasks with needs `tasks` be placed (place()) on `agents` if every one were
 /// idle? `agents` carries each agent's total cores and all its GPU indices.
 bool fits(const std::vector<AgentSlots>& agents, const std::vector<TaskNeed>& tasks);

@@ -7,7 +7,7 @@ namespace dltrain::leader {
 
 void Scheduler::enqueue(const std::string& job, int priority) {
   if (std::find(queue_.begin(), queue_.end(), job) != queue_.end()) return;
-  const auto behind = std::find_if(queue_.begin(), queue_.end(), [&](const std::string& q) { return priority_[q] < priority; });
+  const auto behind = std::find_if(queue_.begin(), queue_.end(), [&](const std::string& q) { return priority_.at(q) < priority; });
   queue_.insert(behind, job);
   priority_[job] = priority;
 }
@@ -44,9 +44,8 @@ std::vector<Admitted> Scheduler::admit(const std::vector<AgentSlots>& idle, std:
       const auto q = quotas.by_user.find(owner);
       if (q != quotas.by_user.end()) quota = &q->second;
     }
-    int cores = 0, gpus = 0;
-    for (const auto& n : need) cores += n.cores, gpus += n.gpus;
-    if (quota && (held.count(owner) || !quota->allows(cores, gpus))) {
+    const auto total = totals(need);
+    if (quota && (held.count(owner) || !quota->allows(total))) {
       // Its owner's running jobs hold the quota: it waits for them, blocking nobody else;
       // the owner's later jobs wait behind it (first come, first served within a quota).
       held.insert(owner);
@@ -73,8 +72,8 @@ std::vector<Admitted> Scheduler::admit(const std::vector<AgentSlots>& idle, std:
     const int spread_cores = spread ? spread->shard_cores : 0;
     for (const auto& id : added) slot(id).free_cores -= spread_cores;
     if (quota) {
-      quota->cores += cores + spread_cores * static_cast<int>(added.size());
-      quota->gpus += gpus;
+      quota->cores += total.cores + spread_cores * static_cast<int>(added.size());
+      quota->gpus += total.gpus;
       ++quota->jobs;
     }
     out.push_back(Admitted{*it, std::move(*placement), std::move(added)});

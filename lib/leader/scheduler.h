@@ -39,9 +39,9 @@ struct ShardSpread {
 struct Quota {
   int max_cores = 0, max_gpus = 0, max_jobs = 0;
   int cores = 0, gpus = 0, jobs = 0;
-  /// Would a job taking `cores` and `gpus` more, and one more job, stay within bounds?
-  bool allows(int more_cores, int more_gpus) const {
-    return (max_cores == 0 || cores + more_cores <= max_cores) && (max_gpus == 0 || gpus + more_gpus <= max_gpus) &&
+  /// Would one more job needing `more` (totals()) stay within bounds?
+  bool allows(const NeedTotals& more) const {
+    return (max_cores == 0 || cores + more.cores <= max_cores) && (max_gpus == 0 || gpus + more.gpus <= max_gpus) &&
            (max_jobs == 0 || jobs + 1 <= max_jobs);
   }
 };

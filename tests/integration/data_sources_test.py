@@ -35,7 +35,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from data_servers import Ceph, Nginx, missing as servers_missing  # noqa: E402
-from dltrain_cluster import Daemon, test_main, wait_for  # noqa: E402
+from dltrain_cluster import Daemon, run_cleanups, test_main, wait_for, write_tokens  # noqa: E402
 from netns_host import Lan, missing as netns_missing  # noqa: E402
 
 BUILD = None
@@ -98,11 +98,7 @@ class DataSources(unittest.TestCase):
         cls.ceph.put_dir(cls.packed, "datasets/fm")
         creds = cls.ceph.credentials_file(os.path.join(cls.root, "s3-credentials"))
         s3 = 's3_endpoint = "%s"\ns3_credentials_file = "%s"\n' % (cls.ceph.endpoint, creds)
-        tokens = {}
-        for name in ("agent", "client"):
-            tokens[name] = os.urandom(24).hex()
-            with open(os.open(os.path.join(cls.root, name + ".token"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-                f.write(tokens[name] + "\n")
+        tokens = write_tokens(cls.root, ("agent", "client"))
         state = os.path.join(cls.root, "leader", "state")
         cls.leader = Daemon(BUILD, cls.root, "leader", """leader = true
 host_tasks = false
@@ -142,11 +138,7 @@ log_level = "info"
 
     @classmethod
     def tearDownClass(cls):
-        for f in reversed(cls.cleanups):
-            try:
-                f()
-            except Exception as e:  # noqa: BLE001 - every cleanup runs
-                print("cleanup: %s" % e)
+        run_cleanups(cls.cleanups)
         shutil.rmtree(cls.root, True)
 
     # ------------------------------------------------------------ helpers

@@ -47,6 +47,27 @@ def wait_for(predicate, timeout, what, interval=0.05):
         time.sleep(interval)
 
 
+def write_tokens(root, names):
+    """A fresh random token for each of `names`, written to root/NAME.token (mode 0600, as
+    the daemons demand); returns {name: token}."""
+    tokens = {}
+    for name in names:
+        tokens[name] = os.urandom(24).hex()
+        with open(os.open(os.path.join(root, name + ".token"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(tokens[name] + "\n")
+    return tokens
+
+
+def run_cleanups(cleanups):
+    """Calls every function of `cleanups`, last first; one that raises is reported and the
+    rest still run."""
+    for f in reversed(cleanups):
+        try:
+            f()
+        except Exception as e:  # noqa: BLE001 - every cleanup runs
+            print("cleanup: %s" % e)
+
+
 def stop_process(proc, grace=30):
     """SIGCONT (a stopped process cannot exit) and SIGTERM to `proc`, SIGKILL to its process
     group after `grace` s."""

@@ -30,7 +30,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dltrain_cluster import Daemon, test_main, wait_for  # noqa: E402
+from dltrain_cluster import Daemon, run_cleanups, test_main, wait_for, write_tokens  # noqa: E402
 from job_files import mlp_job_toml  # noqa: E402
 
 BUILD = None
@@ -57,11 +57,7 @@ class Users(unittest.TestCase):
 
     @classmethod
     def _set_up(cls):
-        cls.tokens = {}
-        for name in ("agent", "client") + USERS:
-            cls.tokens[name] = os.urandom(24).hex()
-            with open(os.open(os.path.join(cls.root, name + ".token"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-                f.write(cls.tokens[name] + "\n")
+        cls.tokens = write_tokens(cls.root, ("agent", "client") + USERS)
         cls.state = os.path.join(cls.root, "leader", "state")
         cls.leader = Daemon(BUILD, cls.root, "leader", """leader = true
 host_tasks = false
@@ -110,11 +106,7 @@ log_level = "info"
 
     @classmethod
     def tearDownClass(cls):
-        for f in reversed(cls.cleanups):
-            try:
-                f()
-            except Exception as e:  # noqa: BLE001 - every cleanup runs
-                print("cleanup: %s" % e)
+        run_cleanups(cls.cleanups)
         shutil.rmtree(cls.root, True)
 
     # ------------------------------------------------------------ helpers
@@ -203,7 +195,10 @@ log_level = "info"
         seen = set()
         bob_job = None
         deadline = time.monotonic() + 600
-        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            alive = [t for t in threads if t.is_alive()]
+            if not alive:
+                break
             jobs = self.as_user("client", "list", "--json", json_out=True)["jobs"]
             mine = [j for j in jobs if j.get("name") in names]
             seen.update(j["job"] for j in mine)
@@ -212,7 +207,7 @@ log_level = "info"
             if bob_job is None and live and len(mine) == 3:
                 # bob's job is not held back by alice's quota.
                 bob_job = self.submit("bob", "bob-short")
-            time.sleep(0.1)
+            alive[0].join(timeout=0.1)  # the next look: when a follower ends, or after 0.1 s
         for t in threads:
             t.join(timeout=60)
         self.assertEqual(len(seen), 3, "premise: the three submits reached the leader")
