@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
     opt.sync.staleness = static_cast<std::uint32_t>(args.staleness);
     opt.sync.backup_workers = static_cast<std::uint32_t>(args.backup_workers);
     opt.sync.barrier_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(args.barrier_timeout_s * 1000));
+    opt.sync.elastic = args.elastic_workers > 0;
+    opt.sync.initial_workers = static_cast<std::uint32_t>(args.elastic_workers);
     opt.secret = dltrain::read_job_secret_file(args.secret_file, "--secret-file");
     auto state = std::make_shared<dltrain::ps::ShardState>(args.momentum);
     // The checkpoint is loaded before the shard listens, so no worker's init can come

@@ -68,6 +68,7 @@ wire::PsTaskArgs ps_args(const config::AgentOptions& opt, const wire::StartTaskB
   a.staleness = spec.staleness;
   a.backup_workers = spec.backup_workers;
   a.barrier_timeout_s = effective_barrier_timeout(spec);
+  if (spec.elastic.on()) a.elastic_workers = spec.workers;
   a.threads = b.threads;
   a.bind = opt.task_bind_address;
   a.checkpoint = (dir / "shard.ckpt").string();

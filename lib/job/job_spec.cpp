@@ -77,6 +77,14 @@ const KeyTable<CheckpointSpec>& checkpoint_keys() {
   return keys;
 }
 
+const KeyTable<ElasticSpec>& elastic_keys() {
+  static const KeyTable<ElasticSpec> keys{
+      {"min_workers", int_key(&ElasticSpec::min_workers, 1, 1024)},
+      {"max_workers", int_key(&ElasticSpec::max_workers, 1, 1024)},
+  };
+  return keys;
+}
+
 const KeyTable<data::AugmentSpec>& augment_keys() {
   using data::AugmentSpec;
   static const KeyTable<AugmentSpec> keys{
@@ -246,6 +254,7 @@ const KeyTable<JobSpec>& job_keys() {
       {"queue_timeout", duration_key(&JobSpec::queue_timeout_seconds, "10m", 1, 30 * 86400.0, "[1s, 30d]")},
       {"optimizer", table_key(&JobSpec::optimizer, optimizer_keys()), true},
       {"checkpoint", table_key(&JobSpec::checkpoint, checkpoint_keys()), true},
+      {"elastic", table_key(&JobSpec::elastic, elastic_keys()), true},
       {"compression", table_key(&JobSpec::compression, compression_keys()), true},
       {"planner",
        [](JobSpec& s, const Node& n, const std::string& k) { read_keys(get_table(n, k), k + ".", planner_keys(), s); },
@@ -499,7 +508,34 @@ void resolve_data_dir(JobSpec& s, const std::string& base_dir, bool check_files)
 
 }  // namespace
 
+namespace {
+
+// [elastic]: bounds around the starting size, and what an elastic job cannot combine with.
+void check_elastic_fields(JobSpec& s) {
+  auto& e = s.elastic;
+  if (!e.on() && e.min_workers == 0) return;
+  if (!e.on()) throw ConfigError("elastic.max_workers", "is required in [elastic]");
+  if (e.min_workers == 0) e.min_workers = 1;
+  if (s.workers_auto) {
+    throw ConfigError("elastic", "workers = \"auto\" cannot be combined with [elastic]: give the starting size");
+  }
+  if (e.min_workers > s.workers || s.workers > e.max_workers) {
+    throw ConfigError("elastic", "workers (" + std::to_string(s.workers) + ") must lie within [min_workers, max_workers] = [" +
+                                     std::to_string(e.min_workers) + ", " + std::to_string(e.max_workers) + "]");
+  }
+  if (s.local_group) throw ConfigError("elastic", "an elastic job cannot use local_group");
+  if (s.dataset == DatasetKind::kShards) {
+    throw ConfigError("elastic", "an elastic job cannot read a sharded data set yet (docs/training.md, \"Elastic jobs\")");
+  }
+  if (s.sync == ps::SyncMode::kBsp && s.backup_workers >= e.min_workers) {
+    throw ConfigError("backup_workers", "must be less than elastic.min_workers (" + std::to_string(e.min_workers) + ")");
+  }
+}
+
+}  // namespace
+
 void validate_job(JobSpec& s) {
+  check_elastic_fields(s);
   check_sync_fields(s);
   check_device_fields(s);
   check_model_fields(s);
@@ -689,6 +725,7 @@ void job_fields(S& s, V&& v) {
   v.nested("optimizer", s.optimizer, [](auto& o, auto&& w) { optimizer_fields(o, w); });
   v.nested("compression", s.compression, [](auto& c, auto&& w) { compression_fields(c, w); }, opt);
   v.nested("checkpoint", s.checkpoint, [](auto& c, auto&& w) { checkpoint_fields(c, w); }, opt);
+  v.nested("elastic", s.elastic, [](auto& e, auto&& w) { w("min_workers", e.min_workers), w("max_workers", e.max_workers); }, opt);
   v("workers_auto", s.workers_auto, opt), v("batch_auto", s.batch_auto, opt), v("ps_shards_auto", s.ps_shards_auto, opt),
       v("partition_size_auto", s.partition_size_auto, opt),
       v("target_accuracy", s.target_accuracy, opt), v("deadline_seconds", s.deadline_seconds, opt),

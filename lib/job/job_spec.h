@@ -68,6 +68,15 @@ struct CheckpointSpec {
   bool best = false;     ///< also the model of the best test accuracy so far ("best")
 };
 
+/// [elastic]: the job may be resized while it runs (`dltrain scale`, docs/training.md
+/// "Elastic jobs"), within these bounds on its workers; `workers` is its starting size.
+/// Both 0: a fixed-size job.
+struct ElasticSpec {
+  int min_workers = 0;  ///< [1, workers]; 1 when the table gives only max_workers
+  int max_workers = 0;  ///< [workers, 1024]; required in the table
+  bool on() const { return max_workers > 0; }
+};
+
 /// Optimizer settings applied by the PS shards (momentum SGD) and the learning-rate
 /// schedule the workers follow.
 struct OptimizerSpec {
@@ -188,6 +197,7 @@ struct JobSpec {
   double barrier_timeout_seconds = 0;
   OptimizerSpec optimizer;
   CheckpointSpec checkpoint;
+  ElasticSpec elastic;
   compress::CompressionSpec compression;  ///< [compression]; method none = dense ASGD
 
   // Planner (docs/planner.md).

@@ -434,6 +434,91 @@ std::uint32_t PsClient::workers_done() {
   return count_exchange(*conn_, wire::MessageType::kQuery, wire::MessageType::kQueryReply, "query");
 }
 
+std::uint32_t PsClient::members_training() {
+  std::vector<HeaderBytes> hdrs(conn_->size());
+  std::vector<Request> requests(conn_->size());
+  for (std::size_t s = 0; s < conn_->size(); ++s) {
+    hdrs[s] = detail::encode(conn_->header(wire::MessageType::kQuery, conn_->options().rank, wire::Codec::kNone, 0, 0));
+    requests[s] = {hdrs[s]};
+  }
+  std::uint64_t most = 0;
+  conn_->exchange(
+      requests, std::vector<int>(conn_->size(), 1),
+      [&](std::size_t s, const wire::FrameHeader& h) -> std::span<std::byte> {
+        DLTRAIN_ENFORCE_EQ(h.type, wire::MessageType::kQueryReply, ProtocolError, conn_->where(s));
+        most = std::max(most, h.seq);
+        return {};
+      },
+      "query");
+  return static_cast<std::uint32_t>(most);
+}
+
+std::uint32_t PsClient::leave() {
+  std::uint32_t members = 0;
+  std::vector<HeaderBytes> hdrs(conn_->size());
+  std::vector<Request> requests(conn_->size());
+  for (std::size_t s = 0; s < conn_->size(); ++s) {
+    hdrs[s] = detail::encode(conn_->header(wire::MessageType::kLeave, conn_->options().rank, wire::Codec::kNone, 0, 0));
+    requests[s] = {hdrs[s]};
+  }
+  conn_->exchange(
+      requests, std::vector<int>(conn_->size(), 1),
+      [&](std::size_t s, const wire::FrameHeader& h) -> std::span<std::byte> {
+        DLTRAIN_ENFORCE_EQ(h.type, wire::MessageType::kLeaveAck, ProtocolError, conn_->where(s));
+        members = std::max(members, h.count);
+        return {};
+      },
+      "leave");
+  return members;
+}
+
+ChunkClient::ChunkClient(PsEndpoint shard0, PsClientOptions options) {
+  options.hello = false;
+  conn_ = std::make_unique<detail::ShardConnections>(std::vector<PsEndpoint>{std::move(shard0)}, std::move(options));
+}
+
+ChunkClient::~ChunkClient() = default;
+
+std::vector<std::pair<std::uint32_t, std::uint32_t>> ChunkClient::claim(std::uint32_t epoch, std::uint32_t want,
+                                                                        std::uint32_t acked,
+                                                                        std::uint32_t chunks_per_epoch, bool release) {
+  const std::uint32_t flags = (fresh_ ? 1u : 0u) | (release ? 2u : 0u);
+  const std::uint32_t body[4] = {acked, flags, chunks_per_epoch, want};
+  std::vector<std::uint32_t> got;
+  auto once = [&] {
+    if (!open_) {
+      conn_->open();
+      open_ = true;
+    }
+    auto h = conn_->header(wire::MessageType::kClaim, conn_->options().rank, wire::Codec::kBytes, 16, 16);
+    h.seq = epoch;
+    const HeaderBytes hdr = detail::encode(h);
+    conn_->exchange(
+        {Request{hdr, std::as_bytes(std::span(body))}}, {1},
+        [&](std::size_t s, const wire::FrameHeader& r) -> std::span<std::byte> {
+          DLTRAIN_ENFORCE_EQ(r.type, wire::MessageType::kClaimReply, ProtocolError, conn_->where(s));
+          if (r.codec != wire::Codec::kBytes || r.count % 8 != 0 || r.count / 8 > want) {
+            throw ProtocolError(conn_->where(s) + ": a claim reply of " + std::to_string(r.count) + " bytes for " +
+                                std::to_string(want) + " chunks");
+          }
+          got.resize(r.count / 4);
+          return std::as_writable_bytes(std::span(got));
+        },
+        "claim");
+  };
+  try {
+    once();
+  } catch (const PsConnectionLost&) {
+    open_ = false;  // the shard restarted: once more on a new connection
+    conn_->close();
+    once();
+  }
+  fresh_ = false;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
+  for (std::size_t i = 0; i + 1 < got.size(); i += 2) out.emplace_back(got[i], got[i + 1]);
+  return out;
+}
+
 void PsClient::resync(std::span<float> params) {
   require_floats(params.size(), "resync into");
   conn_->reconnect([&] {

@@ -48,7 +48,10 @@ struct PsClientOptions {
   /// know, and that each shard must prove it knows too (wire/auth.h).
   std::vector<std::uint8_t> secret;
   std::uint32_t rank = 0;          ///< this worker's rank, [0, num_workers)
-  std::uint32_t num_workers = 1;
+  std::uint32_t num_workers = 1;   ///< the job's workers (an elastic job's max_workers)
+  /// Say hello when connecting (join the shard's barrier). A ChunkClient's connection
+  /// does not: it only claims training chunks.
+  bool hello = true;
   /// Bound on the shards' silence within a call: connect gives up after it; push/pull/done
   /// fail when no read or write completed for this long (a call that keeps receiving
   /// replies goes on; time this worker spent suspended is not silence).
@@ -79,6 +82,30 @@ struct PsClientOptions {
   /// async-signal-safe), so that it can save its replica and exit within its agent's stop
   /// grace even while a shard does not answer. Must outlive the client.
   const std::atomic<bool>* stop_requested = nullptr;
+};
+
+/// An elastic job's training chunks, claimed from PS shard 0's data dispatch
+/// (ps/dispatch.h, wire kClaim) on a connection of their own that does not join the
+/// barrier, so that a claim never waits behind a pull. Not thread-safe: one caller.
+/// Errors as PsClient's (IoError, TimeoutError, StopRequested, ProtocolError).
+class ChunkClient {
+ public:
+  /// `shard0`: where PS shard 0 listens; options.rank is the claiming worker's.
+  ChunkClient(PsEndpoint shard0, PsClientOptions options);
+  ~ChunkClient();
+  ChunkClient(const ChunkClient&) = delete;
+  ChunkClient& operator=(const ChunkClient&) = delete;
+  /// One claim (ChunkDispatch::claim): acknowledges `acked` chunks, then asks for up to
+  /// `want` of `epoch`; the first call of a process says it is fresh. Returns (epoch,
+  /// chunk) pairs. Connects on first use and again after a lost connection (once).
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> claim(std::uint32_t epoch, std::uint32_t want,
+                                                             std::uint32_t acked, std::uint32_t chunks_per_epoch,
+                                                             bool release = false);
+
+ private:
+  std::unique_ptr<detail::ShardConnections> conn_;
+  bool fresh_ = true;
+  bool open_ = false;
 };
 
 /// A call gave up because PsClientOptions::stop_requested became true. The client is
@@ -209,6 +236,13 @@ class PsClient {
   std::uint32_t done();
   /// Smallest count of finished workers any shard reports.
   std::uint32_t workers_done();
+  /// Elastic jobs: the most members still training that any shard counts (joined,
+  /// neither left nor done; StepBarrier::members_training). 0 for other jobs.
+  std::uint32_t members_training();
+  /// Elastic jobs: tells every shard this worker leaves the job (a scale-down) after
+  /// its last push, which the shards have applied or staged; no step waits for it
+  /// afterwards. Returns the members still training.
+  std::uint32_t leave();
 
   /// Recovers from a lost connection (PsConnectionLost): closes every connection, then
   /// reconnects to every shard with back-off (0.1 s doubling to 2 s) until

@@ -269,7 +269,7 @@ void ShardConnections::hello() {
 void ShardConnections::open_until(Clock::time_point deadline, std::chrono::milliseconds bound) {
   connect_all(deadline, bound);
   authenticate();
-  hello();
+  if (opt_.hello) hello();
 }
 
 void ShardConnections::open() { open_until(Clock::now() + opt_.timeout, opt_.timeout); }

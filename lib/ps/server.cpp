@@ -11,6 +11,7 @@
 
 #include "common/errors.h"
 #include "common/secret.h"
+#include "ps/dispatch.h"
 #include "ps/payload.h"
 #include "wire/auth.h"
 
@@ -27,6 +28,7 @@ struct detail::ShardServer {
   // Before io, for the same reason; stop() destroys its waiting pulls (and the sessions
   // they hold) while it is alive.
   std::unique_ptr<StepBarrier> barrier;
+  ChunkDispatch dispatch;  // an elastic job's data dispatch (workers claim from shard 0's)
   asio::io_context io;
   asio::steady_timer expiry{io};  // ssp/sync: drops the workers a pull waited too long for
   tcp::acceptor acceptor{io};
@@ -286,7 +288,17 @@ class Session : public std::enable_shared_from_this<Session> {
         }
         case MessageType::kQuery:
           expect_codec(wire::Codec::kNone);
-          return reply(MessageType::kQueryReply, static_cast<std::uint32_t>(st.done_count()));
+          return reply(MessageType::kQueryReply, static_cast<std::uint32_t>(st.done_count()),
+                       srv_.barrier->members_training());
+        case MessageType::kLeave: {
+          expect_hello();
+          expect_codec(wire::Codec::kNone);
+          const auto members = srv_.barrier->leave_job(rank_);
+          spdlog::info("ps: worker {} left the job ({} members still training)", rank_, members);
+          return reply(MessageType::kLeaveAck, members);
+        }
+        case MessageType::kClaim:
+          return answer_claim();
         default:
           throw ProtocolError("unexpected " + wire::to_string(h_.type) + " frame from a worker");
       }
@@ -372,6 +384,37 @@ class Session : public std::enable_shared_from_this<Session> {
   // The payload of the current frame, as the words it was read into.
   std::span<const float> payload() const {
     return std::span<const float>(payload_).first(h_.payload_bytes == 0 ? 0 : (h_.payload_bytes + 3) / 4);
+  }
+
+  // A claim of an elastic job's training chunks (ps/dispatch.h): the reply lists them as
+  // u32 pairs (epoch, chunk).
+  void answer_claim() {
+    if (!srv_.opt.sync.elastic) throw ProtocolError("claim: the job is not elastic");
+    expect_codec(wire::Codec::kBytes);
+    if (h_.count != 16) throw ProtocolError("claim frame count: expected 16, got " + std::to_string(h_.count));
+    if (h_.seq > UINT32_MAX) throw ProtocolError("claim: epoch " + std::to_string(h_.seq) + " out of range");
+    std::uint32_t v[4];  // acked, flags, chunks per epoch, wanted
+    std::memcpy(v, payload_.data(), sizeof v);
+    const auto chunks = srv_.dispatch.claim(h_.key, static_cast<std::uint32_t>(h_.seq), v[3], v[0], v[1], v[2]);
+    wire::FrameHeader r = reply_header(wire::MessageType::kClaimReply);
+    out_.resize(2 * chunks.size());
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      std::memcpy(&out_[2 * i], &chunks[i].epoch, 4);
+      std::memcpy(&out_[2 * i + 1], &chunks[i].index, 4);
+    }
+    r.codec = wire::Codec::kBytes;
+    r.count = static_cast<std::uint32_t>(8 * chunks.size());
+    r.payload_bytes = r.count;
+    write(r, true);
+  }
+
+  void reply(wire::MessageType type, std::uint32_t count, std::uint64_t seq) {
+    wire::FrameHeader r = reply_header(type);
+    r.seq = seq;
+    r.codec = wire::Codec::kNone;
+    r.count = count;
+    r.payload_bytes = 0;
+    write(r, false);
   }
 
   void reply(wire::MessageType type, std::uint32_t count) {

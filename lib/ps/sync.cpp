@@ -20,7 +20,9 @@ StepBarrier::Part& StepBarrier::part(std::uint32_t key) {
   return it->second;
 }
 
-bool StepBarrier::live(std::uint32_t rank) const { return !dropped_[rank] && !state_.is_done(rank); }
+bool StepBarrier::live(std::uint32_t rank) const {
+  return !dropped_[rank] && !left_[rank] && !state_.is_done(rank);
+}
 
 std::uint32_t StepBarrier::live_count() const {
   std::uint32_t n = 0;
@@ -100,7 +102,7 @@ void StepBarrier::collect(std::vector<Release>& out, std::chrono::steady_clock::
 
 std::uint64_t StepBarrier::join(std::uint32_t rank, std::uint32_t workers) {
   std::lock_guard lock(mu_);
-  if (opt_.mode == SyncMode::kAsync) return next_token_++;  // nothing to wait for, nothing checked
+  if (opt_.mode == SyncMode::kAsync && !opt_.elastic) return next_token_++;  // nothing to wait for, nothing checked
   if (workers_ == 0) {
     if (opt_.mode == SyncMode::kBsp && opt_.backup_workers >= workers) {
       throw ProtocolError("hello: backup_workers (" + std::to_string(opt_.backup_workers) +
@@ -108,6 +110,10 @@ std::uint64_t StepBarrier::join(std::uint32_t rank, std::uint32_t workers) {
     }
     workers_ = workers;
     dropped_.assign(workers, false);
+    left_.assign(workers, false);
+    if (opt_.elastic && opt_.initial_workers > 0) {
+      for (std::uint32_t r = opt_.initial_workers; r < workers; ++r) left_[r] = true;
+    }
     token_.assign(workers, 0);
     for (auto& [key, p] : parts_) {
       p.clock.assign(workers, 0);
@@ -124,6 +130,10 @@ std::uint64_t StepBarrier::join(std::uint32_t rank, std::uint32_t workers) {
     dropped_[rank] = false;
     ++stats_.rejoins;
   }
+  if (left_[rank]) {
+    left_[rank] = false;
+    ++stats_.joins;
+  }
   rejoin(rank);
   token_[rank] = next_token_++;
   return token_[rank];
@@ -134,7 +144,7 @@ void StepBarrier::leave(std::uint32_t rank, std::uint64_t token) {
   {
     std::lock_guard lock(mu_);
     if (opt_.mode == SyncMode::kAsync || rank >= workers_ || token_[rank] != token || dropped_[rank] ||
-        state_.is_done(rank)) {
+        left_[rank] || state_.is_done(rank)) {
       return;  // a newer connection of the rank, or it was not waited for anyway
     }
     dropped_[rank] = true;
@@ -142,6 +152,33 @@ void StepBarrier::leave(std::uint32_t rank, std::uint64_t token) {
     collect(out, std::chrono::steady_clock::now());
   }
   for (auto& r : out) r();
+}
+
+std::uint32_t StepBarrier::leave_job(std::uint32_t rank) {
+  if (!opt_.elastic) throw ProtocolError("leave: the job is not elastic");
+  std::vector<Release> out;
+  std::uint32_t members = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (rank >= workers_) throw ProtocolError("leave: rank " + std::to_string(rank) + " never said hello");
+    if (!left_[rank]) {
+      left_[rank] = true;
+      ++stats_.leaves;
+    }
+    collect(out, std::chrono::steady_clock::now());
+    for (std::uint32_t r = 0; r < workers_; ++r) members += (!left_[r] && !state_.is_done(r)) ? 1 : 0;
+  }
+  for (auto& r : out) r();
+  return members;
+}
+
+std::uint32_t StepBarrier::members_training() const {
+  if (!opt_.elastic) return 0;
+  std::lock_guard lock(mu_);
+  if (workers_ == 0) return opt_.initial_workers;  // nobody said hello yet
+  std::uint32_t members = 0;
+  for (std::uint32_t r = 0; r < workers_; ++r) members += (!left_[r] && !state_.is_done(r)) ? 1 : 0;
+  return members;
 }
 
 void StepBarrier::done(std::uint32_t rank) {

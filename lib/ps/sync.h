@@ -35,6 +35,12 @@ struct SyncOptions {
   /// once) and the step goes on. A dropped worker rejoins at the current step with its
   /// next hello or push. Must be below the workers' PS timeout, or they give up first.
   std::chrono::milliseconds barrier_timeout{30000};
+  /// An elastic job (docs/training.md, "Elastic jobs"): its hellos carry the job's
+  /// max_workers; ranks below `initial_workers` (the job's size when the shard started)
+  /// are members from the start, the others once they say hello; a member leaves with
+  /// leave_job(). Membership is kept in every mode, async included, for members_training().
+  bool elastic = false;
+  std::uint32_t initial_workers = 0;
 };
 
 /// What the barrier of a shard has done so far (monotonic counters, except max_lead).
@@ -46,6 +52,8 @@ struct SyncStats {
   std::uint64_t dropped = 0;        ///< workers dropped from the barrier by barrier_timeout
   std::uint64_t departures = 0;     ///< workers dropped because their connection closed before they finished
   std::uint64_t rejoins = 0;        ///< dropped workers that joined again
+  std::uint64_t joins = 0;          ///< elastic: workers that became members after the start
+  std::uint64_t leaves = 0;         ///< elastic: members that left (leave_job)
   /// The largest lead, in steps, of a worker over the slowest live worker at the moment
   /// one of its pulls was answered (kSsp: at most staleness; kBsp: 0).
   std::uint64_t max_lead = 0;
@@ -98,6 +106,15 @@ class StepBarrier {
   void leave(std::uint32_t rank, std::uint64_t token);
   /// Worker `rank` finished (after ShardState::mark_done). Releases what that frees.
   void done(std::uint32_t rank);
+  /// Elastic: worker `rank` leaves the job at a step boundary, after its last push (which
+  /// counts). From now on no step waits for it, atomically with respect to pushes and
+  /// pulls; pulls it held up are released. Its next hello makes it a member again.
+  /// Returns members_training(). Throws ProtocolError unless the job is elastic and the
+  /// rank in range.
+  std::uint32_t leave_job(std::uint32_t rank);
+  /// Elastic: the members still training (joined, neither left nor done), slow ones that
+  /// were dropped from the barrier included; 0 for a job that is not elastic.
+  std::uint32_t members_training() const;
 
   /// Applies or stages a push from `rank` to `key` (see the class comment): `indices`
   /// empty for a dense push. ShardState's checks apply (ProtocolError, nothing changes).
@@ -154,6 +171,7 @@ class StepBarrier {
   mutable std::mutex mu_;
   std::uint32_t workers_ = 0;              ///< 0 until the first hello
   std::vector<bool> dropped_;              ///< per rank: not waited for until it rejoins
+  std::vector<bool> left_;                 ///< per rank, elastic: not a member (not yet joined, or left)
   std::vector<std::uint64_t> token_;       ///< per rank: its newest connection
   std::uint64_t next_token_ = 1;
   std::map<std::uint32_t, Part> parts_;

@@ -38,6 +38,10 @@ bool known_type(std::uint16_t t) {
     case MessageType::kPullSparse:
     case MessageType::kPullLowRank:
     case MessageType::kPullHalf:
+    case MessageType::kLeave:
+    case MessageType::kLeaveAck:
+    case MessageType::kClaim:
+    case MessageType::kClaimReply:
       return true;
   }
   return false;
@@ -135,6 +139,10 @@ std::string to_string(MessageType type) {
     case MessageType::kPullSparse: return "pull-sparse";
     case MessageType::kPullLowRank: return "pull-lowrank";
     case MessageType::kPullHalf: return "pull-fp16";
+    case MessageType::kLeave: return "leave";
+    case MessageType::kLeaveAck: return "leave-ack";
+    case MessageType::kClaim: return "claim";
+    case MessageType::kClaimReply: return "claim-reply";
   }
   return "unknown(" + std::to_string(static_cast<unsigned>(type)) + ")";
 }

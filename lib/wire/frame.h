@@ -52,7 +52,8 @@ enum class MessageType : std::uint16_t {
   kDone = 9,        ///< worker → PS: worker `key` (its rank) finished training
   kDoneAck = 10,    ///< PS → worker: count = workers that have sent kDone
   kQuery = 11,      ///< worker → PS: ask how many workers are done (count 0, no payload)
-  kQueryReply = 12, ///< PS → worker: count = workers done
+  kQueryReply = 12, ///< PS → worker: count = workers done; seq = an elastic job's
+                    ///< members still training (joined, neither left nor done), else 0
   kError = 14,      ///< PS → worker: payload = UTF-8 reason; the PS closes afterwards
   kPullSparse = 15, ///< worker → PS: request the top-`count` of x − x_seen for partition
                     ///< `key` (the downlink of sparse bidirectional training); the reply is
@@ -65,6 +66,15 @@ enum class MessageType : std::uint16_t {
                      ///< binary16 (ShardState::pull_half: the fp16 downlink); no payload;
                      ///< the reply is a kPullReply of codec kDenseF16, count = the
                      ///< partition's length
+  kLeave = 21,       ///< worker → PS: worker `key` (its rank) leaves an elastic job after
+                     ///< its last push (a scale-down): it is no longer waited for; no payload
+  kLeaveAck = 22,    ///< PS → worker: count = the job's members still training
+  kClaim = 23,       ///< worker → PS: claim training chunks of epoch `seq` for worker `key`
+                     ///< (an elastic job's data dispatch, ps/dispatch.h); payload (bytes,
+                     ///< 16) = u32 chunks of its earlier claims it finished, u32 flags (1
+                     ///< fresh process, 2 release the rest), u32 chunks per epoch, u32
+                     ///< chunks wanted (0..1024). Needs no hello.
+  kClaimReply = 24,  ///< PS → worker: payload (bytes) = u32 pairs (epoch, chunk), count = bytes
 };
 
 /// Payload encodings.

@@ -34,6 +34,7 @@ std::vector<std::string> PsTaskArgs::to_argv(const std::string& program) const {
                        std::to_string(backup_workers), "--barrier-timeout", num(barrier_timeout_s)});
   }
   if (port != 0) a.insert(a.end(), {"--port", std::to_string(port)});
+  if (elastic_workers > 0) a.insert(a.end(), {"--elastic-workers", std::to_string(elastic_workers)});
   if (!workers_done.empty()) {
     std::string ranks;
     for (const auto r : workers_done) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
@@ -78,6 +79,9 @@ void PsTaskArgs::add_to(CLI::App& app) {
   app.add_option("--barrier-timeout", barrier_timeout_s,
                  "ssp/sync: seconds a pull waits before the workers it waits for are dropped")
       ->check(CLI::Range(0.1, 86400.0));
+  app.add_option("--elastic-workers", elastic_workers,
+                 "an elastic job's workers when the shard starts (0: the job is not elastic)")
+      ->check(CLI::Range(0, 1024));
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
 }
 

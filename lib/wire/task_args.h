@@ -36,6 +36,9 @@ struct PsTaskArgs {
   int staleness = 0;                 ///< --staleness: ssp's bound, steps, [0, 1000]
   int backup_workers = 0;            ///< --backup-workers: sync's backup workers, [0, 1023]
   double barrier_timeout_s = 30;     ///< --barrier-timeout: seconds, [0.1, 86400]
+  /// --elastic-workers: an elastic job's members when the shard starts (ranks below it;
+  /// ps/sync.h SyncOptions::initial_workers); 0 = the job is not elastic. [0, 1024]
+  int elastic_workers = 0;
   std::string log_level = "info";    ///< --log-level
 
   /// `program` followed by the flags (defaults of optional ones left out).
