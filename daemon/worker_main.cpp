@@ -3,7 +3,8 @@
 // secret it proves to the PS shards is read from --secret-file (mode 0600 or stricter).
 // Exit code 2: a configuration error (e.g. a secret file readable by others); 143: stopped
 // by SIGTERM (after saving its replica to --replica-file, when it held the PS's
-// parameters); 1: any other failure.
+// parameters); 1: any other failure. SIGUSR1 asks a worker of an elastic job to leave it
+// after its current step (a scale-down); it then exits 0.
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -38,6 +39,10 @@ static_assert(std::atomic<bool>::is_always_lock_free);
 
 extern "C" void on_sigterm(int) { g_stop.store(true, std::memory_order_relaxed); }
 
+// Set by SIGUSR1: an elastic job's worker leaves after its step (WorkerConfig::leave_requested).
+std::atomic<bool> g_leave{false};
+extern "C" void on_sigusr1(int) { g_leave.store(true, std::memory_order_relaxed); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,8 +54,13 @@ int main(int argc, char** argv) {
   sa.sa_handler = on_sigterm;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
+  struct sigaction su {};
+  su.sa_handler = on_sigusr1;
+  sigemptyset(&su.sa_mask);
+  sigaction(SIGUSR1, &su, nullptr);
   dltrain::train::WorkerConfig cfg;
   cfg.stop_requested = &g_stop;
+  cfg.leave_requested = &g_leave;
   cfg.job = args.job_id;
   cfg.generation = args.generation;
   cfg.rank = args.rank;

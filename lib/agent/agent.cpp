@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -325,6 +326,11 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     }
     Task* t = tasks.find(key);
     if (!t) return;  // already gone; its exit was (or will be) reported
+    if (b.leave.value_or(false) && !t->restart_timer) {
+      // An elastic job's worker leaves after its step and exits 0 (dltrain scale).
+      spdlog::info("asking {} (pid {}) to leave its job", key, t->pid);
+      return supervisor.signal(t->pid, SIGUSR1);
+    }
     t->stop_requested = true;
     if (t->restart_timer) {
       // Waiting to restart: there is no process; report the task ended now, as stopped

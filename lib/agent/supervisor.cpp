@@ -240,6 +240,12 @@ void Supervisor::stop(pid_t pid, std::chrono::milliseconds grace) {
   });
 }
 
+void Supervisor::signal(pid_t pid, int sig) {
+  auto it = impl_->children.find(pid);
+  if (it == impl_->children.end() || it->second->reaped) return;
+  ::kill(pid, sig);
+}
+
 void Supervisor::stop_all(std::chrono::milliseconds grace) {
   std::vector<pid_t> pids;
   for (auto& [pid, c] : impl_->children) pids.push_back(pid);

@@ -53,6 +53,8 @@ class Supervisor {
 
   /// SIGTERM to the child's process group, then SIGKILL after `grace` if still alive.
   void stop(pid_t pid, std::chrono::milliseconds grace);
+  /// `sig` to the child itself (not its group); nothing when it is not a live child.
+  void signal(pid_t pid, int sig);
   /// stop() for every child.
   void stop_all(std::chrono::milliseconds grace);
   /// SIGKILL to the child's process group at once.

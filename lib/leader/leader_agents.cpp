@@ -239,7 +239,7 @@ void Leader::Impl::on_register(const SessionPtr& s, const wire::Envelope& env) {
       a.orphans[orphan_key(jid, tname, rt.generation)] = hold;  // its exit report frees them
     } else if (!live) {
       a.orphans[orphan_key(jid, tname, rt.generation)] = hold;
-      order(s, "l" + std::to_string(next_req++), wire::ControlType::kStopTask, wire::TaskRefBody{{}, jid, tname, rt.generation, {}, 0}.to_json());
+      order(s, "l" + std::to_string(next_req++), wire::ControlType::kStopTask, wire::TaskRefBody{{}, jid, tname, rt.generation, {}, 0, {}}.to_json());
       spdlog::warn("agent {} still runs {}/{}, which the leader no longer counts on: stopping it", name, jid, tname);
     }
   }

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "common/errors.h"
@@ -35,25 +38,68 @@ std::vector<std::string> published_class_names(DatasetKind dataset) {
   return {};
 }
 
+/// An elastic job's order: the chunks it claims (train/chunk_claims.h), each a run of B
+/// positions of its epoch's permutation of the whole training set (data::epoch_permutation,
+/// the same on every worker).
+class ElasticOrder {
+ public:
+  ElasticOrder(const ClaimsFactory& make, std::int64_t n, int batch, std::uint64_t seed, std::uint32_t ahead)
+      : n_(n), batch_(batch), seed_(seed),
+        claims_(make(static_cast<std::uint32_t>((n + batch - 1) / batch), ahead)) {}
+  ChunkClaims& claims() { return *claims_; }
+  /// The examples of chunk `c` (at most B; fewer in the epoch's last chunk).
+  std::vector<std::int64_t> examples(const ps::Chunk& c) {
+    auto it = perms_.find(c.epoch);
+    if (it == perms_.end()) {
+      if (perms_.size() >= 2) perms_.erase(perms_.begin());  // a worker spans at most two epochs at once
+      it = perms_.emplace(c.epoch, data::epoch_permutation(n_, seed_, c.epoch)).first;
+    }
+    const std::int64_t lo = std::min<std::int64_t>(n_, static_cast<std::int64_t>(c.index) * batch_);
+    const std::int64_t hi = std::min<std::int64_t>(n_, lo + batch_);
+    return {it->second.begin() + lo, it->second.begin() + hi};
+  }
+  double position(const ps::Chunk& c) const {
+    return c.epoch + static_cast<double>(c.index) / static_cast<double>(claims_->chunks_per_epoch());
+  }
+
+ private:
+  std::int64_t n_;
+  int batch_;
+  std::uint64_t seed_;
+  std::unique_ptr<ChunkClaims> claims_;
+  std::map<std::uint32_t, std::vector<std::int64_t>> perms_;
+};
+
 /// The original path: the IDX training shard and test set as tensors, a fixed shard
 /// (i ≡ rank mod workers) shuffled every epoch by the worker's generator.
 class TensorFeed final : public DataFeed {
  public:
-  TensorFeed(JobSpec spec, int rank, torch::Generator gen)
+  TensorFeed(JobSpec spec, int rank, torch::Generator gen, const ClaimsFactory& claims)
       : spec_(std::move(spec)), rank_(rank), gen_(std::move(gen)), base_seed_(gen_.current_seed()) {
     data::Split train = data::load_split(spec_.data_dir, "train", spec_.train_samples);
     train_total_ = train.images.count;
     std::tie(x_, y_) = to_tensors(train, spec_.dataset);
-    auto idx = torch::tensor(data::shard_indices(x_.size(0), rank, spec_.workers), torch::kInt64);
-    x_ = x_.index_select(0, idx).contiguous();
-    y_ = y_.index_select(0, idx).contiguous();
+    if (claims) {
+      // Elastic: the whole set, read in the chunks this worker claims.
+      elastic_.emplace(claims, x_.size(0), spec_.batch_size, static_cast<std::uint64_t>(spec_.seed), 2);
+    } else {
+      auto idx = torch::tensor(data::shard_indices(x_.size(0), rank, spec_.workers), torch::kInt64);
+      x_ = x_.index_select(0, idx).contiguous();
+      y_ = y_.index_select(0, idx).contiguous();
+    }
     if (rank == 0) {
       data::Split test = data::load_split(spec_.data_dir, "test", spec_.test_samples);
       std::tie(test_x_, test_y_) = to_tensors(test, spec_.dataset);
     }
   }
-  std::int64_t shard_examples() const override { return x_.size(0); }
+  std::int64_t shard_examples() const override {
+    return elastic_ ? (x_.size(0) + spec_.workers - 1) / spec_.workers : x_.size(0);
+  }
   std::int64_t classes() const override { return 10; }
+  double position() const override { return position_; }
+  void release_chunks() override {
+    if (elastic_) elastic_->claims().release();
+  }
   wire::events::DataInfo info() const override {
     wire::events::DataInfo d;
     d.rank = rank_;
@@ -73,6 +119,8 @@ class TensorFeed final : public DataFeed {
   // first epoch's is the generator's own): a worker that starts at a later epoch (a
   // restart, `dltrain resume`) sees the order an uninterrupted run saw there.
   void start_epoch(int epoch) override {
+    epoch_ = epoch;
+    if (elastic_) return;
     {
       std::lock_guard<std::mutex> lock(gen_.mutex());
       gen_.set_current_seed(base_seed_ + static_cast<std::uint64_t>(epoch) * 0x9E3779B97F4A7C15ULL);
@@ -81,6 +129,21 @@ class TensorFeed final : public DataFeed {
     pos_ = 0;
   }
   bool next(torch::Tensor& x, torch::Tensor& y) override {
+    if (elastic_) {
+      auto& claims = elastic_->claims();
+      const auto chunk = claims.hand(static_cast<std::uint32_t>(epoch_));
+      if (!chunk) {
+        claims.epoch_ends();
+        return false;
+      }
+      claims.batch_begins();
+      auto examples = elastic_->examples(*chunk);
+      const auto idx = torch::tensor(examples, torch::kInt64);
+      x = x_.index_select(0, idx);
+      y = y_.index_select(0, idx);
+      position_ = elastic_->position(*chunk);
+      return true;
+    }
     const std::int64_t n = x_.size(0);
     if (pos_ >= n) return false;
     const std::int64_t hi = std::min(n, pos_ + spec_.batch_size);
@@ -103,6 +166,9 @@ class TensorFeed final : public DataFeed {
   std::int64_t train_total_ = 0;
   torch::Tensor x_, y_, test_x_, test_y_, perm_;
   std::int64_t pos_ = 0;
+  std::optional<ElasticOrder> elastic_;  ///< an elastic job's chunks, else empty
+  int epoch_ = 0;
+  double position_ = -1.0;
 };
 
 // The first `limit` examples (train_samples/test_samples): for an ImageFolder, whose
@@ -128,10 +194,16 @@ torch::Tensor images_tensor(data::Batch& b, int c, int s) {
 /// (data::ShardReader), each window streamed through its own StreamingLoader.
 class StreamFeed final : public DataFeed {
  public:
-  StreamFeed(JobSpec spec, int rank, int threads, std::unique_ptr<data::ShardReader> shards = nullptr)
+  StreamFeed(JobSpec spec, int rank, int threads, std::unique_ptr<data::ShardReader> shards = nullptr,
+             const ClaimsFactory& claims = nullptr)
       : spec_(std::move(spec)), rank_(rank), shards_(std::move(shards)) {
     threads_ = spec_.loader_threads > 0 ? spec_.loader_threads : std::max(1, threads);
     load_sources();
+    if (claims) {
+      // Elastic: windows of the chunks this worker claims, one loader each.
+      window_chunks_ = static_cast<std::uint32_t>(std::clamp(spec_.loader_queue > 0 ? spec_.loader_queue : 2 * threads_, 2, 16));
+      elastic_.emplace(claims, train_->size(), spec_.batch_size, static_cast<std::uint64_t>(spec_.seed), window_chunks_);
+    }
     transform_.image_size = spec_.image_size;
     transform_.channels = spec_.channels;
     set_normalization();
@@ -139,7 +211,12 @@ class StreamFeed final : public DataFeed {
   }
 
   std::int64_t shard_examples() const override {
+    if (elastic_) return (train_->size() + spec_.workers - 1) / spec_.workers;
     return shards_ ? shards_->epoch_samples() : data::shard_size(train_->size(), rank_, spec_.workers);
+  }
+  double position() const override { return position_; }
+  void release_chunks() override {
+    if (elastic_) elastic_->claims().release();
   }
   std::int64_t classes() const override { return classes_; }
   bool streaming() const override { return true; }
@@ -169,6 +246,11 @@ class StreamFeed final : public DataFeed {
   void start_epoch(int epoch) override {
     loader_.reset();  // joins the previous epoch's threads
     train_skipped_ = 0;
+    if (elastic_) {
+      epoch_ = epoch;
+      window_.clear();
+      return;
+    }
     if (shards_) {
       epoch_ = epoch;
       shards_->start_epoch(epoch);
@@ -184,6 +266,7 @@ class StreamFeed final : public DataFeed {
     const auto t0 = std::chrono::steady_clock::now();
     data::Batch b;
     bool got = loader_ && loader_->next(b);
+    if (elastic_ && !got) got = next_window(b);
     while (!got && shards_) {  // the next window of shards, if any
       std::shared_ptr<const data::ExampleSource> window;
       std::vector<std::int64_t> order;
@@ -198,6 +281,13 @@ class StreamFeed final : public DataFeed {
     }
     wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!got) return false;
+    if (elastic_) {
+      // Batch k of a window is its k-th chunk (only an epoch's last chunk is short, and
+      // it ends its window).
+      elastic_->claims().batch_begins();
+      position_ = elastic_->position(window_.front());
+      window_.pop_front();
+    }
     note_skips(b, train_skipped_);
     x = images_tensor(b, spec_.channels, spec_.image_size);
     y = torch::tensor(b.labels, torch::kInt64);
@@ -236,6 +326,35 @@ class StreamFeed final : public DataFeed {
   }
 
  private:
+  // Elastic: the next window of claimed chunks as a loader, and its first batch; false
+  // once the epoch has no chunk left.
+  bool next_window(data::Batch& b) {
+    auto& claims = elastic_->claims();
+    for (;;) {
+      loader_.reset();
+      window_.clear();
+      std::vector<std::int64_t> order;
+      while (window_.size() < window_chunks_) {
+        const auto chunk = claims.hand(static_cast<std::uint32_t>(epoch_));
+        if (!chunk) break;
+        window_.push_back(*chunk);
+        const auto ex = elastic_->examples(*chunk);
+        order.insert(order.end(), ex.begin(), ex.end());
+        if (static_cast<int>(ex.size()) < spec_.batch_size) break;  // a short chunk ends its window
+      }
+      if (window_.empty()) {
+        claims.epoch_ends();
+        return false;
+      }
+      auto t = transform_;
+      t.train = true;
+      auto o = options(epoch_);
+      o.seed ^= data::mix64(static_cast<std::uint64_t>(++window_count_));
+      loader_ = std::make_unique<data::StreamingLoader>(train_, std::move(order), t, o);
+      if (loader_->next(b)) return true;
+    }
+  }
+
   static std::vector<std::int64_t> all_of(const data::ExampleSource& s) {
     std::vector<std::int64_t> all(static_cast<std::size_t>(s.size()));
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
@@ -362,11 +481,16 @@ class StreamFeed final : public DataFeed {
   std::int64_t train_skipped_ = 0, test_skipped_ = 0;
   std::set<std::string> seen_;
   std::vector<std::string> messages_;
+  std::optional<ElasticOrder> elastic_;  ///< an elastic job's chunks, else empty
+  std::uint32_t window_chunks_ = 0;      ///< elastic: chunks a loader window holds
+  std::deque<ps::Chunk> window_;         ///< elastic: the current window's chunks not yet batched
+  double position_ = -1.0;
 };
 
 }  // namespace
 
-std::unique_ptr<DataFeed> make_data_feed(const JobSpec& job, int rank, int threads, torch::Generator gen) {
+std::unique_ptr<DataFeed> make_data_feed(const JobSpec& job, int rank, int threads, torch::Generator gen,
+                                         const ClaimsFactory& claims) {
   JobSpec spec = job;
   if (spec.dataset == DatasetKind::kShards) {
     // Read through the agent's shard cache; image size and channels default to the manifest's.
@@ -390,8 +514,8 @@ std::unique_ptr<DataFeed> make_data_feed(const JobSpec& job, int rank, int threa
   apply_data_defaults(spec);  // a JobSpec built in code has image_size and channels 0
   const bool tensors = is_idx_dataset(spec.dataset) && spec.image_size == 28 && spec.channels == 1 &&
                        !spec.augment.any() && spec.mean.empty();
-  if (tensors) return std::make_unique<TensorFeed>(std::move(spec), rank, std::move(gen));
-  return std::make_unique<StreamFeed>(std::move(spec), rank, threads);
+  if (tensors) return std::make_unique<TensorFeed>(std::move(spec), rank, std::move(gen), claims);
+  return std::make_unique<StreamFeed>(std::move(spec), rank, threads, nullptr, claims);
 }
 
 }  // namespace dltrain::train

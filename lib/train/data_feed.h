@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "job/job_spec.h"
+#include "train/chunk_claims.h"
 #include "train/models.h"
 #include "wire/task_events.h"
 
@@ -51,11 +53,23 @@ class DataFeed {
   virtual bool streaming() const { return false; }
   /// The skip messages not yet taken (each at most once).
   virtual std::vector<std::string> take_skip_messages() { return {}; }
+  /// Elastic jobs: the training position, in epochs, of the batch next() gave last (its
+  /// chunk's epoch + chunk / chunks per epoch); -1 for a fixed-size job.
+  virtual double position() const { return -1.0; }
+  /// Elastic jobs: the worker leaves or finishes (ChunkClaims::release). No-op otherwise.
+  virtual void release_chunks() {}
 };
+
+/// Makes an elastic job's claims (train/chunk_claims.h) once the feed knows how many
+/// chunks an epoch has and how many it wants ahead.
+using ClaimsFactory = std::function<std::unique_ptr<ChunkClaims>(std::uint32_t chunks_per_epoch, std::uint32_t ahead)>;
 
 /// The feed of worker `rank` of spec.workers for `spec` (threads: the task's cores, the
 /// default of spec.loader_threads). `gen` shuffles the in-memory IDX path (as before).
+/// An elastic job's feed (`claims` given) reads the whole training set in the chunks it
+/// claims instead of a fixed shard (docs/training.md, "Elastic jobs").
 /// Throws ConfigError, ProtocolError or IoError from the readers.
-std::unique_ptr<DataFeed> make_data_feed(const JobSpec& spec, int rank, int threads, torch::Generator gen);
+std::unique_ptr<DataFeed> make_data_feed(const JobSpec& spec, int rank, int threads, torch::Generator gen,
+                                         const ClaimsFactory& claims = nullptr);
 
 }  // namespace dltrain::train

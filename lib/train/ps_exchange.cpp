@@ -25,7 +25,8 @@ void PsExchange::connect(torch::Device device, const ProgressSink& sink) {
   popt.generation = cfg_.generation;
   popt.secret = cfg_.secret;
   popt.rank = static_cast<std::uint32_t>(cfg_.rank);
-  popt.num_workers = static_cast<std::uint32_t>(spec_.workers);
+  // An elastic job's ranks go up to its max_workers (ps/sync.h, SyncOptions::elastic).
+  popt.num_workers = static_cast<std::uint32_t>(spec_.elastic.on() ? spec_.elastic.max_workers : spec_.workers);
   popt.timeout = cfg_.ps_timeout;
   popt.reconnect_timeout = cfg_.ps_timeout;
   popt.sparse_downlink = compress::keeps_x_seen(spec_.compression);
@@ -320,6 +321,14 @@ void PsExchange::pull_dense() {
   }
 }
 
+std::uint32_t PsExchange::leave() {
+  await_push();
+  drain_pull();
+  std::uint32_t members = 0;
+  resyncer_->run([&] { members = client_->leave(); });
+  return members;
+}
+
 void PsExchange::finish(const std::function<void()>& check_stop) {
   await_push();
   resyncer_->run([&] { client_->done(); });
@@ -328,8 +337,15 @@ void PsExchange::finish(const std::function<void()>& check_stop) {
   const auto deadline = Clock::now() + cfg_.finish_timeout;
   for (;;) {
     std::uint32_t finished = 0;
-    resyncer_->run([&] { finished = client_->workers_done(); });
-    if (finished >= static_cast<std::uint32_t>(spec_.workers)) return;
+    if (spec_.elastic.on()) {
+      // Whoever is a member now, however many joined or left on the way.
+      std::uint32_t training = 0;
+      resyncer_->run([&] { training = client_->members_training(); });
+      if (training == 0) return;
+    } else {
+      resyncer_->run([&] { finished = client_->workers_done(); });
+      if (finished >= static_cast<std::uint32_t>(spec_.workers)) return;
+    }
     if (Clock::now() >= deadline) {
       throw TimeoutError("worker 0: the other workers did not finish within " +
                          std::to_string(cfg_.finish_timeout.count()) + " s");

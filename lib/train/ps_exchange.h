@@ -84,8 +84,12 @@ class PsExchange {
   /// recovering from a lost shard.
   void pull_dense();
   /// Tells the shards this worker is done; rank 0 then waits (at most cfg.finish_timeout,
-  /// calling `check_stop` between polls) until every worker has. Throws TimeoutError.
+  /// calling `check_stop` between polls) until every worker has (an elastic job: until
+  /// no member is still training). Throws TimeoutError.
   void finish(const std::function<void()>& check_stop);
+  /// Elastic jobs: after the push in flight and the pending pull, tells the shards this
+  /// worker leaves (PsClient::leave). Returns the members still training.
+  std::uint32_t leave();
 
   /// Bytes written to / read from the shards (PsClient::bytes_pushed / bytes_pulled);
   /// while the pipelined pull runs (its thread counts them), as of the exchange before it.

@@ -83,6 +83,10 @@ double WorkerLoop::run() {
       for (int epoch = first_epoch_; epoch < spec_.epochs && !stop_; ++epoch) run_epoch(epoch);
     } catch (const ps::StopRequested&) {
       stopped();
+    } catch (const LeaveRequested&) {
+      left();
+      rep_.write_trace();
+      return -1.0;
     }
   } catch (...) {
     rep_.write_trace();  // the timeline of a worker that failed says what its last steps did
@@ -100,7 +104,24 @@ void WorkerLoop::load() {
   device_ = training_device(spec_.device);  // before the data: a missing GPU fails at once
   gen_ = at::detail::createCPUGenerator(static_cast<std::uint64_t>(spec_.seed) * 1000003ULL +
                                         static_cast<std::uint64_t>(cfg_.rank));
-  feed_ = make_data_feed(spec_, cfg_.rank, cfg_.threads, gen_);
+  ClaimsFactory claims;
+  if (spec_.elastic.on()) {
+    // An elastic job's data: chunks claimed from PS shard 0 (ps/dispatch.h), on a
+    // connection of their own.
+    claims = [this](std::uint32_t chunks_per_epoch, std::uint32_t ahead) {
+      ps::PsClientOptions o;
+      o.job = cfg_.job;
+      o.generation = cfg_.generation;
+      o.secret = cfg_.secret;
+      o.rank = static_cast<std::uint32_t>(cfg_.rank);
+      o.num_workers = static_cast<std::uint32_t>(spec_.elastic.max_workers);
+      o.timeout = cfg_.ps_timeout;
+      o.stop_requested = cfg_.stop_requested;
+      return std::make_unique<ChunkClaims>(std::make_unique<ps::ChunkClient>(cfg_.shards.at(0), o), chunks_per_epoch,
+                                           ahead);
+    };
+  }
+  feed_ = make_data_feed(spec_, cfg_.rank, cfg_.threads, gen_, claims);
   const auto info = feed_->info();
   torch::manual_seed(static_cast<std::uint64_t>(spec_.seed));
   model_ = to_device(spec_.model == ModelKind::kTorchScript
@@ -192,7 +213,9 @@ void WorkerLoop::run_epoch(int epoch) {
   feed_->start_epoch(epoch);
   rep_.begin_epoch();
   torch::Tensor xb, yb;
-  for (std::int64_t step = 0; step < steps_per_epoch_; ++step) {
+  // An elastic job's epoch ends when the dispatch has no chunk of it left.
+  const bool elastic = spec_.elastic.on();
+  for (std::int64_t step = 0; elastic || step < steps_per_epoch_; ++step) {
     check_stop();
     const auto t_data = Clock::now();
     const bool more = feed_->next(xb, yb);
@@ -205,13 +228,16 @@ void WorkerLoop::run_epoch(int epoch) {
     StepPlan s;
     s.epoch = epoch;
     s.step = step;
-    s.pos = epoch + static_cast<double>(step) / steps_per_epoch_;
+    s.pos = elastic ? feed_->position() : epoch + static_cast<double>(step) / steps_per_epoch_;
     s.lr = static_cast<float>(learning_rate(spec_.optimizer, s.pos, spec_.epochs));
     s.density =
         spec_.compression.method == compress::Method::kNone ? 1.0 : compress::density_at(spec_.compression, s.pos);
     s.downlink = ex_.downlink_density(s.pos);  // "auto" follows this step's uplink (compression_spec.h)
     this->step(s, xb, yb);
     if (stop_) break;
+    if (cfg_.leave_requested != nullptr && cfg_.leave_requested->load(std::memory_order_relaxed)) {
+      throw LeaveRequested{};
+    }
   }
   ex_.drain_pull();  // evaluation and the next epoch start from the last pull's values
   const double epoch_wait = feed_->wait_seconds() - wait0;

@@ -38,6 +38,11 @@ struct WorkerConfig {
   /// Stopped. Checked before every step and every 100 ms inside PS calls. Must outlive
   /// run_worker.
   const std::atomic<bool>* stop_requested = nullptr;
+  /// Elastic jobs: set (from a SIGUSR1 handler) to ask the worker to leave the job (a
+  /// scale-down): after its current step it tells the shards it leaves, gives back its
+  /// unfinished data chunks, reports "left" and run_worker returns -1. Checked after every
+  /// step. May be null; must outlive run_worker.
+  const std::atomic<bool>* leave_requested = nullptr;
   /// Where a stopped worker saves its parameter replica (ps::write_replica_file); "" = not saved.
   std::string replica_path;
   /// A replica saved by a stopped worker of an earlier generation of this job: offered to

@@ -116,7 +116,10 @@ void WorkerLoop::end_epoch(int epoch, double epoch_seconds, double epoch_wait) {
   if (feed_->streaming()) ev.data_wait_seconds = epoch_wait;
   // The last epoch: tells the PS this worker is done; rank 0 then waits for the others
   // so that the final accuracy is that of the finished model.
-  if (epoch + 1 == spec_.epochs || stop_) ex_.finish([this] { check_stop(); });
+  if (epoch + 1 == spec_.epochs || stop_) {
+    feed_->release_chunks();  // an elastic job: its last chunk acknowledged
+    ex_.finish([this] { check_stop(); });
+  }
   if (cfg_.rank == 0) {
     evaluate_on_test(ev);
     save_checkpoints(epoch);
@@ -260,6 +263,17 @@ void WorkerLoop::save_checkpoints(int epoch) noexcept {
     save_artifact("best");
   }
   epochs_finished_ = done_epochs;
+}
+
+void WorkerLoop::left() {
+  const auto members = ex_.leave();
+  feed_->release_chunks();
+  wire::events::Left ev;
+  ev.rank = cfg_.rank;
+  ev.steps = replica_.global_step;
+  ev.members = members;
+  spdlog::info("worker {}: left the job after {} steps; {} workers still train", cfg_.rank, ev.steps, members);
+  sink_(ev.to_json());
 }
 
 void WorkerLoop::done() {

@@ -84,6 +84,11 @@ class WorkerLoop {
   void end_epoch(int epoch, double epoch_seconds, double epoch_wait);
   void evaluate_on_test(wire::events::EpochEnd& ev);
   [[noreturn]] void stopped();
+  /// Thrown at a step boundary when cfg.leave_requested is set (caught in run()).
+  struct LeaveRequested {};
+  /// An elastic job's worker leaves (WorkerConfig::leave_requested): the shards stop
+  /// waiting for it, its unfinished chunks go back, it reports "left".
+  void left();
   /// Rank 0: the model it last evaluated, as checkpoint `checkpoint` ("last", "best",
   /// "epoch-N"), into cfg_.artifact_dir ("last") or the directory beside it named
   /// model-<checkpoint>.

@@ -134,9 +134,13 @@ struct TaskRefBody : json_fields::Fields<TaskRefBody> {
   /// before the leader answered it; the leader takes each (sender, seq) once.
   std::string sender;
   std::uint64_t seq = 0;
+  /// stop_task of an elastic job's worker: leave the job after the current step (SIGUSR1,
+  /// a scale-down) instead of stopping; absent = stop.
+  std::optional<bool> leave;
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
-    v("job", s.job), v("task", s.task), v("generation", s.generation), v("sender", s.sender), v("seq", s.seq);
+    v("job", s.job), v("task", s.task), v("generation", s.generation), v("sender", s.sender), v("seq", s.seq),
+        v("leave", s.leave);
   }
   /// Best effort, never throws: the job, task and generation of `body` where they have
   /// the right types, else empty / 0. For reporting about a request that was refused.

@@ -20,7 +20,7 @@ namespace dltrain::wire::events {
 /// task's output that is not an event (event_of_line).
 using TaskEvent = std::variant<Started, Progress, EpochEnd, Done, SkippedStep, DataInfo, SkippedImage, WorkerStopped,
                                Profile, ReplicaLoaded, PsResync, TaskError, Listening, PsStats, PsStopped, Restarting,
-                               LogLine>;
+                               Left, LogLine>;
 
 /// `ev`, reported by a task of kind `from`, as the event its "event" field names;
 /// nullopt for a kind this build does not know (a task of another version). Throws
@@ -36,6 +36,6 @@ inline constexpr bool kRelayedToFollowers =
     std::is_same_v<E, Done> || std::is_same_v<E, TaskError> || std::is_same_v<E, SkippedStep> ||
     std::is_same_v<E, Restarting> || std::is_same_v<E, PsResync> || std::is_same_v<E, WorkerStopped> ||
     std::is_same_v<E, PsStopped> || std::is_same_v<E, ReplicaLoaded> || std::is_same_v<E, DataInfo> ||
-    std::is_same_v<E, SkippedImage>;
+    std::is_same_v<E, SkippedImage> || std::is_same_v<E, Left>;
 
 }  // namespace dltrain::wire::events

@@ -301,6 +301,20 @@ struct WorkerStopped : Fields<WorkerStopped> {
   }
 };
 
+/// A worker of an elastic job left it (a scale-down, docs/training.md "Elastic jobs"):
+/// its last step's push counted, its unfinished data chunks went back to the dispatch; it
+/// exits 0 next.
+struct Left : Fields<Left> {
+  static constexpr const char* kKind = "left";
+  int rank = 0;                      ///< the worker's rank
+  std::int64_t steps = 0;            ///< steps this process took
+  std::int64_t members = 0;          ///< the job's workers still training after it left
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("rank", s.rank), v("steps", s.steps), v("members", s.members);
+  }
+};
+
 /// An exploration run (JobSpec::profile) measured its throughput.
 struct Profile : Fields<Profile> {
   static constexpr const char* kKind = "profile";
