@@ -217,6 +217,25 @@ int cancel(control::BlockingControlClient& c, const CommandOptions& opt, bool as
   return kExitOk;
 }
 
+int scale(control::BlockingControlClient& c, const CommandOptions& opt, int workers, bool as_json) {
+  auto r = c.request("scale", {{"job", opt.job_id}, {"workers", workers}}, opt.timeout);
+  if (as_json) {
+    std::cout << r.dump() << std::endl;
+    return kExitOk;
+  }
+  std::cout << opt.job_id << ": " << r.value("from", 0) << " -> " << r.value("to", 0) << " workers";
+  const auto list = [&](const char* key, const char* what) {
+    const auto v = r.value(key, json::array());
+    if (v.empty()) return;
+    std::cout << "; " << what << " ";
+    for (std::size_t i = 0; i < v.size(); ++i) std::cout << (i ? ", " : "") << v[i].get<std::string>();
+  };
+  list("started", "started");
+  list("leaving", "leaving after their step:");
+  std::cout << std::endl;
+  return kExitOk;
+}
+
 int agents(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json) {
   auto r = c.request("agents", json::object(), opt.timeout);
   if (as_json) {

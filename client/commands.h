@@ -126,6 +126,10 @@ int list(control::BlockingControlClient& c, const CommandOptions& opt, bool as_j
 /// `dltrain cancel`: cancels `opt.job_id` and prints its new state. Returns kExitOk.
 /// Throws as submit() does.
 int cancel(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json);
+/// `dltrain scale JOB --workers N`: resizes a running elastic job (docs/training.md,
+/// "Elastic jobs"); prints what was started and asked to leave. Refusals (bounds, not
+/// elastic, not running, no room, another user's job) are the leader's errors.
+int scale(control::BlockingControlClient& c, const CommandOptions& opt, int workers, bool as_json);
 
 /// `dltrain agents`: the agents registered with the leader; with `as_json` the reply as
 /// one object, {leader, agents}. Returns kExitOk. Throws as submit() does.

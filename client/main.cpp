@@ -79,6 +79,12 @@ int main(int argc, char** argv) {
   auto* cancel = app.add_subcommand("cancel", "cancel a queued or running job");
   cancel->add_option("JOB", job_id, "job id")->required();
   cancel->add_flag("--json", as_json, "JSON output");
+  int scale_workers = 0;
+  auto* scale_cmd = app.add_subcommand(
+      "scale", "resize a running elastic job (its job file's [elastic] bounds) without restarting it");
+  scale_cmd->add_option("JOB", job_id, "job id")->required();
+  scale_cmd->add_option("--workers", scale_workers, "the number of workers to run")->required()->check(CLI::Range(1, 1024));
+  scale_cmd->add_flag("--json", as_json, "JSON output");
   auto* agents = app.add_subcommand("agents", "list the agents registered with the leader");
   agents->add_flag("--json", as_json, "JSON output");
   auto* plan_cmd = app.add_subcommand("plan", "show the planner's decision for a job file without running anything");
@@ -343,6 +349,7 @@ int main(int argc, char** argv) {
     if (status->parsed()) return client::status(c, opt, as_json);
     if (list->parsed()) return client::list(c, opt, as_json);
     if (cancel->parsed()) return client::cancel(c, opt, as_json);
+    if (scale_cmd->parsed()) return client::scale(c, opt, scale_workers, as_json);
     if (agents->parsed()) return client::agents(c, opt, as_json);
     if (logs_cmd->parsed()) return client::logs(c, opt, logs_opt, as_json);
     if (trace_cmd->parsed()) return client::trace(c, opt, trace_opt);

@@ -57,6 +57,8 @@ struct TaskRec : json_fields::Fields<TaskRec> {
   /// answered and not taken twice (docs/protocol.md "Delivery").
   std::string delivered_sender;
   std::uint64_t delivered_seq = 0;
+  /// Worker of an elastic job: asked to leave it (a scale-down); its exit removes it.
+  bool leaving = false;
 
   /// The stored form (a restarted leader adopts the tasks its agents re-report).
   template <typename S, typename V>
@@ -66,7 +68,7 @@ struct TaskRec : json_fields::Fields<TaskRec> {
         v("restarts", s.restarts), v("epochs_done", s.epochs_done), v("recovery", s.recovery),
         v("resyncs", s.resyncs), v("last_error", s.last_error), v("replica", s.replica),
         v("replica_generation", s.replica_generation), v("gpus", s.gpus), v("delivered_sender", s.delivered_sender),
-        v("delivered_seq", s.delivered_seq);
+        v("delivered_seq", s.delivered_seq), v("leaving", s.leaving);
   }
 };
 

@@ -485,6 +485,7 @@ void Leader::Impl::on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody&
   if (t.last_error.empty()) t.last_error = b.last_error;
   agents.release(t.agent, hold_of(j, t));
   spdlog::info("job {}: {} on {} {}", j.id, t.name, t.agent, t.exit);
+  if (on_worker_left(j, t)) return;  // an elastic job's scale-down
   save(j);
   if (j.life.target().has_value()) return maybe_finish(j);
   if (b.agent_stopping) {

@@ -90,6 +90,7 @@ void Leader::Impl::add_client_handlers() {
         with_job(s, env, [&](JobRec& j) { reply(s, env.id, status_json(j)); });
       })
       .on(T::kCancel, job_query(&Impl::on_cancel))
+      .on(T::kScale, job_query(&Impl::on_scale))
       .on(T::kFollow, job_query(&Impl::on_follow))
       .on(T::kAgents, [this](const SessionPtr& s, const wire::Envelope& env) {
         reply(s, env.id, {{"agents", agents_json()}, {"leader", leader_json()}});

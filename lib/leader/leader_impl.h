@@ -251,6 +251,20 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   void on_epoch_end(JobRec& j, TaskRec& t, const wire::events::EpochEnd& e, const json& ev);
   void on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody& b);
 
+  // ------------------------------------------------------------ leader_scale.cpp
+  /// `scale {job, workers}`: checks the owner and the job's [elastic] bounds, then resize.
+  void on_scale(const SessionPtr& s, const wire::Envelope& env, JobRec& j);
+  /// Resizes running elastic job `j` to `workers` (within its bounds; the caller checked):
+  /// starts workers for the new ranks where there is room (within the owner's quota), or
+  /// asks the highest ranks to leave after their step. Publishes "resized" (`by`: who
+  /// asked or why) and adds what it started and asked to leave to `reply_body` (may be
+  /// null). Returns why it cannot now (not running, a resize still under way, a worker
+  /// finished, no room, the quota), changing nothing then.
+  std::optional<std::string> resize(JobRec& j, int workers, const std::string& by, json* reply_body);
+  /// A worker asked to leave exited (on_task_exit, its hold already released): removes it
+  /// from the job. False (nothing done) for any other task.
+  bool on_worker_left(JobRec& j, TaskRec& t);
+
   // ------------------------------------------------------------ leader_users.cpp
   /// The audit log (<state_dir>/audit.log; without a state directory, the leader's log only).
   std::unique_ptr<AuditLog> audit_log = std::make_unique<AuditLog>("");

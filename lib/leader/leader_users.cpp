@@ -19,7 +19,7 @@ namespace {
 
 // The client requests that change something, each with the body key naming its job.
 bool changes_something(const std::string& type) {
-  return type == "submit" || type == "cancel" || type == "resume" || type == "model_upload";
+  return type == "submit" || type == "cancel" || type == "resume" || type == "model_upload" || type == "scale";
 }
 
 // A job's tasks that hold cores or GPUs now: placed and not exited.

@@ -265,6 +265,18 @@ struct JobQueryBody : json_fields::Fields<JobQueryBody> {
   }
 };
 
+/// scale (client → leader): resize a running elastic job to `workers` workers, within
+/// its [elastic] bounds (docs/training.md, "Elastic jobs"). The reply is {"job", "from",
+/// "to", "started": [...], "leaving": [...]}.
+struct ScaleBody : json_fields::Fields<ScaleBody> {
+  std::string job;   ///< "job-3"
+  int workers = 0;   ///< the size asked for
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("job", s.job), v("workers", s.workers);
+  }
+};
+
 /// list (client → leader): the latest jobs, in submission order. The reply is
 /// {"jobs": [...], "total": every job the leader keeps, "omitted": those left out,
 /// "size_bound": true when the reply stopped short of the limit because it would have

@@ -557,6 +557,21 @@ struct Recovering : Fields<Recovering> {
   }
 };
 
+/// An elastic job's workers changed in number (docs/training.md, "Elastic jobs"): new
+/// workers were started, or the highest ranks were asked to leave after their step.
+struct Resized : Fields<Resized> {
+  static constexpr const char* kKind = "resized";
+  int from = 0;                      ///< workers before
+  int to = 0;                        ///< workers asked for
+  std::string by;                    ///< who asked: "user NAME", or why ("agent A was lost")
+  std::vector<std::string> started;  ///< the workers started, "worker-2 on agent-1"
+  std::vector<std::string> leaving;  ///< the workers asked to leave
+  template <typename S, typename V>
+  static void fields(S& s, V&& v) {
+    v("from", s.from), v("to", s.to), v("by", s.by), v("started", s.started), v("leaving", s.leaving);
+  }
+};
+
 /// A queued job waits for cores: sent to its followers when it is queued (or followed)
 /// and whenever what it waits for changes.
 struct Waiting : Fields<Waiting> {

@@ -1,0 +1,152 @@
+// Elastic jobs (docs/training.md, "Elastic jobs"): `dltrain scale`, and a lost agent's
+// workers given up instead of re-assigning the job. A job grows by starting workers for
+// the next ranks, which pull the parameters and join the shards' barrier with their
+// hello; it shrinks by asking its highest ranks to leave after their step (stop_task
+// with leave: SIGUSR1), whose exits then remove them. The shards and the data dispatch
+// follow the membership themselves (ps/sync.h, ps/dispatch.h).
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "leader/leader_impl.h"
+
+namespace dltrain::leader {
+
+using json = nlohmann::json;
+using SessionPtr = Leader::Impl::SessionPtr;
+namespace events = wire::events;
+
+namespace {
+
+// The job's workers that still train or are about to (not exited, not leaving).
+int current_workers(const JobRec& j) {
+  return static_cast<int>(std::count_if(j.tasks.begin(), j.tasks.end(), [](const TaskRec& t) {
+    return t.kind == TaskKind::kWorker && t.state != TaskState::kExited && !t.leaving;
+  }));
+}
+
+}  // namespace
+
+void Leader::Impl::on_scale(const SessionPtr& s, const wire::Envelope& env, JobRec& j) {
+  const auto b = wire::parse_body<wire::ScaleBody>(env);
+  if (!may_act(s, env.id, j, "scale")) return;
+  if (!j.spec.elastic.on()) {
+    return reply_error(s, env.id, wire::error_code::kConflict,
+                       j.id + " is not elastic: its job file has no [elastic] section with min_workers and max_workers",
+                       "job");
+  }
+  const auto& e = j.spec.elastic;
+  if (b.workers < e.min_workers || b.workers > e.max_workers) {
+    return reply_error(s, env.id, wire::error_code::kBadRequest,
+                       "workers must lie within " + j.id + "'s [elastic] bounds [" + std::to_string(e.min_workers) + ", " +
+                           std::to_string(e.max_workers) + "], got " + std::to_string(b.workers),
+                       "workers");
+  }
+  const int from = current_workers(j);
+  json body{{"job", j.id}, {"from", from}, {"to", b.workers}};
+  if (auto why = resize(j, b.workers, "user " + s->identity().user, &body)) {
+    return reply_error(s, env.id, wire::error_code::kConflict, *why, "workers");
+  }
+  reply(s, env.id, body);
+}
+
+std::optional<std::string> Leader::Impl::resize(JobRec& j, int workers, const std::string& by, json* reply_body) {
+  if (j.state() != JobState::kRunning || j.life.target()) {
+    return j.id + " is " + std::string(to_string(j.state())) + ": only a running job is resized";
+  }
+  for (const auto& t : j.tasks) {
+    if (t.kind != TaskKind::kWorker) continue;
+    if (t.leaving) return j.id + " is still resizing: " + t.name + " has not left yet";
+    if (t.state == TaskState::kExited && t.ok_exit) return j.id + " is finishing: " + t.name + " has finished";
+  }
+  const int from = current_workers(j);
+  events::Resized ev;
+  ev.from = from;
+  ev.to = workers;
+  ev.by = by;
+  if (workers > from) {
+    // New ranks from..workers-1, each on the agent with the most free cores (or GPUs).
+    const Replacing fresh{"", false, {}, j.spec.gpus_per_worker, false};
+    const auto where = place_again(agents.slots(), std::vector<Replacing>(static_cast<std::size_t>(workers - from), fresh),
+                                   j.spec.threads_per_task);
+    if (!where.unplaced.empty()) {
+      return "no room for " + std::to_string(workers - from) + " more workers of " + j.id + " (" +
+             std::to_string(j.spec.threads_per_task) + " free cores each" +
+             (j.spec.gpus_per_worker > 0 ? " and " + std::to_string(j.spec.gpus_per_worker) + " GPUs" : std::string()) +
+             "): " + std::to_string(where.unplaced.size()) + " of them do not fit now";
+    }
+    if (const auto* u = user_options(j.owner)) {
+      auto q = admit_quotas();
+      if (auto it = q.by_user.find(j.owner); it != q.by_user.end()) {
+        auto quota = it->second;
+        quota.max_jobs = 0;  // the job runs already
+        const auto more = totals(job_needs(0, workers - from, j.spec.threads_per_task, j.spec.gpus_per_worker));
+        if (!quota.allows(more)) {
+          return "growing " + j.id + " to " + std::to_string(workers) + " workers would take user " + j.owner +
+                 " beyond its quota (max_cores = " + std::to_string(u->max_cores) +
+                 ", max_gpus = " + std::to_string(u->max_gpus) + ")";
+        }
+      }
+    }
+    // A new worker starts in the epoch the others are in: the dispatch hands it that
+    // epoch's chunks (ps/dispatch.h), and its learning-rate schedule is where theirs is.
+    int epoch = j.spec.epochs;
+    for (const auto& t : j.tasks) {
+      if (t.kind == TaskKind::kWorker && t.state != TaskState::kExited) epoch = std::min(epoch, t.epochs_done);
+    }
+    if (epoch >= j.spec.epochs) epoch = 0;
+    const std::size_t first = j.tasks.size();
+    for (int r = from; r < workers; ++r) {
+      TaskRec t;
+      t.name = "worker-" + std::to_string(r);
+      t.kind = TaskKind::kWorker;
+      t.index = r;
+      t.agent = where.placement[static_cast<std::size_t>(r - from)];
+      t.gpus = where.gpus[static_cast<std::size_t>(r - from)];
+      t.epochs_done = epoch;
+      agents.take(t.agent, hold_of(j, t));
+      ev.started.push_back(t.name + " on " + t.agent);
+      j.tasks.push_back(std::move(t));
+    }
+    j.spec.workers = workers;
+    for (std::size_t i = first; i < j.tasks.size(); ++i) start_worker(j, j.tasks[i]);
+  } else if (workers < from) {
+    // The highest ranks leave after their current step; rank 0, which evaluates, stays.
+    for (auto& t : j.tasks) {
+      if (t.kind != TaskKind::kWorker || t.index < workers || t.state == TaskState::kExited) continue;
+      t.leaving = true;
+      ev.leaving.push_back(t.name);
+      wire::TaskRefBody stop{{}, j.id, t.name, j.generation, {}, 0, true};
+      send_agent(t.agent, wire::ControlType::kStopTask, stop.to_json());
+    }
+    j.spec.workers = workers;
+  }
+  spdlog::info("job {}: resized from {} to {} workers ({}){}{}", j.id, from, workers, by,
+               ev.started.empty() ? "" : ", started " + json(ev.started).dump(),
+               ev.leaving.empty() ? "" : ", leaving " + json(ev.leaving).dump());
+  save(j);
+  publish(j, ev.to_json());
+  if (reply_body != nullptr) {
+    (*reply_body)["started"] = ev.started;
+    (*reply_body)["leaving"] = ev.leaving;
+  }
+  return std::nullopt;
+}
+
+bool Leader::Impl::on_worker_left(JobRec& j, TaskRec& t) {
+  if (t.kind != TaskKind::kWorker || !t.leaving) return false;
+  if (!t.ok_exit) spdlog::warn("job {}: {}, asked to leave, {}", j.id, t.name, t.exit);
+  const std::string name = t.name;
+  std::erase_if(j.tasks, [&](const TaskRec& x) { return x.name == name; });  // t is gone from here on
+  save(j);
+  if (j.life.target()) {
+    maybe_finish(j);
+  } else if (j.state() == JobState::kRecovering) {
+    recovery.try_resume(j);
+  }
+  try_schedule();  // its cores are free
+  return true;
+}
+
+}  // namespace dltrain::leader
