@@ -152,6 +152,14 @@ int main(int argc, char** argv) {
       st.sync_wait_seconds = sy.wait_seconds;
       st.workers_dropped = sy.dropped;
       st.max_lead = sy.max_lead;
+      if (opt.sync.elastic) {
+        const auto d = server.dispatch_stats();
+        st.members_joined = sy.joins;
+        st.members_left = sy.leaves;
+        st.chunks_served = d.served;
+        st.chunks_returned = d.returned;
+        st.chunks_reissued = d.reissued;
+      }
       if (checkpointer) {
         st.checkpoints = checkpointer->saves();
         if (checkpointer->saves() > 0) st.last_checkpoint_unix = checkpointer->last_save_unix();

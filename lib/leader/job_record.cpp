@@ -79,6 +79,9 @@ TaskRec* JobRec::find_task(const std::string& name) {
 }
 
 void mark_stragglers(JobRec& j, double factor) {
+  // An elastic job's workers claim their chunks as they go, so a slow one takes fewer
+  // and holds nobody up; one that joined late has fewer steps without being slow.
+  if (j.spec.elastic.on()) factor = 0;
   std::int64_t lead = 0;
   for (const auto& t : j.tasks) {
     if (t.kind == TaskKind::kWorker) lead = std::max(lead, t.global_step);

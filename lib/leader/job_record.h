@@ -233,7 +233,7 @@ inline constexpr std::int64_t kMinStepsForStragglers = 20;
 /// latest reported global step times `factor` is below the highest step any worker of
 /// the job reported, once that is at least kMinStepsForStragglers. A worker that stopped
 /// reporting (paused, swapped out, stuck) falls behind as the others advance. factor <= 0
-/// marks none. Pure (on `j`).
+/// marks none, and so does an elastic job (its workers claim their data as they go). Pure (on `j`).
 void mark_stragglers(JobRec& j, double factor);
 
 /// Where a queued job stands, for job_json.

@@ -578,4 +578,6 @@ double PsServer::apply_seconds() const { return static_cast<double>(impl_->apply
 std::int64_t PsServer::connections() const { return impl_->connections; }
 SyncStats PsServer::sync_stats() const { return impl_->barrier->stats(); }
 
+DispatchStats PsServer::dispatch_stats() const { return impl_->dispatch.stats(); }
+
 }  // namespace dltrain::ps

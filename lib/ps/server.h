@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ps/dispatch.h"
 #include "ps/shard_state.h"
 #include "ps/sync.h"
 #include "wire/frame.h"
@@ -85,8 +86,10 @@ class PsServer {
   double apply_seconds() const;
   /// Connections open now (handshaking or authenticated).
   std::int64_t connections() const;
-  /// What the step barrier did (all zero in async mode).
+  /// What the step barrier did (all zero in async mode, but an elastic job's joins and leaves).
   SyncStats sync_stats() const;
+  /// What an elastic job's data dispatch did (all zero otherwise).
+  DispatchStats dispatch_stats() const;
 
  private:
   std::unique_ptr<detail::ShardServer> impl_;

@@ -431,8 +431,16 @@ struct PsStats : Fields<PsStats> {
   double sync_wait_seconds = 0;      ///< time they waited, summed, s
   std::uint64_t workers_dropped = 0; ///< workers dropped from the barrier by its timeout
   std::uint64_t max_lead = 0;        ///< most steps a worker was ahead of the slowest when served
+  // An elastic job's membership and data dispatch (ps::SyncStats, ps::DispatchStats).
+  std::optional<std::uint64_t> members_joined;   ///< workers that became members after the start
+  std::optional<std::uint64_t> members_left;     ///< members that left (scale-downs)
+  std::optional<std::uint64_t> chunks_served;    ///< shard 0: training chunks handed out
+  std::optional<std::uint64_t> chunks_returned;  ///< shard 0: chunks given back unfinished
+  std::optional<std::uint64_t> chunks_reissued;  ///< shard 0: given-back chunks handed out again
   template <typename S, typename V>
   static void fields(S& s, V&& v) {
+    v("members_joined", s.members_joined), v("members_left", s.members_left), v("chunks_served", s.chunks_served),
+        v("chunks_returned", s.chunks_returned), v("chunks_reissued", s.chunks_reissued);
     v("shard", s.shard), v("pushes", s.pushes), v("pulls", s.pulls), v("apply_seconds", s.apply_seconds),
         v("bytes_in", s.bytes_in), v("bytes_out", s.bytes_out), v("connections", s.connections),
         v("refused_handshakes", s.refused_handshakes), v("rejected_connections", s.rejected_connections),
