@@ -189,6 +189,13 @@ int main(int argc, char** argv) {
                    dltrain::enum_name(args.sync), sy.steps, sy.late_pushes, sy.waits, sy.wait_seconds, sy.dropped, sy.departures,
                    sy.rejoins, sy.max_lead);
     }
+    if (opt.sync.elastic) {
+      const auto sy = server.sync_stats();
+      const auto d = server.dispatch_stats();
+      spdlog::info("elastic: {} workers joined, {} left, {} dropped by the barrier timeout; data dispatch: {} chunks "
+                   "served, {} given back, {} served again",
+                   sy.joins, sy.leaves, sy.dropped, d.served, d.returned, d.reissued);
+    }
     events::PsStopped stopped;
     stopped.shard = shard;
     stopped.pushes = state->pushes();

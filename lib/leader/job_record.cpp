@@ -145,6 +145,7 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
       tj["steps_total"] = t.steps_per_epoch * j.spec.epochs;
     }
     if (t.kind == TaskKind::kWorker && t.epochs_done > 0) tj["epochs"] = t.epochs_done;
+    if (t.leaving) tj["leaving"] = true;
     tasks.push_back(tj);
   }
   json out = summary(j).to_json();
@@ -152,6 +153,9 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
   out["model"] = std::string(enum_name(j.spec.model));
   out["dataset"] = std::string(enum_name(j.spec.dataset));
   out["workers"] = j.spec.workers;
+  if (j.spec.elastic.on()) {
+    out["elastic"] = {{"min_workers", j.spec.elastic.min_workers}, {"max_workers", j.spec.elastic.max_workers}};
+  }
   out["ps_shards"] = j.spec.ps_shards;
   // ps_shards = "auto" until the job starts: ps_shards is then the least it will have.
   if (j.spec.ps_shards_auto) out["ps_shards_auto"] = true;

@@ -383,6 +383,13 @@ void Leader::Impl::on_task_event(JobRec& j, TaskRec& t, const json& ev) {
                    event(j, ev);
                  },
                  [&](const events::TaskError& e) { t.last_error = e.message; },
+                 [&](const events::Left& e) {
+                   spdlog::info("job {}: {} left after {} steps; {} workers still train", j.id, t.name, e.steps,
+                                e.members);
+                   json stored = ev;
+                   stored["task"] = t.name;
+                   event(j, stored);
+                 },
                  [&](const events::PsResync& r) {
                    t.resyncs = r.resyncs.value_or(t.resyncs + 1);
                    spdlog::info("job {}: {} reconnected to PS shard {} and resynced ({})", j.id, t.name, r.shard,

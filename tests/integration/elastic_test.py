@@ -1,0 +1,189 @@
+"""Elastic jobs (docs/training.md, "Elastic jobs"): a real standalone cluster (2 agents
+x 2 cores) resizes running jobs with `dltrain scale`, without restarting them.
+
+For each consistency model (async, ssp, sync), in order:
+ 1. The same Fashion-MNIST MLP job at a fixed size of 1 worker, for its accuracy.
+ 2. The job with [elastic] bounds [1, 3], started with 1 worker: grown to 3 in the middle
+    of its first epoch, and shrunk back to 1 in the middle of a later epoch once the new
+    workers have trained (premise checked: they run and have taken steps, and the job
+    has epochs left). It must succeed with a test accuracy within 1 point of the fixed
+    run's. The new workers' and the leavers' "left" events are seen; the PS shard counts
+    2 joins and 2 leaves, never drops a worker from its barrier (so a BSP step never
+    waited for a worker that had left: a wait would have ended by the barrier timeout,
+    60 s, dropping it), and its data dispatch handed out every chunk of every epoch
+    exactly once fresh, and every chunk a leaver gave back again.
+Then: `scale` out of the bounds is refused naming them (exit 2), and a job without
+[elastic] is refused (exit 1 from the leader's conflict, naming the section).
+
+Usage: elastic_test.py BUILD_DIR [unittest args]. Exit status 77 (skipped) without the
+Fashion-MNIST data set.
+"""
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dltrain_cluster import StandaloneCluster, run_cleanups, test_main, wait_for  # noqa: E402
+
+BUILD = None
+DATA = "/usr/share/datasets/fashion-mnist"
+TRAIN, BATCH, EPOCHS = 24000, 32, 4
+CHUNKS = math.ceil(TRAIN / BATCH)  # per epoch (ps/dispatch.h)
+
+
+def missing_prerequisites():
+    if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
+        return "no Fashion-MNIST at " + DATA
+    return None
+
+
+def job_toml(name, sync, elastic):
+    text = """name = "%s"
+model = "mlp"
+dataset = "fashion-mnist"
+data_dir = "%s"
+epochs = %d
+workers = 1
+ps_shards = 1
+batch_size = %d
+train_samples = %d
+test_samples = 10000
+seed = 7
+sync = "%s"
+%s
+[optimizer]
+lr = 0.02
+momentum = 0.9
+lr_schedule = "cosine"
+warmup_epochs = 0.2
+
+[ps]
+timeout = "120s"
+%s""" % (name, DATA, EPOCHS, BATCH, TRAIN, sync, "staleness = 2\n" if sync == "ssp" else "",
+        'barrier_timeout = "60s"\n' if sync != "async" else "")
+    if elastic:
+        text += "\n[elastic]\nmin_workers = 1\nmax_workers = 3\n"
+    return text
+
+
+class Elastic(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="dltrain-elastic-")
+        cls.cleanups = [lambda: shutil.rmtree(cls.root, ignore_errors=True)]
+        cls.cluster = StandaloneCluster(os.path.join(BUILD, "bin"), cls.root, agents=2,
+                                        extra_args=["--cores-per-agent", "2", "--progress-interval", "0.2"])
+        cls.cluster.start()
+        cls.cleanups.insert(0, cls.cluster.stop)
+
+    @classmethod
+    def tearDownClass(cls):
+        run_cleanups(cls.cleanups)
+
+    def dltrain(self, *args, check=True, timeout=120):
+        r = subprocess.run(self.cluster.client + list(args), capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            self.fail("dltrain %s: exit %d\n%s%s" % (" ".join(args), r.returncode, r.stdout, r.stderr))
+        return r
+
+    def status(self, job):
+        return json.loads(self.dltrain("status", job, "--json").stdout)
+
+    def submit(self, name, sync, elastic):
+        path = os.path.join(self.root, name + ".toml")
+        with open(path, "w") as f:
+            f.write(job_toml(name, sync, elastic))
+        out = self.dltrain("submit", path, "--json").stdout
+        return json.loads(out.strip().splitlines()[-1])["job"]
+
+    def wait_end(self, job, timeout=600):
+        wait_for(lambda: self.status(job)["state"] in ("succeeded", "failed", "cancelled"), timeout,
+                 job + " to end", interval=0.5)
+        st = self.status(job)
+        self.assertEqual(st["state"], "succeeded", json.dumps(st)[:3000])
+        return st
+
+    def worker(self, st, name):
+        return next((t for t in st["tasks"] if t["task"] == name), None)
+
+    def ps_stats(self, job):
+        """The PS shard's elastic counters, from the line it logs when it stops."""
+        out = self.dltrain("logs", job, "--task", "ps-0", "--tail", "400").stdout
+        m = re.search(r"elastic: (\d+) workers joined, (\d+) left, (\d+) dropped by the barrier timeout; data "
+                      r"dispatch: (\d+) chunks served, (\d+) given back, (\d+) served again", out)
+        self.assertIsNotNone(m, "no elastic counters in ps-0's log:\n" + out[-3000:])
+        keys = ("joined", "left", "dropped", "served", "returned", "reissued")
+        return dict(zip(keys, map(int, m.groups())))
+
+    def run_mode(self, sync):
+        fixed = self.wait_end(self.submit("fixed-" + sync, sync, False))
+        job = self.submit("elastic-" + sync, sync, True)
+        follow = subprocess.Popen(self.cluster.client + ["follow", job, "--json"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        self.addCleanup(follow.kill)
+        # 1 -> 3 in the middle of the first epoch.
+        wait_for(lambda: (self.worker(self.status(job), "worker-0") or {}).get("step", 0) >= CHUNKS // 4, 300,
+                 "worker-0 a quarter into its first epoch", interval=0.1)
+        st = self.status(job)
+        self.assertEqual(self.worker(st, "worker-0").get("epochs", 0), 0, "the premise: still in the first epoch")
+        grown = json.loads(self.dltrain("scale", job, "--workers", "3", "--json").stdout)
+        self.assertEqual((grown["from"], grown["to"]), (1, 3))
+        self.assertEqual(len(grown["started"]), 2, grown)
+        # The new workers train (premise of the shrink), and the job has epochs left.
+        wait_for(lambda: all((self.worker(self.status(job), w) or {}).get("step", 0) >= 100
+                             for w in ("worker-1", "worker-2")), 300, "the new workers to take 100 steps", interval=0.1)
+        st = self.status(job)
+        self.assertEqual(st["workers"], 3)
+        self.assertLess(self.worker(st, "worker-0").get("epochs", 0), EPOCHS - 1, "the premise: epochs left")
+        shrunk = json.loads(self.dltrain("scale", job, "--workers", "1", "--json").stdout)
+        self.assertEqual(sorted(shrunk["leaving"]), ["worker-1", "worker-2"])
+        wait_for(lambda: {t["task"] for t in self.status(job)["tasks"]} == {"ps-0", "worker-0"}, 120,
+                 "the leavers to be gone", interval=0.2)
+        st = self.status(job)
+        self.assertIn(st["state"], ("running", "succeeded"))
+        end = self.wait_end(job)
+        self.assertAlmostEqual(end["test_accuracy"], fixed["test_accuracy"], delta=0.01,
+                               msg="elastic %.4f vs fixed %.4f" % (end["test_accuracy"], fixed["test_accuracy"]))
+        ps = self.ps_stats(job)
+        self.assertEqual((ps["joined"], ps["left"], ps["dropped"]), (2, 2, 0), ps)
+        # Fresh chunks: every chunk of every epoch once; every given-back chunk again.
+        self.assertEqual(ps["served"] - ps["reissued"], EPOCHS * CHUNKS, ps)
+        self.assertEqual(ps["returned"], ps["reissued"], ps)
+        out, _ = follow.communicate(timeout=60)
+        events = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+        left = sorted(e["task"] for e in events if e.get("event") == "left")
+        self.assertEqual(left, ["worker-1", "worker-2"], out[-3000:])
+        resized = [(e["from"], e["to"]) for e in events if e.get("event") == "resized"]
+        self.assertEqual(resized, [(1, 3), (3, 1)], out[-3000:])
+        return fixed["test_accuracy"], end["test_accuracy"]
+
+    def test_1_async(self):
+        print("async: fixed %.4f, elastic %.4f" % self.run_mode("async"))
+
+    def test_2_ssp(self):
+        print("ssp: fixed %.4f, elastic %.4f" % self.run_mode("ssp"))
+
+    def test_3_sync(self):
+        print("sync: fixed %.4f, elastic %.4f" % self.run_mode("sync"))
+
+    def test_4_refusals(self):
+        job = self.submit("bounds", "async", True)
+        r = self.dltrain("scale", job, "--workers", "5", check=False)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("[1, 3]", r.stderr)
+        self.dltrain("cancel", job)
+        fixed = self.submit("not-elastic", "async", False)
+        r = self.dltrain("scale", fixed, "--workers", "2", check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("[elastic]", r.stderr)
+        self.dltrain("cancel", fixed)
+
+
+if __name__ == "__main__":
+    test_main(sys.modules[__name__], missing_prerequisites)
