@@ -592,3 +592,26 @@ TEST(JobSpec, AManifestSetsImageSizeAndChannelsUnlessTheJobDoes) {
     EXPECT_NE(std::string(e.what()).find("3 training samples cannot feed 4 workers"), std::string::npos);
   }
 }
+
+// [elastic]: bounds around the starting size, min_workers defaulting to 1, the JSON form
+// keeping them; each mistake refused naming its key.
+TEST(JobSpec, ElasticBoundsParseStoreAndAreChecked) {
+  auto j = parse_job_toml(kData + "workers = 2\n[elastic]\nmax_workers = 4\n", "/tmp", true);
+  EXPECT_TRUE(j.elastic.on());
+  EXPECT_EQ(j.elastic.min_workers, 1);
+  EXPECT_EQ(j.elastic.max_workers, 4);
+  const auto back = job_from_json(nlohmann::json(j));
+  EXPECT_EQ(back.elastic.min_workers, 1);
+  EXPECT_EQ(back.elastic.max_workers, 4);
+  EXPECT_FALSE(parse_job_toml(kData + "workers = 2\n", "/tmp", true).elastic.on());
+  EXPECT_EQ(reject(kData + "workers = 2\n[elastic]\nmin_workers = 1\n").first, "elastic.max_workers");
+  const auto outside = reject(kData + "workers = 5\n[elastic]\nmin_workers = 1\nmax_workers = 4\n");
+  EXPECT_EQ(outside.first, "elastic");
+  EXPECT_NE(outside.second.find("[1, 4]"), std::string::npos) << outside.second;
+  EXPECT_EQ(reject(kData + "workers = 2\n[elastic]\nmin_workers = 3\nmax_workers = 4\n").first, "elastic");
+  EXPECT_EQ(reject(kData + "workers = 2\n[elastic]\nmax_workers = 2000\n").first, "elastic.max_workers");
+  EXPECT_EQ(reject(kData + "workers = 2\nlocal_group = true\n[elastic]\nmax_workers = 4\n").first, "elastic");
+  EXPECT_EQ(reject(kData + "workers = \"auto\"\n[elastic]\nmax_workers = 4\n").first, "elastic");
+  EXPECT_EQ(reject(kData + "workers = 2\nsync = \"sync\"\nbackup_workers = 1\n[elastic]\nmax_workers = 4\n").first,
+            "backup_workers");
+}

@@ -358,3 +358,97 @@ TEST(Ssp, StalenessZeroEndsWithBspsParameters) {
     for (const auto& s : shards.servers) EXPECT_EQ(s->sync_stats().max_lead, 0u) << enum_name(opt.mode);
   }
 }
+
+// ------------------------------------------------------------------ elastic jobs
+
+namespace {
+SyncOptions elastic(SyncOptions o, std::uint32_t initial) {
+  o.elastic = true;
+  o.initial_workers = initial;
+  return o;
+}
+}  // namespace
+
+// BSP, momentum 0, lr 0.5, max 3 workers, 1 at the start (x = 8):
+//   steps 1, 2: worker 0 alone, G = 2 each: x = 7, then 6 (rank 1 is no member yet)
+//   worker 1 joins at the applied step; step 3 waits for both: G = 2 + 4, x = 6 − 3 = 3
+//   step 4: worker 1 pushes 2 and leaves before worker 0's push: its push counts,
+//           G = 2 + 2, x = 3 − 2 = 1
+//   step 5: worker 0 alone again, answered at once: x = 1 − 1 = 0.
+TEST(StepBarrier, ElasticBspMembersJoinMidStepAndNoStepWaitsForOneThatLeft) {
+  ShardState st(0.0);
+  st.init(0, std::vector<float>{8, 8, 8, 8});
+  StepBarrier b(elastic(bsp(), 1), st);
+  b.join(0, 3);
+  EXPECT_EQ(b.members_training(), 1u);
+  EXPECT_EQ(push(b, 0, {2, 2, 2, 2}), StepBarrier::PushOutcome::kStaged);
+  EXPECT_EQ(values(st), (std::vector<float>{7, 7, 7, 7})) << "step 1 does not wait for ranks that never joined";
+  EXPECT_TRUE(b.pull(0, 0, [] {}));
+  EXPECT_EQ(push(b, 0, {2, 2, 2, 2}), StepBarrier::PushOutcome::kStaged);  // step 2, applied at once
+  EXPECT_EQ(values(st), (std::vector<float>{6, 6, 6, 6}));
+  b.join(1, 3);
+  EXPECT_EQ(b.members_training(), 2u);
+  EXPECT_EQ(b.stats().joins, 1u);
+  // Step 3 needs both: worker 0's push alone is staged.
+  int released = 0;
+  EXPECT_EQ(push(b, 0, {2, 2, 2, 2}), StepBarrier::PushOutcome::kStaged);
+  EXPECT_FALSE(b.pull(0, 0, [&] { ++released; }));
+  EXPECT_EQ(values(st), (std::vector<float>{6, 6, 6, 6}));
+  EXPECT_TRUE(b.pull(1, 0, [] {})) << "the new member reads the applied step";
+  EXPECT_EQ(push(b, 1, {4, 4, 4, 4}), StepBarrier::PushOutcome::kStaged);
+  EXPECT_EQ(released, 1);
+  EXPECT_EQ(values(st), (std::vector<float>{3, 3, 3, 3}));
+  // Step 4: worker 1 pushes, then leaves before worker 0 pushes; its push counts.
+  EXPECT_EQ(push(b, 1, {2, 2, 2, 2}), StepBarrier::PushOutcome::kStaged);
+  EXPECT_EQ(b.leave_job(1), 1u);
+  EXPECT_EQ(push(b, 0, {2, 2, 2, 2}), StepBarrier::PushOutcome::kStaged);
+  EXPECT_EQ(values(st), (std::vector<float>{1, 1, 1, 1}));
+  // Step 5: worker 0 alone, answered at once.
+  EXPECT_EQ(push(b, 0, {2, 2, 2, 2}), StepBarrier::PushOutcome::kStaged);
+  EXPECT_TRUE(b.pull(0, 0, [] {}));
+  EXPECT_EQ(values(st), (std::vector<float>{0, 0, 0, 0}));
+  EXPECT_EQ(b.stats().leaves, 1u);
+  EXPECT_EQ(b.stats().dropped, 0u);
+  EXPECT_EQ(b.members_training(), 1u);
+}
+
+// A pull held up by a member is released the moment that member leaves (leave_job), not
+// by the barrier timeout; SSP likewise.
+TEST(StepBarrier, ElasticLeaveReleasesThePullsTheLeaverHeldUp) {
+  for (const auto& o : {bsp(), ssp(0)}) {
+    ShardState st(0.0);
+    st.init(0, std::vector<float>{0, 0, 0, 0});
+    StepBarrier b(elastic(o, 2), st);
+    b.join(0, 3);
+    b.join(1, 3);
+    int released = 0;
+    push(b, 0, {1, 1, 1, 1});
+    EXPECT_FALSE(b.pull(0, 0, [&] { ++released; }));
+    EXPECT_EQ(b.leave_job(1), 1u);
+    EXPECT_EQ(released, 1);
+    EXPECT_EQ(b.stats().dropped, 0u);
+    EXPECT_EQ(b.stats().leaves, 1u);
+  }
+}
+
+// Members are counted in async mode too (rank 0's end waits for them), a finished worker
+// is no member, and leave needs an elastic job.
+TEST(StepBarrier, ElasticMembersAreCountedInEveryMode) {
+  ShardState st(0.0);
+  SyncOptions async;
+  StepBarrier b(elastic(async, 2), st);
+  EXPECT_EQ(b.members_training(), 2u) << "before any hello: the starting members";
+  b.join(0, 4);
+  b.join(3, 4);
+  EXPECT_EQ(b.members_training(), 3u);
+  st.mark_done(0);
+  b.done(0);
+  EXPECT_EQ(b.members_training(), 2u);
+  b.leave_job(3);
+  EXPECT_EQ(b.members_training(), 1u);  // rank 1, which has not said hello yet
+  ShardState st2(0.0);
+  StepBarrier fixed(bsp(), st2);
+  fixed.join(0, 2);
+  EXPECT_THROW(fixed.leave_job(0), ProtocolError);
+  EXPECT_EQ(fixed.members_training(), 0u);
+}
