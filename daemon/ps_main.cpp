@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
     opt.sync.barrier_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(args.barrier_timeout_s * 1000));
     opt.sync.elastic = args.elastic_workers > 0;
     opt.sync.initial_workers = static_cast<std::uint32_t>(args.elastic_workers);
+    opt.sync.member_grace = 2 * opt.sync.barrier_timeout;
     opt.secret = dltrain::read_job_secret_file(args.secret_file, "--secret-file");
     auto state = std::make_shared<dltrain::ps::ShardState>(args.momentum);
     // The checkpoint is loaded before the shard listens, so no worker's init can come

@@ -56,6 +56,9 @@ class ChunkDispatch {
   std::vector<Chunk> claim(std::uint32_t rank, std::uint32_t epoch, std::uint32_t want, std::uint32_t acked,
                            std::uint32_t flags, std::uint32_t chunks_per_epoch);
 
+  /// Gives back every chunk `rank` holds (a member gone without leaving, StepBarrier::gone):
+  /// handed out again first. Returns how many.
+  std::size_t give_back_rank(std::uint32_t rank);
   /// Chunks `rank` holds (claimed, not acknowledged).
   std::size_t held(std::uint32_t rank) const;
   DispatchStats stats() const;

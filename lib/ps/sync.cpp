@@ -111,8 +111,12 @@ std::uint64_t StepBarrier::join(std::uint32_t rank, std::uint32_t workers) {
     workers_ = workers;
     dropped_.assign(workers, false);
     left_.assign(workers, false);
+    away_since_.assign(workers, std::nullopt);
     if (opt_.elastic && opt_.initial_workers > 0) {
-      for (std::uint32_t r = opt_.initial_workers; r < workers; ++r) left_[r] = true;
+      for (std::uint32_t r = 0; r < workers; ++r) {
+        if (r >= opt_.initial_workers) left_[r] = true;
+        else away_since_[r] = created_;  // expected; gone if it never connects
+      }
     }
     token_.assign(workers, 0);
     for (auto& [key, p] : parts_) {
@@ -134,18 +138,21 @@ std::uint64_t StepBarrier::join(std::uint32_t rank, std::uint32_t workers) {
     left_[rank] = false;
     ++stats_.joins;
   }
+  away_since_[rank].reset();
   rejoin(rank);
   token_[rank] = next_token_++;
   return token_[rank];
 }
 
 void StepBarrier::leave(std::uint32_t rank, std::uint64_t token) {
+  if (opt_.mode == SyncMode::kAsync && !opt_.elastic) return;
   std::vector<Release> out;
   {
     std::lock_guard lock(mu_);
-    if (opt_.mode == SyncMode::kAsync || rank >= workers_ || token_[rank] != token || dropped_[rank] ||
-        left_[rank] || state_.is_done(rank)) {
-      return;  // a newer connection of the rank, or it was not waited for anyway
+    if (rank >= workers_ || token_[rank] != token) return;  // a newer connection of the rank
+    if (opt_.elastic && !left_[rank] && !state_.is_done(rank)) away_since_[rank] = std::chrono::steady_clock::now();
+    if (opt_.mode == SyncMode::kAsync || dropped_[rank] || left_[rank] || state_.is_done(rank)) {
+      return;  // it was not waited for anyway
     }
     dropped_[rank] = true;
     ++stats_.departures;
@@ -165,20 +172,38 @@ std::uint32_t StepBarrier::leave_job(std::uint32_t rank) {
       left_[rank] = true;
       ++stats_.leaves;
     }
-    collect(out, std::chrono::steady_clock::now());
-    for (std::uint32_t r = 0; r < workers_; ++r) members += (!left_[r] && !state_.is_done(r)) ? 1 : 0;
+    const auto now = std::chrono::steady_clock::now();
+    collect(out, now);
+    for (std::uint32_t r = 0; r < workers_; ++r) members += is_member(r, now) ? 1 : 0;
   }
   for (auto& r : out) r();
   return members;
 }
 
+bool StepBarrier::is_member(std::uint32_t rank, std::chrono::steady_clock::time_point now) const {
+  if (left_[rank] || state_.is_done(rank)) return false;
+  return !away_since_[rank] || now - *away_since_[rank] < opt_.member_grace;
+}
+
 std::uint32_t StepBarrier::members_training() const {
   if (!opt_.elastic) return 0;
   std::lock_guard lock(mu_);
-  if (workers_ == 0) return opt_.initial_workers;  // nobody said hello yet
+  const auto now = std::chrono::steady_clock::now();
+  if (workers_ == 0) return now - created_ < opt_.member_grace ? opt_.initial_workers : 0;  // nobody said hello yet
   std::uint32_t members = 0;
-  for (std::uint32_t r = 0; r < workers_; ++r) members += (!left_[r] && !state_.is_done(r)) ? 1 : 0;
+  for (std::uint32_t r = 0; r < workers_; ++r) members += is_member(r, now) ? 1 : 0;
   return members;
+}
+
+std::vector<std::uint32_t> StepBarrier::gone() const {
+  std::vector<std::uint32_t> out;
+  if (!opt_.elastic) return out;
+  std::lock_guard lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  for (std::uint32_t r = 0; r < workers_; ++r) {
+    if (!left_[r] && !state_.is_done(r) && !is_member(r, now)) out.push_back(r);
+  }
+  return out;
 }
 
 void StepBarrier::done(std::uint32_t rank) {

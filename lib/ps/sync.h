@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,6 +42,11 @@ struct SyncOptions {
   /// leave_job(). Membership is kept in every mode, async included, for members_training().
   bool elastic = false;
   std::uint32_t initial_workers = 0;
+  /// Elastic: a member whose connection closed without a leave or done (its process or
+  /// its machine died), or a starting member that never connected, counts as gone after
+  /// this long away: it is no member for members_training(), and gone() names it. A
+  /// worker that reconnects (a resync, a restart by its agent) within it stays a member.
+  std::chrono::milliseconds member_grace{60000};
 };
 
 /// What the barrier of a shard has done so far (monotonic counters, except max_lead).
@@ -115,6 +121,8 @@ class StepBarrier {
   /// Elastic: the members still training (joined, neither left nor done), slow ones that
   /// were dropped from the barrier included; 0 for a job that is not elastic.
   std::uint32_t members_training() const;
+  /// Elastic: the members gone (away longer than member_grace, neither left nor done).
+  std::vector<std::uint32_t> gone() const;
 
   /// Applies or stages a push from `rank` to `key` (see the class comment): `indices`
   /// empty for a dense push. ShardState's checks apply (ProtocolError, nothing changes).
@@ -172,6 +180,11 @@ class StepBarrier {
   std::uint32_t workers_ = 0;              ///< 0 until the first hello
   std::vector<bool> dropped_;              ///< per rank: not waited for until it rejoins
   std::vector<bool> left_;                 ///< per rank, elastic: not a member (not yet joined, or left)
+  /// Per rank, elastic: since when its connection is closed (or, for a starting member,
+  /// since the barrier was made); empty while connected.
+  std::vector<std::optional<std::chrono::steady_clock::time_point>> away_since_;
+  const std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
+  bool is_member(std::uint32_t rank, std::chrono::steady_clock::time_point now) const;
   std::vector<std::uint64_t> token_;       ///< per rank: its newest connection
   std::uint64_t next_token_ = 1;
   std::map<std::uint32_t, Part> parts_;

@@ -76,3 +76,13 @@ TEST(ChunkDispatch, RefusesMalformedClaims) {
   EXPECT_EQ(d.held(0), 2u);
   EXPECT_EQ(d.stats().served, 2u);
 }
+
+// A gone member's chunks (StepBarrier::gone) go back whole, acknowledged ones excepted.
+TEST(ChunkDispatch, AGoneMembersChunksGoBack) {
+  ChunkDispatch d;
+  d.claim(1, 0, 3, 0, ChunkDispatch::kFresh, 6);  // (0,0), (0,1), (0,2)
+  d.claim(1, 0, 0, 1, 0, 6);                      // (0,0) trained
+  EXPECT_EQ(d.give_back_rank(1), 2u);
+  EXPECT_EQ(d.give_back_rank(7), 0u);
+  EXPECT_EQ(d.claim(0, 0, 3, 0, ChunkDispatch::kFresh, 6), C({{0, 1}, {0, 2}, {0, 3}}));
+}

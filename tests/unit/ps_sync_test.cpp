@@ -452,3 +452,24 @@ TEST(StepBarrier, ElasticMembersAreCountedInEveryMode) {
   EXPECT_THROW(fixed.leave_job(0), ProtocolError);
   EXPECT_EQ(fixed.members_training(), 0u);
 }
+
+// A member whose connection closed without a leave or done (its machine died) is a member
+// for member_grace, then gone; reconnecting in time keeps it a member.
+TEST(StepBarrier, ElasticMemberAwayLongerThanTheGraceIsGone) {
+  ShardState st(0.0);
+  SyncOptions o;
+  o.member_grace = 50ms;
+  StepBarrier b(elastic(o, 2), st);
+  const auto t0 = b.join(0, 3);
+  const auto t1 = b.join(1, 3);
+  (void)t0;
+  b.leave(1, t1);  // connection closed
+  EXPECT_EQ(b.members_training(), 2u) << "within the grace";
+  EXPECT_TRUE(b.gone().empty());
+  b.join(1, 3);  // a resync
+  EXPECT_EQ(b.members_training(), 2u);
+  const auto t1b = b.join(1, 3);
+  b.leave(1, t1b);
+  EXPECT_TRUE(eventually([&] { return b.members_training() == 1u; }));
+  EXPECT_EQ(b.gone(), (std::vector<std::uint32_t>{1}));
+}
