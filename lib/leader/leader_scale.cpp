@@ -96,14 +96,21 @@ std::optional<std::string> Leader::Impl::resize(JobRec& j, int workers, const st
       if (t.kind == TaskKind::kWorker && t.state != TaskState::kExited) epoch = std::min(epoch, t.epochs_done);
     }
     if (epoch >= j.spec.epochs) epoch = 0;
+    // The lowest free ranks (a lost agent's workers may have left a gap).
+    std::vector<int> ranks;
+    for (int r = 0; static_cast<int>(ranks.size()) < workers - from; ++r) {
+      const bool used = std::any_of(j.tasks.begin(), j.tasks.end(),
+                                    [&](const TaskRec& t) { return t.kind == TaskKind::kWorker && t.index == r; });
+      if (!used) ranks.push_back(r);
+    }
     const std::size_t first = j.tasks.size();
-    for (int r = from; r < workers; ++r) {
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
       TaskRec t;
-      t.name = "worker-" + std::to_string(r);
+      t.name = "worker-" + std::to_string(ranks[k]);
       t.kind = TaskKind::kWorker;
-      t.index = r;
-      t.agent = where.placement[static_cast<std::size_t>(r - from)];
-      t.gpus = where.gpus[static_cast<std::size_t>(r - from)];
+      t.index = ranks[k];
+      t.agent = where.placement[k];
+      t.gpus = where.gpus[k];
       t.epochs_done = epoch;
       agents.take(t.agent, hold_of(j, t));
       ev.started.push_back(t.name + " on " + t.agent);

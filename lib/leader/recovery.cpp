@@ -285,17 +285,43 @@ void Recovery::agent_lost(const std::string& id, const std::string& why, const s
   for (JobRec* jp : jobs) {
     auto& j = *jp;
     if (j.terminal()) continue;
-    bool hit = false;
+    std::vector<std::string> lost;
     for (auto& t : j.tasks) {
       if (t.agent == id && t.state != TaskState::kExited) {
         actions_.set_task_state(j, t, TaskState::kExited);
         t.exit = "lost with its agent";
         agents_.release(id, actions_.hold_of(j, t));
-        hit = true;
+        lost.push_back(t.name);
       }
     }
-    if (hit) tasks_lost(j, "agent " + id + " was lost (" + why + ")");
+    if (lost.empty()) continue;
+    const std::string what = "agent " + id + " was lost (" + why + ")";
+    if (!shrink_elastic(j, lost, what)) tasks_lost(j, what);
   }
+}
+
+bool Recovery::shrink_elastic(JobRec& j, const std::vector<std::string>& lost, const std::string& why) {
+  if (!j.spec.elastic.on() || j.state() != JobState::kRunning || j.life.target()) return false;
+  const auto is_lost = [&](const TaskRec& t) { return std::find(lost.begin(), lost.end(), t.name) != lost.end(); };
+  int remaining = 0;
+  for (const auto& t : j.tasks) {
+    if (is_lost(t) && (t.kind != TaskKind::kWorker || t.index == 0)) return false;  // a shard, or the evaluating rank
+    if (!is_lost(t) && t.kind == TaskKind::kWorker && t.state != TaskState::kExited && !t.leaving) ++remaining;
+  }
+  if (remaining < j.spec.elastic.min_workers) return false;
+  int from = remaining;
+  for (const auto& t : j.tasks) from += (is_lost(t) && !t.leaving) ? 1 : 0;
+  std::erase_if(j.tasks, is_lost);
+  j.spec.workers = remaining;
+  spdlog::warn("job {}: {}; its elastic job goes on with {} workers instead of being re-assigned", j.id, why, remaining);
+  wire::events::Resized ev;
+  ev.from = from;
+  ev.to = remaining;
+  ev.by = why;
+  for (const auto& n : lost) ev.leaving.push_back(n);
+  actions_.save(j);
+  actions_.publish(j, ev.to_json());
+  return true;
 }
 
 void Recovery::tasks_gone(JobRec& j, const std::string& why) {

@@ -94,6 +94,11 @@ class Recovery {
 
   /// Tasks of `j` were lost (already marked exited): re-assigns the job as its next
   /// generation, within max_reassignments, or fails it.
+  /// An elastic job that lost only workers other than rank 0 and keeps at least its
+  /// min_workers goes on without them (docs/training.md, "Elastic jobs"): they are
+  /// removed, the job's size follows, a "resized" event says `why`. False (nothing
+  /// changed) otherwise: the caller re-assigns the job (tasks_lost).
+  bool shrink_elastic(JobRec& j, const std::vector<std::string>& lost, const std::string& why);
   void tasks_lost(JobRec& j, const std::string& why);
   /// Agent `id` is lost: every unfinished task there exits ("lost with its agent"), its
   /// hold is released, and each job hit goes to tasks_lost. `jobs`: the leader's jobs in

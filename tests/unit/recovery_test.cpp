@@ -318,3 +318,55 @@ TEST_F(RecoveryTest, AdoptionWaitsForTheAgentsThenReassignsWhatDidNotComeBack) {
   EXPECT_EQ(k.tasks[0].state, TaskState::kPending) << "generation 2's worker-0, started once the shards listen";
   EXPECT_EQ(agents.at("a1").free_cores, 0);
 }
+
+// An elastic job ([1, 3]) of ps-0 and worker-0 on a1, worker-1 and worker-2 on a2: a2 is
+// lost. The job keeps running with worker-0 (1 >= min_workers 1): no re-assignment, no
+// stops, its size 1, a "resized" event from 3 to 1 naming the agent. With min_workers 2,
+// or when the lost agent held rank 0 or a shard, it is re-assigned as before.
+TEST_F(RecoveryTest, ALostAgentShrinksAnElasticJobThatKeepsItsMinimum) {
+  add_agent("a1", 4);
+  add_agent("a2", 4);
+  ps_and_two_workers("a1", "a1", "a2");
+  add_task("worker-2", TaskKind::kWorker, 2, "a2");
+  j.spec.workers = 3;
+  j.spec.elastic = {1, 3};
+  recovery.agent_lost("a2", "no heartbeat for 10000 ms", {&j});
+  EXPECT_EQ(j.state(), JobState::kRunning);
+  EXPECT_EQ(j.generation, 1u) << "not re-assigned";
+  EXPECT_EQ(actions.stops_sent, 0);
+  EXPECT_EQ(j.spec.workers, 1);
+  EXPECT_EQ(j.find_task("worker-1"), nullptr);
+  EXPECT_EQ(j.find_task("worker-2"), nullptr);
+  EXPECT_EQ(agents.at("a2").free_cores, 4);
+  ASSERT_EQ(actions.published_kinds(), std::vector<std::string>{"resized"});
+  const auto ev = events::Resized::from_json(actions.published[0]);
+  EXPECT_EQ(ev.from, 3);
+  EXPECT_EQ(ev.to, 1);
+  EXPECT_EQ(ev.by, "agent a2 was lost (no heartbeat for 10000 ms)");
+  EXPECT_EQ(ev.leaving, (std::vector<std::string>{"worker-1", "worker-2"}));
+}
+
+// Below min_workers (worker-1 of 2 lost, min 2): re-assigned as a fixed-size job is.
+TEST_F(RecoveryTest, ALostAgentReassignsAnElasticJobThatWouldFallBelowItsMinimum) {
+  add_agent("a1", 4);
+  add_agent("a2", 4);
+  ps_and_two_workers("a1", "a1", "a2");
+  j.spec.workers = 2;
+  j.spec.elastic = {2, 3};
+  recovery.agent_lost("a2", "gone", {&j});
+  EXPECT_EQ(j.state(), JobState::kRecovering);
+  EXPECT_EQ(actions.published_kinds(), std::vector<std::string>{"recovering"});
+}
+
+// Rank 0 (which evaluates) lost with a1: re-assigned too.
+TEST_F(RecoveryTest, ALostAgentReassignsAnElasticJobThatLostRankZero) {
+  add_agent("a1", 4);
+  add_agent("a2", 4);
+  add_agent("a3", 4);
+  ps_and_two_workers("a3", "a1", "a2");
+  j.spec.workers = 2;
+  j.spec.elastic = {1, 3};
+  recovery.agent_lost("a1", "gone", {&j});
+  EXPECT_EQ(j.state(), JobState::kRecovering);
+  EXPECT_EQ(actions.published_kinds(), std::vector<std::string>{"recovering"});
+}
