@@ -66,6 +66,8 @@ KINDS = {
     "waiting_for_agent": "WaitingForAgent",
     "reassigned": "Reassigned",
     "leader_restarted": "LeaderRestarted",
+    "resized": "Resized",
+    "left": "Left",
     "listening": "Listening",
     "profile": "Profile",
     "log": "LogLine",

@@ -169,6 +169,16 @@ class Job:
         self.info["state"] = r.get("state")
         return r.get("state")
 
+    def scale(self, workers):
+        """Resizes a running elastic job (its job file's [elastic] bounds) to `workers`
+        without restarting it (docs/training.md, "Elastic jobs"); returns the leader's
+        answer: {"job", "from", "to", "started", "leaving"}. Raises InvalidJob outside the
+        bounds (the message names them), Conflict for a job that is not elastic, not
+        running, still resizing or that cannot grow now, Forbidden for another user's job."""
+        r = self.client._call("scale", {"job": self.id, "workers": int(workers)}, retry=False)
+        self.info["workers"] = r.get("to")
+        return r
+
     def events(self, timeout=None):
         """An iterator of the job's events (dltrain.events) from now until its summary, which
         is the last one (at once for a job that has ended). `timeout` (s, None = no

@@ -461,6 +461,10 @@ class StandaloneCluster_(unittest.TestCase):
                 queued.wait(timeout=1, progress=False)
             self.assertEqual((e.exception.exit_code, queued.status()["state"]), (1, "queued"))
             self.assertEqual(queued.cancel(), "cancelled")
+            # scale of a job without [elastic]: a conflict naming the section.
+            with self.assertRaises(dltrain.Conflict) as e:
+                queued.scale(2)
+            self.assertIn("[elastic]", e.exception.message)
             with self.assertRaises(dltrain.NotFound) as e:
                 queued.resume()
             self.assertIn(queued.id, e.exception.message)
