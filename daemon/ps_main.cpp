@@ -103,6 +103,10 @@ int main(int argc, char** argv) {
     // not restore them from its checkpoint learns them here, so worker 0's wait for the
     // others can end.
     for (const auto r : args.workers_done) state->mark_done(r);
+    // An elastic job's shard that restarts from its checkpoint does not know who is a
+    // member now (the job may have been resized since it first started): every worker
+    // becomes one again with its hello, as they all reconnect.
+    if (opt.sync.elastic && restored && restored->restored) opt.sync.initial_workers = 0;
     dltrain::ps::PsServer server(opt, state);
     server.start();
     events::Listening listening;

@@ -46,6 +46,11 @@ extern "C" void on_sigusr1(int) { g_leave.store(true, std::memory_order_relaxed)
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First of all: a leave request (SIGUSR1) must not find the default action, which kills.
+  struct sigaction su {};
+  su.sa_handler = on_sigusr1;
+  sigemptyset(&su.sa_mask);
+  sigaction(SIGUSR1, &su, nullptr);
   CLI::App app{"dltrain worker task: trains one shard of a job's data against its PS shards"};
   dltrain::wire::WorkerTaskArgs args;
   args.add_to(app);
@@ -54,10 +59,6 @@ int main(int argc, char** argv) {
   sa.sa_handler = on_sigterm;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
-  struct sigaction su {};
-  su.sa_handler = on_sigusr1;
-  sigemptyset(&su.sa_mask);
-  sigaction(SIGUSR1, &su, nullptr);
   dltrain::train::WorkerConfig cfg;
   cfg.stop_requested = &g_stop;
   cfg.leave_requested = &g_leave;

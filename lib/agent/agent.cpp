@@ -327,8 +327,10 @@ struct Agent::Impl : std::enable_shared_from_this<Agent::Impl> {
     Task* t = tasks.find(key);
     if (!t) return;  // already gone; its exit was (or will be) reported
     if (b.leave.value_or(false) && !t->restart_timer) {
-      // An elastic job's worker leaves after its step and exits 0 (dltrain scale).
+      // An elastic job's worker leaves after its step and exits 0 (dltrain scale); should
+      // it die instead, it is not started again: it was leaving.
       spdlog::info("asking {} (pid {}) to leave its job", key, t->pid);
+      t->stop_requested = true;
       return supervisor.signal(t->pid, SIGUSR1);
     }
     t->stop_requested = true;

@@ -484,6 +484,16 @@ void Leader::Impl::on_epoch_end(JobRec& j, TaskRec& t, const events::EpochEnd& e
   save(j);  // where a re-assigned worker resumes, also after a leader restart
 }
 
+// Every worker finished (exit 0): the job succeeds, with the test accuracy worker 0 reported.
+void Leader::Impl::maybe_succeed(JobRec& j) {
+  const bool all_done = std::all_of(j.tasks.begin(), j.tasks.end(), [](auto& x) {
+    return x.kind != TaskKind::kWorker || (x.state == TaskState::kExited && x.ok_exit);
+  });
+  if (!all_done || j.state() != JobState::kRunning) return;
+  if (j.test_accuracy < 0 && !j.spec.profile) return fail_job(j, "workers finished without reporting a test accuracy");
+  succeed_job(j);
+}
+
 void Leader::Impl::on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody& b) {
   if (t.state == TaskState::kExited) return;  // orphans are handled in addressed_task
   set_task_state(j, t, TaskState::kExited);
@@ -510,17 +520,7 @@ void Leader::Impl::on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody&
     // "done") stays finished; its rank is passed to the new shards.
     return recovery.try_resume(j);
   }
-  if (t.kind == TaskKind::kWorker && t.ok_exit) {
-    const bool all_done = std::all_of(j.tasks.begin(), j.tasks.end(),
-                                      [](auto& x) { return x.kind != TaskKind::kWorker || (x.state == TaskState::kExited && x.ok_exit); });
-    if (all_done) {
-      if (j.test_accuracy < 0 && !j.spec.profile) {
-        return fail_job(j, "workers finished without reporting a test accuracy");
-      }
-      succeed_job(j);
-    }
-    return;
-  }
+  if (t.kind == TaskKind::kWorker && t.ok_exit) return maybe_succeed(j);
   std::string why = t.name + " on agent " + t.agent + " " + t.exit;
   if (!t.last_error.empty()) why += ": " + t.last_error;
   if (!j.failure) {

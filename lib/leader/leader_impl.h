@@ -250,6 +250,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   void on_progress(JobRec& j, TaskRec& t, const wire::events::Progress& p);
   void on_epoch_end(JobRec& j, TaskRec& t, const wire::events::EpochEnd& e, const json& ev);
   void on_task_exit(JobRec& j, TaskRec& t, const wire::TaskExitBody& b);
+  /// Succeeds a running job once every worker has finished (or fails it when none
+  /// reported a test accuracy); nothing otherwise.
+  void maybe_succeed(JobRec& j);
 
   // ------------------------------------------------------------ leader_scale.cpp
   /// `scale {job, workers}`: checks the owner and the job's [elastic] bounds, then resize.

@@ -55,10 +55,13 @@ std::optional<std::string> Leader::Impl::resize(JobRec& j, int workers, const st
   if (j.state() != JobState::kRunning || j.life.target()) {
     return j.id + " is " + std::string(to_string(j.state())) + ": only a running job is resized";
   }
+  if (!j.recovery.seed.empty()) return j.id + " is rebuilding its PS state from " + j.recovery.seed + "'s replica";
   for (const auto& t : j.tasks) {
     if (t.kind != TaskKind::kWorker) continue;
     if (t.leaving) return j.id + " is still resizing: " + t.name + " has not left yet";
     if (t.state == TaskState::kExited && t.ok_exit) return j.id + " is finishing: " + t.name + " has finished";
+    // A worker that is not running yet has no SIGUSR1 handler, or holds no parameters.
+    if (t.state != TaskState::kRunning) return j.id + " is still starting " + t.name;
   }
   const int from = current_workers(j);
   events::Resized ev;
@@ -95,7 +98,7 @@ std::optional<std::string> Leader::Impl::resize(JobRec& j, int workers, const st
     for (const auto& t : j.tasks) {
       if (t.kind == TaskKind::kWorker && t.state != TaskState::kExited) epoch = std::min(epoch, t.epochs_done);
     }
-    if (epoch >= j.spec.epochs) epoch = 0;
+    if (epoch >= j.spec.epochs) return j.id + " has trained all its epochs: nothing is left for new workers";
     // The lowest free ranks (a lost agent's workers may have left a gap).
     std::vector<int> ranks;
     for (int r = 0; static_cast<int>(ranks.size()) < workers - from; ++r) {
@@ -119,15 +122,24 @@ std::optional<std::string> Leader::Impl::resize(JobRec& j, int workers, const st
     j.spec.workers = workers;
     for (std::size_t i = first; i < j.tasks.size(); ++i) start_worker(j, j.tasks[i]);
   } else if (workers < from) {
-    // The highest ranks leave after their current step; rank 0, which evaluates, stays.
+    // The highest ranks leave after their current step (ranks may have gaps after a lost
+    // agent); rank 0, which evaluates, stays. Recorded before the orders go out.
+    std::vector<TaskRec*> live;
     for (auto& t : j.tasks) {
-      if (t.kind != TaskKind::kWorker || t.index < workers || t.state == TaskState::kExited) continue;
-      t.leaving = true;
-      ev.leaving.push_back(t.name);
-      wire::TaskRefBody stop{{}, j.id, t.name, j.generation, {}, 0, true};
-      send_agent(t.agent, wire::ControlType::kStopTask, stop.to_json());
+      if (t.kind == TaskKind::kWorker && t.state != TaskState::kExited) live.push_back(&t);
+    }
+    std::sort(live.begin(), live.end(), [](const TaskRec* a, const TaskRec* b) { return a->index > b->index; });
+    live.resize(static_cast<std::size_t>(from - workers));
+    for (auto* t : live) {
+      t->leaving = true;
+      ev.leaving.push_back(t->name);
     }
     j.spec.workers = workers;
+    save(j);
+    for (auto* t : live) {
+      wire::TaskRefBody stop{{}, j.id, t->name, j.generation, {}, 0, true};
+      send_agent(t->agent, wire::ControlType::kStopTask, stop.to_json());
+    }
   }
   spdlog::info("job {}: resized from {} to {} workers ({}){}{}", j.id, from, workers, by,
                ev.started.empty() ? "" : ", started " + json(ev.started).dump(),
@@ -151,6 +163,8 @@ bool Leader::Impl::on_worker_left(JobRec& j, TaskRec& t) {
     maybe_finish(j);
   } else if (j.state() == JobState::kRecovering) {
     recovery.try_resume(j);
+  } else {
+    maybe_succeed(j);  // the others may have finished while it was leaving
   }
   try_schedule();  // its cores are free
   return true;

@@ -124,7 +124,9 @@ void Recovery::try_resume(JobRec& j) {
   const auto slots = agents_.slots();
   std::vector<Replacing> want;
   for (const auto& t : j.tasks) {
-    Replacing r{t.agent, t.kind == TaskKind::kWorker && t.ok_exit, {}, t.kind == TaskKind::kWorker ? j.spec.gpus_per_worker : 0,
+    // A worker that finished, or that was leaving an elastic job, is not run again.
+    Replacing r{t.agent, t.kind == TaskKind::kWorker && (t.ok_exit || t.leaving), {},
+                t.kind == TaskKind::kWorker ? j.spec.gpus_per_worker : 0,
                 t.kind == TaskKind::kWorker && j.spec.dataset == DatasetKind::kShards};
     for (const auto& a : slots) {
       if (agents_.holds_orphan(a.id, j.id, t.name)) r.excluded.push_back(a.id);
@@ -193,6 +195,7 @@ void Recovery::resume(JobRec& j, const std::vector<std::string>& placement,
   std::vector<TaskRec> next;
   for (std::size_t i = 0; i < j.tasks.size(); ++i) {
     const auto& old = j.tasks[i];
+    if (old.kind == TaskKind::kWorker && old.leaving) continue;  // it was leaving: it is gone
     if (old.kind == TaskKind::kWorker && old.ok_exit) {
       next.push_back(old);
       done_ranks.push_back(static_cast<std::uint32_t>(old.index));

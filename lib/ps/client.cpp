@@ -482,8 +482,7 @@ ChunkClient::~ChunkClient() = default;
 std::vector<std::pair<std::uint32_t, std::uint32_t>> ChunkClient::claim(std::uint32_t epoch, std::uint32_t want,
                                                                         std::uint32_t acked,
                                                                         std::uint32_t chunks_per_epoch, bool release) {
-  const std::uint32_t flags = (fresh_ ? 1u : 0u) | (release ? 2u : 0u);
-  const std::uint32_t body[4] = {acked, flags, chunks_per_epoch, want};
+  std::uint32_t body[4] = {acked, (fresh_ ? 1u : 0u) | (release ? 2u : 0u), chunks_per_epoch, want};
   std::vector<std::uint32_t> got;
   auto once = [&] {
     if (!open_) {
@@ -506,11 +505,18 @@ std::vector<std::pair<std::uint32_t, std::uint32_t>> ChunkClient::claim(std::uin
         },
         "claim");
   };
+  reconnected_ = false;
   try {
     once();
   } catch (const PsConnectionLost&) {
-    open_ = false;  // the shard restarted: once more on a new connection
+    // The shard restarted (its dispatch may know nothing of this worker) or the reply was
+    // lost: once more on a new connection, as a new process — what this worker held goes
+    // back (it may be trained again: at least once) and nothing is acknowledged.
+    open_ = false;
     conn_->close();
+    body[0] = 0;
+    body[1] |= 1u;
+    reconnected_ = true;
     once();
   }
   fresh_ = false;

@@ -101,11 +101,14 @@ class ChunkClient {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> claim(std::uint32_t epoch, std::uint32_t want,
                                                              std::uint32_t acked, std::uint32_t chunks_per_epoch,
                                                              bool release = false);
+  /// Whether the last claim had to reconnect (and so gave back what this worker held).
+  bool reconnected() const { return reconnected_; }
 
  private:
   std::unique_ptr<detail::ShardConnections> conn_;
   bool fresh_ = true;
   bool open_ = false;
+  bool reconnected_ = false;
 };
 
 /// A call gave up because PsClientOptions::stop_requested became true. The client is

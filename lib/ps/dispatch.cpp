@@ -18,7 +18,8 @@ void ChunkDispatch::give_back(std::deque<Chunk>& held) {
 }
 
 std::vector<Chunk> ChunkDispatch::claim(std::uint32_t rank, std::uint32_t epoch, std::uint32_t want,
-                                        std::uint32_t acked, std::uint32_t flags, std::uint32_t chunks_per_epoch) {
+                                        std::uint32_t acked, std::uint32_t flags, std::uint32_t chunks_per_epoch,
+                                        const std::function<std::vector<std::uint32_t>()>& gone) {
   std::lock_guard lock(mu_);
   if ((flags & ~(kFresh | kRelease)) != 0) throw ProtocolError("claim: unknown flags " + std::to_string(flags));
   if (want > 1024) throw ProtocolError("claim: " + std::to_string(want) + " chunks wanted, at most 1024");
@@ -28,12 +29,20 @@ std::vector<Chunk> ChunkDispatch::claim(std::uint32_t rank, std::uint32_t epoch,
                         " chunks per epoch, the job's first claim " + std::to_string(per_epoch_));
   }
   auto& held = held_[rank];
-  if ((flags & kFresh) != 0) give_back(held);
-  if (acked > held.size()) {
+  // Checked before anything changes: a new process holds nothing of its predecessor's.
+  const std::size_t holds = (flags & kFresh) != 0 ? 0 : held.size();
+  if (acked > holds) {
     throw ProtocolError("claim: worker " + std::to_string(rank) + " acknowledges " + std::to_string(acked) +
-                        " chunks but holds " + std::to_string(held.size()));
+                        " chunks but holds " + std::to_string(holds));
   }
   per_epoch_ = chunks_per_epoch;
+  if (gone) {
+    for (const auto r : gone()) {
+      if (r == rank) continue;  // claiming: it is back
+      if (auto it = held_.find(r); it != held_.end()) give_back(it->second);
+    }
+  }
+  if ((flags & kFresh) != 0) give_back(held);
   held.erase(held.begin(), held.begin() + acked);
   std::vector<Chunk> out;
   if ((flags & kRelease) != 0) {

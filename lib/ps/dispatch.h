@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -53,8 +54,12 @@ class ChunkDispatch {
   /// Throws ProtocolError (nothing changes) when `acked` exceeds what the rank holds,
   /// `want` is out of range, `chunks_per_epoch` is 0 or differs from the first claim's,
   /// or the flags are unknown.
+  /// `gone`, when given, names the ranks gone without leaving (StepBarrier::gone): what
+  /// they hold goes back first, under the same lock as the claim, so that a rank whose new
+  /// process claims meanwhile keeps what it got.
   std::vector<Chunk> claim(std::uint32_t rank, std::uint32_t epoch, std::uint32_t want, std::uint32_t acked,
-                           std::uint32_t flags, std::uint32_t chunks_per_epoch);
+                           std::uint32_t flags, std::uint32_t chunks_per_epoch,
+                           const std::function<std::vector<std::uint32_t>()>& gone = nullptr);
 
   /// Gives back every chunk `rank` holds (a member gone without leaving, StepBarrier::gone):
   /// handed out again first. Returns how many.

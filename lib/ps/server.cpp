@@ -397,13 +397,13 @@ class Session : public std::enable_shared_from_this<Session> {
     std::memcpy(v, payload_.data(), sizeof v);
     // The chunks of members gone without leaving (a worker lost with its machine) go back
     // before anything is handed out.
-    for (const auto r : srv_.barrier->gone()) {
-      if (r == h_.key) continue;  // it is claiming: back, but gone() has not seen its hello yet
-      if (const auto n = srv_.dispatch.give_back_rank(r)) {
-        spdlog::warn("ps: worker {} is gone without leaving; its {} unfinished chunks go to the others", r, n);
-      }
+    const auto returned = srv_.dispatch.stats().returned;
+    const auto chunks = srv_.dispatch.claim(h_.key, static_cast<std::uint32_t>(h_.seq), v[3], v[0], v[1], v[2],
+                                            [this] { return srv_.barrier->gone(); });
+    if (const auto back = srv_.dispatch.stats().returned - returned; back > 0) {
+      spdlog::warn("ps: {} unfinished chunks went back to the dispatch (a member gone, or a new process of worker {})",
+                   back, h_.key);
     }
-    const auto chunks = srv_.dispatch.claim(h_.key, static_cast<std::uint32_t>(h_.seq), v[3], v[0], v[1], v[2]);
     wire::FrameHeader r = reply_header(wire::MessageType::kClaimReply);
     out_.resize(2 * chunks.size());
     for (std::size_t i = 0; i < chunks.size(); ++i) {

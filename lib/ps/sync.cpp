@@ -112,7 +112,7 @@ std::uint64_t StepBarrier::join(std::uint32_t rank, std::uint32_t workers) {
     dropped_.assign(workers, false);
     left_.assign(workers, false);
     away_since_.assign(workers, std::nullopt);
-    if (opt_.elastic && opt_.initial_workers > 0) {
+    if (opt_.elastic) {
       for (std::uint32_t r = 0; r < workers; ++r) {
         if (r >= opt_.initial_workers) left_[r] = true;
         else away_since_[r] = created_;  // expected; gone if it never connects

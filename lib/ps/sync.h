@@ -37,9 +37,10 @@ struct SyncOptions {
   /// next hello or push. Must be below the workers' PS timeout, or they give up first.
   std::chrono::milliseconds barrier_timeout{30000};
   /// An elastic job (docs/training.md, "Elastic jobs"): its hellos carry the job's
-  /// max_workers; ranks below `initial_workers` (the job's size when the shard started)
-  /// are members from the start, the others once they say hello; a member leaves with
-  /// leave_job(). Membership is kept in every mode, async included, for members_training().
+  /// max_workers; ranks below `initial_workers` (the job's size when the shard started;
+  /// 0 for a shard restarted from its checkpoint) are members from the start, the others
+  /// once they say hello; a member leaves with leave_job(). Membership is kept in every
+  /// mode, async included, for members_training().
   bool elastic = false;
   std::uint32_t initial_workers = 0;
   /// Elastic: a member whose connection closed without a leave or done (its process or

@@ -12,6 +12,8 @@ std::optional<ps::Chunk> ChunkClaims::hand(std::uint32_t epoch) {
   if (queue_.empty()) {
     for (const auto& [e, i] : client_->claim(epoch, ahead_, finished_, per_epoch_)) queue_.push_back(ps::Chunk{e, i});
     finished_ = 0;
+    // A reconnect gave back the chunk of the batch in progress too: nothing of it to acknowledge.
+    if (client_->reconnected()) in_batch_ = false;
   }
   if (queue_.empty()) return std::nullopt;
   const auto c = queue_.front();

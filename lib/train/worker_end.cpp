@@ -266,8 +266,9 @@ void WorkerLoop::save_checkpoints(int epoch) noexcept {
 }
 
 void WorkerLoop::left() {
-  const auto members = ex_.leave();
+  // The chunks go back first: once the shards count it out, rank 0 may end the job.
   feed_->release_chunks();
+  const auto members = ex_.leave();
   wire::events::Left ev;
   ev.rank = cfg_.rank;
   ev.steps = replica_.global_step;

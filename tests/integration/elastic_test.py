@@ -12,8 +12,10 @@ For each consistency model (async, ssp, sync), in order:
     waited for a worker that had left: a wait would have ended by the barrier timeout,
     60 s, dropping it), and its data dispatch handed out every chunk of every epoch
     exactly once fresh, and every chunk a leaver gave back again.
-Then: `scale` out of the bounds is refused naming them (exit 2), and a job without
-[elastic] is refused (exit 1 from the leader's conflict, naming the section).
+Then: a grown worker killed mid-job is restarted by its agent, and its new process gives
+back the chunks the dead one held (every chunk still handed out fresh once, every
+given-back one again); `scale` out of the bounds is refused naming them (exit 2), and a
+job without [elastic] is refused (naming the section).
 
 Usage: elastic_test.py BUILD_DIR [unittest args]. Exit status 77 (skipped) without the
 Fashion-MNIST data set.
@@ -23,6 +25,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -172,7 +175,42 @@ class Elastic(unittest.TestCase):
     def test_3_sync(self):
         print("sync: fixed %.4f, elastic %.4f" % self.run_mode("sync"))
 
-    def test_4_refusals(self):
+    def task_pid(self, job, task):
+        """The pid of `task`'s process: its working directory is its task directory."""
+        for agent in os.listdir(self.cluster.state):
+            want = os.path.join(self.cluster.state, agent, "tasks", job, task + "-g1")
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    if os.readlink("/proc/%s/cwd" % pid) == want:
+                        return int(pid)
+                except OSError:
+                    pass
+        return None
+
+    def test_4_a_grown_worker_that_dies_gives_its_chunks_back_through_its_restart(self):
+        """A worker killed (SIGKILL) in the middle of the job is restarted by its agent; the new
+        process's first claim gives back what the dead one held: every chunk is still handed
+        out fresh exactly once, and every given-back chunk again (trained at least once)."""
+        job = self.submit("crash", "async", True)
+        wait_for(lambda: (self.worker(self.status(job), "worker-0") or {}).get("step", 0) >= 50, 300,
+                 "worker-0 to train", interval=0.1)
+        self.dltrain("scale", job, "--workers", "2")
+        wait_for(lambda: (self.worker(self.status(job), "worker-1") or {}).get("step", 0) >= 100, 300,
+                 "worker-1 to take 100 steps", interval=0.1)
+        st = self.status(job)
+        self.assertLess(self.worker(st, "worker-0").get("epochs", 0), EPOCHS - 1, "the premise: epochs left")
+        pid = self.task_pid(job, "worker-1")
+        self.assertIsNotNone(pid, "the premise: worker-1 runs")
+        os.kill(pid, signal.SIGKILL)
+        end = self.wait_end(job)
+        self.assertGreater(end["test_accuracy"], 0.8)
+        self.assertGreaterEqual(self.worker(end, "worker-1").get("restarts", 0), 1, json.dumps(end)[:2000])
+        ps = self.ps_stats(job)
+        self.assertEqual(ps["served"] - ps["reissued"], EPOCHS * CHUNKS, ps)
+        self.assertEqual(ps["returned"], ps["reissued"], ps)
+        self.assertGreaterEqual(ps["returned"], 1, ps)
+
+    def test_5_refusals(self):
         job = self.submit("bounds", "async", True)
         r = self.dltrain("scale", job, "--workers", "5", check=False)
         self.assertEqual(r.returncode, 2, r.stderr)

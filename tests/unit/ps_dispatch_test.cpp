@@ -73,6 +73,8 @@ TEST(ChunkDispatch, RefusesMalformedClaims) {
   EXPECT_THROW(d.claim(0, 0, 2, 0, 0, 0), ProtocolError);
   EXPECT_THROW(d.claim(0, 0, 2000, 0, 0, 5), ProtocolError);
   EXPECT_THROW(d.claim(0, 0, 2, 0, 8, 5), ProtocolError);
+  // A new process holds nothing yet: it cannot acknowledge (and its predecessor's stay).
+  EXPECT_THROW(d.claim(0, 0, 2, 1, ChunkDispatch::kFresh, 5), ProtocolError);
   EXPECT_EQ(d.held(0), 2u);
   EXPECT_EQ(d.stats().served, 2u);
 }
