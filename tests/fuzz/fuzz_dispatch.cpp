@@ -1,7 +1,7 @@
 // Fuzzes an elastic job's data dispatch (ps/dispatch.h) with claims as PS shard 0 takes
 // them off the wire: each 8 bytes of the input are one claim — worker rank (0..3), epoch
 // (0..3), chunks wanted, chunks acknowledged, flags (any value: unknown flags must be
-// refused) and, rarely, another chunk count than the job's — from a set of workers that
+// refused) and, rarely, another chunk count (the first accepted claim fixes the job's) — from a set of workers that
 // train every chunk they are given, in order, as the worker's ChunkClaims does.
 //
 // Checks, beyond "no crash", against a model kept here:
@@ -37,6 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::map<std::uint32_t, std::deque<Key>> held;  // the model: per rank, in hand-out order
   std::set<Key> fresh_seen, trained, back;        // handed out fresh ever; acknowledged; given back
   std::uint64_t fresh = 0;
+  std::uint32_t fixed = 0;  // the chunk count the first accepted claim fixed
   for (std::size_t off = 0; off + 8 <= size; off += 8) {
     const std::uint8_t* c = data + off;
     const std::uint32_t rank = c[0] % 4, epoch = c[1] % 4;
@@ -56,7 +57,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       FUZZ_CHECK(d.held(rank) == held_before, "a refused claim changed what the rank holds");
       continue;
     }
-    FUZZ_CHECK((flags & ~3u) == 0 && want <= 1024 && per_epoch == kChunks, "a malformed claim was accepted");
+    FUZZ_CHECK((flags & ~3u) == 0 && want <= 1024 && (fixed == 0 || per_epoch == fixed),
+               "a malformed claim was accepted");
+    fixed = per_epoch;
     auto& mine = held[rank];
     if ((flags & ps::ChunkDispatch::kFresh) != 0) {
       for (const auto& k : mine) back.insert(k);
@@ -75,7 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     FUZZ_CHECK(got.size() <= want, "more chunks than wanted");
     for (const auto& ch : got) {
       const Key k{ch.epoch, ch.index};
-      FUZZ_CHECK(ch.epoch <= epoch && ch.index < kChunks, "a chunk of a later epoch or out of range");
+      FUZZ_CHECK(ch.epoch <= epoch && ch.index < fixed, "a chunk of a later epoch or out of range");
       if (back.erase(k) == 0) {
         FUZZ_CHECK(fresh_seen.insert(k).second, "a fresh chunk handed out twice");
         FUZZ_CHECK(ch.epoch == epoch, "a fresh chunk of another epoch");
