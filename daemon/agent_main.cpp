@@ -194,6 +194,8 @@ int main(int argc, char** argv) {
                  "standalone: seconds between a worker's progress events (default: the agents' 5 s)")
       ->check(CLI::Range(0.1, 86400.0));
   bool check_config = false;
+  app.add_flag("--shared-plan", so.shared_plan,
+               "standalone: the leader resizes elastic jobs to share the cluster (docs/operations.md, \"The shared plan\")");
   app.add_flag("--check-config", check_config,
                "read the configuration (and its token files), say what is wrong with it or that it is valid, and "
                "exit (0 valid, 2 not)");

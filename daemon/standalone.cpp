@@ -102,6 +102,7 @@ int run_standalone(const StandaloneOptions& so, const std::string& agent_exe) {
   lopt.agent_token = new_job_secret_hex();
   lopt.client_token = new_job_secret_hex();
   lopt.state_dir = (state / "leader").string();
+  lopt.shared_plan = so.shared_plan;
   leader::Leader leader(io, lopt);
   leader.start();
   const std::string url = "ws://127.0.0.1:" + std::to_string(leader.port());

@@ -21,6 +21,7 @@ struct StandaloneOptions {
   double ps_checkpoint_interval_s = 0;
   /// Each agent's progress_interval in seconds, [0.1, 86400]; 0 = the agent default (5 s).
   double progress_interval_s = 0;
+  bool shared_plan = false;  ///< the leader's shared_plan (docs/operations.md, "The shared plan")
   std::string log_level = "info";
 };
 

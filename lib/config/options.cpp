@@ -109,6 +109,7 @@ std::map<std::string, Handler> key_handlers(const std::function<std::string(cons
       {"metrics_token_file", token_file(&AgentOptions::metrics_token)},
       {"task_bind_address", str(&AgentOptions::task_bind_address)},
       {"host_tasks", flag(&AgentOptions::host_tasks)},
+      {"shared_plan", flag(&AgentOptions::shared_plan)},
       {"cores", integer(&AgentOptions::cores, 0, 4096)},
       {"memory_mb",
        [](AgentOptions& o, const Node& n, const std::string& k) {

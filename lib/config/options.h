@@ -85,6 +85,12 @@ struct AgentOptions {
   /// agent reports when it registers ("" = none).
   std::string metrics_endpoint;
   bool host_tasks = true;                  ///< leader: also run tasks like any agent
+  /// Leader: the shared plan (leader/shared_plan.h, docs/operations.md "The shared plan")
+  /// resizes elastic jobs whenever a job arrives or ends or an agent comes or goes: a job
+  /// that arrives on a full cluster starts at its min_workers with workers the running
+  /// ones give up, spare cores go to the job with the shortest time left, users keep fair
+  /// shares. false = every job keeps the size it was started with (FIFO queue).
+  bool shared_plan = false;
   int cores = 0;                           ///< cores offered to tasks; 0 = all online cores
   std::int64_t memory_mb = 0;              ///< memory offered; 0 = physical memory
   std::string hardware_class = "cpu";      ///< label used by the planner's price table

@@ -155,6 +155,7 @@ json job_json(const JobRec& j, const std::optional<QueueStatus>& queue) {
   out["workers"] = j.spec.workers;
   if (j.spec.elastic.on()) {
     out["elastic"] = {{"min_workers", j.spec.elastic.min_workers}, {"max_workers", j.spec.elastic.max_workers}};
+    if (!j.share.empty()) out["share"] = j.share;
   }
   out["ps_shards"] = j.spec.ps_shards;
   // ps_shards = "auto" until the job starts: ps_shards is then the least it will have.

@@ -171,6 +171,9 @@ struct JobRec {
   /// token and for records stored before jobs had owners): only it and admins may cancel
   /// it, read its logs and model, or resume it.
   std::string owner = "admin";
+  /// Elastic jobs under the shared plan: why it has the workers it has (the plan's latest
+  /// reason; not stored).
+  std::string share;
   std::optional<Clock::time_point> ended;
   std::vector<TaskRec> tasks;
   double test_accuracy = -1;

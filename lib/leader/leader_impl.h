@@ -267,6 +267,10 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// A worker asked to leave exited (on_task_exit, its hold already released): removes it
   /// from the job. False (nothing done) for any other task.
   bool on_worker_left(JobRec& j, TaskRec& t);
+  /// The shared plan (opt.shared_plan; leader/shared_plan.h): sizes the queued elastic
+  /// jobs for admission and resizes the running ones. Called by try_schedule.
+  void replan();
+  bool replanning = false;  ///< replan is running (resize does not call back, but be sure)
 
   // ------------------------------------------------------------ leader_users.cpp
   /// The audit log (<state_dir>/audit.log; without a state directory, the leader's log only).

@@ -115,6 +115,7 @@ void Leader::Impl::expire_queued() {
 // The queue's rule is the scheduler's (leader/scheduler.h): FIFO without overtaking; a
 // job that cannot fit even an idle cluster waits without blocking others.
 void Leader::Impl::try_schedule() {
+  if (opt.shared_plan) replan();
   schedule_pass();
   notify_waiting();
 }

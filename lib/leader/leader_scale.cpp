@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "leader/leader_impl.h"
+#include "leader/shared_plan.h"
 
 namespace dltrain::leader {
 
@@ -168,6 +169,93 @@ bool Leader::Impl::on_worker_left(JobRec& j, TaskRec& t) {
   }
   try_schedule();  // its cores are free
   return true;
+}
+
+namespace {
+
+// The training images of a job: train_samples, else the data set's size where the leader
+// knows it (the published figures), else 60,000.
+double training_images(const JobSpec& spec) {
+  if (spec.train_samples > 0) return static_cast<double>(spec.train_samples);
+  return spec.dataset == DatasetKind::kCifar10 ? 50000.0 : 60000.0;
+}
+
+// A job the plan may move: elastic, CPU workers of one core, not resizing or starting.
+bool movable(const JobRec& j) {
+  if (!j.spec.elastic.on() || j.spec.threads_per_task != 1 || j.spec.gpus_per_worker > 0) return false;
+  if (j.state() == JobState::kQueued) return true;
+  if (j.state() != JobState::kRunning || j.life.target() || !j.recovery.seed.empty()) return false;
+  return std::all_of(j.tasks.begin(), j.tasks.end(), [](const TaskRec& t) {
+    return t.kind != TaskKind::kWorker || (t.state == TaskState::kRunning && !t.leaving);
+  });
+}
+
+}  // namespace
+
+void Leader::Impl::replan() {
+  if (replanning) return;
+  replanning = true;
+  // Slots: the free cores, plus the cores the movable running jobs' workers hold, less
+  // the PS cores of the queued movable jobs (they need them to start).
+  int slots = 0;
+  for (const auto& a : agents.slots()) slots += a.free_cores;
+  // The per-worker rate of the running jobs (images/s), for the queued ones' estimates.
+  double rate_sum = 0;
+  int rate_n = 0;
+  for (JobRec* jp : jobs.in_order()) {
+    for (const auto& [rank, ips] : jp->figures.images_per_sec) {
+      if (jp->state() == JobState::kRunning && ips > 0) rate_sum += ips, ++rate_n;
+    }
+  }
+  const double mean_rate = rate_n > 0 ? rate_sum / rate_n : 1000.0;
+  std::vector<ShareJob> plan_jobs;
+  for (JobRec* jp : jobs.in_order()) {
+    auto& j = *jp;
+    if (!movable(j)) continue;
+    ShareJob s;
+    s.id = j.id;
+    s.owner = j.owner;
+    const auto* u = user_options(j.owner);
+    s.priority = u != nullptr ? u->priority : 0;
+    s.min_workers = j.spec.elastic.min_workers;
+    s.max_workers = j.spec.elastic.max_workers;
+    const double images = training_images(j.spec) * j.spec.epochs;
+    if (j.state() == JobState::kRunning) {
+      s.workers = j.spec.workers;
+      slots += s.workers;
+      double rate = 0;
+      for (const auto& [rank, ips] : j.figures.images_per_sec) rate += ips;
+      rate = rate > 0 ? rate / std::max(1, s.workers) : mean_rate;
+      s.remaining = std::max(1.0, images * (1.0 - j.progress().value_or(0.0)) / rate);
+    } else {
+      slots -= j.spec.ps_shards;
+      s.remaining = std::max(1.0, images / mean_rate);
+    }
+    plan_jobs.push_back(s);
+  }
+  if (!plan_jobs.empty()) {
+    const auto plan = plan_shares(plan_jobs, std::max(0, slots));
+    // Shrinks first (their leavers free the cores), then the queued jobs' sizes, then grows.
+    for (int pass = 0; pass < 3; ++pass) {
+      for (const auto& s : plan_jobs) {
+        auto& j = jobs.at(s.id);
+        const auto& d = plan.at(s.id);
+        j.share = d.reason;
+        if (pass == 1 && s.workers == 0 && d.workers > 0 && d.workers != j.spec.workers) {
+          spdlog::info("job {}: the shared plan starts it with {} workers ({})", j.id, d.workers, d.reason);
+          j.spec.workers = d.workers;
+          save(j);
+        }
+        if (s.workers == 0 || d.workers == s.workers) continue;
+        if ((pass == 0 && d.workers < s.workers) || (pass == 2 && d.workers > s.workers)) {
+          if (auto why = resize(j, d.workers, "the shared plan: " + d.reason, nullptr)) {
+            spdlog::info("job {}: the shared plan's resize to {} waits: {}", j.id, d.workers, *why);
+          }
+        }
+      }
+    }
+  }
+  replanning = false;
 }
 
 }  // namespace dltrain::leader

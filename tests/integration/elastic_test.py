@@ -1,4 +1,5 @@
-"""Elastic jobs (docs/training.md, "Elastic jobs"): a real standalone cluster (2 agents
+"""Elastic jobs (docs/training.md, "Elastic jobs") and the shared plan (docs/operations.md,
+"The shared plan"): a real standalone cluster (2 agents
 x 2 cores) resizes running jobs with `dltrain scale`, without restarting them.
 
 For each consistency model (async, ssp, sync), in order:
@@ -221,6 +222,57 @@ class Elastic(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("[elastic]", r.stderr)
         self.dltrain("cancel", fixed)
+
+
+class SharedPlan(unittest.TestCase):
+    """The leader's shared plan (`--shared-plan`, docs/operations.md "The shared plan"): an
+    elastic job holding the whole cluster (4 cores: its PS shard and 3 workers) gives 2
+    workers up when a second elastic job arrives, which starts at its min_workers while
+    the first still runs; both succeed."""
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="dltrain-shared-plan-")
+        self.addCleanup(shutil.rmtree, self.root, True)
+        self.cluster = StandaloneCluster(os.path.join(BUILD, "bin"), self.root, agents=2,
+                                         extra_args=["--cores-per-agent", "2", "--progress-interval", "0.2",
+                                                     "--shared-plan"])
+        self.cluster.start()
+        self.addCleanup(self.cluster.stop)
+
+    def dltrain(self, *args):
+        r = subprocess.run(self.cluster.client + list(args), capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def status(self, job):
+        return json.loads(self.dltrain("status", job, "--json"))
+
+    def submit(self, name, workers, max_workers, train, epochs):
+        text = job_toml(name, "async", False).replace("workers = 1\n", "workers = %d\n" % workers, 1)
+        text = text.replace("train_samples = %d" % TRAIN, "train_samples = %d" % train)
+        text = text.replace("epochs = %d" % EPOCHS, "epochs = %d" % epochs, 1)
+        text += "\n[elastic]\nmin_workers = 1\nmax_workers = %d\n" % max_workers
+        path = os.path.join(self.root, name + ".toml")
+        with open(path, "w") as f:
+            f.write(text)
+        return json.loads(self.dltrain("submit", path, "--json").strip().splitlines()[-1])["job"]
+
+    def test_an_arrival_on_a_full_cluster_starts_with_workers_the_running_job_gives_up(self):
+        big = self.submit("big", 3, 3, 60000, 4)
+        wait_for(lambda: all(t.get("step", 0) >= 20 for t in self.status(big)["tasks"] if t["task"] != "ps-0")
+                 and self.status(big)["workers"] == 3, 300, "the big job's 3 workers to train", interval=0.1)
+        small = self.submit("small", 2, 2, 12000, 2)
+        wait_for(lambda: self.status(small)["state"] in ("running", "succeeded"), 120, "the small job to start",
+                 interval=0.1)
+        st = self.status(big)
+        self.assertEqual(st["state"], "running", "the premise: the big job still runs when the small one starts")
+        self.assertEqual(st["workers"], 1)
+        wait_for(lambda: self.status(small)["state"] in ("succeeded", "failed"), 300, "the small job to end")
+        self.assertEqual(self.status(small)["state"], "succeeded")
+        wait_for(lambda: self.status(big)["state"] in ("succeeded", "failed"), 600, "the big job to end")
+        end = self.status(big)
+        self.assertEqual(end["state"], "succeeded")
+        self.assertGreater(end["test_accuracy"], 0.8)
 
 
 if __name__ == "__main__":
