@@ -89,7 +89,8 @@ struct AgentOptions {
   /// resizes elastic jobs whenever a job arrives or ends or an agent comes or goes: a job
   /// that arrives on a full cluster starts at its min_workers with workers the running
   /// ones give up, spare cores go to the job with the shortest time left, users keep fair
-  /// shares. false = every job keeps the size it was started with (FIFO queue).
+  /// shares. false = every job keeps the size it was started with (FIFO queue). Key
+  /// `shared_plan` (boolean).
   bool shared_plan = false;
   int cores = 0;                           ///< cores offered to tasks; 0 = all online cores
   std::int64_t memory_mb = 0;              ///< memory offered; 0 = physical memory

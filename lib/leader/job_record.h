@@ -174,6 +174,9 @@ struct JobRec {
   /// Elastic jobs under the shared plan: why it has the workers it has (the plan's latest
   /// reason; not stored).
   std::string share;
+  /// The longest a worker of it took to load its data and model before its first step,
+  /// s (Started::load_seconds; 0 until one has started; not stored).
+  double worker_start_seconds = 0;
   std::optional<Clock::time_point> ended;
   std::vector<TaskRec> tasks;
   double test_accuracy = -1;

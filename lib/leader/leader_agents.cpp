@@ -431,6 +431,8 @@ void Leader::Impl::on_started(JobRec& j, TaskRec& t, const events::Started& e) {
   if (t.kind != TaskKind::kWorker) return;
   // Its steps are known from its start, before its first progress report.
   t.steps_per_epoch = e.steps_per_epoch;
+  // What a new worker costs the job (the shared plan's resize cost): its data and model.
+  j.worker_start_seconds = std::max(j.worker_start_seconds, e.load_seconds);
   // A worker has taken the shards' parameters: from now on their state is training.
   if (!j.workers_started) {
     j.workers_started = true;

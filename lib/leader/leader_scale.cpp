@@ -218,6 +218,9 @@ void Leader::Impl::replan() {
     const auto* u = user_options(j.owner);
     s.priority = u != nullptr ? u->priority : 0;
     s.min_workers = j.spec.elastic.min_workers;
+    // A resize costs a new worker's start (measured; twice it, for the leaver's step and
+    // the noise), unknown before the job's first worker started.
+    if (j.worker_start_seconds > 0) s.resize_cost_s = 2 * j.worker_start_seconds + 1;
     s.max_workers = j.spec.elastic.max_workers;
     const double images = training_images(j.spec) * j.spec.epochs;
     if (j.state() == JobState::kRunning) {

@@ -15,6 +15,7 @@ struct Slot {
 };
 
 double left_at(const Slot& s, int w) { return s.job->remaining / std::max(1, w); }
+double cost_of(const Slot& s, const SharePlanOptions& o) { return s.job->resize_cost_s >= 0 ? s.job->resize_cost_s : o.resize_cost_s; }
 
 }  // namespace
 
@@ -112,7 +113,7 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
     for (auto& s : plan) {
       if (!s.admitted || s.workers >= s.job->max_workers) continue;
       const double saves = left_at(s, s.workers) - left_at(s, s.workers + 1);
-      if (saves <= o.resize_cost_s) continue;
+      if (saves <= cost_of(s, o)) continue;
       if (best == nullptr || s.job->priority > best->job->priority ||
           (s.job->priority == best->job->priority && left_at(s, s.workers) < left_at(*best, best->workers))) {
         best = &s;
@@ -141,7 +142,8 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
     if (shortest == nullptr || longest == nullptr || shortest == longest) break;
     if (held.size() > 1 && shortest->job->owner != longest->job->owner) break;  // shares stay as step 3 left them
     const double gain = left_at(*shortest, shortest->workers) - left_at(*shortest, shortest->workers + 1);
-    if (!(left_at(*shortest, shortest->workers + 1) < left_at(*longest, longest->workers - 1)) || gain <= o.resize_cost_s) {
+    if (!(left_at(*shortest, shortest->workers + 1) < left_at(*longest, longest->workers - 1)) ||
+        gain <= cost_of(*shortest, o)) {
       break;
     }
     ++shortest->workers;

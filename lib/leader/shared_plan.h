@@ -23,13 +23,17 @@ struct ShareJob {
   /// (> 0). At w workers the plan expects remaining / w (the job's [elastic] bounds are
   /// where it scales).
   double remaining = 0;
+  /// What a resize costs this job, s (>= 0): a worker's start as measured, with margin;
+  /// < 0 = not measured: SharePlanOptions::resize_cost_s.
+  double resize_cost_s = -1;
 };
 
 /// The plan's knobs.
 struct SharePlanOptions {
   /// A resize costs about this much of a job's time (a new worker loads its data and
-  /// model, a leaver finishes its step): a spare slot goes to a running job only when it
-  /// saves the job more than this, so that the plan does not flap. Seconds, >= 0.
+  /// model, a leaver finishes its step), for a job whose cost is not measured
+  /// (ShareJob::resize_cost_s < 0): a slot goes to a job only when it saves the job more
+  /// than this, so that the plan does not flap. Seconds, >= 0.
   double resize_cost_s = 30;
 };
 

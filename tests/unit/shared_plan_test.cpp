@@ -59,3 +59,16 @@ TEST(SharedPlan, QueuedJobsAreAdmittedByPriorityThenArrival) {
   EXPECT_EQ(p.at("B").workers, 1);
   EXPECT_EQ(p.at("A").workers, 0);
 }
+
+// A job's own measured resize cost replaces the default: 1,200 worker-seconds at 4 (300 s)
+// vs 5 (240 s) saves 60 s: not worth it at a cost of 90 s, worth it at 2 s even with the
+// default of 100.
+TEST(SharedPlan, AJobsMeasuredResizeCostReplacesTheDefault) {
+  SharePlanOptions o;
+  o.resize_cost_s = 100;
+  auto a = job("A", "u", 1, 8, 4, 1200);
+  a.resize_cost_s = 2;
+  EXPECT_EQ(plan_shares({a}, 5, o).at("A").workers, 5);
+  a.resize_cost_s = 90;
+  EXPECT_EQ(plan_shares({a}, 5, {}).at("A").workers, 4);
+}
