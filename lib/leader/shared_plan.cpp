@@ -125,9 +125,11 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
     best->reason = "spare slots: shortest time left";
   }
   // 5. Shortest-remaining-time first among the admitted jobs: a worker moves from the job
-  // with the most time left (above its min) to the one with the least (below its max)
-  // while the short one stays the shorter after the move and gains more than a resize
-  // costs. Bounded: each move lowers the short job's time left.
+  // with the most time left (above its min, and whose user keeps its fair share) to the
+  // one with the least (below its max) while the short one stays the shorter after the
+  // move and gains more than a resize costs. Bounded: each move lowers the short job's
+  // time left.
+  const int share = held.empty() ? slots : slots / static_cast<int>(held.size());
   for (std::size_t round = 0; round < static_cast<std::size_t>(slots) * plan.size() + 1; ++round) {
     Slot *shortest = nullptr, *longest = nullptr;
     for (auto& s : plan) {
@@ -135,12 +137,16 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
       if (s.workers < s.job->max_workers && (shortest == nullptr || left_at(s, s.workers) < left_at(*shortest, shortest->workers))) {
         shortest = &s;
       }
-      if (s.workers > s.job->min_workers && (longest == nullptr || left_at(s, s.workers) > left_at(*longest, longest->workers))) {
+    }
+    if (shortest == nullptr) break;
+    for (auto& s : plan) {
+      const bool keeps_share = s.job->owner == shortest->job->owner || held[s.job->owner] - 1 >= share;
+      if (s.admitted && &s != shortest && s.workers > s.job->min_workers && keeps_share &&
+          (longest == nullptr || left_at(s, s.workers) > left_at(*longest, longest->workers))) {
         longest = &s;
       }
     }
-    if (shortest == nullptr || longest == nullptr || shortest == longest) break;
-    if (held.size() > 1 && shortest->job->owner != longest->job->owner) break;  // shares stay as step 3 left them
+    if (longest == nullptr) break;
     const double gain = left_at(*shortest, shortest->workers) - left_at(*shortest, shortest->workers + 1);
     if (!(left_at(*shortest, shortest->workers + 1) < left_at(*longest, longest->workers - 1)) ||
         gain <= cost_of(*shortest, o)) {
@@ -148,6 +154,8 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
     }
     ++shortest->workers;
     --longest->workers;
+    ++held[shortest->job->owner];
+    --held[longest->job->owner];
     shortest->reason = "shortest time left: takes a worker from " + longest->job->id;
     longest->reason = "gives a worker to " + shortest->job->id + ", which has less time left";
   }

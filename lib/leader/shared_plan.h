@@ -60,10 +60,10 @@ struct ShareDecision {
 ///     left (remaining / workers: shortest-remaining-time first, which minimises the
 ///     average completion time of jobs that scale linearly), while that saves it more
 ///     than resize_cost_s;
-///  5. then, within a user's jobs (or all of them with one user), a worker moves from the
-///     job with the most time left (above its min) to the one with the least (below its
-///     max) while the short one stays the shorter after the move and gains more than
-///     resize_cost_s: shortest-remaining-time first among admitted jobs.
+///  5. then a worker moves from the job with the most time left (above its min, and of a
+///     user that keeps its fair share without it, or of the same user) to the one with
+///     the least (below its max) while the short one stays the shorter after the move and
+///     gains more than resize_cost_s: shortest-remaining-time first among admitted jobs.
 /// Returns a decision per job id. Pure.
 std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jobs, int slots,
                                                  const SharePlanOptions& options = {});

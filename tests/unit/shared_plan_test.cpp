@@ -72,3 +72,16 @@ TEST(SharedPlan, AJobsMeasuredResizeCostReplacesTheDefault) {
   a.resize_cost_s = 90;
   EXPECT_EQ(plan_shares({a}, 5, {}).at("A").workers, 4);
 }
+
+// Shortest remaining time first within fairness: 8 slots, alice's A (10,000 worker-s) has
+// 5, bob's B (300) 1 and D (8,000) 2. Shares are 4 each: bob takes one from alice (A 4,
+// B 2). Then B, the shortest, takes a worker from bob's own D (B at 3 has 100 s left,
+// saving 50 s; D at 1 still has the most), not from A: alice would fall below her share.
+TEST(SharedPlan, TheShortestJobTakesWorkersOnlyWhereTheGiverKeepsItsShare) {
+  const auto p = plan_shares(
+      {job("A", "alice", 1, 8, 5, 10000), job("B", "bob", 1, 3, 1, 300), job("D", "bob", 1, 8, 2, 8000)}, 8);
+  EXPECT_EQ(p.at("A").workers, 4);
+  EXPECT_EQ(p.at("B").workers, 3);
+  EXPECT_EQ(p.at("D").workers, 1);
+  EXPECT_EQ(p.at("B").reason, "shortest time left: takes a worker from D");
+}
