@@ -187,15 +187,14 @@ int main(int argc, char** argv) {
     });
     io.run();
     server.stop();
+    const auto sy = server.sync_stats();
     if (opt.sync.mode != dltrain::ps::SyncMode::kAsync) {
-      const auto sy = server.sync_stats();
       spdlog::info("sync {}: {} steps applied, {} late pushes dropped, {} pulls waited ({:.3f} s in all), {} workers "
                    "dropped by the barrier timeout, {} connections closed mid-step, {} rejoins, max lead {} steps",
                    dltrain::enum_name(args.sync), sy.steps, sy.late_pushes, sy.waits, sy.wait_seconds, sy.dropped, sy.departures,
                    sy.rejoins, sy.max_lead);
     }
     if (opt.sync.elastic) {
-      const auto sy = server.sync_stats();
       const auto d = server.dispatch_stats();
       spdlog::info("elastic: {} workers joined, {} left, {} dropped by the barrier timeout; data dispatch: {} chunks "
                    "served, {} given back, {} served again",

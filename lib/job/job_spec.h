@@ -74,6 +74,7 @@ struct CheckpointSpec {
 struct ElasticSpec {
   int min_workers = 0;  ///< [1, workers]; 1 when the table gives only max_workers
   int max_workers = 0;  ///< [workers, 1024]; required in the table
+  /// Whether the job is elastic (the table gave max_workers).
   bool on() const { return max_workers > 0; }
 };
 

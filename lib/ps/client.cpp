@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <functional>
 #include <future>
 
 #include <spdlog/spdlog.h>
@@ -202,25 +203,31 @@ void append_pull(ShardConnections& conn, const Partition& p, double downlink_rat
   if (h.type == wire::MessageType::kPullLowRank) req.push_back(std::as_bytes(lowrank_blocks(conn, p.key)));
 }
 
-// Sends `req` to every shard and takes one reply of type `want` from each; returns the
-// smallest reply count (done and query).
-std::uint32_t count_exchange(ShardConnections& conn, wire::MessageType req, wire::MessageType want,
-                             const char* what) {
+// Sends `req` (no payload, key = this worker's rank) to every shard and hands each
+// shard's one reply header of type `want` to `take` (done, query, leave).
+void header_exchange(ShardConnections& conn, wire::MessageType req, wire::MessageType want, const char* what,
+                     const std::function<void(const wire::FrameHeader&)>& take) {
   std::vector<HeaderBytes> hdrs(conn.size());
   std::vector<Request> requests(conn.size());
   for (std::size_t s = 0; s < conn.size(); ++s) {
     hdrs[s] = detail::encode(conn.header(req, conn.options().rank, wire::Codec::kNone, 0, 0));
     requests[s] = {hdrs[s]};
   }
-  std::uint32_t least = UINT32_MAX;
   conn.exchange(
       requests, std::vector<int>(conn.size(), 1),
       [&](std::size_t s, const wire::FrameHeader& h) -> std::span<std::byte> {
         DLTRAIN_ENFORCE_EQ(h.type, want, ProtocolError, conn.where(s));
-        least = std::min(least, h.count);
+        take(h);
         return {};
       },
       what);
+}
+
+// header_exchange's smallest reply count (done and query).
+std::uint32_t count_exchange(ShardConnections& conn, wire::MessageType req, wire::MessageType want,
+                             const char* what) {
+  std::uint32_t least = UINT32_MAX;
+  header_exchange(conn, req, want, what, [&](const wire::FrameHeader& h) { least = std::min(least, h.count); });
   return least;
 }
 
@@ -435,40 +442,16 @@ std::uint32_t PsClient::workers_done() {
 }
 
 std::uint32_t PsClient::members_training() {
-  std::vector<HeaderBytes> hdrs(conn_->size());
-  std::vector<Request> requests(conn_->size());
-  for (std::size_t s = 0; s < conn_->size(); ++s) {
-    hdrs[s] = detail::encode(conn_->header(wire::MessageType::kQuery, conn_->options().rank, wire::Codec::kNone, 0, 0));
-    requests[s] = {hdrs[s]};
-  }
-  std::uint64_t most = 0;
-  conn_->exchange(
-      requests, std::vector<int>(conn_->size(), 1),
-      [&](std::size_t s, const wire::FrameHeader& h) -> std::span<std::byte> {
-        DLTRAIN_ENFORCE_EQ(h.type, wire::MessageType::kQueryReply, ProtocolError, conn_->where(s));
-        most = std::max(most, h.seq);
-        return {};
-      },
-      "query");
+  std::uint64_t most = 0;  // the query reply's seq (its count is the finished workers)
+  header_exchange(*conn_, wire::MessageType::kQuery, wire::MessageType::kQueryReply, "query",
+                  [&](const wire::FrameHeader& h) { most = std::max(most, h.seq); });
   return static_cast<std::uint32_t>(most);
 }
 
 std::uint32_t PsClient::leave() {
   std::uint32_t members = 0;
-  std::vector<HeaderBytes> hdrs(conn_->size());
-  std::vector<Request> requests(conn_->size());
-  for (std::size_t s = 0; s < conn_->size(); ++s) {
-    hdrs[s] = detail::encode(conn_->header(wire::MessageType::kLeave, conn_->options().rank, wire::Codec::kNone, 0, 0));
-    requests[s] = {hdrs[s]};
-  }
-  conn_->exchange(
-      requests, std::vector<int>(conn_->size(), 1),
-      [&](std::size_t s, const wire::FrameHeader& h) -> std::span<std::byte> {
-        DLTRAIN_ENFORCE_EQ(h.type, wire::MessageType::kLeaveAck, ProtocolError, conn_->where(s));
-        members = std::max(members, h.count);
-        return {};
-      },
-      "leave");
+  header_exchange(*conn_, wire::MessageType::kLeave, wire::MessageType::kLeaveAck, "leave",
+                  [&](const wire::FrameHeader& h) { members = std::max(members, h.count); });
   return members;
 }
 

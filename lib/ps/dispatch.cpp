@@ -61,15 +61,6 @@ std::vector<Chunk> ChunkDispatch::claim(std::uint32_t rank, std::uint32_t epoch,
   return out;
 }
 
-std::size_t ChunkDispatch::give_back_rank(std::uint32_t rank) {
-  std::lock_guard lock(mu_);
-  auto it = held_.find(rank);
-  if (it == held_.end()) return 0;
-  const auto n = it->second.size();
-  give_back(it->second);
-  return n;
-}
-
 std::size_t ChunkDispatch::held(std::uint32_t rank) const {
   std::lock_guard lock(mu_);
   auto it = held_.find(rank);

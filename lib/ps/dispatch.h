@@ -61,9 +61,6 @@ class ChunkDispatch {
                            std::uint32_t flags, std::uint32_t chunks_per_epoch,
                            const std::function<std::vector<std::uint32_t>()>& gone = nullptr);
 
-  /// Gives back every chunk `rank` holds (a member gone without leaving, StepBarrier::gone):
-  /// handed out again first. Returns how many.
-  std::size_t give_back_rank(std::uint32_t rank);
   /// Chunks `rank` holds (claimed, not acknowledged).
   std::size_t held(std::uint32_t rank) const;
   DispatchStats stats() const;

@@ -79,12 +79,14 @@ TEST(ChunkDispatch, RefusesMalformedClaims) {
   EXPECT_EQ(d.stats().served, 2u);
 }
 
-// A gone member's chunks (StepBarrier::gone) go back whole, acknowledged ones excepted.
+// A gone member's chunks (the claim's `gone`, StepBarrier::gone) go back whole,
+// acknowledged ones excepted, before the claim is served; an unknown rank holds nothing.
 TEST(ChunkDispatch, AGoneMembersChunksGoBack) {
   ChunkDispatch d;
   d.claim(1, 0, 3, 0, ChunkDispatch::kFresh, 6);  // (0,0), (0,1), (0,2)
   d.claim(1, 0, 0, 1, 0, 6);                      // (0,0) trained
-  EXPECT_EQ(d.give_back_rank(1), 2u);
-  EXPECT_EQ(d.give_back_rank(7), 0u);
-  EXPECT_EQ(d.claim(0, 0, 3, 0, ChunkDispatch::kFresh, 6), C({{0, 1}, {0, 2}, {0, 3}}));
+  const auto gone = [] { return std::vector<std::uint32_t>{1, 7}; };
+  EXPECT_EQ(d.claim(0, 0, 3, 0, ChunkDispatch::kFresh, 6, gone), C({{0, 1}, {0, 2}, {0, 3}}));
+  EXPECT_EQ(d.held(1), 0u);
+  EXPECT_EQ(d.stats().returned, 2u);
 }
