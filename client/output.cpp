@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/json_fields.h"
+#include "wire/leader_events.h"
 #include "wire/task_events.h"
 
 namespace dltrain::client {
@@ -193,6 +194,17 @@ void print_event(std::ostream& out, const json& e) {
   } else if (kind == events::Recovering::kKind) {
     out << job << ": " << events::Recovering::from_json(e).reason << "; stopping its tasks to re-assign it"
         << std::endl;
+  } else if (kind == events::Resized::kKind) {
+    const auto r = events::Resized::from_json(e);
+    out << job << ": resized from " << r.from << " to " << r.to << " workers (" << r.by << ")";
+    for (const auto& s : r.started) out << "; started " << s;
+    if (!r.leaving.empty()) out << "; leaving after their step:";
+    for (const auto& l : r.leaving) out << " " << l;
+    out << std::endl;
+  } else if (kind == events::Left::kKind) {
+    const auto l = events::Left::from_json(e);
+    out << job << " [" << task << "] left after " << l.steps << " steps; " << l.members << " workers still train"
+        << std::endl;
   } else if (kind == events::Waiting::kKind) {
     const auto w = events::Waiting::from_json(e);
     out << job << ": waiting: position " << w.position << " in the queue, needs " << w.cores_needed << " cores, "
@@ -269,6 +281,15 @@ void print_job_status(std::ostream& out, json r) {
       for (const auto& g : t["gpus"]) out << " " << g.dump();
     }
     if (t.contains("recovery")) out << "  " << t.value("recovery", "");
+    if (t.value("leaving", false)) out << "  leaving after its step";
+    out << std::endl;
+  }
+  if (r.contains("elastic") && r["elastic"].is_object()) {
+    // An elastic job: its bounds, and under the shared plan why it has its workers.
+    out << "  elastic: " << r.value("workers", 0) << " workers within [" << r["elastic"].value("min_workers", 0)
+        << ", " << r["elastic"].value("max_workers", 0) << "] (dltrain scale " << r.value("job", "")
+        << " --workers N)";
+    if (r.contains("share")) out << "; shared plan: " << r.value("share", "");
     out << std::endl;
   }
   if (r.value("state", "") == "recovering") {

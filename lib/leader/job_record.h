@@ -174,6 +174,10 @@ struct JobRec {
   /// Elastic jobs under the shared plan: why it has the workers it has (the plan's latest
   /// reason; not stored).
   std::string share;
+  /// Its owner or an admin resized it with `dltrain scale`: the shared plan leaves it at
+  /// that size (its cores still count as held). Not stored: a restarted leader's plan
+  /// may move it again.
+  bool scaled_by_hand = false;
   /// The longest a worker of it took to load its data and model before its first step,
   /// s (Started::load_seconds; 0 until one has started; not stored).
   double worker_start_seconds = 0;

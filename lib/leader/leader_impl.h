@@ -53,6 +53,7 @@
 #include "store/store.h"
 #include "wire/control.h"
 #include "wire/control_bodies.h"
+#include "wire/leader_events.h"
 #include "wire/task_events.h"
 
 namespace dltrain::leader {
@@ -268,9 +269,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// from the job. False (nothing done) for any other task.
   bool on_worker_left(JobRec& j, TaskRec& t);
   /// The shared plan (opt.shared_plan; leader/shared_plan.h): sizes the queued elastic
-  /// jobs for admission and resizes the running ones. Called by try_schedule.
+  /// jobs for admission and resizes the running ones. Called by try_schedule (resize
+  /// does not call back into it).
   void replan();
-  bool replanning = false;  ///< replan is running (resize does not call back, but be sure)
 
   // ------------------------------------------------------------ leader_users.cpp
   /// The audit log (<state_dir>/audit.log; without a state directory, the leader's log only).

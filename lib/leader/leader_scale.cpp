@@ -49,6 +49,11 @@ void Leader::Impl::on_scale(const SessionPtr& s, const wire::Envelope& env, JobR
   if (auto why = resize(j, b.workers, "user " + s->identity().user, &body)) {
     return reply_error(s, env.id, wire::error_code::kConflict, *why, "workers");
   }
+  // A size asked for by hand stays: the shared plan no longer moves this job.
+  if (opt.shared_plan && !j.scaled_by_hand) {
+    j.scaled_by_hand = true;
+    j.share = "scaled by hand: the shared plan leaves it at the size asked for";
+  }
   reply(s, env.id, body);
 }
 
@@ -65,6 +70,10 @@ std::optional<std::string> Leader::Impl::resize(JobRec& j, int workers, const st
     if (t.state != TaskState::kRunning) return j.id + " is still starting " + t.name;
   }
   const int from = current_workers(j);
+  if (workers == from) {
+    if (reply_body != nullptr) (*reply_body)["started"] = (*reply_body)["leaving"] = json::array();
+    return std::nullopt;  // nothing to do
+  }
   events::Resized ev;
   ev.from = from;
   ev.to = workers;
@@ -180,9 +189,12 @@ double training_images(const JobSpec& spec) {
   return spec.dataset == DatasetKind::kCifar10 ? 50000.0 : 60000.0;
 }
 
-// A job the plan may move: elastic, CPU workers of one core, not resizing or starting.
+// A job the plan may move: elastic, CPU workers of one core, not scaled by hand, not
+// resizing or starting.
 bool movable(const JobRec& j) {
-  if (!j.spec.elastic.on() || j.spec.threads_per_task != 1 || j.spec.gpus_per_worker > 0) return false;
+  if (!j.spec.elastic.on() || j.spec.threads_per_task != 1 || j.spec.gpus_per_worker > 0 || j.scaled_by_hand) {
+    return false;
+  }
   if (j.state() == JobState::kQueued) return true;
   if (j.state() != JobState::kRunning || j.life.target() || !j.recovery.seed.empty()) return false;
   return std::all_of(j.tasks.begin(), j.tasks.end(), [](const TaskRec& t) {
@@ -193,8 +205,6 @@ bool movable(const JobRec& j) {
 }  // namespace
 
 void Leader::Impl::replan() {
-  if (replanning) return;
-  replanning = true;
   // Slots: the free cores, plus the cores the movable running jobs' workers hold, less
   // the PS cores of the queued movable jobs (they need them to start).
   int slots = 0;
@@ -203,11 +213,13 @@ void Leader::Impl::replan() {
   double rate_sum = 0;
   int rate_n = 0;
   for (JobRec* jp : jobs.in_order()) {
+    if (jp->state() != JobState::kRunning) continue;
     for (const auto& [rank, ips] : jp->figures.images_per_sec) {
-      if (jp->state() == JobState::kRunning && ips > 0) rate_sum += ips, ++rate_n;
+      rate_sum += ips;
+      ++rate_n;
     }
   }
-  const double mean_rate = rate_n > 0 ? rate_sum / rate_n : 1000.0;
+  const double mean_rate = rate_sum > 0 ? rate_sum / rate_n : 1000.0;
   std::vector<ShareJob> plan_jobs;
   for (JobRec* jp : jobs.in_order()) {
     auto& j = *jp;
@@ -236,29 +248,31 @@ void Leader::Impl::replan() {
     }
     plan_jobs.push_back(s);
   }
-  if (!plan_jobs.empty()) {
-    const auto plan = plan_shares(plan_jobs, std::max(0, slots));
-    // Shrinks first (their leavers free the cores), then the queued jobs' sizes, then grows.
-    for (int pass = 0; pass < 3; ++pass) {
-      for (const auto& s : plan_jobs) {
-        auto& j = jobs.at(s.id);
-        const auto& d = plan.at(s.id);
-        j.share = d.reason;
-        if (pass == 1 && s.workers == 0 && d.workers > 0 && d.workers != j.spec.workers) {
-          spdlog::info("job {}: the shared plan starts it with {} workers ({})", j.id, d.workers, d.reason);
-          j.spec.workers = d.workers;
-          save(j);
-        }
-        if (s.workers == 0 || d.workers == s.workers) continue;
-        if ((pass == 0 && d.workers < s.workers) || (pass == 2 && d.workers > s.workers)) {
-          if (auto why = resize(j, d.workers, "the shared plan: " + d.reason, nullptr)) {
-            spdlog::info("job {}: the shared plan's resize to {} waits: {}", j.id, d.workers, *why);
-          }
-        }
-      }
+  if (plan_jobs.empty()) return;
+  const auto plan = plan_shares(plan_jobs, std::max(0, slots));
+  for (const auto& s : plan_jobs) jobs.at(s.id).share = plan.at(s.id).reason;
+  const auto resize_to = [&](const ShareJob& s, const ShareDecision& d) {
+    if (auto why = resize(jobs.at(s.id), d.workers, "the shared plan: " + d.reason, nullptr)) {
+      spdlog::info("job {}: the shared plan's resize to {} waits: {}", s.id, d.workers, *why);
+    }
+  };
+  // Shrinks first (their leavers free the cores), then the queued jobs' sizes (what
+  // admission will place), then grows.
+  for (const auto& s : plan_jobs) {
+    if (const auto& d = plan.at(s.id); s.workers > 0 && d.workers < s.workers) resize_to(s, d);
+  }
+  for (const auto& s : plan_jobs) {
+    auto& j = jobs.at(s.id);
+    const auto& d = plan.at(s.id);
+    if (s.workers == 0 && d.workers > 0 && d.workers != j.spec.workers) {
+      spdlog::info("job {}: the shared plan starts it with {} workers ({})", j.id, d.workers, d.reason);
+      j.spec.workers = d.workers;
+      save(j);
     }
   }
-  replanning = false;
+  for (const auto& s : plan_jobs) {
+    if (const auto& d = plan.at(s.id); s.workers > 0 && d.workers > s.workers) resize_to(s, d);
+  }
 }
 
 }  // namespace dltrain::leader

@@ -21,6 +21,7 @@
 #include "leader/placement.h"
 #include "store/store.h"
 #include "wire/control_bodies.h"
+#include "wire/leader_events.h"
 
 namespace dltrain::leader {
 

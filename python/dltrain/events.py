@@ -5,7 +5,8 @@ An event is a read-only mapping of its JSON fields, which are also attributes:
 `ev.loss`, `ev["loss"]`, `ev.get("loss")`; a field the event does not carry reads as None
 through an attribute. `kind` is its "event" field (`progress`, `epoch_end`, `summary`, ...),
 `job` and `task` say whose it is. The fields of each kind, with their units, are listed in
-docs/protocol.md ("Events to followers") and defined once in lib/wire/task_events.h.
+docs/protocol.md ("Events to followers") and defined once in lib/wire/task_events.h
+(the leader's: lib/wire/leader_events.h).
 
     for ev in job.events():
         if isinstance(ev, dltrain.events.EpochEnd) and ev.test_accuracy is not None:
@@ -41,7 +42,7 @@ class Event(Mapping):
         return "%s(%s)" % (type(self).__name__, shown)
 
 
-# kind -> class name. The kinds a follower receives (lib/wire/task_events.h and the
+# kind -> class name. The kinds a follower receives (lib/wire/task_events.h, leader_events.h and the
 # leader's events, docs/protocol.md); a kind not listed here arrives as a plain Event.
 KINDS = {
     "waiting": "Waiting",

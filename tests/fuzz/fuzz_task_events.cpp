@@ -21,6 +21,7 @@
 #include "wire/control.h"
 #include "wire/control_bodies.h"
 #include "wire/task_event.h"
+#include "wire/leader_events.h"
 #include "wire/task_events.h"
 
 using namespace dltrain;

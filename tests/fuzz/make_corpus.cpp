@@ -37,6 +37,7 @@
 #include "wire/control.h"
 #include "wire/control_bodies.h"
 #include "wire/frame.h"
+#include "wire/leader_events.h"
 #include "wire/task_events.h"
 
 using namespace dltrain;

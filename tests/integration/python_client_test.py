@@ -257,8 +257,10 @@ class Offline(unittest.TestCase):
 
     def test_the_event_classes_are_the_kinds_a_follower_receives(self):
         from dltrain import events
-        with open(os.path.join(ROOT, "lib", "wire", "task_events.h"), encoding="utf-8") as f:
-            kinds = set(re.findall(r'kKind = "([a-z_]+)"', f.read()))
+        kinds = set()
+        for header in ("task_events.h", "leader_events.h"):
+            with open(os.path.join(ROOT, "lib", "wire", header), encoding="utf-8") as f:
+                kinds |= set(re.findall(r'kKind = "([a-z_]+)"', f.read()))
         # ps_stats stays with the PS shard's agent (docs/protocol.md); "stopped" is one kind
         # for a worker and a PS shard.
         self.assertEqual(set(events.KINDS) - {"reconnected"}, kinds - {"ps_stats"})

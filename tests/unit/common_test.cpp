@@ -9,6 +9,7 @@
 #include "common/host_port.h"
 #include "common/json_fields.h"
 #include "common/toml_fields.h"
+#include "wire/leader_events.h"
 #include "wire/task_events.h"
 #include "support/error_of.h"
 

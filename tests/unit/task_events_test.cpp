@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "wire/leader_events.h"
 #include "wire/task_events.h"
 
 using nlohmann::json;
