@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,15 @@ struct ShareJob {
   /// What a resize costs this job, s (>= 0): a worker's start as measured, with margin;
   /// < 0 = not measured: SharePlanOptions::resize_cost_s.
   double resize_cost_s = -1;
+  /// speedup[w − 1]: the job's rate (images/s) at w workers ÷ its rate at 1 worker, > 0,
+  /// from the planner's epoch-time model of the job's model and data set or, in the
+  /// trace-driven benchmark, the calibrated scale model (bench/sched). Empty: linear
+  /// (speedup w). Past its end the last entry holds: no gain from more workers. The plan
+  /// expects remaining / speedup(w) seconds at w workers.
+  std::vector<double> speedup;
+  /// Seconds left until the job's deadline ([job] deadline, counted from its start; a
+  /// queued job has all of it), may be <= 0 when already past; none = no deadline.
+  std::optional<double> deadline_left_s;
 };
 
 /// The plan's knobs.
@@ -41,29 +51,43 @@ struct SharePlanOptions {
 struct ShareDecision {
   int workers = 0;     ///< 0: it waits (queued) — never below min_workers otherwise
   std::string reason;  ///< "admitted at min_workers", "gives 1 to job-5", "shortest remaining", ...
+  /// Predicted seconds to its end at `workers` (remaining / speedup(workers)); 0 when it
+  /// waits: the plan does not predict when it will start.
+  double finish_s = 0;
+  /// It has a deadline that the plan does not meet: it waits, or even its deadline floor
+  /// (below) could not be reached or would not be enough.
+  bool misses_deadline = false;
 };
 
 /// The plan for `jobs` (running and queued, in arrival order) on `slots` worker slots
-/// (the cores, in threads_per_task units, that elastic jobs' workers may hold), in five
+/// (the cores, in threads_per_task units, that elastic jobs' workers may hold), in six
 /// steps that change only what must change or gains more than a resize costs (the
-/// hysteresis of the plan):
+/// hysteresis of the plan). Time left at w workers is remaining / speedup(w).
 ///  1. a running job keeps its workers (at least its min_workers);
-///  2. queued jobs, by priority then arrival, are admitted at min_workers: with the free
-///     slots, or by shrinking running jobs above their min (the one with the most work
-///     left first); a job that does not fit even so waits;
-///  3. fairness: a user whose jobs hold fewer slots than slots / users (the users with
+///  2. queued jobs, by priority, then deadline (earliest first, any before none), then
+///     arrival, are admitted at min_workers: with the free slots, or by shrinking running
+///     jobs above their floor (the one with the most time left first); a job that does
+///     not fit even so waits;
+///  3. deadlines, earliest first (ElasticFlow's admission by deadline, ASPLOS'23, with
+///     the job's own scaling curve): an admitted job whose deadline its workers miss
+///     grows to the fewest workers that meet it (its floor, at most max_workers) with
+///     free slots, then slots of jobs above their own floor (most time left first). A
+///     job no size within its bounds can finish in time gets no floor and is reported
+///     in misses_deadline. Steps 2, 4 and 6 never take a job below its floor;
+///  4. fairness: a user whose jobs hold fewer slots than slots / users (the users with
 ///     admitted jobs) and want more takes them from users above that share, one slot
-///     at a time, from the job with the most work left above its min — no user's jobs
+///     at a time, from the job with the most time left above its floor — no user's jobs
 ///     are slower than with their fair share (Themis's finish-time fairness, NSDI'20,
 ///     with equal shares);
-///  4. spare slots go, one at a time, to the job of highest priority, then shortest time
-///     left (remaining / workers: shortest-remaining-time first, which minimises the
-///     average completion time of jobs that scale linearly), while that saves it more
-///     than resize_cost_s;
-///  5. then a worker moves from the job with the most time left (above its min, and of a
+///  5. spare slots go, one at a time, to the job of highest priority, then shortest time
+///     left (shortest-remaining-time first, which minimises the average completion
+///     time of jobs that scale alike), while that saves it more than resize_cost_s;
+///  6. then a worker moves from the job with the most time left (above its floor, and of a
 ///     user that keeps its fair share without it, or of the same user) to the one with
-///     the least (below its max) while the short one stays the shorter after the move and
-///     gains more than resize_cost_s: shortest-remaining-time first among admitted jobs.
+///     the least (below its max) while the short one stays the shorter after the move,
+///     gains more than resize_cost_s, and the worker adds at least as much to the short
+///     job's speedup as it took from the long one's (the cluster's throughput never
+///     drops): shortest-remaining-time first among admitted jobs.
 /// Returns a decision per job id. Pure.
 std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jobs, int slots,
                                                  const SharePlanOptions& options = {});

@@ -1,5 +1,5 @@
 // The shared plan (leader/shared_plan.h) alone. Every expected allocation is worked out by
-// hand from the four steps in the header; remaining work is in worker-seconds.
+// hand from the six steps in the header; remaining work is in worker-seconds.
 #include <gtest/gtest.h>
 
 #include "leader/shared_plan.h"
@@ -84,4 +84,97 @@ TEST(SharedPlan, TheShortestJobTakesWorkersOnlyWhereTheGiverKeepsItsShare) {
   EXPECT_EQ(p.at("B").workers, 3);
   EXPECT_EQ(p.at("D").workers, 1);
   EXPECT_EQ(p.at("B").reason, "shortest time left: takes a worker from D");
+}
+
+// A scaling curve instead of linear scaling: 1,200 worker-seconds, speedup 1, 1.9, 2.0,
+// 2.02 at 1…4 workers. Spare slots: 1 → 2 saves 1,200 − 631.6 = 568.4 s, 2 → 3 saves
+// 631.6 − 600 = 31.6 s (> 30), 3 → 4 saves 600 − 594.1 = 5.9 s (< 30): 3 workers, one
+// slot left idle, 600 s predicted. Linear, the same job takes all 4 (300 s).
+TEST(SharedPlan, AScalingCurveStopsTheGrowWhereAWorkerNoLongerPays) {
+  auto a = job("A", "u", 1, 4, 1, 1200);
+  a.speedup = {1, 1.9, 2.0, 2.02};
+  const auto p = plan_shares({a}, 4);
+  EXPECT_EQ(p.at("A").workers, 3);
+  EXPECT_NEAR(p.at("A").finish_s, 600, 1e-9);
+  EXPECT_FALSE(p.at("A").misses_deadline);
+  const auto linear = plan_shares({job("A", "u", 1, 4, 1, 1200)}, 4);
+  EXPECT_EQ(linear.at("A").workers, 4);
+  EXPECT_NEAR(linear.at("A").finish_s, 300, 1e-9);
+}
+
+// Step 6 keeps the cluster's throughput: A (3,000 worker-s, linear) runs 3, B (900) runs
+// 1, 4 slots. B is the shorter (900 s against 1,000 s). Linear, B takes a worker (B at 2:
+// 450 s < A at 2: 1,500 s; saves 450 s; adds 1 = takes 1), then another (B at 3: 300 s <
+// A at 1: 3,000 s; adds 1 = takes 1): A 1, B 3. With B's speedup 1, 1.1, 1.2, 1.3 the
+// worker would add 0.1 where it takes 1: nothing moves.
+TEST(SharedPlan, AWorkerMovesToTheShorterJobOnlyIfItDoesAsMuchThere) {
+  const auto linear = plan_shares({job("A", "u", 1, 4, 3, 3000), job("B", "u", 1, 4, 1, 900)}, 4);
+  EXPECT_EQ(linear.at("A").workers, 1);
+  EXPECT_EQ(linear.at("B").workers, 3);
+  auto b = job("B", "u", 1, 4, 1, 900);
+  b.speedup = {1, 1.1, 1.2, 1.3};
+  const auto p = plan_shares({job("A", "u", 1, 4, 3, 3000), b}, 4);
+  EXPECT_EQ(p.at("A").workers, 3);
+  EXPECT_EQ(p.at("B").workers, 1);
+}
+
+// A deadline sets a floor: 4 slots, A runs 4 of [1, 4] with 8,000 worker-s; B arrives
+// with 1,200 and 500 s to its deadline. Admitted at 1 (A gives 1: A 3); B needs 3 workers
+// (1,200 / 3 = 400 s <= 500; 2 give 600 s): A gives 2 more. Step 6 cannot take B below 3,
+// and A has no slot above its min: A 1, B 3, B's deadline met with 400 s predicted.
+TEST(SharedPlan, ADeadlineGrowsItsJobToTheFewestWorkersThatMeetIt) {
+  auto b = job("B", "u", 1, 4, 0, 1200);
+  b.deadline_left_s = 500;
+  const auto p = plan_shares({job("A", "u", 1, 4, 4, 8000), b}, 4);
+  EXPECT_EQ(p.at("A").workers, 1);
+  EXPECT_EQ(p.at("B").workers, 3);
+  EXPECT_EQ(p.at("B").reason, "its deadline needs 3 workers");
+  EXPECT_NEAR(p.at("B").finish_s, 400, 1e-9);
+  EXPECT_FALSE(p.at("B").misses_deadline);
+  EXPECT_FALSE(p.at("A").misses_deadline);  // no deadline: never missed
+}
+
+// A deadline no size within the bounds meets (200 s would need 6 of at most 4 workers)
+// gets no floor and is reported: the plan treats the job as any other (admitted at 1,
+// then shortest-remaining-time first moves A's workers to it: B 3, A 1; 400 s > 200 s).
+TEST(SharedPlan, ADeadlineNoSizeMeetsIsReportedAsMissed) {
+  auto b = job("B", "u", 1, 4, 0, 1200);
+  b.deadline_left_s = 200;
+  const auto p = plan_shares({job("A", "u", 1, 4, 4, 8000), b}, 4);
+  EXPECT_EQ(p.at("B").workers, 3);
+  EXPECT_EQ(p.at("A").workers, 1);
+  EXPECT_TRUE(p.at("B").misses_deadline);
+  EXPECT_NEAR(p.at("B").finish_s, 400, 1e-9);
+  // A queued job with a deadline that does not even fit waits, and misses it.
+  auto c = job("C", "u", 2, 4, 0, 100);
+  c.deadline_left_s = 1000;
+  const auto q = plan_shares({job("A", "u", 4, 4, 4, 8000), c}, 4);
+  EXPECT_EQ(q.at("C").workers, 0);
+  EXPECT_TRUE(q.at("C").misses_deadline);
+  EXPECT_EQ(q.at("C").finish_s, 0);
+}
+
+// A deadline's floor ranks above the fair share: alice's D (1,200 worker-s, 400 s to its
+// deadline) runs 1, bob's E (30,000) runs 3, 4 slots. D needs 3 (400 s): E gives 2. Bob
+// then holds 1 < 4 / 2, but alice's only job is at its floor: nothing goes back.
+TEST(SharedPlan, ADeadlineFloorIsNotTakenForTheFairShare) {
+  auto d = job("D", "alice", 1, 4, 1, 1200);
+  d.deadline_left_s = 400;
+  const auto p = plan_shares({d, job("E", "bob", 1, 4, 3, 30000)}, 4);
+  EXPECT_EQ(p.at("D").workers, 3);
+  EXPECT_EQ(p.at("E").workers, 1);
+  EXPECT_FALSE(p.at("D").misses_deadline);
+}
+
+// Queued jobs of equal priority with deadlines go before those without, earliest first:
+// one slot, three queued jobs of min 1 (X none, Y 5,000 s, Z 3,000 s left): Z is admitted.
+TEST(SharedPlan, QueuedJobsWithEarlierDeadlinesAreAdmittedFirst) {
+  auto y = job("Y", "u", 1, 1, 0, 100);
+  y.deadline_left_s = 5000;
+  auto z = job("Z", "u", 1, 1, 0, 100);
+  z.deadline_left_s = 3000;
+  const auto p = plan_shares({job("X", "u", 1, 1, 0, 100), y, z}, 1);
+  EXPECT_EQ(p.at("Z").workers, 1);
+  EXPECT_EQ(p.at("X").workers, 0);
+  EXPECT_EQ(p.at("Y").workers, 0);
 }
