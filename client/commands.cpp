@@ -1,5 +1,6 @@
 #include "commands.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -121,9 +122,18 @@ std::string submit_and_print(control::BlockingControlClient& c, const json& requ
   if (as_json) {
     json line{{"event", "submitted"}, {"job", id}, {"state", r.value("state", "")}};
     if (r.contains("warning")) line["warning"] = r["warning"];
+    if (r.contains("shared_plan")) line["shared_plan"] = r["shared_plan"];
     std::cout << line.dump() << std::endl;
   } else {
     std::cout << id << " submitted (" << r.value("state", "") << ") to " << opt.leader << std::endl;
+    if (const auto f = r.find("shared_plan"); f != r.end() && f->is_object()) {
+      // The shared plan's size for it now and, once it has workers, its predicted run time.
+      std::cout << "  shared plan: " << f->value("workers", 0) << " workers (" << f->value("reason", "") << ")";
+      if (f->contains("predicted_seconds")) {
+        std::cout << ", about " << static_cast<long>(std::ceil(f->value("predicted_seconds", 0.0) / 60)) << " min to its end";
+      }
+      std::cout << std::endl;
+    }
     if (r.contains("warning")) std::cerr << "dltrain: warning: " << id << " " << r.value("warning", "") << std::endl;
   }
   return id;

@@ -13,6 +13,13 @@ std::vector<JobRec*> JobTable::in_order() {
   return out;
 }
 
+std::vector<const JobRec*> JobTable::in_order() const {
+  std::vector<const JobRec*> out;
+  out.reserve(order_.size());
+  for (const auto& id : order_) out.push_back(&jobs_.at(id));
+  return out;
+}
+
 std::vector<const JobRec*> JobTable::newest(std::size_t limit) const {
   std::vector<const JobRec*> out;
   for (auto it = order_.rbegin(); it != order_.rend() && out.size() < limit; ++it) out.push_back(&jobs_.at(*it));

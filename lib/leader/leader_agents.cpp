@@ -445,6 +445,13 @@ void Leader::Impl::on_started(JobRec& j, TaskRec& t, const events::Started& e) {
       if (w.kind == TaskKind::kWorker && w.state == TaskState::kPending) start_worker(j, w);
     }
   }
+  // An elastic job whose workers all run can be resized now: the shared plan looks again
+  // (jobs that arrived while it started may be waiting for its workers).
+  if (opt.shared_plan && j.spec.elastic.on() &&
+      std::all_of(j.tasks.begin(), j.tasks.end(),
+                  [](const TaskRec& w) { return w.kind != TaskKind::kWorker || w.state == TaskState::kRunning; })) {
+    try_schedule();
+  }
 }
 
 void Leader::Impl::on_progress(JobRec& j, TaskRec& t, const events::Progress& p) {

@@ -389,6 +389,14 @@ void Leader::Impl::accept_job(const SessionPtr& s, const std::string& req, JobRe
                      " cores of the agents registered now" + q.cache_note() + "; it waits in the queue until agents join";
       if (registering) r["warning"] = r["warning"].get<std::string>() + " (" + *registering + ")";
     }
+    if (auto f = shared_plan_forecast(job)) {
+      // The shared plan's size and predicted run time now, and whether its deadline holds.
+      r["shared_plan"] = f->first;
+      if (!f->second.empty()) {
+        r["warning"] = (r.contains("warning") ? r["warning"].get<std::string>() + "; " : std::string()) + f->second;
+        spdlog::warn("job {}: {}", id, f->second);
+      }
+    }
     reply(s, req, r);
   }
   try_schedule();

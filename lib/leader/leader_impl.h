@@ -47,6 +47,7 @@
 #include "leader/planning.h"
 #include "leader/recovery.h"
 #include "leader/scheduler.h"
+#include "leader/shared_plan.h"
 #include "control/metrics_server.h"
 #include "control/server.h"
 #include "planner/planner.h"
@@ -272,6 +273,15 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// jobs for admission and resizes the running ones. Called by try_schedule (resize
   /// does not call back into it).
   void replan();
+  /// What the shared plan plans now: the movable elastic jobs, queued and running, and
+  /// the worker slots they share (free cores plus what they hold, less the queued jobs'
+  /// PS cores), with each job's work left, its deadline left ([job] deadline counted from
+  /// submission) and its resize cost.
+  std::pair<std::vector<ShareJob>, int> shared_plan_inputs() const;
+  /// For a submit under the shared plan: the plan's prediction for the elastic job `j`
+  /// just queued, and a warning when its deadline cannot be met under the current load
+  /// (nullopt: not planned by the shared plan).
+  std::optional<std::pair<json, std::string>> shared_plan_forecast(const JobRec& j) const;
 
   // ------------------------------------------------------------ leader_users.cpp
   /// The audit log (<state_dir>/audit.log; without a state directory, the leader's log only).

@@ -204,7 +204,7 @@ bool movable(const JobRec& j) {
 
 }  // namespace
 
-void Leader::Impl::replan() {
+std::pair<std::vector<ShareJob>, int> Leader::Impl::shared_plan_inputs() const {
   // Slots: the free cores, plus the cores the movable running jobs' workers hold, less
   // the PS cores of the queued movable jobs (they need them to start).
   int slots = 0;
@@ -212,7 +212,7 @@ void Leader::Impl::replan() {
   // The per-worker rate of the running jobs (images/s), for the queued ones' estimates.
   double rate_sum = 0;
   int rate_n = 0;
-  for (JobRec* jp : jobs.in_order()) {
+  for (const JobRec* jp : jobs.in_order()) {
     if (jp->state() != JobState::kRunning) continue;
     for (const auto& [rank, ips] : jp->figures.images_per_sec) {
       rate_sum += ips;
@@ -221,8 +221,8 @@ void Leader::Impl::replan() {
   }
   const double mean_rate = rate_sum > 0 ? rate_sum / rate_n : 1000.0;
   std::vector<ShareJob> plan_jobs;
-  for (JobRec* jp : jobs.in_order()) {
-    auto& j = *jp;
+  for (const JobRec* jp : jobs.in_order()) {
+    const auto& j = *jp;
     if (!movable(j)) continue;
     ShareJob s;
     s.id = j.id;
@@ -246,11 +246,47 @@ void Leader::Impl::replan() {
       slots -= j.spec.ps_shards;
       s.remaining = std::max(1.0, images / mean_rate);
     }
+    // The deadline counts from submission (docs/planner.md: from start to end,
+    // exploration and the queue included).
+    if (j.spec.deadline_seconds > 0) s.deadline_left_s = j.spec.deadline_seconds - j.wall_seconds();
     plan_jobs.push_back(s);
   }
+  return {std::move(plan_jobs), std::max(0, slots)};
+}
+
+std::optional<std::pair<json, std::string>> Leader::Impl::shared_plan_forecast(const JobRec& j) const {
+  if (!opt.shared_plan || !movable(j)) return std::nullopt;
+  const auto [plan_jobs, slots] = shared_plan_inputs();
+  const auto plan = plan_shares(plan_jobs, slots);
+  const auto it = plan.find(j.id);
+  if (it == plan.end()) return std::nullopt;
+  const auto& d = it->second;
+  json f = {{"workers", d.workers}, {"reason", d.reason}};
+  if (d.workers > 0) f["predicted_seconds"] = std::round(d.finish_s);
+  std::string warning;
+  if (d.misses_deadline) {
+    const auto minutes = [](double s) {
+      return s < 120 ? std::to_string(static_cast<long>(std::ceil(s))) + " s"
+                     : std::to_string(static_cast<long>(std::ceil(s / 60))) + " min";
+    };
+    warning = "its deadline (" + minutes(j.spec.deadline_seconds) + ") cannot be met under the current load: " +
+              (d.workers > 0 ? "the shared plan gives it " + std::to_string(d.workers) + " workers and predicts " +
+                                   minutes(d.finish_s) + " to its end"
+                             : "the shared plan cannot start it yet (" + d.reason + ")") +
+              "; the prediction assumes each worker trains at the running jobs' measured rate";
+  }
+  return std::make_pair(std::move(f), std::move(warning));
+}
+
+void Leader::Impl::replan() {
+  auto [plan_jobs, slots] = shared_plan_inputs();
   if (plan_jobs.empty()) return;
-  const auto plan = plan_shares(plan_jobs, std::max(0, slots));
-  for (const auto& s : plan_jobs) jobs.at(s.id).share = plan.at(s.id).reason;
+  const auto plan = plan_shares(plan_jobs, slots);
+  for (const auto& s : plan_jobs) {
+    const auto& d = plan.at(s.id);
+    auto& j = jobs.at(s.id);
+    j.share = d.reason + (d.misses_deadline ? " (misses its deadline)" : "");
+  }
   const auto resize_to = [&](const ShareJob& s, const ShareDecision& d) {
     if (auto why = resize(jobs.at(s.id), d.workers, "the shared plan: " + d.reason, nullptr)) {
       spdlog::info("job {}: the shared plan's resize to {} waits: {}", s.id, d.workers, *why);

@@ -247,15 +247,35 @@ class SharedPlan(unittest.TestCase):
     def status(self, job):
         return json.loads(self.dltrain("status", job, "--json"))
 
-    def submit(self, name, workers, max_workers, train, epochs):
+    def submit(self, name, workers, max_workers, train, epochs, deadline=None, reply=False):
         text = job_toml(name, "async", False).replace("workers = 1\n", "workers = %d\n" % workers, 1)
         text = text.replace("train_samples = %d" % TRAIN, "train_samples = %d" % train)
         text = text.replace("epochs = %d" % EPOCHS, "epochs = %d" % epochs, 1)
+        if deadline:
+            text = text.replace("epochs = %d" % epochs, "epochs = %d\ndeadline = \"%s\"" % (epochs, deadline), 1)
         text += "\n[elastic]\nmin_workers = 1\nmax_workers = %d\n" % max_workers
         path = os.path.join(self.root, name + ".toml")
         with open(path, "w") as f:
             f.write(text)
-        return json.loads(self.dltrain("submit", path, "--json").strip().splitlines()[-1])["job"]
+        line = json.loads(self.dltrain("submit", path, "--json").strip().splitlines()[-1])
+        return line if reply else line["job"]
+
+    def test_a_deadline_the_load_cannot_meet_is_warned_at_submit(self):
+        # An empty cluster of 4 cores: the plan starts a job at 1 worker (12,000 × 2 images at
+        # the default 1,000 images/s per worker: 24 s; a second worker would save 12 s, less
+        # than the 30 s a resize costs before one is measured). A 5 s deadline cannot hold.
+        late = self.submit("late", 1, 2, 12000, 2, deadline="5s", reply=True)
+        self.assertEqual(late["shared_plan"]["workers"], 1)
+        self.assertAlmostEqual(late["shared_plan"]["predicted_seconds"], 24, delta=1)
+        self.assertIn("deadline (5 s) cannot be met under the current load", late["warning"])
+        self.assertIn("predicts 24 s to its end", late["warning"])
+        self.assertIn("misses its deadline", self.status(late["job"])["share"])
+        # A deadline of an hour holds: no warning.
+        easy = self.submit("easy", 1, 2, 12000, 2, deadline="1h", reply=True)
+        self.assertNotIn("warning", easy)
+        self.assertIn("workers", easy["shared_plan"])
+        for j in (late["job"], easy["job"]):
+            self.dltrain("cancel", j)
 
     def test_an_arrival_on_a_full_cluster_starts_with_workers_the_running_job_gives_up(self):
         big = self.submit("big", 3, 3, 60000, 4)
