@@ -130,7 +130,10 @@ std::string submit_and_print(control::BlockingControlClient& c, const json& requ
       // The shared plan's size for it now and, once it has workers, its predicted run time.
       std::cout << "  shared plan: " << f->value("workers", 0) << " workers (" << f->value("reason", "") << ")";
       if (f->contains("predicted_seconds")) {
-        std::cout << ", about " << static_cast<long>(std::ceil(f->value("predicted_seconds", 0.0) / 60)) << " min to its end";
+        const double t = f->value("predicted_seconds", 0.0);
+        std::cout << ", about " << (t < 120 ? std::to_string(static_cast<long>(std::ceil(t))) + " s"
+                                            : std::to_string(static_cast<long>(std::ceil(t / 60))) + " min")
+                  << " to its end";
       }
       std::cout << std::endl;
     }
