@@ -1,5 +1,6 @@
 #include "commands.h"
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -168,6 +169,48 @@ int plan(control::BlockingControlClient& c, const json& request, const CommandOp
   }
   print_plan(std::cout, r);
   return r.value("feasible", false) ? kExitOk : kExitJobFailed;
+}
+
+int cluster_plan(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json) {
+  const auto r = c.request("cluster_plan", json::object(), opt.timeout);
+  if (as_json) {
+    std::cout << r.dump() << std::endl;
+    return kExitOk;
+  }
+  if (!r.value("shared_plan", false)) {
+    std::cout << "the leader runs without the shared plan (shared_plan = false): jobs keep the sizes they ask for"
+              << std::endl;
+    return kExitOk;
+  }
+  const auto span = [](double t) {
+    return t < 120 ? std::to_string(static_cast<long>(std::ceil(t))) + " s"
+                   : std::to_string(static_cast<long>(std::ceil(t / 60))) + " min";
+  };
+  const auto& rows = r["jobs"];
+  std::cout << "shared plan: " << rows.size() << " elastic jobs on " << r.value("slots", 0) << " worker slots" << std::endl;
+  for (const auto& j : rows) {
+    std::cout << "  " << j.value("job", "") << "  " << j.value("owner", "") << "  " << j.value("state", "") << "  "
+              << j.value("workers", 0) << " -> " << j.value("planned_workers", 0) << " workers ["
+              << j.value("min_workers", 0) << ", " << j.value("max_workers", 0) << "]";
+    if (j.contains("predicted_seconds")) std::cout << "  about " << span(j.value("predicted_seconds", 0.0)) << " left";
+    if (j.contains("deadline_left_seconds")) {
+      std::cout << "  deadline in " << span(std::max(0.0, j.value("deadline_left_seconds", 0.0)))
+                << (j.value("misses_deadline", false) ? " (missed)" : "");
+    }
+    std::cout << "  " << j.value("reason", "") << std::endl;
+  }
+  const auto& changes = r["changes"];
+  if (!changes.empty()) {
+    std::cout << "latest changes (oldest first):" << std::endl;
+    const std::size_t from = changes.size() > 20 ? changes.size() - 20 : 0;
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    for (std::size_t i = from; i < changes.size(); ++i) {
+      const auto& ch = changes[i];
+      std::cout << "  " << span(std::max(0.0, now - ch.value("t", now))) << " ago  " << ch.value("job", "") << "  "
+                << ch.value("from", 0) << " -> " << ch.value("to", 0) << "  " << ch.value("reason", "") << std::endl;
+    }
+  }
+  return kExitOk;
 }
 
 int history(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json) {

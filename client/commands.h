@@ -106,6 +106,11 @@ int resume(control::BlockingControlClient& c, const CommandOptions& opt, bool as
 /// `as_json`). Throws as submit() does.
 int plan(control::BlockingControlClient& c, const nlohmann::json& request, const CommandOptions& opt,
          bool as_json);
+/// `dltrain plan --cluster`: the leader's shared plan now — each planned elastic job's
+/// workers, planned workers, reason, predicted time to its end and deadline — and its
+/// latest resizes (docs/operations.md, "The shared plan"). kExitOk; the leader's errors
+/// throw as for every command.
+int cluster_plan(control::BlockingControlClient& c, const CommandOptions& opt, bool as_json);
 
 /// `dltrain history`: the leader's performance observations, filtered by
 /// `opt.model_filter` and `opt.dataset_filter`. Returns kExitOk. Throws as submit() does.

@@ -87,9 +87,17 @@ int main(int argc, char** argv) {
   scale_cmd->add_flag("--json", as_json, "JSON output");
   auto* agents = app.add_subcommand("agents", "list the agents registered with the leader");
   agents->add_flag("--json", as_json, "JSON output");
-  auto* plan_cmd = app.add_subcommand("plan", "show the planner's decision for a job file without running anything");
-  plan_cmd->add_option("JOB_FILE", job_file, "job file (TOML)")->required();
+  bool cluster_flag = false;
+  auto* plan_cmd = app.add_subcommand(
+      "plan", "show the planner's decision for a job file without running anything, or (--cluster) the shared plan");
+  auto* plan_file = plan_cmd->add_option("JOB_FILE", job_file, "job file (TOML)");
+  auto* plan_cluster = plan_cmd->add_flag(
+      "--cluster", cluster_flag, "the leader's shared plan now: each elastic job's workers, reason, time left, deadline, and the latest resizes");
+  plan_file->excludes(plan_cluster);
   plan_cmd->add_flag("--json", as_json, "JSON output");
+  plan_cmd->callback([&]() {
+    if (!cluster_flag && job_file.empty()) throw CLI::ValidationError("plan", "give a JOB_FILE, or --cluster");
+  });
   std::string model_filter, dataset_filter;
   auto* history_cmd = app.add_subcommand("history", "list the leader's performance observations");
   history_cmd->add_option("--model", model_filter, "only this model");
@@ -313,7 +321,7 @@ int main(int argc, char** argv) {
   opt.list_limit = list_limit;
   try {
     nlohmann::json request;  // submit and plan: read before connecting, so a bad path is named as such
-    if (submit->parsed() || plan_cmd->parsed()) request = client::job_request(job_file, follow_flag);
+    if (submit->parsed() || (plan_cmd->parsed() && !cluster_flag)) request = client::job_request(job_file, follow_flag);
     // One leader, or the HA candidates (comma-separated): the first that answers, retried
     // for up to --timeout while a failover runs, each try said on stderr.
     const auto urls = dltrain::control::split_leader_urls(target.leader, "leader");
@@ -342,7 +350,7 @@ int main(int argc, char** argv) {
     }
     auto& c = *conn;
     if (submit->parsed()) return client::submit(c, request, opt, as_json);
-    if (plan_cmd->parsed()) return client::plan(c, request, opt, as_json);
+    if (plan_cmd->parsed()) return cluster_flag ? client::cluster_plan(c, opt, as_json) : client::plan(c, request, opt, as_json);
     if (resume_cmd->parsed()) return client::resume(c, opt, as_json);
     if (history_cmd->parsed()) return client::history(c, opt, as_json);
     if (follow_cmd->parsed()) return client::follow(c, opt, as_json);

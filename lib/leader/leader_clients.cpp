@@ -91,6 +91,7 @@ void Leader::Impl::add_client_handlers() {
       })
       .on(T::kCancel, job_query(&Impl::on_cancel))
       .on(T::kScale, job_query(&Impl::on_scale))
+      .on(T::kClusterPlan, [this](const SessionPtr& s, const wire::Envelope& env) { reply(s, env.id, cluster_plan_json()); })
       .on(T::kFollow, job_query(&Impl::on_follow))
       .on(T::kAgents, [this](const SessionPtr& s, const wire::Envelope& env) {
         reply(s, env.id, {{"agents", agents_json()}, {"leader", leader_json()}});

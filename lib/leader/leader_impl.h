@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -282,6 +283,13 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// just queued, and a warning when its deadline cannot be met under the current load
   /// (nullopt: not planned by the shared plan).
   std::optional<std::pair<json, std::string>> shared_plan_forecast(const JobRec& j) const;
+  /// `cluster_plan`: the shared plan now (each planned job's workers, reason, predicted
+  /// seconds to its end, deadline) and its latest changes, oldest first.
+  json cluster_plan_json() const;
+  /// The shared plan's latest resizes and starts, oldest first, at most kPlanChangesKept:
+  /// {t (unix s), job, owner, from, to, reason}. In memory only.
+  std::deque<json> plan_changes;
+  static constexpr std::size_t kPlanChangesKept = 500;
 
   // ------------------------------------------------------------ leader_users.cpp
   /// The audit log (<state_dir>/audit.log; without a state directory, the leader's log only).

@@ -278,6 +278,30 @@ std::optional<std::pair<json, std::string>> Leader::Impl::shared_plan_forecast(c
   return std::make_pair(std::move(f), std::move(warning));
 }
 
+json Leader::Impl::cluster_plan_json() const {
+  json out = {{"shared_plan", opt.shared_plan}};
+  json rows = json::array();
+  if (opt.shared_plan) {
+    const auto [plan_jobs, slots] = shared_plan_inputs();
+    const auto plan = plan_shares(plan_jobs, slots);
+    out["slots"] = slots;
+    for (const auto& s : plan_jobs) {
+      const auto& d = plan.at(s.id);
+      json r = {{"job", s.id}, {"owner", s.owner}, {"state", to_string(jobs.at(s.id).state())}, {"workers", s.workers},
+                {"planned_workers", d.workers}, {"min_workers", s.min_workers}, {"max_workers", s.max_workers},
+                {"reason", d.reason}, {"misses_deadline", d.misses_deadline}};
+      if (d.workers > 0) r["predicted_seconds"] = std::round(d.finish_s);
+      if (s.deadline_left_s) r["deadline_left_seconds"] = std::round(*s.deadline_left_s);
+      rows.push_back(std::move(r));
+    }
+  }
+  out["jobs"] = std::move(rows);
+  json changes = json::array();
+  for (const auto& c : plan_changes) changes.push_back(c);
+  out["changes"] = std::move(changes);
+  return out;
+}
+
 void Leader::Impl::replan() {
   auto [plan_jobs, slots] = shared_plan_inputs();
   if (plan_jobs.empty()) return;
@@ -286,6 +310,20 @@ void Leader::Impl::replan() {
     const auto& d = plan.at(s.id);
     auto& j = jobs.at(s.id);
     j.share = d.reason + (d.misses_deadline ? " (misses its deadline)" : "");
+  }
+  const auto record = [&](const ShareJob& s, const ShareDecision& d) {
+    // Once per change: a queued job's start or a resize the plan repeats until it is done.
+    for (auto it = plan_changes.rbegin(); it != plan_changes.rend(); ++it) {
+      if ((*it)["job"] != s.id) continue;
+      if ((*it)["from"] == s.workers && (*it)["to"] == d.workers) return;
+      break;
+    }
+    plan_changes.push_back({{"t", unix_now()}, {"job", s.id}, {"owner", s.owner}, {"from", s.workers},
+                            {"to", d.workers}, {"reason", d.reason}});
+    while (plan_changes.size() > kPlanChangesKept) plan_changes.pop_front();
+  };
+  for (const auto& s : plan_jobs) {
+    if (const auto& d = plan.at(s.id); d.workers != s.workers) record(s, d);
   }
   const auto resize_to = [&](const ShareJob& s, const ShareDecision& d) {
     if (auto why = resize(jobs.at(s.id), d.workers, "the shared plan: " + d.reason, nullptr)) {

@@ -30,7 +30,7 @@ namespace dltrain::wire {
 enum class ControlType {
   // client → leader
   kAuth, kSubmit, kPlan, kHistory, kList, kStatus, kCancel, kFollow, kAgents, kLogs, kModels, kModelRead,
-  kModelUpload, kResume, kSeries, kEvents, kScale,
+  kModelUpload, kResume, kSeries, kEvents, kScale, kClusterPlan,
   // agent → leader
   kRegister, kHeartbeat, kModelDownload, kTaskEvent, kTaskExit, kLinkReport,
   // standby leader candidate → the serving leader (docs/ha.md "Artifacts")
@@ -47,7 +47,7 @@ namespace dltrain {
 template <>
 struct EnumNames<wire::ControlType> {
   using T = wire::ControlType;
-  static constexpr std::array<EnumName<T>, 30> kNames{{
+  static constexpr std::array<EnumName<T>, 31> kNames{{
       {T::kAuth, "auth"},
       {T::kSubmit, "submit"},
       {T::kPlan, "plan"},
@@ -65,6 +65,7 @@ struct EnumNames<wire::ControlType> {
       {T::kSeries, "series"},
       {T::kEvents, "events"},
       {T::kScale, "scale"},
+      {T::kClusterPlan, "cluster_plan"},
       {T::kRegister, "register"},
       {T::kHeartbeat, "heartbeat"},
       {T::kModelDownload, "model_download"},

@@ -274,6 +274,21 @@ class SharedPlan(unittest.TestCase):
         easy = self.submit("easy", 1, 2, 12000, 2, deadline="1h", reply=True)
         self.assertNotIn("warning", easy)
         self.assertIn("workers", easy["shared_plan"])
+        # `dltrain plan --cluster` shows both jobs as the plan sees them, and the starts it made.
+        wait_for(lambda: len(json.loads(self.dltrain("plan", "--cluster", "--json"))["changes"]) >= 2, 60,
+                 "the plan to start both jobs", interval=0.1)
+        cp = json.loads(self.dltrain("plan", "--cluster", "--json"))
+        self.assertTrue(cp["shared_plan"])
+        rows = {r["job"]: r for r in cp["jobs"]}
+        for j in (late["job"], easy["job"]):
+            if j in rows:  # a job whose workers are still starting is not planned (not movable)
+                self.assertEqual(rows[j]["min_workers"], 1)
+                self.assertEqual(rows[j]["max_workers"], 2)
+        self.assertEqual({c["job"] for c in cp["changes"]}, {late["job"], easy["job"]})
+        self.assertTrue(all(c["from"] == 0 and c["to"] >= 1 for c in cp["changes"][:2]))
+        text = self.dltrain("plan", "--cluster")
+        self.assertIn("latest changes", text)
+        self.assertIn(late["job"], text)
         for j in (late["job"], easy["job"]):
             self.dltrain("cancel", j)
 
