@@ -178,6 +178,9 @@
       el("p", { id: "leader", hidden: true }),
       el("section", { id: "agents-section" }, el("h2", {}, "Agents"), el("div", { id: "agents" })),
       el("section", { id: "jobs-section" }, el("h2", {}, "Jobs"), el("div", { id: "jobs" })),
+      el("section", { id: "plan-section", hidden: "" }, el("h2", {}, "Shared plan"), el("div", { id: "cluster-plan" }),
+        chartBox("chart-shares", "workers of each elastic job (the plan's changes; 0 s = now)"),
+        el("h3", {}, "Latest changes"), el("ol", { id: "plan-changes", reversed: "" })),
       el("section", { id: "job" }));
     main.hidden = false;
   }
@@ -199,6 +202,9 @@
       renderLeader(a.leader);
       renderAgents();
       renderJobs();
+      // The shared plan (docs/operations.md "The shared plan"); a leader without the
+      // request (an older HA candidate) leaves the section hidden.
+      request("cluster_plan").then(renderClusterPlan, () => renderClusterPlan(null));
       if (!selected && jobs.length) {
         const running = jobs.filter((j) => !["succeeded", "failed", "cancelled"].includes(j.state));
         selectJob((running.length ? running[running.length - 1] : jobs[jobs.length - 1]).job);
@@ -286,6 +292,46 @@
     box.replaceChildren(table("jobs-table",
       ["job", "name", "state", "model / data set", "workers × batch", "epochs", "progress", "ETA", "test accuracy"],
       rows));
+  }
+
+  // ------------------------------------------------------------ the shared plan
+  // The plan now (one row per planned elastic job), each job's workers over the plan's
+  // latest changes (a stepped line per job, x in seconds before now), and the changes.
+  function renderClusterPlan(cp) {
+    const section = $("plan-section");
+    if (!section) return;
+    if (!cp || !cp.shared_plan) { section.hidden = true; return; }
+    section.hidden = false;
+    const span = (s) => (typeof s === "number" ? fmtSeconds(Math.max(0, s)) : "–");
+    const rows = (cp.jobs || []).map((j) => el("tr", { class: "plan-row", dataset: { job: j.job } },
+      el("td", {}, j.job), el("td", {}, j.owner), el("td", {}, el("span", { class: "state " + j.state }, j.state)),
+      el("td", { class: "num" }, `${j.workers} → ${j.planned_workers}`),
+      el("td", { class: "num" }, `[${j.min_workers}, ${j.max_workers}]`),
+      el("td", { class: "num" }, span(j.predicted_seconds)),
+      el("td", { class: "num" }, "deadline_left_seconds" in j
+        ? span(j.deadline_left_seconds) + (j.misses_deadline ? " (missed)" : "") : "–"),
+      el("td", {}, j.reason)));
+    $("cluster-plan").replaceChildren(el("p", {}, `${(cp.jobs || []).length} elastic jobs planned on ${cp.slots} worker slots`),
+      table("cluster-plan-table", ["job", "owner", "state", "workers → planned", "bounds", "time left", "deadline in",
+        "reason"], rows));
+    const changes = cp.changes || [];
+    const now = Date.now() / 1000;
+    const byJob = new Map();
+    for (const c of changes) {
+      if (!byJob.has(c.job)) byJob.set(c.job, [[], []]);
+      byJob.get(c.job)[0].push(c.t - now);
+      byJob.get(c.job)[1].push(c.to);
+    }
+    for (const j of cp.jobs || []) {
+      if (!byJob.has(j.job)) byJob.set(j.job, [[], []]);
+      byJob.get(j.job)[0].push(0);
+      byJob.get(j.job)[1].push(j.workers);
+    }
+    const names = [...byJob.keys()];
+    draw("chart-shares", names, names.map((n) => byJob.get(n)), "workers", true, undefined,
+      { xLabel: "seconds (0 = now)", stepped: true });
+    $("plan-changes").replaceChildren(...changes.slice(-20).reverse().map((c) => el("li", { dataset: { job: c.job } },
+      `${fmtSeconds(now - c.t)} ago: ${c.job} (${c.owner}) ${c.from} → ${c.to} workers: ${c.reason}`)));
   }
 
   // ------------------------------------------------------------ one job
@@ -418,8 +464,10 @@
       "%", true, (u, min, max) => [Math.max(0, Math.floor(min - 5)), Math.min(100, Math.ceil(max + 5))]);
   }
 
-  // `yRange`: uPlot's range function for the y scale (default: uPlot's own).
-  function draw(id, names, tables, unit, points, yRange) {
+  // `yRange`: uPlot's range function for the y scale (default: uPlot's own). `more`:
+  // {xLabel (default "seconds since submission"), stepped (a step line: a value holds
+  // until the next)}.
+  function draw(id, names, tables, unit, points, yRange, more = {}) {
     const box = $(id);
     if (!box || typeof uPlot === "undefined") return;
     let n = 0;
@@ -437,10 +485,11 @@
     const opts = {
       width, height: 220,
       scales: yRange ? { x: { time: false }, y: { range: yRange } } : { x: { time: false } },
-      axes: [{ label: "seconds since submission" }, { label: unit }],
+      axes: [{ label: more.xLabel || "seconds since submission" }, { label: unit }],
       series: [{ label: "t (s)" }, ...names.map((nm, i) => ({
         label: nm, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
         points: { show: points ? true : undefined, size: 6 },
+        ...(more.stepped && uPlot.paths && uPlot.paths.stepped ? { paths: uPlot.paths.stepped({ align: 1 }) } : {}),
       }))],
       legend: { live: false },
     };

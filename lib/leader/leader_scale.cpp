@@ -303,6 +303,17 @@ json Leader::Impl::cluster_plan_json() const {
 }
 
 void Leader::Impl::replan() {
+  // A planned job that ended since: its last change, to 0 workers, says how.
+  std::map<std::string, int> last;
+  for (const auto& c : plan_changes) last[c["job"].get<std::string>()] = c["to"].get<int>();
+  for (const auto& [id, to] : last) {
+    const auto it = jobs.find(id);
+    if (to > 0 && it != jobs.end() && it->second.terminal()) {
+      plan_changes.push_back({{"t", unix_now()}, {"job", id}, {"owner", it->second.owner}, {"from", to}, {"to", 0},
+                              {"reason", std::string("ended: ") + std::string(to_string(it->second.state()))}});
+    }
+  }
+  while (plan_changes.size() > kPlanChangesKept) plan_changes.pop_front();
   auto [plan_jobs, slots] = shared_plan_inputs();
   if (plan_jobs.empty()) return;
   const auto plan = plan_shares(plan_jobs, slots);

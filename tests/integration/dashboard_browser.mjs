@@ -8,7 +8,8 @@
 //            "straggler" (a task to wait for its straggler flag, or ""),
 //            "tmp" (where Chromium's throw-away profile goes; default: the system's),
 //            "plan_job" (an automatic job whose planner decision to read once it
-//            succeeded, or "")}
+//            succeeded, or ""), "elastic_job" (an elastic job whose start by the shared
+//            plan to read from the shared plan's section, or "")}
 // Writes one JSON line per phase to stdout ({"phase": ...}; the last one, "done", also has
 // "page_errors": what the page logged as errors); the test reads them, acts
 // (stops and continues a worker) and asserts on the figures. Every wait is bounded; on a
@@ -220,7 +221,21 @@ async function main() {
     }))()`);
     shots.push(await screenshot("plan"));
   }
-  say({ phase: "done", done, reloaded, plan, screenshots: shots, page_errors: pageErrors });
+  // 7. The shared plan's section: the elastic job's start among its latest changes, and
+  // the chart of each job's workers.
+  let shared = null;
+  if (cfg.elastic_job) {
+    await waitFor("the shared plan to start the elastic job",
+      `!!document.querySelector('#plan-changes li[data-job="${cfg.elastic_job}"]')`, 300000);
+    shared = await evaluate(`(() => ({
+      visible: !document.getElementById("plan-section").hidden,
+      changes: [...document.querySelectorAll('#plan-changes li[data-job="${cfg.elastic_job}"]')].map((l) => l.textContent),
+      chart_points: Number(document.getElementById("chart-shares").dataset.points),
+      chart_canvas: !!document.querySelector("#chart-shares canvas"),
+    }))()`);
+    shots.push(await screenshot("shared-plan"));
+  }
+  say({ phase: "done", done, reloaded, plan, shared, screenshots: shots, page_errors: pageErrors });
 }
 
 const timer = setTimeout(() => { say({ phase: "error", message: "the whole run took over 15 minutes" }); finish(1); },

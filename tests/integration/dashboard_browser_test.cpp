@@ -94,7 +94,9 @@ TEST(Dashboard, InHeadlessChromiumShowsNothingWithoutTheTokenThenTheClusterAndAJ
   RecordProperty("screenshots", shots.string());
 
   {
-    dltrain::testing::Standalone cluster(root / "state", root / "xdg", 3, {"--progress-interval", "1"});
+    // With the shared plan: it moves only elastic jobs, so the fixed and automatic jobs
+    // run as without it, and the elastic one shows the plan's section.
+    dltrain::testing::Standalone cluster(root / "state", root / "xdg", 3, {"--progress-interval", "1", "--shared-plan"});
     ASSERT_FALSE(cluster.client.empty()) << "the standalone cluster did not start; see " << root / "standalone.log";
     std::ifstream in(root / "state" / "client.json");
     const json cj = json::parse(in);
@@ -118,11 +120,20 @@ TEST(Dashboard, InHeadlessChromiumShowsNothingWithoutTheTokenThenTheClusterAndAJ
     const std::string auto_job = dltrain::testing::submit_job(
         cluster.client, dltrain::testing::write_job_file(root, "dashboard-auto", "data_dir = \"/usr/share/datasets/fashion-mnist\"\n" + kAutoMlp));
     ASSERT_FALSE(auto_job.empty());
+    // A small elastic job, queued behind the others: the shared plan starts it.
+    const std::string elastic_job = dltrain::testing::submit_job(
+        cluster.client, dltrain::testing::write_job_file(
+                            root, "dashboard-elastic",
+                            "data_dir = \"/usr/share/datasets/fashion-mnist\"\nmodel = \"mlp\"\ndataset = \"fashion-mnist\"\n"
+                            "epochs = 1\nworkers = 1\nps_shards = 1\nbatch_size = 64\ntrain_samples = 6000\n"
+                            "test_samples = 1000\n[elastic]\nmin_workers = 1\nmax_workers = 2\n"));
+    ASSERT_FALSE(elastic_job.empty());
 
     const fs::path cfg = root / "browser.json";
     std::ofstream(cfg) << json{{"url", url},         {"token", token},         {"job", job},
                                {"out", shots.string()}, {"chromium", chromium}, {"straggler", "worker-1"},
-                               {"tmp", root.string()},  {"plan_job", auto_job}, {"epochs", kJobEpochs}}
+                               {"tmp", root.string()},  {"plan_job", auto_job}, {"epochs", kJobEpochs},
+                               {"elastic_job", elastic_job}}
                               .dump();
     const fs::path log = root / "browser.log";
     Background browser(node + " " + DLTRAIN_SOURCE_DIR + "/tests/integration/dashboard_browser.mjs " + cfg.string(),
@@ -240,6 +251,26 @@ TEST(Dashboard, InHeadlessChromiumShowsNothingWithoutTheTokenThenTheClusterAndAJ
     EXPECT_NE(shown_plan.value("explanation", "").find(plan.value("explanation", "?")), std::string::npos)
         << shown_plan.dump();
 
+    // 7. The shared plan's section shows the elastic job's start as the leader recorded it
+    // (dltrain plan --cluster), and draws its workers.
+    const json& shared = p["done"]["shared"];
+    ASSERT_TRUE(shared.is_object()) << p["done"].dump();
+    EXPECT_TRUE(shared.value("visible", false));
+    auto cp_r = run(cluster.client + " plan --cluster --json", 30);
+    ASSERT_EQ(cp_r.code, 0) << cp_r.out;
+    const json cp = json::parse(cp_r.out);
+    const json* start = nullptr;
+    for (const auto& c : cp["changes"]) {
+      if (c["job"] == elastic_job && c["from"] == 0) start = &c;
+    }
+    ASSERT_NE(start, nullptr) << cp.dump();
+    const std::string want = elastic_job + " (admin) 0 → " + std::to_string((*start)["to"].get<int>()) + " workers: " +
+                             (*start)["reason"].get<std::string>();
+    ASSERT_FALSE(shared["changes"].empty()) << shared.dump();
+    EXPECT_NE(shared["changes"].back().get<std::string>().find(want), std::string::npos) << shared.dump() << "\n" << want;
+    EXPECT_GE(shared.value("chart_points", 0), 1);
+    EXPECT_TRUE(shared.value("chart_canvas", false));
+
     // No script error, failed load or Content-Security-Policy violation on the way.
     EXPECT_EQ(p["done"]["page_errors"], json::array()) << p["done"]["page_errors"].dump(1);
 
@@ -249,7 +280,7 @@ TEST(Dashboard, InHeadlessChromiumShowsNothingWithoutTheTokenThenTheClusterAndAJ
 
     std::size_t pngs = 0;
     for (const auto& e : fs::directory_iterator(shots)) pngs += e.path().extension() == ".png";
-    EXPECT_EQ(pngs, 7u) << "screenshots in " << shots;
+    EXPECT_EQ(pngs, 8u) << "screenshots in " << shots;
 
     EXPECT_EQ(cluster.stop(), 0);
     EXPECT_TRUE(cluster.leftover_processes().empty());
