@@ -279,6 +279,10 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// PS cores), with each job's work left, its deadline left ([job] deadline counted from
   /// submission) and its resize cost.
   std::pair<std::vector<ShareJob>, int> shared_plan_inputs() const;
+  /// A job's scaling curve for the shared plan (Planning::speedup; empty: linear), read
+  /// at most once a minute per job into speedup_cache.
+  std::vector<double> speedup_of(const JobRec& j) const;
+  mutable std::map<std::string, std::pair<std::chrono::steady_clock::time_point, std::vector<double>>> speedup_cache;
   /// For a submit under the shared plan: the plan's prediction for the elastic job `j`
   /// just queued, and a warning when its deadline cannot be met under the current load
   /// (nullopt: not planned by the shared plan).

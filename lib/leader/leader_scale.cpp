@@ -204,6 +204,22 @@ bool movable(const JobRec& j) {
 
 }  // namespace
 
+std::vector<double> Leader::Impl::speedup_of(const JobRec& j) const {
+  // The planner's model changes only as epochs are recorded: read it at most once a minute.
+  const auto now = std::chrono::steady_clock::now();
+  auto& c = speedup_cache[j.id];
+  if (c.first == std::chrono::steady_clock::time_point{} || now - c.first > std::chrono::seconds(60)) {
+    try {
+      c.second = planning.speedup(j.spec, j.spec.elastic.max_workers);
+    } catch (const std::exception& e) {
+      spdlog::warn("job {}: the shared plan assumes linear scaling: the planner's model failed: {}", j.id, e.what());
+      c.second.clear();
+    }
+    c.first = now;
+  }
+  return c.second;
+}
+
 std::pair<std::vector<ShareJob>, int> Leader::Impl::shared_plan_inputs() const {
   // Slots: the free cores, plus the cores the movable running jobs' workers hold, less
   // the PS cores of the queued movable jobs (they need them to start).
@@ -234,13 +250,18 @@ std::pair<std::vector<ShareJob>, int> Leader::Impl::shared_plan_inputs() const {
     // the noise), unknown before the job's first worker started.
     if (j.worker_start_seconds > 0) s.resize_cost_s = 2 * j.worker_start_seconds + 1;
     s.max_workers = j.spec.elastic.max_workers;
+    s.speedup = speedup_of(j);
     const double images = training_images(j.spec) * j.spec.epochs;
     if (j.state() == JobState::kRunning) {
       s.workers = j.spec.workers;
       slots += s.workers;
+      // Work left in seconds at one worker: the images left over the rate one worker would
+      // have, the measured rate ÷ the speedup at the current size.
       double rate = 0;
       for (const auto& [rank, ips] : j.figures.images_per_sec) rate += ips;
-      rate = rate > 0 ? rate / std::max(1, s.workers) : mean_rate;
+      const double at = s.speedup.empty() ? s.workers
+                                          : s.speedup[static_cast<std::size_t>(std::min<int>(s.workers, s.speedup.size())) - 1];
+      rate = rate > 0 ? rate / std::max(1e-9, at) : mean_rate;
       s.remaining = std::max(1.0, images * (1.0 - j.progress().value_or(0.0)) / rate);
     } else {
       slots -= j.spec.ps_shards;
@@ -314,6 +335,10 @@ void Leader::Impl::replan() {
     }
   }
   while (plan_changes.size() > kPlanChangesKept) plan_changes.pop_front();
+  std::erase_if(speedup_cache, [&](const auto& kv) {
+    const auto it = jobs.find(kv.first);
+    return it == jobs.end() || it->second.terminal();
+  });
   auto [plan_jobs, slots] = shared_plan_inputs();
   if (plan_jobs.empty()) return;
   const auto plan = plan_shares(plan_jobs, slots);

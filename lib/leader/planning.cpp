@@ -24,7 +24,8 @@ planner::PolicyOptions policy_options(const config::AgentOptions& o) {
 
 }  // namespace
 
-planner::Plan Planning::plan_for(const JobSpec& spec, double exploration_seconds) const {
+planner::PlanRequest Planning::request_for(const JobSpec& spec, double exploration_seconds,
+                                           const std::vector<store::Observation>& history) const {
   const bool gpu = spec.device == Device::kCuda;
   int slots = agents_.task_slots(spec.threads_per_task);
   if (gpu) {
@@ -38,10 +39,37 @@ planner::Plan Planning::plan_for(const JobSpec& spec, double exploration_seconds
   int live = 0;
   for (const auto& [id, a] : agents_) live += agents_.live(id) ? 1 : 0;
   const planner::ClusterView cluster{agents_.hardware_class(gpu), slots, agents_.slowest_link(), live};
+  return planner::plan_request(spec, cluster, policy_options(opt_), exploration_seconds, history);
+}
+
+std::vector<double> Planning::speedup(const JobSpec& spec, int max_workers) const {
+  if (!db_ || max_workers < 1) return {};
+  const std::string model(enum_name(spec.model)), dataset(dataset_label(spec));
+  const auto history = planner::relevant_history(db_->history(model, dataset), spec);
+  if (history.empty()) return {};
+  const planner::Predictors predict(history, request_for(spec, 0, history));
+  const auto measured = predict.time_workers();
+  if (measured.size() < 2) return {};
+  const int lo = measured.front(), hi = measured.back();
+  const auto method = planner::method_option(spec.compression);
+  std::vector<double> rate(static_cast<std::size_t>(std::max(hi, max_workers)) + 1, 0.0);  // images/s, by workers
+  for (int w = lo; w <= hi; ++w) {
+    const auto t = predict.time(planner::Config{w, spec.batch_size, method});
+    if (!t || !(t->seconds_per_image > 0)) return {};
+    rate[w] = 1.0 / t->seconds_per_image;
+  }
+  for (int w = 1; w < lo; ++w) rate[w] = rate[lo] * w / lo;
+  for (int w = hi + 1; w <= max_workers; ++w) rate[w] = rate[hi] * w / hi;
+  std::vector<double> out;
+  for (int w = 1; w <= max_workers; ++w) out.push_back(rate[w] / rate[1]);
+  return out;
+}
+
+planner::Plan Planning::plan_for(const JobSpec& spec, double exploration_seconds) const {
   const std::string model(enum_name(spec.model)), dataset(dataset_label(spec));
   std::vector<store::Observation> history;
   if (db_) history = planner::relevant_history(db_->history(model, dataset), spec);
-  auto req = planner::plan_request(spec, cluster, policy_options(opt_), exploration_seconds, history);
+  auto req = request_for(spec, exploration_seconds, history);
   if (db_) {
     const std::string key = planner::plan_key(spec);
     if (auto prev = db_->get_meta(key)) {

@@ -33,6 +33,14 @@ class Planning {
   /// last for such a job; `exploration_seconds` already spent exploring it. A previous
   /// plan that cannot be decoded is ignored (logged).
   planner::Plan plan_for(const JobSpec& spec, double exploration_seconds) const;
+  /// The job's speedup at 1..max_workers workers (its images/s at w ÷ at 1) from the
+  /// planner's epoch-time model (planner::Predictors::time) of its model, data set, batch
+  /// size and method, for the shared plan (ShareJob::speedup): the model's curve between
+  /// the fewest and the most workers measured, linear in workers outside them (at the
+  /// per-worker rate of the nearer end). Empty — the plan then assumes linear scaling —
+  /// without a store, with fewer than two distinct worker counts measured, or without a
+  /// prediction. Reads the store; not cached.
+  std::vector<double> speedup(const JobSpec& spec, int max_workers) const;
   /// Why `spec` cannot run here because its largest PS shard's parameter state
   /// (planner/ps_memory.h: parameters, momentum, one x_seen per sparse-downlink worker)
   /// exceeds the memory_mb of every live agent; nullopt when it fits, no agent is live
@@ -47,6 +55,9 @@ class Planning {
   void record_final(const JobRec& j);
 
  private:
+  /// The planner's request for `spec` on the live agents, with `history` (plan_for's).
+  planner::PlanRequest request_for(const JobSpec& spec, double exploration_seconds,
+                                   const std::vector<store::Observation>& history) const;
   const AgentRegistry& agents_;
   const config::AgentOptions& opt_;
   store::Store* db_ = nullptr;

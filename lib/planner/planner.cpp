@@ -200,6 +200,14 @@ bool Predictors::accuracy_beyond_history(const Config& c) const {
 
 int Predictors::time_cells() const { return compute_ ? compute_->cells() : 0; }
 
+std::vector<int> Predictors::time_workers() const {
+  std::vector<int> out;
+  if (compute_) {
+    for (double x : compute_->xs()) out.push_back(static_cast<int>(std::lround(x)));
+  }
+  return out;
+}
+
 std::optional<Predictors::Time> Predictors::time(const Config& c) const {
   if (!compute_) return std::nullopt;
   const std::string label = method_label(c.compression);

@@ -174,6 +174,8 @@ class Predictors {
   /// there, and the planner does not count on it.
   bool accuracy_beyond_history(const Config& c) const;
   int time_cells() const;  ///< distinct (workers, batch) with computation measurements
+  /// The distinct worker counts of the computation measurements, ascending; empty without.
+  std::vector<int> time_workers() const;
   /// Whether the history holds epoch-time rows of method `m` (at any configuration).
   bool method_measured(const MethodOption& m) const;
   /// Whether the history holds finished runs of method `m` (its own final accuracies).

@@ -156,3 +156,48 @@ TEST(Planning, TheChosenMethodTakesItsRecipeAndAnAutoJobsProfileRunsTheCandidate
   EXPECT_EQ(planner::decode_plan(R"({"workers":2,"batch_size":32})", "k"), (planner::Config{2, 32}));
   EXPECT_THROW(planner::decode_plan(R"({"workers":2,"batch_size":32,"method":"zip","setting":1})", "k"), ProtocolError);
 }
+
+// The shared plan's scaling curve from the planner's epoch-time model. The history: the
+// CNN at batch 64 measured at 1, 2 and 4 workers, 1,000, 1,800 and 2,400 images/s (the
+// job's whole rate). Seconds per image 1/1000, 1/1800, 1/2400; at 3 workers the model
+// interpolates them: (1/1800 + 1/2400) / 2 = 1/2057.14. Speedup: 1, 1.8, 2.0571, 2.4;
+// past the most workers measured, linear at 4's per-worker rate: 2,400 × 5/4 = 3,000
+// (3.0), × 6/4 (3.6). Without a store, or with one worker count measured: empty.
+TEST(Planning, TheSpeedupCurveIsTheEpochTimeModelsWithinTheMeasuredWorkersAndLinearBeyond) {
+  dltrain::testing::TempDir dir;
+  auto db = store::RocksDbStore::open((dir.path / "db").string());
+  AgentRegistry agents;
+  config::AgentOptions opt;
+  Planning planning(agents, opt);
+  JobSpec spec;
+  spec.model = ModelKind::kCnn;
+  spec.dataset = DatasetKind::kFashionMnist;
+  spec.batch_size = 64;
+  EXPECT_TRUE(planning.speedup(spec, 6).empty());  // no store
+  planning.use_store(db.get());
+  const auto row = [&](int w, double ips) {
+    store::Observation o;
+    o.model = "cnn";
+    o.dataset = "fashion-mnist";
+    o.workers = w;
+    o.batch_size = 64;
+    o.images_per_sec = ips;
+    o.epoch_seconds = 60000.0 / ips;
+    o.epoch = 1;
+    o.job = "job-" + std::to_string(w);
+    db->add_observation(o);
+  };
+  row(1, 1000);
+  EXPECT_TRUE(planning.speedup(spec, 6).empty());  // one worker count: no curve
+  row(2, 1800);
+  row(4, 2400);
+  const auto s = planning.speedup(spec, 6);
+  ASSERT_EQ(s.size(), 6u);
+  EXPECT_NEAR(s[0], 1.0, 1e-9);
+  EXPECT_NEAR(s[1], 1.8, 1e-6);
+  EXPECT_NEAR(s[2], 2.0 / (1.0 / 1.8 + 1.0 / 2.4), 1e-6);
+  EXPECT_NEAR(s[3], 2.4, 1e-6);
+  EXPECT_NEAR(s[4], 3.0, 1e-6);
+  EXPECT_NEAR(s[5], 3.6, 1e-6);
+  EXPECT_EQ(planning.speedup(spec, 2).size(), 2u);
+}
