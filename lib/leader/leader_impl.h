@@ -279,10 +279,18 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// PS cores), with each job's work left, its deadline left ([job] deadline counted from
   /// submission) and its resize cost.
   std::pair<std::vector<ShareJob>, int> shared_plan_inputs() const;
-  /// A job's scaling curve for the shared plan (Planning::speedup; empty: linear), read
-  /// at most once a minute per job into speedup_cache.
-  std::vector<double> speedup_of(const JobRec& j) const;
-  mutable std::map<std::string, std::pair<std::chrono::steady_clock::time_point, std::vector<double>>> speedup_cache;
+  /// What the planner's models say of a job, for the shared plan: its scaling curve
+  /// (Planning::speedup; empty: linear) and, with a target accuracy, the most workers
+  /// that reach it (Planning::accuracy_cap).
+  struct PlanModel {
+    std::chrono::steady_clock::time_point read;
+    std::vector<double> speedup;
+    std::optional<int> accuracy_cap;
+  };
+  /// Read at most once a minute per job into plan_models (the models change only as
+  /// epochs are recorded); a job that ended leaves it at the next replan.
+  const PlanModel& plan_model_of(const JobRec& j) const;
+  mutable std::map<std::string, PlanModel> plan_models;
   /// For a submit under the shared plan: the plan's prediction for the elastic job `j`
   /// just queued, and a warning when its deadline cannot be met under the current load
   /// (nullopt: not planned by the shared plan).

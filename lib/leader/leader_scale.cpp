@@ -204,20 +204,22 @@ bool movable(const JobRec& j) {
 
 }  // namespace
 
-std::vector<double> Leader::Impl::speedup_of(const JobRec& j) const {
-  // The planner's model changes only as epochs are recorded: read it at most once a minute.
+const Leader::Impl::PlanModel& Leader::Impl::plan_model_of(const JobRec& j) const {
   const auto now = std::chrono::steady_clock::now();
-  auto& c = speedup_cache[j.id];
-  if (c.first == std::chrono::steady_clock::time_point{} || now - c.first > std::chrono::seconds(60)) {
+  auto& m = plan_models[j.id];
+  if (m.read == std::chrono::steady_clock::time_point{} || now - m.read > std::chrono::seconds(60)) {
+    m = PlanModel{now, {}, std::nullopt};
     try {
-      c.second = planning.speedup(j.spec, j.spec.elastic.max_workers);
+      m.speedup = planning.speedup(j.spec, j.spec.elastic.max_workers);
+      m.accuracy_cap = planning.accuracy_cap(j.spec, j.spec.elastic.max_workers);
     } catch (const std::exception& e) {
-      spdlog::warn("job {}: the shared plan assumes linear scaling: the planner's model failed: {}", j.id, e.what());
-      c.second.clear();
+      spdlog::warn("job {}: the shared plan assumes linear scaling and no accuracy bound: the planner's models failed: {}",
+                   j.id, e.what());
+      m.speedup.clear();
+      m.accuracy_cap.reset();
     }
-    c.first = now;
   }
-  return c.second;
+  return m;
 }
 
 std::pair<std::vector<ShareJob>, int> Leader::Impl::shared_plan_inputs() const {
@@ -250,7 +252,10 @@ std::pair<std::vector<ShareJob>, int> Leader::Impl::shared_plan_inputs() const {
     // the noise), unknown before the job's first worker started.
     if (j.worker_start_seconds > 0) s.resize_cost_s = 2 * j.worker_start_seconds + 1;
     s.max_workers = j.spec.elastic.max_workers;
-    s.speedup = speedup_of(j);
+    const auto& model = plan_model_of(j);
+    s.speedup = model.speedup;
+    // A job with a target accuracy grows no further than the accuracy model allows.
+    if (model.accuracy_cap) s.max_workers = std::max(s.min_workers, std::min(s.max_workers, *model.accuracy_cap));
     const double images = training_images(j.spec) * j.spec.epochs;
     if (j.state() == JobState::kRunning) {
       s.workers = j.spec.workers;
@@ -335,7 +340,7 @@ void Leader::Impl::replan() {
     }
   }
   while (plan_changes.size() > kPlanChangesKept) plan_changes.pop_front();
-  std::erase_if(speedup_cache, [&](const auto& kv) {
+  std::erase_if(plan_models, [&](const auto& kv) {
     const auto it = jobs.find(kv.first);
     return it == jobs.end() || it->second.terminal();
   });

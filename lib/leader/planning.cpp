@@ -65,6 +65,24 @@ std::vector<double> Planning::speedup(const JobSpec& spec, int max_workers) cons
   return out;
 }
 
+std::optional<int> Planning::accuracy_cap(const JobSpec& spec, int max_workers) const {
+  if (!db_ || spec.target_accuracy <= 0 || max_workers < 1) return std::nullopt;
+  const std::string model(enum_name(spec.model)), dataset(dataset_label(spec));
+  const auto history = planner::relevant_history(db_->history(model, dataset), spec);
+  if (history.empty()) return std::nullopt;
+  const auto req = request_for(spec, 0, history);
+  const planner::Predictors predict(history, req);
+  const auto method = planner::method_option(spec.compression);
+  for (int w = max_workers; w >= 1; --w) {
+    const planner::Config c{w, spec.batch_size, method};
+    const auto a = predict.accuracy_of(c);
+    if (!a) return std::nullopt;
+    if (predict.accuracy_beyond_history(c)) continue;
+    if (a->value - req.margin_sigmas * predict.accuracy_sigma() >= spec.target_accuracy) return w;
+  }
+  return std::nullopt;
+}
+
 planner::Plan Planning::plan_for(const JobSpec& spec, double exploration_seconds) const {
   const std::string model(enum_name(spec.model)), dataset(dataset_label(spec));
   std::vector<store::Observation> history;

@@ -41,6 +41,14 @@ class Planning {
   /// without a store, with fewer than two distinct worker counts measured, or without a
   /// prediction. Reads the store; not cached.
   std::vector<double> speedup(const JobSpec& spec, int max_workers) const;
+  /// For a job with a target_accuracy: the most workers, at most max_workers, whose global
+  /// batch (workers × batch_size) the planner's accuracy model predicts to reach the
+  /// target, less its safety margin (margin_sigmas × the fit's RMS residual), within the
+  /// global batches the history measured (beyond them the model only bounds accuracy from
+  /// above, and the planner does not count on it). Nullopt — no cap — without a target, a
+  /// store or the model's data, or when no worker count reaches the target (the plan
+  /// cannot help it then). Reads the store; not cached.
+  std::optional<int> accuracy_cap(const JobSpec& spec, int max_workers) const;
   /// Why `spec` cannot run here because its largest PS shard's parameter state
   /// (planner/ps_memory.h: parameters, momentum, one x_seen per sparse-downlink worker)
   /// exceeds the memory_mb of every live agent; nullopt when it fits, no agent is live

@@ -201,3 +201,52 @@ TEST(Planning, TheSpeedupCurveIsTheEpochTimeModelsWithinTheMeasuredWorkersAndLin
   EXPECT_NEAR(s[5], 3.6, 1e-6);
   EXPECT_EQ(planning.speedup(spec, 2).size(), 2u);
 }
+
+// The accuracy bound: final accuracies (5 epochs) 0.92 at global batch 32 and 128, 0.90 at
+// 256, 0.85 at 512. A job of batch 64 with target 0.905: 1 worker (64: 0.92), 2 (128:
+// 0.92), 3 (192: halfway between 128 and 256, 0.91) reach it; 4 (256: 0.90) does not: at
+// most 3. Target 0.95: no size reaches it, no cap. No target: no cap. Batch 256 (the most
+// measured): 2 workers (512) still inside the history (0.85 < 0.905), 1 (256: 0.90) not:
+// no size, no cap; with target 0.85, 2 workers (512: 0.85) and nothing beyond the history
+// (3 × 256 = 768 > 512, not counted on).
+TEST(Planning, TheAccuracyCapIsTheMostWorkersTheAccuracyModelLetsReachTheTarget) {
+  dltrain::testing::TempDir dir;
+  auto db = store::RocksDbStore::open((dir.path / "db").string());
+  AgentRegistry agents;
+  config::AgentOptions opt;
+  Planning planning(agents, opt);
+  planning.use_store(db.get());
+  const auto final_row = [&](int w, int b, double acc) {
+    store::Observation o;
+    o.model = "cnn";
+    o.dataset = "fashion-mnist";
+    o.workers = w;
+    o.batch_size = b;
+    o.images_per_sec = 1000;
+    o.epoch_seconds = 60;
+    o.epoch = 5;
+    o.final_accuracy = acc;
+    o.job = "job-" + std::to_string(w) + "-" + std::to_string(b);
+    db->add_observation(o);
+  };
+  final_row(1, 32, 0.92);
+  final_row(2, 64, 0.92);
+  final_row(2, 128, 0.90);
+  final_row(4, 128, 0.85);
+  JobSpec spec;
+  spec.model = ModelKind::kCnn;
+  spec.dataset = DatasetKind::kFashionMnist;
+  spec.batch_size = 64;
+  spec.epochs = 5;
+  EXPECT_FALSE(planning.accuracy_cap(spec, 8).has_value());  // no target
+  spec.target_accuracy = 0.905;
+  EXPECT_EQ(planning.accuracy_cap(spec, 8), 3);
+  EXPECT_EQ(planning.accuracy_cap(spec, 2), 2);
+  spec.target_accuracy = 0.95;
+  EXPECT_FALSE(planning.accuracy_cap(spec, 8).has_value());
+  spec.batch_size = 256;
+  spec.target_accuracy = 0.905;
+  EXPECT_FALSE(planning.accuracy_cap(spec, 8).has_value());
+  spec.target_accuracy = 0.85;
+  EXPECT_EQ(planning.accuracy_cap(spec, 8), 2);
+}
