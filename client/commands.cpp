@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "common/errors.h"
+#include "common/toml_fields.h"
 #include "models.h"
 #include "output.h"
 #include "wire/step_trace.h"
@@ -131,10 +132,7 @@ std::string submit_and_print(control::BlockingControlClient& c, const json& requ
       // The shared plan's size for it now and, once it has workers, its predicted run time.
       std::cout << "  shared plan: " << f->value("workers", 0) << " workers (" << f->value("reason", "") << ")";
       if (f->contains("predicted_seconds")) {
-        const double t = f->value("predicted_seconds", 0.0);
-        std::cout << ", about " << (t < 120 ? std::to_string(static_cast<long>(std::ceil(t))) + " s"
-                                            : std::to_string(static_cast<long>(std::ceil(t / 60))) + " min")
-                  << " to its end";
+        std::cout << ", about " << rough_duration(f->value("predicted_seconds", 0.0)) << " to its end";
       }
       std::cout << std::endl;
     }
@@ -182,10 +180,7 @@ int cluster_plan(control::BlockingControlClient& c, const CommandOptions& opt, b
               << std::endl;
     return kExitOk;
   }
-  const auto span = [](double t) {
-    return t < 120 ? std::to_string(static_cast<long>(std::ceil(t))) + " s"
-                   : std::to_string(static_cast<long>(std::ceil(t / 60))) + " min";
-  };
+  const auto span = [](double t) { return rough_duration(t); };
   const auto& rows = r["jobs"];
   std::cout << "shared plan: " << rows.size() << " elastic jobs on " << r.value("slots", 0) << " worker slots" << std::endl;
   for (const auto& j : rows) {

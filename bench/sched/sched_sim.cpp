@@ -22,7 +22,11 @@
 // "arrival" (s), "requested", "min", "max" (workers), "work" (s at one worker),
 // "speedup" [at 1..max], "deadline" (s from arrival; optional)}]}. Output (stdout, JSON):
 // the policy's average, median and p99 job completion time (JCT: end − arrival),
-// makespan, deadlines met, resizes and utilisation.
+// makespan, deadlines met, resizes and utilisation (worker-seconds held, pauses included,
+// ÷ slots × makespan).
+//
+// Unlike the leader, which refuses to resize a job whose last resize is still under way,
+// the simulation may resize a paused job again; each resize adds its pause.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -60,10 +64,7 @@ struct Job {
   double worker_seconds = 0;
 };
 
-double speedup(const Job& j, int w) {
-  if (w <= 0) return 0;
-  return j.speedup[std::min<std::size_t>(static_cast<std::size_t>(w), j.speedup.size()) - 1];
-}
+double speedup(const Job& j, int w) { return w <= 0 ? 0 : dltrain::leader::speedup_at(j.speedup, w); }
 
 double finish_at(const Job& j, double now) {
   return std::max(now, j.paused_until) + j.left / speedup(j, j.workers);
@@ -94,7 +95,8 @@ json run(std::vector<Job> jobs, int slots, double pause, const std::string& poli
   std::size_t next = 0, done = 0;
   double now = 0;
   int free = slots;
-  // Every pass handles at least one arrival or one end: bounded by twice the jobs.
+  // Every pass handles at least one arrival or one end, so twice the jobs suffice; the
+  // bound, with room to spare, only catches a defect.
   for (std::size_t pass = 0; done < jobs.size(); ++pass) {
     if (pass > 4 * jobs.size() + 4) throw std::runtime_error("simulation did not converge");
     double t = next < jobs.size() ? jobs[next].arrival : kInf;
@@ -219,10 +221,10 @@ Job parse_job(const json& x, std::size_t n) {
   } catch (const json::exception& e) {
     throw std::runtime_error(where + ": " + e.what());
   }
-  if (j.min < 1 || j.max < j.min || j.requested < 1 || !(j.work > 0) || j.arrival < 0 ||
+  if (j.min < 1 || j.max < j.min || j.requested < j.min || j.requested > j.max || !(j.work > 0) || j.arrival < 0 ||
       j.speedup.size() < static_cast<std::size_t>(j.max) ||
       std::any_of(j.speedup.begin(), j.speedup.end(), [](double s) { return !(s > 0); })) {
-    throw std::runtime_error(where + " (" + j.id + "): needs 1 <= min <= max, requested >= 1, work > 0, arrival >= 0 "
+    throw std::runtime_error(where + " (" + j.id + "): needs 1 <= min <= requested <= max, work > 0, arrival >= 0 "
                              "and a positive speedup for every size up to max");
   }
   return j;
@@ -248,6 +250,12 @@ int main(int argc, char** argv) {
     std::vector<Job> jobs;
     for (const auto& x : w.at("jobs")) jobs.push_back(parse_job(x, jobs.size()));
     if (jobs.empty()) throw std::runtime_error("the workload has no jobs");
+    for (const auto& j : jobs) {
+      if (j.min > slots) {
+        throw std::runtime_error("job " + j.id + ": min " + std::to_string(j.min) + " is more than the " +
+                                 std::to_string(slots) + " slots: it could never run");
+      }
+    }
     for (const auto& p : policies) std::cout << run(jobs, slots, pause, p).dump() << std::endl;
   } catch (const std::exception& e) {
     std::cerr << "sched_sim: " << workload << ": " << e.what() << std::endl;

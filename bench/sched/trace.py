@@ -89,6 +89,8 @@ def curves():
 
 
 def workload(slots, seed, load, users, deadline_share, n_jobs, classes, pause):
+    """One workload for sched_sim (its --workload JSON): n_jobs jobs drawn as the module's
+    docstring says, for a cluster of `slots`, seeded by (seed, slots)."""
     rng = random.Random(seed * 1000003 + slots)
     mean_size = sum(s * p for s, p in SIZES)
     rate = load * slots / (mean_size * mean_duration_s())
@@ -116,6 +118,8 @@ def workload(slots, seed, load, users, deadline_share, n_jobs, classes, pause):
 
 
 def main():
+    """Runs every cluster size × seed through sched_sim, prints a line each and the summary,
+    and writes the result file (--out) with its provenance."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("build", help="the build directory (with bin/sched_sim)")
     ap.add_argument("--slots", default="16,64,256", help="cluster sizes, worker slots (GPUs)")

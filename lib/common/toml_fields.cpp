@@ -1,5 +1,6 @@
 #include "common/toml_fields.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cctype>
@@ -311,6 +312,12 @@ double parse_duration_seconds(const std::string& text, const std::string& field)
   if (!any) throw ConfigError(field, "expected a duration such as \"30m\", got an empty string");
   if (!std::isfinite(total)) throw ConfigError(field, "the duration \"" + text + "\" is too long");
   return total;
+}
+
+std::string rough_duration(double seconds) {
+  seconds = std::max(0.0, seconds);
+  return seconds < 120 ? std::to_string(static_cast<long>(std::ceil(seconds))) + " s"
+                       : std::to_string(static_cast<long>(std::ceil(seconds / 60))) + " min";
 }
 
 }  // namespace dltrain

@@ -146,4 +146,8 @@ namespace dltrain {
 /// ("1.2.3s") and a total too large for a double.
 double parse_duration_seconds(const std::string& text, const std::string& field);
 
+/// A duration in words for a person, rounded up: "24 s" under two minutes, else "7 min"
+/// (negative counts as 0). For messages and the client's tables.
+std::string rough_duration(double seconds);
+
 }  // namespace dltrain

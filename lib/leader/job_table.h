@@ -38,6 +38,7 @@ class JobTable {
   const std::vector<std::string>& order() const { return order_; }
   /// The jobs in submission order (oldest first).
   std::vector<JobRec*> in_order();
+  /// The same, read-only.
   std::vector<const JobRec*> in_order() const;
   /// At most `limit` jobs, the newest first.
   std::vector<const JobRec*> newest(std::size_t limit) const;

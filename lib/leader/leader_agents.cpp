@@ -446,11 +446,14 @@ void Leader::Impl::on_started(JobRec& j, TaskRec& t, const events::Started& e) {
     }
   }
   // An elastic job whose workers all run can be resized now: the shared plan looks again
-  // (jobs that arrived while it started may be waiting for its workers).
+  // (jobs that arrived while it started may be waiting for its workers). Later, from the
+  // event loop: the caller holds references into this job's tasks, which a grow appends to.
   if (opt.shared_plan && j.spec.elastic.on() &&
       std::all_of(j.tasks.begin(), j.tasks.end(),
                   [](const TaskRec& w) { return w.kind != TaskKind::kWorker || w.state == TaskState::kRunning; })) {
-    try_schedule();
+    boost::asio::post(io, [w = weak_from_this()] {
+      if (auto self = w.lock()) self->try_schedule();
+    });
   }
 }
 

@@ -279,18 +279,13 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// PS cores), with each job's work left, its deadline left ([job] deadline counted from
   /// submission) and its resize cost.
   std::pair<std::vector<ShareJob>, int> shared_plan_inputs() const;
-  /// What the planner's models say of a job, for the shared plan: its scaling curve
-  /// (Planning::speedup; empty: linear) and, with a target accuracy, the most workers
-  /// that reach it (Planning::accuracy_cap).
-  struct PlanModel {
-    std::chrono::steady_clock::time_point read;
-    std::vector<double> speedup;
-    std::optional<int> accuracy_cap;
-  };
-  /// Read at most once a minute per job into plan_models (the models change only as
-  /// epochs are recorded); a job that ended leaves it at the next replan.
-  const PlanModel& plan_model_of(const JobRec& j) const;
-  mutable std::map<std::string, PlanModel> plan_models;
+  /// What the planner's models say of a job, for the shared plan (Planning::share_models:
+  /// its scaling curve and, with a target accuracy, the most workers that reach it), read
+  /// at most once a minute per job (the models change only as epochs are recorded).
+  Planning::ShareModels plan_model_of(const JobRec& j) const;
+  /// plan_model_of's cache: job id → (when read, what was read); a job that ended leaves
+  /// it at the next replan. Mutable: a cache behind const readers of the plan.
+  mutable std::map<std::string, std::pair<std::chrono::steady_clock::time_point, Planning::ShareModels>> plan_models;
   /// For a submit under the shared plan: the plan's prediction for the elastic job `j`
   /// just queued, and a warning when its deadline cannot be met under the current load
   /// (nullopt: not planned by the shared plan).
@@ -298,10 +293,14 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// `cluster_plan`: the shared plan now (each planned job's workers, reason, predicted
   /// seconds to its end, deadline) and its latest changes, oldest first.
   json cluster_plan_json() const;
-  /// The shared plan's latest resizes and starts, oldest first, at most kPlanChangesKept:
-  /// {t (unix s), job, owner, from, to, reason}. In memory only.
+  /// The shared plan's latest resizes and starts, oldest first, at most kPlanChangesKept
+  /// (the oldest go first): {t (unix s), job, owner, from, to, reason}; only what was
+  /// done (a resize the leader carried out, a start, an end). In memory only.
   std::deque<json> plan_changes;
+  /// How many plan_changes the leader keeps.
   static constexpr std::size_t kPlanChangesKept = 500;
+  /// Appends one change to plan_changes, dropping the oldest past kPlanChangesKept.
+  void record_plan_change(const JobRec& j, int from, int to, const std::string& reason);
 
   // ------------------------------------------------------------ leader_users.cpp
   /// The audit log (<state_dir>/audit.log; without a state directory, the leader's log only).

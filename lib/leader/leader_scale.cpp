@@ -5,10 +5,12 @@
 // with leave: SIGUSR1), whose exits then remove them. The shards and the data dispatch
 // follow the membership themselves (ps/sync.h, ps/dispatch.h).
 #include <algorithm>
+#include <cmath>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/toml_fields.h"
 #include "leader/leader_impl.h"
 #include "leader/shared_plan.h"
 
@@ -204,22 +206,20 @@ bool movable(const JobRec& j) {
 
 }  // namespace
 
-const Leader::Impl::PlanModel& Leader::Impl::plan_model_of(const JobRec& j) const {
+Planning::ShareModels Leader::Impl::plan_model_of(const JobRec& j) const {
   const auto now = std::chrono::steady_clock::now();
-  auto& m = plan_models[j.id];
-  if (m.read == std::chrono::steady_clock::time_point{} || now - m.read > std::chrono::seconds(60)) {
-    m = PlanModel{now, {}, std::nullopt};
+  auto& [read, models] = plan_models[j.id];
+  if (read == std::chrono::steady_clock::time_point{} || now - read > std::chrono::seconds(60)) {
+    read = now;
     try {
-      m.speedup = planning.speedup(j.spec, j.spec.elastic.max_workers);
-      m.accuracy_cap = planning.accuracy_cap(j.spec, j.spec.elastic.max_workers);
+      models = planning.share_models(j.spec, j.spec.elastic.max_workers);
     } catch (const std::exception& e) {
       spdlog::warn("job {}: the shared plan assumes linear scaling and no accuracy bound: the planner's models failed: {}",
                    j.id, e.what());
-      m.speedup.clear();
-      m.accuracy_cap.reset();
+      models = {};
     }
   }
-  return m;
+  return models;
 }
 
 std::pair<std::vector<ShareJob>, int> Leader::Impl::shared_plan_inputs() const {
@@ -252,7 +252,7 @@ std::pair<std::vector<ShareJob>, int> Leader::Impl::shared_plan_inputs() const {
     // the noise), unknown before the job's first worker started.
     if (j.worker_start_seconds > 0) s.resize_cost_s = 2 * j.worker_start_seconds + 1;
     s.max_workers = j.spec.elastic.max_workers;
-    const auto& model = plan_model_of(j);
+    const auto model = plan_model_of(j);
     s.speedup = model.speedup;
     // A job with a target accuracy grows no further than the accuracy model allows.
     if (model.accuracy_cap) s.max_workers = std::max(s.min_workers, std::min(s.max_workers, *model.accuracy_cap));
@@ -264,9 +264,7 @@ std::pair<std::vector<ShareJob>, int> Leader::Impl::shared_plan_inputs() const {
       // have, the measured rate ÷ the speedup at the current size.
       double rate = 0;
       for (const auto& [rank, ips] : j.figures.images_per_sec) rate += ips;
-      const double at = s.speedup.empty() ? s.workers
-                                          : s.speedup[static_cast<std::size_t>(std::min<int>(s.workers, s.speedup.size())) - 1];
-      rate = rate > 0 ? rate / std::max(1e-9, at) : mean_rate;
+      rate = rate > 0 ? rate / speedup_at(s.speedup, s.workers) : mean_rate;
       s.remaining = std::max(1.0, images * (1.0 - j.progress().value_or(0.0)) / rate);
     } else {
       slots -= j.spec.ps_shards;
@@ -291,17 +289,21 @@ std::optional<std::pair<json, std::string>> Leader::Impl::shared_plan_forecast(c
   if (d.workers > 0) f["predicted_seconds"] = std::round(d.finish_s);
   std::string warning;
   if (d.misses_deadline) {
-    const auto minutes = [](double s) {
-      return s < 120 ? std::to_string(static_cast<long>(std::ceil(s))) + " s"
-                     : std::to_string(static_cast<long>(std::ceil(s / 60))) + " min";
-    };
+    const auto minutes = [](double s) { return rough_duration(s); };
     warning = "its deadline (" + minutes(j.spec.deadline_seconds) + ") cannot be met under the current load: " +
               (d.workers > 0 ? "the shared plan gives it " + std::to_string(d.workers) + " workers and predicts " +
                                    minutes(d.finish_s) + " to its end"
                              : "the shared plan cannot start it yet (" + d.reason + ")") +
-              "; the prediction assumes each worker trains at the running jobs' measured rate";
+              "; the prediction assumes each worker trains at the running jobs' measured rate (1,000 images/s "
+              "when none runs)";
   }
   return std::make_pair(std::move(f), std::move(warning));
+}
+
+void Leader::Impl::record_plan_change(const JobRec& j, int from, int to, const std::string& reason) {
+  plan_changes.push_back({{"t", unix_now()}, {"job", j.id}, {"owner", j.owner}, {"from", from}, {"to", to},
+                          {"reason", reason}});
+  while (plan_changes.size() > kPlanChangesKept) plan_changes.pop_front();
 }
 
 json Leader::Impl::cluster_plan_json() const {
@@ -335,11 +337,9 @@ void Leader::Impl::replan() {
   for (const auto& [id, to] : last) {
     const auto it = jobs.find(id);
     if (to > 0 && it != jobs.end() && it->second.terminal()) {
-      plan_changes.push_back({{"t", unix_now()}, {"job", id}, {"owner", it->second.owner}, {"from", to}, {"to", 0},
-                              {"reason", std::string("ended: ") + std::string(to_string(it->second.state()))}});
+      record_plan_change(it->second, to, 0, std::string("ended: ") + std::string(to_string(it->second.state())));
     }
   }
-  while (plan_changes.size() > kPlanChangesKept) plan_changes.pop_front();
   std::erase_if(plan_models, [&](const auto& kv) {
     const auto it = jobs.find(kv.first);
     return it == jobs.end() || it->second.terminal();
@@ -352,23 +352,12 @@ void Leader::Impl::replan() {
     auto& j = jobs.at(s.id);
     j.share = d.reason + (d.misses_deadline ? " (misses its deadline)" : "");
   }
-  const auto record = [&](const ShareJob& s, const ShareDecision& d) {
-    // Once per change: a queued job's start or a resize the plan repeats until it is done.
-    for (auto it = plan_changes.rbegin(); it != plan_changes.rend(); ++it) {
-      if ((*it)["job"] != s.id) continue;
-      if ((*it)["from"] == s.workers && (*it)["to"] == d.workers) return;
-      break;
-    }
-    plan_changes.push_back({{"t", unix_now()}, {"job", s.id}, {"owner", s.owner}, {"from", s.workers},
-                            {"to", d.workers}, {"reason", d.reason}});
-    while (plan_changes.size() > kPlanChangesKept) plan_changes.pop_front();
-  };
-  for (const auto& s : plan_jobs) {
-    if (const auto& d = plan.at(s.id); d.workers != s.workers) record(s, d);
-  }
   const auto resize_to = [&](const ShareJob& s, const ShareDecision& d) {
-    if (auto why = resize(jobs.at(s.id), d.workers, "the shared plan: " + d.reason, nullptr)) {
+    auto& j = jobs.at(s.id);
+    if (auto why = resize(j, d.workers, "the shared plan: " + d.reason, nullptr)) {
       spdlog::info("job {}: the shared plan's resize to {} waits: {}", s.id, d.workers, *why);
+    } else {
+      record_plan_change(j, s.workers, d.workers, d.reason);
     }
   };
   // Shrinks first (their leavers free the cores), then the queued jobs' sizes (what

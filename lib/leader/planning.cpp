@@ -42,45 +42,54 @@ planner::PlanRequest Planning::request_for(const JobSpec& spec, double explorati
   return planner::plan_request(spec, cluster, policy_options(opt_), exploration_seconds, history);
 }
 
-std::vector<double> Planning::speedup(const JobSpec& spec, int max_workers) const {
-  if (!db_ || max_workers < 1) return {};
+Planning::ShareModels Planning::share_models(const JobSpec& spec, int max_workers) const {
+  ShareModels out;
+  if (!db_ || max_workers < 1) return out;
   const std::string model(enum_name(spec.model)), dataset(dataset_label(spec));
   const auto history = planner::relevant_history(db_->history(model, dataset), spec);
-  if (history.empty()) return {};
-  const planner::Predictors predict(history, request_for(spec, 0, history));
-  const auto measured = predict.time_workers();
-  if (measured.size() < 2) return {};
-  const int lo = measured.front(), hi = measured.back();
-  const auto method = planner::method_option(spec.compression);
-  std::vector<double> rate(static_cast<std::size_t>(std::max(hi, max_workers)) + 1, 0.0);  // images/s, by workers
-  for (int w = lo; w <= hi; ++w) {
-    const auto t = predict.time(planner::Config{w, spec.batch_size, method});
-    if (!t || !(t->seconds_per_image > 0)) return {};
-    rate[w] = 1.0 / t->seconds_per_image;
-  }
-  for (int w = 1; w < lo; ++w) rate[w] = rate[lo] * w / lo;
-  for (int w = hi + 1; w <= max_workers; ++w) rate[w] = rate[hi] * w / hi;
-  std::vector<double> out;
-  for (int w = 1; w <= max_workers; ++w) out.push_back(rate[w] / rate[1]);
-  return out;
-}
-
-std::optional<int> Planning::accuracy_cap(const JobSpec& spec, int max_workers) const {
-  if (!db_ || spec.target_accuracy <= 0 || max_workers < 1) return std::nullopt;
-  const std::string model(enum_name(spec.model)), dataset(dataset_label(spec));
-  const auto history = planner::relevant_history(db_->history(model, dataset), spec);
-  if (history.empty()) return std::nullopt;
+  if (history.empty()) return out;
   const auto req = request_for(spec, 0, history);
   const planner::Predictors predict(history, req);
   const auto method = planner::method_option(spec.compression);
-  for (int w = max_workers; w >= 1; --w) {
-    const planner::Config c{w, spec.batch_size, method};
-    const auto a = predict.accuracy_of(c);
-    if (!a) return std::nullopt;
-    if (predict.accuracy_beyond_history(c)) continue;
-    if (a->value - req.margin_sigmas * predict.accuracy_sigma() >= spec.target_accuracy) return w;
+  // The scaling curve: the epoch-time model between the worker counts measured.
+  const auto measured = predict.time_workers();
+  if (measured.size() >= 2) {
+    const int lo = measured.front(), hi = measured.back();
+    std::vector<double> rate(static_cast<std::size_t>(std::max(hi, max_workers)) + 1, 0.0);  // images/s, by workers
+    bool known = true;
+    for (int w = lo; w <= hi && known; ++w) {
+      const auto t = predict.time(planner::Config{w, spec.batch_size, method});
+      known = t && t->seconds_per_image > 0;
+      if (known) rate[w] = 1.0 / t->seconds_per_image;
+    }
+    if (known) {
+      for (int w = 1; w < lo; ++w) rate[w] = rate[lo] * w / lo;
+      for (int w = hi + 1; w <= max_workers; ++w) rate[w] = rate[hi] * w / hi;
+      for (int w = 1; w <= max_workers; ++w) out.speedup.push_back(rate[w] / rate[1]);
+    }
   }
-  return std::nullopt;
+  // The accuracy bound: the most workers whose global batch reaches the target.
+  if (spec.target_accuracy > 0) {
+    for (int w = max_workers; w >= 1; --w) {
+      const planner::Config c{w, spec.batch_size, method};
+      const auto a = predict.accuracy_of(c);
+      if (!a) break;
+      if (predict.accuracy_beyond_history(c)) continue;
+      if (a->value - req.margin_sigmas * predict.accuracy_sigma() >= spec.target_accuracy) {
+        out.accuracy_cap = w;
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<double> Planning::speedup(const JobSpec& spec, int max_workers) const {
+  return share_models(spec, max_workers).speedup;
+}
+
+std::optional<int> Planning::accuracy_cap(const JobSpec& spec, int max_workers) const {
+  return share_models(spec, max_workers).accuracy_cap;
 }
 
 planner::Plan Planning::plan_for(const JobSpec& spec, double exploration_seconds) const {

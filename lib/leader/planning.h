@@ -49,6 +49,12 @@ class Planning {
   /// store or the model's data, or when no worker count reaches the target (the plan
   /// cannot help it then). Reads the store; not cached.
   std::optional<int> accuracy_cap(const JobSpec& spec, int max_workers) const;
+  /// Both, from one read of the store and one fit of the models (what the shared plan asks).
+  struct ShareModels {
+    std::vector<double> speedup;      ///< speedup(): empty = linear
+    std::optional<int> accuracy_cap;  ///< accuracy_cap(): none = no cap
+  };
+  ShareModels share_models(const JobSpec& spec, int max_workers) const;
   /// Why `spec` cannot run here because its largest PS shard's parameter state
   /// (planner/ps_memory.h: parameters, momentum, one x_seen per sparse-downlink worker)
   /// exceeds the memory_mb of every live agent; nullopt when it fits, no agent is live

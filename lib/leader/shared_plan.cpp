@@ -15,11 +15,7 @@ struct Slot {
   int floor;  ///< steps 2, 4 and 6 never take it below this: min_workers, or its deadline's size
 };
 
-double speedup(const ShareJob& j, int w) {
-  w = std::max(1, w);
-  if (j.speedup.empty()) return w;
-  return j.speedup[std::min<std::size_t>(static_cast<std::size_t>(w), j.speedup.size()) - 1];
-}
+double speedup(const ShareJob& j, int w) { return speedup_at(j.speedup, w); }
 double left_at(const Slot& s, int w) { return s.job->remaining / speedup(*s.job, w); }
 double cost_of(const Slot& s, const SharePlanOptions& o) { return s.job->resize_cost_s >= 0 ? s.job->resize_cost_s : o.resize_cost_s; }
 bool has_slack(const Slot& s) { return s.admitted && s.workers > s.floor; }
@@ -44,16 +40,24 @@ Slot* longest_with_slack(std::vector<Slot>& plan, const Slot* besides) {
 
 }  // namespace
 
+double speedup_at(const std::vector<double>& curve, int workers) {
+  workers = std::max(1, workers);
+  if (curve.empty()) return workers;
+  return curve[std::min<std::size_t>(static_cast<std::size_t>(workers), curve.size()) - 1];
+}
+
 std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jobs, int slots,
                                                  const SharePlanOptions& o) {
   std::vector<Slot> plan;
   plan.reserve(jobs.size());
   int used = 0;
-  // 1. Running jobs keep their workers.
+  // 1. Running jobs keep their workers; one with a deadline keeps, as its floor, what of
+  // its deadline's size it holds, so that admitting a job (step 2) cannot break it.
   for (const auto& j : jobs) {
     if (j.workers > 0) {
       const int w = std::clamp(j.workers, j.min_workers, j.max_workers);
       plan.push_back(Slot{&j, w, "keeps its workers", true, j.min_workers});
+      if (const auto need = deadline_size(plan.back())) plan.back().floor = std::min(w, *need);
       used += w;
     }
   }

@@ -20,9 +20,9 @@ struct ShareJob {
   int min_workers = 1;    ///< [elastic] bounds, 1 <= min <= max
   int max_workers = 1;
   int workers = 0;        ///< workers it runs with now; 0 = queued
-  /// Work left, in worker-seconds: the time one worker would need for the rest of the job
-  /// (> 0). At w workers the plan expects remaining / w (the job's [elastic] bounds are
-  /// where it scales).
+  /// Work left, in seconds at one worker: the time one worker would need for the rest of
+  /// the job (> 0). At w workers (within its [elastic] bounds) the plan expects
+  /// remaining / speedup(w).
   double remaining = 0;
   /// What a resize costs this job, s (>= 0): a worker's start as measured, with margin;
   /// < 0 = not measured: SharePlanOptions::resize_cost_s.
@@ -33,10 +33,14 @@ struct ShareJob {
   /// (speedup w). Past its end the last entry holds: no gain from more workers. The plan
   /// expects remaining / speedup(w) seconds at w workers.
   std::vector<double> speedup;
-  /// Seconds left until the job's deadline ([job] deadline, counted from its start; a
-  /// queued job has all of it), may be <= 0 when already past; none = no deadline.
+  /// Seconds left until the job's deadline ([job] deadline, counted from submission: a
+  /// queued job's wait uses it up too), <= 0 when already past; none = no deadline.
   std::optional<double> deadline_left_s;
 };
+
+/// The speedup at `workers` of a curve as ShareJob::speedup holds it (speedup[w − 1]; the
+/// last entry past its end; empty: linear, `workers`); workers < 1 counts as 1. Pure.
+double speedup_at(const std::vector<double>& curve, int workers);
 
 /// The plan's knobs.
 struct SharePlanOptions {
@@ -63,7 +67,8 @@ struct ShareDecision {
 /// (the cores, in threads_per_task units, that elastic jobs' workers may hold), in six
 /// steps that change only what must change or gains more than a resize costs (the
 /// hysteresis of the plan). Time left at w workers is remaining / speedup(w).
-///  1. a running job keeps its workers (at least its min_workers);
+///  1. a running job keeps its workers (at least its min_workers); one with a deadline
+///     keeps as its floor what it holds of the size its deadline needs (step 3);
 ///  2. queued jobs, by priority, then deadline (earliest first, any before none), then
 ///     arrival, are admitted at min_workers: with the free slots, or by shrinking running
 ///     jobs above their floor (the one with the most time left first); a job that does
@@ -71,9 +76,10 @@ struct ShareDecision {
 ///  3. deadlines, earliest first (ElasticFlow's admission by deadline, ASPLOS'23, with
 ///     the job's own scaling curve): an admitted job whose deadline its workers miss
 ///     grows to the fewest workers that meet it (its floor, at most max_workers) with
-///     free slots, then slots of jobs above their own floor (most time left first). A
-///     job no size within its bounds can finish in time gets no floor and is reported
-///     in misses_deadline. Steps 2, 4 and 6 never take a job below its floor;
+///     free slots, then slots of jobs above their own floor (most time left first), if
+///     they suffice (a partial grow would cost the others and still miss). A job no
+///     size within its bounds can finish in time gets no floor and is reported in
+///     misses_deadline. Steps 2, 4 and 6 never take a job below its floor;
 ///  4. fairness: a user whose jobs hold fewer slots than slots / users (the users with
 ///     admitted jobs) and want more takes them from users above that share, one slot
 ///     at a time, from the job with the most time left above its floor — no user's jobs

@@ -178,3 +178,16 @@ TEST(SharedPlan, QueuedJobsWithEarlierDeadlinesAreAdmittedFirst) {
   EXPECT_EQ(p.at("X").workers, 0);
   EXPECT_EQ(p.at("Y").workers, 0);
 }
+
+// An admission does not break a running job's deadline: 4 slots, R runs 4 of [1, 4] with
+// 1,200 worker-s and 400 s to its deadline (it needs 3: 400 s; 2 give 600 s); Q arrives
+// needing 2. R can give only 1 without missing: Q waits, R keeps 4 (300 s).
+TEST(SharedPlan, AnArrivalWaitsRatherThanBreakARunningJobsDeadline) {
+  auto r = job("R", "u", 1, 4, 4, 1200);
+  r.deadline_left_s = 400;
+  const auto p = plan_shares({r, job("Q", "v", 2, 4, 0, 600)}, 4);
+  EXPECT_EQ(p.at("R").workers, 4);
+  EXPECT_FALSE(p.at("R").misses_deadline);
+  EXPECT_EQ(p.at("Q").workers, 0);
+  EXPECT_EQ(p.at("Q").reason, "waits: 2 workers do not fit");
+}
