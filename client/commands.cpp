@@ -182,11 +182,16 @@ int cluster_plan(control::BlockingControlClient& c, const CommandOptions& opt, b
   }
   const auto span = [](double t) { return rough_duration(t); };
   const auto& rows = r["jobs"];
-  std::cout << "shared plan: " << rows.size() << " elastic jobs on " << r.value("slots", 0) << " worker slots" << std::endl;
+  std::cout << "shared plan: " << rows.size() << " elastic jobs on " << r.value("slots", 0) << " cores";
+  if (r.value("gpu_slots", 0) > 0) std::cout << " and " << r.value("gpu_slots", 0) << " GPUs";
+  std::cout << std::endl;
   for (const auto& j : rows) {
     std::cout << "  " << j.value("job", "") << "  " << j.value("owner", "") << "  " << j.value("state", "") << "  "
               << j.value("workers", 0) << " -> " << j.value("planned_workers", 0) << " workers ["
               << j.value("min_workers", 0) << ", " << j.value("max_workers", 0) << "]";
+    if (j.value("slots_per_worker", 1) > 1 || j.value("resource", "cores") != "cores") {
+      std::cout << " of " << j.value("slots_per_worker", 1) << " " << j.value("resource", "cores");
+    }
     if (j.contains("predicted_seconds")) std::cout << "  about " << span(j.value("predicted_seconds", 0.0)) << " left";
     if (j.contains("deadline_left_seconds")) {
       std::cout << "  deadline in " << span(std::max(0.0, j.value("deadline_left_seconds", 0.0)))

@@ -306,12 +306,14 @@
     const rows = (cp.jobs || []).map((j) => el("tr", { class: "plan-row", dataset: { job: j.job } },
       el("td", {}, j.job), el("td", {}, j.owner), el("td", {}, el("span", { class: "state " + j.state }, j.state)),
       el("td", { class: "num" }, `${j.workers} → ${j.planned_workers}`),
-      el("td", { class: "num" }, `[${j.min_workers}, ${j.max_workers}]`),
+      el("td", { class: "num" }, `[${j.min_workers}, ${j.max_workers}]` +
+        (j.slots_per_worker > 1 || j.resource !== "cores" ? ` of ${j.slots_per_worker} ${j.resource}` : "")),
       el("td", { class: "num" }, span(j.predicted_seconds)),
       el("td", { class: "num" }, "deadline_left_seconds" in j
         ? span(j.deadline_left_seconds) + (j.misses_deadline ? " (missed)" : "") : "–"),
       el("td", {}, j.reason)));
-    $("cluster-plan").replaceChildren(el("p", {}, `${(cp.jobs || []).length} elastic jobs planned on ${cp.slots} worker slots`),
+    $("cluster-plan").replaceChildren(el("p", {}, `${(cp.jobs || []).length} elastic jobs planned on ${cp.slots} cores` +
+      (cp.gpu_slots ? ` and ${cp.gpu_slots} GPUs` : "")),
       table("cluster-plan-table", ["job", "owner", "state", "workers → planned", "bounds", "time left", "deadline in",
         "reason"], rows));
     const changes = cp.changes || [];

@@ -274,11 +274,25 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// jobs for admission and resizes the running ones. Called by try_schedule (resize
   /// does not call back into it).
   void replan();
-  /// What the shared plan plans now: the movable elastic jobs, queued and running, and
-  /// the worker slots they share (free cores plus what they hold, less the queued jobs'
-  /// PS cores), with each job's work left, its deadline left ([job] deadline counted from
-  /// submission) and its resize cost.
-  std::pair<std::vector<ShareJob>, int> shared_plan_inputs() const;
+  /// One pool of the shared plan: the movable elastic jobs, queued and running, that share
+  /// one resource, and its slots.
+  struct SharePool {
+    std::string resource;        ///< "cores" (jobs without GPUs) or "GPUs"
+    int slots = 0;               ///< free ones plus those the pool's running jobs' workers hold
+    std::vector<ShareJob> jobs;  ///< in submission order
+  };
+  /// What the shared plan plans now, in two pools: the jobs without GPUs on the cores
+  /// (free cores plus what their workers hold, less the PS cores of the queued movable
+  /// jobs; a worker takes threads_per_task), and the GPU jobs on the GPUs (free plus
+  /// held; a worker takes gpus_per_worker), with each job's work left, its deadline left
+  /// ([job] deadline counted from submission) and its resize cost.
+  std::vector<SharePool> shared_plan_inputs() const;
+  /// The plan of every pool now: the pools and each planned job's decision.
+  struct SharePlanNow {
+    std::vector<SharePool> pools;
+    std::map<std::string, ShareDecision> decisions;  ///< by job id, across the pools
+  };
+  SharePlanNow shared_plan_now() const;
   /// What the planner's models say of a job, for the shared plan (Planning::share_models:
   /// its scaling curve and, with a target accuracy, the most workers that reach it), read
   /// at most once a minute per job (the models change only as epochs are recorded).

@@ -191,12 +191,9 @@ double training_images(const JobSpec& spec) {
   return spec.dataset == DatasetKind::kCifar10 ? 50000.0 : 60000.0;
 }
 
-// A job the plan may move: elastic, CPU workers of one core, not scaled by hand, not
-// resizing or starting.
+// A job the plan may move: elastic, not scaled by hand, not resizing or starting.
 bool movable(const JobRec& j) {
-  if (!j.spec.elastic.on() || j.spec.threads_per_task != 1 || j.spec.gpus_per_worker > 0 || j.scaled_by_hand) {
-    return false;
-  }
+  if (!j.spec.elastic.on() || j.scaled_by_hand) return false;
   if (j.state() == JobState::kQueued) return true;
   if (j.state() != JobState::kRunning || j.life.target() || !j.recovery.seed.empty()) return false;
   return std::all_of(j.tasks.begin(), j.tasks.end(), [](const TaskRec& t) {
@@ -222,11 +219,15 @@ Planning::ShareModels Leader::Impl::plan_model_of(const JobRec& j) const {
   return models;
 }
 
-std::pair<std::vector<ShareJob>, int> Leader::Impl::shared_plan_inputs() const {
-  // Slots: the free cores, plus the cores the movable running jobs' workers hold, less
-  // the PS cores of the queued movable jobs (they need them to start).
-  int slots = 0;
-  for (const auto& a : agents.slots()) slots += a.free_cores;
+std::vector<Leader::Impl::SharePool> Leader::Impl::shared_plan_inputs() const {
+  // Cores: the free ones, plus those the movable running CPU jobs' workers hold, less the
+  // PS cores of the queued movable jobs (they need them to start). GPUs: the free ones,
+  // plus those the movable running GPU jobs' workers hold.
+  SharePool cores{"cores", 0, {}}, gpus{"GPUs", 0, {}};
+  for (const auto& a : agents.slots()) {
+    cores.slots += a.free_cores;
+    gpus.slots += static_cast<int>(a.free_gpus.size());
+  }
   // The per-worker rate of the running jobs (images/s), for the queued ones' estimates.
   double rate_sum = 0;
   int rate_n = 0;
@@ -238,16 +239,18 @@ std::pair<std::vector<ShareJob>, int> Leader::Impl::shared_plan_inputs() const {
     }
   }
   const double mean_rate = rate_sum > 0 ? rate_sum / rate_n : 1000.0;
-  std::vector<ShareJob> plan_jobs;
   for (const JobRec* jp : jobs.in_order()) {
     const auto& j = *jp;
     if (!movable(j)) continue;
+    const bool gpu = j.spec.gpus_per_worker > 0;
+    auto& pool = gpu ? gpus : cores;
     ShareJob s;
     s.id = j.id;
     s.owner = j.owner;
     const auto* u = user_options(j.owner);
     s.priority = u != nullptr ? u->priority : 0;
     s.min_workers = j.spec.elastic.min_workers;
+    s.slots_per_worker = std::max(1, gpu ? j.spec.gpus_per_worker : j.spec.threads_per_task);
     // A resize costs a new worker's start (measured; twice it, for the leaver's step and
     // the noise), unknown before the job's first worker started.
     if (j.worker_start_seconds > 0) s.resize_cost_s = 2 * j.worker_start_seconds + 1;
@@ -259,7 +262,7 @@ std::pair<std::vector<ShareJob>, int> Leader::Impl::shared_plan_inputs() const {
     const double images = training_images(j.spec) * j.spec.epochs;
     if (j.state() == JobState::kRunning) {
       s.workers = j.spec.workers;
-      slots += s.workers;
+      pool.slots += s.workers * s.slots_per_worker;
       // Work left in seconds at one worker: the images left over the rate one worker would
       // have, the measured rate ÷ the speedup at the current size.
       double rate = 0;
@@ -267,21 +270,30 @@ std::pair<std::vector<ShareJob>, int> Leader::Impl::shared_plan_inputs() const {
       rate = rate > 0 ? rate / speedup_at(s.speedup, s.workers) : mean_rate;
       s.remaining = std::max(1.0, images * (1.0 - j.progress().value_or(0.0)) / rate);
     } else {
-      slots -= j.spec.ps_shards;
+      cores.slots -= j.spec.ps_shards * j.spec.threads_per_task;
       s.remaining = std::max(1.0, images / mean_rate);
     }
     // The deadline counts from submission (docs/planner.md: from start to end,
     // exploration and the queue included).
     if (j.spec.deadline_seconds > 0) s.deadline_left_s = j.spec.deadline_seconds - j.wall_seconds();
-    plan_jobs.push_back(s);
+    pool.jobs.push_back(s);
   }
-  return {std::move(plan_jobs), std::max(0, slots)};
+  cores.slots = std::max(0, cores.slots);
+  return {std::move(cores), std::move(gpus)};
+}
+
+Leader::Impl::SharePlanNow Leader::Impl::shared_plan_now() const {
+  SharePlanNow now{shared_plan_inputs(), {}};
+  for (const auto& pool : now.pools) {
+    if (pool.jobs.empty()) continue;
+    now.decisions.merge(plan_shares(pool.jobs, pool.slots));
+  }
+  return now;
 }
 
 std::optional<std::pair<json, std::string>> Leader::Impl::shared_plan_forecast(const JobRec& j) const {
   if (!opt.shared_plan || !movable(j)) return std::nullopt;
-  const auto [plan_jobs, slots] = shared_plan_inputs();
-  const auto plan = plan_shares(plan_jobs, slots);
+  const auto plan = shared_plan_now().decisions;
   const auto it = plan.find(j.id);
   if (it == plan.end()) return std::nullopt;
   const auto& d = it->second;
@@ -310,17 +322,27 @@ json Leader::Impl::cluster_plan_json() const {
   json out = {{"shared_plan", opt.shared_plan}};
   json rows = json::array();
   if (opt.shared_plan) {
-    const auto [plan_jobs, slots] = shared_plan_inputs();
-    const auto plan = plan_shares(plan_jobs, slots);
-    out["slots"] = slots;
-    for (const auto& s : plan_jobs) {
-      const auto& d = plan.at(s.id);
-      json r = {{"job", s.id}, {"owner", s.owner}, {"state", to_string(jobs.at(s.id).state())}, {"workers", s.workers},
-                {"planned_workers", d.workers}, {"min_workers", s.min_workers}, {"max_workers", s.max_workers},
-                {"reason", d.reason}, {"misses_deadline", d.misses_deadline}};
-      if (d.workers > 0) r["predicted_seconds"] = std::round(d.finish_s);
-      if (s.deadline_left_s) r["deadline_left_seconds"] = std::round(*s.deadline_left_s);
-      rows.push_back(std::move(r));
+    const auto now = shared_plan_now();
+    out["slots"] = now.pools[0].slots;
+    out["gpu_slots"] = now.pools[1].slots;
+    for (const auto& pool : now.pools) {
+      for (const auto& s : pool.jobs) {
+        const auto& d = now.decisions.at(s.id);
+        json r = {{"job", s.id},
+                  {"owner", s.owner},
+                  {"state", to_string(jobs.at(s.id).state())},
+                  {"resource", pool.resource},
+                  {"slots_per_worker", s.slots_per_worker},
+                  {"workers", s.workers},
+                  {"planned_workers", d.workers},
+                  {"min_workers", s.min_workers},
+                  {"max_workers", s.max_workers},
+                  {"reason", d.reason},
+                  {"misses_deadline", d.misses_deadline}};
+        if (d.workers > 0) r["predicted_seconds"] = std::round(d.finish_s);
+        if (s.deadline_left_s) r["deadline_left_seconds"] = std::round(*s.deadline_left_s);
+        rows.push_back(std::move(r));
+      }
     }
   }
   out["jobs"] = std::move(rows);
@@ -344,9 +366,11 @@ void Leader::Impl::replan() {
     const auto it = jobs.find(kv.first);
     return it == jobs.end() || it->second.terminal();
   });
-  auto [plan_jobs, slots] = shared_plan_inputs();
+  const auto now = shared_plan_now();
+  std::vector<ShareJob> plan_jobs;
+  for (const auto& pool : now.pools) plan_jobs.insert(plan_jobs.end(), pool.jobs.begin(), pool.jobs.end());
   if (plan_jobs.empty()) return;
-  const auto plan = plan_shares(plan_jobs, slots);
+  const auto& plan = now.decisions;
   for (const auto& s : plan_jobs) {
     const auto& d = plan.at(s.id);
     auto& j = jobs.at(s.id);

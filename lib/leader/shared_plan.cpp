@@ -13,6 +13,7 @@ struct Slot {
   std::string reason;
   bool admitted;
   int floor;  ///< steps 2, 4 and 6 never take it below this: min_workers, or its deadline's size
+  int cost() const { return std::max(1, job->slots_per_worker); }
 };
 
 double speedup(const ShareJob& j, int w) { return speedup_at(j.speedup, w); }
@@ -29,13 +30,27 @@ std::optional<int> deadline_size(const Slot& s) {
   return std::nullopt;
 }
 
-/// Of the slots with slack, the one with the most time left (nullptr if none).
-Slot* longest_with_slack(std::vector<Slot>& plan, const Slot* besides) {
+/// Of the slots with slack (and, when `keeps` is given, passing it), the one with the most
+/// time left (nullptr if none), `besides` excluded.
+template <typename Keep>
+Slot* longest_with_slack(std::vector<Slot>& plan, const Slot* besides, Keep keeps) {
   Slot* d = nullptr;
   for (auto& s : plan) {
-    if (&s != besides && has_slack(s) && (d == nullptr || left_at(s, s.workers) > left_at(*d, d->workers))) d = &s;
+    if (&s != besides && has_slack(s) && keeps(s) && (d == nullptr || left_at(s, s.workers) > left_at(*d, d->workers))) {
+      d = &s;
+    }
   }
   return d;
+}
+Slot* longest_with_slack(std::vector<Slot>& plan, const Slot* besides) {
+  return longest_with_slack(plan, besides, [](const Slot&) { return true; });
+}
+
+/// Slots the jobs other than `besides` could give up without going below their floors.
+int slack_slots(const std::vector<Slot>& plan, const Slot* besides) {
+  int n = 0;
+  for (const auto& s : plan) n += (&s != besides && has_slack(s)) ? (s.workers - s.floor) * s.cost() : 0;
+  return n;
 }
 
 }  // namespace
@@ -50,7 +65,7 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
                                                  const SharePlanOptions& o) {
   std::vector<Slot> plan;
   plan.reserve(jobs.size());
-  int used = 0;
+  int used = 0;  // slots, not workers: a worker of a job takes its slots_per_worker
   // 1. Running jobs keep their workers; one with a deadline keeps, as its floor, what of
   // its deadline's size it holds, so that admitting a job (step 2) cannot break it.
   for (const auto& j : jobs) {
@@ -58,7 +73,7 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
       const int w = std::clamp(j.workers, j.min_workers, j.max_workers);
       plan.push_back(Slot{&j, w, "keeps its workers", true, j.min_workers});
       if (const auto need = deadline_size(plan.back())) plan.back().floor = std::min(w, *need);
-      used += w;
+      used += w * plan.back().cost();
     }
   }
   // 2. Queued jobs at min_workers, by priority, deadline, arrival, shrinking the running ones.
@@ -72,20 +87,19 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
     return a->deadline_left_s.value_or(0) < b->deadline_left_s.value_or(0);
   });
   for (const auto* q : queued) {
-    int spare = slots - used;
-    for (const auto& s : plan) spare += has_slack(s) ? s.workers - s.floor : 0;
-    if (spare < q->min_workers) {
+    const int need = q->min_workers * std::max(1, q->slots_per_worker);
+    if (slots - used + slack_slots(plan, nullptr) < need) {
       plan.push_back(Slot{q, 0, "waits: " + std::to_string(q->min_workers) + " workers do not fit", false, q->min_workers});
       continue;
     }
-    while (slots - used < q->min_workers) {
+    while (slots - used < need) {
       Slot* d = longest_with_slack(plan, nullptr);
       --d->workers;
       d->reason = "gives workers to " + q->id;
-      --used;
+      used -= d->cost();
     }
     plan.push_back(Slot{q, q->min_workers, "admitted at min_workers", true, q->min_workers});
-    used += q->min_workers;
+    used += need;
   }
   // 3. Deadlines, earliest first: grow each to the fewest workers that meet it (its floor).
   std::vector<Slot*> by_deadline;
@@ -102,31 +116,31 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
     }
     // Enough free slots and slack elsewhere to reach it? Else take nothing: a partial
     // grow would cost the others without meeting the deadline.
-    int spare = slots - used;
-    for (const auto& x : plan) spare += (&x != s && has_slack(x)) ? x.workers - x.floor : 0;
-    if (spare < *need - s->workers) continue;
+    if (slots - used + slack_slots(plan, s) < (*need - s->workers) * s->cost()) continue;
     while (s->workers < *need) {
-      if (used >= slots) {
+      while (slots - used < s->cost()) {
         Slot* d = longest_with_slack(plan, s);
         --d->workers;
         d->reason = "gives a worker to " + s->job->id + "'s deadline";
-        --used;
+        used -= d->cost();
       }
       ++s->workers;
-      ++used;
+      used += s->cost();
     }
     s->floor = *need;
     s->reason = "its deadline needs " + std::to_string(*need) + " workers";
   }
-  // 4. Fair shares: users below slots / users take from users above it.
+  // 4. Fair shares, in slots: users below slots / users take from users above it.
   std::map<std::string, int> held;
   for (const auto& s : plan) {
-    if (s.admitted) held[s.job->owner] += s.workers;
+    if (s.admitted) held[s.job->owner] += s.workers * s.cost();
   }
+  const int share = held.empty() ? slots : slots / static_cast<int>(held.size());
   if (held.size() > 1) {
-    const int share = slots / static_cast<int>(held.size());
-    for (bool moved = true; moved;) {
-      moved = false;
+    // Each move raises a user below the share and keeps every giver at or above it:
+    // bounded by the slots.
+    for (int round = 0, moved = 1; moved && round <= slots; ++round) {
+      moved = 0;
       for (auto& [user, have] : held) {
         if (have >= share) continue;
         // The user's job that gains most from one more worker (the shortest time left).
@@ -138,34 +152,36 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
           }
         }
         if (take == nullptr) continue;  // its jobs want no more
-        // From a free slot, else from a user above the share: its job with the most left.
-        if (used >= slots) {
-          Slot* give = nullptr;
-          for (auto& s : plan) {
-            if (has_slack(s) && held[s.job->owner] > share &&
-                (give == nullptr || left_at(s, s.workers) > left_at(*give, give->workers))) {
-              give = &s;
-            }
-          }
-          if (give == nullptr) continue;
+        // From free slots, else from users who stay at their share without a worker: the
+        // job with the most time left.
+        const auto keeps_share = [&](const Slot& s) {
+          return s.job->owner != user && held[s.job->owner] - s.cost() >= share;
+        };
+        while (slots - used < take->cost()) {
+          Slot* give = longest_with_slack(plan, take, keeps_share);
+          if (give == nullptr) break;
           --give->workers;
-          --held[give->job->owner];
+          held[give->job->owner] -= give->cost();
+          used -= give->cost();
           give->reason = "gives a worker to user " + user + "'s fair share";
-        } else {
-          ++used;
         }
+        if (slots - used < take->cost()) continue;
         ++take->workers;
-        ++have;
+        used += take->cost();
+        have += take->cost();
         take->reason = "user " + user + "'s fair share (" + std::to_string(share) + " slots)";
-        moved = true;
+        moved = 1;
       }
     }
   }
-  // 5. Spare slots: priority, then the shortest time left, while it saves more than a resize costs.
-  while (used < slots) {
+  // 5. Spare slots: priority, then the shortest time left, while it saves more than a
+  // resize costs. Again after step 6, whose moves between jobs of different
+  // slots_per_worker may leave slots free.
+  const auto spare_slots = [&] {
+  for (;;) {
     Slot* best = nullptr;
     for (auto& s : plan) {
-      if (!s.admitted || s.workers >= s.job->max_workers) continue;
+      if (!s.admitted || s.workers >= s.job->max_workers || slots - used < s.cost()) continue;
       const double saves = left_at(s, s.workers) - left_at(s, s.workers + 1);
       if (saves <= cost_of(s, o)) continue;
       if (best == nullptr || s.job->priority > best->job->priority ||
@@ -175,17 +191,19 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
     }
     if (best == nullptr) break;
     ++best->workers;
-    ++used;
+    used += best->cost();
+    held[best->job->owner] += best->cost();
     best->reason = "spare slots: shortest time left";
   }
+  };
+  spare_slots();
   // 6. Shortest-remaining-time first among the admitted jobs: a worker moves from the job
   // with the most time left (above its floor, and whose user keeps its fair share) to the
   // one with the least (below its max) while the short one stays the shorter after the
-  // move, gains more than a resize costs, and the worker adds at least the rate it took
-  // away. Bounded: each move lowers the short job's
-  // time left.
-  const int share = held.empty() ? slots : slots / static_cast<int>(held.size());
-  for (std::size_t round = 0; round < static_cast<std::size_t>(slots) * plan.size() + 1; ++round) {
+  // move, gains more than a resize costs, the slots freed (with the free ones) hold the
+  // new worker, and the worker adds at least the rate per slot it took away. Bounded:
+  // each move lowers the short job's time left.
+  for (std::size_t round = 0; round < static_cast<std::size_t>(std::max(1, slots)) * plan.size() + 1; ++round) {
     Slot *shortest = nullptr, *longest = nullptr;
     for (auto& s : plan) {
       if (!s.admitted) continue;
@@ -195,29 +213,34 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
     }
     if (shortest == nullptr) break;
     for (auto& s : plan) {
-      const bool keeps_share = s.job->owner == shortest->job->owner || held[s.job->owner] - 1 >= share;
-      if (&s != shortest && has_slack(s) && keeps_share &&
+      const bool keeps_share = s.job->owner == shortest->job->owner || held[s.job->owner] - s.cost() >= share;
+      if (&s != shortest && has_slack(s) && keeps_share && slots - used + s.cost() >= shortest->cost() &&
           (longest == nullptr || left_at(s, s.workers) > left_at(*longest, longest->workers))) {
         longest = &s;
       }
     }
     if (longest == nullptr) break;
     const double gain = left_at(*shortest, shortest->workers) - left_at(*shortest, shortest->workers + 1);
-    // The worker must do at least as much at the short job as it did at the long one:
-    // a move never lowers the cluster's throughput (with linear scaling both are 1).
-    const double adds = speedup(*shortest->job, shortest->workers + 1) - speedup(*shortest->job, shortest->workers);
-    const double takes = speedup(*longest->job, longest->workers) - speedup(*longest->job, longest->workers - 1);
+    // The worker must do at least as much per slot at the short job as it did at the long
+    // one: a move never lowers the cluster's throughput (with linear scaling and equal
+    // slots both are 1).
+    const double adds = (speedup(*shortest->job, shortest->workers + 1) - speedup(*shortest->job, shortest->workers)) /
+                        shortest->cost();
+    const double takes = (speedup(*longest->job, longest->workers) - speedup(*longest->job, longest->workers - 1)) /
+                         longest->cost();
     if (!(left_at(*shortest, shortest->workers + 1) < left_at(*longest, longest->workers - 1)) ||
         gain <= cost_of(*shortest, o) || adds < takes) {
       break;
     }
     ++shortest->workers;
     --longest->workers;
-    ++held[shortest->job->owner];
-    --held[longest->job->owner];
+    used += shortest->cost() - longest->cost();
+    held[shortest->job->owner] += shortest->cost();
+    held[longest->job->owner] -= longest->cost();
     shortest->reason = "shortest time left: takes a worker from " + longest->job->id;
     longest->reason = "gives a worker to " + shortest->job->id + ", which has less time left";
   }
+  spare_slots();
   std::map<std::string, ShareDecision> out;
   for (const auto& s : plan) {
     ShareDecision d{s.admitted ? s.workers : 0, s.reason};

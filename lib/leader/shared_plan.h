@@ -33,6 +33,10 @@ struct ShareJob {
   /// (speedup w). Past its end the last entry holds: no gain from more workers. The plan
   /// expects remaining / speedup(w) seconds at w workers.
   std::vector<double> speedup;
+  /// Slots one worker takes, >= 1: its threads_per_task cores when the slots are cores,
+  /// its gpus_per_worker when they are GPUs. Shares, the fair share and the free slots
+  /// count slots; bounds and decisions count workers.
+  int slots_per_worker = 1;
   /// Seconds left until the job's deadline ([job] deadline, counted from submission: a
   /// queued job's wait uses it up too), <= 0 when already past; none = no deadline.
   std::optional<double> deadline_left_s;
@@ -63,8 +67,9 @@ struct ShareDecision {
   bool misses_deadline = false;
 };
 
-/// The plan for `jobs` (running and queued, in arrival order) on `slots` worker slots
-/// (the cores, in threads_per_task units, that elastic jobs' workers may hold), in six
+/// The plan for `jobs` (running and queued, in arrival order) on `slots` slots (the cores,
+/// or the GPUs, that elastic jobs' workers may hold; a worker takes its job's
+/// slots_per_worker of them), in six
 /// steps that change only what must change or gains more than a resize costs (the
 /// hysteresis of the plan). Time left at w workers is remaining / speedup(w).
 ///  1. a running job keeps its workers (at least its min_workers); one with a deadline
@@ -92,8 +97,9 @@ struct ShareDecision {
 ///     user that keeps its fair share without it, or of the same user) to the one with
 ///     the least (below its max) while the short one stays the shorter after the move,
 ///     gains more than resize_cost_s, and the worker adds at least as much to the short
-///     job's speedup as it took from the long one's (the cluster's throughput never
-///     drops): shortest-remaining-time first among admitted jobs.
+///     job's speedup per slot as it took from the long one's (the cluster's throughput
+///     never drops): shortest-remaining-time first among admitted jobs; then step 5
+///     again, for slots a move between jobs of different slots_per_worker left free.
 /// Returns a decision per job id. Pure.
 std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jobs, int slots,
                                                  const SharePlanOptions& options = {});

@@ -118,7 +118,8 @@ const SNAPSHOT = `(() => {
     job_title: (q("#job-title") || {}).textContent || "",
     points: { loss: points("chart-loss"), ips: points("chart-ips"), bytes: points("chart-bytes"),
               accuracy: points("chart-accuracy") },
-    canvases: document.querySelectorAll(".chart canvas").length,
+    canvases: document.querySelectorAll("#job .chart canvas").length,  // the selected job's charts
+    all_canvases: document.querySelectorAll("canvas").length,
     accuracy_text: acc ? acc.textContent : "",
     accuracy_value: acc && acc.dataset.value !== undefined ? JSON.parse(acc.dataset.value) : null,
     stragglers: [...document.querySelectorAll("#tasks-table tr.task-row")]

@@ -64,6 +64,7 @@ void expect_nothing_but_the_login(const json& snap, const std::vector<std::strin
   EXPECT_EQ(snap.value("agent_rows", -1), 0) << what;
   EXPECT_EQ(snap.value("job_rows", -1), 0) << what;
   EXPECT_EQ(snap.value("canvases", -1), 0) << what;
+  EXPECT_EQ(snap.value("all_canvases", -1), 0) << what;
   const std::string text = snap.value("text", "");
   for (const auto& s : secrets) EXPECT_EQ(text.find(s), std::string::npos) << what << " shows \"" << s << "\":\n" << text;
 }

@@ -191,3 +191,30 @@ TEST(SharedPlan, AnArrivalWaitsRatherThanBreakARunningJobsDeadline) {
   EXPECT_EQ(p.at("Q").workers, 0);
   EXPECT_EQ(p.at("Q").reason, "waits: 2 workers do not fit");
 }
+
+// Shares count slots: 8 slots; alice's A runs 4 workers of 2 slots each (8 slots, [1, 4],
+// 8,000 worker-s); bob's B (1 slot a worker, [1, 4], 400) arrives. A gives 1 worker (2
+// slots) for B's admission (A 3 = 6 slots, B 1, 1 slot free). Fair share 8 / 2 = 4 slots:
+// B takes the free slot (B 2), then A gives another worker (alice 6 − 2 = 4, still her
+// share) and B takes 2 more (B 4: its max). A 2 workers (4 slots), B 4 (4 slots).
+TEST(SharedPlan, FairSharesCountSlotsNotWorkers) {
+  auto a = job("A", "alice", 1, 4, 4, 8000);
+  a.slots_per_worker = 2;
+  const auto p = plan_shares({a, job("B", "bob", 1, 4, 0, 400)}, 8);
+  EXPECT_EQ(p.at("A").workers, 2);
+  EXPECT_EQ(p.at("B").workers, 4);
+}
+
+// A move between jobs of different sizes: 5 slots; A runs 2 workers of 2 slots ([1, 2],
+// 2,000 worker-s: 1,000 s left); B (1 slot, [1, 3], 300) arrives and takes the free slot.
+// B is the shorter (300 s): a worker of A (2 slots, 0.5 of its rate per slot) moves to B
+// (1 per slot; B at 2: 150 s < A at 1: 2,000 s; saves 150 s), freeing 1 slot more, which
+// the spare-slot pass then gives to B as well (150 → 100 s saves 50 s > 30): A 1, B 3.
+TEST(SharedPlan, AMoveBetweenJobsOfDifferentSlotSizesUsesTheSlotsItFrees) {
+  auto a = job("A", "u", 1, 2, 2, 2000);
+  a.slots_per_worker = 2;
+  const auto p = plan_shares({a, job("B", "u", 1, 3, 0, 300)}, 5);
+  EXPECT_EQ(p.at("A").workers, 1);
+  EXPECT_EQ(p.at("B").workers, 3);
+  EXPECT_NEAR(p.at("B").finish_s, 100, 1e-9);
+}
