@@ -190,7 +190,7 @@ int cluster_plan(control::BlockingControlClient& c, const CommandOptions& opt, b
               << j.value("workers", 0) << " -> " << j.value("planned_workers", 0) << " workers ["
               << j.value("min_workers", 0) << ", " << j.value("max_workers", 0) << "]";
     if (j.value("slots_per_worker", 1) > 1 || j.value("resource", "cores") != "cores") {
-      std::cout << " of " << j.value("slots_per_worker", 1) << " " << j.value("resource", "cores");
+      std::cout << " of " << j.value("slots_per_worker", 1) << " " << j.value("resource", "cores") << " each";
     }
     if (j.contains("predicted_seconds")) std::cout << "  about " << span(j.value("predicted_seconds", 0.0)) << " left";
     if (j.contains("deadline_left_seconds")) {

@@ -307,7 +307,7 @@
       el("td", {}, j.job), el("td", {}, j.owner), el("td", {}, el("span", { class: "state " + j.state }, j.state)),
       el("td", { class: "num" }, `${j.workers} → ${j.planned_workers}`),
       el("td", { class: "num" }, `[${j.min_workers}, ${j.max_workers}]` +
-        (j.slots_per_worker > 1 || j.resource !== "cores" ? ` of ${j.slots_per_worker} ${j.resource}` : "")),
+        (j.slots_per_worker > 1 || j.resource !== "cores" ? ` of ${j.slots_per_worker} ${j.resource} each` : "")),
       el("td", { class: "num" }, span(j.predicted_seconds)),
       el("td", { class: "num" }, "deadline_left_seconds" in j
         ? span(j.deadline_left_seconds) + (j.misses_deadline ? " (missed)" : "") : "–"),

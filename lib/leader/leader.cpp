@@ -167,7 +167,7 @@ TaskHold Leader::Impl::hold_of(const JobRec& j, const TaskRec& t) const {
 
 void Leader::Impl::launch(JobRec& j, std::vector<Placed> placement, const std::vector<std::string>& added_shards) {
   // A start the shared plan sized: its first change in the plan's history.
-  if (opt.shared_plan && !j.share.empty()) record_plan_change(j, 0, j.spec.workers, j.share);
+  if (opt.shared_plan && j.share_admitted) record_plan_change(j, 0, j.spec.workers, j.share);
   if (j.spec.ps_shards_auto || j.spec.partition_size_auto) {
     // The count and the partitions are the job's from now on: recovery places the same
     // shards again, and its checkpoints are per shard and partition.

@@ -281,17 +281,19 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
     int slots = 0;               ///< free ones plus those the pool's running jobs' workers hold
     std::vector<ShareJob> jobs;  ///< in submission order
   };
-  /// What the shared plan plans now, in two pools: the jobs without GPUs on the cores
+  /// What the shared plan plans now, in two pools, the GPUs' first: the jobs without GPUs on the cores
   /// (free cores plus what their workers hold, less the PS cores of the queued movable
   /// jobs; a worker takes threads_per_task), and the GPU jobs on the GPUs (free plus
   /// held; a worker takes gpus_per_worker), with each job's work left, its deadline left
   /// ([job] deadline counted from submission) and its resize cost.
   std::vector<SharePool> shared_plan_inputs() const;
-  /// The plan of every pool now: the pools and each planned job's decision.
+  /// The plan of every pool now.
   struct SharePlanNow {
-    std::vector<SharePool> pools;
+    std::vector<SharePool> pools;                    ///< shared_plan_inputs(): GPUs, then cores
     std::map<std::string, ShareDecision> decisions;  ///< by job id, across the pools
   };
+  /// Plans the GPU pool, takes the cores its planned starts and grows need out of the
+  /// cores pool, then plans that. Pure with respect to the leader's state.
   SharePlanNow shared_plan_now() const;
   /// What the planner's models say of a job, for the shared plan (Planning::share_models:
   /// its scaling curve and, with a target accuracy, the most workers that reach it), read
@@ -304,8 +306,9 @@ struct Leader::Impl : std::enable_shared_from_this<Leader::Impl>, JobActions {
   /// just queued, and a warning when its deadline cannot be met under the current load
   /// (nullopt: not planned by the shared plan).
   std::optional<std::pair<json, std::string>> shared_plan_forecast(const JobRec& j) const;
-  /// `cluster_plan`: the shared plan now (each planned job's workers, reason, predicted
-  /// seconds to its end, deadline) and its latest changes, oldest first.
+  /// `cluster_plan`: the shared plan now (the cores and GPUs of its pools; each planned
+  /// job's resource, slots a worker, workers, planned workers, reason, predicted seconds
+  /// to its end, deadline) and its latest changes, oldest first.
   json cluster_plan_json() const;
   /// The shared plan's latest resizes and starts, oldest first, at most kPlanChangesKept
   /// (the oldest go first): {t (unix s), job, owner, from, to, reason}; only what was

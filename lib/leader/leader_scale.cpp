@@ -223,27 +223,29 @@ std::vector<Leader::Impl::SharePool> Leader::Impl::shared_plan_inputs() const {
   // Cores: the free ones, plus those the movable running CPU jobs' workers hold, less the
   // PS cores of the queued movable jobs (they need them to start). GPUs: the free ones,
   // plus those the movable running GPU jobs' workers hold.
-  SharePool cores{"cores", 0, {}}, gpus{"GPUs", 0, {}};
+  SharePool gpus{"GPUs", 0, {}}, cores{"cores", 0, {}};
   for (const auto& a : agents.slots()) {
     cores.slots += a.free_cores;
     gpus.slots += static_cast<int>(a.free_gpus.size());
   }
-  // The per-worker rate of the running jobs (images/s), for the queued ones' estimates.
-  double rate_sum = 0;
-  int rate_n = 0;
+  // The per-worker rate of the running jobs (images/s) of each pool, for its queued
+  // jobs' estimates: a GPU job's is not a CPU job's.
+  double rate_sum[2] = {0, 0};
+  int rate_n[2] = {0, 0};
   for (const JobRec* jp : jobs.in_order()) {
     if (jp->state() != JobState::kRunning) continue;
+    const int k = jp->spec.gpus_per_worker > 0 ? 1 : 0;
     for (const auto& [rank, ips] : jp->figures.images_per_sec) {
-      rate_sum += ips;
-      ++rate_n;
+      rate_sum[k] += ips;
+      ++rate_n[k];
     }
   }
-  const double mean_rate = rate_sum > 0 ? rate_sum / rate_n : 1000.0;
   for (const JobRec* jp : jobs.in_order()) {
     const auto& j = *jp;
     if (!movable(j)) continue;
     const bool gpu = j.spec.gpus_per_worker > 0;
     auto& pool = gpu ? gpus : cores;
+    const double mean_rate = rate_n[gpu ? 1 : 0] > 0 ? rate_sum[gpu ? 1 : 0] / rate_n[gpu ? 1 : 0] : 1000.0;
     ShareJob s;
     s.id = j.id;
     s.owner = j.owner;
@@ -279,15 +281,24 @@ std::vector<Leader::Impl::SharePool> Leader::Impl::shared_plan_inputs() const {
     pool.jobs.push_back(s);
   }
   cores.slots = std::max(0, cores.slots);
-  return {std::move(cores), std::move(gpus)};
+  return {std::move(gpus), std::move(cores)};
 }
 
 Leader::Impl::SharePlanNow Leader::Impl::shared_plan_now() const {
   SharePlanNow now{shared_plan_inputs(), {}};
-  for (const auto& pool : now.pools) {
-    if (pool.jobs.empty()) continue;
-    now.decisions.merge(plan_shares(pool.jobs, pool.slots));
+  auto& gpus = now.pools[0];
+  auto& cores = now.pools[1];
+  // The GPUs first: the cores their planned starts and grows need (threads_per_task a
+  // worker) are not the CPU jobs' to take.
+  if (!gpus.jobs.empty()) {
+    now.decisions = plan_shares(gpus.jobs, gpus.slots);
+    for (const auto& s : gpus.jobs) {
+      const int more = now.decisions.at(s.id).workers - s.workers;
+      if (more > 0) cores.slots -= more * jobs.at(s.id).spec.threads_per_task;
+    }
+    cores.slots = std::max(0, cores.slots);
   }
+  if (!cores.jobs.empty()) now.decisions.merge(plan_shares(cores.jobs, cores.slots));
   return now;
 }
 
@@ -323,8 +334,8 @@ json Leader::Impl::cluster_plan_json() const {
   json rows = json::array();
   if (opt.shared_plan) {
     const auto now = shared_plan_now();
-    out["slots"] = now.pools[0].slots;
-    out["gpu_slots"] = now.pools[1].slots;
+    out["gpu_slots"] = now.pools[0].slots;
+    out["slots"] = now.pools[1].slots;
     for (const auto& pool : now.pools) {
       for (const auto& s : pool.jobs) {
         const auto& d = now.decisions.at(s.id);
@@ -375,6 +386,7 @@ void Leader::Impl::replan() {
     const auto& d = plan.at(s.id);
     auto& j = jobs.at(s.id);
     j.share = d.reason + (d.misses_deadline ? " (misses its deadline)" : "");
+    j.share_admitted = d.workers > 0;
   }
   const auto resize_to = [&](const ShareJob& s, const ShareDecision& d) {
     auto& j = jobs.at(s.id);

@@ -101,6 +101,10 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
     plan.push_back(Slot{q, q->min_workers, "admitted at min_workers", true, q->min_workers});
     used += need;
   }
+  // Slots the running jobs hold beyond `slots` (the slots of a queued job's PS shards are
+  // taken out of them) are the queue's to free, not the later steps': those see no free
+  // slot, and trade worker for worker.
+  slots = std::max(slots, used);
   // 3. Deadlines, earliest first: grow each to the fewest workers that meet it (its floor).
   std::vector<Slot*> by_deadline;
   for (auto& s : plan) {
@@ -157,6 +161,24 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
         const auto keeps_share = [&](const Slot& s) {
           return s.job->owner != user && held[s.job->owner] - s.cost() >= share;
         };
+        // Enough to place the worker? Else nobody gives: a give that cannot be used only
+        // leaves slots idle. (Counted greedily, as the gives below go.)
+        {
+          int can = slots - used;
+          std::map<std::string, int> left_of = held;
+          std::vector<std::pair<double, const Slot*>> givers;
+          for (const auto& s : plan) {
+            if (&s != take && has_slack(s) && s.job->owner != user) givers.emplace_back(-left_at(s, s.workers), &s);
+          }
+          std::sort(givers.begin(), givers.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+          for (const auto& [neg_left, s] : givers) {
+            for (int w = s->workers; can < take->cost() && w > s->floor && left_of[s->job->owner] - s->cost() >= share; --w) {
+              can += s->cost();
+              left_of[s->job->owner] -= s->cost();
+            }
+          }
+          if (can < take->cost()) continue;
+        }
         while (slots - used < take->cost()) {
           Slot* give = longest_with_slack(plan, take, keeps_share);
           if (give == nullptr) break;
@@ -178,23 +200,23 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
   // resize costs. Again after step 6, whose moves between jobs of different
   // slots_per_worker may leave slots free.
   const auto spare_slots = [&] {
-  for (;;) {
-    Slot* best = nullptr;
-    for (auto& s : plan) {
-      if (!s.admitted || s.workers >= s.job->max_workers || slots - used < s.cost()) continue;
-      const double saves = left_at(s, s.workers) - left_at(s, s.workers + 1);
-      if (saves <= cost_of(s, o)) continue;
-      if (best == nullptr || s.job->priority > best->job->priority ||
-          (s.job->priority == best->job->priority && left_at(s, s.workers) < left_at(*best, best->workers))) {
-        best = &s;
+    for (;;) {
+      Slot* best = nullptr;
+      for (auto& s : plan) {
+        if (!s.admitted || s.workers >= s.job->max_workers || slots - used < s.cost()) continue;
+        const double saves = left_at(s, s.workers) - left_at(s, s.workers + 1);
+        if (saves <= cost_of(s, o)) continue;
+        if (best == nullptr || s.job->priority > best->job->priority ||
+            (s.job->priority == best->job->priority && left_at(s, s.workers) < left_at(*best, best->workers))) {
+          best = &s;
+        }
       }
+      if (best == nullptr) break;
+      ++best->workers;
+      used += best->cost();
+      held[best->job->owner] += best->cost();
+      best->reason = "spare slots: shortest time left";
     }
-    if (best == nullptr) break;
-    ++best->workers;
-    used += best->cost();
-    held[best->job->owner] += best->cost();
-    best->reason = "spare slots: shortest time left";
-  }
   };
   spare_slots();
   // 6. Shortest-remaining-time first among the admitted jobs: a worker moves from the job
@@ -203,23 +225,20 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
   // move, gains more than a resize costs, the slots freed (with the free ones) hold the
   // new worker, and the worker adds at least the rate per slot it took away. Bounded:
   // each move lowers the short job's time left.
-  for (std::size_t round = 0; round < static_cast<std::size_t>(std::max(1, slots)) * plan.size() + 1; ++round) {
-    Slot *shortest = nullptr, *longest = nullptr;
-    for (auto& s : plan) {
-      if (!s.admitted) continue;
-      if (s.workers < s.job->max_workers && (shortest == nullptr || left_at(s, s.workers) < left_at(*shortest, shortest->workers))) {
-        shortest = &s;
-      }
-    }
-    if (shortest == nullptr) break;
+  // The move for `shortest` if there is one: from the job with the most time left, more
+  // than the taker's, above its floor, whose user keeps its share, whose worker's slots
+  // (with the free ones) hold the new worker; nullptr when none qualifies.
+  const auto donor_for = [&](const Slot* shortest) -> Slot* {
+    Slot* longest = nullptr;
     for (auto& s : plan) {
       const bool keeps_share = s.job->owner == shortest->job->owner || held[s.job->owner] - s.cost() >= share;
       if (&s != shortest && has_slack(s) && keeps_share && slots - used + s.cost() >= shortest->cost() &&
+          left_at(s, s.workers) > left_at(*shortest, shortest->workers) &&
           (longest == nullptr || left_at(s, s.workers) > left_at(*longest, longest->workers))) {
         longest = &s;
       }
     }
-    if (longest == nullptr) break;
+    if (longest == nullptr) return nullptr;
     const double gain = left_at(*shortest, shortest->workers) - left_at(*shortest, shortest->workers + 1);
     // The worker must do at least as much per slot at the short job as it did at the long
     // one: a move never lowers the cluster's throughput (with linear scaling and equal
@@ -230,8 +249,26 @@ std::map<std::string, ShareDecision> plan_shares(const std::vector<ShareJob>& jo
                          longest->cost();
     if (!(left_at(*shortest, shortest->workers + 1) < left_at(*longest, longest->workers - 1)) ||
         gain <= cost_of(*shortest, o) || adds < takes) {
-      break;
+      return nullptr;
     }
+    return longest;
+  };
+  for (std::size_t round = 0; round < static_cast<std::size_t>(std::max(1, slots)) * plan.size() + 1; ++round) {
+    // The takers, shortest time left first: the first with a move makes it.
+    std::vector<Slot*> takers;
+    for (auto& s : plan) {
+      if (s.admitted && s.workers < s.job->max_workers) takers.push_back(&s);
+    }
+    std::stable_sort(takers.begin(), takers.end(),
+                     [](const Slot* a, const Slot* b) { return left_at(*a, a->workers) < left_at(*b, b->workers); });
+    Slot *shortest = nullptr, *longest = nullptr;
+    for (Slot* t : takers) {
+      if ((longest = donor_for(t)) != nullptr) {
+        shortest = t;
+        break;
+      }
+    }
+    if (shortest == nullptr) break;
     ++shortest->workers;
     --longest->workers;
     used += shortest->cost() - longest->cost();

@@ -1,5 +1,5 @@
 // The shared plan (docs/operations.md, "The shared plan"): how the leader divides the
-// cluster's worker slots among the elastic jobs, queued and running, whenever a job
+// cluster's cores, and its GPUs, among the elastic jobs, queued and running, whenever a job
 // arrives or ends or an agent comes or goes. Pure: no leader state, unit-tested alone
 // (tests/unit/shared_plan_test.cpp); the leader applies its answer with resize() and by
 // sizing queued jobs before admission (leader_scale.cpp).
@@ -69,9 +69,10 @@ struct ShareDecision {
 
 /// The plan for `jobs` (running and queued, in arrival order) on `slots` slots (the cores,
 /// or the GPUs, that elastic jobs' workers may hold; a worker takes its job's
-/// slots_per_worker of them), in six
-/// steps that change only what must change or gains more than a resize costs (the
-/// hysteresis of the plan). Time left at w workers is remaining / speedup(w).
+/// slots_per_worker of them), in six steps that change only what must change or gains
+/// more than a resize costs (the hysteresis of the plan). Time left at w workers is
+/// remaining / speedup(w). Slots the running jobs hold beyond `slots` after step 2 (the
+/// leader takes a queued job's PS cores out of `slots`) are not freed by the later steps.
 ///  1. a running job keeps its workers (at least its min_workers); one with a deadline
 ///     keeps as its floor what it holds of the size its deadline needs (step 3);
 ///  2. queued jobs, by priority, then deadline (earliest first, any before none), then
@@ -86,16 +87,18 @@ struct ShareDecision {
 ///     size within its bounds can finish in time gets no floor and is reported in
 ///     misses_deadline. Steps 2, 4 and 6 never take a job below its floor;
 ///  4. fairness: a user whose jobs hold fewer slots than slots / users (the users with
-///     admitted jobs) and want more takes them from users above that share, one slot
-///     at a time, from the job with the most time left above its floor — no user's jobs
+///     admitted jobs) and want more takes them from users who stay at or above that
+///     share, one worker at a time (its slots_per_worker; only where the gives free
+///     enough to place it), from the job with the most time left above its floor — no user's jobs
 ///     are slower than with their fair share (Themis's finish-time fairness, NSDI'20,
 ///     with equal shares);
-///  5. spare slots go, one at a time, to the job of highest priority, then shortest time
+///  5. spare slots go, one worker at a time, to the job of highest priority, then shortest time
 ///     left (shortest-remaining-time first, which minimises the average completion
 ///     time of jobs that scale alike), while that saves it more than resize_cost_s;
-///  6. then a worker moves from the job with the most time left (above its floor, and of a
-///     user that keeps its fair share without it, or of the same user) to the one with
-///     the least (below its max) while the short one stays the shorter after the move,
+///  6. then a worker moves from the job with the most time left (more than the taker's,
+///     above its floor, and of a user that keeps its fair share without it, or of the
+///     same user; its slots with the free ones hold the new worker) to the one with the
+///     least that has such a donor (below its max) while the short one stays the shorter after the move,
 ///     gains more than resize_cost_s, and the worker adds at least as much to the short
 ///     job's speedup per slot as it took from the long one's (the cluster's throughput
 ///     never drops): shortest-remaining-time first among admitted jobs; then step 5

@@ -218,3 +218,58 @@ TEST(SharedPlan, AMoveBetweenJobsOfDifferentSlotSizesUsesTheSlotsItFrees) {
   EXPECT_EQ(p.at("B").workers, 3);
   EXPECT_NEAR(p.at("B").finish_s, 100, 1e-9);
 }
+
+namespace {
+ShareJob sized(ShareJob j, int slots_per_worker) {
+  j.slots_per_worker = slots_per_worker;
+  return j;
+}
+}  // namespace
+
+// Step 4 gives nothing it cannot use: 9 slots, alice's A runs 6 of 1 slot ([1, 8], 600
+// worker-s), bob's B 1 of 3 slots ([1, 3], 30,000). Share 9 / 2 = 4: bob (3) is below,
+// but alice can give only 2 slots and stay at 4, and B's next worker needs 3: nothing
+// moves (no idle slots), and no later step moves anything either (A, the shorter, has
+// no donor with more time left; B's only donor would be A, which has less).
+TEST(SharedPlan, AFairShareGiveThatCannotPlaceTheWorkerIsNotMade) {
+  const auto p = plan_shares({job("A", "alice", 1, 8, 6, 600), sized(job("B", "bob", 1, 3, 1, 30000), 3)}, 9);
+  EXPECT_EQ(p.at("A").workers, 6);
+  EXPECT_EQ(p.at("A").reason, "keeps its workers");
+  EXPECT_EQ(p.at("B").workers, 1);
+}
+
+// Slots held beyond those planned (the cores of a queued job's PS shards taken out) are
+// not the later steps' to free: 6 slots planned (8 cores less Q's 2 PS cores), alice's A
+// runs 6 ([1, 8]), bob's B 2 ([1, 4]), carol's Q needs 6 and waits. Fair share over the 8
+// held: 4 each, worker for worker: A 4, B 4.
+TEST(SharedPlan, SlotsHeldBeyondThePlannedOnesAreTradedWorkerForWorker) {
+  const auto p = plan_shares({job("A", "alice", 1, 8, 6, 60000), job("B", "bob", 1, 4, 2, 20000),
+                              job("Q", "carol", 6, 8, 0, 100)},
+                             6);
+  EXPECT_EQ(p.at("Q").workers, 0);
+  EXPECT_EQ(p.at("A").workers, 4);
+  EXPECT_EQ(p.at("B").workers, 4);
+}
+
+// Step 6 goes on past a shortest job no donor fits: 8 slots, all held; S (4 slots a
+// worker, [1, 2], 100 s left) is the shortest but no donor frees 4 slots; B (1 slot,
+// [1, 4], 300 worker-s: 150 s) takes a worker from A (1 slot, 10,000 worker-s: 5,000 s):
+// B at 3 has 100 s, saves 50 s. Then nothing has a donor with more time left: S 1, B 3, A 1.
+TEST(SharedPlan, AShortJobNoDonorFitsDoesNotStopTheMovesOfOthers) {
+  const auto p = plan_shares({sized(job("S", "u", 1, 2, 1, 100), 4), job("B", "u", 1, 4, 2, 300),
+                              job("A", "u", 1, 4, 2, 10000)},
+                             8);
+  EXPECT_EQ(p.at("S").workers, 1);
+  EXPECT_EQ(p.at("B").workers, 3);
+  EXPECT_EQ(p.at("A").workers, 1);
+}
+
+// A worker moves only from a job with more time left than the taker's, so the plan does
+// not flap: 6 slots, A runs its max 4 (4,000 worker-s: 1,000 s), B 2 of [1, 3] (3,000:
+// 1,500 s). B is the only taker, and A has less time left: nothing moves, now or when
+// planned again.
+TEST(SharedPlan, NoWorkerMovesFromAJobWithLessTimeLeft) {
+  const auto p = plan_shares({job("A", "u", 1, 4, 4, 4000), job("B", "u", 1, 3, 2, 3000)}, 6);
+  EXPECT_EQ(p.at("A").workers, 4);
+  EXPECT_EQ(p.at("B").workers, 2);
+}
