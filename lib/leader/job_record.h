@@ -174,8 +174,8 @@ struct JobRec {
   /// Elastic jobs under the shared plan: why it has the workers it has (the plan's latest
   /// reason; not stored).
   std::string share;
-  /// The shared plan's latest decision gave it workers (a queued job it admits; its start
-  /// then goes into the plan's history). Not stored.
+  /// The shared plan's latest decision gave it workers (a queued job it admits: its start,
+  /// and later its end, go into the plan's history). Not stored.
   bool share_admitted = false;
   /// Its owner or an admin resized it with `dltrain scale`: the shared plan leaves it at
   /// that size (its cores still count as held). Not stored: a restarted leader's plan

@@ -335,6 +335,10 @@ void Leader::Impl::maybe_finish(JobRec& j) {
   j.ended = Clock::now();
   if (j.life.target() == JobState::kSucceeded) planning.record_final(j);
   set_state(j, *j.life.target());
+  // A job the shared plan started: its end is the plan's last change of it.
+  if (opt.shared_plan && j.share_admitted) {
+    record_plan_change(j, j.spec.workers, 0, "ended: " + std::string(to_string(j.state())));
+  }
   notify(j, summary(j).to_json());
   event(j, summary(j).to_json());
   if (!j.explore.profile_of.empty()) {

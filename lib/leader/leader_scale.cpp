@@ -312,10 +312,9 @@ std::optional<std::pair<json, std::string>> Leader::Impl::shared_plan_forecast(c
   if (d.workers > 0) f["predicted_seconds"] = std::round(d.finish_s);
   std::string warning;
   if (d.misses_deadline) {
-    const auto minutes = [](double s) { return rough_duration(s); };
-    warning = "its deadline (" + minutes(j.spec.deadline_seconds) + ") cannot be met under the current load: " +
+    warning = "its deadline (" + rough_duration(j.spec.deadline_seconds) + ") cannot be met under the current load: " +
               (d.workers > 0 ? "the shared plan gives it " + std::to_string(d.workers) + " workers and predicts " +
-                                   minutes(d.finish_s) + " to its end"
+                                   rough_duration(d.finish_s) + " to its end"
                              : "the shared plan cannot start it yet (" + d.reason + ")") +
               "; the prediction assumes each worker trains at the running jobs' measured rate (1,000 images/s "
               "when none runs)";
@@ -364,15 +363,6 @@ json Leader::Impl::cluster_plan_json() const {
 }
 
 void Leader::Impl::replan() {
-  // A planned job that ended since: its last change, to 0 workers, says how.
-  std::map<std::string, int> last;
-  for (const auto& c : plan_changes) last[c["job"].get<std::string>()] = c["to"].get<int>();
-  for (const auto& [id, to] : last) {
-    const auto it = jobs.find(id);
-    if (to > 0 && it != jobs.end() && it->second.terminal()) {
-      record_plan_change(it->second, to, 0, std::string("ended: ") + std::string(to_string(it->second.state())));
-    }
-  }
   std::erase_if(plan_models, [&](const auto& kv) {
     const auto it = jobs.find(kv.first);
     return it == jobs.end() || it->second.terminal();
